@@ -1,0 +1,275 @@
+"""What every script in this bundle shares, and nothing more.
+
+- JSON out, JSON errors: a script prints exactly one JSON document on stdout; a failure is
+  ``{"error": ..., "fix": ...}`` with a documented exit code, never a traceback.
+- Subprocesses: argv lists with a timeout, never a shell.
+- cpulists ("0-3,8,10-11") both ways, validated.
+- Files under a sysroot (``--sysroot DIR`` reads DIR/proc and DIR/sys, like ``lscpu --sysroot``).
+- The ssh transport for ``--host``.
+- ``data/epyc.json``, the single source of pinned facts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = ROOT / "data"
+EPYC_JSON = DATA_DIR / "epyc.json"
+
+EXIT_OK = 0
+EXIT_FAIL = 1  # a negative verdict or an error: the JSON says which
+
+GIB = 1024 ** 3
+
+
+# ---------------------------------------------------------------- errors and output
+
+class ScriptError(Exception):
+    """A failure the user can act on: printed as {"error", "fix"} with an exit code."""
+
+    def __init__(self, error: str, fix: str, code: int = EXIT_FAIL, **extra: Any):
+        super().__init__(error)
+        self.error = error
+        self.fix = fix
+        self.code = code
+        self.extra = extra
+
+    def as_json(self) -> dict:
+        return {"error": self.error, "fix": self.fix, **self.extra}
+
+
+def log(msg: str) -> None:
+    """Progress and diagnostics go to stderr; stdout carries only the JSON document."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def emit(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+class JsonArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad usage as a JSON error (exit 1) instead of usage text + exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ScriptError(f"bad arguments: {message}",
+                          f"see `python3 {self.prog} --help`")
+
+
+def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
+             argv: Sequence[str] | None = None) -> int:
+    """Call ``main`` and turn every outcome into one JSON document and an exit code."""
+    try:
+        doc, code = main(argv)
+    except ScriptError as exc:
+        emit(exc.as_json())
+        return exc.code
+    except KeyboardInterrupt:
+        emit({"error": "interrupted", "fix": "run the command again"})
+        return EXIT_FAIL
+    except Exception as exc:  # the contract is JSON, even for our own bugs
+        if os.environ.get("EPYC_SKILL_DEBUG"):
+            traceback.print_exc()
+        emit({"error": f"internal error: {type(exc).__name__}: {exc}",
+              "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"})
+        return EXIT_FAIL
+    emit(doc)
+    return code
+
+
+# ---------------------------------------------------------------- subprocesses
+
+@dataclass
+class RunResult:
+    argv: list[str]
+    returncode: int | None  # None: could not start or timed out
+    stdout: str
+    stderr: str
+    failure: str | None = None  # "not_found" | "timeout" | "os_error"
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def run(argv: Sequence[str], timeout: float, env: dict | None = None,
+        stdin: str | None = None) -> RunResult:
+    """Run argv (never through a shell) with a hard timeout; never raises for the usual failures."""
+    argv = [str(a) for a in argv]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                              input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+    except FileNotFoundError:
+        return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return RunResult(argv, None, out, f"timed out after {timeout:g}s", "timeout")
+    except OSError as exc:
+        return RunResult(argv, None, "", str(exc), "os_error")
+    return RunResult(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+# ---------------------------------------------------------------- cpulists
+
+_CPULIST_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """"0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]. Empty text is the empty set. Raises ValueError."""
+    text = text.strip()
+    if not text:
+        return []
+    cpus: set[int] = set()
+    for item in text.split(","):
+        m = _CPULIST_ITEM.match(item.strip())
+        if not m:
+            raise ValueError(f"not a cpulist item: {item!r}")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise ValueError(f"descending range in cpulist: {item!r}")
+        if hi - lo > 65536:
+            raise ValueError(f"range too large in cpulist: {item!r}")
+        cpus.update(range(lo, hi + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 8, 10, 11] -> "0-3,8,10-11" (sorted, deduplicated, ranges collapsed)."""
+    ordered = sorted(set(cpus))
+    if any(c < 0 for c in ordered):
+        raise ValueError("negative CPU id")
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+# ---------------------------------------------------------------- sysroot files
+
+class Sysroot:
+    """Reads host files below a root: "/" for this host, a captured tree for another."""
+
+    def __init__(self, root: str | os.PathLike = "/"):
+        self.root = Path(root)
+
+    @property
+    def is_live(self) -> bool:
+        return self.root.resolve() == Path("/")
+
+    def path(self, p: str) -> Path:
+        return self.root / p.lstrip("/")
+
+    def read(self, p: str) -> str | None:
+        """File text, or None when it does not exist or cannot be read."""
+        try:
+            return self.path(p).read_text(errors="replace")
+        except (OSError, ValueError):
+            return None
+
+    def glob(self, pattern: str) -> list[Path]:
+        return sorted(self.root.glob(pattern.lstrip("/")))
+
+
+def check_sysroot(root: str) -> Sysroot:
+    sr = Sysroot(root)
+    if not sr.root.is_dir():
+        raise ScriptError(f"sysroot {root!r} is not a directory",
+                          "pass a folder that holds proc/ and sys/ captured from the host")
+    if sr.read("proc/cpuinfo") is None:
+        raise ScriptError(f"sysroot {root!r} has no readable proc/cpuinfo",
+                          "capture /proc/cpuinfo, /proc/meminfo and /sys/devices/system into the sysroot")
+    return sr
+
+
+# ---------------------------------------------------------------- ssh transport
+
+_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])"
+                      r"(?::(?P<port>\d{1,5}))?$")
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    user: str | None
+    host: str
+    port: int | None
+
+    @property
+    def label(self) -> str:
+        s = f"{self.user}@{self.host}" if self.user else self.host
+        return f"{s}:{self.port}" if self.port else s
+
+
+def parse_host(spec: str) -> SshTarget:
+    """'[user@]box[:port]' -> SshTarget. Rejects anything ssh could read as an option."""
+    m = _HOST_RE.match(spec or "")
+    if not m or spec.startswith("-"):
+        raise ScriptError(f"not a host: {spec!r}", "use --host [user@]hostname[:port]")
+    port = int(m.group("port")) if m.group("port") else None
+    if port is not None and not 0 < port < 65536:
+        raise ScriptError(f"port out of range in {spec!r}", "use a port between 1 and 65535")
+    return SshTarget(m.group("user"), m.group("host").strip("[]"), port)
+
+
+def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int = 10) -> list[str]:
+    """One non-interactive ssh call; the remote command is quoted word by word."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}",
+            "-o", "StrictHostKeyChecking=accept-new"]
+    extra = os.environ.get("EPYC_SKILL_SSH_OPTS")  # e.g. "-i key -o UserKnownHostsFile=..."
+    if extra:
+        argv += shlex.split(extra)
+    if target.port:
+        argv += ["-p", str(target.port)]
+    argv += [f"{target.user}@{target.host}" if target.user else target.host, "--"]
+    argv.append(" ".join(shlex.quote(a) for a in remote_argv))
+    return argv
+
+
+# ---------------------------------------------------------------- pinned facts
+
+def load_epyc(path: Path = EPYC_JSON) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ScriptError(f"cannot read {path}: {exc}",
+                          "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+
+
+def read_json_input(spec: str, what: str) -> dict:
+    """Load another script's JSON output from a file path, or '-' for stdin."""
+    try:
+        text = sys.stdin.read() if spec == "-" else Path(spec).read_text()
+    except OSError as exc:
+        raise ScriptError(f"cannot read {what} JSON from {spec!r}: {exc.strerror or exc}",
+                          f"save the output of the {what} step to a file and pass its path")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScriptError(f"{what} input {spec!r} is not JSON: {exc.msg} at line {exc.lineno}",
+                          f"pass the unmodified stdout of the {what} step")
+    if not isinstance(doc, dict):
+        raise ScriptError(f"{what} input {spec!r} is not a JSON object",
+                          f"pass the unmodified stdout of the {what} step")
+    if "error" in doc:
+        raise ScriptError(f"the {what} step failed: {doc.get('error')}",
+                          doc.get("fix") or f"fix the {what} step first")
+    return doc
+
+
+def gb(n_bytes: float, digits: int = 2) -> float:
+    return round(n_bytes / GIB, digits)

@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""Detect the CPU: is this an AMD EPYC, which generation, can zentorch run, how big is it.
+
+    python3 scripts/detect.py                    # this host
+    python3 scripts/detect.py --sysroot DIR      # a captured tree (DIR/proc, DIR/sys)
+    python3 scripts/detect.py --host user@box    # another host, through one ssh call
+
+Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be read.
+The routing decision (stop / stock vLLM / confirm / proceed) is the agent's, from these fields.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import ScriptError, Sysroot  # noqa: E402
+
+SSH_TIMEOUT_S = 30
+
+# ---------------------------------------------------------------- pure parsing
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """First processor block of /proc/cpuinfo -> vendor, brand, family, model, flags."""
+    block: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if block:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            block.setdefault(key.strip(), value.strip())
+    if not block:
+        raise ValueError("no processor entries in cpuinfo")
+
+    def as_int(key: str) -> int | None:
+        raw = block.get(key)
+        try:
+            return int(raw, 0) if raw is not None else None
+        except ValueError:
+            return None
+
+    return {
+        "vendor": block.get("vendor_id") or block.get("vendor"),
+        "brand": block.get("model name", ""),
+        "family": as_int("cpu family"),
+        "model": as_int("model"),
+        "flags": set(block.get("flags", "").split()),
+    }
+
+
+def parse_meminfo_bytes(text: str, key: str = "MemTotal") -> int | None:
+    """'MemTotal:  24684092 kB' (also sysfs's 'Node 0 MemTotal: ...') -> bytes."""
+    m = re.search(rf"{key}:\s+(\d+)\s*kB", text or "")
+    return int(m.group(1)) * 1024 if m else None
+
+
+def parse_status_allowed(text: str | None) -> list[int] | None:
+    m = re.search(r"^Cpus_allowed_list:\s*(\S+)", text or "", re.M)
+    return common.parse_cpulist(m.group(1)) if m else None
+
+
+def parse_cgroup_limit(text: str | None) -> int | None:
+    """cgroup v2 memory.max ('max' or bytes) / v1 limit_in_bytes (huge = unlimited) -> bytes or None."""
+    if text is None:
+        return None
+    raw = text.strip()
+    if not raw or raw == "max":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value < (1 << 60) else None
+
+
+def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
+    """Where this process's cpuset and memory controllers live, for v2 and v1 layouts."""
+    cpuset = ["/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"]
+    memory = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    for line in (proc_self_cgroup or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or parts[2] in ("", "/"):
+            continue
+        ctrls, path = parts[1].split(","), parts[2]
+        if parts[1] == "":  # v2 unified
+            cpuset.insert(0, f"/sys/fs/cgroup{path}/cpuset.cpus.effective")
+            memory.insert(0, f"/sys/fs/cgroup{path}/memory.max")
+        if "cpuset" in ctrls:
+            cpuset.insert(0, f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus")
+        if "memory" in ctrls:
+            memory.insert(0, f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+    return {"cpuset": cpuset, "memory": memory}
+
+
+_MODEL_NUMBER = re.compile(r"\bEPYC\s+(?:Embedded\s+)?(\d)([0-9A-Z])([0-9A-Z])(\d)([A-Z]{0,2})\b")
+
+
+def epyc_model_number(brand: str) -> str | None:
+    """'AMD EPYC 9654 96-Core Processor' -> '9654'; 'AMD EPYC 4584PX ...' -> '4584PX'; masked -> None."""
+    m = _MODEL_NUMBER.search(brand or "")
+    return "".join(m.groups()) if m else None
+
+
+def generation_from_model_number(number: str) -> tuple[str, str | None] | None:
+    """Model number -> (generation name, zen_arch override). The last digit is the generation;
+    the first is the series (7 = 1st-3rd gen, 9 = flagship, 8 = Siena, 4 = AM5 parts)."""
+    series, second, last = number[0], number[1], number[3]
+    table = {("7", "1"): "Naples", ("7", "2"): "Rome", ("7", "3"): "Milan",
+             ("8", "4"): "Siena", ("9", "5"): "Turin", ("9", "6"): "Venice",
+             ("4", "4"): "EPYC 4004", ("4", "5"): "EPYC 4005"}
+    if (series, last) == ("9", "4"):
+        return ("Bergamo", None) if second == "7" else ("Genoa", None)  # 97x4 is Bergamo (Zen 4c)
+    name = table.get((series, last))
+    return (name, None) if name else None
+
+
+def classify_generation(brand: str, family: int | None, model: int | None,
+                        generations: list[dict]) -> dict:
+    """Generation from the brand's model number, else from CPUID family/model, else unknown.
+
+    Cloud guests often mask the brand to plain 'AMD EPYC'; CPUID family/model still tells the
+    silicon. Bergamo and Siena share a CPUID range, so a CPUID-only answer names both."""
+    number = epyc_model_number(brand)
+    if number:
+        hit = generation_from_model_number(number)
+        if hit:
+            name = hit[0]
+            entries = [g for g in generations if g["name"] == name]
+            dense = [g for g in entries if number[:4] in g.get("model_numbers", [])]
+            entry = dense[0] if dense else next(g for g in entries if not g.get("model_numbers"))
+            return {"epyc_generation": name, "zen_arch": entry["zen_arch"], "model_number": number,
+                    "generation_source": "model_number", "entry": entry}
+    if family is not None and model is not None:
+        matches = [g for g in generations
+                   if any(f == family and lo <= model <= hi for f, lo, hi in g["cpuid"])]
+        if matches:
+            names = "/".join(dict.fromkeys(g["name"] for g in matches))
+            archs = "/".join(dict.fromkeys(g["zen_arch"] for g in matches))
+            return {"epyc_generation": names, "zen_arch": archs, "model_number": number,
+                    "generation_source": "cpuid", "entry": matches[0]}
+    return {"epyc_generation": "unknown", "zen_arch": "unknown", "model_number": number,
+            "generation_source": "unknown", "entry": None}
+
+
+def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
+    """An EPYC says so in its brand string; a masked AMD brand counts when CPUID names a part."""
+    if vendor != "AuthenticAMD":
+        return False
+    if "EPYC" in brand.upper():
+        return True
+    masked = not re.search(r"Ryzen|Threadripper|Athlon|Opteron", brand, re.I)
+    return masked and generation_source == "cpuid"
+
+
+# ---------------------------------------------------------------- topology
+
+@dataclass
+class Topology:
+    """Online CPUs and where they sit: package (socket), core, NUMA node."""
+    package: dict[int, int] = field(default_factory=dict)
+    core: dict[int, int] = field(default_factory=dict)
+    node_of_cpu: dict[int, int] = field(default_factory=dict)
+    node_cpus: dict[int, list[int]] = field(default_factory=dict)
+    node_mem_bytes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def cpus(self) -> list[int]:
+        return sorted(self.package)
+
+    @property
+    def sockets(self) -> list[int]:
+        return sorted(set(self.package.values()))
+
+    def physical_cores(self, cpus: Sequence[int] | None = None) -> list[int]:
+        """One CPU per physical core (the lowest-numbered thread): SMT siblings dropped."""
+        first: dict[tuple[int, int], int] = {}
+        for cpu in sorted(self.cpus if cpus is None else cpus):
+            if cpu in self.package:
+                first.setdefault((self.package[cpu], self.core[cpu]), cpu)
+        return sorted(first.values())
+
+    def socket_cpus(self, socket: int) -> list[int]:
+        return [c for c in self.cpus if self.package[c] == socket]
+
+    def socket_nodes(self, socket: int) -> list[int]:
+        return sorted({self.node_of_cpu[c] for c in self.socket_cpus(socket) if c in self.node_of_cpu})
+
+
+def read_topology(sr: Sysroot) -> Topology:
+    online_text = sr.read("sys/devices/system/cpu/online")
+    topo = Topology()
+    if online_text is not None:
+        online = common.parse_cpulist(online_text)
+    else:
+        online = sorted(int(p.name[3:]) for p in sr.glob("sys/devices/system/cpu/cpu[0-9]*"))
+    for cpu in online:
+        base = f"sys/devices/system/cpu/cpu{cpu}/topology"
+        pkg = sr.read(f"{base}/physical_package_id")
+        core = sr.read(f"{base}/core_id")
+        topo.package[cpu] = int(pkg) if pkg and pkg.strip().lstrip("-").isdigit() and int(pkg) >= 0 else 0
+        topo.core[cpu] = int(core) if core and core.strip().isdigit() else cpu
+    for node_dir in sr.glob("sys/devices/system/node/node[0-9]*"):
+        node = int(node_dir.name[4:])
+        cpus = [c for c in common.parse_cpulist(sr.read(f"{node_dir.relative_to(sr.root)}/cpulist") or "")
+                if c in topo.package]
+        topo.node_cpus[node] = cpus
+        for c in cpus:
+            topo.node_of_cpu[c] = node
+        mem = parse_meminfo_bytes(sr.read(f"{node_dir.relative_to(sr.root)}/meminfo") or "")
+        if mem is not None:
+            topo.node_mem_bytes[node] = mem
+    if not topo.node_cpus:  # kernel without NUMA: one node holding everything
+        topo.node_cpus[0] = topo.cpus
+        topo.node_of_cpu = {c: 0 for c in topo.cpus}
+    if not topo.package:
+        raise ScriptError("no online CPUs found under sys/devices/system/cpu",
+                          "capture /sys/devices/system/cpu (online, cpu*/topology) into the sysroot")
+    return topo
+
+
+# ---------------------------------------------------------------- gathering (I/O)
+
+@dataclass
+class HostFacts:
+    target: str
+    cpu: dict
+    topology: Topology
+    mem_total_bytes: int
+    allowed_cpus: list[int]
+    memory_limit_bytes: int | None
+    hypervisor: str | None
+    sysroot: Sysroot
+
+
+def _first_readable(sr: Sysroot, paths: list[str]) -> str | None:
+    for p in paths:
+        text = sr.read(p)
+        if text is not None and text.strip():
+            return text
+    return None
+
+
+def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
+    """Read every fact detect and cpu_tune need from a sysroot (or this host, live=True)."""
+    try:
+        cpu = parse_cpuinfo(sr.read("proc/cpuinfo") or "")
+    except ValueError:
+        raise ScriptError(f"{target}: proc/cpuinfo is missing or malformed",
+                          "check that /proc/cpuinfo is readable (a sysroot needs proc/cpuinfo)")
+    try:
+        topo = read_topology(sr)
+        cg = cgroup_dirs(sr.read("proc/self/cgroup"))
+        cpuset_text = _first_readable(sr, cg["cpuset"])
+        cgroup_cpus = common.parse_cpulist(cpuset_text) if cpuset_text else None
+        if live:
+            import psutil
+            mem_total = psutil.virtual_memory().total
+            allowed = sorted(psutil.Process().cpu_affinity())
+        else:
+            mem_total = parse_meminfo_bytes(sr.read("proc/meminfo") or "")
+            allowed = parse_status_allowed(sr.read("proc/self/status"))
+    except ValueError as exc:
+        raise ScriptError(f"{target}: malformed topology file: {exc}",
+                          "re-capture /sys/devices/system and /proc/self/status from the host")
+    if mem_total is None:
+        raise ScriptError(f"{target}: proc/meminfo has no MemTotal",
+                          "check that /proc/meminfo is readable (a sysroot needs proc/meminfo)")
+    allowed_set = set(topo.cpus if allowed is None else allowed) & set(topo.cpus)
+    if cgroup_cpus is not None:
+        allowed_set &= set(cgroup_cpus)
+    limit = parse_cgroup_limit(_first_readable(sr, cg["memory"]))
+    hyper = None
+    if "hypervisor" in cpu["flags"]:
+        hyper = (sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or "").strip() \
+            or "unknown (virtualized)"
+    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, sr)
+
+
+# The remote side of --host: print each file behind a marker, all in one ssh call.
+_REMOTE_FILES = [
+    "/proc/cpuinfo", "/proc/meminfo", "/proc/self/status", "/proc/self/cgroup",
+    "/sys/devices/system/cpu/online",
+    "/sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id",
+    "/sys/devices/system/cpu/cpu[0-9]*/topology/core_id",
+    "/sys/devices/system/node/node[0-9]*/cpulist", "/sys/devices/system/node/node[0-9]*/meminfo",
+    "/sys/hypervisor/type", "/sys/class/dmi/id/sys_vendor",
+    "/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/memory.max",
+    "/sys/fs/cgroup/cpuset/cpuset.effective_cpus", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+]
+_MARK = "@@EPYC-SKILL-FILE@@"
+_REMOTE_SCRIPT = (
+    'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + _MARK + '" "$f"; cat "$f"; }; done; }\n'
+    "dump " + " ".join(_REMOTE_FILES) + "\n"
+    'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && '
+    'dump "/sys/fs/cgroup$p/cpuset.cpus.effective" "/sys/fs/cgroup$p/memory.max" '
+    '"/sys/fs/cgroup/cpuset$p/cpuset.effective_cpus" "/sys/fs/cgroup/memory$p/memory.limit_in_bytes"; '
+    "done < /proc/self/cgroup\n"
+    "exit 0\n"
+)
+
+
+def unpack_capture(text: str, dest: Path) -> None:
+    """Write the marker-separated remote dump into a sysroot folder."""
+    current: list[str] | None = None
+    path: str | None = None
+
+    def flush() -> None:
+        if path and current is not None and ".." not in Path(path).parts:
+            out = dest / path.lstrip("/")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("\n".join(current).rstrip("\n") + "\n")
+
+    for line in text.splitlines():
+        if line.startswith(_MARK + " "):
+            flush()
+            path, current = line[len(_MARK) + 1:].strip(), []
+        elif current is not None:
+            current.append(line)
+    flush()
+
+
+def gather_remote(spec: str) -> HostFacts:
+    target = common.parse_host(spec)
+    argv = common.ssh_argv(target, ["sh", "-c", _REMOTE_SCRIPT])
+    common.log(f"detect: reading {target.label} over ssh")
+    res = common.run(argv, timeout=SSH_TIMEOUT_S)
+    if not res.ok or _MARK not in res.stdout:
+        why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else (res.failure or "no output")
+        raise ScriptError(f"cannot read {target.label} over ssh: {why}",
+                          "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
+                          host=target.label)
+    tmp = tempfile.TemporaryDirectory(prefix="epyc-detect-")
+    unpack_capture(res.stdout, Path(tmp.name))
+    facts = gather(Sysroot(tmp.name), target.label, live=False)
+    facts._tmp = tmp  # keep the capture alive as long as the facts
+    return facts
+
+
+def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
+    if sysroot and host:
+        raise ScriptError("--sysroot and --host are exclusive", "pass one of them")
+    if host:
+        return gather_remote(host)
+    if sysroot:
+        sr = common.check_sysroot(sysroot)
+        return gather(sr, f"sysroot:{sysroot}", live=False)
+    return gather(Sysroot("/"), "localhost", live=True)
+
+
+# ---------------------------------------------------------------- decision + report
+
+def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], tolerance: float) -> dict:
+    """Usable RAM is the smaller of MemTotal and the cgroup limit. sysfs per-node figures that do
+    not add up to MemTotal are reported, not trusted (sandboxes and some hypervisors fake them)."""
+    usable = min(mem_total, limit) if limit else mem_total
+    notes = []
+    sysfs_total = sum(node_mem.values())
+    consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
+    if node_mem and not consistent:
+        notes.append(f"sysfs node meminfo sums to {common.gb(sysfs_total)} GiB but /proc/meminfo says "
+                     f"{common.gb(mem_total)} GiB; per-node RAM is taken from /proc/meminfo split "
+                     "across nodes")
+    if limit and limit < mem_total:
+        notes.append(f"cgroup memory limit {common.gb(limit)} GiB is below MemTotal; using the limit")
+    return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}
+
+
+def report(f: HostFacts, epyc: dict) -> dict:
+    cpu, topo = f.cpu, f.topology
+    gen = classify_generation(cpu["brand"], cpu["family"], cpu["model"], epyc["generations"])
+    flags = cpu["flags"]
+    mem = memory_truth(f.mem_total_bytes, f.memory_limit_bytes, topo.node_mem_bytes,
+                       epyc["memory"]["sysfs_disagreement_tolerance"])
+    physical = topo.physical_cores()
+    amd_epyc = is_amd_epyc(cpu["vendor"], cpu["brand"], gen["generation_source"])
+    supported = amd_epyc and gen["epyc_generation"] in epyc["supported_generations"]
+    return {
+        "target": f.target,
+        "cpu_model": cpu["brand"],
+        "vendor": cpu["vendor"],
+        "cpu_family": cpu["family"],
+        "cpu_model_number": cpu["model"],
+        "epyc_model_number": gen["model_number"],
+        "is_amd_epyc": amd_epyc,
+        "epyc_generation": gen["epyc_generation"] if amd_epyc else None,
+        "zen_arch": gen["zen_arch"] if amd_epyc else None,
+        "generation_source": gen["generation_source"] if amd_epyc else "unknown",
+        "is_supported_epyc": supported,
+        "avx512": "avx512f" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx": bool({"amx_bf16", "amx_tile"} & flags),
+        "logical_cores": len(topo.cpus),
+        "physical_cores": len(physical),
+        "sockets": len(topo.sockets),
+        "threads_per_core": max(1, round(len(topo.cpus) / max(1, len(physical)))),
+        "numa_nodes": len(topo.node_cpus),
+        "memory_total_gb": common.gb(f.mem_total_bytes),
+        "memory_gb": common.gb(mem["usable_bytes"]),
+        "memory_limit_gb": common.gb(f.memory_limit_bytes) if f.memory_limit_bytes else None,
+        "node_memory_gb": {str(n): common.gb(b) for n, b in sorted(topo.node_mem_bytes.items())},
+        "node_memory_consistent": mem["sysfs_consistent"],
+        "allowed_cpus": common.format_cpulist(f.allowed_cpus),
+        "hypervisor": f.hypervisor,
+        "notes": mem["notes"],
+    }
+
+
+def main(argv: Sequence[str] | None = None):
+    p = common.JsonArgumentParser(prog="scripts/detect.py", description=__doc__.split("\n")[0])
+    p.add_argument("--sysroot", help="read DIR/proc and DIR/sys instead of this host's")
+    p.add_argument("--host", help="[user@]host[:port]: read another host through one ssh call")
+    args = p.parse_args(argv)
+    epyc = common.load_epyc()
+    facts = gather_from_args(args.sysroot, args.host)
+    return report(facts, epyc), common.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_main(main))
