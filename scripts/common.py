@@ -67,23 +67,29 @@ class JsonArgumentParser(argparse.ArgumentParser):
 
 
 def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
-             argv: Sequence[str] | None = None) -> int:
-    """Call ``main`` and turn every outcome into one JSON document and an exit code."""
+             argv: Sequence[str] | None = None,
+             render: Callable[[dict, bool], str] | None = None) -> int:
+    """Call ``main`` and turn every outcome into one document on stdout and an exit code.
+
+    ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
     try:
         doc, code = main(argv)
+        ok = True
     except ScriptError as exc:
-        emit(exc.as_json())
-        return exc.code
+        doc, code, ok = exc.as_json(), exc.code, False
     except KeyboardInterrupt:
-        emit({"error": "interrupted", "fix": "run the command again"})
-        return EXIT_FAIL
+        doc, code, ok = {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL, False
     except Exception as exc:  # the contract is JSON, even for our own bugs
         if os.environ.get("EPYC_SKILL_DEBUG"):
             traceback.print_exc()
-        emit({"error": f"internal error: {type(exc).__name__}: {exc}",
-              "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"})
-        return EXIT_FAIL
-    emit(doc)
+        doc = {"error": f"internal error: {type(exc).__name__}: {exc}",
+               "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"}
+        code, ok = EXIT_FAIL, False
+    if render is None:
+        emit(doc)
+    else:
+        sys.stdout.write(render(doc, ok) + "\n")
+        sys.stdout.flush()
     return code
 
 

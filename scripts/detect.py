@@ -358,16 +358,17 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
 # ---------------------------------------------------------------- decision + report
 
 def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], tolerance: float) -> dict:
-    """Usable RAM is the smaller of MemTotal and the cgroup limit. sysfs per-node figures that do
-    not add up to MemTotal are reported, not trusted (sandboxes and some hypervisors fake them)."""
+    """Usable RAM is the smaller of MemTotal and the cgroup limit. When sysfs per-node figures do
+    not add up to MemTotal (sandboxes, some hypervisors), say so: per-socket sizing then takes the
+    smaller figure, because vLLM's CPU worker sizes its KV cache check from sysfs."""
     usable = min(mem_total, limit) if limit else mem_total
     notes = []
     sysfs_total = sum(node_mem.values())
     consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
     if node_mem and not consistent:
         notes.append(f"sysfs node meminfo sums to {common.gb(sysfs_total)} GiB but /proc/meminfo says "
-                     f"{common.gb(mem_total)} GiB; per-node RAM is taken from /proc/meminfo split "
-                     "across nodes")
+                     f"{common.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
+                     "vLLM checks its KV cache against the node's sysfs meminfo")
     if limit and limit < mem_total:
         notes.append(f"cgroup memory limit {common.gb(limit)} GiB is below MemTotal; using the limit")
     return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}

@@ -1,0 +1,94 @@
+"""The shared module: cpulists, argv running, host specs, error documents."""
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+import common
+
+
+@given(st.sets(st.integers(min_value=0, max_value=4096), max_size=300))
+def test_cpulist_round_trip(cpus):
+    text = common.format_cpulist(cpus)
+    assert common.parse_cpulist(text) == sorted(cpus)
+    # canonical: formatting the parse gives the same text back
+    assert common.format_cpulist(common.parse_cpulist(text)) == text
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]),
+    ("5", [5]),
+    ("", []),
+    (" 0-1\n", [0, 1]),
+    ("3,1,2", [1, 2, 3]),
+])
+def test_parse_cpulist_examples(text, expected):
+    assert common.parse_cpulist(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["a", "3-1", "1,,2", "-1", "1-", "0-99999999", "1 2"])
+def test_parse_cpulist_rejects(bad):
+    with pytest.raises(ValueError):
+        common.parse_cpulist(bad)
+
+
+@given(st.text(max_size=40))
+def test_parse_cpulist_garbage_is_valueerror_or_list(text):
+    try:
+        out = common.parse_cpulist(text)
+    except ValueError:
+        return
+    assert out == sorted(set(out))
+
+
+def test_format_cpulist_collapses():
+    assert common.format_cpulist([11, 10, 0, 1, 2, 3, 8, 3]) == "0-3,8,10-11"
+
+
+def test_run_never_raises_on_missing_binary_or_timeout():
+    r = common.run(["definitely-not-a-binary-xyz"], timeout=5)
+    assert r.failure == "not_found" and not r.ok
+    r = common.run(["sleep", "5"], timeout=0.3)
+    assert r.failure == "timeout" and r.returncode is None
+
+
+@pytest.mark.parametrize("spec,user,host,port", [
+    ("box", None, "box", None),
+    ("me@box.example:2222", "me", "box.example", 2222),
+    ("root@127.0.0.1", "root", "127.0.0.1", None),
+])
+def test_parse_host(spec, user, host, port):
+    t = common.parse_host(spec)
+    assert (t.user, t.host, t.port) == (user, host, port)
+
+
+@pytest.mark.parametrize("bad", ["-oProxyCommand=sh", "a b", "me@", "box:99999", "box;rm", ""])
+def test_parse_host_rejects_option_like_and_garbage(bad):
+    with pytest.raises(common.ScriptError):
+        common.parse_host(bad)
+
+
+def test_ssh_argv_quotes_remote_words():
+    argv = common.ssh_argv(common.parse_host("me@box:2222"), ["sh", "-c", "echo $HOME; cat /x"])
+    assert argv[:2] == ["ssh", "-o"] and "BatchMode=yes" in argv and "-p" in argv
+    assert argv[-2] == "--"
+    assert argv[-1] == "sh -c 'echo $HOME; cat /x'"
+
+
+def test_read_json_input_rejects_error_documents(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text(json.dumps({"error": "boom", "fix": "do it"}))
+    with pytest.raises(common.ScriptError) as e:
+        common.read_json_input(str(f), "detect")
+    assert "boom" in e.value.error and e.value.fix == "do it"
+    f.write_text("[1]")
+    with pytest.raises(common.ScriptError):
+        common.read_json_input(str(f), "detect")
+    with pytest.raises(common.ScriptError):
+        common.read_json_input(str(tmp_path / "missing.json"), "detect")
+
+
+def test_epyc_json_matches_its_schema():
+    import jsonschema
+    from conftest import SCHEMAS
+    jsonschema.validate(common.load_epyc(), json.loads((SCHEMAS / "epyc.json").read_text()))

@@ -1,0 +1,176 @@
+"""cpu_tune.py: socket choice, core binding, KV sizing, pinning commands, env output, bad input."""
+import subprocess
+
+import pytest
+
+import common
+import cpu_tune
+from common import ScriptError
+
+
+# ---- pure decisions
+
+def test_choose_socket_by_load():
+    # both free -> lowest id
+    assert cpu_tune.choose_socket([0, 1], [0, 1], {0: 3.0, 1: 1.0}, 15, None)[0] == 0
+    # one free -> that one, no warning
+    s, reason, warn = cpu_tune.choose_socket([0, 1], [0, 1], {0: 60.0, 1: 2.0}, 15, None)
+    assert (s, warn) == (1, None) and "free" in reason
+    # all busy -> least busy, with a warning
+    s, reason, warn = cpu_tune.choose_socket([0, 1], [0, 1], {0: 80.0, 1: 40.0}, 15, None)
+    assert s == 1 and "busy" in warn
+    # threshold is inclusive: 15% counts as busy
+    assert cpu_tune.choose_socket([0, 1], [0, 1], {0: 15.0, 1: 14.9}, 15, None)[0] == 1
+    # no sample -> lowest usable, and the reason says load is unknown
+    s, reason, _ = cpu_tune.choose_socket([1], [0, 1], None, 15, None)
+    assert s == 1 and "unknown" in reason
+
+
+def test_choose_socket_forced_and_invalid():
+    assert cpu_tune.choose_socket([0, 1], [0, 1], {0: 90.0, 1: 0.0}, 15, 0)[:2] == (0, "forced by --socket")
+    with pytest.raises(ScriptError) as e:
+        cpu_tune.choose_socket([0, 1], [0, 1], None, 15, 7)
+    assert e.value.extra["valid_sockets"] == [0, 1]
+    with pytest.raises(ScriptError):
+        cpu_tune.choose_socket([1], [0, 1], None, 15, 0)  # exists, but no allowed CPU there
+
+
+def test_split_reserved():
+    assert cpu_tune.split_reserved([0, 1, 2, 3], 0) == ([0, 1, 2, 3], [])
+    assert cpu_tune.split_reserved([0, 1, 2, 3], 1) == ([0, 1, 2], [3])
+    for bad in (4, -1):
+        with pytest.raises(ScriptError):
+            cpu_tune.split_reserved([0, 1, 2, 3], bad)
+
+
+def test_socket_ram_takes_the_smaller_truth():
+    gib = 2 ** 30
+    # sysfs says 8 GiB on the only node, MemTotal 24: vLLM checks sysfs, so 8
+    assert cpu_tune.socket_ram_bytes([0], {0: 8 * gib}, 24 * gib) == 8 * gib
+    # NPS4 socket: its four nodes
+    assert cpu_tune.socket_ram_bytes([4, 5, 6, 7], {n: 192 * gib for n in range(8)}, 1536 * gib) == 768 * gib
+    # a cgroup limit below the socket's RAM wins
+    assert cpu_tune.socket_ram_bytes([1], {0: 384 * gib, 1: 384 * gib}, 64 * gib) == 64 * gib
+    # no sysfs node memory at all: the usable total
+    assert cpu_tune.socket_ram_bytes([0], {}, 24 * gib) == 24 * gib
+
+
+def test_size_kv_cache():
+    # no model need: half of (8 - 2 reserve) = 3
+    assert cpu_tune.size_kv_cache(8, 2, None, None, 1.25, 0.5)["kv_gb"] == 3
+    # model need 0.5 GiB x 1.25 -> ceil 1
+    out = cpu_tune.size_kv_cache(8, 2, 1.2, 0.5, 1.25, 0.5)
+    assert out["kv_gb"] == 1 and out["warning"] is None
+    # need 7 x 1.25 = 8.75 -> 9, socket has 384 - 2 - 16 = 366 left
+    assert cpu_tune.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 9
+    # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> 1 GiB and a warning
+    out = cpu_tune.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
+    assert out["kv_gb"] == 1 and "cannot hold" in out["warning"]
+
+
+def test_pin_commands_fallbacks():
+    both = cpu_tune.pin_commands([0, 1, 2], [0, 1, 2, 96], [0, 1], {"numactl": True, "taskset": True})
+    assert both["conda_launch_prefix"] == "numactl --cpunodebind=0,1 --membind=0,1"
+    assert both["container_cpuset"] == "--cpuset-cpus=0-2,96 --cpuset-mems=0,1"
+    ts = cpu_tune.pin_commands([0, 1, 2], [0, 1, 2], [0], {"numactl": False, "taskset": True})
+    assert ts["conda_launch_prefix_argv"] == ["taskset", "-c", "0-2"] and "numactl" in ts["pin_note"]
+    none = cpu_tune.pin_commands([0], [0], [0], {})
+    assert none["conda_launch_prefix"] == "" and none["conda_pin_tool"] is None and "unpinned" in none["pin_note"]
+
+
+# ---- whole hosts through the CLI
+
+def test_runner(script, make_sysroot):
+    d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner"))).doc
+    assert d["vllm_cpu_omp_threads_bind"] == "0-1" and d["reserved_cpus"] == ""
+    assert d["socket_ram_gb"] == 8.0 and d["vllm_cpu_kvcache_space_gb"] == 3  # (8 - 2) x 0.5
+    assert d["container_cpuset"] == "--cpuset-cpus=0-1 --cpuset-mems=0"
+    assert "unknown" in d["socket_choice_reason"] and d["socket_busy_pct"] is None
+
+
+def test_dual_genoa_smt_binds_physical_cores_of_one_socket(script, make_sysroot):
+    root = str(make_sysroot("genoa_9654_2s_smt"))
+    d = script("cpu_tune.py", "--sysroot", root).doc
+    assert d["chosen_socket"] == 0 and d["vllm_cpu_omp_threads_bind"] == "0-95" and d["omp_threads"] == 96
+    assert d["container_cpuset"] == "--cpuset-cpus=0-95,192-287 --cpuset-mems=0"  # siblings stay in the cpuset
+    assert d["socket_ram_gb"] == 384.0 and d["vllm_cpu_kvcache_space_gb"] == 191  # (384 - 2) x 0.5
+    d1 = script("cpu_tune.py", "--sysroot", root, "--socket", "1", "--reserve", "1",
+                "--weights-gb", "15.2", "--kv-gb-needed", "7").doc
+    assert d1["chosen_socket"] == 1 and d1["socket_choice_reason"] == "forced by --socket"
+    assert d1["vllm_cpu_omp_threads_bind"] == "96-190" and d1["reserved_cpus"] == "191"
+    assert d1["numa_nodes_on_socket"] == [1] and d1["vllm_cpu_kvcache_space_gb"] == 9  # ceil(7 x 1.25)
+
+
+def test_turin_nps4_binds_memory_across_the_sockets_nodes(script, make_sysroot):
+    d = script("cpu_tune.py", "--sysroot", str(make_sysroot("turin_9755_2s_nps4")), "--socket", "1").doc
+    assert d["vllm_cpu_omp_threads_bind"] == "128-255" and d["numa_nodes_on_socket"] == [4, 5, 6, 7]
+    assert d["socket_ram_gb"] == 768.0 and d["nps_note"] and "4, 5, 6, 7" in d["nps_note"]
+    assert d["container_cpuset"].endswith("--cpuset-mems=4,5,6,7")
+
+
+def test_cgroup_cpuset_limits_choice_and_binding(script, make_sysroot):
+    root = str(make_sysroot("genoa_cgroup_part"))
+    d = script("cpu_tune.py", "--sysroot", root).doc
+    assert d["chosen_socket"] == 1  # socket 0 has no CPU this process may use
+    assert d["vllm_cpu_omp_threads_bind"] == "100-119"
+    assert d["container_cpuset"] == "--cpuset-cpus=100-119,292-311 --cpuset-mems=1"
+    assert d["socket_ram_gb"] == 64.0  # the cgroup limit, not the node's 384
+    assert any("may use" in n for n in d["notes"])
+    r = script("cpu_tune.py", "--sysroot", root, "--socket", "0")
+    assert r.code == 1 and "no CPU this process may use" in r.doc["error"]
+
+
+def test_kv_warning_when_socket_cannot_hold_the_model(script, make_sysroot):
+    d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner")), "--weights-gb", "5",
+               "--kv-gb-needed", "4").doc
+    assert d["vllm_cpu_kvcache_space_gb"] == 1 and "cannot hold" in d["warning"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--socket", "5"], "does not exist"),
+    (["--socket", "x"], "bad arguments"),
+    (["--busy-threshold", "0"], "busy-threshold"),
+    (["--busy-threshold", "150"], "busy-threshold"),
+    (["--busy-threshold", "nan"], "busy-threshold"),
+    (["--reserve", "2"], "leaves no core"),
+    (["--weights-gb", "-3"], "weights-gb"),
+    (["--format", "yaml"], "bad arguments"),
+])
+def test_bad_input(script, make_sysroot, args, needle):
+    r = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner")), *args)
+    assert r.code == 1 and needle in r.doc["error"]
+    if "--socket" in args and args[1] == "5":
+        assert r.doc["valid_sockets"] == [0]
+
+
+# ---- env output is what a shell evals
+
+def _bash(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_env_format_evals_in_bash(make_sysroot):
+    from conftest import SCRIPTS
+    root = make_sysroot("genoa_9654_2s_smt")
+    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --socket 1)" && '
+              'echo "$VLLM_CPU_OMP_THREADS_BIND|$VLLM_CPU_KVCACHE_SPACE"')
+    assert p.returncode == 0 and p.stdout.strip().endswith("96-191|191")
+
+
+def test_env_format_failure_stops_eval_and_reports_json_on_stderr(make_sysroot):
+    from conftest import SCRIPTS
+    root = make_sysroot("runner")
+    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --socket 9)" '
+              '|| echo STOPPED')
+    assert "STOPPED" in p.stdout and '"error"' in p.stderr and "does not exist" in p.stderr
+
+
+# ---- the live host
+
+def test_live_binding_is_within_allowed_cpus(script):
+    det = script("detect.py").doc
+    d = script("cpu_tune.py").doc
+    bind = set(common.parse_cpulist(d["vllm_cpu_omp_threads_bind"]))
+    assert bind and bind <= set(common.parse_cpulist(det["allowed_cpus"]))
+    assert d["socket_busy_pct"] is not None and d["vllm_cpu_kvcache_space_gb"] >= 1
+    assert d["socket_ram_gb"] <= det["memory_gb"]

@@ -1,0 +1,178 @@
+"""detect.py: generation from brand or CPUID, topology, memory truth, bad input, and the live host."""
+import json
+from pathlib import Path
+
+import pytest
+
+import common
+import detect
+
+GENS = common.load_epyc()["generations"]
+
+
+@pytest.mark.parametrize("brand,family,model,gen,arch,source", [
+    ("AMD EPYC 7601 32-Core Processor", 23, 1, "Naples", "Zen", "model_number"),
+    ("AMD EPYC 7742 64-Core Processor", 23, 49, "Rome", "Zen2", "model_number"),
+    ("AMD EPYC 7763 64-Core Processor", 25, 1, "Milan", "Zen3", "model_number"),
+    ("AMD EPYC 7773X 64-Core Processor", 25, 1, "Milan", "Zen3", "model_number"),
+    ("AMD EPYC 9654 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
+    ("AMD EPYC 9684X 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
+    ("AMD EPYC 9754 128-Core Processor", 25, 160, "Bergamo", "Zen4c", "model_number"),
+    ("AMD EPYC 9734 112-Core Processor", 25, 160, "Bergamo", "Zen4c", "model_number"),
+    ("AMD EPYC 8534P 64-Core Processor", 25, 160, "Siena", "Zen4c", "model_number"),
+    ("AMD EPYC 9755 128-Core Processor", 26, 2, "Turin", "Zen5", "model_number"),
+    ("AMD EPYC 9965 192-Core Processor", 26, 17, "Turin", "Zen5c", "model_number"),
+    ("AMD EPYC 9B45 128-Core Processor", 26, 2, "Turin", "Zen5", "model_number"),
+    ("AMD EPYC 9B14 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
+    ("AMD EPYC 4584PX 16-Core Processor", 25, 97, "EPYC 4004", "Zen4", "model_number"),
+    ("AMD EPYC 4565P 16-Core Processor", 26, 68, "EPYC 4005", "Zen5", "model_number"),
+    ("AMD EPYC 9966 Processor", None, None, "Venice", "Zen6", "model_number"),
+    # masked brands: CPUID decides
+    ("AMD EPYC", 25, 17, "Genoa", "Zen4", "cpuid"),
+    ("AMD EPYC", 26, 2, "Turin", "Zen5", "cpuid"),
+    ("AMD EPYC", 26, 17, "Turin", "Zen5c", "cpuid"),
+    ("AMD EPYC", 23, 49, "Rome", "Zen2", "cpuid"),
+    ("AMD EPYC", 25, 1, "Milan", "Zen3", "cpuid"),
+    ("AMD EPYC", 25, 0xA5, "Bergamo/Siena", "Zen4c", "cpuid"),
+    ("AMD EPYC", 26, 68, "EPYC 4005", "Zen5", "cpuid"),
+    ("AMD EPYC", 25, 0x30, "unknown", "unknown", "unknown"),
+])
+def test_classify_generation(brand, family, model, gen, arch, source):
+    out = detect.classify_generation(brand, family, model, GENS)
+    assert (out["epyc_generation"], out["zen_arch"], out["generation_source"]) == (gen, arch, source)
+
+
+def test_masked_amd_brand_counts_as_epyc_only_with_cpuid_match():
+    assert detect.is_amd_epyc("AuthenticAMD", "AMD EPYC", "unknown")
+    assert detect.is_amd_epyc("AuthenticAMD", "AMD Eng Sample", "cpuid")
+    assert not detect.is_amd_epyc("AuthenticAMD", "AMD Ryzen 9 7950X", "cpuid")
+    assert not detect.is_amd_epyc("GenuineIntel", "Intel(R) Xeon(R) EPYC-lookalike", "model_number")
+
+
+def test_cgroup_dirs_v1_and_v2():
+    dirs = detect.cgroup_dirs("4:memory:/process_api/abc\n3:cpuset:/\n0::/user.slice/x\n")
+    assert dirs["memory"][0] == "/sys/fs/cgroup/user.slice/x/memory.max"
+    assert "/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes" in dirs["memory"]
+    assert dirs["cpuset"][0] == "/sys/fs/cgroup/user.slice/x/cpuset.cpus.effective"
+
+
+@pytest.mark.parametrize("text,expected", [("max\n", None), ("9223372036854771712", None),
+                                           (str(64 * 2 ** 30), 64 * 2 ** 30), ("junk", None), (None, None)])
+def test_parse_cgroup_limit(text, expected):
+    assert detect.parse_cgroup_limit(text) == expected
+
+
+# ---- whole hosts, through the CLI, from sysroots
+
+
+def test_runner_sysroot_masked_brand_and_sysfs_disagreement(script, make_sysroot):
+    r = script("detect.py", "--sysroot", str(make_sysroot("runner")))
+    d = r.doc
+    assert r.code == 0
+    assert (d["cpu_model"], d["cpu_family"], d["cpu_model_number"]) == ("AMD EPYC", 26, 2)
+    assert (d["epyc_generation"], d["zen_arch"], d["generation_source"]) == ("Turin", "Zen5", "cpuid")
+    assert d["is_amd_epyc"] and d["is_supported_epyc"] and d["avx512"] and d["avx512_bf16"]
+    assert (d["logical_cores"], d["physical_cores"], d["sockets"], d["numa_nodes"]) == (2, 2, 1, 1)
+    assert d["memory_gb"] == 24.0 and d["node_memory_gb"] == {"0": 8.0}
+    assert d["node_memory_consistent"] is False and "sysfs" in d["notes"][0]
+
+
+def test_masked_genoa_is_supported_from_cpuid(script, make_sysroot):
+    d = script("detect.py", "--sysroot", str(make_sysroot("masked_genoa"))).doc
+    assert (d["epyc_generation"], d["zen_arch"], d["generation_source"], d["is_supported_epyc"]) == \
+        ("Genoa", "Zen4", "cpuid", True)
+
+
+@pytest.mark.parametrize("host,gen,supported,avx512,logical,physical,sockets,tpc,nodes", [
+    ("genoa_9654_2s_smt", "Genoa", True, True, 384, 192, 2, 2, 2),
+    ("turin_9755_2s_nps4", "Turin", True, True, 256, 256, 2, 1, 8),
+    ("milan_7763", "Milan", False, False, 256, 128, 2, 2, 2),
+    ("bergamo_9754", "Bergamo", False, True, 256, 128, 1, 2, 1),
+    ("epyc_4584px", "EPYC 4004", False, True, 32, 16, 1, 2, 1),
+])
+def test_epyc_hosts(script, make_sysroot, host, gen, supported, avx512, logical, physical, sockets, tpc, nodes):
+    d = script("detect.py", "--sysroot", str(make_sysroot(host))).doc
+    assert d["is_amd_epyc"] and d["epyc_generation"] == gen and d["generation_source"] == "model_number"
+    assert d["is_supported_epyc"] is supported and d["avx512"] is avx512 and d["avx512_bf16"] is avx512
+    assert (d["logical_cores"], d["physical_cores"], d["sockets"], d["threads_per_core"], d["numa_nodes"]) == \
+        (logical, physical, sockets, tpc, nodes)
+    assert d["node_memory_consistent"] is True and d["notes"] == []
+
+
+def test_intel_host_reports_amx_and_is_not_epyc(script, make_sysroot):
+    d = script("detect.py", "--sysroot", str(make_sysroot("xeon_8480"))).doc
+    assert d["vendor"] == "GenuineIntel" and d["amx"] is True
+    assert d["is_amd_epyc"] is False and d["epyc_generation"] is None and d["is_supported_epyc"] is False
+
+
+def test_cgroup_limits_cpus_and_memory(script, make_sysroot):
+    d = script("detect.py", "--sysroot", str(make_sysroot("genoa_cgroup_part"))).doc
+    assert d["allowed_cpus"] == "100-119,292-311"
+    assert d["memory_limit_gb"] == 64.0 and d["memory_gb"] == 64.0 and d["memory_total_gb"] == 768.0
+
+
+# ---- bad input
+
+
+def test_missing_sysroot(script, tmp_path):
+    r = script("detect.py", "--sysroot", str(tmp_path / "nope"))
+    assert r.code == 1 and "not a directory" in r.doc["error"]
+
+
+def test_sysroot_without_cpuinfo(script, tmp_path):
+    r = script("detect.py", "--sysroot", str(tmp_path))
+    assert r.code == 1 and "cpuinfo" in r.doc["error"]
+
+
+@pytest.mark.parametrize("rel,text,needle", [
+    ("proc/cpuinfo", "garbage without colons\n", "cpuinfo"),
+    ("proc/meminfo", "MemTotal: lots\n", "MemTotal"),
+    ("sys/devices/system/cpu/online", "0-x\n", "malformed"),
+    ("sys/devices/system/node/node0/cpulist", "9-1\n", "malformed"),
+    ("proc/self/status", "Cpus_allowed_list:\t1-0\n", "malformed"),
+])
+def test_malformed_files_give_json_errors(script, make_sysroot, rel, text, needle):
+    root = make_sysroot("runner")
+    (root / rel).write_text(text)
+    r = script("detect.py", "--sysroot", str(root))
+    assert r.code == 1 and needle in r.doc["error"]
+
+
+def test_unreadable_file_is_treated_as_absent(script, make_sysroot):
+    root = make_sysroot("runner")
+    (root / "sys/devices/system/node/node0/meminfo").unlink()
+    (root / "sys/devices/system/node/node0/meminfo").mkdir()  # reading a folder fails like EACCES
+    d = script("detect.py", "--sysroot", str(root)).doc
+    assert d["node_memory_gb"] == {} and d["memory_gb"] == 24.0
+
+
+def test_unreachable_ssh_host(script):
+    r = script("detect.py", "--host", "root@127.0.0.1:1", env={"EPYC_SKILL_SSH_OPTS": "-o ConnectTimeout=3"})
+    assert r.code == 1 and "ssh" in r.doc["error"] and r.doc["host"] == "root@127.0.0.1:1"
+
+
+def test_sysroot_and_host_are_exclusive(script, tmp_path):
+    r = script("detect.py", "--sysroot", str(tmp_path), "--host", "box")
+    assert r.code == 1
+
+
+def test_unpack_capture_refuses_path_escape(tmp_path):
+    detect.unpack_capture("@@EPYC-SKILL-FILE@@ /../../etc/evil\nx\n@@EPYC-SKILL-FILE@@ /proc/cpuinfo\nok\n",
+                          tmp_path)
+    assert (tmp_path / "proc/cpuinfo").read_text() == "ok\n"
+    assert not (tmp_path.parent.parent / "etc/evil").exists()
+
+
+# ---- the live host (this EPYC runner in CI)
+
+
+def test_live_host_matches_proc_cpuinfo(script):
+    d = script("detect.py").doc
+    cpu = detect.parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    assert d["cpu_family"] == cpu["family"] and d["cpu_model_number"] == cpu["model"]
+    assert d["avx512"] == ("avx512f" in cpu["flags"])
+    expect = detect.classify_generation(cpu["brand"], cpu["family"], cpu["model"], GENS)
+    if d["is_amd_epyc"]:
+        assert d["epyc_generation"] == expect["epyc_generation"]
+    assert d["logical_cores"] >= d["physical_cores"] >= 1
+    assert set(common.parse_cpulist(d["allowed_cpus"])) <= set(range(d["logical_cores"] * 8))
