@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Can the vLLM that will serve run this model as a generation endpoint, and through which API?
+
+    python3 scripts/check_model.py --model-id Qwen/Qwen3-0.6B --vllm-version 0.32.0
+    python3 scripts/check_model.py --model-id ./my-model --python ~/venv/bin/python   # probe that vLLM
+
+Exit 0: vLLM serves it as chat/completions, or support cannot be determined (gated, offline,
+Hub unreachable, no registry) -- proceed, the launch confirms. Exit 1: the architecture is unknown
+to that vLLM, it is a pooling / embedding / reranker model, it is multimodal without a usable chat
+template, or the input is wrong ({"error", "fix"}).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+import hf_model  # noqa: E402
+import vllm_registry  # noqa: E402
+from common import ScriptError  # noqa: E402
+
+# ---------------------------------------------------------------- pure decisions
+
+
+def classify_template(jinja: str | None, tokenizer_config: dict | None, template_json: dict | None,
+                      readable: bool = True) -> dict:
+    """Is there a chat template vLLM will pick without being told which?
+
+    chat_template.jinja wins over tokenizer_config.json's chat_template, which wins over the
+    processor's chat_template.json. A string is a template; a list of {name, template} is usable
+    when it has a 'default' entry or only one entry; several named ones with no default are
+    ambiguous (the user must choose with --chat-template). Unreadable files -> unknown."""
+    out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
+    if not readable:
+        return out
+    candidates = [("chat_template.jinja", jinja),
+                  ("tokenizer_config.json", (tokenizer_config or {}).get("chat_template")),
+                  ("chat_template.json", (template_json or {}).get("chat_template"))]
+    for source, value in candidates:
+        if isinstance(value, str) and value.strip():
+            return {**out, "status": "present", "source": source}
+        if isinstance(value, list) and value:
+            names = [t.get("name") for t in value if isinstance(t, dict) and t.get("name")]
+            if "default" in names:
+                return {**out, "status": "present", "source": source, "selected_name": "default", "names": names}
+            if len(value) == 1:
+                return {**out, "status": "present", "source": source, "selected_name": names[0] if names else None,
+                        "names": names}
+            return {**out, "status": "ambiguous", "source": source, "names": names}
+    return {**out, "status": "absent"}
+
+
+def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str, str | None]:
+    """(kind, matched architecture) from the serving vLLM's registry; vLLM tries the list in order."""
+    if registry is None:
+        return "undetermined", None
+    for arch in architectures:
+        kind = registry["architectures"].get(arch)
+        if kind is None:
+            continue
+        if kind == "speculative":
+            return "unsupported", arch  # draft models for speculative decoding do not serve alone
+        return ("text" if kind == "unknown" else kind), arch
+    return "unsupported", None
+
+
+def endpoints_for(kind: str, template_status: str) -> dict:
+    """Which OpenAI endpoints the served model answers, and which one to hand off.
+
+    Chat needs a template vLLM can pick by itself; without one a text model still serves raw
+    prompts on /v1/completions. A multimodal model is only useful through chat, so without a
+    usable template it is not launchable."""
+    if kind in ("text", "multimodal") and template_status == "present":
+        return {"supported_endpoints": ["chat_completions", "completions"], "primary_endpoint": "chat_completions",
+                "launchable": True}
+    if kind == "multimodal" and template_status != "unknown":
+        return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
+    if kind in ("text", "multimodal", "undetermined"):
+        return {"supported_endpoints": ["completions"], "primary_endpoint": "completions", "launchable": True}
+    return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
+
+
+def verdict(kind: str, arch: str | None, archs: list[str], tmpl: dict, launchable: bool, version: str | None) -> tuple[int, str]:
+    """Exit code and the one-line message the agent reports."""
+    v = f"vLLM {version}" if version else "this vLLM"
+    if kind == "pooling":
+        return 1, (f"{arch} is a pooling / embedding / reranker model in {v}: it does not serve "
+                   "/v1/chat/completions or /v1/completions")
+    if kind == "unsupported":
+        return 1, (f"{', '.join(archs)} is not in {v}'s model registry" if arch is None else
+                   f"{arch} is a speculative-decoding draft model in {v}; it does not serve on its own")
+    if kind == "multimodal" and not launchable:
+        why = {"absent": "it has no chat template", "ambiguous":
+               f"it has several chat templates and no default ({', '.join(tmpl['names'])})"}[tmpl["status"]]
+        return 1, f"{arch} is multimodal in {v} but {why}: pass --chat-template <file> to serve it"
+    if kind == "undetermined":
+        return 0, "support could not be determined here; proceed, the launch confirms"
+    endpoint = "/v1/chat/completions" if tmpl["status"] == "present" else "/v1/completions"
+    extra = {"present": "chat template present",
+             "absent": "no chat template: raw prompts only (add one with --chat-template <file>)",
+             "ambiguous": f"several chat templates, no default ({', '.join(tmpl['names'])}): "
+                          "choose one with --chat-template",
+             "unknown": "chat template could not be read"}[tmpl["status"]]
+    return 0, f"{arch} serves as {kind} generation in {v}; use {endpoint} ({extra})"
+
+
+# ---------------------------------------------------------------- gathering (I/O)
+
+def image_is_local(runtime: str, image: str) -> bool:
+    return common.run([*runtime.split(), "image", "inspect", image], timeout=30).ok
+
+
+def pick_registry(args, notes: list[str]) -> dict | None:
+    """The registry of the vLLM that will serve: probe it live when we can, else a saved snapshot."""
+    if args.python or (args.image and image_is_local(args.runtime, args.image)):
+        prefix, label = vllm_registry.probe_argv(args.python, args.image, args.runtime)
+        try:
+            return vllm_registry.probe_live(prefix, label)
+        except ScriptError as exc:
+            notes.append(f"registry probe failed ({exc.error}); falling back to a snapshot")
+    elif args.image:
+        notes.append(f"image {args.image} is not pulled: its registry was not probed; using a snapshot")
+    snap = vllm_registry.load_snapshot(args.vllm_version)
+    if snap is None:
+        notes.append(f"no registry snapshot for vLLM {args.vllm_version} in data/vllm_registry/")
+    return snap
+
+
+def read_model(files: hf_model.ModelFiles) -> dict:
+    cfg = files.config()
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ScriptError(f"{files.ref}: config.json has no 'architectures' list",
+                          "this is not a transformers model vLLM can load; check the model id")
+    return {"architectures": archs, "jinja": files.text("chat_template.jinja"),
+            "tokenizer_config": files.json("tokenizer_config.json"), "template_json": files.json("chat_template.json")}
+
+
+def main(argv: Sequence[str] | None = None):
+    epyc = common.load_epyc()
+    p = common.JsonArgumentParser(prog="scripts/check_model.py", description=__doc__.split("\n")[0])
+    p.add_argument("--model-id", default=epyc["default_model"], help="Hub id or local folder (default: %(default)s)")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (Hub ids; default main)")
+    p.add_argument("--vllm-version", default=epyc["vllm_version"],
+                   help="vLLM that will serve: stack.vllm from validate.py (default: the pinned %(default)s)")
+    p.add_argument("--python", help="probe the registry of the vLLM installed for this interpreter")
+    p.add_argument("--image", help="probe the registry inside this local container image")
+    p.add_argument("--runtime", default="docker", help="container runtime for --image (default docker)")
+    p.add_argument("--hub-timeout", type=float, default=60, help="overall deadline for Hub requests, seconds")
+    args = p.parse_args(argv)
+
+    notes: list[str] = []
+    registry = pick_registry(args, notes)
+    version = (registry or {}).get("vllm_version") or args.vllm_version
+    if registry and vllm_registry.normalize_version(version) != vllm_registry.normalize_version(args.vllm_version) \
+            and registry["source"].startswith("probe"):
+        notes.append(f"probed vLLM is {version}, not the --vllm-version {args.vllm_version} given")
+
+    base = {"model_id": args.model_id, "revision": args.revision}
+    try:
+        files = hf_model.resolve(args.model_id, args.revision)
+        model = hf_model.with_deadline(lambda: read_model(files), args.hub_timeout)
+    except hf_model.Unreadable as why:
+        tmpl = classify_template(None, None, None, readable=False)
+        eps = endpoints_for("undetermined", tmpl["status"])
+        return {**base, "source": "hub", "architectures": [], "kind": "undetermined", "supported": None,
+                "registry_source": (registry or {}).get("source"), "vllm_version": version, "chat_template": tmpl,
+                **eps, "message": f"{why.message}; support could not be determined -- proceed, the launch confirms",
+                "fix": why.fix, "unreadable_reason": why.reason, "notes": notes}, common.EXIT_OK
+
+    tmpl = classify_template(model["jinja"], model["tokenizer_config"], model["template_json"])
+    kind, arch = classify_kind(model["architectures"], registry)
+    eps = endpoints_for(kind, tmpl["status"])
+    code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)
+    return {**base, "source": files.kind, "architectures": model["architectures"], "kind": kind,
+            "supported": None if kind == "undetermined" else code == 0,
+            "registry_source": (registry or {}).get("source"), "vllm_version": version,
+            "chat_template": tmpl, **eps, "message": message, "notes": notes}, code
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_main(main))

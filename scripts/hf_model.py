@@ -1,0 +1,288 @@
+"""One job: turn a model reference into its config files and weight size, through huggingface_hub.
+
+A reference is a Hub id (+ revision), a local folder (as `vllm serve ./Qwen2.5-7B-Instruct`), or a
+Hub id already in the local cache with HF_HUB_OFFLINE=1. All Hub traffic is huggingface_hub's own
+client; HF_TOKEN is read from the environment by that client and never printed here.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import ScriptError
+
+# huggingface_hub reads these at import: give every Hub call a real deadline unless the user set one.
+os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+                           "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+                           "F8_E8M0": 1, "E8M0": 1, "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75}
+FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
+SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+_REVISION_RE = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+
+
+class Unreadable(Exception):
+    """The files exist but cannot be read here (gated, offline without cache, Hub down)."""
+
+    def __init__(self, reason: str, message: str, fix: str):
+        super().__init__(message)
+        self.reason, self.message, self.fix = reason, message, fix
+
+
+def weight_bytes(tensors: dict[str, tuple[str, int]], serve_dtype: str, tied_embeddings: bool) -> int:
+    """Bytes of weights as vLLM holds them: float tensors cast to the serving dtype, quantized ones
+    as stored. With tied embeddings vLLM reuses the embedding for the LM head and skips a stored
+    lm_head.weight, so it is not counted twice."""
+    target = SERVE_DTYPE_BYTES.get(serve_dtype, 2)
+    total = 0.0
+    for name, (dtype, numel) in tensors.items():
+        if tied_embeddings and name == "lm_head.weight":
+            continue
+        total += numel * (target if dtype in FLOAT_DTYPES else SAFETENSORS_DTYPE_BYTES.get(dtype, 2))
+    return int(total)
+
+
+def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
+    """{tensor name: (dtype, element count)} from a safetensors JSON header."""
+    out: dict[str, tuple[str, int]] = {}
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        n = 1
+        for dim in info.get("shape", []):
+            n *= int(dim)
+        out[name] = (str(info.get("dtype", "BF16")), n)
+    return out
+
+
+def read_safetensors_header(path: Path) -> dict:
+    """The JSON header of a .safetensors file (8-byte little-endian length, then JSON): no weights read."""
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        if size > 100 * 1024 * 1024:
+            raise ValueError(f"{path.name}: safetensors header claims {size} bytes")
+        return json.loads(f.read(size))
+
+
+@dataclass
+class ModelFiles:
+    ref: str                 # what the user passed
+    kind: str                # "local" | "hub" | "hub-cache"
+    revision: str | None
+    folder: Path | None      # local or cached snapshot folder, when there is one
+
+    # ---- reading
+
+    def _local(self, name: str) -> Path | None:
+        p = self.folder / name if self.folder else None
+        return p if p and p.is_file() else None
+
+    def _download(self, name: str) -> Path | None:
+        """A file from the Hub into the cache; None when the repo has no such file."""
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import RemoteEntryNotFoundError
+        try:
+            return Path(hf_hub_download(self.ref, name, revision=self.revision))
+        except RemoteEntryNotFoundError:  # the Hub says the repo has no such file (not: could not ask)
+            return None
+        except Exception as exc:  # mapped to a reason the user can act on
+            raise hub_error(exc, self.ref, self.revision)
+
+    def path(self, name: str) -> Path | None:
+        return self._local(name) if self.kind != "hub" else self._download(name)
+
+    def text(self, name: str) -> str | None:
+        p = self.path(name)
+        return p.read_text(errors="replace") if p else None
+
+    def json(self, name: str) -> dict | None:
+        text = self.text(name)
+        if text is None:
+            return None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScriptError(f"{self.ref}: {name} is not valid JSON ({exc.msg}, line {exc.lineno})",
+                              f"repair or re-download {name}")
+        if not isinstance(doc, dict):
+            raise ScriptError(f"{self.ref}: {name} is not a JSON object", f"repair or re-download {name}")
+        return doc
+
+    def config(self) -> dict:
+        cfg = self.json("config.json")
+        if cfg is None:
+            raise ScriptError(f"{self.ref}: no config.json", "point --model-id at a Hugging Face model folder "
+                              "or repo (it must hold config.json)")
+        return cfg
+
+    # ---- weights
+
+    def weights(self, serve_dtype: str, tied_embeddings: bool) -> tuple[int, str] | None:
+        """(bytes as vLLM will hold them, source) without downloading weights; None if unknown."""
+        if self.kind == "hub":
+            return self._hub_weights(serve_dtype, tied_embeddings)
+        return self._folder_weights(serve_dtype, tied_embeddings)
+
+    def _folder_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
+        shards = sorted(self.folder.glob("*.safetensors"))
+        if shards:
+            try:
+                tensors: dict[str, tuple[str, int]] = {}
+                for shard in shards:
+                    tensors.update(tensors_from_header(read_safetensors_header(shard)))
+                return weight_bytes(tensors, serve_dtype, tied), "safetensors_headers"
+            except (OSError, ValueError, struct.error):
+                pass  # truncated or pointer files: fall through to the index
+        index = self._local("model.safetensors.index.json")
+        if index:
+            try:
+                total = json.loads(index.read_text())["metadata"]["total_size"]
+                return int(total), "safetensors_index_total_size"
+            except (ValueError, KeyError, TypeError):
+                pass
+        files = [p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat)]
+        if files:
+            return sum(p.stat().st_size for p in files), "weight_file_sizes"
+        return None
+
+    def _hub_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import NotASafetensorsRepoError, SafetensorsParsingError
+        api = HfApi()
+        try:
+            meta = api.get_safetensors_metadata(self.ref, revision=self.revision)
+            tensors = {name: (t.dtype, t.parameter_count)
+                       for fm in meta.files_metadata.values() for name, t in fm.tensors.items()}
+            return weight_bytes(tensors, serve_dtype, tied), "safetensors_metadata"
+        except (NotASafetensorsRepoError, SafetensorsParsingError):
+            pass
+        except Exception as exc:
+            raise hub_error(exc, self.ref, self.revision)
+        try:
+            info = api.model_info(self.ref, revision=self.revision, files_metadata=True)
+        except Exception as exc:
+            raise hub_error(exc, self.ref, self.revision)
+        sizes = [s.size or 0 for s in info.siblings or []
+                 if s.rfilename.endswith((".safetensors", ".bin", ".pt"))]
+        return (sum(sizes), "weight_file_sizes") if sizes else None
+
+
+def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
+    """Map huggingface_hub / transport failures to Unreadable (could not look) or ScriptError (wrong input)."""
+    from huggingface_hub import errors as e
+    chain, cur = [], exc
+    while cur is not None and len(chain) < 6:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    names = " ".join(type(c).__name__ for c in chain)
+    text = " ".join(str(c) for c in chain)
+    if any(isinstance(c, e.GatedRepoError) for c in chain):
+        restricted = "403" in text or "authorized list" in text or "restricted" in text
+        if restricted or os.environ.get("HF_TOKEN"):
+            return Unreadable("gated", f"{ref} is gated and this token has not been granted access",
+                              f"accept the model's license on its Hugging Face page with the account of HF_TOKEN")
+        return Unreadable("gated", f"{ref} is gated: a token is needed",
+                          "export HF_TOKEN=<a token whose account accepted the license>")
+    if any(isinstance(c, e.RevisionNotFoundError) for c in chain):
+        return ScriptError(f"{ref}: revision {revision!r} not found", "pass an existing branch, tag or commit "
+                           "with --revision (default: main)")
+    if any(isinstance(c, e.RepositoryNotFoundError) for c in chain):
+        return ScriptError(f"{ref}: no such model on the Hub (or it is private)",
+                           "check the id (owner/name); for a private repo export HF_TOKEN")
+    if any(isinstance(c, e.OfflineModeIsEnabled) for c in chain) or "LocalEntryNotFound" in names and \
+            os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return Unreadable("offline", f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+                          "download it once with network access, or pass a local folder")
+    if "Timeout" in names or "timed out" in text.lower():
+        return Unreadable("timeout", f"the Hub did not answer in time for {ref}",
+                          "check network access to the Hub (HF_ENDPOINT), or raise HF_HUB_ETAG_TIMEOUT")
+    if "ConnectError" in names or "Connection" in names or "LocalEntryNotFound" in names:
+        return Unreadable("network", f"cannot reach the Hub for {ref}",
+                          "check network access to the Hub (HF_ENDPOINT / proxy), or pass a local folder")
+    if isinstance(exc, e.HfHubHTTPError):
+        status = getattr(getattr(exc, "response", None), "status_code", "?")
+        return Unreadable("hub_error", f"the Hub answered HTTP {status} for {ref}", "try again later")
+    return Unreadable("hub_error", f"Hub request for {ref} failed: {type(exc).__name__}: {exc}",
+                      "check network access to the Hub, or pass a local folder")
+
+
+class _LastWarning(logging.Handler):
+    """Keeps huggingface_hub's last retry warning, to say why a deadline passed."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = " ".join(record.getMessage().split())
+        if not msg.startswith("Retrying"):  # keep the cause, not the countdown
+            self.last = msg[:300]
+
+
+def with_deadline(fn, seconds: float):
+    """Run fn (all of a script's Hub traffic) with one overall deadline.
+
+    huggingface_hub retries 5xx answers and timeouts with backoff on its own, so a failing Hub can
+    hold a single call for minutes; the script must answer in bounded time regardless."""
+    watcher = _LastWarning()
+    logging.getLogger("huggingface_hub").addHandler(watcher)
+    result: dict = {}
+
+    def target():
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["exc"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    logging.getLogger("huggingface_hub").removeHandler(watcher)
+    if worker.is_alive():
+        why = f" (last: {watcher.last})" if watcher.last else ""
+        raise Unreadable("timeout", f"the Hub did not answer within {seconds:g}s{why}",
+                         "check network access to the Hub (HF_ENDPOINT / proxy), raise --hub-timeout, "
+                         "or pass a local folder")
+    if "exc" in result:
+        raise result["exc"]
+    return result["value"]
+
+
+def resolve(ref: str, revision: str | None) -> ModelFiles:
+    """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
+    if not ref or not ref.strip():
+        raise ScriptError("empty --model-id", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
+    if revision is not None and not _REVISION_RE.match(revision):
+        raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
+    p = Path(ref).expanduser()
+    if p.is_dir():
+        return ModelFiles(ref, "local", None, p.resolve())
+    if p.exists():
+        raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
+    if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
+        raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(ref)
+    except HFValidationError as exc:
+        raise ScriptError(f"malformed model id {ref!r}: {str(exc).splitlines()[0]}",
+                          "use owner/name as on huggingface.co, e.g. Qwen/Qwen3-0.6B")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        from huggingface_hub import snapshot_download
+        try:
+            folder = snapshot_download(ref, revision=revision, local_files_only=True)
+        except Exception:
+            raise Unreadable("offline", f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+                             "download it once with network access, or pass a local folder")
+        return ModelFiles(ref, "hub-cache", revision, Path(folder))
+    return ModelFiles(ref, "hub", revision or "main", None)

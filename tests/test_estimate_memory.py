@@ -1,0 +1,171 @@
+"""estimate_memory.py: weights from headers / index / Hub metadata, KV per token for GQA, MLA,
+sliding and hybrid models, the fit verdict and its suggestion. Expected numbers are worked out here."""
+import pytest
+
+import estimate_memory as em
+from model_fixtures import FIXTURES, model_folder
+
+GIB = 2 ** 30
+
+# Qwen3-0.6B by hand: embed 151936*1024 = 155,582,464; per layer q 2048*1024 + k,v 1024*1024 each +
+# o 1024*2048 = 6,291,456, mlp 3*3072*1024 = 9,437,184, q/k norms 2*128, two layer norms 2*1024
+# -> 15,730,944 * 28 = 440,466,432; final norm 1024. Tied: lm_head not counted. 596,049,920 params.
+QWEN3_06B_PARAMS = 155_582_464 + 440_466_432 + 1024
+# OLMo-2-0425-1B: embed + untied lm_head 2*100352*2048 = 411,041,792; per layer attn 4*2048^2 =
+# 16,777,216, mlp 3*2048*8192 = 50,331,648, q/k norms 2*2048, two post-norms 2*2048 -> 67,117,056 * 16
+# = 1,073,872,896; final norm 2048.
+OLMO2_1B_PARAMS = 411_041_792 + 1_073_872_896 + 2048
+
+
+def est(script, model, *args, **kw):
+    return script("estimate_memory.py", "--model-id", str(model), *args, **kw)
+
+
+def test_qwen3_06b_header_weights_and_kv(script, tmp_path):
+    r = est(script, model_folder("Qwen3-0.6B", tmp_path), "--ram-gb", "24")
+    d = r.doc
+    assert r.code == 0 and d["weight_source"] == "safetensors_headers"
+    assert d["weight_bytes"] == QWEN3_06B_PARAMS * 2  # bf16, lm_head.weight skipped (tied)
+    assert d["kv_bytes_per_token"] == 2 * 8 * 128 * 2 * 28 == 114_688
+    assert d["kv_attention"] == "gqa" and d["kv_layers"] == {"full": 28, "sliding": 0, "none": 0, "sliding_window": None}
+    f = d["fit"]
+    # KV 114,688 B x 4096 = 0.4375 GiB; required = 1.1102 + 0.4375 + 2 = 3.5477
+    assert (f["kv_cache_gb"], f["required_gb"], f["fits"]) == (0.44, 3.55, True)
+    assert d["model_max_seq_len"] == 40960
+
+
+def test_olmo2_float32_checkpoint_counts_at_serving_dtype(script, tmp_path):
+    folder = model_folder("OLMo-2-0425-1B", tmp_path)
+    assert est(script, folder).doc["weight_bytes"] == OLMO2_1B_PARAMS * 2
+    assert est(script, folder, "--dtype", "float32").doc["weight_bytes"] == OLMO2_1B_PARAMS * 4
+    assert est(script, folder).doc["kv_bytes_per_token"] == 2 * 16 * 128 * 2 * 16
+
+
+@pytest.mark.parametrize("model,kv_per_token,layers,attention", [
+    ("Qwen2.5-7B-Instruct", 2 * 4 * 128 * 2 * 28, {"full": 28, "sliding": 0}, "gqa"),  # use_sliding_window false
+    ("Llama-3.1-8B-Instruct", 2 * 8 * 128 * 2 * 32, {"full": 32, "sliding": 0}, "gqa"),
+    ("DeepSeek-V2-Lite", (512 + 64) * 2 * 27, {"full": 27, "sliding": 0}, "mla"),  # one latent per layer
+    ("Mistral-7B-v0.1", 2 * 8 * 128 * 2 * 32, {"full": 0, "sliding": 32}, "gqa"),
+    ("gemma-2-9b-it", 2 * 8 * 256 * 2 * 42, {"full": 21, "sliding": 21}, "gqa"),  # alternating local/global
+    ("Qwen2.5-VL-7B-Instruct", 2 * 4 * 128 * 2 * 28, {"full": 28, "sliding": 0}, "gqa"),  # text at top level
+    ("OLMo-2-0425-1B", 2 * 16 * 128 * 2 * 16, {"full": 16, "sliding": 0}, "mha"),
+])
+def test_kv_per_token(script, model, kv_per_token, layers, attention):
+    d = est(script, FIXTURES / model, "--weight-gb", "1").doc
+    assert d["kv_bytes_per_token"] == kv_per_token and d["kv_attention"] == attention
+    assert {k: d["kv_layers"][k] for k in layers} == layers
+
+
+def test_index_total_size_is_used_for_sharded_models(script):
+    d = est(script, FIXTURES / "Llama-3.1-8B-Instruct").doc
+    assert d["weight_bytes"] == 16_060_522_496 and d["weight_source"] == "safetensors_index_total_size"
+    assert d["weight_gb"] == 14.96
+
+
+def test_mla_uses_block_16(script):
+    assert est(script, FIXTURES / "DeepSeek-V2-Lite").doc["kv_block_size"] == 16
+
+
+def test_sliding_window_caps_kv_per_sequence(script):
+    # Mistral: every layer slides over 4096 tokens; at 32768 a sequence holds (4096/128 + 1) * 128 = 4224
+    # tokens per layer: 4096 B * 32 layers * 4224 = 553,648,128 B = 0.5156 GiB
+    d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-model-len", "32768", "--ram-gb", "64").doc
+    assert d["fit"]["kv_cache_gb"] == 0.52 and d["kv_gb_per_sequence"] == 0.516
+
+
+def test_gemma2_hybrid_local_global(script):
+    # 8192 B/token/layer; 21 global layers x 8192 tokens + 21 local x 4224 = 8192*21*12416 B = 1.989 GiB
+    d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "8192", "--ram-gb", "64").doc
+    assert d["fit"]["kv_cache_gb"] == 1.99
+
+
+def test_max_model_len_above_model_limit_is_capped(script):
+    d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "32768", "--ram-gb", "64").doc
+    assert d["fit"]["max_model_len"] == 8192 and any("capped" in n for n in d["notes"])
+
+
+def test_does_not_fit_suggests_a_block_multiple(script):
+    # Llama 8B at 131072 tokens: KV 131,072 B x 131,072 = 16 GiB; 14.96 + 16 + 2 > 24.
+    # Budget 24 GiB - 2 - 16,060,522,496 B = 7,561,797,632 B = 57,692 tokens -> 450 blocks of 128 = 57,600.
+    r = est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "24", "--max-model-len", "131072")
+    assert r.code == 1 and r.doc["fit"]["fits"] is False
+    assert r.doc["fit"]["suggested_max_model_len"] == 57_600 and "57600" in r.doc["fit"]["action"]
+    # concurrency is the other knob: 4 prompts at 4096 = 2 GiB KV, fits; 64 prompts at 4096 = 32 GiB, no
+    assert est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "24", "--num-prompts", "4").code == 0
+    r = est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "24", "--num-prompts", "64")
+    assert r.code == 1 and r.doc["fit"]["suggested_max_model_len"] == 896  # 7,561,797,632 / 64 / 131,072 = 901
+
+
+def test_weights_alone_exceed_ram(script):
+    r = est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "16")
+    assert r.code == 1 and r.doc["fit"]["suggested_max_model_len"] is None
+    assert "weights alone exceed RAM" in r.doc["fit"]["action"]
+
+
+def test_weight_override(script):
+    d = est(script, FIXTURES / "Mistral-7B-v0.1", "--weight-gb", "3.5").doc
+    assert d["weight_source"] == "override" and d["weight_gb"] == 3.5
+
+
+# ---- pure layer accounting for models not in the fixture set
+
+
+def test_hybrid_linear_attention_full_attention_interval():
+    # Qwen3-Next shape: 48 layers, every 4th full attention, 2 KV heads of 256
+    lay = em.kv_layout({"num_hidden_layers": 48, "full_attention_interval": 4, "num_attention_heads": 16,
+                        "num_key_value_heads": 2, "head_dim": 256, "hidden_size": 2048})
+    assert (lay["full"], lay["sliding"], lay["none"]) == (12, 0, 36)
+    assert lay["bytes_per_token"] == 2 * 2 * 256 * 2 * 12
+
+
+def test_layer_types_list_gemma3_and_jamba_period():
+    types = (["sliding_attention"] * 5 + ["full_attention"]) * 4 + ["sliding_attention"] * 2  # 26 layers
+    lay = em.kv_layout({"num_hidden_layers": 26, "layer_types": types, "sliding_window": 512,
+                        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256})
+    assert (lay["full"], lay["sliding"], lay["sliding_window"]) == (4, 22, 512)
+    jamba = em.kv_layout({"num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4,
+                          "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096})
+    assert (jamba["full"], jamba["none"]) == (4, 28)
+    nemo = em.kv_layout({"num_hidden_layers": 8, "hybrid_override_pattern": "M-M*-M*-", "num_attention_heads": 8,
+                         "num_key_value_heads": 2, "head_dim": 128})
+    assert (nemo["full"], nemo["none"]) == (2, 3)
+
+
+def test_gemma3_sliding_window_pattern_and_text_config():
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
+        "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024, "sliding_window_pattern": 6,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}}
+    lay = em.kv_layout(cfg)
+    assert (lay["full"], lay["sliding"]) == (5, 29)
+
+
+# ---- bad input
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--max-model-len", "0"], "positive"),
+    (["--max-model-len", "-5"], "positive"),
+    (["--num-prompts", "x"], "not a number"),
+    (["--ram-gb", "-1"], "positive"),
+    (["--weight-gb", "nan"], "positive"),
+    (["--reserve-gb", "-1"], "reserve"),
+])
+def test_bad_numbers(script, args, needle):
+    r = est(script, FIXTURES / "Qwen3-0.6B", *args)
+    assert r.code == 1 and needle in r.doc["error"]
+
+
+def test_bad_model_inputs(script, tmp_path):
+    assert "does not exist" in est(script, tmp_path / "nope").doc["error"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no config.json" in est(script, empty).doc["error"]
+    (empty / "config.json").write_text("{not json")
+    assert "not valid JSON" in est(script, empty).doc["error"]
+    (empty / "config.json").write_text('{"architectures": ["X"]}')
+    r = est(script, empty)
+    assert r.code == 1 and "num_hidden_layers" in r.doc["error"]
+    (empty / "config.json").write_text('{"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64}')
+    r = est(script, empty)
+    assert r.code == 1 and "--weight-gb" in r.doc["fix"]
+    assert est(script, "not a valid id!!").code == 1
