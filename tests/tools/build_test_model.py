@@ -1,0 +1,88 @@
+"""Build a Qwen3-architecture model with random weights, offline, for the end-to-end tests.
+
+    VENV/bin/python tests/tools/build_test_model.py --shape tiny       --out DIR
+    VENV/bin/python tests/tools/build_test_model.py --shape qwen3-0.6b --out DIR   # Qwen3-0.6B's exact shapes
+    VENV/bin/python tests/tools/build_test_model.py --shape headdim16  --out DIR   # loads, then the first request fails
+
+Runs in the host-stack venv (transformers, tokenizers, torch). No hub: the byte-level BPE tokenizer is
+trained here on generated text, and a ChatML chat template is attached, so the model serves
+/v1/chat/completions. Weights are random bf16: the output is noise, the shapes and the compute are real.
+Idempotent: an existing complete folder is kept. Prints one JSON line: the folder and its facts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SHAPES = {
+    # head_dim 64: vLLM's CPU attention accepts 64/128, rejects 16
+    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64, vocab_size=2048, max_position_embeddings=4096,
+                 tie_word_embeddings=True),
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+                       tie_word_embeddings=True),
+    "headdim16": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, vocab_size=2048, max_position_embeddings=4096,
+                      tie_word_embeddings=True),
+}
+CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def corpus(lines: int = 4000):
+    words = ("the a model serves tokens on one socket of an epyc host with zentorch kernels and vllm "
+             "memory cache batch prompt answer question hello world cpu core thread numa node fast slow "
+             "small large request response stream chat completion time first token latency throughput").split()
+    for i in range(lines):
+        yield " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(12 + i % 9)) + "."
+
+
+def build(shape: str, out: Path) -> dict:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    dims = SHAPES[shape]
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=min(dims["vocab_size"], 1024), special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None)
+    fast.chat_template = CHATML
+    fast.save_pretrained(out)
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(**dims, rms_norm_eps=1e-6, rope_theta=1_000_000.0, attention_bias=False,
+                      eos_token_id=tok.token_to_id("<|im_end|>"), bos_token_id=tok.token_to_id("<|endoftext|>"),
+                      pad_token_id=tok.token_to_id("<|endoftext|>"), torch_dtype="bfloat16")
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    params = sum(p.numel() for p in model.parameters())
+    (out / "BUILD.json").write_text(json.dumps({"shape": shape, "parameters": params}) + "\n")
+    return {"folder": str(out), "shape": shape, "parameters": params}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    out = Path(args.out)
+    done = out / "BUILD.json"
+    if done.exists() and json.loads(done.read_text()).get("shape") == args.shape:
+        print(json.dumps({"folder": str(out), **json.loads(done.read_text()), "reused": True}))
+        return 0
+    print(json.dumps(build(args.shape, out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
