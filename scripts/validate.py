@@ -303,10 +303,15 @@ def main(argv: Sequence[str] | None = None):
 
     # the stack that will serve
     if runtime in ("docker", "podman", "sudo docker"):
-        if image_is_local(runtime, image):
-            found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0])
+        found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0]) \
+            if image_is_local(runtime, image) else None
+        if found and not found.get("import_error"):
             stack = {"vllm": found.get("vllm"), "zentorch": found.get("zentorch"), "torch": found.get("torch"),
                      "platform": found.get("platform"), "source": f"probe:image:{image}"}
+        elif found:
+            stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
+            issues.append(issue("image", "warning", f"could not probe the stack inside {image}: "
+                                f"{found['import_error']}", "check the image; the stack was read from its tag"))
         else:
             stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
             issues.append(issue("image", "advisory", f"{image} is not pulled; the stack was read from its tag",

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""A FAKE container runtime, installed as `docker` / `podman` first on PATH by the tests.
+
+No container engine can run on the test machines (no Docker daemon; podman cannot start containers
+there), so the container path is tested against this stand-in. It records every argv to
+$FAKE_RT_DIR/calls.jsonl -- plus which secret NAMES were present in its environment, never their
+values -- and simulates: info, run (incl. podman's --rootfs probe), image inspect, pull, inspect -f,
+logs, rm, ps. Behaviour is set by files in $FAKE_RT_DIR:
+  daemon_down      `info` fails like a stopped daemon
+  images           one locally present image per line
+  pull_fails       `pull` fails
+  cpuset_rejected  `run` with --cpuset-* fails like rootless podman without cpuset delegation
+  exited           `inspect` reports the container not running
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+d = Path(os.environ["FAKE_RT_DIR"])
+d.mkdir(parents=True, exist_ok=True)
+name = Path(sys.argv[0]).name
+args = sys.argv[1:]
+with open(d / "calls.jsonl", "a") as f:
+    f.write(json.dumps({"runtime": name, "argv": args,
+                        "secret_names_in_env": sorted(k for k in ("HF_TOKEN", "VLLM_API_KEY") if os.environ.get(k))})
+            + "\n")
+flag = lambda n: (d / n).exists()  # noqa: E731
+images = (d / "images").read_text().split() if flag("images") else []
+cmd = args[0] if args else ""
+
+if cmd == "info":
+    if flag("daemon_down"):
+        sys.exit(print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr) or 1)
+    print("28.2.2")
+elif cmd == "image" and args[1:2] == ["inspect"]:
+    sys.exit(0 if args[2] in images else 1)
+elif cmd == "pull":
+    if flag("pull_fails"):
+        sys.exit(print(f"Error response from daemon: pull access denied for {args[1]}", file=sys.stderr) or 1)
+    (d / "images").write_text("\n".join(images + [args[1]]) + "\n")
+    print(f"Pulled {args[1]}")
+elif cmd == "run":
+    if "--rootfs" in args:  # podman's can-it-run probe
+        sys.exit(0 if flag("podman_can_run") else (print("Error: setrlimit: operation not permitted",
+                                                        file=sys.stderr) or 1))
+    if flag("cpuset_rejected") and any(a.startswith("--cpuset") for a in args):
+        sys.exit(print("Error: OCI runtime error: the requested cgroup controller `cpuset` is not available",
+                       file=sys.stderr) or 126)
+    if "--rm" in args and "--entrypoint" in args:  # a probe inside the image
+        sys.exit(print("python3: simulated", file=sys.stderr) or 1)
+    print("f" * 64)
+elif cmd == "inspect":
+    print("false" if flag("exited") else "true")
+elif cmd == "logs":
+    print("INFO fake log line 1\nERROR fake engine failure")
+elif cmd in ("rm", "ps"):
+    print(args[-1] if cmd == "rm" else "")
+else:
+    sys.exit(print(f"fake runtime: unsupported {args}", file=sys.stderr) or 2)

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""A real HTTP server that imitates vLLM's OpenAI endpoints and misbehaves on request.
+
+Started by `launch.py start` (host path) in place of `vllm serve`, so verify's phases run against real
+sockets and a real process. --mode:
+  good            healthy after --delay s, lists the model, answers chat and completions
+  exit_early      exits before it is ever healthy
+  never_healthy   /health answers 503 forever
+  wrong_model     /v1/models lists another id
+  error_payload   the request answers HTTP 200 with an error object
+  empty_choices   the request answers HTTP 200 with no choices
+  die_on_request  the process exits on the first request, without answering
+  die_after_answer  answers the first request, then exits
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mode", default="good")
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--model", default="fake-model")
+ap.add_argument("--delay", type=float, default=1.0)
+a = ap.parse_args()
+t0 = time.monotonic()
+print(f"fake server: mode={a.mode} port={a.port} VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND')} "
+      f"api_key_set={bool(os.environ.get('VLLM_API_KEY'))}", flush=True)
+if a.mode == "exit_early":
+    time.sleep(0.5)
+    print("fatal: engine core failed to start", flush=True)
+    sys.exit(3)
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, fmt, *args):
+        print("request:", fmt % args, flush=True)
+
+    def send(self, status, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def authorized(self):
+        key = os.environ.get("VLLM_API_KEY")
+        if key and self.headers.get("Authorization") != f"Bearer {key}":
+            self.send(401, {"error": "Unauthorized"})
+            return False
+        return True
+
+    def do_GET(self):
+        if self.path == "/health":
+            ready = a.mode != "never_healthy" and time.monotonic() - t0 >= a.delay
+            return self.send(200 if ready else 503, {})
+        if not self.authorized():
+            return
+        if self.path == "/v1/models":
+            name = "someone-else" if a.mode == "wrong_model" else a.model
+            return self.send(200, {"object": "list", "data": [{"id": name, "object": "model"}]})
+        self.send(404, {"error": "not found"})
+
+    def do_POST(self):
+        if not self.authorized():
+            return
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if a.mode == "die_on_request":
+            print("fatal: engine died on the first request", flush=True)
+            os._exit(1)
+        if a.mode == "error_payload":
+            return self.send(200, {"object": "error", "message": "EngineCore encountered an issue", "code": 500})
+        if a.mode == "empty_choices":
+            return self.send(200, {"id": "x", "choices": [], "usage": {"completion_tokens": 0}})
+        usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        if self.path == "/v1/chat/completions":
+            doc = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
+                                                                                      "content": "hello there"}}]}
+        else:
+            doc = {"object": "text_completion", "choices": [{"index": 0, "text": " hello there"}]}
+        self.send(200, {**doc, "usage": usage})
+        if a.mode == "die_after_answer":
+            threading.Timer(0.2, lambda: os._exit(1)).start()
+
+
+ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()

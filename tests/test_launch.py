@@ -1,0 +1,328 @@
+"""launch.py: the rendered command, the container path against the FAKE runtime (no engine can run on
+these machines), and start/verify/stop on real processes with a misbehaving HTTP server."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import launch
+from conftest import ROOT, run_script, sysroots
+from model_fixtures import FIXTURES, model_folder
+
+FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
+FAKE_SERVER = ROOT / "tests" / "fakes" / "openai_server.py"
+SECRET = "hf_plan_secret_5678"
+PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def rt(tmp_path):
+    d = tmp_path / "rt"
+    d.mkdir()
+    return d, {"FAKE_RT_DIR": str(d), "PATH": f"{FAKE_BIN}:{os.environ['PATH']}"}
+
+
+@pytest.fixture
+def inputs(tmp_path, rt):
+    """The five JSON inputs, each produced by the real script (validate sees the FAKE docker)."""
+    d, env = rt
+    model = model_folder("Qwen3-0.6B", tmp_path / "models")
+    genoa = sysroots.build(tmp_path / "genoa", sysroots.HOSTS["genoa_9654_2s_smt"])
+    out = {}
+    for name, script, args in [
+        ("detect", "detect.py", ["--sysroot", str(genoa)]),
+        ("validate", "validate.py", ["--python", sys.executable, "--generation", "Genoa", "--avx512", "true"]),
+        ("check", "check_model.py", ["--model-id", str(model), "--vllm-version", "0.25.1"]),
+        ("estimate", "estimate_memory.py", ["--model-id", str(model), "--ram-gb", "384"]),
+        ("tune", "cpu_tune.py", ["--sysroot", str(genoa), "--socket", "1", "--weights-gb", "1.11",
+                                 "--kv-gb-needed", "0.44"]),
+    ]:
+        r = run_script(script, *args, env=env)
+        assert r.code == 0, r.doc
+        path = tmp_path / f"{name}.json"
+        path.write_text(r.stdout)
+        out[name] = path
+    out["model"] = model
+    return out
+
+
+def plan_args(inputs, *extra):
+    return ["plan", *[f"--{k}={inputs[k]}" for k in ("detect", "validate", "check", "estimate", "tune")], *extra]
+
+
+def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
+    d, env = rt
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env={**env, "HF_TOKEN": SECRET})
+    p = r.doc
+    assert r.code == 0 and p["path"] == "container" and p["runtime"] == "docker"
+    hf = json.loads(Path(inputs["validate"]).read_text())["hf_cache"]["path"]
+    real = os.path.realpath(inputs["model"])
+    assert p["argv"] == [
+        "docker", "run", "-d", "--name", "vllm-epyc", "--ipc=host", "--network=host", "--cap-add=SYS_NICE",
+        "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface",
+        "-v", f"{real}:/models/Qwen3-0.6B:ro",
+        "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_TOKEN",
+        PINNED, "vllm", "serve", "/models/Qwen3-0.6B", "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
+        "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096"]
+    assert p["pre_argv"] == [["docker", "rm", "-f", "vllm-epyc"], ["docker", "pull", PINNED]]
+    assert not any(a.startswith("--shm-size") or a == "--device" for a in p["argv"])
+    assert SECRET not in r.stdout  # by name only
+    assert "| CPU sizing | socket 1 (forced by --socket), bind 96-191" in p["summary_markdown"]
+    assert "EPYC Genoa (Zen4), 192 cores" in p["summary_markdown"]
+
+
+def test_plan_options_and_rules(script, inputs, rt, monkeypatch):
+    d, env = rt
+    thr = script("launch.py", *plan_args(inputs, "--throughput-flags"), env=env).doc
+    assert {"TORCHINDUCTOR_FREEZING": "1", "VLLM_USE_AOT_COMPILE": "0", "ZENTORCH_WEIGHT_PREPACK": "1"}.items() <= \
+        thr["env"].items()
+    assert "HF_TOKEN" not in thr["env_by_name"] or os.environ.get("HF_TOKEN")
+    r = script("launch.py", *plan_args(inputs, "--expose"), env=env)
+    assert r.code == 1 and "--api-key-env" in r.doc["fix"]
+    r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"), env=env)
+    assert r.code == 1 and "not set" in r.doc["error"]
+    r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"),
+               env={**env, "MY_KEY": "sk-very-secret"})
+    assert r.code == 0 and r.doc["host"] == "0.0.0.0" and "VLLM_API_KEY" in r.doc["env_by_name"]
+    assert "sk-very-secret" not in r.stdout
+    r = script("launch.py", *plan_args(inputs, "--dtype", "float16"), env=env)
+    assert r.code == 1 and "float16" in r.doc["error"]
+
+
+def test_needs_device_flag_only_before_020():
+    assert launch.needs_device_flag("0.19.1") and not launch.needs_device_flag("0.20.0")
+    assert not launch.needs_device_flag("0.32.0+cpu") and not launch.needs_device_flag(None)
+
+
+def test_stock_image_command_has_no_vllm_serve_prefix():
+    plan = launch.container_run_argv(["podman"], "vllm-epyc", ["--ipc=host"], [], "-v /h:/root/.cache/huggingface",
+                                     [], {"A": "1"}, [], "vllm/vllm-openai-cpu:latest-x86_64", ["m", "--port", "1"])
+    assert plan[-3:] == ["m", "--port", "1"] and plan[-4] == "vllm/vllm-openai-cpu:latest-x86_64"
+    with pytest.raises(Exception):
+        launch.container_run_argv(["docker"], "n", ["--ipc=host", "--shm-size=16g"], [], "", [], {}, [], "i", [])
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda i: i["validate"].update(ready=False, errors=[{"message": "no runtime", "fix": "get one"}]), "not ready"),
+    (lambda i: i["check"].update(launchable=False, message="BertModel is pooling"), "pooling"),
+    (lambda i: i["estimate"]["fit"].update(fits=False, action="lower --max-model-len to 1024"), "does not fit"),
+])
+def test_plan_refuses_inconsistent_inputs(inputs, mutate, needle):
+    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
+    mutate(docs)
+    with pytest.raises(launch.ScriptError) as e:
+        launch.build_plan(docs, {}, launch.common.load_epyc())
+    assert needle in e.value.error
+    with pytest.raises(launch.ScriptError) as e:
+        launch.build_plan({**{k: json.loads(Path(inputs[k]).read_text()) for k in docs}}, {"model": "other/model"},
+                          launch.common.load_epyc())
+    assert "check_model.py ran for" in e.value.error
+
+
+def test_plan_bad_files(script, inputs, tmp_path, rt):
+    d, env = rt
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    args = plan_args(inputs)
+    r = script("launch.py", *[a if not a.startswith("--tune=") else f"--tune={bad}" for a in args], env=env)
+    assert r.code == 1 and "not JSON" in r.doc["error"]
+    r = script("launch.py", *[a if not a.startswith("--tune=") else "--tune=/nope.json" for a in args], env=env)
+    assert r.code == 1 and "cannot read" in r.doc["error"]
+    r = script("launch.py", "plan", "--detect", "-", "--validate", "-", "--check", "x", "--estimate", "x",
+               "--tune", "x", env=env)
+    assert r.code == 1 and "stdin" in r.doc["error"]
+    r = script("launch.py", "start", "--plan", str(bad), env=env)
+    assert r.code == 1
+    r = script("launch.py", "launch", env=env)
+    assert r.code == 1 and "bad arguments" in r.doc["error"]
+
+
+# ---- container path against the FAKE runtime
+
+
+def container_plan(script, inputs, rt, tmp_path, **env_extra):
+    d, env = rt
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env={**env, **env_extra})
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    return path, r.doc
+
+
+def calls(d):
+    return [json.loads(line) for line in (d / "calls.jsonl").read_text().splitlines()]
+
+
+def test_container_start_removes_pulls_runs_with_secret_by_name(script, inputs, rt, tmp_path):
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=SECRET)
+    before = len(calls(d))
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={**env, "HF_TOKEN": SECRET})
+    assert r.code == 0 and r.doc["started"] and r.doc["container_name"] == "vllm-epyc"
+    made = calls(d)[before:]
+    assert [c["argv"][0] for c in made] == ["rm", "pull", "run"]
+    assert made[0]["argv"] == ["rm", "-f", "vllm-epyc"]
+    assert ["docker", *made[2]["argv"]] == plan["argv"]
+    assert made[2]["secret_names_in_env"] == ["HF_TOKEN"]  # the runtime CLI can resolve --env HF_TOKEN
+    assert SECRET not in json.dumps(made) and SECRET not in r.stdout + r.stderr
+    stop = script("launch.py", "stop", "--plan", str(plan_file), env=env)
+    assert stop.doc["stopped"] and calls(d)[-1]["argv"] == ["rm", "-f", "vllm-epyc"]
+
+
+def test_rootless_podman_cpuset_rejection_drops_the_flags(script, inputs, rt, tmp_path):
+    d, env = rt
+    (d / "daemon_down").touch()
+    (d / "podman_can_run").touch()
+    (d / "cpuset_rejected").touch()
+    val = run_script("validate.py", "--python", sys.executable, env=env)
+    assert val.doc["runtime"] == "podman"
+    Path(inputs["validate"]).write_text(val.stdout)
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert plan["argv"][0] == "podman" and "--cpuset-mems=1" in plan["argv"]
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 0 and "cpuset" in r.doc["warnings"][0]
+    runs = [c["argv"] for c in calls(d) if c["argv"][0] == "run" and "--rootfs" not in c["argv"]]
+    assert any(a.startswith("--cpuset") for a in runs[0]) and not any(a.startswith("--cpuset") for a in runs[-1])
+    assert "VLLM_CPU_OMP_THREADS_BIND=96-191" in runs[-1]  # thread binding still applies
+
+
+def test_pull_failure_is_named(script, inputs, rt, tmp_path):
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    (d / "pull_fails").touch()
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 1 and r.doc["phase"] == "pull"
+
+
+def test_container_that_exited_fails_verify_in_process_phase_with_logs(script, inputs, rt, tmp_path):
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    (d / "exited").touch()
+    r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "5", env=env)
+    assert r.code == 1 and r.doc["phase"] == "process" and "ERROR fake engine failure" in r.doc["log_tail"]
+
+
+def test_start_needs_confirmation(script, inputs, rt, tmp_path):
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    r = script("launch.py", "start", "--plan", str(plan_file), env=env)
+    assert r.code == 1 and "--confirm" in r.doc["error"]
+    assert not any(c["argv"][0] in ("pull", "run") for c in calls(d) if "--rootfs" not in c["argv"])
+
+
+# ---- host path: real processes, a misbehaving HTTP server
+
+
+def host_plan(tmp_path, inputs, mode, port=None, **opts):
+    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
+    docs["validate"].update(path="host", runtime=None, image=None, python=sys.executable,
+                            ld_preload={"value": None, "note": None})
+    port = port or free_port()
+    plan = launch.build_plan(docs, {"port": port, "state_dir": str(tmp_path / f"st-{mode}"), **opts},
+                             launch.common.load_epyc())
+    plan["argv"] = [sys.executable, str(FAKE_SERVER), "--mode", mode, "--port", str(port),
+                    "--model", plan["served_model_name"], "--delay", "1"]
+    path = tmp_path / f"plan-{mode}.json"
+    path.write_text(json.dumps(plan))
+    return path, plan
+
+
+@pytest.mark.parametrize("mode,phase,needle", [
+    ("exit_early", "process", "exited before"),
+    ("never_healthy", "health", "not healthy after 4s"),
+    ("wrong_model", "models", "does not list"),
+    ("error_payload", "smoke", "HTTP 200 carrying an error"),
+    ("empty_choices", "smoke", "no choices"),
+    ("die_on_request", "smoke", "ConnectionError"),
+    ("die_after_answer", "smoke", "died after its first request"),
+])
+def test_verify_catches_each_failure(script, tmp_path, inputs, mode, phase, needle):
+    plan_file, plan = host_plan(tmp_path, inputs, mode)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+    try:
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "4")
+        assert r.code == 1 and r.doc["phase"] == phase and needle in r.doc["error"], r.doc
+        assert r.doc["fix"].startswith("report") and any("fake server: mode=" in ln for ln in r.doc["log_tail"])
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script, tmp_path, inputs):
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    plan_file, plan = host_plan(tmp_path, inputs, "good")
+    try:
+        s = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+        assert s.code == 0
+        again = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+        assert again.code == 1 and "already running" in again.doc["error"]
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
+        assert r.code == 0 and r.doc["ok"] and r.doc["smoke"]["endpoint"] == "/v1/chat/completions"
+        assert "VLLM_CPU_OMP_THREADS_BIND=96-191" in Path(plan["log_file"]).read_text()  # the sizing env arrived
+        assert r.doc["smoke"]["output"] == "hello there" and r.doc["time_to_healthy_s"] >= 1
+        h = script("launch.py", "handoff", "--plan", str(plan_file)).doc
+        assert h["base_url"].endswith("/v1") and "chat.completions.create" in h["python_example"]
+        assert "| Base URL |" in h["table_markdown"]
+        # the handoff's curl example really works against the server
+        curl = subprocess.run(["bash", "-c", h["curl_example"]], capture_output=True, text=True, timeout=30)
+        assert json.loads(curl.stdout)["choices"][0]["message"]["content"] == "hello there"
+    finally:
+        st = script("launch.py", "stop", "--plan", str(plan_file))
+    assert st.doc["stopped"] and not psutil.pid_exists(s.doc["pid"]) or \
+        psutil.Process(s.doc["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert decoy.poll() is None  # not ours: untouched
+    decoy.kill()
+    with socket.socket() as c:
+        assert c.connect_ex(("127.0.0.1", plan["port"])) != 0  # nothing listens any more
+
+
+def test_port_taken_before_start(script, tmp_path, inputs):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        plan_file, _ = host_plan(tmp_path, inputs, "good", port=s.getsockname()[1])
+        r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+        assert r.code == 1 and "in use" in r.doc["error"]
+
+
+def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, inputs, monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "sk-test-key-42")
+    plan_file, plan = host_plan(tmp_path, inputs, "good", expose=True, api_key_env="MY_API_KEY")
+    assert plan["host"] == "0.0.0.0" and "sk-test-key-42" not in plan_file.read_text()
+    try:
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
+        assert r.code == 0, r.doc
+        assert "api_key_set=True" in Path(plan["log_file"]).read_text()
+        h = script("launch.py", "handoff", "--plan", str(plan_file)).doc
+        assert "$MY_API_KEY" in h["curl_example"] and "sk-test-key-42" not in json.dumps(h)
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_completions_handoff_for_a_base_model(inputs, tmp_path):
+    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
+    docs["check"].update(primary_endpoint="completions", supported_endpoints=["completions"])
+    plan = launch.build_plan(docs, {}, launch.common.load_epyc())
+    h = launch.handoff_doc(plan)
+    assert h["endpoint"] == "/v1/completions" and "client.completions.create" in h["python_example"]
+    assert '"prompt": "Hello, world"' in h["curl_example"]
+
+
+def test_judge_smoke():
+    ok = json.dumps({"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 1}})
+    assert launch.judge_smoke(200, ok, "chat_completions") == (True, "x")
+    assert not launch.judge_smoke(200, ok, "completions")[0]  # no choices[0].text
+    assert not launch.judge_smoke(500, ok, "chat_completions")[0]
+    assert not launch.judge_smoke(200, "<html>", "chat_completions")[0]
