@@ -256,6 +256,17 @@ def load_epyc(path: Path = EPYC_JSON) -> dict:
                           "restore data/epyc.json from the repository (git checkout data/epyc.json)")
 
 
+def parse_json_object(text: str, what: str, fix: str) -> dict:
+    """Text that must hold one JSON object; anything else is a ScriptError naming `what`."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
+    if not isinstance(doc, dict):
+        raise ScriptError(f"{what} is not a JSON object", fix)
+    return doc
+
+
 def read_json_input(spec: str, what: str) -> dict:
     """Load another script's JSON output from a file path, or '-' for stdin."""
     try:
@@ -263,14 +274,7 @@ def read_json_input(spec: str, what: str) -> dict:
     except OSError as exc:
         raise ScriptError(f"cannot read {what} JSON from {spec!r}: {exc.strerror or exc}",
                           f"save the output of the {what} step to a file and pass its path")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScriptError(f"{what} input {spec!r} is not JSON: {exc.msg} at line {exc.lineno}",
-                          f"pass the unmodified stdout of the {what} step")
-    if not isinstance(doc, dict):
-        raise ScriptError(f"{what} input {spec!r} is not a JSON object",
-                          f"pass the unmodified stdout of the {what} step")
+    doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step")
     if "error" in doc:
         raise ScriptError(f"the {what} step failed: {doc.get('error')}",
                           doc.get("fix") or f"fix the {what} step first")

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import common
 from common import ScriptError
 
 # huggingface_hub reads these at import: give every Hub call a real deadline unless the user set one.
@@ -109,14 +110,7 @@ class ModelFiles:
         text = self.text(name)
         if text is None:
             return None
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ScriptError(f"{self.ref}: {name} is not valid JSON ({exc.msg}, line {exc.lineno})",
-                              f"repair or re-download {name}")
-        if not isinstance(doc, dict):
-            raise ScriptError(f"{self.ref}: {name} is not a JSON object", f"repair or re-download {name}")
-        return doc
+        return common.parse_json_object(text, f"{self.ref}: {name}", f"repair or re-download {name}")
 
     def config(self) -> dict:
         cfg = self.json("config.json")

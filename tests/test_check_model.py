@@ -104,7 +104,7 @@ def test_folder_problems(script, tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     (tmp_path / "tokenizer_config.json").write_text("{oops")
     r = check(script, tmp_path)
-    assert r.code == 1 and "tokenizer_config.json is not valid JSON" in r.doc["error"]
+    assert r.code == 1 and "tokenizer_config.json is not JSON" in r.doc["error"]
 
 
 def test_bad_revision_string(script):

@@ -161,7 +161,7 @@ def test_bad_model_inputs(script, tmp_path):
     empty.mkdir()
     assert "no config.json" in est(script, empty).doc["error"]
     (empty / "config.json").write_text("{not json")
-    assert "not valid JSON" in est(script, empty).doc["error"]
+    assert "is not JSON" in est(script, empty).doc["error"]
     (empty / "config.json").write_text('{"architectures": ["X"]}')
     r = est(script, empty)
     assert r.code == 1 and "num_hidden_layers" in r.doc["error"]
