@@ -123,6 +123,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict) -> dict:
            "VLLM_CPU_KVCACHE_SPACE": str(tune["vllm_cpu_kvcache_space_gb"])}
     if opt.get("throughput_flags"):
         env.update(throughput_env(epyc["throughput_flags"]))
+    if opt.get("kernel_log"):  # every zentorch matmul logs its plugin_op and kernel: kernel_proof.py reads them
+        env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
     env_by_name = (["HF_TOKEN"] if os.environ.get("HF_TOKEN") else []) + (["VLLM_API_KEY"] if key_env else [])
     name = epyc["container"]["name"]
     state_dir = Path(opt.get("state_dir") or STATE_ROOT / (name if path != "host" else f"host-{port}"))
@@ -539,6 +541,7 @@ def up(a) -> dict:
     plan = build_plan({"detect": det, "validate": val, "check": chk, "estimate": est, "tune": tune},
                       {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"],
                        "expose": a.expose, "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags,
+                       "kernel_log": a.kernel_log,
                        "dtype": a.dtype, "state_dir": str(run_dir)}, epyc)
     (run_dir / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
     common.log(plan["summary_markdown"])
@@ -570,6 +573,8 @@ def main(argv: Sequence[str] | None = None):
     pl.add_argument("--api-key-env", help="name of the env var holding the API key (its value is never shown)")
     pl.add_argument("--throughput-flags", action="store_true",
                     help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)")
+    pl.add_argument("--kernel-log", action="store_true",
+                    help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)")
     for name in ("start", "verify", "handoff", "stop"):
         sp = sub.add_parser(name)
         sp.add_argument("--plan", required=True, help="the plan JSON file")
@@ -588,6 +593,7 @@ def main(argv: Sequence[str] | None = None):
     u.add_argument("--expose", action="store_true")
     u.add_argument("--api-key-env")
     u.add_argument("--throughput-flags", action="store_true")
+    u.add_argument("--kernel-log", action="store_true")
     u.add_argument("--yes", action="store_true", help="skip the terminal confirmation")
     u.add_argument("--timeout", type=float, default=epyc["serve"]["health_timeout_s"])
     u.add_argument("--state-dir")
@@ -601,7 +607,7 @@ def main(argv: Sequence[str] | None = None):
                  "tune": "cpu_tune"}
         inputs = {k: common.read_json_input(getattr(a, k), v) for k, v in names.items()}
         opts = {k: getattr(a, k) for k in ("model", "port", "max_model_len", "served_model_name", "state_dir",
-                                           "dtype", "expose", "api_key_env", "throughput_flags")}
+                                           "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log")}
         return build_plan(inputs, opts, epyc), common.EXIT_OK
     if a.cmd == "up":
         if not a.python:

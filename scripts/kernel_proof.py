@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Prove zentorch kernels executed: count matmuls per plugin_op and kernel in a server log.
+
+    python3 scripts/kernel_proof.py --plan plan.json     # the log of what launch.py started
+    python3 scripts/kernel_proof.py --log server.log
+
+The server must have run with ZENDNNL_API_LOG_LEVEL=4 (and ONEDNN_VERBOSE=1 to see oneDNN work
+too): `launch.py plan --kernel-log` sets both. CPU flags only say a kernel could run; these lines
+say it did, e.g. `LOWOHA matmul_direct: ... plugin_op=zentorch_linear_unary_out ... kernel=aocl_dlp_blocked`.
+Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot be read).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import ScriptError  # noqa: E402
+
+ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
+ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
+FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
+
+
+def count_kernels(lines: Iterable[str]) -> dict:
+    """Tally zentorch matmuls (per plugin_op, per kernel), oneDNN primitives and fallback mentions."""
+    by_op: Counter = Counter()
+    by_kernel: Counter = Counter()
+    onednn: Counter = Counter()
+    fallbacks: list[str] = []
+    sample = None
+    for line in lines:
+        m = ZEN_LINE.search(line)
+        if m:
+            by_op[m.group("op")] += 1
+            by_kernel[m.group("kernel")] += 1
+            sample = sample or line.strip()[:300]
+            continue
+        m = ONEDNN_EXEC.search(line)
+        if m:
+            onednn[f"{m.group('prim')}:{m.group('impl')}"] += 1
+        elif FALLBACK.search(line) and len(fallbacks) < 20:
+            fallbacks.append(line.strip()[:300])
+    total = sum(by_op.values())
+    return {"zentorch_matmuls": total, "by_plugin_op": dict(by_op.most_common()),
+            "by_kernel": dict(by_kernel.most_common()), "onednn_primitives": dict(onednn.most_common()),
+            "onednn_exec_count": sum(onednn.values()), "fallback_lines": fallbacks,
+            "fallback_count": len(fallbacks), "sample": sample,
+            "verdict": "zentorch kernels executed" if total else "no zentorch matmul in the log"}
+
+
+def log_lines(args) -> tuple[list[str], str]:
+    if args.log:
+        path = Path(args.log)
+    else:
+        plan = common.read_json_input(args.plan, "plan")
+        if plan.get("path") != "host":
+            res = common.run([*plan["runtime"].split(), "logs", plan["container_name"]], timeout=120)
+            if not res.ok:
+                raise ScriptError(f"cannot read the container's log: {res.stderr.strip()[-200:]}",
+                                  "is the container still there? (launch.py stop removes it)")
+            return (res.stdout + res.stderr).splitlines(), f"{plan['runtime']} logs {plan['container_name']}"
+        path = Path(plan["log_file"])
+    try:
+        return path.read_text(errors="replace").splitlines(), str(path)
+    except OSError as exc:
+        raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", "pass the server log (launch.py writes "
+                          "it to the plan's log_file)")
+
+
+def main(argv: Sequence[str] | None = None):
+    p = common.JsonArgumentParser(prog="scripts/kernel_proof.py", description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--plan", help="launch plan JSON: read the log of what it started")
+    src.add_argument("--log", help="a server log file")
+    args = p.parse_args(argv)
+    lines, source = log_lines(args)
+    doc = {"source": source, **count_kernels(lines)}
+    if not doc["zentorch_matmuls"]:
+        doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "
+                      "request; if it still shows none, zentorch is not active (check validate.py's stack.platform)")
+    return doc, common.EXIT_OK if doc["zentorch_matmuls"] else common.EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_main(main))

@@ -1,0 +1,220 @@
+"""End to end on this EPYC runner: real vLLM + zentorch through the skill's own scripts, no mock in the chain.
+
+The chain is the one SKILL.md tells an agent to run, on a locally built Qwen3-architecture model with
+random weights (no hub here): detect -> validate (host path, the stack venv) -> check_model (registry
+probed from that venv) -> estimate_memory -> cpu_tune -> launch plan -> start -> verify -> handoff ->
+OpenAI SDK chat + completion -> kernel proof -> stop. Then the failures verify must catch.
+Skipped, with the reason, on a host that is not an AVX-512 AMD EPYC.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT, run_script
+
+pytestmark = pytest.mark.e2e
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
+BUILDER = ROOT / "tests" / "tools" / "build_test_model.py"
+
+
+def _epyc_reason() -> str | None:
+    d = run_script("detect.py").doc
+    if not (d.get("is_amd_epyc") and d.get("avx512") and d.get("avx512_bf16")):
+        return f"not an AVX-512 AMD EPYC host ({d.get('cpu_model')}): zentorch cannot run here"
+    return None
+
+
+@pytest.fixture(scope="session")
+def stack():
+    reason = _epyc_reason()
+    if reason:
+        pytest.skip(reason)
+    r = run_script("setup_host_stack.py", timeout=2400)  # idempotent: ~80 s the first time, seconds after
+    assert r.code == 0, r.doc
+    return r.doc
+
+
+@pytest.fixture(scope="session")
+def models(stack):
+    out = {}
+    for shape, name in (("tiny", "tiny-qwen3"), ("headdim16", "headdim16-qwen3")):
+        res = subprocess.run([stack["python"], str(BUILDER), "--shape", shape, "--out", str(CACHE / "models" / name)],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        out[shape] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def save(tmp: Path, name: str, r) -> Path:
+    p = tmp / f"{name}.json"
+    p.write_text(r.stdout)
+    return p
+
+
+def vllm_processes(model_dir: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "serve" in cmd and model_dir in cmd:
+            out.append(p)
+    return out
+
+
+def plan_for(tmp: Path, stack: dict, model: str, *extra: str) -> tuple[Path, dict]:
+    """The SKILL.md chain up to the plan, asserting on every JSON on the way."""
+    det = run_script("detect.py")
+    assert det.code == 0 and det.doc["is_supported_epyc"] is True and det.doc["avx512"] is True
+    val = run_script("validate.py", "--python", stack["python"], "--generation", det.doc["epyc_generation"],
+                     "--avx512", "true", env={"HF_TOKEN": ""})
+    assert val.code == 0 and val.doc["ready"] and val.doc["path"] == "host"
+    assert val.doc["stack"]["platform"].endswith("ZenCpuPlatform") and val.doc["compatibility"]["status"] == "proceed"
+    chk = run_script("check_model.py", "--model-id", model, "--vllm-version", val.doc["stack"]["vllm"],
+                     "--python", stack["python"])
+    assert chk.code == 0 and chk.doc["registry_source"].startswith("probe:python:")
+    assert chk.doc["kind"] == "text" and chk.doc["primary_endpoint"] == "chat_completions"
+    est = run_script("estimate_memory.py", "--model-id", model, "--ram-gb", str(det.doc["memory_gb"]),
+                     "--max-model-len", "2048", "--num-prompts", "1")
+    assert est.code == 0 and est.doc["fit"]["fits"]
+    tune = run_script("cpu_tune.py", "--weights-gb", str(est.doc["weight_gb"]),
+                      "--kv-gb-needed", str(est.doc["fit"]["kv_cache_gb"]))
+    assert tune.code == 0
+    bind = set(run_script("detect.py").doc and __import__("common").parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
+    allowed = set(__import__("common").parse_cpulist(det.doc["allowed_cpus"]))
+    assert bind and bind <= allowed
+    files = {n: save(tmp, n, r) for n, r in (("detect", det), ("validate", val), ("check", chk), ("estimate", est),
+                                             ("tune", tune))}
+    plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--port", str(free_port()),
+                      "--state-dir", str(tmp / "run"), *extra)
+    assert plan.code == 0, plan.doc
+    return save(tmp, "plan", plan), {"plan": plan.doc, "estimate": est.doc, "tune": tune.doc}
+
+
+def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
+    model = models["tiny"]["folder"]
+    plan_file, got = plan_for(tmp_path, stack, model, "--kernel-log")
+    plan = got["plan"]
+    assert plan["path"] == "host" and plan["host"] == "127.0.0.1" and "--device" not in plan["argv"]
+    start = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert start.code == 0, start.doc
+    try:
+        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
+        assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
+        assert ver.doc["ok"] and ver.doc["smoke"]["endpoint"] == "/v1/chat/completions"
+        hand = run_script("launch.py", "handoff", "--plan", str(plan_file))
+        assert hand.code == 0 and hand.doc["base_url"] == plan["base_url"]
+
+        # the user's side: the OpenAI SDK against the handed-off base URL, both endpoints
+        from openai import OpenAI
+        client = OpenAI(base_url=hand.doc["base_url"], api_key="EMPTY", timeout=120)
+        served = client.models.list().data[0].id
+        assert served == plan["served_model_name"]
+        chat = client.chat.completions.create(model=served, messages=[{"role": "user", "content": "hello"}],
+                                              max_tokens=8, temperature=0)
+        assert chat.usage.completion_tokens > 0 and isinstance(chat.choices[0].message.content, str)
+        comp = client.completions.create(model=served, prompt="the model serves", max_tokens=8, temperature=0)
+        assert comp.usage.completion_tokens > 0 and isinstance(comp.choices[0].text, str)
+
+        # vLLM's own KV accounting equals ours: tokens = KV GiB / bytes per token, in whole blocks
+        log = Path(plan["log_file"]).read_text(errors="replace")
+        m = re.search(r"KV cache size: ([\d,]+) tokens", log)
+        assert m, "vLLM did not log its KV cache size"
+        kv_gib = got["tune"]["vllm_cpu_kvcache_space_gb"]
+        per_token = got["estimate"]["kv_bytes_per_token"]
+        block = got["estimate"]["kv_block_size"]
+        assert int(m.group(1).replace(",", "")) == (kv_gib * 2 ** 30 // per_token) // block * block
+        assert got["estimate"]["weight_bytes"] == models["tiny"]["parameters"] * 2
+
+        # the kernel proof: zentorch matmuls really ran
+        proof = run_script("kernel_proof.py", "--plan", str(plan_file))
+        assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0
+        assert any(op.startswith("zentorch") for op in proof.doc["by_plugin_op"])
+        print(f"\nkernel proof: {proof.doc['zentorch_matmuls']} zentorch matmuls {proof.doc['by_kernel']}, "
+              f"oneDNN exec {proof.doc['onednn_exec_count']}, fallback lines {proof.doc['fallback_count']}; "
+              f"healthy after {ver.doc['time_to_healthy_s']} s")
+    finally:
+        stop = run_script("launch.py", "stop", "--plan", str(plan_file))
+    assert stop.doc["stopped"] is True
+    time.sleep(1)
+    assert vllm_processes(model) == []
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", plan["port"])) != 0
+
+
+def test_engine_that_dies_on_the_first_request_fails_in_smoke(stack, models, tmp_path):
+    """head_dim 16: vLLM loads the model and answers /health, then the first request kills the engine."""
+    model = models["headdim16"]["folder"]
+    plan_file, got = plan_for(tmp_path, stack, model)
+    assert run_script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+    try:
+        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=500)
+        assert ver.code == 1 and ver.doc["phase"] == "smoke", json.dumps(ver.doc)[-2000:]
+        assert len(ver.doc["log_tail"]) > 0 and ver.doc["fix"].startswith("report")
+    finally:
+        run_script("launch.py", "stop", "--plan", str(plan_file))
+    assert vllm_processes(model) == []
+
+
+def test_server_killed_while_verify_polls(stack, models, tmp_path):
+    model = models["tiny"]["folder"]
+    plan_file, got = plan_for(tmp_path, stack, model)
+    start = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert start.code == 0
+    verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
+                               str(plan_file), "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    time.sleep(8)  # vLLM is still loading: verify is polling /health
+    os.killpg(start.doc["pgid"], signal.SIGKILL)
+    out, _ = verify.communicate(timeout=120)
+    doc = json.loads(out)
+    assert verify.returncode == 1 and doc["phase"] == "process" and doc["log_tail"]
+    run_script("launch.py", "stop", "--plan", str(plan_file))
+    assert vllm_processes(model) == []
+
+
+def test_port_taken_by_another_listener(stack, models, tmp_path):
+    model = models["tiny"]["folder"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        plan_file, _ = plan_for(tmp_path, stack, model)
+        plan = json.loads(plan_file.read_text())
+        plan_file.write_text(plan_file.read_text().replace(f'"port": {plan["port"]}', f'"port": {port}'))
+        r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+        assert r.code == 1 and r.doc["phase"] == "start" and "in use" in r.doc["error"]
+    assert vllm_processes(model) == []
+
+
+def test_unknown_architecture_stops_before_anything_starts(stack, models, tmp_path):
+    folder = tmp_path / "mystery"
+    folder.mkdir()
+    cfg = json.loads((Path(models["tiny"]["folder"]) / "config.json").read_text())
+    cfg["architectures"] = ["MysteryNetForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    r = run_script("check_model.py", "--model-id", str(folder), "--python", stack["python"])
+    assert r.code == 1 and r.doc["kind"] == "unsupported" and r.doc["registry_source"].startswith("probe:python:")
+    assert "MysteryNetForCausalLM" in r.doc["message"]
+
+
+def test_registry_snapshot_matches_the_live_probe(stack):
+    """The committed data/vllm_registry/<pin>.json is what the pinned vLLM really registers."""
+    live = run_script("vllm_registry.py", "--python", stack["python"]).doc["architectures"]
+    snap = json.loads((ROOT / "data" / "vllm_registry" / f"{stack['stack']['vllm_cpu']}.json").read_text())
+    assert snap["architectures"] == live
