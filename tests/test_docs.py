@@ -1,0 +1,131 @@
+"""The docs never drift from the scripts: the skill validates, every script command in SKILL.md and
+README.md uses flags the script accepts, the field names SKILL.md promises exist in the schemas, and
+the README's example outputs are what the scripts print."""
+import json
+import re
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCHEMAS, run_script
+from docs import commands
+
+ALL = commands("SKILL.md") + commands("README.md")
+
+
+def test_agent_skills_validator_passes(tmp_path):
+    skill = tmp_path / "serving-llms-on-epyc"  # the validator wants the folder named like the skill
+    skill.mkdir()
+    for name in ("SKILL.md", "reference.md", "README.md", "data", "scripts"):
+        (skill / name).symlink_to(ROOT / name)
+    res = subprocess.run([str(Path(sys.executable).parent / "agentskills"), "validate", str(skill)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_skill_md_size_and_frontmatter():
+    text = (ROOT / "SKILL.md").read_text()
+    assert len(text.splitlines()) < 300
+    front = text.split("---")[1]
+    assert "name: serving-llms-on-epyc" in front
+    desc = re.search(r"description: >-\n(.*?)\n[a-z-]+:", front, re.S).group(1)
+    assert len(" ".join(desc.split())) <= 1024
+    for must in ("Instinct", "AVX-512", "stock"):
+        assert must in desc
+
+
+def test_docs_have_commands_for_every_step():
+    skill = {(c.script, c.subcommand) for c in commands("SKILL.md")}
+    for want in [("detect.py", None), ("validate.py", None), ("check_model.py", None), ("estimate_memory.py", None),
+                 ("cpu_tune.py", None), ("launch.py", "plan"), ("launch.py", "start"), ("launch.py", "verify"),
+                 ("launch.py", "handoff"), ("launch.py", "stop"), ("kernel_proof.py", None)]:
+        assert want in skill, want
+
+
+@lru_cache(maxsize=None)
+def help_text(script: str, sub: str | None) -> str:
+    argv = [sys.executable, str(ROOT / "scripts" / script), *([sub] if sub else []), "--help"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+@pytest.mark.parametrize("cmd", ALL, ids=lambda c: f"{c.doc}:{c.script}:{' '.join(c.flags)}")
+def test_every_documented_flag_exists(cmd):
+    assert (ROOT / "scripts" / cmd.script).exists()
+    text = help_text(cmd.script, cmd.subcommand)
+    for flag in cmd.flags:
+        assert re.search(rf"(^|[\s\[,]){re.escape(flag)}([\s=,\]]|$)", text, re.M), f"{cmd.line}: {flag} unknown"
+
+
+def schema_words() -> set[str]:
+    words: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "properties" and isinstance(v, dict):
+                    words.update(v)
+                if k in ("required", "enum") and isinstance(v, list):
+                    words.update(x for x in v if isinstance(x, str))
+                walk(v)
+        elif isinstance(node, list):
+            for x in node:
+                walk(x)
+    for path in SCHEMAS.glob("*.json"):
+        walk(json.loads(path.read_text()))
+    return words
+
+
+def test_field_names_promised_by_skill_md_exist_in_the_schemas():
+    text = (ROOT / "SKILL.md").read_text()
+    promised = set()
+    for tok in re.findall(r"`([a-z][a-z0-9_.]*)`", text):
+        if "." in tok and tok.split(".")[-1] in ("json", "md", "py"):
+            continue  # a file name
+        promised.update(part for part in tok.split(".") if "_" in part or part in ("fit", "stack", "fix", "error",
+                                                                                    "phase", "env", "kind", "python"))
+    missing = sorted(promised - schema_words())
+    assert not missing, f"SKILL.md names fields no schema has: {missing}"
+
+
+def test_readme_examples_print_what_the_readme_shows():
+    mistral = run_script("check_model.py", "--model-id", "tests/fixtures/models/Mistral-7B-v0.1",
+                         "--vllm-version", "0.32.0").doc
+    assert (mistral["kind"], mistral["primary_endpoint"], mistral["supported_endpoints"]) == \
+        ("text", "completions", ["completions"])
+    llama = run_script("estimate_memory.py", "--model-id", "tests/fixtures/models/Llama-3.1-8B-Instruct",
+                       "--ram-gb", "24", "--max-model-len", "131072")
+    f = llama.doc["fit"]
+    assert llama.code == 1 and (llama.doc["weight_gb"], f["required_gb"], f["suggested_max_model_len"]) == \
+        (14.96, 32.96, 57600)
+    readme = (ROOT / "README.md").read_text()
+    assert '"suggested_max_model_len": 57600' in readme and '"required_gb": 32.96' in readme
+    det = run_script("detect.py").doc
+    assert {"cpu_model", "epyc_generation", "generation_source", "allowed_cpus"} <= det.keys()
+    tune = run_script("cpu_tune.py", "--weights-gb", "1.11", "--kv-gb-needed", "0.44")
+    assert tune.code == 0 and tune.doc["env"]["VLLM_CPU_OMP_THREADS_BIND"] == tune.doc["vllm_cpu_omp_threads_bind"]
+
+
+def test_reference_hardware_table_matches_data():
+    data = json.loads((ROOT / "data" / "epyc.json").read_text())
+    table = (ROOT / "reference.md").read_text()
+    for g in data["generations"]:
+        row = next((ln for ln in table.splitlines() if ln.startswith(f"| {g['name']}")
+                    and g["zen_arch"] + " |" in ln), None)
+        assert row, f"no reference.md row for {g['name']} {g['zen_arch']}"
+        assert ("yes / yes" in row) == (g["avx512"] and g["avx512_bf16"])
+        for fam, lo, hi in g["cpuid"]:
+            assert f"0x{fam:X} / 0x{lo:02X}" in row
+        supported = g["name"] in data["supported_generations"]
+        assert ("validated" in row and "unvalidated" not in row) == supported, row
+
+
+def test_reference_lists_every_gotcha_topic():
+    text = (ROOT / "reference.md").read_text()
+    for needle in ("--device cpu", "TORCHINDUCTOR_FREEZING", "--shm-size", "rootless podman", "NFS",
+                   "name already in use", "GNU_STACK", "--network=host"):
+        assert needle in text, needle
