@@ -18,6 +18,7 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import hf_model  # noqa: E402
+import validate  # noqa: E402
 import vllm_registry  # noqa: E402
 from common import ScriptError  # noqa: E402
 
@@ -108,13 +109,9 @@ def verdict(kind: str, arch: str | None, archs: list[str], tmpl: dict, launchabl
 
 # ---------------------------------------------------------------- gathering (I/O)
 
-def image_is_local(runtime: str, image: str) -> bool:
-    return common.run([*runtime.split(), "image", "inspect", image], timeout=30).ok
-
-
 def pick_registry(args, notes: list[str]) -> dict | None:
     """The registry of the vLLM that will serve: probe it live when we can, else a saved snapshot."""
-    if args.python or (args.image and image_is_local(args.runtime, args.image)):
+    if args.python or (args.image and validate.image_is_local(args.runtime, args.image)):
         prefix, label = vllm_registry.probe_argv(args.python, args.image, args.runtime)
         try:
             return vllm_registry.probe_live(prefix, label)

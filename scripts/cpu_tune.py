@@ -243,13 +243,10 @@ def main(argv: Sequence[str] | None = None):
                               "pass the figure from estimate_memory.py")
     facts = detect.gather_from_args(args.sysroot, args.host)
     live = not (args.sysroot or args.host)
-    if args.socket is not None and args.socket not in facts.topology.sockets:
-        choose_socket([], facts.topology.sockets, None, args.busy_threshold, args.socket)
     busy = None
-    if live and args.socket is None and len(facts.topology.sockets) > 1:
-        busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
-    elif live:
-        busy = sample_busy(facts.topology, facts.allowed_cpus, 0.1)  # reported, not needed to choose
+    if live:  # a short sample when it cannot change the choice: it is only reported then
+        decides = args.socket is None and len(facts.topology.sockets) > 1
+        busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if decides else 0.1)
     result = plan(facts, epyc, busy, args)
     return result, common.EXIT_OK
 

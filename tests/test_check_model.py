@@ -130,3 +130,21 @@ def test_registry_from_a_wheel_matches_the_snapshot(script, tmp_path):
                  "Qwen2Model": "pooling"}
     assert vllm_registry.normalize_version("0.32.0+cpu") == "0.32.0"
     assert script("vllm_registry.py", "--wheel", str(tmp_path / "missing.whl")).code == 1
+
+
+def test_image_registry_probe_via_the_fake_runtime(script, tmp_path):
+    """Container path: the registry is probed inside the image only when it is pulled (FAKE runtime)."""
+    import os
+    from conftest import ROOT
+    rt = tmp_path / "rt"
+    rt.mkdir()
+    env = {"FAKE_RT_DIR": str(rt), "PATH": f"{ROOT / 'tests' / 'fakes' / 'bin'}:{os.environ['PATH']}"}
+    image = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
+    r = check(script, FIXTURES / "Qwen3-0.6B", "--image", image, "--vllm-version", "0.25.1", env=env)
+    assert r.code == 0 and r.doc["registry_source"] == "snapshot:data/vllm_registry/0.25.1.json"
+    assert any("not pulled" in n for n in r.doc["notes"])
+    (rt / "images").write_text(image + "\n")
+    r = check(script, FIXTURES / "Qwen3-0.6B", "--image", image, "--vllm-version", "0.25.1", env=env)
+    assert any("probe failed" in n for n in r.doc["notes"]) and r.doc["kind"] == "text"
+    probe = [json.loads(x) for x in (rt / "calls.jsonl").read_text().splitlines() if '"--entrypoint"' in x]
+    assert probe and probe[-1]["argv"][:4] == ["run", "--rm", "--network=none", "--entrypoint"]

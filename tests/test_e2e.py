@@ -21,6 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+import common
+
 from conftest import ROOT, run_script
 
 pytestmark = pytest.mark.e2e
@@ -95,8 +97,8 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str) -> tuple[Path, dic
     tune = run_script("cpu_tune.py", "--weights-gb", str(est.doc["weight_gb"]),
                       "--kv-gb-needed", str(est.doc["fit"]["kv_cache_gb"]))
     assert tune.code == 0
-    bind = set(run_script("detect.py").doc and __import__("common").parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
-    allowed = set(__import__("common").parse_cpulist(det.doc["allowed_cpus"]))
+    bind = set(common.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
+    allowed = set(common.parse_cpulist(det.doc["allowed_cpus"]))
     assert bind and bind <= allowed
     files = {n: save(tmp, n, r) for n, r in (("detect", det), ("validate", val), ("check", chk), ("estimate", est),
                                              ("tune", tune))}
