@@ -79,6 +79,11 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         doc, code, ok = exc.as_json(), exc.code, False
     except KeyboardInterrupt:
         doc, code, ok = {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL, False
+    except ModuleNotFoundError as exc:  # run with an interpreter that lacks the bundle's dependencies
+        doc = {"error": f"missing Python package {exc.name!r} in {sys.executable}",
+               "fix": "activate the bundle's venv (. .venv/bin/activate) or install the dependencies: "
+                      "pip install huggingface_hub psutil py-cpuinfo requests"}
+        code, ok = EXIT_FAIL, False
     except Exception as exc:  # the contract is JSON, even for our own bugs
         if os.environ.get("EPYC_SKILL_DEBUG"):
             traceback.print_exc()
@@ -123,6 +128,14 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     except OSError as exc:
         return RunResult(argv, None, "", str(exc), "os_error")
     return RunResult(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+def runtime_argv(runtime: str) -> list[str]:
+    """The argv prefix of a container runtime. 'sudo docker' is only ever used non-interactively
+    (validate.py picks it when `sudo -n` works), so it never waits at a password prompt."""
+    if runtime == "sudo docker":
+        return ["sudo", "-n", "docker"]
+    return runtime.split()
 
 
 # ---------------------------------------------------------------- cpulists

@@ -59,7 +59,7 @@ def log_lines(args) -> tuple[list[str], str]:
     else:
         plan = common.read_json_input(args.plan, "plan")
         if plan.get("path") != "host":
-            res = common.run([*plan["runtime"].split(), "logs", plan["container_name"]], timeout=120)
+            res = common.run([*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]], timeout=120)
             if not res.ok:
                 raise ScriptError(f"cannot read the container's log: {res.stderr.strip()[-200:]}",
                                   "is the container still there? (launch.py stop removes it)")

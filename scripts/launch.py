@@ -140,7 +140,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict) -> dict:
         runtime = "host"
         stop_cmd = "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"
     else:
-        rt = val["runtime"].split()
+        rt = common.runtime_argv(val["runtime"])
         image = val["image"]
         model_arg, mount = model, []
         if Path(model).expanduser().is_dir():  # a local folder goes into the container read-only
@@ -314,7 +314,7 @@ def process_alive(state: dict) -> bool:
 
 
 def container_running(runtime: str, name: str) -> bool:
-    res = common.run([*runtime.split(), "inspect", "-f", "{{.State.Running}}", name], timeout=30)
+    res = common.run([*common.runtime_argv(runtime), "inspect", "-f", "{{.State.Running}}", name], timeout=30)
     return res.ok and res.stdout.strip() == "true"
 
 
@@ -329,7 +329,7 @@ def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
         except OSError:
             return []
         return lines[-n:]
-    res = common.run([*plan["runtime"].split(), "logs", "--tail", str(n), plan["container_name"]], timeout=30)
+    res = common.run([*common.runtime_argv(plan["runtime"]), "logs", "--tail", str(n), plan["container_name"]], timeout=30)
     return (res.stdout + res.stderr).splitlines()[-n:]
 
 
@@ -463,7 +463,7 @@ def verify(plan: dict, timeout: float) -> dict:
 def stop(plan: dict) -> dict:
     state = read_state(plan)
     if plan["path"] != "host":
-        res = common.run([*plan["runtime"].split(), "rm", "-f", plan["container_name"]], timeout=120)
+        res = common.run([*common.runtime_argv(plan["runtime"]), "rm", "-f", plan["container_name"]], timeout=120)
         Path(plan["state_file"]).unlink(missing_ok=True)
         return {"stopped": res.ok, "container_name": plan["container_name"],
                 "detail": (res.stdout or res.stderr).strip()[:200]}

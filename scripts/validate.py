@@ -138,7 +138,7 @@ def podman_can_run() -> tuple[bool, str]:
 
 
 def image_is_local(runtime: str, image: str) -> bool:
-    return common.run([*runtime.split(), "image", "inspect", image], timeout=RUNTIME_TIMEOUT_S).ok
+    return common.run([*common.runtime_argv(runtime), "image", "inspect", image], timeout=RUNTIME_TIMEOUT_S).ok
 
 
 def resolve_hf_cache(env: dict) -> dict:

@@ -140,7 +140,7 @@ def load_snapshot(version: str | None) -> dict | None:
 def probe_argv(python: str | None, image: str | None, runtime: str | None) -> tuple[list[str], str]:
     """argv prefix that runs `python -c` in the runtime that will serve."""
     if image:
-        rt = (runtime or "docker").split()
+        rt = common.runtime_argv(runtime or "docker")
         return [*rt, "run", "--rm", "--network=none", "--entrypoint", "python3", image], f"image:{image}"
     return [python or sys.executable], f"python:{python or sys.executable}"
 

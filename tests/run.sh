@@ -23,5 +23,9 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[test]' 2> >(grep -v "^WARNING: Location" >&2)
 
+# As the README does: the venv's python3 is the one on PATH, so the docs' `python3 scripts/...` lines
+# run the way a user who followed the README runs them.
+. .venv/bin/activate
+
 # pytest: 0 = all passed; anything else (failures, 5 = no tests collected) fails the run.
-exec .venv/bin/python -m pytest "$@"
+exec python3 -m pytest "$@"

@@ -92,3 +92,21 @@ def test_epyc_json_matches_its_schema():
     import jsonschema
     from conftest import SCHEMAS
     jsonschema.validate(common.load_epyc(), json.loads((SCHEMAS / "epyc.json").read_text()))
+
+
+def test_runtime_argv_never_prompts_for_sudo():
+    assert common.runtime_argv("sudo docker") == ["sudo", "-n", "docker"]
+    assert common.runtime_argv("podman") == ["podman"]
+
+
+def test_missing_dependency_is_a_json_error_with_the_install_fix(tmp_path):
+    """A user running the scripts with a python3 that lacks the dependencies gets told how to fix it."""
+    import subprocess
+    import sys
+    from conftest import SCRIPTS
+    shadow = tmp_path / "psutil.py"  # an import of psutil that fails like a missing package
+    shadow.write_text("raise ModuleNotFoundError(\"No module named 'psutil'\", name='psutil')\n")
+    res = subprocess.run([sys.executable, str(SCRIPTS / "detect.py")], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and "psutil" in doc["error"] and "pip install" in doc["fix"]

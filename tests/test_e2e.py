@@ -226,7 +226,8 @@ def test_skill_md_commands_run_as_written(stack, models, tmp_path):
     """Every SKILL.md command on this runner's path (host), run by bash exactly as written; the shell
     variables are set from each step's JSON the way the agent is told to set them."""
     from docs import commands
-    env = {**os.environ, "RUN": str(tmp_path), "PY": stack["python"], "MODEL": models["tiny"]["folder"],
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the README's venv
+           "RUN": str(tmp_path), "PY": stack["python"], "MODEL": models["tiny"]["folder"],
            "REV": "main", "MAX_LEN": "2048", "NUM_PROMPTS": "1"}
     cmds = commands("SKILL.md")
     host_blocks = {c.block for c in cmds if c.tag == "host path"}

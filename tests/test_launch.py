@@ -326,3 +326,11 @@ def test_judge_smoke():
     assert not launch.judge_smoke(200, ok, "completions")[0]  # no choices[0].text
     assert not launch.judge_smoke(500, ok, "chat_completions")[0]
     assert not launch.judge_smoke(200, "<html>", "chat_completions")[0]
+
+
+def test_sudo_docker_plan_is_non_interactive(inputs):
+    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
+    docs["validate"]["runtime"] = "sudo docker"
+    plan = launch.build_plan(docs, {}, launch.common.load_epyc())
+    assert plan["argv"][:4] == ["sudo", "-n", "docker", "run"]
+    assert plan["pre_argv"][0][:3] == ["sudo", "-n", "docker"]
