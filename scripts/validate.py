@@ -198,8 +198,9 @@ def ld_preload_value(found: dict[str, str]) -> tuple[str | None, str]:
         parts.append(tc)
     if found.get("libiomp5.so"):
         parts.append(found["libiomp5.so"])
-    note = ("measured on the EPYC runner: +8-10% output tok/s at concurrency 1 with tcmalloc preloaded"
-            if tc else "tcmalloc not found: apt-get install libtcmalloc-minimal4 (+8-10% output tok/s measured)")
+    note = ("tcmalloc preloaded, as vLLM's CPU install guide advises; on the 2-vCPU EPYC runner the gain was "
+            "within run-to-run noise (see reference.md)" if tc else
+            "tcmalloc not found: apt-get install libtcmalloc-minimal4 (vLLM's CPU install guide advises preloading it)")
     return (":".join(parts) or None), note
 
 
