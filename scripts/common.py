@@ -130,6 +130,21 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     return RunResult(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
+def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float) -> tuple[dict | None, str]:
+    """Run `python -c code` through prefix ([python] or a container runtime's run ... python3 IMAGE) and
+    read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none)."""
+    res = run([*prefix, "-c", code], timeout=timeout)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(marker)), None)
+    if line is None:
+        tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]
+        return None, tail[0] if tail else "no output"
+    try:
+        doc = json.loads(line[len(marker):])
+    except json.JSONDecodeError:
+        return None, f"malformed probe output: {line[:200]}"
+    return (doc, "") if isinstance(doc, dict) else (None, "probe output is not a JSON object")
+
+
 def runtime_argv(runtime: str) -> list[str]:
     """The argv prefix of a container runtime. 'sudo docker' is only ever used non-interactively
     (validate.py picks it when `sudo -n` works), so it never waits at a password prompt."""

@@ -185,21 +185,20 @@ def main(argv: Sequence[str] | None = None):
     def read() -> tuple[dict, int, str]:
         files = hf_model.resolve(args.model_id, args.revision)
         cfg = files.config()
-        kv_layout(cfg)  # a config without attention shapes is an error before any weight lookup
+        layout = kv_layout(cfg)  # a config without attention shapes is an error before any weight lookup
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
         if args.weight_gb:
-            return cfg, int(args.weight_gb * GIB), "override"
+            return layout, int(args.weight_gb * GIB), "override"
         found = files.weights(args.dtype, tied)
         if found is None:
             raise ScriptError(f"{args.model_id}: no safetensors metadata or weight files to size the weights",
                               "pass --weight-gb N (the checkpoint size in GiB)")
-        return cfg, *found
+        return layout, *found
 
     try:
-        cfg, weights, source = hf_model.with_deadline(read, args.hub_timeout)
+        layout, weights, source = hf_model.with_deadline(read, args.hub_timeout)
     except hf_model.Unreadable as why:
         raise ScriptError(why.message, why.fix)
-    layout = kv_layout(cfg)
     if source == "safetensors_index_total_size":
         notes.append("weights from the index's total_size: stored dtype, not cast to --dtype")
 

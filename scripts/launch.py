@@ -413,7 +413,7 @@ def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:
                        elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan))
 
 
-def verify(plan: dict, timeout: float) -> dict:
+def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     state = read_state(plan)
     t0 = time.monotonic()
     if state is None:
@@ -447,7 +447,7 @@ def verify(plan: dict, timeout: float) -> dict:
                                      f"(HTTP {status}, ids {ids})", t0)
     path, body = smoke_request(plan["primary_endpoint"], plan["served_model_name"])
     s0 = time.monotonic()
-    status, text = http("POST", base + path, common.load_epyc()["serve"]["smoke_timeout_s"], headers, body)
+    status, text = http("POST", base + path, smoke_timeout, headers, body)
     smoke_s = round(time.monotonic() - s0, 2)
     ok, detail = judge_smoke(status, text, plan["primary_endpoint"]) if status else (False, text)
     if not ok:
@@ -518,8 +518,7 @@ def ask(summary: str) -> bool:
         return tty.readline().strip().lower() in ("y", "yes")
 
 
-def up(a) -> dict:
-    epyc = common.load_epyc()
+def up(a, epyc: dict) -> dict:
     run_dir = Path(a.state_dir or STATE_ROOT / "up")
     run_dir.mkdir(parents=True, exist_ok=True)
     model = a.model or epyc["default_model"]
@@ -549,7 +548,7 @@ def up(a) -> dict:
         return {"ok": False, "phase": "confirm", "message": "not launched: the plan was declined",
                 "plan_file": str(run_dir / "plan.json")}
     started = start(plan, confirm=True)
-    result = verify(plan, a.timeout)
+    result = verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"])
     return {"ok": True, "phase": "done", "plan_file": str(run_dir / "plan.json"), "started": started,
             "verify": result, "handoff": handoff_doc(plan, result["served_model"])}
 
@@ -614,12 +613,12 @@ def main(argv: Sequence[str] | None = None):
             import setup_host_stack
             venv_py = setup_host_stack.default_venv(epyc["host_stack"]) / "bin" / "python"
             a.python = str(venv_py) if venv_py.exists() else None
-        return up(a), common.EXIT_OK
+        return up(a, epyc), common.EXIT_OK
     plan = load_plan(a.plan)
     if a.cmd == "start":
         return start(plan, a.confirm), common.EXIT_OK
     if a.cmd == "verify":
-        return verify(plan, a.timeout), common.EXIT_OK
+        return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), common.EXIT_OK
     if a.cmd == "handoff":
         return handoff_doc(plan), common.EXIT_OK
     return stop(plan), common.EXIT_OK

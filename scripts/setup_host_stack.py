@@ -51,12 +51,8 @@ def default_venv(stack: dict) -> Path:
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
     """Versions and the active vLLM platform, as the runtime sees them. prefix runs `python -c`:
     [python] for an env, or a container runtime's `run --rm --entrypoint python3 IMAGE`."""
-    res = common.run([*prefix, "-c", PROBE_CODE], timeout=timeout)
-    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@STACK@@")), None)
-    if line is None:
-        tail = (res.stderr or res.failure or "no output").strip().splitlines()[-1:]
-        return {"import_error": tail[0] if tail else "no output"}
-    return json.loads(line[len("@@STACK@@"):])
+    found, why = common.run_probe(prefix, PROBE_CODE, "@@STACK@@", timeout)
+    return found if found is not None else {"import_error": why}
 
 
 def stack_is_ready(found: dict, stack: dict) -> bool:

@@ -76,13 +76,10 @@ def normalize_version(v: str | None) -> str | None:
 
 
 def probe_live(argv_prefix: list[str], label: str) -> dict:
-    res = common.run([*argv_prefix, "-c", PROBE_CODE], timeout=PROBE_TIMEOUT_S)
-    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("@@REGISTRY@@")), None)
-    if line is None:
-        tail = (res.stderr or res.failure or "").strip().splitlines()[-1:] or ["no output"]
-        raise ScriptError(f"could not probe vLLM's registry in {label}: {tail[0]}",
+    raw, why = common.run_probe(argv_prefix, PROBE_CODE, "@@REGISTRY@@", PROBE_TIMEOUT_S)
+    if raw is None:
+        raise ScriptError(f"could not probe vLLM's registry in {label}: {why}",
                           "check that this runtime has vLLM installed (python -c 'import vllm')")
-    raw = json.loads(line[len("@@REGISTRY@@"):])
     if "error" in raw:
         raise ScriptError(f"vLLM in {label} failed to import its registry: {raw['error']}",
                           "repair the vLLM install of that runtime")

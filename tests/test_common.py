@@ -110,3 +110,15 @@ def test_missing_dependency_is_a_json_error_with_the_install_fix(tmp_path):
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     doc = json.loads(res.stdout)
     assert res.returncode == 1 and "psutil" in doc["error"] and "pip install" in doc["fix"]
+
+
+def test_run_probe_reads_the_marked_json_line_or_says_why_not():
+    import sys
+    doc, why = common.run_probe([sys.executable], "print('noise'); print('@@X@@{\"a\": 1}')", "@@X@@", 30)
+    assert (doc, why) == ({"a": 1}, "")
+    doc, why = common.run_probe([sys.executable], "import sys; sys.exit('boom')", "@@X@@", 30)
+    assert doc is None and why == "boom"
+    doc, why = common.run_probe([sys.executable], "print('@@X@@{oops')", "@@X@@", 30)
+    assert doc is None and "malformed" in why
+    doc, why = common.run_probe(["/no/such/python"], "pass", "@@X@@", 30)
+    assert doc is None and "not found" in why
