@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,34 @@ EXIT_OK = 0
 EXIT_FAIL = 1  # a negative verdict or an error: the JSON says which
 
 GIB = 1024 ** 3
+
+# The bundle's own dependencies (import names) and the venv scripts/bootstrap.py makes for them.
+BUNDLE_DEPS = {"huggingface_hub": "huggingface_hub", "psutil": "psutil", "cpuinfo": "py-cpuinfo",
+               "requests": "requests"}
+BUNDLE_VENV = ROOT / ".venv"
+_REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
+
+
+def missing_deps() -> list[str]:
+    """Distribution names of the bundle's dependencies this interpreter cannot import."""
+    import importlib.util
+    return [dist for mod, dist in BUNDLE_DEPS.items() if importlib.util.find_spec(mod) is None]
+
+
+def _use_bundle_venv() -> None:
+    """`python3 scripts/NAME.py` works in any shell once scripts/bootstrap.py has run: when this
+    interpreter lacks the dependencies and the bundle's venv has them, run the same command there."""
+    venv_python = BUNDLE_VENV / "bin" / "python"
+    if (os.environ.get(_REEXEC_MARK) or not venv_python.exists()
+            or Path(sys.prefix).resolve() == BUNDLE_VENV.resolve()
+            or Path(sys.argv[0] or ".").resolve().parent != ROOT / "scripts"
+            or not missing_deps()):
+        return
+    os.environ[_REEXEC_MARK] = "1"
+    os.execv(str(venv_python), [str(venv_python), *sys.argv])
+
+
+_use_bundle_venv()
 
 
 # ---------------------------------------------------------------- errors and output
@@ -81,8 +110,8 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         doc, code, ok = {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL, False
     except ModuleNotFoundError as exc:  # run with an interpreter that lacks the bundle's dependencies
         doc = {"error": f"missing Python package {exc.name!r} in {sys.executable}",
-               "fix": "activate the bundle's venv (. .venv/bin/activate) or install the dependencies: "
-                      "pip install huggingface_hub psutil py-cpuinfo requests"}
+               "fix": "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use "
+                      "it by themselves)"}
         code, ok = EXIT_FAIL, False
     except Exception as exc:  # the contract is JSON, even for our own bugs
         if os.environ.get("EPYC_SKILL_DEBUG"):
@@ -114,20 +143,39 @@ class RunResult:
 
 
 def run(argv: Sequence[str], timeout: float, env: dict | None = None,
-        stdin: str | None = None) -> RunResult:
-    """Run argv (never through a shell) with a hard timeout; never raises for the usual failures."""
+        stdin: str | None = None, progress: str | None = None, progress_every: float = 15.0,
+        stderr_through: bool = False) -> RunResult:
+    """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
+
+    ``progress`` names what a long command does: every ``progress_every`` seconds a line with the
+    elapsed time goes to stderr, so a person watching knows it is alive (stdout stays the JSON).
+    ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them."""
     argv = [str(a) for a in argv]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
-                              input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
+                                text=True, env=env,
+                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return RunResult(argv, None, out, f"timed out after {timeout:g}s", "timeout")
     except OSError as exc:
         return RunResult(argv, None, "", str(exc), "os_error")
-    return RunResult(argv, proc.returncode, proc.stdout, proc.stderr)
+    t0 = time.monotonic()
+    pending_input = stdin
+    while True:
+        left = timeout - (time.monotonic() - t0)
+        wait = min(left, progress_every) if progress else left
+        try:
+            out, err = proc.communicate(input=pending_input, timeout=max(wait, 0.01))
+            return RunResult(argv, proc.returncode, out, err or "")
+        except subprocess.TimeoutExpired:
+            pending_input = None
+            elapsed = time.monotonic() - t0
+            if elapsed >= timeout:
+                proc.kill()
+                out, _ = proc.communicate()
+                return RunResult(argv, None, out or "", f"timed out after {timeout:g}s", "timeout")
+            if progress:
+                log(f"{progress}: {elapsed:.0f}s elapsed")
 
 
 def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float) -> tuple[dict | None, str]:

@@ -6,7 +6,7 @@
     python3 scripts/detect.py --host user@box    # another host, through one ssh call
 
 Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be read.
-The routing decision (stop / stock vLLM / confirm / proceed) is the agent's, from these fields.
+`route` is SKILL.md's routing for this CPU (zentorch | confirm | stock_offer | stop), with the reason.
 """
 from __future__ import annotations
 
@@ -158,6 +158,44 @@ def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
         return True
     masked = not re.search(r"Ryzen|Threadripper|Athlon|Opteron", brand, re.I)
     return masked and generation_source == "cpuid"
+
+
+VENDOR_NAMES = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
+
+
+def vendor_name(vendor: str | None) -> str:
+    """CPUID vendor id -> the name people use ('GenuineIntel' -> 'Intel'); unknown ids as they are."""
+    return VENDOR_NAMES.get(vendor or "", vendor or "unknown vendor")
+
+
+def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
+    """Which path SKILL.md takes on this CPU: zentorch | confirm | stock | stock_offer | stop.
+
+    zentorch needs an AMD EPYC with AVX-512 BF16, and vLLM activates it only on AMD CPUs. The stock
+    vLLM CPU path runs on any x86-64 CPU, but it is never taken silently: only when the user asked
+    for it (`stock`). Without that, a non-EPYC host stops and a pre-Zen4 EPYC gets the offer."""
+    cpu = f"{facts.get('cpu_model') or 'unknown CPU'} ({vendor_name(facts.get('vendor'))})"
+    if stock:
+        why = ("zentorch does not apply to " + cpu if not facts.get("is_amd_epyc") else
+               "stock vLLM CPU (no zentorch) on " + cpu)
+        return {"route": "stock", "reason": f"{why}: the stock vLLM CPU path, at the user's explicit request",
+                "fix": None}
+    if not facts.get("is_amd_epyc"):
+        return {"route": "stop", "reason": f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
+                "fix": "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
+                       "run the stock path (launch.py up --stock)"}
+    if not (facts.get("avx512") and facts.get("avx512_bf16")):
+        return {"route": "stock_offer",
+                "reason": f"{cpu}: {facts.get('epyc_generation')} has no AVX-512 BF16, so zentorch cannot run",
+                "fix": "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit "
+                       "OK use --stock"}
+    if facts.get("epyc_generation") not in supported:
+        return {"route": "confirm",
+                "reason": f"zentorch is not validated on {facts.get('epyc_generation')} "
+                          f"(validated: {', '.join(supported)})",
+                "fix": "get the user's explicit OK to try zentorch, or offer the stock path (--stock)"}
+    return {"route": "zentorch", "reason": f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): "
+                                          "the validated zentorch path", "fix": None}
 
 
 # ---------------------------------------------------------------- topology
@@ -383,10 +421,11 @@ def report(f: HostFacts, epyc: dict) -> dict:
     physical = topo.physical_cores()
     amd_epyc = is_amd_epyc(cpu["vendor"], cpu["brand"], gen["generation_source"])
     supported = amd_epyc and gen["epyc_generation"] in epyc["supported_generations"]
-    return {
+    doc = {
         "target": f.target,
         "cpu_model": cpu["brand"],
         "vendor": cpu["vendor"],
+        "vendor_name": vendor_name(cpu["vendor"]),
         "cpu_family": cpu["family"],
         "cpu_model_number": cpu["model"],
         "epyc_model_number": gen["model_number"],
@@ -412,6 +451,8 @@ def report(f: HostFacts, epyc: dict) -> dict:
         "hypervisor": f.hypervisor,
         "notes": mem["notes"],
     }
+    doc["route"] = route_host(doc, epyc["supported_generations"], stock=False)
+    return doc
 
 
 def main(argv: Sequence[str] | None = None):

@@ -61,9 +61,12 @@ def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, d
 
 def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: list[str], hf_mount: str,
                        model_mount: list[str], env: dict, env_by_name: list[str], image: str,
-                       command: list[str]) -> list[str]:
+                       serve_args: list[str]) -> list[str]:
     """`RT run -d` with values for the sizing env, and secrets by name only (`--env HF_TOKEN`): the value
-    comes from the runtime CLI's own environment, so neither ps nor docker inspect shows it."""
+    comes from the runtime CLI's own environment, so neither ps nor docker inspect shows it.
+
+    The entrypoint is set to `vllm` explicitly, so the command is the same whatever the image declares
+    (the stock image's entrypoint is `vllm serve`, the zentorch image has none)."""
     if any(f.startswith("--shm-size") for f in run_flags) and "--ipc=host" in run_flags:
         raise ScriptError("run flags combine --ipc=host with --shm-size", "use --ipc=host alone (data/epyc.json)")
     argv = [*rt, "run", "-d", "--name", name, *run_flags, *cpuset, *hf_mount.split(), *model_mount]
@@ -71,7 +74,7 @@ def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: l
         argv += ["--env", f"{k}={v}"]
     for k in env_by_name:
         argv += ["--env", k]
-    return argv + [image, *command]
+    return argv + ["--entrypoint", "vllm", image, "serve", *serve_args]
 
 
 def throughput_env(flags: dict) -> dict:
@@ -101,8 +104,9 @@ def build_plan(inp: dict, opt: dict, epyc: dict) -> dict:
         raise ScriptError(f"check_model.py ran for {chk['model_id']}, the plan is for {model}",
                           "run check_model.py and estimate_memory.py for the model you serve")
     path = val["path"]
+    backend = val.get("backend") or "zentorch"
     dtype = opt.get("dtype") or epyc["precision"]["default"]
-    if path != "stock" and dtype == "float16":
+    if backend != "stock" and dtype == "float16":
         raise ScriptError("float16 is not a compute dtype of the zentorch CPU platform",
                           "use bfloat16 (default) or float32")
     max_len = int(opt.get("max_model_len") or (fit or {}).get("max_model_len")
@@ -147,14 +151,14 @@ def build_plan(inp: dict, opt: dict, epyc: dict) -> dict:
             real = os.path.realpath(Path(model).expanduser())
             model_arg = f"/models/{Path(real).name}"
             mount = ["-v", f"{real}:{model_arg}:ro"]
-        command = [model_arg, *opts] if path == "stock" else ["vllm", "serve", model_arg, *opts]
         argv = container_run_argv(rt, name, epyc["container"]["run_flags"], tune["container_cpuset_argv"],
-                                  val["hf_cache"]["mount"], mount, env, env_by_name, image, command)
+                                  val["hf_cache"]["mount"], mount, env, env_by_name, image, [model_arg, *opts])
         pre = [[*rt, "rm", "-f", name], [*rt, "pull", image]]
         runtime = val["runtime"]
         stop_cmd = shlex.join([*rt, "rm", "-f", name])
     plan = {
-        "path": path, "runtime": runtime, "image": val.get("image"), "model": model, "served_model_name": served,
+        "path": path, "backend": backend, "platform": (val.get("stack") or {}).get("platform"),
+        "runtime": runtime, "image": val.get("image"), "model": model, "served_model_name": served,
         "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "completions",
         "supported_endpoints": chk.get("supported_endpoints") or ["completions"],
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
@@ -178,9 +182,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict) -> dict:
 
 
 def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
-    backend = ("stock vLLM CPU, no zentorch (unaccelerated; verified on Milan)" if plan["path"] == "stock"
+    platform = (plan.get("platform") or "platform not probed").rsplit(".", 1)[-1]
+    backend = (f"stock vLLM CPU ({platform}), no zentorch: unaccelerated" if plan["backend"] == "stock"
                else "zentorch-accelerated (ZenCpuPlatform)")
-    where = ("conda/host (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")" if plan["path"] == "host"
+    where = ("host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")" if plan["path"] == "host"
              else f"container ({plan['runtime']}, {plan['image']})")
     s = plan["sizing"]
     rows = [
@@ -192,8 +197,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['omp_threads_bind']}, "
                        f"KV {s['kv_cache_gb']} GiB (socket-local), memory on nodes "
                        f"{','.join(map(str, s['numa_nodes']))}"],
-        ["Hardware", f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')}), {det.get('physical_cores')} cores, "
-                     f"AVX-512 {det.get('avx512')}"],
+        ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
+                      else f"{det.get('cpu_model')} (not an AMD EPYC)")
+                     + f", {det.get('physical_cores')} cores, AVX-512 {det.get('avx512')}"],
         ["Port", f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")],
     ]
     for w in plan["warnings"]:
@@ -489,44 +495,81 @@ def stop(plan: dict) -> dict:
 
 # ---------------------------------------------------------------- up: the whole chain
 
-def step(script: str, args: list[str], phase: str, run_dir: Path, ok_codes=(0,)) -> dict:
-    """Run one of the bundle's scripts, keep its JSON in the run folder, stop on failure."""
+def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bool = False) -> dict:
+    """Run one of the bundle's scripts (its progress lines pass through to stderr), keep its JSON in the
+    run folder, and stop on failure unless the caller wants to look at a failed verdict itself."""
     common.log(f"up: {phase}")
-    res = common.run([sys.executable, str(Path(__file__).parent / script), *args], timeout=3600)
+    res = common.run([sys.executable, str(Path(__file__).parent / script), *args], timeout=3600,
+                     stderr_through=True)
     try:
         doc = json.loads(res.stdout)
     except json.JSONDecodeError:
-        raise ScriptError(f"FAILED in phase {phase}: {script} printed no JSON", NO_RETRY_FIX, phase=phase,
-                          stderr_tail=res.stderr.splitlines()[-20:])
+        raise ScriptError(f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})",
+                          NO_RETRY_FIX, phase=phase)
     (run_dir / f"{phase}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    if res.returncode not in ok_codes or "error" in doc:
-        msg = doc.get("error") or doc.get("message") or (doc.get("fit") or {}).get("action") or "failed"
-        raise ScriptError(f"FAILED in phase {phase}: {msg}", doc.get("fix") or NO_RETRY_FIX, phase=phase,
-                          result=doc)
+    if res.returncode != 0 and not allow_fail:
+        raise phase_failed(phase, doc)
     return doc
 
 
-def ask(summary: str) -> bool:
+def phase_failed(phase: str, doc: dict) -> ScriptError:
+    errors = doc.get("errors") or []
+    msg = (doc.get("error") or "; ".join(e["message"] for e in errors) or doc.get("message")
+           or (doc.get("fit") or {}).get("action") or "failed")
+    fix = doc.get("fix") or next((e["fix"] for e in errors if e.get("fix")), None) or NO_RETRY_FIX
+    return ScriptError(f"FAILED in phase {phase}: {msg}", fix, phase=phase, result=doc)
+
+
+def ask(question: str) -> bool:
+    """A yes/no question on the terminal (never on stdout, which carries the JSON)."""
     try:
         tty = open("/dev/tty", "r+")
     except OSError:
         raise ScriptError("confirmation needed and there is no terminal", "re-run with --yes once you have read "
-                          "the plan (python3 scripts/launch.py plan ...)")
+                          "the question (the plan: python3 scripts/launch.py plan ...)")
     with tty:
-        tty.write(summary + "\n\nLaunch this? [y/N] ")
+        tty.write(question + " [y/N] ")
         tty.flush()
         return tty.readline().strip().lower() in ("y", "yes")
+
+
+def only_runtime_missing(val: dict) -> bool:
+    """validate said no because nothing can run vLLM yet -- the one gap `up` may fill itself."""
+    errors = val.get("errors") or []
+    return bool(errors) and all(e["check"] == "runtime" for e in errors)
+
+
+def setup_question(epyc: dict, stock: bool) -> str:
+    hs = epyc["host_stack"]
+    pins = hs["stock"]["pip"] if stock else hs["pip"]
+    import setup_host_stack
+    return (f"No container runtime and no host stack. Build the host venv now?\n"
+            f"  what:  pip install {' '.join(pins)} into {setup_host_stack.default_venv(hs, stock)}\n"
+            f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
 
 
 def up(a, epyc: dict) -> dict:
     run_dir = Path(a.state_dir or STATE_ROOT / "up")
     run_dir.mkdir(parents=True, exist_ok=True)
     model = a.model or epyc["default_model"]
+    import detect
     det = step("detect.py", [], "detect", run_dir)
-    vargs = ["--generation", str(det["epyc_generation"]), "--avx512", str(det["avx512"]).lower()]
-    if a.python:
-        vargs += ["--python", a.python]
-    val = step("validate.py", vargs, "validate", run_dir)
+    route = detect.route_host(det, epyc["supported_generations"], stock=a.stock)
+    if route["route"] in ("stop", "stock_offer"):
+        raise ScriptError(f"FAILED in phase detect: {route['reason']}", route["fix"], phase="detect",
+                          route=route["route"], started=False)
+    vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
+    val = step("validate.py", vargs + (["--python", a.python] if a.python else []), "validate", run_dir,
+               allow_fail=True)
+    if not val.get("ready") and only_runtime_missing(val) and not a.python:
+        if not (a.yes or ask(setup_question(epyc, a.stock))):
+            raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
+                              "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
+                              + ") or make docker usable, then run up again", phase="validate")
+        setup = step("setup_host_stack.py", ["--stock"] if a.stock else [], "setup_host_stack", run_dir)
+        val = step("validate.py", vargs + ["--python", setup["python"]], "validate", run_dir, allow_fail=True)
+    if not val.get("ready"):
+        raise phase_failed("validate", val)
     vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
     cargs = ["--model-id", model, "--vllm-version", vllm_version]
     cargs += ["--python", val["python"]] if val.get("python") else (["--image", val["image"], "--runtime",
@@ -542,15 +585,23 @@ def up(a, epyc: dict) -> dict:
                        "expose": a.expose, "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags,
                        "kernel_log": a.kernel_log,
                        "dtype": a.dtype, "state_dir": str(run_dir)}, epyc)
-    (run_dir / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+    plan_file = run_dir / "plan.json"
+    plan_file.write_text(json.dumps(plan, indent=2) + "\n")
     common.log(plan["summary_markdown"])
-    if not a.yes and not ask(plan["summary_markdown"]):
-        return {"ok": False, "phase": "confirm", "message": "not launched: the plan was declined",
-                "plan_file": str(run_dir / "plan.json")}
+    if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
+        raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
+                          f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
     started = start(plan, confirm=True)
-    result = verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"])
-    return {"ok": True, "phase": "done", "plan_file": str(run_dir / "plan.json"), "started": started,
-            "verify": result, "handoff": handoff_doc(plan, result["served_model"])}
+    try:
+        result = verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"])
+    except ScriptError as exc:  # up started it, so up stops it: a failed endpoint is not left running
+        stopped = stop(plan)
+        exc.extra.update(plan_file=str(plan_file), stopped=stopped)
+        raise
+    return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
+            "verify": result, "handoff": handoff_doc(plan, result["served_model"]),
+            "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
+                                        str(plan_file)])}
 
 
 # ---------------------------------------------------------------- CLI
@@ -588,6 +639,8 @@ def main(argv: Sequence[str] | None = None):
     u.add_argument("--max-model-len", type=int)
     u.add_argument("--num-prompts", type=int, default=1)
     u.add_argument("--python", help="host-path interpreter (default: the setup_host_stack.py venv if present)")
+    u.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch): only on an explicit "
+                   "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC")
     u.add_argument("--dtype", choices=epyc["precision"]["supported"])
     u.add_argument("--expose", action="store_true")
     u.add_argument("--api-key-env")
@@ -609,10 +662,6 @@ def main(argv: Sequence[str] | None = None):
                                            "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log")}
         return build_plan(inputs, opts, epyc), common.EXIT_OK
     if a.cmd == "up":
-        if not a.python:
-            import setup_host_stack
-            venv_py = setup_host_stack.default_venv(epyc["host_stack"]) / "bin" / "python"
-            a.python = str(venv_py) if venv_py.exists() else None
         return up(a, epyc), common.EXIT_OK
     plan = load_plan(a.plan)
     if a.cmd == "start":

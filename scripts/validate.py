@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Is this host ready to serve: a runtime, a zentorch-capable CPU, a compatible stack, a cache, a port?
 
-    python3 scripts/validate.py --image IMAGE --generation Turin --avx512 true
-    python3 scripts/validate.py --python ~/venv/bin/python        # the conda/host path's interpreter
-    python3 scripts/validate.py --stock                           # pre-Zen4, after the user's OK
+    python3 scripts/validate.py --detect detect.json               # the CPU as detect.py saw it
+    python3 scripts/validate.py --detect detect.json --python PY   # the host path's interpreter
+    python3 scripts/validate.py --detect detect.json --stock       # stock vLLM CPU, after the user's OK
 
-Runtime order: docker (daemon answers) > podman (can run a container) > sudo -n docker (passwordless)
-> the conda/host path (vLLM + zentorch import in --python). Nothing here pulls, installs or escalates.
+Without --detect (or --generation/--avx512) the CPU is read from this host. Runtime order: docker
+(daemon answers) > podman (can run a container) > sudo -n docker (passwordless) > the host path
+(the stack imports in --python; default: the setup_host_stack.py venv of the chosen backend).
+Nothing here pulls, installs or escalates.
 Exit 0 when there is no error (`ready`); exit 1 otherwise, with the errors and their fixes.
 """
 from __future__ import annotations
@@ -37,25 +39,44 @@ def issue(check: str, severity: str, message: str, fix: str | None = None) -> di
     return {"check": check, "severity": severity, "message": message, "fix": fix}
 
 
-def cpu_gate(avx512: bool, avx512_bf16: bool, generation: str | None, supported: list[str], stock: bool) -> list[dict]:
-    """zentorch needs AVX-512 with BF16 (Zen 4 and later). Without AVX-512 the flow stops unless the
-    user took the stock-vLLM offer (--stock); an AVX-512 part outside Genoa/Turin/Venice needs consent."""
-    out = []
+def cpu_gate(cpu: dict, supported: list[str], stock: bool) -> list[dict]:
+    """zentorch needs an AMD EPYC with AVX-512 BF16 (Zen 4 and later); vLLM activates it only on AMD.
+    Without that the flow stops unless the user took the stock-vLLM offer (--stock); an AVX-512 EPYC
+    outside the validated generations needs consent. `cpu` has detect.py's fields."""
+    who = f"{cpu.get('cpu_model') or 'unknown CPU'} ({detect.vendor_name(cpu.get('vendor'))})"
+    generation = cpu.get("epyc_generation")
     if stock:
-        out.append(issue("cpu", "confirmation", "stock vLLM CPU path: no zentorch acceleration (slower); "
-                         "verified on EPYC 7763 (Milan) with bfloat16", "get the user's explicit OK before launching"))
-        return out
-    if not avx512:
-        out.append(issue("cpu", "error", f"no AVX-512 on this CPU ({generation or 'unknown generation'}): "
-                         "zentorch cannot run", "offer the stock vLLM CPU image; on the user's explicit OK "
-                         "re-run validate.py with --stock"))
-    elif not avx512_bf16:
-        out.append(issue("cpu", "error", "AVX-512 without AVX512_BF16: zentorch's bf16 path cannot run",
-                         "offer the stock vLLM CPU image; on the user's OK re-run with --stock"))
-    elif generation not in supported:
-        out.append(issue("cpu", "confirmation", f"zentorch is not validated on {generation or 'this generation'} "
-                         f"(validated: {', '.join(supported)})",
-                         "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path"))
+        what = ("not an AMD EPYC, zentorch does not apply" if not cpu.get("is_amd_epyc") else
+                "no zentorch acceleration (slower); verified on EPYC 7763 (Milan) with bfloat16")
+        return [issue("cpu", "confirmation", f"stock vLLM CPU path on {who}: {what}",
+                      "get the user's explicit OK before launching")]
+    if not cpu.get("is_amd_epyc"):
+        return [issue("cpu", "error", f"not an AMD EPYC: {who}; zentorch runs only on AMD EPYC",
+                      "stop: this skill serves on AMD EPYC. Only on a human's explicit request, re-run "
+                      "validate.py with --stock for unaccelerated stock vLLM")]
+    if not cpu.get("avx512"):
+        return [issue("cpu", "error", f"no AVX-512 on {who} ({generation or 'unknown generation'}): "
+                      "zentorch cannot run", "offer the stock vLLM CPU path; on the user's explicit OK "
+                      "re-run validate.py with --stock")]
+    if not cpu.get("avx512_bf16"):
+        return [issue("cpu", "error", f"AVX-512 without AVX512_BF16 on {who}: zentorch's bf16 path cannot run",
+                      "offer the stock vLLM CPU path; on the user's OK re-run with --stock")]
+    if generation not in supported:
+        return [issue("cpu", "confirmation", f"zentorch is not validated on {generation or 'this generation'} "
+                      f"(validated: {', '.join(supported)})",
+                      "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path")]
+    return []
+
+
+def cpu_facts(detected: dict, generation: str | None, avx512: bool | None) -> dict:
+    """detect.py's facts, with the --generation / --avx512 overrides applied (an override of avx512
+    to false also clears bf16; true keeps what the CPU says about bf16)."""
+    out = dict(detected)
+    if generation:
+        out["epyc_generation"] = generation
+    if avx512 is not None:
+        out["avx512"] = avx512
+        out["avx512_bf16"] = bool(avx512 and detected.get("avx512_bf16"))
     return out
 
 
@@ -67,18 +88,27 @@ def choose_runtime(docker_ok: bool, podman_ok: bool, sudo_docker_ok: bool, host_
     return None
 
 
-def stack_compatibility(stack: dict, generation: str | None, pinned_vllm: str, stock: bool) -> dict:
+def stack_compatibility(stack: dict, generation: str | None, pinned_vllm: str, stock: bool,
+                        vendor: str | None = "AuthenticAMD") -> dict:
     """proceed | blocked | confirmation_required, from what the serving runtime reports.
 
-    A stock CpuPlatform where zentorch was expected means no acceleration: blocked. Venice is
+    What runs must be what was asked for: the zentorch path needs vLLM to select ZenCpuPlatform
+    (it does so only on AMD CPUs), and the stock path must not quietly run zentorch. Venice is
     validated only on the pinned vLLM. An unprobed stack (image not pulled) proceeds on its tag."""
     platform = stack.get("platform") or ""
+    short = platform.rsplit(".", 1)[-1]
     version = vllm_registry.normalize_version(stack.get("vllm"))
     if stock:
-        return {"status": "proceed", "message": "stock vLLM CPU path (no zentorch), on the user's OK"}
-    if platform and not platform.endswith("ZenCpuPlatform"):
-        return {"status": "blocked", "message": f"vLLM selected {platform.rsplit('.', 1)[-1]}, not ZenCpuPlatform: "
-                "zentorch acceleration is not active in this runtime"}
+        if short == "ZenCpuPlatform":
+            return {"status": "blocked", "message": "the stock path was asked for, but this runtime activates "
+                    "zentorch (ZenCpuPlatform): use a stock vLLM runtime (setup_host_stack.py --stock)"}
+        return {"status": "proceed", "message": f"stock vLLM CPU path (vLLM {version or 'from the image'}, "
+                f"{short or 'platform not probed'}, no zentorch), on the user's OK"}
+    if platform and short != "ZenCpuPlatform":
+        why = (f"zentorch is inactive because this CPU is {detect.vendor_name(vendor)} (vLLM activates "
+               "ZenCpuPlatform only on AMD CPUs)" if vendor != "AuthenticAMD" else
+               "zentorch acceleration is not active in this runtime")
+        return {"status": "blocked", "message": f"vLLM selected {short}, not ZenCpuPlatform: {why}"}
     if generation == "Venice" and version and version != pinned_vllm:
         return {"status": "confirmation_required", "message": f"Venice is validated on vLLM {pinned_vllm}; this "
                 f"runtime has {version}. Recommend the pinned image; go on only with the user's explicit OK"}
@@ -253,14 +283,53 @@ def parse_bool(text: str) -> bool:
 
 # ---------------------------------------------------------------- main
 
+def default_python(epyc: dict, stock: bool) -> str:
+    """The setup_host_stack.py venv of the chosen backend when it exists, else this interpreter."""
+    venv_py = setup_host_stack.default_venv(epyc["host_stack"], stock) / "bin" / "python"
+    return str(venv_py) if venv_py.exists() else sys.executable
+
+
+def probe_runtimes(want: str) -> tuple[dict[str, bool], dict[str, str]]:
+    """Which container runtimes answer, in the documented order; each probe has a timeout."""
+    ok = {"docker": False, "podman": False, "sudo docker": False}
+    detail: dict[str, str] = {}
+    if want in ("auto", "docker"):
+        ok["docker"], detail["docker"] = docker_answers(["docker"])
+    if want in ("auto", "podman") and not ok["docker"]:
+        ok["podman"], detail["podman"] = podman_can_run()
+    if want in ("auto", "sudo docker") and not (ok["docker"] or ok["podman"]):
+        ok["sudo docker"], detail["sudo docker"] = docker_answers(["sudo", "-n", "docker"])
+    return ok, detail
+
+
+def container_stack(runtime: str, image: str) -> tuple[dict, list[dict]]:
+    """The stack inside the image when it is local (probed), else read from its tag."""
+    issues = []
+    found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0]) \
+        if image_is_local(runtime, image) else None
+    if found and not found.get("import_error"):
+        return ({"vllm": found.get("vllm"), "zentorch": found.get("zentorch"), "torch": found.get("torch"),
+                 "platform": found.get("platform"), "source": f"probe:image:{image}"}, issues)
+    stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
+    if found:
+        issues.append(issue("image", "warning", f"could not probe the stack inside {image}: "
+                            f"{found['import_error']}", "check the image; the stack was read from its tag"))
+    else:
+        issues.append(issue("image", "advisory", f"{image} is not pulled; the stack was read from its tag",
+                            "pull it (launch.py start does) and re-run validate.py to probe the real stack"))
+    return stack, issues
+
+
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
+    p.add_argument("--detect", help="detect.py's JSON for this host (default: read the CPU here)")
     p.add_argument("--image", default=None, help="container image (default: the pinned one, or the stock "
                    "image with --stock)")
-    p.add_argument("--generation", help="epyc_generation from detect.py (default: read this host)")
-    p.add_argument("--avx512", type=parse_bool, help="avx512 from detect.py (default: read this host)")
-    p.add_argument("--python", help="interpreter of the conda/host path (default: this one)")
+    p.add_argument("--generation", help="override epyc_generation (default: from --detect or this host)")
+    p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
+    p.add_argument("--python", help="interpreter of the host path (default: the setup_host_stack.py venv of "
+                   "the backend if it exists, else this one)")
     p.add_argument("--runtime", choices=["auto", "docker", "podman", "sudo docker", "host"], default="auto",
                    help="force a runtime instead of the detection order")
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
@@ -269,54 +338,32 @@ def main(argv: Sequence[str] | None = None):
     if not 0 < args.port_start < 65536:
         raise ScriptError(f"--port-start {args.port_start} is not a port", "pass 1-65535")
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
-    python = args.python or sys.executable
-    if args.python and not Path(args.python).exists():
+    if args.python is not None and not Path(args.python).exists():
         raise ScriptError(f"--python {args.python} does not exist", "pass the interpreter of the env that has "
-                          "vLLM + zentorch (python3 scripts/setup_host_stack.py creates one)")
+                          "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
+    python = args.python or default_python(epyc, args.stock)
 
-    facts = detect.report(detect.gather(common.Sysroot("/"), "localhost", live=True), epyc)
-    avx512 = facts["avx512"] if args.avx512 is None else args.avx512
-    bf16 = facts["avx512_bf16"] if args.avx512 is None else (args.avx512 and facts["avx512_bf16"])
-    generation = args.generation or facts["epyc_generation"]
-    issues = cpu_gate(avx512, bf16, generation, epyc["supported_generations"], args.stock)
+    detected = common.read_json_input(args.detect, "detect") if args.detect else \
+        detect.report(detect.gather(common.Sysroot("/"), "localhost", live=True), epyc)
+    cpu = cpu_facts(detected, args.generation, args.avx512)
+    issues = cpu_gate(cpu, epyc["supported_generations"], args.stock)
 
-    # runtimes, in order; each probe has a timeout and none escalates privileges
-    detail: dict[str, str] = {}
-    want = args.runtime
-    docker_ok = podman_ok = sudo_ok = False
-    if want in ("auto", "docker"):
-        docker_ok, detail["docker"] = docker_answers(["docker"])
-    if want in ("auto", "podman") and not docker_ok:
-        podman_ok, detail["podman"] = podman_can_run()
-    if want in ("auto", "sudo docker") and not (docker_ok or podman_ok):
-        sudo_ok, detail["sudo docker"] = docker_answers(["sudo", "-n", "docker"])
+    rt_ok, detail = probe_runtimes(args.runtime)
     host_stack = setup_host_stack.probe_stack([python])
     host_ok = not host_stack.get("import_error") and bool(host_stack.get("zentorch") or args.stock)
     detail["host"] = (f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
                       if host_ok else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}")
-    runtime = choose_runtime(docker_ok, podman_ok, sudo_ok, host_ok and want in ("auto", "host"))
-    if args.stock and runtime == "host":
-        runtime = None  # the stock path is the official image; a host env is the zentorch path
+    runtime = choose_runtime(rt_ok["docker"], rt_ok["podman"], rt_ok["sudo docker"],
+                             host_ok and args.runtime in ("auto", "host"))
     if runtime is None:
+        setup = "python3 scripts/setup_host_stack.py" + (" --stock" if args.stock else "")
         issues.append(issue("runtime", "error", "no usable runtime: " + "; ".join(f"{k}: {v}" for k, v in detail.items()),
                             "one-time setup: make docker usable by this user (docker group), install podman, "
-                            "or create the host env: python3 scripts/setup_host_stack.py"))
+                            f"or create the host env: {setup}"))
 
-    # the stack that will serve
     if runtime in ("docker", "podman", "sudo docker"):
-        found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0]) \
-            if image_is_local(runtime, image) else None
-        if found and not found.get("import_error"):
-            stack = {"vllm": found.get("vllm"), "zentorch": found.get("zentorch"), "torch": found.get("torch"),
-                     "platform": found.get("platform"), "source": f"probe:image:{image}"}
-        elif found:
-            stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
-            issues.append(issue("image", "warning", f"could not probe the stack inside {image}: "
-                                f"{found['import_error']}", "check the image; the stack was read from its tag"))
-        else:
-            stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
-            issues.append(issue("image", "advisory", f"{image} is not pulled; the stack was read from its tag",
-                                "pull it (launch.py start does) and re-run validate.py to probe the real stack"))
+        stack, image_issues = container_stack(runtime, image)
+        issues += image_issues
         pinned = epyc["container"]["vllm_version"]
     else:
         stack = {"vllm": host_stack.get("vllm"), "zentorch": host_stack.get("zentorch"),
@@ -324,11 +371,12 @@ def main(argv: Sequence[str] | None = None):
                  "source": f"probe:python:{python}"}
         pinned = epyc["host_stack"]["vllm_version"]
     stack["zen_active"] = bool(stack.get("platform") and stack["platform"].endswith("ZenCpuPlatform"))
-    compat = stack_compatibility(stack, generation, pinned, args.stock) if runtime else \
-        {"status": "blocked", "message": "no runtime to probe"}
+    compat = stack_compatibility(stack, cpu.get("epyc_generation"), pinned, args.stock, cpu.get("vendor")) \
+        if runtime else {"status": "blocked", "message": "no runtime to probe"}
     if compat["status"] == "blocked" and runtime:
-        issues.append(issue("stack", "error", compat["message"],
-                            "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)"))
+        fix = ("use a stock vLLM runtime: python3 scripts/setup_host_stack.py --stock" if args.stock else
+               "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)")
+        issues.append(issue("stack", "error", compat["message"], fix))
     elif compat["status"] == "confirmation_required":
         issues.append(issue("stack", "confirmation", compat["message"], "ask the user for an explicit go/no-go"))
 
@@ -352,11 +400,12 @@ def main(argv: Sequence[str] | None = None):
     doc = {
         "ready": not errors,
         "requires_confirmation": bool(confirmations),
-        "zentorch_capable": bool(avx512 and bf16) and not args.stock,
-        "path": None if runtime is None else ("stock" if args.stock else ("host" if runtime == "host" else "container")),
+        "zentorch_capable": bool(cpu.get("is_amd_epyc") and cpu.get("avx512") and cpu.get("avx512_bf16")),
+        "backend": "stock" if args.stock else "zentorch",
+        "path": None if runtime is None else ("host" if runtime == "host" else "container"),
         "runtime": None if runtime in (None, "host") else runtime,
         "runtime_detail": detail,
-        "conda_path_available": host_ok,
+        "host_path_available": host_ok,
         "python": python if runtime == "host" else None,
         "image": image if runtime not in (None, "host") else None,
         "stack": stack,
@@ -364,8 +413,10 @@ def main(argv: Sequence[str] | None = None):
         "hf_cache": hf_cache,
         "ld_preload": {"value": preload, "note": preload_note},
         "port": port,
-        "ram_gb": facts["memory_gb"],
-        "generation": generation,
+        "ram_gb": detected.get("memory_gb"),
+        "cpu_model": cpu.get("cpu_model"),
+        "vendor": cpu.get("vendor"),
+        "generation": cpu.get("epyc_generation"),
         "hf_token_set": bool(os.environ.get("HF_TOKEN")),
         "errors": errors,
         "confirmations": confirmations,

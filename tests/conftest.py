@@ -77,3 +77,14 @@ def make_sysroot(tmp_path):
             spec = replace(spec, **overrides)
         return sysroots.build(tmp_path / name, spec)
     return _make
+
+
+def detect_file(tmp_path: Path, host: str = "genoa_9654_2s_smt") -> Path:
+    """detect.py's JSON for a fixture host, saved to a file: what validate.py --detect reads, so a test of
+    runtimes and stacks does not depend on the CPU this session drew (Genoa, Turin or a Xeon)."""
+    root = sysroots.build(tmp_path / f"sysroot-{host}", sysroots.HOSTS[host])
+    r = run_script("detect.py", "--sysroot", str(root))
+    assert r.code == 0, r.doc
+    out = tmp_path / f"detect-{host}.json"
+    out.write_text(r.stdout)
+    return out

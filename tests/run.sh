@@ -19,9 +19,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   fi
 fi
 
-# The project's own venv: the scripts' runtime deps + the test extra.
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q -e '.[test]' 2> >(grep -v "^WARNING: Location" >&2)
+# The bundle's venv (.venv): the scripts' runtime deps + the test extra, made by SKILL.md's step 0.
+python3 scripts/bootstrap.py --test > /dev/null 2> >(grep -v "^WARNING: Location" >&2) || {
+  python3 scripts/bootstrap.py --test --check; exit 1; }
 
 # As the README does: the venv's python3 is the one on PATH, so the docs' `python3 scripts/...` lines
 # run the way a user who followed the README runs them.

@@ -109,7 +109,26 @@ def test_missing_dependency_is_a_json_error_with_the_install_fix(tmp_path):
     res = subprocess.run([sys.executable, str(SCRIPTS / "detect.py")], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     doc = json.loads(res.stdout)
-    assert res.returncode == 1 and "psutil" in doc["error"] and "pip install" in doc["fix"]
+    assert res.returncode == 1 and "psutil" in doc["error"] and "scripts/bootstrap.py" in doc["fix"]
+
+
+def test_a_bare_python3_runs_the_scripts_through_the_bundle_venv(tmp_path):
+    """SKILL.md's step 0 made .venv; a python3 without the dependencies (a fresh venv here) then runs
+    `python3 scripts/detect.py` as written: the script re-runs itself in the bundle venv."""
+    import subprocess
+    import sys
+    from conftest import ROOT, SCRIPTS
+    assert (ROOT / ".venv" / "bin" / "python").exists(), "tests/run.sh runs scripts/bootstrap.py first"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=120)
+    bare = tmp_path / "bare" / "bin" / "python3"
+    assert subprocess.run([str(bare), "-c", "import psutil"], capture_output=True, timeout=60).returncode != 0
+    res = subprocess.run([str(bare), str(SCRIPTS / "detect.py")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout)["logical_cores"] >= 1
+    boot = subprocess.run([str(bare), str(SCRIPTS / "bootstrap.py"), "--check"], capture_output=True, text=True,
+                          timeout=60)
+    doc = json.loads(boot.stdout)
+    assert boot.returncode == 0 and doc["ready"] and doc["venv"] == str(ROOT / ".venv") and not doc["missing"]
 
 
 def test_run_probe_reads_the_marked_json_line_or_says_why_not():

@@ -39,7 +39,7 @@ def test_skill_md_size_and_frontmatter():
 
 def test_docs_have_commands_for_every_step():
     skill = {(c.script, c.subcommand) for c in commands("SKILL.md")}
-    for want in [("detect.py", None), ("validate.py", None), ("check_model.py", None), ("estimate_memory.py", None),
+    for want in [("bootstrap.py", None), ("setup_host_stack.py", None), ("detect.py", None), ("validate.py", None), ("check_model.py", None), ("estimate_memory.py", None),
                  ("cpu_tune.py", None), ("launch.py", "plan"), ("launch.py", "start"), ("launch.py", "verify"),
                  ("launch.py", "handoff"), ("launch.py", "stop"), ("kernel_proof.py", None)]:
         assert want in skill, want

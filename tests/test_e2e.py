@@ -1,10 +1,13 @@
-"""End to end on this EPYC runner: real vLLM + zentorch through the skill's own scripts, no mock in the chain.
+"""End to end on this runner: real vLLM through the skill's own scripts, no mock in the chain.
 
+The runners are drawn from a pool (EPYC Genoa, EPYC Turin, Intel Xeon), and every one serves for real:
+- on an AVX-512 BF16 AMD EPYC, the zentorch chain: the host stack venv, ZenCpuPlatform, kernel proof;
+- on any other x86-64 CPU with AVX2 or AVX-512, the same chain through the stock path (vLLM's
+  CpuPlatform, no zentorch), with the routing's confirmation answered as a human who asked for it.
 The chain is the one SKILL.md tells an agent to run, on a locally built Qwen3-architecture model with
-random weights (no hub here): detect -> validate (host path, the stack venv) -> check_model (registry
-probed from that venv) -> estimate_memory -> cpu_tune -> launch plan -> start -> verify -> handoff ->
-OpenAI SDK chat + completion -> kernel proof -> stop. Then the failures verify must catch.
-Skipped, with the reason, on a host that is not an AVX-512 AMD EPYC.
+random weights (no hub here): detect -> validate -> check_model (registry probed from the venv) ->
+estimate_memory -> cpu_tune -> launch plan -> start -> verify -> handoff -> OpenAI SDK chat + completion
+-> kernel proof -> stop. Then the failures verify must catch. Each test prints which path it ran.
 """
 from __future__ import annotations
 
@@ -30,21 +33,26 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servin
 BUILDER = ROOT / "tests" / "tools" / "build_test_model.py"
 
 
-def _epyc_reason() -> str | None:
-    d = run_script("detect.py").doc
-    if not (d.get("is_amd_epyc") and d.get("avx512") and d.get("avx512_bf16")):
-        return f"not an AVX-512 AMD EPYC host ({d.get('cpu_model')}): zentorch cannot run here"
-    return None
+def backend_for_this_cpu(det: dict) -> str | None:
+    """zentorch where it can run, stock vLLM CPU on any other x86-64 with AVX2/AVX-512, else None."""
+    if det.get("is_amd_epyc") and det.get("avx512") and det.get("avx512_bf16"):
+        return "zentorch"
+    flags = open("/proc/cpuinfo").read()
+    return "stock" if re.search(r"\bavx(2|512f)\b", flags) else None
 
 
 @pytest.fixture(scope="session")
 def stack():
-    reason = _epyc_reason()
-    if reason:
-        pytest.skip(reason)
-    r = run_script("setup_host_stack.py", timeout=2400)  # idempotent: ~80 s the first time, seconds after
+    det = run_script("detect.py").doc
+    backend = backend_for_this_cpu(det)
+    if backend is None:
+        pytest.skip(f"{det.get('cpu_model')}: neither AVX2 nor AVX-512, vLLM's CPU build cannot run here")
+    args = ["--stock"] if backend == "stock" else []
+    r = run_script("setup_host_stack.py", *args, timeout=2400)  # idempotent: ~90 s the first time, seconds after
     assert r.code == 0, r.doc
-    return r.doc
+    print(f"\ne2e on {det['cpu_model']} ({det['vendor_name']}): the {backend} path, platform "
+          f"{r.doc['stack']['platform']}")
+    return {**r.doc, "detect": det}
 
 
 @pytest.fixture(scope="session")
@@ -81,12 +89,21 @@ def vllm_processes(model_dir: str) -> list[psutil.Process]:
 
 def plan_for(tmp: Path, stack: dict, model: str, *extra: str) -> tuple[Path, dict]:
     """The SKILL.md chain up to the plan, asserting on every JSON on the way."""
+    stock = stack["backend"] == "stock"
     det = run_script("detect.py")
-    assert det.code == 0 and det.doc["is_supported_epyc"] is True and det.doc["avx512"] is True
-    val = run_script("validate.py", "--python", stack["python"], "--generation", det.doc["epyc_generation"],
-                     "--avx512", "true", env={"HF_TOKEN": ""})
-    assert val.code == 0 and val.doc["ready"] and val.doc["path"] == "host"
-    assert val.doc["stack"]["platform"].endswith("ZenCpuPlatform") and val.doc["compatibility"]["status"] == "proceed"
+    assert det.code == 0
+    route = det.doc["route"]["route"]
+    assert route == ("zentorch" if not stock else ("stop" if not det.doc["is_amd_epyc"] else route))
+    det_file = save(tmp, "detect", det)
+    val = run_script("validate.py", "--detect", str(det_file), "--python", stack["python"],
+                     *(["--stock"] if stock else []), env={"HF_TOKEN": ""})
+    assert val.code == 0 and val.doc["ready"] and val.doc["path"] == "host", val.doc
+    assert val.doc["backend"] == stack["backend"] and val.doc["compatibility"]["status"] == "proceed"
+    if stock:  # the stock path always asks: here the human who asked for it says yes
+        assert val.doc["requires_confirmation"] and val.doc["confirmations"][0]["check"] == "cpu"
+        assert val.doc["stack"]["platform"].endswith(".CpuPlatform") and not val.doc["stack"]["zen_active"]
+    else:
+        assert val.doc["stack"]["platform"].endswith("ZenCpuPlatform") and val.doc["stack"]["zen_active"]
     chk = run_script("check_model.py", "--model-id", model, "--vllm-version", val.doc["stack"]["vllm"],
                      "--python", stack["python"])
     assert chk.code == 0 and chk.doc["registry_source"].startswith("probe:python:")
@@ -100,11 +117,13 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str) -> tuple[Path, dic
     bind = set(common.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
     allowed = set(common.parse_cpulist(det.doc["allowed_cpus"]))
     assert bind and bind <= allowed
-    files = {n: save(tmp, n, r) for n, r in (("detect", det), ("validate", val), ("check", chk), ("estimate", est),
+    files = {n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk), ("estimate", est),
                                              ("tune", tune))}
+    files["detect"] = det_file
     plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--port", str(free_port()),
                       "--state-dir", str(tmp / "run"), *extra)
     assert plan.code == 0, plan.doc
+    assert plan.doc["backend"] == stack["backend"]
     return save(tmp, "plan", plan), {"plan": plan.doc, "estimate": est.doc, "tune": tune.doc}
 
 
@@ -143,12 +162,16 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
         assert int(m.group(1).replace(",", "")) == (kv_gib * 2 ** 30 // per_token) // block * block
         assert got["estimate"]["weight_bytes"] == models["tiny"]["parameters"] * 2
 
-        # the kernel proof: zentorch matmuls really ran
+        # the kernel proof: zentorch matmuls really ran -- and on the stock path, the proof says none did
         proof = run_script("kernel_proof.py", "--plan", str(plan_file))
-        assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0
-        assert any(op.startswith("zentorch") for op in proof.doc["by_plugin_op"])
-        print(f"\nkernel proof: {proof.doc['zentorch_matmuls']} zentorch matmuls {proof.doc['by_kernel']}, "
-              f"oneDNN exec {proof.doc['onednn_exec_count']}, fallback lines {proof.doc['fallback_count']}; "
+        if stack["backend"] == "zentorch":
+            assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0
+            assert any(op.startswith("zentorch") for op in proof.doc["by_plugin_op"])
+            assert "ZenCpuPlatform" in log or "zen_cpu" in log
+        else:
+            assert proof.code == 1 and proof.doc["zentorch_matmuls"] == 0 and "zentorch" not in log.lower()
+        print(f"\n{stack['backend']} path: {proof.doc['zentorch_matmuls']} zentorch matmuls "
+              f"{proof.doc['by_kernel']}, oneDNN exec {proof.doc['onednn_exec_count']}; "
               f"healthy after {ver.doc['time_to_healthy_s']} s")
     finally:
         stop = run_script("launch.py", "stop", "--plan", str(plan_file))
@@ -222,24 +245,36 @@ def test_registry_snapshot_matches_the_live_probe(stack):
     assert snap["architectures"] == live
 
 
+def pick_variants(cmds, backend: str) -> list:
+    """SKILL.md gives per-path variants of a command in one block (a trailing `# stock path` or
+    `# host path`): keep, per block, the line this runner's path uses, as the agent would."""
+    want = ["stock path", "host path"] if backend == "stock" else ["host path"]
+    out = []
+    for block in dict.fromkeys(c.block for c in cmds):
+        lines = [c for c in cmds if c.block == block]
+        tags = [t for t in want if any(c.tag == t for c in lines)]
+        # setup_host_stack's block: the stock line on the stock path, the plain one otherwise
+        chosen = [c for c in lines if c.tag == tags[0]] if tags else [c for c in lines if c.tag is None]
+        out += chosen
+    return out
+
+
 def test_skill_md_commands_run_as_written(stack, models, tmp_path):
-    """Every SKILL.md command on this runner's path (host), run by bash exactly as written; the shell
-    variables are set from each step's JSON the way the agent is told to set them."""
+    """Every SKILL.md command on this runner's path, run by bash exactly as written; the shell variables
+    are set from each step's JSON the way the agent is told to set them. On a CPU that is not an AMD
+    EPYC, detect's route is `stop` (where an agent stops); the rest runs the stock path, as for a human
+    who asked for it explicitly."""
     from docs import commands
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the README's venv
-           "RUN": str(tmp_path), "PY": stack["python"], "MODEL": models["tiny"]["folder"],
+           "RUN": str(tmp_path), "MODEL": models["tiny"]["folder"],
            "REV": "main", "MAX_LEN": "2048", "NUM_PROMPTS": "1"}
-    cmds = commands("SKILL.md")
-    host_blocks = {c.block for c in cmds if c.tag == "host path"}
     ran = []
 
     def read(name):
         return json.loads((tmp_path / f"{name}.json").read_text())
 
     try:
-        for c in cmds:
-            if (c.tag and c.tag != "host path") or (c.tag is None and c.block in host_blocks):
-                continue  # another path's variant: its flags are checked in test_docs
+        for c in pick_variants(commands("SKILL.md"), stack["backend"]):
             res = subprocess.run(["bash", "-c", c.line], env=env, cwd=ROOT, capture_output=True, text=True,
                                  timeout=900)
             ran.append((c.script, c.subcommand))
@@ -250,9 +285,13 @@ def test_skill_md_commands_run_as_written(stack, models, tmp_path):
             assert res.returncode == 0, f"{c.line}\n{out[-2000:]}\n{res.stderr[-2000:]}"
             if c.script == "detect.py":
                 d = read("detect")
-                env.update(GEN=d["epyc_generation"], AVX512=str(d["avx512"]).lower(), RAM_GB=str(d["memory_gb"]))
+                assert d["route"]["route"] == ("zentorch" if stack["backend"] == "zentorch" else
+                                               ("stop" if not d["is_amd_epyc"] else d["route"]["route"]))
+                env.update(RAM_GB=str(d["memory_gb"]))
             elif c.script == "validate.py":
-                env["VLLM"] = read("validate")["stack"]["vllm"]
+                v = read("validate")
+                assert v["backend"] == stack["backend"] and v["path"] == "host"
+                env.update(VLLM=v["stack"]["vllm"], PY=v["python"])
             elif c.script == "estimate_memory.py":
                 e = read("estimate")
                 env.update(WEIGHTS_GB=str(e["weight_gb"]), KV_GB=str(e["fit"]["kv_cache_gb"]))
@@ -263,19 +302,32 @@ def test_skill_md_commands_run_as_written(stack, models, tmp_path):
     finally:
         if (tmp_path / "plan.json").exists():
             run_script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"))
-    assert ("launch.py", "verify") in ran and ("launch.py", "stop") in ran and len(ran) >= 11
+    assert ("bootstrap.py", None) in ran and ("setup_host_stack.py", None) in ran
+    assert ("launch.py", "verify") in ran and ("launch.py", "stop") in ran and len(ran) >= 13
     assert vllm_processes(models["tiny"]["folder"]) == []
 
 
 def test_readme_main_job_up(stack, models, tmp_path):
-    """The README's main command, `launch.py up`, on a local model (no Hub here), without the prompt."""
-    r = run_script("launch.py", "up", "--model", models["tiny"]["folder"], "--yes", "--max-model-len", "2048",
-                   "--state-dir", str(tmp_path), timeout=900)
+    """The README's main command, `launch.py up`, on a local model (no Hub here), without the prompt.
+    Not an AMD EPYC: `up` stops at detect naming the CPU, nothing started; `up --stock` (a human's
+    explicit request) then serves. On an EPYC: `up` serves through zentorch."""
+    model = models["tiny"]["folder"]
+    args = ["up", "--model", model, "--yes", "--max-model-len", "2048"]
+    if not stack["detect"]["is_amd_epyc"]:
+        r = run_script("launch.py", *args, "--state-dir", str(tmp_path / "refused"), timeout=300)
+        assert r.code == 1 and r.doc["phase"] == "detect" and r.doc["started"] is False
+        assert stack["detect"]["cpu_model"] in r.doc["error"] and stack["detect"]["vendor_name"] in r.doc["error"]
+        assert not (tmp_path / "refused" / "validate.json").exists() and vllm_processes(model) == []
+    if stack["backend"] == "stock":
+        args.append("--stock")
+    r = run_script("launch.py", *args, "--state-dir", str(tmp_path / "up"), timeout=900)
     try:
         assert r.code == 0, json.dumps(r.doc)[-3000:]
         assert r.doc["ok"] and r.doc["verify"]["ok"] and r.doc["handoff"]["base_url"].endswith("/v1")
         for phase in ("detect", "validate", "check_model", "estimate_memory", "cpu_tune", "plan"):
-            assert (tmp_path / f"{phase}.json").exists()
+            assert (tmp_path / "up" / f"{phase}.json").exists()
+        assert json.loads((tmp_path / "up" / "plan.json").read_text())["backend"] == stack["backend"]
+        assert "up: validate" in r.stderr and "verify: healthy after" in r.stderr  # progress on stderr
     finally:
-        run_script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"))
-    assert vllm_processes(models["tiny"]["folder"]) == []
+        run_script("launch.py", "stop", "--plan", str(tmp_path / "up" / "plan.json"))
+    assert vllm_processes(model) == []

@@ -43,7 +43,7 @@ def inputs(tmp_path, rt):
     out = {}
     for name, script, args in [
         ("detect", "detect.py", ["--sysroot", str(genoa)]),
-        ("validate", "validate.py", ["--python", sys.executable, "--generation", "Genoa", "--avx512", "true"]),
+        ("validate", "validate.py", ["--python", sys.executable, "--detect", str(tmp_path / "detect.json")]),
         ("check", "check_model.py", ["--model-id", str(model), "--vllm-version", "0.25.1"]),
         ("estimate", "estimate_memory.py", ["--model-id", str(model), "--ram-gb", "384"]),
         ("tune", "cpu_tune.py", ["--sysroot", str(genoa), "--socket", "1", "--weights-gb", "1.11",
@@ -74,7 +74,7 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
         "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface",
         "-v", f"{real}:/models/Qwen3-0.6B:ro",
         "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_TOKEN",
-        PINNED, "vllm", "serve", "/models/Qwen3-0.6B", "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
+        "--entrypoint", "vllm", PINNED, "serve", "/models/Qwen3-0.6B", "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
         "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096"]
     assert p["pre_argv"] == [["docker", "rm", "-f", "vllm-epyc"], ["docker", "pull", PINNED]]
     assert not any(a.startswith("--shm-size") or a == "--device" for a in p["argv"])
@@ -106,10 +106,12 @@ def test_needs_device_flag_only_before_020():
     assert not launch.needs_device_flag("0.32.0+cpu") and not launch.needs_device_flag(None)
 
 
-def test_stock_image_command_has_no_vllm_serve_prefix():
+def test_container_command_sets_the_vllm_entrypoint_whatever_the_image_declares():
+    """The stock image's entrypoint is `vllm serve`, the zentorch image has none: --entrypoint vllm +
+    `serve ...` runs the same command in both."""
     plan = launch.container_run_argv(["podman"], "vllm-epyc", ["--ipc=host"], [], "-v /h:/root/.cache/huggingface",
                                      [], {"A": "1"}, [], "vllm/vllm-openai-cpu:latest-x86_64", ["m", "--port", "1"])
-    assert plan[-3:] == ["m", "--port", "1"] and plan[-4] == "vllm/vllm-openai-cpu:latest-x86_64"
+    assert plan[-7:] == ["--entrypoint", "vllm", "vllm/vllm-openai-cpu:latest-x86_64", "serve", "m", "--port", "1"]
     with pytest.raises(Exception):
         launch.container_run_argv(["docker"], "n", ["--ipc=host", "--shm-size=16g"], [], "", [], {}, [], "i", [])
 
@@ -185,7 +187,7 @@ def test_rootless_podman_cpuset_rejection_drops_the_flags(script, inputs, rt, tm
     (d / "daemon_down").touch()
     (d / "podman_can_run").touch()
     (d / "cpuset_rejected").touch()
-    val = run_script("validate.py", "--python", sys.executable, env=env)
+    val = run_script("validate.py", "--python", sys.executable, "--detect", str(inputs["detect"]), env=env)
     assert val.doc["runtime"] == "podman"
     Path(inputs["validate"]).write_text(val.stdout)
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)

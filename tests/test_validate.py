@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import validate as v
-from conftest import ROOT
+from conftest import ROOT, detect_file
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
@@ -19,13 +19,15 @@ PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026
 def fake_rt(tmp_path, monkeypatch):
     d = tmp_path / "rt"
     d.mkdir()
-    env = {"FAKE_RT_DIR": str(d), "PATH": f"{FAKE_BIN}:{os.environ['PATH']}"}
+    env = {"FAKE_RT_DIR": str(d), "PATH": f"{FAKE_BIN}:{os.environ['PATH']}",
+           "DETECT_JSON": str(detect_file(tmp_path))}
     return d, env
 
 
 def run_validate(script, env, *args):
-    # --python this test interpreter: it has no vLLM, so the host path is unavailable unless stated
-    return script("validate.py", "--python", sys.executable, *args, env=env)
+    # --python this test interpreter: it has no vLLM, so the host path is unavailable unless stated;
+    # --detect a Genoa's facts, so the CPU gate is the fixture's, not this session's CPU
+    return script("validate.py", "--python", sys.executable, "--detect", env["DETECT_JSON"], *args, env=env)
 
 
 def test_docker_daemon_up_gives_the_container_path_with_the_stack_from_the_tag(script, fake_rt):
@@ -73,7 +75,8 @@ def test_no_avx512_blocks_unless_stock_was_accepted(script, fake_rt):
     assert r.code == 1 and r.doc["ready"] is False and r.doc["zentorch_capable"] is False
     assert "--stock" in next(e for e in r.doc["errors"] if e["check"] == "cpu")["fix"]
     s = run_validate(script, env, "--avx512", "false", "--generation", "Milan", "--stock")
-    assert s.code == 0 and s.doc["path"] == "stock" and s.doc["requires_confirmation"] is True
+    assert s.code == 0 and s.doc["path"] == "container" and s.doc["backend"] == "stock"
+    assert s.doc["requires_confirmation"] is True
     assert s.doc["image"] == "vllm/vllm-openai-cpu:latest-x86_64" and s.doc["zentorch_capable"] is False
 
 
@@ -175,5 +178,5 @@ def test_bad_arguments(script, fake_rt, args, needle):
 
 def test_missing_python(script, fake_rt):
     d, env = fake_rt
-    r = script("validate.py", "--python", "/nonexistent/python", env=env)
+    r = script("validate.py", "--python", "/nonexistent/python", "--detect", env["DETECT_JSON"], env=env)
     assert r.code == 1 and "setup_host_stack.py" in r.doc["fix"]
