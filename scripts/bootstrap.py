@@ -6,7 +6,7 @@
     python3 scripts/bootstrap.py --check    # only report; install nothing
 
 Uses only the standard library, so it runs on a bare python3 >= 3.10. The dependencies are the ones
-pyproject.toml declares (huggingface_hub, psutil, py-cpuinfo, requests), installed with pip into
+pyproject.toml declares (huggingface_hub, psutil, py-cpuinfo, requests, jsonschema), installed with pip into
 <bundle>/.venv; after that every `python3 scripts/NAME.py` re-runs itself in that venv when the
 interpreter it was started with lacks them, so no activation is needed.
 Exit 0 with the interpreter and versions; exit 1 with {"error", "fix"}.
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--test", action="store_true", help="also install the test extra (pytest, hypothesis, ...)")
     p.add_argument("--check", action="store_true", help="only report; install nothing")
     args = p.parse_args(argv)
-    dists = list(common.BUNDLE_DEPS.values()) + (["pytest", "hypothesis", "jsonschema", "openai", "skills-ref"]
+    dists = list(common.BUNDLE_DEPS.values()) + (["pytest", "hypothesis", "openai", "skills-ref"]
                                                  if args.test else [])
     venv_python = common.BUNDLE_VENV / "bin" / "python"
     here = installed_versions(sys.executable, dists)

@@ -143,9 +143,9 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--vllm-version", default=epyc["vllm_version"],
                    help="vLLM that will serve: stack.vllm from validate.py (default: the pinned %(default)s)")
     p.add_argument("--python", help="probe the registry of the vLLM installed for this interpreter")
-    p.add_argument("--image", help="probe the registry inside this local container image")
-    p.add_argument("--runtime", default="docker", help="container runtime for --image (default docker)")
-    p.add_argument("--hub-timeout", type=float, default=60, help="overall deadline for Hub requests, seconds")
+    p.add_argument("--image", type=common.image_ref, help="probe the registry inside this local container image")
+    p.add_argument("--runtime", default="docker", choices=sorted(common.CONTAINER_RUNTIMES), help="container runtime for --image (default docker)")
+    p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")
     args = p.parse_args(argv)
 
     notes: list[str] = []

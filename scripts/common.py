@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -34,7 +35,7 @@ GIB = 1024 ** 3
 
 # The bundle's own dependencies (import names) and the venv scripts/bootstrap.py makes for them.
 BUNDLE_DEPS = {"huggingface_hub": "huggingface_hub", "psutil": "psutil", "cpuinfo": "py-cpuinfo",
-               "requests": "requests"}
+               "requests": "requests", "jsonschema": "jsonschema"}
 BUNDLE_VENV = ROOT / ".venv"
 _REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 
@@ -93,6 +94,75 @@ class JsonArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ScriptError(f"bad arguments: {message}",
                           f"see `python3 {self.prog} --help`")
+
+
+# ---------------------------------------------------------------- flag types (checked at the boundary)
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse type: a whole number in [lo, hi]; anything else names the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except (ValueError, AttributeError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected {lo} to {hi})")
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range (expected {lo} to {hi})")
+        return value
+    parse.__name__ = "whole number"
+    return parse
+
+
+def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open): never NaN or infinity,
+    which would poison the JSON (not valid JSON) or make a wait loop endless."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (ValueError, TypeError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value < lo or value > hi or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"{value:g} is out of range (expected {'more than' if lo_open else 'from'}"
+                                             f" {lo:g} {'and at most' if lo_open else 'to'} {hi:g})")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def is_env_name(text: object) -> bool:
+    return isinstance(text, str) and bool(_ENV_NAME.match(text))
+
+
+def env_name(text: str) -> str:
+    """argparse type: the NAME of an environment variable (it is pasted into shell examples)."""
+    if not is_env_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an environment variable name "
+                                         "(letters, digits and _, not starting with a digit)")
+    return text
+
+
+# docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest]; never an option
+_IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+
+
+def image_ref(text: str) -> str:
+    """argparse type: a container image reference; text that a runtime could read as an option is refused."""
+    if not _IMAGE_REF.match(text or "") or len(text) > 512:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a container image reference (e.g. registry/name:tag)")
+    return text
+
+
+def nonempty(text: str) -> str:
+    """argparse type for a target (--host, --sysroot, --venv): an empty value is a mistake (an unset shell
+    variable), never a silent 'use this machine'."""
+    if not (text or "").strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); leave the flag out to mean this host")
+    return text
 
 
 def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
@@ -193,12 +263,17 @@ def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float) -> 
     return (doc, "") if isinstance(doc, dict) else (None, "probe output is not a JSON object")
 
 
+CONTAINER_RUNTIMES = {"docker": ["docker"], "podman": ["podman"], "sudo docker": ["sudo", "-n", "docker"]}
+
+
 def runtime_argv(runtime: str) -> list[str]:
-    """The argv prefix of a container runtime. 'sudo docker' is only ever used non-interactively
-    (validate.py picks it when `sudo -n` works), so it never waits at a password prompt."""
-    if runtime == "sudo docker":
-        return ["sudo", "-n", "docker"]
-    return runtime.split()
+    """The argv prefix of a container runtime: one of the known engines, never free text run as a
+    program. 'sudo docker' is only ever used non-interactively (validate.py picks it when `sudo -n`
+    works), so it never waits at a password prompt."""
+    if runtime not in CONTAINER_RUNTIMES:
+        raise ScriptError(f"unknown container runtime {runtime!r}",
+                          f"use one of: {', '.join(CONTAINER_RUNTIMES)} (validate.py picks it)")
+    return list(CONTAINER_RUNTIMES[runtime])
 
 
 # ---------------------------------------------------------------- cpulists
@@ -338,6 +413,8 @@ def parse_json_object(text: str, what: str, fix: str) -> dict:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
+    except RecursionError:
+        raise ScriptError(f"{what} is nested too deeply to be one of this bundle's documents", fix)
     if not isinstance(doc, dict):
         raise ScriptError(f"{what} is not a JSON object", fix)
     return doc
@@ -355,6 +432,17 @@ def read_json_input(spec: str, what: str) -> dict:
         raise ScriptError(f"the {what} step failed: {doc.get('error')}",
                           doc.get("fix") or f"fix the {what} step first")
     return doc
+
+
+def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
+    """A document read at the boundary must match its schema (data/schemas/NAME.json); the error names
+    the field, the value and the rule it broke."""
+    import jsonschema
+    schema = json.loads((DATA_DIR / "schemas" / f"{schema_name}.json").read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    if error is not None:
+        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ScriptError(f"{what}: field {field}: {error.message[:300]}", fix)
 
 
 def gb(n_bytes: float, digits: int = 2) -> float:

@@ -222,16 +222,16 @@ def main(argv: Sequence[str] | None = None):
     cfg = epyc["cpu"]
     p = common.JsonArgumentParser(prog="scripts/cpu_tune.py", description=__doc__.split("\n")[0])
     p.add_argument("--format", choices=["json", "env"], default="json")
-    p.add_argument("--socket", type=int, help="force this socket")
-    p.add_argument("--busy-threshold", type=float, default=cfg["busy_threshold_pct"],
+    p.add_argument("--socket", type=common.int_in(0, 4095), help="force this socket")
+    p.add_argument("--busy-threshold", type=common.float_in(0, 100), default=cfg["busy_threshold_pct"],
                    help="a socket at or above this busy %% counts as busy (default %(default)s)")
-    p.add_argument("--reserve", type=int, default=cfg["default_reserved_cores"],
+    p.add_argument("--reserve", type=common.int_in(0, 4096), default=cfg["default_reserved_cores"],
                    help="physical cores to leave unbound (default %(default)s: bind all)")
-    p.add_argument("--weights-gb", type=float, help="model weights, from estimate_memory.py")
-    p.add_argument("--kv-gb-needed", type=float, help="KV cache the model needs, from estimate_memory.py")
-    p.add_argument("--os-reserve-gb", type=float, default=epyc["memory"]["os_reserve_gb"])
-    p.add_argument("--sysroot", help="plan for a captured host tree (load is then unknown)")
-    p.add_argument("--host", help="[user@]host[:port]: plan for another host over ssh (load unknown)")
+    p.add_argument("--weights-gb", type=common.float_in(0, 65536), help="model weights, from estimate_memory.py")
+    p.add_argument("--kv-gb-needed", type=common.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py")
+    p.add_argument("--os-reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
+    p.add_argument("--sysroot", type=common.nonempty, help="plan for a captured host tree (load is then unknown)")
+    p.add_argument("--host", type=common.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)")
     args = p.parse_args(argv)
     if not 0 < args.busy_threshold <= 100:
         raise ScriptError(f"--busy-threshold {args.busy_threshold:g} is outside (0, 100]",

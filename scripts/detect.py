@@ -457,8 +457,8 @@ def report(f: HostFacts, epyc: dict) -> dict:
 
 def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/detect.py", description=__doc__.split("\n")[0])
-    p.add_argument("--sysroot", help="read DIR/proc and DIR/sys instead of this host's")
-    p.add_argument("--host", help="[user@]host[:port]: read another host through one ssh call")
+    p.add_argument("--sysroot", type=common.nonempty, help="read DIR/proc and DIR/sys instead of this host's")
+    p.add_argument("--host", type=common.nonempty, help="[user@]host[:port]: read another host through one ssh call")
     args = p.parse_args(argv)
     epyc = common.load_epyc()
     facts = gather_from_args(args.sysroot, args.host)

@@ -150,32 +150,20 @@ def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, r
 
 # ---------------------------------------------------------------- main
 
-def positive(kind):
-    def check(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise ScriptError(f"not a number: {text!r}", "pass a positive number")
-        if not v > 0 or (isinstance(v, float) and not math.isfinite(v)):
-            raise ScriptError(f"must be positive: {text!r}", "pass a positive number")
-        return v
-    return check
-
-
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
     p.add_argument("--model-id", default=epyc["default_model"])
     p.add_argument("--revision", default=None)
-    p.add_argument("--ram-gb", type=positive(float), help="RAM to fit in: memory_gb from detect.py or "
+    p.add_argument("--ram-gb", type=common.float_in(0, 1 << 20, lo_open=True), help="RAM to fit in: memory_gb from detect.py or "
                    "socket_ram_gb from cpu_tune.py; without it no verdict is given")
-    p.add_argument("--max-model-len", type=positive(int), default=epyc["serve"]["default_max_model_len"])
-    p.add_argument("--num-prompts", type=positive(int), default=1, help="concurrent sequences at full length")
-    p.add_argument("--weight-gb", type=positive(float), help="override the weight size (GiB)")
-    p.add_argument("--reserve-gb", type=float, default=epyc["memory"]["os_reserve_gb"],
+    p.add_argument("--max-model-len", type=common.int_in(16, 1 << 24), default=epyc["serve"]["default_max_model_len"])
+    p.add_argument("--num-prompts", type=common.int_in(1, 65536), default=1, help="concurrent sequences at full length")
+    p.add_argument("--weight-gb", type=common.float_in(0, 65536, lo_open=True), help="override the weight size (GiB)")
+    p.add_argument("--reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"],
                    help="RAM kept for the OS and vLLM's own process (default %(default)s)")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"], default=epyc["precision"]["default"])
-    p.add_argument("--hub-timeout", type=float, default=60, help="overall deadline for Hub requests, seconds")
+    p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")
     args = p.parse_args(argv)
     if args.reserve_gb < 0:
         raise ScriptError("--reserve-gb must be >= 0", "pass 0 or more")

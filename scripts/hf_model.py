@@ -184,7 +184,7 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
         restricted = "403" in text or "authorized list" in text or "restricted" in text
         if restricted or os.environ.get("HF_TOKEN"):
             return Unreadable("gated", f"{ref} is gated and this token has not been granted access",
-                              f"accept the model's license on its Hugging Face page with the account of HF_TOKEN")
+                              "accept the model's license on its Hugging Face page with the account of HF_TOKEN")
         return Unreadable("gated", f"{ref} is gated: a token is needed",
                           "export HF_TOKEN=<a token whose account accepted the license>")
     if any(isinstance(c, e.RevisionNotFoundError) for c in chain):

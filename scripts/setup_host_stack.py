@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     stack = epyc["host_stack"]
     p = common.JsonArgumentParser(prog="scripts/setup_host_stack.py", description=__doc__.split("\n")[0])
-    p.add_argument("--venv", help="venv folder (default: %s, or ...-stock with --stock)" % default_venv(stack))
+    p.add_argument("--venv", type=common.nonempty, help="venv folder (default: %s, or ...-stock with --stock)" % default_venv(stack))
     p.add_argument("--stock", action="store_true", help="stock vLLM CPU without zentorch (%s)"
                    % " ".join(stack["stock"]["pip"]))
     p.add_argument("--check", action="store_true", help="only report; install nothing")

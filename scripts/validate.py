@@ -302,11 +302,17 @@ def probe_runtimes(want: str) -> tuple[dict[str, bool], dict[str, str]]:
     return ok, detail
 
 
-def container_stack(runtime: str, image: str) -> tuple[dict, list[dict]]:
-    """The stack inside the image when it is local (probed), else read from its tag."""
+def container_stack(runtime: str, image: str, pinned: bool) -> tuple[dict, list[dict]]:
+    """The stack inside the image when it is local (probed). A pinned image not pulled yet is read
+    from its tag (the tag is ours, in data/epyc.json); any other image must be local to be read."""
     issues = []
-    found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0]) \
-        if image_is_local(runtime, image) else None
+    local = image_is_local(runtime, image)
+    if not local and not pinned:
+        stack = {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": f"absent:{image}"}
+        return stack, [issue("image", "error", f"{image} is not a local image, so its stack cannot be read "
+                             "(only the pinned images' tags are trusted)",
+                             f"{' '.join(common.runtime_argv(runtime))} pull {image}, then re-run validate.py")]
+    found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0]) if local else None
     if found and not found.get("import_error"):
         return ({"vllm": found.get("vllm"), "zentorch": found.get("zentorch"), "torch": found.get("torch"),
                  "platform": found.get("platform"), "source": f"probe:image:{image}"}, issues)
@@ -323,17 +329,17 @@ def container_stack(runtime: str, image: str) -> tuple[dict, list[dict]]:
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
-    p.add_argument("--detect", help="detect.py's JSON for this host (default: read the CPU here)")
-    p.add_argument("--image", default=None, help="container image (default: the pinned one, or the stock "
+    p.add_argument("--detect", type=common.nonempty, help="detect.py's JSON for this host (default: read the CPU here)")
+    p.add_argument("--image", default=None, type=common.image_ref, help="container image (default: the pinned one, or the stock "
                    "image with --stock)")
     p.add_argument("--generation", help="override epyc_generation (default: from --detect or this host)")
     p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
-    p.add_argument("--python", help="interpreter of the host path (default: the setup_host_stack.py venv of "
+    p.add_argument("--python", type=common.nonempty, help="interpreter of the host path (default: the setup_host_stack.py venv of "
                    "the backend if it exists, else this one)")
     p.add_argument("--runtime", choices=["auto", "docker", "podman", "sudo docker", "host"], default="auto",
                    help="force a runtime instead of the detection order")
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
-    p.add_argument("--port-start", type=int, default=epyc["serve"]["default_port"])
+    p.add_argument("--port-start", type=common.int_in(1, 65535), default=epyc["serve"]["default_port"])
     args = p.parse_args(argv)
     if not 0 < args.port_start < 65536:
         raise ScriptError(f"--port-start {args.port_start} is not a port", "pass 1-65535")
@@ -362,7 +368,8 @@ def main(argv: Sequence[str] | None = None):
                             f"or create the host env: {setup}"))
 
     if runtime in ("docker", "podman", "sudo docker"):
-        stack, image_issues = container_stack(runtime, image)
+        pinned_images = (epyc["container"]["image"], epyc["stock_image"]["image"])
+        stack, image_issues = container_stack(runtime, image, image in pinned_images)
         issues += image_issues
         pinned = epyc["container"]["vllm_version"]
     else:
@@ -372,8 +379,9 @@ def main(argv: Sequence[str] | None = None):
         pinned = epyc["host_stack"]["vllm_version"]
     stack["zen_active"] = bool(stack.get("platform") and stack["platform"].endswith("ZenCpuPlatform"))
     compat = stack_compatibility(stack, cpu.get("epyc_generation"), pinned, args.stock, cpu.get("vendor")) \
-        if runtime else {"status": "blocked", "message": "no runtime to probe"}
-    if compat["status"] == "blocked" and runtime:
+        if runtime and not stack["source"].startswith("absent:") else \
+        {"status": "blocked", "message": "no runtime to probe" if not runtime else "the image is not local"}
+    if compat["status"] == "blocked" and runtime and not stack["source"].startswith("absent:"):
         fix = ("use a stock vLLM runtime: python3 scripts/setup_host_stack.py --stock" if args.stock else
                "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)")
         issues.append(issue("stack", "error", compat["message"], fix))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -88,3 +90,65 @@ def detect_file(tmp_path: Path, host: str = "genoa_9654_2s_smt") -> Path:
     out = tmp_path / f"detect-{host}.json"
     out.write_text(r.stdout)
     return out
+
+
+# ---------------------------------------------------------------- end to end: the real stack on this CPU
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
+BUILDER = ROOT / "tests" / "tools" / "build_test_model.py"
+
+
+def backend_for_this_cpu(det: dict) -> str | None:
+    """zentorch where it can run, stock vLLM CPU on any other x86-64 with AVX2/AVX-512, else None."""
+    if det.get("is_amd_epyc") and det.get("avx512") and det.get("avx512_bf16"):
+        return "zentorch"
+    flags = Path("/proc/cpuinfo").read_text()
+    return "stock" if re.search(r"\bavx(2|512f)\b", flags) else None
+
+
+@pytest.fixture(scope="session")
+def stack():
+    det = run_script("detect.py").doc
+    backend = backend_for_this_cpu(det)
+    if backend is None:
+        pytest.skip(f"{det.get('cpu_model')}: neither AVX2 nor AVX-512, vLLM's CPU build cannot run here")
+    args = ["--stock"] if backend == "stock" else []
+    r = run_script("setup_host_stack.py", *args, timeout=2400)  # idempotent: ~90 s the first time, seconds after
+    assert r.code == 0, r.doc
+    print(f"\ne2e on {det['cpu_model']} ({det['vendor_name']}): the {backend} path, platform "
+          f"{r.doc['stack']['platform']}")
+    return {**r.doc, "detect": det}
+
+
+@pytest.fixture(scope="session")
+def models(stack):
+    out = {}
+    for shape, name in (("tiny", "tiny-qwen3"), ("headdim16", "headdim16-qwen3")):
+        res = subprocess.run([stack["python"], str(BUILDER), "--shape", shape, "--out", str(CACHE / "models" / name)],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        out[shape] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def save(tmp: Path, name: str, r) -> Path:
+    p = tmp / f"{name}.json"
+    p.write_text(r.stdout)
+    return p
+
+
+def vllm_processes(model_dir: str) -> list:
+    import psutil
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "serve" in cmd and model_dir in cmd:
+            out.append(p)
+    return out
+

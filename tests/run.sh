@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: sshd (the --host tests start a real one), numactl + tcmalloc (the host path), patchelf.
+# Debian packages: sshd (the --host tests start a real one), numactl + tcmalloc (the host path), patchelf,
+# and for the container path a Docker engine (docker.io) and debootstrap (the test image's rootfs).
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   need=()
-  for pkg in openssh-server numactl libtcmalloc-minimal4 patchelf; do
+  for pkg in openssh-server numactl libtcmalloc-minimal4 patchelf docker.io debootstrap; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ "${#need[@]}" -gt 0 ]; then
@@ -27,5 +28,47 @@ python3 scripts/bootstrap.py --test > /dev/null 2> >(grep -v "^WARNING: Location
 # run the way a user who followed the README runs them.
 . .venv/bin/activate
 
+# A Docker engine for the container e2e: reuse one the docker CLI reaches; else, as root, start dockerd
+# on a private socket (no iptables/bridge: containers use --network=host) with its data root in the
+# cache, so the test image it holds is reused by the next run; stop it when the run ends. overlay2
+# first (a container starts without copying the 4 GB image); vfs where overlay2 cannot mount.
+# The container tests get it as EPYC_TEST_DOCKER_HOST; the host-path tests never see it.
+engine_pid=""
+start_dockerd() {  # $1 = storage driver
+  dockerd --storage-driver="$1" --iptables=false --ip6tables=false --bridge=none \
+    --data-root "$state/data-$1" --exec-root "$run/exec" --pidfile "$run/dockerd.pid" -H "$sock" \
+    > "$state/dockerd-$1.log" 2>&1 &
+  engine_pid=$!
+  for _ in $(seq 60); do
+    DOCKER_HOST="$sock" docker info >/dev/null 2>&1 && return 0
+    kill -0 "$engine_pid" 2>/dev/null || break
+    sleep 1
+  done
+  kill "$engine_pid" 2>/dev/null || true; wait "$engine_pid" 2>/dev/null || true; engine_pid=""
+  return 1
+}
+if docker info >/dev/null 2>&1; then
+  export EPYC_TEST_DOCKER_HOST="${DOCKER_HOST:-unix:///var/run/docker.sock}"
+elif [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null 2>&1; then
+  state="${XDG_CACHE_HOME:-$HOME/.cache}/serving-llms-on-epyc/docker"
+  run=/run/serving-llms-on-epyc-docker
+  mkdir -p "$state" "$run"
+  sock="unix://$run/docker.sock"
+  if DOCKER_HOST="$sock" docker info >/dev/null 2>&1 || start_dockerd overlay2 || start_dockerd vfs; then
+    export EPYC_TEST_DOCKER_HOST="$sock"
+  else
+    echo "tests/run.sh: dockerd did not start (see $state/dockerd-*.log): the container e2e will skip" >&2
+  fi
+fi
+stop_engine() {
+  if [ -n "$engine_pid" ]; then
+    kill "$engine_pid" 2>/dev/null || true
+    wait "$engine_pid" 2>/dev/null || true
+  fi
+}
+trap stop_engine EXIT
+
 # pytest: 0 = all passed; anything else (failures, 5 = no tests collected) fails the run.
-exec python3 -m pytest "$@"
+rc=0
+python3 -m pytest "$@" || rc=$?
+exit "$rc"

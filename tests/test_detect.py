@@ -1,5 +1,4 @@
 """detect.py: generation from brand or CPUID, topology, memory truth, bad input, and the live host."""
-import json
 from pathlib import Path
 
 import pytest

@@ -143,12 +143,15 @@ def test_gemma3_sliding_window_pattern_and_text_config():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--max-model-len", "0"], "positive"),
-    (["--max-model-len", "-5"], "positive"),
-    (["--num-prompts", "x"], "not a number"),
-    (["--ram-gb", "-1"], "positive"),
-    (["--weight-gb", "nan"], "positive"),
-    (["--reserve-gb", "-1"], "reserve"),
+    (["--max-model-len", "0"], "out of range"),
+    (["--max-model-len", "-5"], "out of range"),
+    (["--max-model-len", "1e12"], "not a whole number"),
+    (["--num-prompts", "x"], "not a whole number"),
+    (["--ram-gb", "-1"], "out of range"),
+    (["--weight-gb", "nan"], "not a finite number"),
+    (["--reserve-gb", "-1"], "out of range"),
+    (["--reserve-gb", "inf"], "not a finite number"),
+    (["--hub-timeout", "0"], "out of range"),
 ])
 def test_bad_numbers(script, args, needle):
     r = est(script, FIXTURES / "Qwen3-0.6B", *args)

@@ -5,17 +5,19 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-import launch
+import serve_life
+import serve_plan
+from common import ScriptError, load_epyc
 from conftest import ROOT, run_script, sysroots
-from model_fixtures import FIXTURES, model_folder
+from model_fixtures import model_folder
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
+NO_FACTS = {"hf_token_set": False, "hf_offline": False, "api_key_set": False, "model_dir": None}
 FAKE_SERVER = ROOT / "tests" / "fakes" / "openai_server.py"
 SECRET = "hf_plan_secret_5678"
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
@@ -70,13 +72,15 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
     hf = json.loads(Path(inputs["validate"]).read_text())["hf_cache"]["path"]
     real = os.path.realpath(inputs["model"])
     assert p["argv"] == [
-        "docker", "run", "-d", "--name", "vllm-epyc", "--ipc=host", "--network=host", "--cap-add=SYS_NICE",
+        "docker", "run", "-d", "--name", f"vllm-epyc-{p['port']}", "--ipc=host", "--network=host", "--cap-add=SYS_NICE",
         "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface",
-        "-v", f"{real}:/models/Qwen3-0.6B:ro",
-        "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_TOKEN",
-        "--entrypoint", "vllm", PINNED, "serve", "/models/Qwen3-0.6B", "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
+        "-v", f"{real}:/models/Qwen3-0.6B:ro", "-v", f"{tmp_path / 'st' / 'secrets'}:{serve_plan.SECRETS_TARGET}:ro",
+        "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
+        "--entrypoint", "sh", PINNED, "-c", serve_plan.SECRET_LOADER, "vllm", "/models/Qwen3-0.6B",
+        "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
         "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096"]
-    assert p["pre_argv"] == [["docker", "rm", "-f", "vllm-epyc"], ["docker", "pull", PINNED]]
+    assert p["secrets"] == {"HF_TOKEN": "HF_TOKEN"} and p["env_by_name"] == ["HF_TOKEN"]
+    assert p["pre_argv"] == [["docker", "rm", "-f", f"vllm-epyc-{p['port']}"], ["docker", "pull", PINNED]]
     assert not any(a.startswith("--shm-size") or a == "--device" for a in p["argv"])
     assert SECRET not in r.stdout  # by name only
     assert "| CPU sizing | socket 1 (forced by --socket), bind 96-191" in p["summary_markdown"]
@@ -102,18 +106,18 @@ def test_plan_options_and_rules(script, inputs, rt, monkeypatch):
 
 
 def test_needs_device_flag_only_before_020():
-    assert launch.needs_device_flag("0.19.1") and not launch.needs_device_flag("0.20.0")
-    assert not launch.needs_device_flag("0.32.0+cpu") and not launch.needs_device_flag(None)
+    assert serve_plan.needs_device_flag("0.19.1") and not serve_plan.needs_device_flag("0.20.0")
+    assert not serve_plan.needs_device_flag("0.32.0+cpu") and not serve_plan.needs_device_flag(None)
 
 
 def test_container_command_sets_the_vllm_entrypoint_whatever_the_image_declares():
     """The stock image's entrypoint is `vllm serve`, the zentorch image has none: --entrypoint vllm +
     `serve ...` runs the same command in both."""
-    plan = launch.container_run_argv(["podman"], "vllm-epyc", ["--ipc=host"], [], "-v /h:/root/.cache/huggingface",
+    plan = serve_plan.container_run_argv(["podman"], "vllm-epyc", ["--ipc=host"], [], "-v /h:/root/.cache/huggingface",
                                      [], {"A": "1"}, [], "vllm/vllm-openai-cpu:latest-x86_64", ["m", "--port", "1"])
     assert plan[-7:] == ["--entrypoint", "vllm", "vllm/vllm-openai-cpu:latest-x86_64", "serve", "m", "--port", "1"]
     with pytest.raises(Exception):
-        launch.container_run_argv(["docker"], "n", ["--ipc=host", "--shm-size=16g"], [], "", [], {}, [], "i", [])
+        serve_plan.container_run_argv(["docker"], "n", ["--ipc=host", "--shm-size=16g"], [], "", [], {}, [], "i", [])
 
 
 @pytest.mark.parametrize("mutate,needle", [
@@ -124,12 +128,12 @@ def test_container_command_sets_the_vllm_entrypoint_whatever_the_image_declares(
 def test_plan_refuses_inconsistent_inputs(inputs, mutate, needle):
     docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
     mutate(docs)
-    with pytest.raises(launch.ScriptError) as e:
-        launch.build_plan(docs, {}, launch.common.load_epyc())
+    with pytest.raises(ScriptError) as e:
+        serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     assert needle in e.value.error
-    with pytest.raises(launch.ScriptError) as e:
-        launch.build_plan({**{k: json.loads(Path(inputs[k]).read_text()) for k in docs}}, {"model": "other/model"},
-                          launch.common.load_epyc())
+    with pytest.raises(ScriptError) as e:
+        serve_plan.build_plan({**{k: json.loads(Path(inputs[k]).read_text()) for k in docs}},
+                              {"model": "other/model"}, load_epyc(), NO_FACTS)
     assert "check_model.py ran for" in e.value.error
 
 
@@ -171,15 +175,33 @@ def test_container_start_removes_pulls_runs_with_secret_by_name(script, inputs, 
     plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=SECRET)
     before = len(calls(d))
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={**env, "HF_TOKEN": SECRET})
-    assert r.code == 0 and r.doc["started"] and r.doc["container_name"] == "vllm-epyc"
+    name = f"vllm-epyc-{plan['port']}"
+    assert r.code == 0 and r.doc["started"] and r.doc["container_name"] == name
     made = calls(d)[before:]
-    assert [c["argv"][0] for c in made] == ["rm", "pull", "run"]
-    assert made[0]["argv"] == ["rm", "-f", "vllm-epyc"]
-    assert ["docker", *made[2]["argv"]] == plan["argv"]
-    assert made[2]["secret_names_in_env"] == ["HF_TOKEN"]  # the runtime CLI can resolve --env HF_TOKEN
+    assert [c["argv"][0] for c in made] == ["rm", "image", "pull", "run"]  # pulled: the image was not local
+    assert made[0]["argv"] == ["rm", "-f", name]
+    assert ["docker", *made[3]["argv"]] == plan["argv"]
     assert SECRET not in json.dumps(made) and SECRET not in r.stdout + r.stderr
+    secret_file = tmp_path / "st" / "secrets" / "HF_TOKEN"  # what the container mounts read-only
+    assert secret_file.read_text() == SECRET and oct(secret_file.stat().st_mode & 0o777) == "0o600"
     stop = script("launch.py", "stop", "--plan", str(plan_file), env=env)
-    assert stop.doc["stopped"] and calls(d)[-1]["argv"] == ["rm", "-f", "vllm-epyc"]
+    assert stop.doc["stopped"] and [c["argv"] for c in calls(d)[-2:]] == [["stop", "-t", "30", name],
+                                                                           ["rm", "-f", name]]
+    assert not secret_file.exists()
+
+
+def test_start_refuses_a_planned_secret_that_is_not_set(script, inputs, rt, tmp_path):
+    """An API-key server planned in one shell and started in another where the key is unset would
+    enforce nothing: start refuses, and nothing runs."""
+    d, env = rt
+    r = script("launch.py", *plan_args(inputs, "--api-key-env", "MY_KEY", "--state-dir", str(tmp_path / "k")),
+               env={**env, "MY_KEY": "sk-set-at-plan-time"})
+    keyed = tmp_path / "keyed.json"
+    keyed.write_text(r.stdout)
+    before = len(calls(d))
+    s = script("launch.py", "start", "--plan", str(keyed), "--confirm", env=env)
+    assert s.code == 1 and s.doc["phase"] == "start" and "MY_KEY" in s.doc["error"]
+    assert not any(c["argv"][0] == "run" for c in calls(d)[before:])
 
 
 def test_rootless_podman_cpuset_rejection_drops_the_flags(script, inputs, rt, tmp_path):
@@ -227,16 +249,35 @@ def test_start_needs_confirmation(script, inputs, rt, tmp_path):
 # ---- host path: real processes, a misbehaving HTTP server
 
 
-def host_plan(tmp_path, inputs, mode, port=None, **opts):
+@pytest.fixture(scope="module")
+def live_tune():
+    """cpu_tune for this machine: the host-path tests really start the planned argv, pin prefix included."""
+    r = run_script("cpu_tune.py", "--weights-gb", "1.11", "--kv-gb-needed", "0.44")
+    assert r.code == 0, r.doc
+    return r.doc
+
+
+def fake_venv(tmp_path) -> Path:
+    """A venv whose `bin/vllm` is the misbehaving server: start runs the plan's real argv, unedited."""
+    bin_dir = tmp_path / "fake-venv" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "python").unlink(missing_ok=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    vllm = bin_dir / "vllm"
+    vllm.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(FAKE_SERVER)!r}\n"
+                    f"runpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
+    vllm.chmod(0o755)
+    return bin_dir / "python"
+
+
+def host_plan(tmp_path, inputs, live_tune, port=None, **opts):
     docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
-    docs["validate"].update(path="host", runtime=None, image=None, python=sys.executable,
+    docs["validate"].update(path="host", runtime=None, image=None, python=str(fake_venv(tmp_path)),
                             ld_preload={"value": None, "note": None})
-    port = port or free_port()
-    plan = launch.build_plan(docs, {"port": port, "state_dir": str(tmp_path / f"st-{mode}"), **opts},
-                             launch.common.load_epyc())
-    plan["argv"] = [sys.executable, str(FAKE_SERVER), "--mode", mode, "--port", str(port),
-                    "--model", plan["served_model_name"], "--delay", "1"]
-    path = tmp_path / f"plan-{mode}.json"
+    docs["tune"] = live_tune
+    opt = {"port": port or free_port(), "state_dir": str(tmp_path / "st-host"), **opts}
+    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check"]))
+    path = tmp_path / "plan-host.json"
     path.write_text(json.dumps(plan))
     return path, plan
 
@@ -250,9 +291,10 @@ def host_plan(tmp_path, inputs, mode, port=None, **opts):
     ("die_on_request", "smoke", "ConnectionError"),
     ("die_after_answer", "smoke", "died after its first request"),
 ])
-def test_verify_catches_each_failure(script, tmp_path, inputs, mode, phase, needle):
-    plan_file, plan = host_plan(tmp_path, inputs, mode)
-    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+def test_verify_catches_each_failure(script, tmp_path, inputs, live_tune, mode, phase, needle):
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    started = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"FAKE_SERVER_MODE": mode})
+    assert started.code == 0, started.doc
     try:
         r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "4")
         assert r.code == 1 and r.doc["phase"] == phase and needle in r.doc["error"], r.doc
@@ -261,9 +303,9 @@ def test_verify_catches_each_failure(script, tmp_path, inputs, mode, phase, need
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
-def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script, tmp_path, inputs):
+def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script, tmp_path, inputs, live_tune):
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    plan_file, plan = host_plan(tmp_path, inputs, "good")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     try:
         s = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
         assert s.code == 0
@@ -271,7 +313,8 @@ def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script,
         assert again.code == 1 and "already running" in again.doc["error"]
         r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
         assert r.code == 0 and r.doc["ok"] and r.doc["smoke"]["endpoint"] == "/v1/chat/completions"
-        assert "VLLM_CPU_OMP_THREADS_BIND=96-191" in Path(plan["log_file"]).read_text()  # the sizing env arrived
+        bind = live_tune["vllm_cpu_omp_threads_bind"]
+        assert f"VLLM_CPU_OMP_THREADS_BIND={bind}" in Path(plan["log_file"]).read_text()  # the sizing env arrived
         assert r.doc["smoke"]["output"] == "hello there" and r.doc["time_to_healthy_s"] >= 1
         h = script("launch.py", "handoff", "--plan", str(plan_file)).doc
         assert h["base_url"].endswith("/v1") and "chat.completions.create" in h["python_example"]
@@ -289,18 +332,18 @@ def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script,
         assert c.connect_ex(("127.0.0.1", plan["port"])) != 0  # nothing listens any more
 
 
-def test_port_taken_before_start(script, tmp_path, inputs):
+def test_port_taken_before_start(script, tmp_path, inputs, live_tune):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        plan_file, _ = host_plan(tmp_path, inputs, "good", port=s.getsockname()[1])
+        plan_file, _ = host_plan(tmp_path, inputs, live_tune, port=s.getsockname()[1])
         r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
         assert r.code == 1 and "in use" in r.doc["error"]
 
 
-def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, inputs, monkeypatch):
+def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, inputs, live_tune, monkeypatch):
     monkeypatch.setenv("MY_API_KEY", "sk-test-key-42")
-    plan_file, plan = host_plan(tmp_path, inputs, "good", expose=True, api_key_env="MY_API_KEY")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
     assert plan["host"] == "0.0.0.0" and "sk-test-key-42" not in plan_file.read_text()
     try:
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
@@ -308,7 +351,13 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
         assert r.code == 0, r.doc
         assert "api_key_set=True" in Path(plan["log_file"]).read_text()
         h = script("launch.py", "handoff", "--plan", str(plan_file)).doc
-        assert "$MY_API_KEY" in h["curl_example"] and "sk-test-key-42" not in json.dumps(h)
+        assert '"Authorization: Bearer ${MY_API_KEY}"' in h["curl_example"] and "sk-test-key-42" not in json.dumps(h)
+        # the example runs as pasted: the key comes from the variable, and the server accepts it
+        curl = subprocess.run(["bash", "-c", h["curl_example"]], capture_output=True, text=True, timeout=30)
+        assert json.loads(curl.stdout)["choices"][0]["message"]["content"] == "hello there"
+        # and the server really refuses a request without it (verify checked that too)
+        assert '"Unauthorized"' in subprocess.run(["curl", "-s", plan["base_url"] + "/models"], capture_output=True,
+                                                  text=True, timeout=30).stdout
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
 
@@ -316,23 +365,23 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
 def test_completions_handoff_for_a_base_model(inputs, tmp_path):
     docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
     docs["check"].update(primary_endpoint="completions", supported_endpoints=["completions"])
-    plan = launch.build_plan(docs, {}, launch.common.load_epyc())
-    h = launch.handoff_doc(plan)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    h = serve_plan.handoff_doc(plan)
     assert h["endpoint"] == "/v1/completions" and "client.completions.create" in h["python_example"]
     assert '"prompt": "Hello, world"' in h["curl_example"]
 
 
 def test_judge_smoke():
     ok = json.dumps({"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 1}})
-    assert launch.judge_smoke(200, ok, "chat_completions") == (True, "x")
-    assert not launch.judge_smoke(200, ok, "completions")[0]  # no choices[0].text
-    assert not launch.judge_smoke(500, ok, "chat_completions")[0]
-    assert not launch.judge_smoke(200, "<html>", "chat_completions")[0]
+    assert serve_plan.judge_smoke(200, ok, "chat_completions") == (True, "x")
+    assert not serve_plan.judge_smoke(200, ok, "completions")[0]  # no choices[0].text
+    assert not serve_plan.judge_smoke(500, ok, "chat_completions")[0]
+    assert not serve_plan.judge_smoke(200, "<html>", "chat_completions")[0]
 
 
 def test_sudo_docker_plan_is_non_interactive(inputs):
     docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
     docs["validate"]["runtime"] = "sudo docker"
-    plan = launch.build_plan(docs, {}, launch.common.load_epyc())
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     assert plan["argv"][:4] == ["sudo", "-n", "docker", "run"]
     assert plan["pre_argv"][0][:3] == ["sudo", "-n", "docker"]

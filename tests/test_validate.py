@@ -4,7 +4,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -89,6 +88,7 @@ def test_unvalidated_generation_needs_confirmation(script, fake_rt):
 def test_venice_on_another_vllm_needs_confirmation(script, fake_rt):
     d, env = fake_rt
     other = "amdih/zendnn_zentorch:vllm_v0.30.0_zentorch_v2.12.0.0_ubuntu22.04"
+    (d / "images").write_text(other + "\n")  # another image must be local: only the pinned tags are trusted
     r = run_validate(script, env, "--generation", "Venice", "--avx512", "true", "--image", other)
     assert r.doc["compatibility"]["status"] == "confirmation_required" and r.doc["requires_confirmation"]
     ok = run_validate(script, env, "--generation", "Venice", "--avx512", "true")

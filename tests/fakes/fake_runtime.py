@@ -5,7 +5,7 @@ No container engine can run on the test machines (no Docker daemon; podman canno
 there), so the container path is tested against this stand-in. It records every argv to
 $FAKE_RT_DIR/calls.jsonl -- plus which secret NAMES were present in its environment, never their
 values -- and simulates: info, run (incl. podman's --rootfs probe), image inspect, pull, inspect -f,
-logs, rm, ps. Behaviour is set by files in $FAKE_RT_DIR:
+logs, stop, rm, ps. Behaviour is set by files in $FAKE_RT_DIR:
   daemon_down      `info` fails like a stopped daemon
   images           one locally present image per line
   pull_fails       `pull` fails
@@ -54,7 +54,7 @@ elif cmd == "inspect":
     print("false" if flag("exited") else "true")
 elif cmd == "logs":
     print("INFO fake log line 1\nERROR fake engine failure")
-elif cmd in ("rm", "ps"):
-    print(args[-1] if cmd == "rm" else "")
+elif cmd in ("rm", "ps", "stop"):
+    print(args[-1] if cmd in ("rm", "stop") else "")
 else:
     sys.exit(print(f"fake runtime: unsupported {args}", file=sys.stderr) or 2)

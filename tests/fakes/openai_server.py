@@ -2,7 +2,9 @@
 """A real HTTP server that imitates vLLM's OpenAI endpoints and misbehaves on request.
 
 Started by `launch.py start` (host path) in place of `vllm serve`, so verify's phases run against real
-sockets and a real process. --mode:
+sockets and a real process: a fake venv's `bin/vllm` (tests/test_launch.py) runs this file with the
+plan's own argv (`serve MODEL --served-model-name NAME --host H --port P ...`), and the mode comes from
+$FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   good            healthy after --delay s, lists the model, answers chat and completions
   exit_early      exits before it is ever healthy
   never_healthy   /health answers 503 forever
@@ -21,11 +23,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--mode", default="good")
+ap.add_argument("--mode", default=os.environ.get("FAKE_SERVER_MODE", "good"))
 ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--model", default="fake-model")
-ap.add_argument("--delay", type=float, default=1.0)
-a = ap.parse_args()
+ap.add_argument("--model", "--served-model-name", dest="model", default="fake-model")
+ap.add_argument("--delay", type=float, default=float(os.environ.get("FAKE_SERVER_DELAY", "1.0")))
+argv = sys.argv[1:]
+if argv[:1] == ["serve"]:  # vLLM's own command line: serve MODEL [options]; options we do not model are ignored
+    argv = argv[2:]
+a, _ignored = ap.parse_known_args(argv)
 t0 = time.monotonic()
 print(f"fake server: mode={a.mode} port={a.port} VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND')} "
       f"api_key_set={bool(os.environ.get('VLLM_API_KEY'))}", flush=True)

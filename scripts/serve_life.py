@@ -1,0 +1,359 @@
+"""The life of one server: start it (a host process group or a container), judge it alive, verify it
+over HTTP, and stop exactly what was started. All the I/O of launch.py's verbs lives here; the
+decisions come from serve_plan.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import common
+from common import ScriptError
+from serve_plan import STOP_GRACE_S, judge_smoke, redact, smoke_request
+
+PULL_TIMEOUT_S = 3600
+RUN_TIMEOUT_S = 300
+LOG_TAIL = 50
+NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
+
+
+def host_facts(opt: dict, chk: dict) -> dict:
+    """What a plan depends on besides its five documents, read from this shell and this disk."""
+    model = opt.get("model") or chk.get("model_id") or ""
+    folder = Path(model).expanduser() if model else None
+    key_env = opt.get("api_key_env")
+    return {"hf_token_set": bool(os.environ.get("HF_TOKEN")),
+            "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
+            "api_key_set": bool(key_env and os.environ.get(key_env)),
+            "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None}
+
+
+def rerender(plan: dict, epyc: dict) -> dict:
+    """The plan its own inputs and options give in this shell now (start compares it with the file)."""
+    from serve_plan import build_plan
+    try:
+        return build_plan(plan["inputs"], plan["options"], epyc, host_facts(plan["options"], plan["inputs"]["check"]))
+    except ScriptError as exc:  # e.g. the API key variable is not set in this shell
+        exc.extra.setdefault("phase", "start")
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ScriptError(f"the plan's inputs cannot be rendered again ({type(exc).__name__}: {exc})", PLAN_FIX)
+
+
+PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
+
+
+def load_plan(path: str) -> dict:
+    """A plan is data: checked against its schema, and its state and log live in its own state dir
+    (nothing else is ever written or removed)."""
+    plan = common.read_json_input(path, "plan")
+    common.check_schema(plan, "plan", f"{path} is not a launch plan", PLAN_FIX)
+    state_dir = Path(plan["state_dir"])
+    if (Path(plan["state_file"]) != state_dir / "state.json" or Path(plan["log_file"]) != state_dir / "server.log"
+            or not state_dir.is_absolute()):
+        raise ScriptError(f"{path}: state_file and log_file must be state.json and server.log in the absolute "
+                          "state_dir", PLAN_FIX)
+    if (plan["path"] == "host") != (plan["runtime"] == "host") or \
+            (plan["path"] == "container") != bool(plan["container_name"]):
+        raise ScriptError(f"{path}: path, runtime and container_name disagree", PLAN_FIX)
+    return plan
+
+
+def read_state(plan: dict) -> dict | None:
+    try:
+        state = json.loads(Path(plan["state_file"]).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def write_state(plan: dict, state: dict) -> None:
+    """Atomically: a reader sees the old state or the new one, never half of it."""
+    target = Path(plan["state_file"])
+    tmp = target.with_name(".state.json.tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, target)
+
+
+def group_members(state: dict) -> list:
+    """The live processes of the server's process group (its session: start made the leader with
+    start_new_session). Judged by the group, not the leader: workers can outlive it."""
+    import psutil
+    pgid, started = state.get("pgid"), state.get("create_time")
+    if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1:
+        return []
+    try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
+        if abs(psutil.Process(pgid).create_time() - started) > 0.01:
+            return []
+    except psutil.Error:
+        pass  # the leader is gone; its workers may not be
+    out = []
+    for proc in psutil.process_iter(["pid", "create_time", "status"]):
+        try:
+            if (os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1
+                    and proc.info["status"] != psutil.STATUS_ZOMBIE):
+                out.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
+def process_alive(state: dict) -> bool:
+    return bool(group_members(state))
+
+
+def container_running(runtime: str, name: str) -> bool:
+    res = common.run([*common.runtime_argv(runtime), "inspect", "-f", "{{.State.Running}}", name], timeout=30)
+    return res.ok and res.stdout.strip() == "true"
+
+
+def alive(plan: dict, state: dict) -> bool:
+    return process_alive(state) if plan["path"] == "host" else container_running(plan["runtime"], plan["container_name"])
+
+
+def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
+    """The server's last lines, with any secret value masked."""
+    if plan["path"] == "host":
+        try:
+            lines = Path(plan["log_file"]).read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+    else:
+        res = common.run([*common.runtime_argv(plan["runtime"]), "logs", "--tail", str(n), plan["container_name"]],
+                         timeout=30)
+        lines = (res.stdout + res.stderr).splitlines()
+    secrets = known_secrets(plan)
+    return [redact(line, secrets, limit=1000) for line in lines[-n:]]
+
+
+def secret_values(plan: dict) -> dict:
+    """The secrets the plan names, read now from our environment. One that is unset is a refusal:
+    an API-key server started without its key would enforce nothing, and what the human approved
+    (a key) is what must run."""
+    values, missing = {}, []
+    for name, source in (plan.get("secrets") or {}).items():
+        value = os.environ.get(source, "")
+        if not value:
+            missing.append(source)
+        values[name] = value
+    if missing:
+        raise ScriptError(f"the plan passes {', '.join(missing)} to the server, but it is not set in this shell",
+                          f"export {missing[0]}=... in the shell that runs start (its value is never shown)",
+                          phase="start")
+    return values
+
+
+def write_secret_files(directory: Path, values: dict) -> None:
+    """One 0600 file per secret in a 0700 folder of the state dir, mounted read-only; stop removes it."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    for name, value in values.items():
+        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(value)
+
+
+def remove_secret_files(plan: dict) -> None:
+    import shutil
+    shutil.rmtree(Path(plan["state_dir"]) / "secrets", ignore_errors=True)
+
+
+def known_secrets(plan: dict) -> list[str]:
+    """The values a server's answer must never echo into our output."""
+    return [os.environ.get(src, "") for src in (plan.get("secrets") or {}).values()]
+
+
+def auth_headers(plan: dict) -> dict:
+    key = os.environ.get(plan["api_key_env"]) if plan.get("api_key_env") else None
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def port_in_use(port: int) -> bool:
+    import validate
+    return not validate.port_is_free(port)
+
+
+def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict | None = None) -> dict:
+    """Run what the plan says, once: under a lock in the state dir, refusing a plan whose command differs
+    from a fresh rendering of its own inputs (`fresh`), a running server, a busy port, a missing secret."""
+    if not confirm:
+        raise ScriptError("start needs --confirm: the human must approve the plan first",
+                          "show summary_markdown from the plan, wait for a clear go, then pass --confirm")
+    if fresh is not None:
+        from serve_plan import plan_differences
+        diff = plan_differences(plan, fresh)
+        if diff:
+            raise ScriptError(f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
+                              "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
+                              "the API key variable, the model folder)", "plan again in this shell and confirm "
+                              "that plan: what the human approves is exactly what runs", phase="start")
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    import fcntl
+    with open(Path(plan["state_dir"]) / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ScriptError(f"another start for {plan['state_dir']} is running", "wait for it, then verify",
+                              phase="start")
+        return _start_locked(plan, pull_policy)
+
+
+def _start_locked(plan: dict, pull_policy: str) -> dict:
+    state = read_state(plan)
+    if state and alive(plan, state):
+        raise ScriptError(f"a server from this plan is already running ({plan['state_file']})",
+                          "python3 scripts/launch.py stop --plan <plan.json> first")
+    if port_in_use(plan["port"]):
+        raise ScriptError(f"port {plan['port']} is already in use", "re-run validate.py (it picks a free port) "
+                          "and plan again; with --network=host a busy port cannot be remapped", phase="start")
+    secrets = secret_values(plan)
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    warnings: list[str] = []
+    if plan["path"] == "host":
+        env = {**os.environ, **plan["env"], **secrets}
+        with open(plan["log_file"], "wb") as log:  # a new log per start: an old run's lines prove nothing
+            proc = subprocess.Popen(plan["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        import psutil
+        state = {"path": "host", "pid": proc.pid, "pgid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
+                 "log_file": plan["log_file"], "started_at": time.time()}
+    else:
+        rm, pull = plan["pre_argv"]
+        common.run(rm, timeout=60)  # a leftover container of the same name would block `run`
+        import validate
+        if pull_policy == "always" or not validate.image_is_local(plan["runtime"], plan["image"]):
+            common.log(f"start: pulling {plan['image']}")
+            res = common.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
+            if not res.ok:
+                raise ScriptError(f"pull failed: {(res.stderr.strip() or res.failure or '')[-300:]}",
+                                  "check registry access and the image name (data/epyc.json, or --image)",
+                                  phase="pull")
+        if secrets:
+            write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
+        env = None
+        argv = plan["argv"]
+        res = common.run(argv, timeout=RUN_TIMEOUT_S, env=env)
+        if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
+            argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
+            warnings.append("rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
+                            "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
+            common.run(plan["pre_argv"][0], timeout=60)
+            res = common.run(argv, timeout=RUN_TIMEOUT_S, env=env)
+        if not res.ok:
+            remove_secret_files(plan)
+            raise ScriptError(f"{plan['runtime']} run failed: {(res.stderr.strip() or res.failure or '')[-400:]}",
+                              NO_RETRY_FIX, phase="start")
+        state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
+                 "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv}
+    write_state(plan, state)
+    return {"started": True, **state, "warnings": warnings}
+
+
+def http(method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None):
+    """(status, text) or (None, reason): every request has a deadline."""
+    import requests
+    try:
+        r = requests.request(method, url, json=body, headers=headers or {}, timeout=timeout)
+        return r.status_code, r.text
+    except requests.RequestException as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:
+    return ScriptError(f"FAILED in phase {phase}: {reason}", NO_RETRY_FIX, ok=False, phase=phase,
+                       elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan))
+
+
+def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
+    state = read_state(plan)
+    t0 = time.monotonic()
+    if state is None:
+        raise failed(plan, "process", "nothing was started from this plan (no state file)", t0)
+    base = f"http://127.0.0.1:{plan['port']}"
+    headers = auth_headers(plan)
+    last_note = 0.0
+    healthy_after = None
+    while healthy_after is None:
+        elapsed = time.monotonic() - t0
+        if not alive(plan, state):
+            raise failed(plan, "process", "the server process exited before it became healthy", t0)
+        status, _ = http("GET", base + "/health", 5, headers)
+        if status == 200:
+            healthy_after = round(elapsed, 1)
+            break
+        if elapsed > timeout:
+            raise failed(plan, "health", f"not healthy after {timeout:g}s (last: {status or 'no answer'})", t0)
+        if elapsed - last_note >= 10:
+            common.log(f"verify: health: waiting ({elapsed:.0f}s elapsed, last {status or 'no answer'})")
+            last_note = elapsed
+        time.sleep(2)
+    common.log(f"verify: healthy after {healthy_after}s")
+    status, text = http("GET", base + "/v1/models", 30, headers)
+    try:
+        ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
+    except (ValueError, KeyError, TypeError, RecursionError):
+        ids = []
+    if plan["served_model_name"] not in ids:
+        raise failed(plan, "models", f"/v1/models does not list {plan['served_model_name']!r} "
+                                     f"(HTTP {status}, ids {ids})", t0)
+    if plan.get("api_key_env"):  # a key was planned: a request without it must be refused
+        status, _ = http("GET", base + "/v1/models", 30)
+        if status != 401:
+            raise failed(plan, "auth", f"/v1/models without the API key answered HTTP {status}, not 401: "
+                                       "the server does not enforce its key", t0)
+    path, body = smoke_request(plan["primary_endpoint"], plan["served_model_name"])
+    s0 = time.monotonic()
+    status, text = http("POST", base + path, smoke_timeout, headers, body)
+    smoke_s = round(time.monotonic() - s0, 2)
+    ok, detail = judge_smoke(status, text, plan["primary_endpoint"], known_secrets(plan)) if status \
+        else (False, redact(text, known_secrets(plan)))
+    if not ok:
+        raise failed(plan, "smoke", f"{path}: {detail}", t0)
+    time.sleep(1)  # a server can answer and then die on that same request
+    if not alive(plan, state) or http("GET", base + "/health", 5, headers)[0] != 200:
+        raise failed(plan, "smoke", "the server died after its first request", t0)
+    return {"ok": True, "phase": "done", "served_model": plan["served_model_name"], "models": ids,
+            "time_to_healthy_s": healthy_after, "smoke": {"endpoint": path, "output": detail, "seconds": smoke_s},
+            "base_url": plan["base_url"]}
+
+
+def stop(plan: dict) -> dict:
+    state = read_state(plan)
+    if plan["path"] != "host":
+        rt = common.runtime_argv(plan["runtime"])
+        graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
+                              timeout=STOP_GRACE_S + 60)
+        res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)
+        remove_secret_files(plan)
+        Path(plan["state_file"]).unlink(missing_ok=True)
+        gone = res.ok or "no such container" in (res.stderr or "").lower()
+        return {"stopped": gone, "container_name": plan["container_name"], "graceful": graceful.ok,
+                "detail": (res.stdout or res.stderr).strip()[:200]}
+    group = group_members(state) if state else []
+    if not group:
+        Path(plan["state_file"]).unlink(missing_ok=True)
+        return {"stopped": False, "reason": "not running"}
+    import psutil
+    for proc in group:  # SIGTERM to our own group only (checked by pgid and start time), then wait
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, left = psutil.wait_procs(group, timeout=STOP_GRACE_S)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=10)
+    for _ in range(50):  # the group is gone, not just the processes we knew of
+        if not group_members(state):
+            break
+        time.sleep(0.2)
+    Path(plan["state_file"]).unlink(missing_ok=True)
+    return {"stopped": True, "pid": state.get("pid"), "processes": len(group), "killed_after_timeout": len(left)}
+

@@ -1,0 +1,355 @@
+"""The plan, as pure functions: from the five documents and a few host facts to the exact command, the
+summary the human confirms, the verdict on a server's answer, and the hand-off. No I/O here: the
+facts a plan depends on (environment variables present, a model folder on disk) come in as `facts`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import common
+from common import ScriptError
+
+STATE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc" / "run"
+STOP_GRACE_S = 30  # SIGTERM first: vLLM shuts its engine down cleanly; SIGKILL only after this
+
+
+
+def served_model_name(model: str, model_dir: str | None) -> str:
+    """The id clients send: the Hub id as is, a local folder by its name."""
+    return Path(model_dir or model).name if (model_dir or model.startswith((".", "/", "~"))) else model
+
+
+def needs_device_flag(vllm_version: str | None) -> bool:
+    """`--device cpu` was removed from `vllm serve` in 0.20; passing it is an argparse error there."""
+    parts = (vllm_version or "").split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) < (0, 20)
+    except (ValueError, IndexError):
+        return False
+
+
+def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool) -> list[str]:
+    opts = ["--served-model-name", served, "--host", host, "--port", str(port), "--dtype", dtype,
+            "--max-model-len", str(max_len)]
+    return opts + (["--device", "cpu"] if device_flag else [])
+
+
+SECRETS_TARGET = "/run/secrets/serving-llms-on-epyc"
+# Inside the container: export each mounted secret file (named after its variable) and exec vLLM.
+# A constant script, never built from input; the serve arguments arrive as "$@".
+SECRET_LOADER = ('for f in ' + SECRETS_TARGET + '/*; do [ -f "$f" ] && export "${f##*/}=$(cat "$f")"; done; '
+                 'exec vllm serve "$@"')
+
+
+def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: list[str], hf_mount: list[str],
+                       model_mount: list[str], env: dict, secrets_dir: str | None, image: str,
+                       serve_args: list[str]) -> list[str]:
+    """`RT run -d` with values for the sizing env, and secrets as read-only files, never values in the
+    argv or the container's config: `--env NAME` would put NAME=value into `docker inspect`. With
+    secrets, a constant loader exports them inside the container and execs `vllm serve`.
+
+    The entrypoint is set explicitly (`vllm`, or `sh` for the loader), so the command is the same
+    whatever the image declares (the stock image's entrypoint is `vllm serve`, the zentorch one has none)."""
+    if any(f.startswith("--shm-size") for f in run_flags) and "--ipc=host" in run_flags:
+        raise ScriptError("run flags combine --ipc=host with --shm-size", "use --ipc=host alone (data/epyc.json)")
+    argv = [*rt, "run", "-d", "--name", name, *run_flags, *cpuset, *hf_mount, *model_mount]
+    if secrets_dir:
+        argv += ["-v", f"{secrets_dir}:{SECRETS_TARGET}:ro"]
+    for k, v in env.items():
+        argv += ["--env", f"{k}={v}"]
+    if secrets_dir:
+        return argv + ["--entrypoint", "sh", image, "-c", SECRET_LOADER, "vllm", *serve_args]
+    return argv + ["--entrypoint", "vllm", image, "serve", *serve_args]
+
+
+def throughput_env(flags: dict) -> dict:
+    """The opt-in throughput flags, all or none: FREEZING alone crashes engine init."""
+    env = dict(flags["env"])
+    missing = [k for k in flags["required_together"] if k not in env]
+    if missing:
+        raise ScriptError(f"throughput flags incomplete: {missing}", "data/epyc.json must pair the flags")
+    return env
+
+
+def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
+    """`-v SOURCE:TARGET[:ro]` as two argv elements. A ':' or ',' in a path would change what the runtime
+    parses (another mount option), so such a path is refused rather than passed."""
+    for path in (source, target):
+        if ":" in path or "," in path or not path.startswith("/"):
+            raise ScriptError(f"cannot mount {path!r}: a container mount needs an absolute path without ':' or ','",
+                              "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)")
+    return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
+
+
+def preload_value(value: str | None, allowed: list[str]) -> str | None:
+    """validate.py's LD_PRELOAD, accepted only as absolute paths to the libraries data/epyc.json names
+    (tcmalloc, libiomp5): a plan never preloads anything else into the server."""
+    if not value:
+        return None
+    stems = tuple(name.split(".so")[0] + ".so" for name in allowed)
+    for part in value.split(":"):
+        if not (part.startswith("/") and Path(part).name.startswith(stems)):
+            raise ScriptError(f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}",
+                              "re-run validate.py and pass its unmodified output to plan")
+    return value
+
+
+RENDERED = ("path", "backend", "runtime", "image", "argv", "pre_argv", "env", "secrets", "host", "port",
+            "state_dir", "log_file", "state_file", "container_name", "served_model_name", "primary_endpoint",
+            "api_key_env")
+
+
+def plan_differences(plan: dict, fresh: dict) -> list[str]:
+    """The fields that decide what runs, where the plan on disk and a fresh rendering of its own inputs
+    disagree: a hand-edited command, env or path shows up here and start refuses it."""
+    return [k for k in RENDERED if plan.get(k) != fresh.get(k)]
+
+
+def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
+    """Everything start needs, and the summary the human confirms, from the five JSON inputs, the
+    options, and the host facts that matter (`facts`: hf_token_set, hf_offline, api_key_set,
+    model_dir -- the real path of a local model folder, or None)."""
+    det, val, chk, est, tune = inp["detect"], inp["validate"], inp["check"], inp["estimate"], inp["tune"]
+    if not val.get("ready"):
+        errs = "; ".join(e["message"] for e in val.get("errors", [])) or "not ready"
+        raise ScriptError(f"validate.py is not ready: {errs}", (val.get("errors") or [{}])[0].get("fix")
+                          or "fix what validate.py reported, then re-run it")
+    if chk.get("launchable") is False:
+        raise ScriptError(f"check_model.py: {chk.get('message')}", "choose a model vLLM serves as chat/completions")
+    fit = est.get("fit")
+    if fit and not fit["fits"]:
+        raise ScriptError(f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM",
+                          fit.get("action") or "lower --max-model-len or use a smaller model")
+    model = opt.get("model") or chk.get("model_id")
+    if chk.get("model_id") and model != chk["model_id"]:
+        raise ScriptError(f"check_model.py ran for {chk['model_id']}, the plan is for {model}",
+                          "run check_model.py and estimate_memory.py for the model you serve")
+    path = val["path"]
+    backend = val.get("backend") or "zentorch"
+    dtype = opt.get("dtype") or epyc["precision"]["default"]
+    if backend != "stock" and dtype == "float16":
+        raise ScriptError("float16 is not a compute dtype of the zentorch CPU platform",
+                          "use bfloat16 (default) or float32")
+    max_len = int(opt.get("max_model_len") or (fit or {}).get("max_model_len")
+                  or epyc["serve"]["default_max_model_len"])
+    port = int(opt.get("port") or val["port"])
+    expose = bool(opt.get("expose"))
+    key_env = opt.get("api_key_env")
+    if expose and not key_env:
+        raise ScriptError("--expose serves on all interfaces: an API key is required",
+                          "export a key in an env var and pass --api-key-env NAME")
+    if key_env and not facts.get("api_key_set"):
+        raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
+    host = "0.0.0.0" if expose else epyc["serve"]["bind_host"]
+    served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
+    version = (val.get("stack") or {}).get("vllm")
+    device = needs_device_flag(version)
+    env = {"VLLM_CPU_OMP_THREADS_BIND": tune["vllm_cpu_omp_threads_bind"],
+           "VLLM_CPU_KVCACHE_SPACE": str(tune["vllm_cpu_kvcache_space_gb"])}
+    if opt.get("throughput_flags"):
+        env.update(throughput_env(epyc["throughput_flags"]))
+    if opt.get("kernel_log"):  # every zentorch matmul logs its plugin_op and kernel: kernel_proof.py reads them
+        env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
+    if facts.get("hf_offline"):
+        env["HF_HUB_OFFLINE"] = "1"  # an offline host serves from its HF cache, and so does the server
+    # secrets the server gets, and the variable each value is read from at start (never written here)
+    secrets = {**({"HF_TOKEN": "HF_TOKEN"} if facts.get("hf_token_set") else {}),
+               **({"VLLM_API_KEY": key_env} if key_env else {})}
+    env_by_name = list(secrets)
+    name = f"{epyc['container']['name']}-{port}"  # one container per endpoint: plans never remove each other's
+    state_dir = Path(opt.get("state_dir") or STATE_ROOT / (name if path != "host" else f"host-{port}"))
+    warnings = [w for w in (tune.get("warning"), tune.get("nps_note")) if w]
+    warnings += [w["message"] for w in val.get("warnings", [])]
+    opts = serve_options(served, host, port, dtype, max_len, device)
+    pre: list[list[str]] = []
+    if path == "host":
+        vllm_bin = str(Path(val["python"]).parent / "vllm")
+        preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
+        if preload:
+            env["LD_PRELOAD"] = preload
+        argv = [*tune.get("conda_launch_prefix_argv", []), vllm_bin, "serve", model, *opts]
+        runtime = "host"
+        stop_cmd = "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"
+    else:
+        rt = common.runtime_argv(val["runtime"])
+        image = val["image"]
+        model_arg, mount = model, []
+        if facts.get("model_dir"):  # a local folder goes into the container read-only
+            model_arg = f"/models/{Path(facts['model_dir']).name}"
+            mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
+        hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"])
+        argv = container_run_argv(rt, name, epyc["container"]["run_flags"], tune["container_cpuset_argv"],
+                                  hf_mount, mount, env,
+                                  str(state_dir / "secrets") if secrets else None, image, [model_arg, *opts])
+        pre = [[*rt, "rm", "-f", name], [*rt, "pull", image]]
+        runtime = val["runtime"]
+        stop_cmd = shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), name]) + " && " + shlex.join([*rt, "rm", name])
+    plan = {
+        "path": path, "backend": backend, "platform": (val.get("stack") or {}).get("platform"),
+        "runtime": runtime, "image": val.get("image"), "model": model, "served_model_name": served,
+        "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "completions",
+        "supported_endpoints": chk.get("supported_endpoints") or ["completions"],
+        "chat_template_status": (chk.get("chat_template") or {}).get("status"),
+        "host": host, "port": port, "base_url": f"http://127.0.0.1:{port}/v1", "expose": expose,
+        "api_key_env": key_env, "dtype": dtype, "max_model_len": max_len, "vllm_version": version,
+        "env": env, "env_by_name": env_by_name, "secrets": secrets, "pre_argv": pre, "argv": argv,
+        "command": shlex.join(argv), "container_name": name if path != "host" else None,
+        "state_dir": str(state_dir), "log_file": str(state_dir / "server.log"),
+        "state_file": str(state_dir / "state.json"), "stop_command": stop_cmd,
+        "requires_confirmation": bool(val.get("requires_confirmation")),
+        "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
+        "warnings": warnings,
+        "sizing": {"socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
+                   "omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
+                   "kv_cache_gb": tune["vllm_cpu_kvcache_space_gb"], "numa_nodes": tune["numa_nodes_on_socket"],
+                   "max_model_len": max_len},
+    }
+    plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
+    plan["options"] = {k: v for k, v in opt.items() if v is not None}
+    plan["summary"] = summary_rows(plan, det, fit)
+    plan["summary_markdown"] = markdown_table(["Field", "Value"], plan["summary"])
+    return plan
+
+
+def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
+    platform = (plan.get("platform") or "platform not probed").rsplit(".", 1)[-1]
+    backend = (f"stock vLLM CPU ({platform}), no zentorch: unaccelerated" if plan["backend"] == "stock"
+               else "zentorch-accelerated (ZenCpuPlatform)")
+    where = ("host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")" if plan["path"] == "host"
+             else f"container ({plan['runtime']}, {plan['image']})")
+    s = plan["sizing"]
+    rows = [
+        ["Model / kind", f"{plan['model']} -- {plan['kind']}, endpoint {plan['primary_endpoint']}"],
+        ["Backend", backend],
+        ["Path", where],
+        ["Precision", plan["dtype"]],
+        ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
+        ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['omp_threads_bind']}, "
+                       f"KV {s['kv_cache_gb']} GiB (socket-local), memory on nodes "
+                       f"{','.join(map(str, s['numa_nodes']))}"],
+        ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
+                      else f"{det.get('cpu_model')} (not an AMD EPYC)")
+                     + f", {det.get('physical_cores')} cores, AVX-512 {det.get('avx512')}"],
+        ["Port", f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")],
+    ]
+    pin = [a for a in plan["argv"][:plan["argv"].index(next(a for a in plan["argv"] if a.endswith("/vllm")))]] \
+        if plan["path"] == "host" else []
+    rows.append(["Pinning", shlex.join(pin) if pin else ("--cpuset-* flags in the command" if plan["path"] != "host"
+                                                         else "none (numactl/taskset not found)")])
+    rows.append(["Environment", ", ".join(f"{k}={v}" for k, v in plan["env"].items())
+                 + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())])
+    rows.append(["Command (exactly what start runs)", plan["command"]])
+    for w in plan["warnings"]:
+        rows.append(["Warning", w])
+    for c in plan["confirmation_reasons"]:
+        rows.append(["Needs your OK", c])
+    return rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- pure: judging the server
+
+def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
+    """The one deterministic request verify sends on the primary endpoint."""
+    if endpoint == "chat_completions":
+        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": "hi"}],
+                                        "max_tokens": 16, "temperature": 0}
+    return "/v1/completions", {"model": served, "prompt": "Hello, world", "max_tokens": 16, "temperature": 0}
+
+
+_BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"':=\s]+|token[\"':=\s]+)[^\s\"',}]+")
+
+
+def redact(text: str, secrets: list[str], limit: int = 200) -> str:
+    """A server's text as we may show it: known secret values and anything after `Bearer`/`api_key`/
+    `token` masked (a server that reflects headers must not get the key printed), then shortened."""
+    for value in secrets:
+        if value:
+            text = text.replace(value, "***")
+    text = _BEARER.sub(lambda m: m.group(1) + "***", text)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) -> tuple[bool, str]:
+    """A 200 is not enough: the body must be a completion with a non-error, non-empty first choice.
+    Any server text in the verdict is redacted."""
+    try:
+        doc = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return False, f"HTTP {status}, body is not JSON: {redact(body, secrets)!r}"
+    if status != 200:
+        return False, f"HTTP {status}: {redact(json.dumps(doc), secrets)}"
+    if not isinstance(doc, dict) or "error" in doc or doc.get("object") == "error":
+        return False, f"HTTP 200 carrying an error: {redact(json.dumps(doc), secrets)}"
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return False, "no choices in the response"
+    first = choices[0]
+    if not isinstance(first, dict):
+        return False, "choices[0] is not an object"
+    message = first.get("message") if endpoint == "chat_completions" else None
+    text = (message.get("content") if isinstance(message, dict) else None) if endpoint == "chat_completions" \
+        else first.get("text")
+    if not isinstance(text, str):
+        return False, f"choices[0] has no {'message.content' if endpoint == 'chat_completions' else 'text'}"
+    usage = doc.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(tokens, int) or tokens <= 0:
+        return False, "the server generated no tokens (usage.completion_tokens missing or 0)"
+    return True, redact(text, secrets)
+
+
+def handoff_doc(plan: dict, served: str | None = None) -> dict:
+    served = served or plan["served_model_name"]
+    endpoint = plan["primary_endpoint"]
+    path = "/v1/chat/completions" if endpoint == "chat_completions" else "/v1/completions"
+    why = ("a chat template is present" if endpoint == "chat_completions"
+           else "no usable chat template: raw prompts")
+    base = plan["base_url"]
+    key_env = plan.get("api_key_env")
+    if key_env is not None and not common.is_env_name(key_env):  # pasted into a shell example: a name only
+        raise ScriptError(f"the plan's api_key_env {key_env!r} is not an environment variable name",
+                          "plan again with --api-key-env NAME")
+    key = f"os.environ[{plan['api_key_env']!r}]" if plan.get("api_key_env") else '"EMPTY"'
+    if endpoint == "chat_completions":
+        body = {"model": served, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 128,
+                "temperature": 0.7}
+        py_call = ("r = client.chat.completions.create(model=model, messages=[{\"role\": \"user\", \"content\": "
+                   "\"Hello\"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)")
+    else:
+        body = {"model": served, "prompt": "Hello, world", "max_tokens": 128, "temperature": 0.7}
+        py_call = ("r = client.completions.create(model=model, prompt=\"Hello, world\", max_tokens=128)\n"
+                   "print(r.choices[0].text)")
+    # quoted word by word; the key is expanded by the user's shell from the variable's NAME
+    auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
+    curl = (shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"]) + auth
+            + " \\\n  -d " + shlex.quote(json.dumps(body)))
+    python = ("import os\nfrom openai import OpenAI\n\n"
+              f"client = OpenAI(base_url=\"{base}\", api_key={key})\n"
+              "model = client.models.list().data[0].id\n" + py_call)
+    s = plan["sizing"]
+    rows = [["Base URL", f"{base} (the trailing /v1 matters)"], ["Served model", served],
+            ["Endpoint", path], ["Why", why], ["Runtime / port", f"{plan['runtime']} / {plan['port']}"],
+            ["Sizing", f"{s['omp_threads']} OMP threads ({s['omp_threads_bind']}), KV {s['kv_cache_gb']} GiB, "
+                       f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
+                       f"{','.join(map(str, s['numa_nodes']))}"],
+            ["Stop", plan["stop_command"]]]
+    return {"base_url": base, "served_model": served, "endpoint": path, "why": why, "runtime": plan["runtime"],
+            "port": plan["port"], "sizing": s, "stop_command": plan["stop_command"], "curl_example": curl,
+            "python_example": python, "table_markdown": markdown_table(["Field", "Value"], rows),
+            "guidance": ["max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len "
+                         f"({s['max_model_len']})",
+                         "temperature 0 is greedy; tune temperature or top_p, not both",
+                         "stream: true streams tokens (server-sent events)",
+                         "the model's generation_config.json may set sampling defaults; pass explicit values"]}
+
