@@ -83,6 +83,14 @@ def endpoints_for(kind: str, template_status: str) -> dict:
     return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
 
 
+REFUSAL_FIX = {
+    "pooling": "choose a text-generation model: this skill serves chat/completions, not embeddings or scores",
+    "unsupported": "choose a model whose architecture this vLLM lists (python3 scripts/vllm_registry.py), "
+                   "or serve a vLLM that has it",
+    "multimodal": "pass a chat template (vllm serve --chat-template FILE), or choose a model that ships one",
+}
+
+
 def verdict(kind: str, arch: str | None, archs: list[str], tmpl: dict, launchable: bool, version: str | None) -> tuple[int, str]:
     """Exit code and the one-line message the agent reports."""
     v = f"vLLM {version}" if version else "this vLLM"
@@ -171,10 +179,13 @@ def main(argv: Sequence[str] | None = None):
     kind, arch = classify_kind(model["architectures"], registry)
     eps = endpoints_for(kind, tmpl["status"])
     code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)
-    return {**base, "source": files.kind, "architectures": model["architectures"], "kind": kind,
-            "supported": None if kind == "undetermined" else code == 0,
-            "registry_source": (registry or {}).get("source"), "vllm_version": version,
-            "chat_template": tmpl, **eps, "message": message, "notes": notes}, code
+    doc = {**base, "source": files.kind, "architectures": model["architectures"], "kind": kind,
+           "supported": None if kind == "undetermined" else code == 0,
+           "registry_source": (registry or {}).get("source"), "vllm_version": version,
+           "chat_template": tmpl, **eps, "message": message, "notes": notes}
+    if code:  # the one contract: exit 1 carries error and fix
+        doc.update(error=message, fix=REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
+    return doc, code
 
 
 if __name__ == "__main__":

@@ -220,6 +220,9 @@ def main(argv: Sequence[str] | None = None):
         return doc, common.EXIT_OK
     verdict = fit(weights, layout, max_len, args.num_prompts, args.ram_gb, args.reserve_gb, block, model_max)
     doc["fit"] = verdict
+    if not verdict["fits"]:
+        doc.update(error=f"does not fit: {verdict['required_gb']} GiB required vs {verdict['ram_gb']} GiB of RAM",
+                   fix=verdict["action"])
     return doc, common.EXIT_OK if verdict["fits"] else common.EXIT_FAIL
 
 

@@ -59,9 +59,13 @@ def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
     for name, info in header.items():
         if name == "__metadata__" or not isinstance(info, dict):
             continue
+        shape = info.get("shape", [])
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
+                                                  for d in shape):
+            raise ValueError(f"tensor {name!r} has an invalid shape {str(shape)[:80]}")
         n = 1
-        for dim in info.get("shape", []):
-            n *= int(dim)
+        for dim in shape:
+            n *= dim
         out[name] = (str(info.get("dtype", "BF16")), n)
     return out
 
@@ -72,7 +76,13 @@ def read_safetensors_header(path: Path) -> dict:
         (size,) = struct.unpack("<Q", f.read(8))
         if size > 100 * 1024 * 1024:
             raise ValueError(f"{path.name}: safetensors header claims {size} bytes")
-        return json.loads(f.read(size))
+        try:
+            header = json.loads(f.read(size))
+        except RecursionError:
+            raise ValueError(f"{path.name}: safetensors header nested too deeply")
+        if not isinstance(header, dict):
+            raise ValueError(f"{path.name}: safetensors header is not a JSON object")
+        return header
 
 
 @dataclass
@@ -117,6 +127,9 @@ class ModelFiles:
         if cfg is None:
             raise ScriptError(f"{self.ref}: no config.json", "point --model-id at a Hugging Face model folder "
                               "or repo (it must hold config.json)")
+        common.check_schema(cfg, "model_config", f"{self.ref}: config.json has a value of the wrong type or range",
+                            "repair config.json (or re-download it): the field named must be what transformers "
+                            "writes there")
         return cfg
 
     # ---- weights
@@ -141,8 +154,9 @@ class ModelFiles:
         if index:
             try:
                 total = json.loads(index.read_text())["metadata"]["total_size"]
-                return int(total), "safetensors_index_total_size"
-            except (ValueError, KeyError, TypeError):
+                if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+                    return total, "safetensors_index_total_size"
+            except (ValueError, KeyError, TypeError, RecursionError):
                 pass
         files = [p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat)]
         if files:

@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None):
     lines, source = log_lines(args)
     doc = {"source": source, **count_kernels(lines)}
     if not doc["zentorch_matmuls"]:
+        doc["error"] = "no zentorch matmul in the server log"
         doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "
                       "request; if it still shows none, zentorch is not active (check validate.py's stack.platform)")
     return doc, common.EXIT_OK if doc["zentorch_matmuls"] else common.EXIT_FAIL

@@ -431,6 +431,9 @@ def main(argv: Sequence[str] | None = None):
         "warnings": [i for i in issues if i["severity"] == "warning"],
         "advisories": [i for i in issues if i["severity"] == "advisory"],
     }
+    if errors:  # the one contract: exit 1 carries error and fix (each issue keeps its own, too)
+        doc["error"] = "not ready: " + "; ".join(e["message"] for e in errors)
+        doc["fix"] = next((e["fix"] for e in errors if e["fix"]), "see errors")
     return doc, common.EXIT_OK if doc["ready"] else common.EXIT_FAIL
 
 

@@ -62,6 +62,9 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
     if isinstance(doc, dict) and "error" in doc:
         assert doc.get("fix"), f"error without a fix: {doc}"
         assert proc.returncode != 0, f"error document with exit 0: {doc}"
+    if proc.returncode != 0:  # the one contract, checked on every run in the suite: exit 1 = error + fix
+        assert proc.returncode == 1 and isinstance(doc, dict) and doc.get("error") and doc.get("fix"), doc
+        assert "internal error" not in doc["error"], doc
     return Result(proc.returncode, doc, proc.stdout, proc.stderr)
 
 
