@@ -100,7 +100,7 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
 
 RENDERED = ("path", "backend", "runtime", "image", "argv", "pre_argv", "env", "secrets", "host", "port",
             "state_dir", "log_file", "state_file", "container_name", "served_model_name", "primary_endpoint",
-            "api_key_env")
+            "api_key_env", "command", "summary_markdown")
 
 
 def plan_differences(plan: dict, fresh: dict) -> list[str]:

@@ -385,3 +385,44 @@ def test_sudo_docker_plan_is_non_interactive(inputs):
     plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     assert plan["argv"][:4] == ["sudo", "-n", "docker", "run"]
     assert plan["pre_argv"][0][:3] == ["sudo", "-n", "docker"]
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda p: p["argv"].insert(3, "--privileged"), "argv"),
+    (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
+    (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
+    (lambda p: p["inputs"]["tune"].update(vllm_cpu_omp_threads_bind="0-4095"), "argv"),
+])
+def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle):
+    """What the human approved is what runs: a plan whose command no longer matches its own inputs
+    (edited by hand, or inputs edited to smuggle a value) is refused before anything runs."""
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    edit(plan)
+    plan_file.write_text(json.dumps(plan))
+    before = len(calls(d))
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 1 and r.doc["phase"] == "start" and "differs" in r.doc["error"] and needle in r.doc["error"]
+    assert not any(c["argv"][0] in ("run", "pull", "rm") for c in calls(d)[before:])
+
+
+def test_a_plan_never_points_state_outside_its_state_dir(script, inputs, rt, tmp_path):
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    plan["state_file"] = str(victim)
+    plan_file.write_text(json.dumps(plan))
+    for verb in ("start", "stop"):
+        r = script("launch.py", verb, "--plan", str(plan_file), *(["--confirm"] if verb == "start" else []), env=env)
+        assert r.code == 1 and "state_dir" in r.doc["error"]
+    assert victim.read_text() == "keep me"
+
+
+def test_preload_names_only_the_pinned_libraries():
+    libs = load_epyc()["host_stack"]["ld_preload_libs"]
+    ok = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.5.9"
+    assert serve_plan.preload_value(ok, libs) == ok
+    for bad in ("/tmp/evil.so", "libtcmalloc_minimal.so.4", f"{ok}:/tmp/x.so"):
+        with pytest.raises(ScriptError):
+            serve_plan.preload_value(bad, libs)

@@ -1,0 +1,267 @@
+"""Property-based tests (hypothesis) over every parser at the bundle's boundaries.
+
+The property is the contract a user relies on: any input ends as a result or as the documented
+refusal (ScriptError / ValueError / argparse's type error, which the scripts turn into JSON with
+`error` and `fix`), never another exception, never NaN in a document, never a hang, and never a file
+written outside its folder. The table of bad-input classes and where each is tested: tests/BAD_INPUT.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import common
+import detect
+import estimate_memory
+import hf_model
+import serve_life
+import serve_plan
+from common import ScriptError
+from conftest import run_script
+
+FAST = settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                        HealthCheck.function_scoped_fixture])
+EPYC = common.load_epyc()
+
+json_scalars = st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4) |
+                           st.dictionaries(st.text(max_size=12), kids, max_size=4), max_leaves=20)
+
+
+# ---------------------------------------------------------------- host files (detect, cpu_tune)
+
+@FAST
+@given(st.text(max_size=2000))
+def test_cpuinfo_parser_returns_facts_or_valueerror(text):
+    try:
+        cpu = detect.parse_cpuinfo(text)
+    except ValueError:
+        return
+    assert set(cpu) == {"vendor", "brand", "family", "model", "flags"}
+    assert cpu["family"] is None or isinstance(cpu["family"], int)
+
+
+@FAST
+@given(st.text(alphabet="0123456789,- \n", max_size=60))
+def test_cpulist_parser_round_trips_or_refuses(text):
+    try:
+        cpus = common.parse_cpulist(text)
+    except ValueError:
+        return
+    assert cpus == sorted(set(cpus)) and all(c >= 0 for c in cpus)
+    assert common.parse_cpulist(common.format_cpulist(cpus)) == cpus
+
+
+@FAST
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_meminfo_and_cgroup_parsers_never_raise(meminfo, cgroup):
+    value = detect.parse_meminfo_bytes(meminfo)
+    assert value is None or (isinstance(value, int) and value >= 0)
+    limit = detect.parse_cgroup_limit(cgroup)
+    assert limit is None or (isinstance(limit, int) and limit > 0)
+    try:
+        allowed = detect.parse_status_allowed(cgroup)
+    except ValueError:
+        return
+    assert allowed is None or all(isinstance(c, int) for c in allowed)
+
+
+@FAST
+@given(st.lists(st.tuples(st.sampled_from(["proc/cpuinfo", "../escape", "/etc/../../x", "sys/a/../../../b", "ok/f",
+                                           "", "a/./b"]), st.text(max_size=40)), max_size=5))
+def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
+    dest = tmp_path_factory.mktemp("unpack")
+    text = "\n".join(f"{detect._MARK} {path}\n{body}" for path, body in parts)
+    detect.unpack_capture(text, dest)
+    for p in dest.rglob("*"):
+        assert dest.resolve() in p.resolve().parents
+
+
+@FAST
+@given(st.fixed_dictionaries({}, optional={
+    "cpu_model": st.text(max_size=30), "vendor": st.sampled_from(["AuthenticAMD", "GenuineIntel", "", None]),
+    "is_amd_epyc": st.booleans(), "avx512": st.booleans(), "avx512_bf16": st.booleans(),
+    "epyc_generation": st.sampled_from(["Genoa", "Turin", "Milan", "Bergamo", "unknown", None])}), st.booleans())
+def test_routing_always_gives_one_of_the_documented_routes(facts, stock):
+    r = detect.route_host(facts, EPYC["supported_generations"], stock)
+    assert r["route"] in ("zentorch", "confirm", "stock", "stock_offer", "stop") and r["reason"]
+    if not facts.get("is_amd_epyc") and not stock:
+        assert r["route"] == "stop"  # never zentorch, never a silent stock path
+    if stock:
+        assert r["route"] == "stock"
+
+
+# ---------------------------------------------------------------- model files (check_model, estimate_memory)
+
+@FAST
+@given(json_values)
+def test_safetensors_header_tensors_or_valueerror(header):
+    try:
+        tensors = hf_model.tensors_from_header(header) if isinstance(header, dict) else {}
+    except ValueError:
+        return
+    assert all(n >= 0 for _, n in tensors.values())
+    assert hf_model.weight_bytes(tensors, "bfloat16", False) >= 0
+
+
+@FAST
+@given(st.binary(max_size=200))
+def test_safetensors_file_of_any_bytes(tmp_path_factory, data):
+    f = tmp_path_factory.mktemp("st") / "x.safetensors"
+    f.write_bytes(data)
+    try:
+        header = hf_model.read_safetensors_header(f)
+    except (ValueError, struct.error):
+        return
+    assert isinstance(header, dict)
+
+
+config_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**7), st.text(max_size=5),
+                          st.lists(st.sampled_from(["full_attention", "sliding_attention", "linear_attention", 3]),
+                                   max_size=6), st.floats(allow_nan=True))
+config_keys = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+               "kv_lora_rank", "qk_rope_head_dim", "max_position_embeddings", "sliding_window", "layer_types",
+               "attn_layer_period", "attn_layer_offset", "full_attention_interval", "sliding_window_pattern",
+               "use_sliding_window", "hybrid_override_pattern", "model_type"]
+
+
+@FAST
+@given(st.dictionaries(st.sampled_from(config_keys), config_values, max_size=10))
+def test_any_config_is_checked_then_sized_or_refused(cfg):
+    """What passes the config schema is sized without another exception, with whole non-negative counts."""
+    try:
+        common.check_schema(cfg, "model_config", "config.json", "fix it")
+    except ScriptError:
+        return
+    try:
+        layout = estimate_memory.kv_layout(cfg)
+    except ScriptError:
+        return
+    assert layout["bytes_per_token"] >= 0 and min(layout["full"], layout["sliding"], layout["none"]) >= 0
+    kv = estimate_memory.kv_bytes_for(layout, 4096, 128)
+    assert kv >= 0
+
+
+@SLOW
+@given(st.dictionaries(st.sampled_from(config_keys + ["architectures", "text_config"]),
+                       config_values | json_values, max_size=8))
+def test_estimate_memory_script_on_any_config(tmp_path_factory, cfg):
+    folder = tmp_path_factory.mktemp("model")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    r = run_script("estimate_memory.py", "--model-id", str(folder), "--ram-gb", "24", "--weight-gb", "1",
+                   timeout=60)
+    assert r.code in (0, 1) and "NaN" not in r.stdout and "Infinity" not in r.stdout
+
+
+# ---------------------------------------------------------------- documents between scripts (plan, state)
+
+@FAST
+@given(json_values)
+def test_plan_schema_check_accepts_or_names_the_field(doc):
+    try:
+        common.check_schema(doc, "plan", "plan", "plan again")
+    except ScriptError as exc:
+        assert exc.error.startswith("plan: field ")
+
+
+@SLOW
+@given(json_values)
+def test_launch_verbs_on_any_plan_document(tmp_path_factory, doc):
+    d = tmp_path_factory.mktemp("plan")
+    f = d / "plan.json"
+    f.write_text(json.dumps(doc))
+    before = sorted(p.name for p in d.iterdir())
+    for verb in ("stop", "handoff"):
+        r = run_script("launch.py", verb, "--plan", str(f), timeout=60)
+        assert r.code in (0, 1)
+    assert sorted(p.name for p in d.iterdir()) == before  # nothing written or removed beside it
+
+
+def test_deeply_nested_json_is_a_clear_refusal(tmp_path):
+    f = tmp_path / "deep.json"
+    f.write_text("[" * 100000 + "]" * 100000)
+    r = run_script("launch.py", "stop", "--plan", str(f))
+    assert r.code == 1 and "nested too deeply" in r.doc["error"]
+
+
+@FAST
+@given(json_values)
+def test_state_file_of_any_content_is_not_trusted(tmp_path_factory, doc):
+    d = tmp_path_factory.mktemp("state")
+    (d / "state.json").write_text(json.dumps(doc))
+    plan = {"state_file": str(d / "state.json")}
+    state = serve_life.read_state(plan)
+    assert state is None or isinstance(state, dict)
+    if state is not None:  # whatever it says, only a live group started at its recorded time is ours
+        members = serve_life.group_members(state)
+        assert members == [] or (isinstance(state.get("pgid"), int) and state["pgid"] > 1)
+
+
+# ---------------------------------------------------------------- server replies (verify)
+
+@FAST
+@given(st.integers(0, 600), json_values | st.text(max_size=200), st.sampled_from(["chat_completions", "completions"]))
+def test_judge_smoke_never_raises_and_never_echoes_the_key(status, body, endpoint):
+    secret = "sk-property-secret-123"
+    text = body if isinstance(body, str) else json.dumps(body)
+    text = text.replace("x", secret)  # put the key wherever a server might reflect it
+    ok, detail = serve_plan.judge_smoke(status, text, endpoint, [secret])
+    assert isinstance(ok, bool) and isinstance(detail, str) and secret not in detail
+
+
+@FAST
+@given(st.text(max_size=300))
+def test_redact_masks_bearer_tokens(text):
+    out = serve_plan.redact(f"{text} Authorization: Bearer sk-abc123 {text}", [])
+    assert "sk-abc123" not in out
+
+
+# ---------------------------------------------------------------- flags
+
+@FAST
+@given(st.text(max_size=30))
+def test_numeric_flag_types_give_a_finite_value_in_range_or_refuse(text):
+    for parse, lo, hi in ((common.int_in(1, 65535), 1, 65535), (common.float_in(0, 100), 0, 100)):
+        try:
+            v = parse(text)
+        except argparse.ArgumentTypeError:
+            continue
+        assert math.isfinite(v) and lo <= v <= hi
+
+
+@FAST
+@given(st.text(max_size=40))
+def test_names_that_reach_argv_or_shell_never_look_like_options(text):
+    for check in (common.image_ref, common.env_name):
+        try:
+            v = check(text)
+        except argparse.ArgumentTypeError:
+            continue
+        assert not v.startswith("-") and " " not in v and "$" not in v and "`" not in v
+    try:
+        target = common.parse_host(text)
+    except ScriptError:
+        return
+    assert not target.host.startswith("-")
+
+
+@SLOW
+@given(st.sampled_from(["--port", "--max-model-len", "--num-prompts", "--timeout"]),
+       st.sampled_from(["-1", "0", "nan", "inf", "-inf", "1e99", "", "x", "0x10"]))
+def test_up_refuses_bad_numbers_before_doing_anything(flag, value):
+    r = run_script("launch.py", "up", flag, value, "--state-dir", "/nonexistent/never-created", timeout=60)
+    assert r.code == 1 and r.doc["error"].startswith(f"bad arguments: argument {flag}")
+    assert not Path("/nonexistent/never-created").exists()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
