@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Can the vLLM that will serve run this model as a generation endpoint, and through which API?
 
-    python3 scripts/check_model.py --model-id Qwen/Qwen3-0.6B --vllm-version 0.32.0
-    python3 scripts/check_model.py --model-id ./my-model --python ~/venv/bin/python   # probe that vLLM
+    python3 scripts/check_model.py --model Qwen/Qwen3-0.6B --vllm-version 0.32.0
+    python3 scripts/check_model.py --model ./my-model --python ~/venv/bin/python   # probe that vLLM
 
 Exit 0: vLLM serves it as chat/completions, or support cannot be determined (gated, offline,
 Hub unreachable, no registry) -- proceed, the launch confirms. Exit 1: the architecture is unknown
@@ -67,18 +67,23 @@ def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str,
     return "unsupported", None
 
 
-def endpoints_for(kind: str, template_status: str) -> dict:
+DEFAULT_POLICY = {"generation_kinds": ["text", "multimodal"], "refuse_kinds": ["pooling", "unsupported"],
+                  "multimodal_needs_chat_template": True, "undetermined_proceeds": True}
+
+
+def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY) -> dict:
     """Which OpenAI endpoints the served model answers, and which one to hand off.
 
     Chat needs a template vLLM can pick by itself; without one a text model still serves raw
     prompts on /v1/completions. A multimodal model is only useful through chat, so without a
-    usable template it is not launchable."""
-    if kind in ("text", "multimodal") and template_status == "present":
+    usable template it is not launchable (data/epyc.json model_support_policy)."""
+    generation = kind in policy["generation_kinds"]
+    if generation and template_status == "present":
         return {"supported_endpoints": ["chat_completions", "completions"], "primary_endpoint": "chat_completions",
                 "launchable": True}
-    if kind == "multimodal" and template_status != "unknown":
+    if kind == "multimodal" and template_status != "unknown" and policy["multimodal_needs_chat_template"]:
         return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
-    if kind in ("text", "multimodal", "undetermined"):
+    if generation or (kind == "undetermined" and policy["undetermined_proceeds"]):
         return {"supported_endpoints": ["completions"], "primary_endpoint": "completions", "launchable": True}
     return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
 
@@ -146,7 +151,8 @@ def read_model(files: hf_model.ModelFiles) -> dict:
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/check_model.py", description=__doc__.split("\n")[0])
-    p.add_argument("--model-id", default=epyc["default_model"], help="Hub id or local folder (default: %(default)s)")
+    p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
+                   help="Hub id or local folder (default: %(default)s); --model-id is the old name, kept for one release")
     p.add_argument("--revision", default=None, help="branch, tag or commit (Hub ids; default main)")
     p.add_argument("--vllm-version", default=epyc["vllm_version"],
                    help="vLLM that will serve: stack.vllm from validate.py (default: the pinned %(default)s)")
@@ -163,13 +169,13 @@ def main(argv: Sequence[str] | None = None):
             and registry["source"].startswith("probe"):
         notes.append(f"probed vLLM is {version}, not the --vllm-version {args.vllm_version} given")
 
-    base = {"model_id": args.model_id, "revision": args.revision}
+    base = {"model": args.model, "revision": args.revision}
     try:
-        files = hf_model.resolve(args.model_id, args.revision)
+        files = hf_model.resolve(args.model, args.revision)
         model = hf_model.with_deadline(lambda: read_model(files), args.hub_timeout)
     except hf_model.Unreadable as why:
         tmpl = classify_template(None, None, None, readable=False)
-        eps = endpoints_for("undetermined", tmpl["status"])
+        eps = endpoints_for("undetermined", tmpl["status"], epyc["model_support_policy"])
         return {**base, "source": "hub", "architectures": [], "kind": "undetermined", "supported": None,
                 "registry_source": (registry or {}).get("source"), "vllm_version": version, "chat_template": tmpl,
                 **eps, "message": f"{why.message}; support could not be determined -- proceed, the launch confirms",
@@ -177,12 +183,14 @@ def main(argv: Sequence[str] | None = None):
 
     tmpl = classify_template(model["jinja"], model["tokenizer_config"], model["template_json"])
     kind, arch = classify_kind(model["architectures"], registry)
-    eps = endpoints_for(kind, tmpl["status"])
+    eps = endpoints_for(kind, tmpl["status"], epyc["model_support_policy"])
     code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)
     doc = {**base, "source": files.kind, "architectures": model["architectures"], "kind": kind,
            "supported": None if kind == "undetermined" else code == 0,
            "registry_source": (registry or {}).get("source"), "vllm_version": version,
            "chat_template": tmpl, **eps, "message": message, "notes": notes}
+    if kind in epyc["model_support_policy"]["refuse_kinds"]:
+        code = 1
     if code:  # the one contract: exit 1 carries error and fix
         doc.update(error=message, fix=REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
     return doc, code

@@ -189,6 +189,8 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         doc = {"error": f"internal error: {type(exc).__name__}: {exc}",
                "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"}
         code, ok = EXIT_FAIL, False
+    if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
+        doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
     if render is None:
         emit(doc)
     else:
@@ -399,12 +401,19 @@ def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int
 
 # ---------------------------------------------------------------- pinned facts
 
+EPYC_SCHEMA_VERSION = 1
+
+
 def load_epyc(path: Path = EPYC_JSON) -> dict:
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ScriptError(f"cannot read {path}: {exc}",
                           "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+    if not isinstance(doc, dict) or doc.get("schema_version") != EPYC_SCHEMA_VERSION:
+        raise ScriptError(f"{path} is not schema_version {EPYC_SCHEMA_VERSION} of the pinned facts",
+                          "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+    return doc
 
 
 def parse_json_object(text: str, what: str, fix: str) -> dict:

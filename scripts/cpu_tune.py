@@ -83,29 +83,31 @@ def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: i
     return usable_total
 
 
-def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weights_gb: float | None,
+def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float | None,
                   kv_needed_gb: float | None, headroom: float, default_fraction: float) -> dict:
-    """VLLM_CPU_KVCACHE_SPACE in whole GiB (vLLM parses an int).
+    """The KV cache to grant, in whole GiB (VLLM_CPU_KVCACHE_SPACE is parsed as an int).
 
-    With the model's needs (estimate_memory.py): what the KV needs x headroom, capped by what the
-    socket has left after weights and the OS. Without them: a fixed share of what is left."""
-    left = socket_ram_gb - os_reserve_gb - (weights_gb or 0.0)
+    With the model's need (estimate_memory.py): the need x headroom, capped by what the socket has
+    left after weights and the OS -- and a socket that cannot hold weights + need + reserve is a
+    refusal, not a warning (the server would fail or swap). Without a need: a share of what is left."""
+    left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
     warning = None
     if kv_needed_gb is not None:
+        if left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb):
+            raise ScriptError(f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
+                              f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
+                              "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
+                              "model (or another socket with --socket)")
         want = max(1, math.ceil(kv_needed_gb * headroom))
         kv = min(want, math.floor(left))
         basis = f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom, capped by socket RAM"
-        if left < kv_needed_gb:
-            warning = (f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weights_gb or 0:g} GiB + "
-                       f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB: lower --max-model-len "
-                       "or the concurrency, or use a smaller model")
     else:
         kv = math.floor(left * default_fraction)
         basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
     if kv < 1:
         kv = 1
-        warning = warning or (f"only {left:.1f} GiB left on the socket after weights and OS reserve; "
-                              "KV cache set to the 1 GiB minimum")
+        warning = (f"only {left:.1f} GiB left on the socket after weights and OS reserve; "
+                   "KV cache set to the 1 GiB minimum")
     return {"kv_gb": int(kv), "basis": basis, "warning": warning}
 
 
@@ -126,8 +128,7 @@ def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: di
         prefix, tool = [], None
         note = "neither numactl nor taskset found: the host launch is unpinned (install numactl)"
     return {"container_cpuset": " ".join(container), "container_cpuset_argv": container,
-            "conda_launch_prefix": shlex.join(prefix), "conda_launch_prefix_argv": prefix,
-            "conda_pin_tool": tool, "pin_note": note}
+            "host_pin_prefix": shlex.join(prefix), "host_pin_argv": prefix, "host_pin_tool": tool, "pin_note": note}
 
 
 def env_lines(plan: dict) -> str:
@@ -135,8 +136,8 @@ def env_lines(plan: dict) -> str:
     out = [f"# cpu_tune: socket {plan['chosen_socket']} ({plan['socket_choice_reason']})"]
     for key, value in plan["env"].items():
         out.append(f"export {key}={shlex.quote(str(value))}")
-    if plan.get("warning"):
-        out.append(f"echo {shlex.quote('cpu_tune warning: ' + plan['warning'])} >&2")
+    for w in plan.get("warnings") or []:
+        out.append(f"echo {shlex.quote('cpu_tune warning: ' + w['message'])} >&2")
     return "\n".join(out)
 
 
@@ -175,14 +176,19 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
     chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket)
     usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
     cores = topo.physical_cores(usable)
-    bind, reserved = split_reserved(cores, args.reserve)
+    bind, reserved = split_reserved(cores, args.reserve_cores)
     nodes = topo.socket_nodes(chosen)
     ram_gb = by_id[chosen]["ram_gb"]
-    kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weights_gb, args.kv_gb_needed,
+    kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weight_gb, args.kv_needed_gb,
                        mem_cfg["kv_headroom_factor"], mem_cfg["kv_default_fraction"])
     tools = {"numactl": bool(shutil.which("numactl")), "taskset": bool(shutil.which("taskset"))}
     pins = pin_commands(bind, usable, nodes, tools)
-    warnings = [w for w in (warning, kv["warning"]) if w]
+    warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
+    if kv["warning"]:
+        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
+    if len(nodes) > 1:
+        warnings.append({"check": "nps", "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
+                         "is bound across them; one instance per node could add performance", "fix": None})
     notes = list(truth["notes"])
     if pins["pin_note"]:
         notes.append(pins["pin_note"])
@@ -200,18 +206,19 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
         "vllm_cpu_omp_threads_bind": bind_s,
         "omp_threads": len(bind),
         "reserved_cpus": common.format_cpulist(reserved),
-        "vllm_cpu_kvcache_space_gb": kv["kv_gb"],
+        "kv_granted_gb": kv["kv_gb"],
         "kv_basis": kv["basis"],
+        "weight_gb": args.weight_gb,
+        "kv_needed_gb": args.kv_needed_gb,
+        "os_reserve_gb": args.os_reserve_gb,
         "socket_ram_gb": ram_gb,
-        "numa_nodes_on_socket": nodes,
+        "numa_nodes": nodes,
         "container_cpuset": pins["container_cpuset"],
         "container_cpuset_argv": pins["container_cpuset_argv"],
-        "conda_launch_prefix": pins["conda_launch_prefix"],
-        "conda_launch_prefix_argv": pins["conda_launch_prefix_argv"],
-        "conda_pin_tool": pins["conda_pin_tool"],
-        "warning": "; ".join(warnings) or None,
-        "nps_note": (f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory is bound across them; "
-                     "one instance per node could add performance") if len(nodes) > 1 else None,
+        "host_pin_prefix": pins["host_pin_prefix"],
+        "host_pin_argv": pins["host_pin_argv"],
+        "host_pin_tool": pins["host_pin_tool"],
+        "warnings": warnings,
         "notes": notes,
         "env": {"VLLM_CPU_OMP_THREADS_BIND": bind_s, "VLLM_CPU_KVCACHE_SPACE": kv["kv_gb"]},
     }
@@ -225,10 +232,10 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--socket", type=common.int_in(0, 4095), help="force this socket")
     p.add_argument("--busy-threshold", type=common.float_in(0, 100), default=cfg["busy_threshold_pct"],
                    help="a socket at or above this busy %% counts as busy (default %(default)s)")
-    p.add_argument("--reserve", type=common.int_in(0, 4096), default=cfg["default_reserved_cores"],
+    p.add_argument("--reserve-cores", type=common.int_in(0, 4096), default=cfg["default_reserved_cores"],
                    help="physical cores to leave unbound (default %(default)s: bind all)")
-    p.add_argument("--weights-gb", type=common.float_in(0, 65536), help="model weights, from estimate_memory.py")
-    p.add_argument("--kv-gb-needed", type=common.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py")
+    p.add_argument("--weight-gb", type=common.float_in(0, 65536), help="model weights, from estimate_memory.py")
+    p.add_argument("--kv-needed-gb", type=common.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py")
     p.add_argument("--os-reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
     p.add_argument("--sysroot", type=common.nonempty, help="plan for a captured host tree (load is then unknown)")
     p.add_argument("--host", type=common.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)")
@@ -236,11 +243,6 @@ def main(argv: Sequence[str] | None = None):
     if not 0 < args.busy_threshold <= 100:
         raise ScriptError(f"--busy-threshold {args.busy_threshold:g} is outside (0, 100]",
                           "pass a percentage such as 15")
-    for name in ("weights_gb", "kv_gb_needed", "os_reserve_gb"):
-        value = getattr(args, name)
-        if value is not None and (value < 0 or not math.isfinite(value)):
-            raise ScriptError(f"--{name.replace('_', '-')} {value} must be a finite number >= 0",
-                              "pass the figure from estimate_memory.py")
     facts = detect.gather_from_args(args.sysroot, args.host)
     live = not (args.sysroot or args.host)
     busy = None

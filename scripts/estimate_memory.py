@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does the model fit in RAM? Weights + KV cache + a reserve, without downloading weights.
 
-    python3 scripts/estimate_memory.py --model-id Qwen/Qwen3-0.6B --ram-gb 24 --max-model-len 4096 --num-prompts 1
+    python3 scripts/estimate_memory.py --model Qwen/Qwen3-0.6B --ram-gb 24 --max-model-len 4096 --num-prompts 1
 
 On CPU, RAM is the ceiling: weights and the KV cache both live there. Sizes are GiB (2^30 bytes),
 as vLLM reports them. Exit 0: fits (or no --ram-gb verdict asked); exit 1: does not fit, or an
@@ -117,18 +117,18 @@ def kv_bytes_for(layout: dict, seq_len: int, block: int) -> int:
 
 
 def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, ram_gb: float,
-        reserve_gb: float, block: int, model_max: int | None) -> dict:
+        os_reserve_gb: float, block: int, model_max: int | None) -> dict:
     """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
     fits (a multiple of the block size), or say that no context fits."""
     kv = kv_bytes_for(layout, max_model_len, block) * num_prompts
-    required = weight_bytes + kv + reserve_gb * GIB
+    required = weight_bytes + kv + os_reserve_gb * GIB
     ram = ram_gb * GIB
     out = {"max_model_len": max_model_len, "num_prompts": num_prompts, "weight_gb": common.gb(weight_bytes),
-           "kv_cache_gb": common.gb(kv), "reserve_gb": reserve_gb, "required_gb": common.gb(required),
+           "kv_needed_gb": common.gb(kv), "os_reserve_gb": os_reserve_gb, "required_gb": common.gb(required),
            "ram_gb": ram_gb, "fits": required <= ram}
     if out["fits"]:
         return out
-    budget = ram - weight_bytes - reserve_gb * GIB
+    budget = ram - weight_bytes - os_reserve_gb * GIB
     ceiling = (model_max or max_model_len) // block
     lo, hi = 0, min(ceiling, max_model_len // block)
     while lo < hi:  # largest number of blocks whose KV fits the budget
@@ -153,25 +153,24 @@ def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, r
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
-    p.add_argument("--model-id", default=epyc["default_model"])
+    p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
+                   help="Hub id or local folder; --model-id is the old name, kept for one release")
     p.add_argument("--revision", default=None)
-    p.add_argument("--ram-gb", type=common.float_in(0, 1 << 20, lo_open=True), help="RAM to fit in: memory_gb from detect.py or "
+    p.add_argument("--ram-gb", type=common.float_in(0, 1 << 20, lo_open=True), help="RAM to fit in: ram_gb from detect.py or "
                    "socket_ram_gb from cpu_tune.py; without it no verdict is given")
     p.add_argument("--max-model-len", type=common.int_in(16, 1 << 24), default=epyc["serve"]["default_max_model_len"])
     p.add_argument("--num-prompts", type=common.int_in(1, 65536), default=1, help="concurrent sequences at full length")
     p.add_argument("--weight-gb", type=common.float_in(0, 65536, lo_open=True), help="override the weight size (GiB)")
-    p.add_argument("--reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"],
+    p.add_argument("--os-reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"],
                    help="RAM kept for the OS and vLLM's own process (default %(default)s)")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"], default=epyc["precision"]["default"])
     p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")
     args = p.parse_args(argv)
-    if args.reserve_gb < 0:
-        raise ScriptError("--reserve-gb must be >= 0", "pass 0 or more")
 
     notes: list[str] = []
 
     def read() -> tuple[dict, int, str]:
-        files = hf_model.resolve(args.model_id, args.revision)
+        files = hf_model.resolve(args.model, args.revision)
         cfg = files.config()
         layout = kv_layout(cfg)  # a config without attention shapes is an error before any weight lookup
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
@@ -179,7 +178,7 @@ def main(argv: Sequence[str] | None = None):
             return layout, int(args.weight_gb * GIB), "override"
         found = files.weights(args.dtype, tied)
         if found is None:
-            raise ScriptError(f"{args.model_id}: no safetensors metadata or weight files to size the weights",
+            raise ScriptError(f"{args.model}: no safetensors metadata or weight files to size the weights",
                               "pass --weight-gb N (the checkpoint size in GiB)")
         return layout, *found
 
@@ -189,6 +188,7 @@ def main(argv: Sequence[str] | None = None):
         raise ScriptError(why.message, why.fix)
     if source == "safetensors_index_total_size":
         notes.append("weights from the index's total_size: stored dtype, not cast to --dtype")
+    notes.append(epyc["precision"]["kv_note"])
 
     model_max = layout["max_position_embeddings"]
     max_len = args.max_model_len
@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None):
                      "mamba), not per-token KV; it is small and not counted here")
     block = epyc["serve"]["kv_block_size_mla"] if layout["attention"] == "mla" else epyc["serve"]["kv_block_size"]
     doc = {
-        "model_id": args.model_id,
+        "model": args.model,
         "dtype": args.dtype,
         "weight_gb": common.gb(weights),
         "weight_bytes": weights,
@@ -213,12 +213,12 @@ def main(argv: Sequence[str] | None = None):
                       "sliding_window": layout["sliding_window"]},
         "kv_block_size": block,
         "model_max_seq_len": model_max,
-        "kv_gb_per_sequence": common.gb(kv_bytes_for(layout, max_len, block), 3),
+        "kv_needed_gb_per_sequence": common.gb(kv_bytes_for(layout, max_len, block), 3),
         "notes": notes,
     }
     if args.ram_gb is None:
         return doc, common.EXIT_OK
-    verdict = fit(weights, layout, max_len, args.num_prompts, args.ram_gb, args.reserve_gb, block, model_max)
+    verdict = fit(weights, layout, max_len, args.num_prompts, args.ram_gb, args.os_reserve_gb, block, model_max)
     doc["fit"] = verdict
     if not verdict["fits"]:
         doc.update(error=f"does not fit: {verdict['required_gb']} GiB required vs {verdict['ram_gb']} GiB of RAM",

@@ -125,7 +125,7 @@ class ModelFiles:
     def config(self) -> dict:
         cfg = self.json("config.json")
         if cfg is None:
-            raise ScriptError(f"{self.ref}: no config.json", "point --model-id at a Hugging Face model folder "
+            raise ScriptError(f"{self.ref}: no config.json", "point --model at a Hugging Face model folder "
                               "or repo (it must hold config.json)")
         common.check_schema(cfg, "model_config", f"{self.ref}: config.json has a value of the wrong type or range",
                             "repair config.json (or re-download it): the field named must be what transformers "
@@ -269,7 +269,7 @@ def with_deadline(fn, seconds: float):
 def resolve(ref: str, revision: str | None) -> ModelFiles:
     """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
     if not ref or not ref.strip():
-        raise ScriptError("empty --model-id", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
+        raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
     if revision is not None and not _REVISION_RE.match(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = Path(ref).expanduser()

@@ -107,19 +107,19 @@ def up(a, epyc: dict) -> dict:
     if not val.get("ready"):
         raise phase_failed("validate", val)
     vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
-    cargs = ["--model-id", model, "--vllm-version", vllm_version]
+    cargs = ["--model", model, "--vllm-version", vllm_version]
     cargs += ["--python", val["python"]] if val.get("python") else (["--image", val["image"], "--runtime",
                                                                    val["runtime"]] if val.get("image") else [])
     chk = step("check_model.py", cargs, "check_model", run_dir)
     max_len = str(a.max_model_len or epyc["serve"]["default_max_model_len"])
-    est = step("estimate_memory.py", ["--model-id", model, "--ram-gb", str(det["memory_gb"]), "--max-model-len",
+    est = step("estimate_memory.py", ["--model", model, "--ram-gb", str(det["ram_gb"]), "--max-model-len",
                                       max_len, "--num-prompts", str(a.num_prompts)], "estimate_memory", run_dir)
-    tune = step("cpu_tune.py", ["--weights-gb", str(est["weight_gb"]), "--kv-gb-needed",
-                                str(est["fit"]["kv_cache_gb"])], "cpu_tune", run_dir)
+    tune = step("cpu_tune.py", ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb",
+                                str(est["fit"]["kv_needed_gb"])], "cpu_tune", run_dir)
     opts = {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"], "expose": a.expose,
             "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags, "kernel_log": a.kernel_log,
             "dtype": a.dtype, "state_dir": str(run_dir.resolve())}
-    plan = build_plan({"detect": det, "validate": val, "check": chk, "estimate": est, "tune": tune}, opts, epyc,
+    plan = build_plan({"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}, opts, epyc,
                       host_facts(opts, chk))
     plan_file = run_dir / "plan.json"
     plan_file.write_text(json.dumps(plan, indent=2) + "\n")
@@ -135,7 +135,7 @@ def up(a, epyc: dict) -> dict:
         exc.extra.update(plan_file=str(plan_file), stopped=stopped)
         raise
     return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
-            "verify": result, "handoff": handoff_doc(plan, result["served_model"]),
+            "verify": result, "handoff": handoff_doc(plan, result["served_model_name"]),
             "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
                                         str(plan_file)])}
 
@@ -198,15 +198,15 @@ def main(argv: Sequence[str] | None = None):
             raise ScriptError("only one input can come from stdin", "save the others to files")
         names = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory",
                  "tune": "cpu_tune"}
-        inputs = {k: common.read_json_input(getattr(a, k), v) for k, v in names.items()}
+        inputs = {v: common.read_json_input(getattr(a, k), v) for k, v in names.items()}  # keyed by script
         for k, v in names.items():
-            common.check_schema(inputs[k], v, f"--{k} {getattr(a, k)} is not {v}.py's output",
+            common.check_schema(inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output",
                                 f"pass the unmodified stdout of {v}.py")
         opts = {k: getattr(a, k) for k in ("model", "port", "max_model_len", "served_model_name", "state_dir",
                                            "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log")}
         if opts["state_dir"]:
             opts["state_dir"] = str(Path(opts["state_dir"]).expanduser().resolve())
-        return build_plan(inputs, opts, epyc, host_facts(opts, inputs["check"])), common.EXIT_OK
+        return build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"])), common.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), common.EXIT_OK
     plan = load_plan(a.plan)

@@ -23,7 +23,7 @@ NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not
 
 def host_facts(opt: dict, chk: dict) -> dict:
     """What a plan depends on besides its five documents, read from this shell and this disk."""
-    model = opt.get("model") or chk.get("model_id") or ""
+    model = opt.get("model") or chk.get("model") or ""
     folder = Path(model).expanduser() if model else None
     key_env = opt.get("api_key_env")
     return {"hf_token_set": bool(os.environ.get("HF_TOKEN")),
@@ -36,7 +36,7 @@ def rerender(plan: dict, epyc: dict) -> dict:
     """The plan its own inputs and options give in this shell now (start compares it with the file)."""
     from serve_plan import build_plan
     try:
-        return build_plan(plan["inputs"], plan["options"], epyc, host_facts(plan["options"], plan["inputs"]["check"]))
+        return build_plan(plan["inputs"], plan["options"], epyc, host_facts(plan["options"], plan["inputs"]["check_model"]))
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
         exc.extra.setdefault("phase", "start")
         raise
@@ -316,8 +316,8 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     time.sleep(1)  # a server can answer and then die on that same request
     if not alive(plan, state) or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
-    return {"ok": True, "phase": "done", "served_model": plan["served_model_name"], "models": ids,
-            "time_to_healthy_s": healthy_after, "smoke": {"endpoint": path, "output": detail, "seconds": smoke_s},
+    return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": ids,
+            "time_to_healthy_s": healthy_after, "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
             "base_url": plan["base_url"]}
 
 

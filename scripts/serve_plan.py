@@ -23,11 +23,14 @@ def served_model_name(model: str, model_dir: str | None) -> str:
     return Path(model_dir or model).name if (model_dir or model.startswith((".", "/", "~"))) else model
 
 
-def needs_device_flag(vllm_version: str | None) -> bool:
-    """`--device cpu` was removed from `vllm serve` in 0.20; passing it is an argparse error there."""
-    parts = (vllm_version or "").split("+")[0].split(".")
+def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> bool:
+    """`--device cpu` was removed from `vllm serve` in 0.20 (data/epyc.json serve.device_cpu_flag_removed_in);
+    passing it is an argparse error there."""
+    def major_minor(v: str) -> tuple[int, int]:
+        parts = v.split("+")[0].split(".")
+        return int(parts[0]), int(parts[1])
     try:
-        return (int(parts[0]), int(parts[1])) < (0, 20)
+        return major_minor(vllm_version or "") < major_minor(removed_in)
     except (ValueError, IndexError):
         return False
 
@@ -47,7 +50,7 @@ SECRET_LOADER = ('for f in ' + SECRETS_TARGET + '/*; do [ -f "$f" ] && export "$
 
 def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: list[str], hf_mount: list[str],
                        model_mount: list[str], env: dict, secrets_dir: str | None, image: str,
-                       serve_args: list[str]) -> list[str]:
+                       serve_args: list[str], shm_size: str = "16g") -> list[str]:
     """`RT run -d` with values for the sizing env, and secrets as read-only files, never values in the
     argv or the container's config: `--env NAME` would put NAME=value into `docker inspect`. With
     secrets, a constant loader exports them inside the container and execs `vllm serve`.
@@ -57,6 +60,8 @@ def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: l
     if any(f.startswith("--shm-size") for f in run_flags) and "--ipc=host" in run_flags:
         raise ScriptError("run flags combine --ipc=host with --shm-size", "use --ipc=host alone (data/epyc.json)")
     argv = [*rt, "run", "-d", "--name", name, *run_flags, *cpuset, *hf_mount, *model_mount]
+    if "--ipc=host" not in run_flags:  # an isolated IPC namespace needs a big /dev/shm instead
+        argv.append(f"--shm-size={shm_size}")
     if secrets_dir:
         argv += ["-v", f"{secrets_dir}:{SECRETS_TARGET}:ro"]
     for k, v in env.items():
@@ -109,31 +114,59 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
     return [k for k in RENDERED if plan.get(k) != fresh.get(k)]
 
 
+def mismatches(inp: dict) -> list[str]:
+    """Why the five documents do not describe one serve: each script echoes the inputs its decision
+    used, so a set assembled from different runs (another model, other weights, a KV grant below the
+    need, another host) is caught here instead of serving something nobody sized."""
+    det, chk, est, tune = inp["detect"], inp["check_model"], inp["estimate_memory"], inp["cpu_tune"]
+    out = []
+    if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
+        out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
+    if tune.get("weight_gb") is not None and tune["weight_gb"] != est.get("weight_gb"):
+        out.append(f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights, estimate_memory.py says "
+                   f"{est.get('weight_gb')}")
+    need = (est.get("fit") or {}).get("kv_needed_gb")
+    if tune.get("kv_needed_gb") is not None and need is not None and tune["kv_needed_gb"] != need:
+        out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
+    if need is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] < need:
+        out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache, below the {need} GiB needed")
+    if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
+        out.append(f"detect.py read {det['target']}, cpu_tune.py sized {tune['target']}")
+    return out
+
+
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     """Everything start needs, and the summary the human confirms, from the five JSON inputs, the
     options, and the host facts that matter (`facts`: hf_token_set, hf_offline, api_key_set,
     model_dir -- the real path of a local model folder, or None)."""
-    det, val, chk, est, tune = inp["detect"], inp["validate"], inp["check"], inp["estimate"], inp["tune"]
+    det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
+                                 inp["cpu_tune"])
     if not val.get("ready"):
         errs = "; ".join(e["message"] for e in val.get("errors", [])) or "not ready"
         raise ScriptError(f"validate.py is not ready: {errs}", (val.get("errors") or [{}])[0].get("fix")
                           or "fix what validate.py reported, then re-run it")
     if chk.get("launchable") is False:
         raise ScriptError(f"check_model.py: {chk.get('message')}", "choose a model vLLM serves as chat/completions")
+    wrong = mismatches(inp)
+    if wrong:
+        raise ScriptError("the five documents do not describe one serve: " + "; ".join(wrong),
+                          "re-run the steps from the first one that differs, for one model on one host, "
+                          "and plan from those files")
     fit = est.get("fit")
     if fit and not fit["fits"]:
         raise ScriptError(f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM",
                           fit.get("action") or "lower --max-model-len or use a smaller model")
-    model = opt.get("model") or chk.get("model_id")
-    if chk.get("model_id") and model != chk["model_id"]:
-        raise ScriptError(f"check_model.py ran for {chk['model_id']}, the plan is for {model}",
+    model = opt.get("model") or chk.get("model")
+    if chk.get("model") and model != chk["model"]:
+        raise ScriptError(f"check_model.py ran for {chk['model']}, the plan is for {model}",
                           "run check_model.py and estimate_memory.py for the model you serve")
     path = val["path"]
     backend = val.get("backend") or "zentorch"
     dtype = opt.get("dtype") or epyc["precision"]["default"]
-    if backend != "stock" and dtype == "float16":
-        raise ScriptError("float16 is not a compute dtype of the zentorch CPU platform",
-                          "use bfloat16 (default) or float32")
+    if backend != "stock" and dtype not in epyc["precision"]["host_stack_supported"]:
+        raise ScriptError(f"{dtype} is not a compute dtype of the zentorch CPU platform: "
+                          + epyc["precision"]["host_stack_note"],
+                          f"use {' or '.join(epyc['precision']['host_stack_supported'])}")
     max_len = int(opt.get("max_model_len") or (fit or {}).get("max_model_len")
                   or epyc["serve"]["default_max_model_len"])
     port = int(opt.get("port") or val["port"])
@@ -147,11 +180,14 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     host = "0.0.0.0" if expose else epyc["serve"]["bind_host"]
     served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
     version = (val.get("stack") or {}).get("vllm")
-    device = needs_device_flag(version)
+    device = needs_device_flag(version, epyc["serve"]["device_cpu_flag_removed_in"])
     env = {"VLLM_CPU_OMP_THREADS_BIND": tune["vllm_cpu_omp_threads_bind"],
-           "VLLM_CPU_KVCACHE_SPACE": str(tune["vllm_cpu_kvcache_space_gb"])}
+           "VLLM_CPU_KVCACHE_SPACE": str(tune["kv_granted_gb"])}
     if opt.get("throughput_flags"):
         env.update(throughput_env(epyc["throughput_flags"]))
+        extra_warnings = [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]
+    else:
+        extra_warnings = []
     if opt.get("kernel_log"):  # every zentorch matmul logs its plugin_op and kernel: kernel_proof.py reads them
         env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
     if facts.get("hf_offline"):
@@ -162,8 +198,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     env_by_name = list(secrets)
     name = f"{epyc['container']['name']}-{port}"  # one container per endpoint: plans never remove each other's
     state_dir = Path(opt.get("state_dir") or STATE_ROOT / (name if path != "host" else f"host-{port}"))
-    warnings = [w for w in (tune.get("warning"), tune.get("nps_note")) if w]
-    warnings += [w["message"] for w in val.get("warnings", [])]
+    warnings = [{"check": w["check"], "message": w["message"], "fix": w.get("fix")}
+                for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra_warnings]]
     opts = serve_options(served, host, port, dtype, max_len, device)
     pre: list[list[str]] = []
     if path == "host":
@@ -171,7 +207,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
         if preload:
             env["LD_PRELOAD"] = preload
-        argv = [*tune.get("conda_launch_prefix_argv", []), vllm_bin, "serve", model, *opts]
+        argv = [*tune.get("host_pin_argv", []), vllm_bin, "serve", model, *opts]
         runtime = "host"
         stop_cmd = "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"
     else:
@@ -184,7 +220,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"])
         argv = container_run_argv(rt, name, epyc["container"]["run_flags"], tune["container_cpuset_argv"],
                                   hf_mount, mount, env,
-                                  str(state_dir / "secrets") if secrets else None, image, [model_arg, *opts])
+                                  str(state_dir / "secrets") if secrets else None, image, [model_arg, *opts],
+                                  epyc["container"]["shm_size_if_ipc_isolated"])
         pre = [[*rt, "rm", "-f", name], [*rt, "pull", image]]
         runtime = val["runtime"]
         stop_cmd = shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), name]) + " && " + shlex.join([*rt, "rm", name])
@@ -205,7 +242,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "warnings": warnings,
         "sizing": {"socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
                    "omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
-                   "kv_cache_gb": tune["vllm_cpu_kvcache_space_gb"], "numa_nodes": tune["numa_nodes_on_socket"],
+                   "kv_granted_gb": tune["kv_granted_gb"], "numa_nodes": tune["numa_nodes"],
                    "max_model_len": max_len},
     }
     plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
@@ -229,7 +266,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["Precision", plan["dtype"]],
         ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
         ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['omp_threads_bind']}, "
-                       f"KV {s['kv_cache_gb']} GiB (socket-local), memory on nodes "
+                       f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
                        f"{','.join(map(str, s['numa_nodes']))}"],
         ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
                       else f"{det.get('cpu_model')} (not an AMD EPYC)")
@@ -244,7 +281,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                  + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())])
     rows.append(["Command (exactly what start runs)", plan["command"]])
     for w in plan["warnings"]:
-        rows.append(["Warning", w])
+        rows.append(["Warning", w["message"]])
     for c in plan["confirmation_reasons"]:
         rows.append(["Needs your OK", c])
     return rows
@@ -340,11 +377,11 @@ def handoff_doc(plan: dict, served: str | None = None) -> dict:
     s = plan["sizing"]
     rows = [["Base URL", f"{base} (the trailing /v1 matters)"], ["Served model", served],
             ["Endpoint", path], ["Why", why], ["Runtime / port", f"{plan['runtime']} / {plan['port']}"],
-            ["Sizing", f"{s['omp_threads']} OMP threads ({s['omp_threads_bind']}), KV {s['kv_cache_gb']} GiB, "
+            ["Sizing", f"{s['omp_threads']} OMP threads ({s['omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
                        f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
                        f"{','.join(map(str, s['numa_nodes']))}"],
             ["Stop", plan["stop_command"]]]
-    return {"base_url": base, "served_model": served, "endpoint": path, "why": why, "runtime": plan["runtime"],
+    return {"base_url": base, "served_model_name": served, "endpoint_path": path, "why": why, "runtime": plan["runtime"],
             "port": plan["port"], "sizing": s, "stop_command": plan["stop_command"], "curl_example": curl,
             "python_example": python, "table_markdown": markdown_table(["Field", "Value"], rows),
             "guidance": ["max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len "

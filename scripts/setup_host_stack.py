@@ -74,6 +74,7 @@ def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
     platform = str(found.get("platform", "")).rsplit(".", 1)[-1]
     return (not found.get("import_error")
             and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
+            and found.get("torch") == stack["torch_version"]
             and found.get("zentorch") == want["zentorch"]
             and platform == want["platform"])
 

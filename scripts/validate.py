@@ -189,8 +189,7 @@ def resolve_hf_cache(env: dict) -> dict:
     if nfs:
         notes.append(f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
                      "(HF_HOME=/local/path) if the container cannot read it")
-    return {"path": str(real), "mount": f"-v {real}:/root/.cache/huggingface", "nfs": nfs, "fstype": fstype,
-            "note": "; ".join(notes) or None}
+    return {"path": str(real), "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
 
 
 def filesystem_type(path: Path) -> str | None:
@@ -411,7 +410,7 @@ def main(argv: Sequence[str] | None = None):
         "zentorch_capable": bool(cpu.get("is_amd_epyc") and cpu.get("avx512") and cpu.get("avx512_bf16")),
         "backend": "stock" if args.stock else "zentorch",
         "path": None if runtime is None else ("host" if runtime == "host" else "container"),
-        "runtime": None if runtime in (None, "host") else runtime,
+        "runtime": runtime,
         "runtime_detail": detail,
         "host_path_available": host_ok,
         "python": python if runtime == "host" else None,
@@ -421,15 +420,18 @@ def main(argv: Sequence[str] | None = None):
         "hf_cache": hf_cache,
         "ld_preload": {"value": preload, "note": preload_note},
         "port": port,
-        "ram_gb": detected.get("memory_gb"),
+        "ram_gb": detected.get("ram_gb"),
         "cpu_model": cpu.get("cpu_model"),
         "vendor": cpu.get("vendor"),
-        "generation": cpu.get("epyc_generation"),
+        "epyc_generation": cpu.get("epyc_generation"),
         "hf_token_set": bool(os.environ.get("HF_TOKEN")),
         "errors": errors,
         "confirmations": confirmations,
         "warnings": [i for i in issues if i["severity"] == "warning"],
         "advisories": [i for i in issues if i["severity"] == "advisory"],
+        # the pitfalls of the path this host takes (data/epyc.json gotchas), for the agent to keep in mind
+        "gotchas": [{"id": g["id"], "text": g["text"]} for g in epyc["gotchas"]
+                    if runtime and g["applies_to"] in ("all", "host" if runtime == "host" else "container")],
     }
     if errors:  # the one contract: exit 1 carries error and fix (each issue keeps its own, too)
         doc["error"] = "not ready: " + "; ".join(e["message"] for e in errors)

@@ -8,7 +8,7 @@ from model_fixtures import FIXTURES, model_folder
 
 
 def check(script, model, *args, **kw):
-    return script("check_model.py", "--model-id", str(model), *args, **kw)
+    return script("check_model.py", "--model", str(model), *args, **kw)
 
 
 @pytest.mark.parametrize("model,kind,primary,code", [

@@ -63,19 +63,24 @@ def test_size_kv_cache():
     assert out["kv_gb"] == 1 and out["warning"] is None
     # need 7 x 1.25 = 8.75 -> 9, socket has 384 - 2 - 16 = 366 left
     assert cpu_tune.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 9
-    # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> 1 GiB and a warning
-    out = cpu_tune.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
-    assert out["kv_gb"] == 1 and "cannot hold" in out["warning"]
+    # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> refused, never a silent under-grant
+    with pytest.raises(cpu_tune.ScriptError, match="cannot hold"):
+        cpu_tune.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
+    # 3.95 left for a 3.9 GiB need: vLLM takes whole GiB, so 3 would be granted -- refused too
+    with pytest.raises(cpu_tune.ScriptError, match="cannot hold"):
+        cpu_tune.size_kv_cache(7.95, 2, 2, 3.9, 1.25, 0.5)
+    # exactly enough: the grant is never below the need
+    assert cpu_tune.size_kv_cache(8, 2, 2, 4, 1.25, 0.5)["kv_gb"] == 4
 
 
 def test_pin_commands_fallbacks():
     both = cpu_tune.pin_commands([0, 1, 2], [0, 1, 2, 96], [0, 1], {"numactl": True, "taskset": True})
-    assert both["conda_launch_prefix"] == "numactl --cpunodebind=0,1 --membind=0,1"
+    assert both["host_pin_prefix"] == "numactl --cpunodebind=0,1 --membind=0,1"
     assert both["container_cpuset"] == "--cpuset-cpus=0-2,96 --cpuset-mems=0,1"
     ts = cpu_tune.pin_commands([0, 1, 2], [0, 1, 2], [0], {"numactl": False, "taskset": True})
-    assert ts["conda_launch_prefix_argv"] == ["taskset", "-c", "0-2"] and "numactl" in ts["pin_note"]
+    assert ts["host_pin_argv"] == ["taskset", "-c", "0-2"] and "numactl" in ts["pin_note"]
     none = cpu_tune.pin_commands([0], [0], [0], {})
-    assert none["conda_launch_prefix"] == "" and none["conda_pin_tool"] is None and "unpinned" in none["pin_note"]
+    assert none["host_pin_prefix"] == "" and none["host_pin_tool"] is None and "unpinned" in none["pin_note"]
 
 
 # ---- whole hosts through the CLI
@@ -83,7 +88,7 @@ def test_pin_commands_fallbacks():
 def test_runner(script, make_sysroot):
     d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner"))).doc
     assert d["vllm_cpu_omp_threads_bind"] == "0-1" and d["reserved_cpus"] == ""
-    assert d["socket_ram_gb"] == 8.0 and d["vllm_cpu_kvcache_space_gb"] == 3  # (8 - 2) x 0.5
+    assert d["socket_ram_gb"] == 8.0 and d["kv_granted_gb"] == 3  # (8 - 2) x 0.5
     assert d["container_cpuset"] == "--cpuset-cpus=0-1 --cpuset-mems=0"
     assert "unknown" in d["socket_choice_reason"] and d["socket_busy_pct"] is None
 
@@ -93,18 +98,19 @@ def test_dual_genoa_smt_binds_physical_cores_of_one_socket(script, make_sysroot)
     d = script("cpu_tune.py", "--sysroot", root).doc
     assert d["chosen_socket"] == 0 and d["vllm_cpu_omp_threads_bind"] == "0-95" and d["omp_threads"] == 96
     assert d["container_cpuset"] == "--cpuset-cpus=0-95,192-287 --cpuset-mems=0"  # siblings stay in the cpuset
-    assert d["socket_ram_gb"] == 384.0 and d["vllm_cpu_kvcache_space_gb"] == 191  # (384 - 2) x 0.5
-    d1 = script("cpu_tune.py", "--sysroot", root, "--socket", "1", "--reserve", "1",
-                "--weights-gb", "15.2", "--kv-gb-needed", "7").doc
+    assert d["socket_ram_gb"] == 384.0 and d["kv_granted_gb"] == 191  # (384 - 2) x 0.5
+    d1 = script("cpu_tune.py", "--sysroot", root, "--socket", "1", "--reserve-cores", "1",
+                "--weight-gb", "15.2", "--kv-needed-gb", "7").doc
     assert d1["chosen_socket"] == 1 and d1["socket_choice_reason"] == "forced by --socket"
     assert d1["vllm_cpu_omp_threads_bind"] == "96-190" and d1["reserved_cpus"] == "191"
-    assert d1["numa_nodes_on_socket"] == [1] and d1["vllm_cpu_kvcache_space_gb"] == 9  # ceil(7 x 1.25)
+    assert d1["numa_nodes"] == [1] and d1["kv_granted_gb"] == 9  # ceil(7 x 1.25)
 
 
 def test_turin_nps4_binds_memory_across_the_sockets_nodes(script, make_sysroot):
     d = script("cpu_tune.py", "--sysroot", str(make_sysroot("turin_9755_2s_nps4")), "--socket", "1").doc
-    assert d["vllm_cpu_omp_threads_bind"] == "128-255" and d["numa_nodes_on_socket"] == [4, 5, 6, 7]
-    assert d["socket_ram_gb"] == 768.0 and d["nps_note"] and "4, 5, 6, 7" in d["nps_note"]
+    assert d["vllm_cpu_omp_threads_bind"] == "128-255" and d["numa_nodes"] == [4, 5, 6, 7]
+    nps = [w for w in d["warnings"] if w["check"] == "nps"]
+    assert d["socket_ram_gb"] == 768.0 and nps and "4, 5, 6, 7" in nps[0]["message"]
     assert d["container_cpuset"].endswith("--cpuset-mems=4,5,6,7")
 
 
@@ -120,10 +126,9 @@ def test_cgroup_cpuset_limits_choice_and_binding(script, make_sysroot):
     assert r.code == 1 and "no CPU this process may use" in r.doc["error"]
 
 
-def test_kv_warning_when_socket_cannot_hold_the_model(script, make_sysroot):
-    d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner")), "--weights-gb", "5",
-               "--kv-gb-needed", "4").doc
-    assert d["vllm_cpu_kvcache_space_gb"] == 1 and "cannot hold" in d["warning"]
+def test_a_socket_that_cannot_hold_the_model_is_refused(script, make_sysroot):
+    r = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner")), "--weight-gb", "5", "--kv-needed-gb", "4")
+    assert r.code == 1 and "cannot hold" in r.doc["error"] and "--max-model-len" in r.doc["fix"]
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -132,8 +137,8 @@ def test_kv_warning_when_socket_cannot_hold_the_model(script, make_sysroot):
     (["--busy-threshold", "0"], "busy-threshold"),
     (["--busy-threshold", "150"], "busy-threshold"),
     (["--busy-threshold", "nan"], "busy-threshold"),
-    (["--reserve", "2"], "leaves no core"),
-    (["--weights-gb", "-3"], "weights-gb"),
+    (["--reserve-cores", "2"], "leaves no core"),
+    (["--weight-gb", "-3"], "weight-gb"),
     (["--format", "yaml"], "bad arguments"),
 ])
 def test_bad_input(script, make_sysroot, args, needle):
@@ -172,5 +177,5 @@ def test_live_binding_is_within_allowed_cpus(script):
     d = script("cpu_tune.py").doc
     bind = set(common.parse_cpulist(d["vllm_cpu_omp_threads_bind"]))
     assert bind and bind <= set(common.parse_cpulist(det["allowed_cpus"]))
-    assert d["socket_busy_pct"] is not None and d["vllm_cpu_kvcache_space_gb"] >= 1
-    assert d["socket_ram_gb"] <= det["memory_gb"]
+    assert d["socket_busy_pct"] is not None and d["kv_granted_gb"] >= 1
+    assert d["socket_ram_gb"] <= det["ram_gb"]

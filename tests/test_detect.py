@@ -71,9 +71,9 @@ def test_runner_sysroot_masked_brand_and_sysfs_disagreement(script, make_sysroot
     assert (d["cpu_model"], d["cpu_family"], d["cpu_model_number"]) == ("AMD EPYC", 26, 2)
     assert (d["epyc_generation"], d["zen_arch"], d["generation_source"]) == ("Turin", "Zen5", "cpuid")
     assert d["is_amd_epyc"] and d["is_supported_epyc"] and d["avx512"] and d["avx512_bf16"]
-    assert (d["logical_cores"], d["physical_cores"], d["sockets"], d["numa_nodes"]) == (2, 2, 1, 1)
-    assert d["memory_gb"] == 24.0 and d["node_memory_gb"] == {"0": 8.0}
-    assert d["node_memory_consistent"] is False and "sysfs" in d["notes"][0]
+    assert (d["logical_cores"], d["physical_cores"], d["socket_count"], d["numa_node_count"]) == (2, 2, 1, 1)
+    assert d["ram_gb"] == 24.0 and d["node_ram_gb"] == {"0": 8.0}
+    assert d["node_ram_consistent"] is False and "sysfs" in d["notes"][0]
 
 
 def test_masked_genoa_is_supported_from_cpuid(script, make_sysroot):
@@ -93,9 +93,9 @@ def test_epyc_hosts(script, make_sysroot, host, gen, supported, avx512, logical,
     d = script("detect.py", "--sysroot", str(make_sysroot(host))).doc
     assert d["is_amd_epyc"] and d["epyc_generation"] == gen and d["generation_source"] == "model_number"
     assert d["is_supported_epyc"] is supported and d["avx512"] is avx512 and d["avx512_bf16"] is avx512
-    assert (d["logical_cores"], d["physical_cores"], d["sockets"], d["threads_per_core"], d["numa_nodes"]) == \
+    assert (d["logical_cores"], d["physical_cores"], d["socket_count"], d["threads_per_core"], d["numa_node_count"]) == \
         (logical, physical, sockets, tpc, nodes)
-    assert d["node_memory_consistent"] is True and d["notes"] == []
+    assert d["node_ram_consistent"] is True and d["notes"] == []
 
 
 def test_intel_host_reports_amx_and_is_not_epyc(script, make_sysroot):
@@ -107,7 +107,7 @@ def test_intel_host_reports_amx_and_is_not_epyc(script, make_sysroot):
 def test_cgroup_limits_cpus_and_memory(script, make_sysroot):
     d = script("detect.py", "--sysroot", str(make_sysroot("genoa_cgroup_part"))).doc
     assert d["allowed_cpus"] == "100-119,292-311"
-    assert d["memory_limit_gb"] == 64.0 and d["memory_gb"] == 64.0 and d["memory_total_gb"] == 768.0
+    assert d["ram_limit_gb"] == 64.0 and d["ram_gb"] == 64.0 and d["ram_total_gb"] == 768.0
 
 
 # ---- bad input
@@ -142,7 +142,7 @@ def test_unreadable_file_is_treated_as_absent(script, make_sysroot):
     (root / "sys/devices/system/node/node0/meminfo").unlink()
     (root / "sys/devices/system/node/node0/meminfo").mkdir()  # reading a folder fails like EACCES
     d = script("detect.py", "--sysroot", str(root)).doc
-    assert d["node_memory_gb"] == {} and d["memory_gb"] == 24.0
+    assert d["node_ram_gb"] == {} and d["ram_gb"] == 24.0
 
 
 def test_unreachable_ssh_host(script):

@@ -93,11 +93,11 @@ def test_field_names_promised_by_skill_md_exist_in_the_schemas():
 
 
 def test_readme_examples_print_what_the_readme_shows():
-    mistral = run_script("check_model.py", "--model-id", "tests/fixtures/models/Mistral-7B-v0.1",
+    mistral = run_script("check_model.py", "--model", "tests/fixtures/models/Mistral-7B-v0.1",
                          "--vllm-version", "0.32.0").doc
     assert (mistral["kind"], mistral["primary_endpoint"], mistral["supported_endpoints"]) == \
         ("text", "completions", ["completions"])
-    llama = run_script("estimate_memory.py", "--model-id", "tests/fixtures/models/Llama-3.1-8B-Instruct",
+    llama = run_script("estimate_memory.py", "--model", "tests/fixtures/models/Llama-3.1-8B-Instruct",
                        "--ram-gb", "24", "--max-model-len", "131072")
     f = llama.doc["fit"]
     assert llama.code == 1 and (llama.doc["weight_gb"], f["required_gb"], f["suggested_max_model_len"]) == \
@@ -106,7 +106,7 @@ def test_readme_examples_print_what_the_readme_shows():
     assert '"suggested_max_model_len": 57600' in readme and '"required_gb": 32.96' in readme
     det = run_script("detect.py").doc
     assert {"cpu_model", "epyc_generation", "generation_source", "allowed_cpus"} <= det.keys()
-    tune = run_script("cpu_tune.py", "--weights-gb", "1.11", "--kv-gb-needed", "0.44")
+    tune = run_script("cpu_tune.py", "--weight-gb", "1.11", "--kv-needed-gb", "0.44")
     assert tune.code == 0 and tune.doc["env"]["VLLM_CPU_OMP_THREADS_BIND"] == tune.doc["vllm_cpu_omp_threads_bind"]
 
 
@@ -129,3 +129,86 @@ def test_reference_lists_every_gotcha_topic():
     for needle in ("--device cpu", "TORCHINDUCTOR_FREEZING", "--shm-size", "rootless podman", "NFS",
                    "name already in use", "GNU_STACK", "--network=host"):
         assert needle in text, needle
+
+
+GLOSSARY_BANNED = {"memory_gb", "weights_gb", "served_model", "model_id", "conda_launch_prefix",
+                   "conda_launch_prefix_argv", "conda_pin_tool", "conda_path_available", "kv_cache_gb",
+                   "vllm_cpu_kvcache_space_gb", "nps_note", "warning", "generation", "endpoint", "mount"}
+
+
+def schema_field_names() -> dict[str, set[str]]:
+    names: dict[str, set[str]] = {}
+
+    def walk(s, where):
+        if not isinstance(s, dict):
+            return
+        for k, v in (s.get("properties") or {}).items():
+            names.setdefault(k, set()).add(where)
+            walk(v, where)
+        for k in s.get("required", []):
+            names.setdefault(k, set()).add(where)
+        for k in ("items", "additionalProperties"):
+            walk(s.get(k), where)
+        for k in ("oneOf", "anyOf", "allOf"):
+            for sub in s.get(k, []):
+                walk(sub, where)
+        for sub in (s.get("$defs") or {}).values():
+            walk(sub, where)
+    for f in sorted(SCHEMAS.glob("*.json")):
+        if f.stem not in ("epyc", "model_config"):  # the pinned facts and a model's config are not our outputs
+            walk(json.loads(f.read_text()), f.stem)
+    return names
+
+
+def test_every_output_field_is_in_the_glossary_and_no_old_synonym_is_back():
+    text = (ROOT / "reference.md").read_text().split("## Glossary: one name for one thing", 1)[1]
+    rows = [ln for ln in text.splitlines() if ln.startswith("| `")]
+    glossary = {n for row in rows for n in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", row.split(" | ")[0])}
+    names = schema_field_names()
+    missing = {n: sorted(w) for n, w in names.items() if n not in glossary}
+    assert not missing, f"fields outside the glossary in reference.md: {missing}"
+    assert not (set(names) & GLOSSARY_BANNED), set(names) & GLOSSARY_BANNED
+    seen: dict[str, int] = {}
+    for row in rows:  # one row per concept: a name is defined once
+        for n in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", row.split(" | ")[0]):
+            seen[n] = seen.get(n, 0) + 1
+    assert not [n for n, c in seen.items() if c > 1]
+
+
+def test_every_pinned_fact_is_read_by_a_script():
+    """data/epyc.json is the single source: each of its keys is read by the scripts (maps whose keys are
+    data -- environment variables, a pip list -- count as one key)."""
+    epyc = json.loads((ROOT / "data" / "epyc.json").read_text())
+    source = "\n".join(p.read_text() for p in (ROOT / "scripts").glob("*.py"))
+    source += (ROOT / "tests" / "tools" / "build_test_image.py").read_text()
+    keys: set[str] = set()
+
+    def walk(x, parent=None):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                keys.add(k)
+                if k != "env":  # throughput_flags.env: a map of variables, copied whole
+                    walk(v, k)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, parent)
+    walk(epyc)
+    unread = sorted(k for k in keys if f'"{k}"' not in source and f"'{k}'" not in source)
+    assert not unread, f"keys of data/epyc.json no script reads: {unread}"
+
+
+def test_readme_example_outputs_use_the_fields_the_scripts_print():
+    """Each README example's JSON (after the command that prints it) names only top-level fields its
+    script's schema has: an example never shows a renamed or invented field."""
+    text = (ROOT / "README.md").read_text()
+    pairs = re.findall(r"```bash\npython3 scripts/([a-z_]+)\.py([^\n]*)\n```\n```json\n(.*?)\n```", text, re.S)
+    assert len(pairs) >= 8
+    for script, args, body in pairs:
+        sub = args.split()[0] if script == "launch" else None
+        schema = json.loads((SCHEMAS / f"{script}.json").read_text())
+        allowed = set(schema.get("properties") or {}) | set(schema.get("required") or [])
+        for alt in schema.get("oneOf", []):
+            if alt.get("title") == sub:
+                allowed |= set(alt.get("properties") or {}) | set(alt.get("required") or [])
+        keys = set(json.loads(body))
+        assert keys and keys <= allowed, (script, sorted(keys - allowed))

@@ -47,15 +47,15 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str) -> tuple[Path, dic
         assert val.doc["stack"]["platform"].endswith(".CpuPlatform") and not val.doc["stack"]["zen_active"]
     else:
         assert val.doc["stack"]["platform"].endswith("ZenCpuPlatform") and val.doc["stack"]["zen_active"]
-    chk = run_script("check_model.py", "--model-id", model, "--vllm-version", val.doc["stack"]["vllm"],
+    chk = run_script("check_model.py", "--model", model, "--vllm-version", val.doc["stack"]["vllm"],
                      "--python", stack["python"])
     assert chk.code == 0 and chk.doc["registry_source"].startswith("probe:python:")
     assert chk.doc["kind"] == "text" and chk.doc["primary_endpoint"] == "chat_completions"
-    est = run_script("estimate_memory.py", "--model-id", model, "--ram-gb", str(det.doc["memory_gb"]),
+    est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
                      "--max-model-len", "2048", "--num-prompts", "1")
     assert est.code == 0 and est.doc["fit"]["fits"]
-    tune = run_script("cpu_tune.py", "--weights-gb", str(est.doc["weight_gb"]),
-                      "--kv-gb-needed", str(est.doc["fit"]["kv_cache_gb"]))
+    tune = run_script("cpu_tune.py", "--weight-gb", str(est.doc["weight_gb"]),
+                      "--kv-needed-gb", str(est.doc["fit"]["kv_needed_gb"]))
     assert tune.code == 0
     bind = set(common.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
     allowed = set(common.parse_cpulist(det.doc["allowed_cpus"]))
@@ -80,7 +80,7 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
     try:
         ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
         assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
-        assert ver.doc["ok"] and ver.doc["smoke"]["endpoint"] == "/v1/chat/completions"
+        assert ver.doc["ok"] and ver.doc["smoke"]["endpoint_path"] == "/v1/chat/completions"
         hand = run_script("launch.py", "handoff", "--plan", str(plan_file))
         assert hand.code == 0 and hand.doc["base_url"] == plan["base_url"]
 
@@ -99,7 +99,7 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
         log = Path(plan["log_file"]).read_text(errors="replace")
         m = re.search(r"KV cache size: ([\d,]+) tokens", log)
         assert m, "vLLM did not log its KV cache size"
-        kv_gib = got["tune"]["vllm_cpu_kvcache_space_gb"]
+        kv_gib = got["tune"]["kv_granted_gb"]
         per_token = got["estimate"]["kv_bytes_per_token"]
         block = got["estimate"]["kv_block_size"]
         assert int(m.group(1).replace(",", "")) == (kv_gib * 2 ** 30 // per_token) // block * block
@@ -157,14 +157,13 @@ def test_server_killed_while_verify_polls(stack, models, tmp_path):
 
 
 def test_port_taken_by_another_listener(stack, models, tmp_path):
+    """Another program takes the planned port between plan and start: start refuses, nothing runs."""
     model = models["tiny"]["folder"]
+    plan_file, got = plan_for(tmp_path, stack, model)
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", got["plan"]["port"]))
         s.listen()
-        port = s.getsockname()[1]
-        plan_file, _ = plan_for(tmp_path, stack, model)
-        plan = json.loads(plan_file.read_text())
-        plan_file.write_text(plan_file.read_text().replace(f'"port": {plan["port"]}', f'"port": {port}'))
         r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
         assert r.code == 1 and r.doc["phase"] == "start" and "in use" in r.doc["error"]
     assert vllm_processes(model) == []
@@ -176,7 +175,7 @@ def test_unknown_architecture_stops_before_anything_starts(stack, models, tmp_pa
     cfg = json.loads((Path(models["tiny"]["folder"]) / "config.json").read_text())
     cfg["architectures"] = ["MysteryNetForCausalLM"]
     (folder / "config.json").write_text(json.dumps(cfg))
-    r = run_script("check_model.py", "--model-id", str(folder), "--python", stack["python"])
+    r = run_script("check_model.py", "--model", str(folder), "--python", stack["python"])
     assert r.code == 1 and r.doc["kind"] == "unsupported" and r.doc["registry_source"].startswith("probe:python:")
     assert "MysteryNetForCausalLM" in r.doc["message"]
 
@@ -230,14 +229,14 @@ def test_skill_md_commands_run_as_written(stack, models, tmp_path):
                 d = read("detect")
                 assert d["route"]["route"] == ("zentorch" if stack["backend"] == "zentorch" else
                                                ("stop" if not d["is_amd_epyc"] else d["route"]["route"]))
-                env.update(RAM_GB=str(d["memory_gb"]))
+                env.update(RAM_GB=str(d["ram_gb"]))
             elif c.script == "validate.py":
                 v = read("validate")
                 assert v["backend"] == stack["backend"] and v["path"] == "host"
                 env.update(VLLM=v["stack"]["vllm"], PY=v["python"])
             elif c.script == "estimate_memory.py":
                 e = read("estimate")
-                env.update(WEIGHTS_GB=str(e["weight_gb"]), KV_GB=str(e["fit"]["kv_cache_gb"]))
+                env.update(WEIGHT_GB=str(e["weight_gb"]), KV_NEEDED_GB=str(e["fit"]["kv_needed_gb"]))
             elif c.subcommand == "verify":
                 assert json.loads(out)["ok"] is True
             elif c.subcommand == "stop":

@@ -91,15 +91,15 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     want = "ZenCpuPlatform" if not stock else "CpuPlatform"
     assert val.doc["stack"]["platform"].rsplit(".", 1)[-1] == want and val.doc["backend"] == stack["backend"]
     assert SECRET_TOKEN not in val.stdout + val.stderr
-    chk = run_script("check_model.py", "--model-id", model, "--vllm-version", val.doc["stack"]["vllm"],
+    chk = run_script("check_model.py", "--model", model, "--vllm-version", val.doc["stack"]["vllm"],
                      "--image", image, "--runtime", "docker", env=env, timeout=300)
     assert chk.code == 0 and chk.doc["registry_source"] == f"probe:image:{image}", chk.doc
     assert chk.doc["primary_endpoint"] == "chat_completions"
-    est = run_script("estimate_memory.py", "--model-id", model, "--ram-gb", str(det.doc["memory_gb"]),
+    est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
                      "--max-model-len", "2048", env=env)
     assert est.code == 0, est.doc
-    tune = run_script("cpu_tune.py", "--weights-gb", str(est.doc["weight_gb"]), "--kv-gb-needed",
-                      str(est.doc["fit"]["kv_cache_gb"]), env=env)
+    tune = run_script("cpu_tune.py", "--weight-gb", str(est.doc["weight_gb"]), "--kv-needed-gb",
+                      str(est.doc["fit"]["kv_needed_gb"]), env=env)
     assert tune.code == 0
     files = {"detect": det_file, **{n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk),
                                                                      ("estimate", est), ("tune", tune))}}

@@ -18,7 +18,7 @@ OLMO2_1B_PARAMS = 411_041_792 + 1_073_872_896 + 2048
 
 
 def est(script, model, *args, **kw):
-    return script("estimate_memory.py", "--model-id", str(model), *args, **kw)
+    return script("estimate_memory.py", "--model", str(model), *args, **kw)
 
 
 def test_qwen3_06b_header_weights_and_kv(script, tmp_path):
@@ -30,7 +30,7 @@ def test_qwen3_06b_header_weights_and_kv(script, tmp_path):
     assert d["kv_attention"] == "gqa" and d["kv_layers"] == {"full": 28, "sliding": 0, "none": 0, "sliding_window": None}
     f = d["fit"]
     # KV 114,688 B x 4096 = 0.4375 GiB; required = 1.1102 + 0.4375 + 2 = 3.5477
-    assert (f["kv_cache_gb"], f["required_gb"], f["fits"]) == (0.44, 3.55, True)
+    assert (f["kv_needed_gb"], f["required_gb"], f["fits"]) == (0.44, 3.55, True)
     assert d["model_max_seq_len"] == 40960
 
 
@@ -70,13 +70,13 @@ def test_sliding_window_caps_kv_per_sequence(script):
     # Mistral: every layer slides over 4096 tokens; at 32768 a sequence holds (4096/128 + 1) * 128 = 4224
     # tokens per layer: 4096 B * 32 layers * 4224 = 553,648,128 B = 0.5156 GiB
     d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-model-len", "32768", "--ram-gb", "64").doc
-    assert d["fit"]["kv_cache_gb"] == 0.52 and d["kv_gb_per_sequence"] == 0.516
+    assert d["fit"]["kv_needed_gb"] == 0.52 and d["kv_needed_gb_per_sequence"] == 0.516
 
 
 def test_gemma2_hybrid_local_global(script):
     # 8192 B/token/layer; 21 global layers x 8192 tokens + 21 local x 4224 = 8192*21*12416 B = 1.989 GiB
     d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "8192", "--ram-gb", "64").doc
-    assert d["fit"]["kv_cache_gb"] == 1.99
+    assert d["fit"]["kv_needed_gb"] == 1.99
 
 
 def test_max_model_len_above_model_limit_is_capped(script):
@@ -149,8 +149,8 @@ def test_gemma3_sliding_window_pattern_and_text_config():
     (["--num-prompts", "x"], "not a whole number"),
     (["--ram-gb", "-1"], "out of range"),
     (["--weight-gb", "nan"], "not a finite number"),
-    (["--reserve-gb", "-1"], "out of range"),
-    (["--reserve-gb", "inf"], "not a finite number"),
+    (["--os-reserve-gb", "-1"], "out of range"),
+    (["--os-reserve-gb", "inf"], "not a finite number"),
     (["--hub-timeout", "0"], "out of range"),
 ])
 def test_bad_numbers(script, args, needle):

@@ -35,9 +35,9 @@ def no_env_token(monkeypatch):
 
 def test_hub_model_checks_and_estimates_without_downloading_weights(script, hub, env, monkeypatch):
     no_env_token(monkeypatch)
-    r = script("check_model.py", "--model-id", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=env)
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=env)
     assert r.code == 0 and r.doc["source"] == "hub" and r.doc["primary_endpoint"] == "chat_completions"
-    e = script("estimate_memory.py", "--model-id", "Qwen/Qwen3-0.6B", "--ram-gb", "24", env=env)
+    e = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--ram-gb", "24", env=env)
     assert e.code == 0 and e.doc["weight_source"] == "safetensors_metadata"
     assert e.doc["weight_bytes"] == QWEN3_06B_PARAMS * 2  # tied lm_head skipped, as from local headers
     weight_gets = [r for r in hub.requests if r[0] == "GET" and r[1].endswith(".safetensors")]
@@ -47,38 +47,38 @@ def test_hub_model_checks_and_estimates_without_downloading_weights(script, hub,
 def test_float32_hub_checkpoint(script, env, monkeypatch):
     no_env_token(monkeypatch)
     from test_estimate_memory import OLMO2_1B_PARAMS
-    e = script("estimate_memory.py", "--model-id", "allenai/OLMo-2-0425-1B", env=env)
+    e = script("estimate_memory.py", "--model", "allenai/OLMo-2-0425-1B", env=env)
     assert e.doc["weight_bytes"] == OLMO2_1B_PARAMS * 2
 
 
 def test_offline_uses_the_cache(script, env, monkeypatch):
     no_env_token(monkeypatch)
-    assert script("check_model.py", "--model-id", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=env).code == 0
+    assert script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=env).code == 0
     off = {**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:1"}
-    r = script("check_model.py", "--model-id", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=off)
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=off)
     assert r.code == 0 and r.doc["source"] == "hub-cache" and r.doc["primary_endpoint"] == "chat_completions"
-    e = script("estimate_memory.py", "--model-id", "Qwen/Qwen3-0.6B", "--weight-gb", "1.11", "--ram-gb", "8", env=off)
+    e = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--weight-gb", "1.11", "--ram-gb", "8", env=off)
     assert e.code == 0 and e.doc["kv_bytes_per_token"] == 114_688
     # not cached + offline: check proceeds undetermined, estimate cannot
-    r = script("check_model.py", "--model-id", "Qwen/Other", env=off)
+    r = script("check_model.py", "--model", "Qwen/Other", env=off)
     assert r.code == 0 and r.doc["kind"] == "undetermined" and r.doc["unreadable_reason"] == "offline"
-    assert script("estimate_memory.py", "--model-id", "Qwen/Other", env=off).code == 1
+    assert script("estimate_memory.py", "--model", "Qwen/Other", env=off).code == 1
 
 
 def test_gated_without_token(script, env, monkeypatch):
     no_env_token(monkeypatch)
-    r = script("check_model.py", "--model-id", "meta-llama/Llama-3.1-8B-Instruct", env=env)
+    r = script("check_model.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", env=env)
     assert r.code == 0 and r.doc["kind"] == "undetermined" and r.doc["unreadable_reason"] == "gated"
     assert "HF_TOKEN" in r.doc["fix"]
-    e = script("estimate_memory.py", "--model-id", "meta-llama/Llama-3.1-8B-Instruct", env=env)
+    e = script("estimate_memory.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", env=env)
     assert e.code == 1 and "gated" in e.doc["error"] and "HF_TOKEN" in e.doc["fix"]
 
 
 def test_gated_license_not_accepted_never_prints_the_token(script, env):
     env = {**env, "HF_TOKEN": SECRET}
-    r = script("check_model.py", "--model-id", "meta-llama/Llama-3.1-8B-Instruct", env=env)
+    r = script("check_model.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", env=env)
     assert r.code == 0 and r.doc["unreadable_reason"] == "gated" and "license" in r.doc["fix"]
-    e = script("estimate_memory.py", "--model-id", "meta-llama/Llama-3.1-8B-Instruct", env=env)
+    e = script("estimate_memory.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", env=env)
     assert e.code == 1
     for out in (r.stdout, r.stderr, e.stdout, e.stderr):
         assert SECRET not in out
@@ -86,7 +86,7 @@ def test_gated_license_not_accepted_never_prints_the_token(script, env):
 
 def test_gated_with_access(script, env, hub):
     env = {**env, "HF_TOKEN": "hf_granted"}
-    r = script("check_model.py", "--model-id", "meta-llama/Llama-3.1-8B-Instruct", "--vllm-version", "0.32.0", env=env)
+    r = script("check_model.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--vllm-version", "0.32.0", env=env)
     assert r.code == 0 and r.doc["kind"] == "text" and r.doc["primary_endpoint"] == "chat_completions"
     assert any(auth == "Bearer hf_granted" for _, _, auth, _ in hub.requests)
     assert "hf_granted" not in r.stdout + r.stderr
@@ -94,9 +94,9 @@ def test_gated_with_access(script, env, hub):
 
 def test_not_found_and_bad_revision_are_errors(script, env, monkeypatch):
     no_env_token(monkeypatch)
-    r = script("check_model.py", "--model-id", "nobody/nothing", env=env)
+    r = script("check_model.py", "--model", "nobody/nothing", env=env)
     assert r.code == 1 and "no such model" in r.doc["error"]
-    r = script("check_model.py", "--model-id", "Qwen/Qwen3-0.6B", "--revision", "v9", env=env)
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--revision", "v9", env=env)
     assert r.code == 1 and "revision" in r.doc["error"]
 
 
@@ -104,19 +104,19 @@ def test_server_error_is_bounded_and_named(script, env, monkeypatch):
     # huggingface_hub retries 5xx with backoff for ~90 s; the scripts' deadline bounds it and says why
     no_env_token(monkeypatch)
     t0 = time.monotonic()
-    r = script("check_model.py", "--model-id", "err/server-error", "--hub-timeout", "4", env=env)
+    r = script("check_model.py", "--model", "err/server-error", "--hub-timeout", "4", env=env)
     assert time.monotonic() - t0 < 15
     assert r.code == 0 and r.doc["kind"] == "undetermined" and "500" in r.doc["message"]
-    e = script("estimate_memory.py", "--model-id", "err/server-error", "--hub-timeout", "4", env=env)
+    e = script("estimate_memory.py", "--model", "err/server-error", "--hub-timeout", "4", env=env)
     assert e.code == 1 and "did not answer within 4s" in e.doc["error"]
 
 
 def test_unreachable_hub(script, env, monkeypatch):
     no_env_token(monkeypatch)
     down = {**env, "HF_ENDPOINT": "http://127.0.0.1:1"}
-    r = script("check_model.py", "--model-id", "Qwen/Qwen3-0.6B", "--hub-timeout", "10", env=down)
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--hub-timeout", "10", env=down)
     assert r.code == 0 and r.doc["kind"] == "undetermined" and r.doc["unreadable_reason"] in ("network", "timeout")
-    e = script("estimate_memory.py", "--model-id", "Qwen/Qwen3-0.6B", "--hub-timeout", "10", env=down)
+    e = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--hub-timeout", "10", env=down)
     assert e.code == 1 and e.doc["fix"]
 
 
@@ -124,6 +124,6 @@ def test_hanging_hub_times_out(script, env, hub, monkeypatch):
     no_env_token(monkeypatch)
     hub.hang_seconds = 30
     t0 = time.monotonic()
-    r = script("check_model.py", "--model-id", "err/hang", "--hub-timeout", "5", env=env)
+    r = script("check_model.py", "--model", "err/hang", "--hub-timeout", "5", env=env)
     assert time.monotonic() - t0 < 15
     assert r.code == 0 and r.doc["kind"] == "undetermined" and r.doc["unreadable_reason"] == "timeout"

@@ -46,10 +46,10 @@ def inputs(tmp_path, rt):
     for name, script, args in [
         ("detect", "detect.py", ["--sysroot", str(genoa)]),
         ("validate", "validate.py", ["--python", sys.executable, "--detect", str(tmp_path / "detect.json")]),
-        ("check", "check_model.py", ["--model-id", str(model), "--vllm-version", "0.25.1"]),
-        ("estimate", "estimate_memory.py", ["--model-id", str(model), "--ram-gb", "384"]),
-        ("tune", "cpu_tune.py", ["--sysroot", str(genoa), "--socket", "1", "--weights-gb", "1.11",
-                                 "--kv-gb-needed", "0.44"]),
+        ("check", "check_model.py", ["--model", str(model), "--vllm-version", "0.25.1"]),
+        ("estimate", "estimate_memory.py", ["--model", str(model), "--ram-gb", "384"]),
+        ("tune", "cpu_tune.py", ["--sysroot", str(genoa), "--socket", "1", "--weight-gb", "1.11",
+                                 "--kv-needed-gb", "0.44"]),
     ]:
         r = run_script(script, *args, env=env)
         assert r.code == 0, r.doc
@@ -58,6 +58,15 @@ def inputs(tmp_path, rt):
         out[name] = path
     out["model"] = model
     return out
+
+
+SCRIPT_OF = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory",
+             "tune": "cpu_tune"}
+
+
+def load_docs(inputs) -> dict:
+    """The five documents keyed as a plan keeps them: by the script that wrote each."""
+    return {SCRIPT_OF[k]: json.loads(Path(inputs[k]).read_text()) for k in SCRIPT_OF}
 
 
 def plan_args(inputs, *extra):
@@ -122,17 +131,17 @@ def test_container_command_sets_the_vllm_entrypoint_whatever_the_image_declares(
 
 @pytest.mark.parametrize("mutate,needle", [
     (lambda i: i["validate"].update(ready=False, errors=[{"message": "no runtime", "fix": "get one"}]), "not ready"),
-    (lambda i: i["check"].update(launchable=False, message="BertModel is pooling"), "pooling"),
-    (lambda i: i["estimate"]["fit"].update(fits=False, action="lower --max-model-len to 1024"), "does not fit"),
+    (lambda i: i["check_model"].update(launchable=False, message="BertModel is pooling"), "pooling"),
+    (lambda i: i["estimate_memory"]["fit"].update(fits=False, action="lower --max-model-len to 1024"), "does not fit"),
 ])
 def test_plan_refuses_inconsistent_inputs(inputs, mutate, needle):
-    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
+    docs = load_docs(inputs)
     mutate(docs)
     with pytest.raises(ScriptError) as e:
         serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     assert needle in e.value.error
     with pytest.raises(ScriptError) as e:
-        serve_plan.build_plan({**{k: json.loads(Path(inputs[k]).read_text()) for k in docs}},
+        serve_plan.build_plan(load_docs(inputs),
                               {"model": "other/model"}, load_epyc(), NO_FACTS)
     assert "check_model.py ran for" in e.value.error
 
@@ -252,9 +261,9 @@ def test_start_needs_confirmation(script, inputs, rt, tmp_path):
 @pytest.fixture(scope="module")
 def live_tune():
     """cpu_tune for this machine: the host-path tests really start the planned argv, pin prefix included."""
-    r = run_script("cpu_tune.py", "--weights-gb", "1.11", "--kv-gb-needed", "0.44")
+    r = run_script("cpu_tune.py", "--weight-gb", "1.11", "--kv-needed-gb", "0.44")
     assert r.code == 0, r.doc
-    return r.doc
+    return {**r.doc, "detect": run_script("detect.py").doc}
 
 
 def fake_venv(tmp_path) -> Path:
@@ -271,12 +280,13 @@ def fake_venv(tmp_path) -> Path:
 
 
 def host_plan(tmp_path, inputs, live_tune, port=None, **opts):
-    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
-    docs["validate"].update(path="host", runtime=None, image=None, python=str(fake_venv(tmp_path)),
+    docs = load_docs(inputs)
+    docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)),
                             ld_preload={"value": None, "note": None})
-    docs["tune"] = live_tune
+    docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
+    docs["detect"] = live_tune["detect"]  # one host: the five documents must agree (plan cross-checks)
     opt = {"port": port or free_port(), "state_dir": str(tmp_path / "st-host"), **opts}
-    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check"]))
+    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check_model"]))
     path = tmp_path / "plan-host.json"
     path.write_text(json.dumps(plan))
     return path, plan
@@ -312,7 +322,7 @@ def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script,
         again = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
         assert again.code == 1 and "already running" in again.doc["error"]
         r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
-        assert r.code == 0 and r.doc["ok"] and r.doc["smoke"]["endpoint"] == "/v1/chat/completions"
+        assert r.code == 0 and r.doc["ok"] and r.doc["smoke"]["endpoint_path"] == "/v1/chat/completions"
         bind = live_tune["vllm_cpu_omp_threads_bind"]
         assert f"VLLM_CPU_OMP_THREADS_BIND={bind}" in Path(plan["log_file"]).read_text()  # the sizing env arrived
         assert r.doc["smoke"]["output"] == "hello there" and r.doc["time_to_healthy_s"] >= 1
@@ -363,11 +373,11 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
 
 
 def test_completions_handoff_for_a_base_model(inputs, tmp_path):
-    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
-    docs["check"].update(primary_endpoint="completions", supported_endpoints=["completions"])
+    docs = load_docs(inputs)
+    docs["check_model"].update(primary_endpoint="completions", supported_endpoints=["completions"])
     plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     h = serve_plan.handoff_doc(plan)
-    assert h["endpoint"] == "/v1/completions" and "client.completions.create" in h["python_example"]
+    assert h["endpoint_path"] == "/v1/completions" and "client.completions.create" in h["python_example"]
     assert '"prompt": "Hello, world"' in h["curl_example"]
 
 
@@ -380,7 +390,7 @@ def test_judge_smoke():
 
 
 def test_sudo_docker_plan_is_non_interactive(inputs):
-    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("detect", "validate", "check", "estimate", "tune")}
+    docs = load_docs(inputs)
     docs["validate"]["runtime"] = "sudo docker"
     plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     assert plan["argv"][:4] == ["sudo", "-n", "docker", "run"]
@@ -391,7 +401,7 @@ def test_sudo_docker_plan_is_non_interactive(inputs):
     (lambda p: p["argv"].insert(3, "--privileged"), "argv"),
     (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
     (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
-    (lambda p: p["inputs"]["tune"].update(vllm_cpu_omp_threads_bind="0-4095"), "argv"),
+    (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="0-4095"), "argv"),
 ])
 def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle):
     """What the human approved is what runs: a plan whose command no longer matches its own inputs
@@ -426,3 +436,20 @@ def test_preload_names_only_the_pinned_libraries():
     for bad in ("/tmp/evil.so", "libtcmalloc_minimal.so.4", f"{ok}:/tmp/x.so"):
         with pytest.raises(ScriptError):
             serve_plan.preload_value(bad, libs)
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda i: i["estimate_memory"].update(model="other/model"), "estimate_memory.py for other/model"),
+    (lambda i: i["cpu_tune"].update(weight_gb=15.0), "sized for 15.0 GiB of weights"),
+    (lambda i: i["cpu_tune"].update(kv_needed_gb=9.0), "KV need"),
+    (lambda i: i["estimate_memory"]["fit"].update(kv_needed_gb=3.0), "below the 3.0 GiB needed"),
+    (lambda i: i["cpu_tune"].update(target="root@other-box"), "cpu_tune.py sized root@other-box"),
+])
+def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, needle):
+    docs = load_docs(inputs)
+    docs["cpu_tune"]["target"] = docs["detect"]["target"]  # the fixture's tune and detect read the same sysroot
+    serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)  # consistent: fine
+    mutate(docs)
+    with pytest.raises(ScriptError) as e:
+        serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    assert "do not describe one serve" in e.value.error and needle in e.value.error

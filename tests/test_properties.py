@@ -157,7 +157,7 @@ def test_any_config_is_checked_then_sized_or_refused(cfg):
 def test_estimate_memory_script_on_any_config(tmp_path_factory, cfg):
     folder = tmp_path_factory.mktemp("model")
     (folder / "config.json").write_text(json.dumps(cfg))
-    r = run_script("estimate_memory.py", "--model-id", str(folder), "--ram-gb", "24", "--weight-gb", "1",
+    r = run_script("estimate_memory.py", "--model", str(folder), "--ram-gb", "24", "--weight-gb", "1",
                    timeout=60)
     assert r.code in (0, 1) and "NaN" not in r.stdout and "Infinity" not in r.stdout
 

@@ -56,8 +56,8 @@ def test_detect_over_ssh_matches_local(script, sshd):
     assert remote.code == 0, remote.doc
     assert remote.doc["target"] == sshd["spec"]
     for key in ("cpu_model", "cpu_family", "cpu_model_number", "epyc_generation", "zen_arch", "avx512",
-                "avx512_bf16", "logical_cores", "physical_cores", "sockets", "numa_nodes", "memory_total_gb",
-                "is_supported_epyc", "node_memory_gb"):
+                "avx512_bf16", "logical_cores", "physical_cores", "socket_count", "numa_node_count", "ram_total_gb",
+                "is_supported_epyc", "node_ram_gb"):
         assert remote.doc[key] == local.doc[key], key
 
 
