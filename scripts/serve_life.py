@@ -214,7 +214,8 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
     if plan["path"] == "host":
-        env = {**os.environ, **plan["env"], **secrets}
+        # unbuffered: the log tail a failed verify shows is the server's last words, not a stale buffer
+        env = {**os.environ, **plan["env"], **secrets, "PYTHONUNBUFFERED": "1"}
         with open(plan["log_file"], "wb") as log:  # a new log per start: an old run's lines prove nothing
             proc = subprocess.Popen(plan["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)

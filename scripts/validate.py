@@ -301,107 +301,84 @@ def probe_runtimes(want: str) -> tuple[dict[str, bool], dict[str, str]]:
     return ok, detail
 
 
-def container_stack(runtime: str, image: str, pinned: bool) -> tuple[dict, list[dict]]:
+def probe_image(runtime: str, image: str) -> dict:
+    """Is the image local, and what stack does it hold (a python3 -c run inside it, no network)."""
+    if not image_is_local(runtime, image):
+        return {"local": False, "found": None}
+    return {"local": True, "found": setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0])}
+
+
+def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[dict, list[dict]]:
     """The stack inside the image when it is local (probed). A pinned image not pulled yet is read
     from its tag (the tag is ours, in data/epyc.json); any other image must be local to be read."""
-    issues = []
-    local = image_is_local(runtime, image)
-    if not local and not pinned:
+    found = probe["found"]
+    if not probe["local"] and not pinned:
         stack = {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": f"absent:{image}"}
         return stack, [issue("image", "error", f"{image} is not a local image, so its stack cannot be read "
                              "(only the pinned images' tags are trusted)",
                              f"{' '.join(common.runtime_argv(runtime))} pull {image}, then re-run validate.py")]
-    found = setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0]) if local else None
     if found and not found.get("import_error"):
         return ({"vllm": found.get("vllm"), "zentorch": found.get("zentorch"), "torch": found.get("torch"),
-                 "platform": found.get("platform"), "source": f"probe:image:{image}"}, issues)
+                 "platform": found.get("platform"), "source": f"probe:image:{image}"}, [])
     stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
     if found:
-        issues.append(issue("image", "warning", f"could not probe the stack inside {image}: "
-                            f"{found['import_error']}", "check the image; the stack was read from its tag"))
-    else:
-        issues.append(issue("image", "advisory", f"{image} is not pulled; the stack was read from its tag",
-                            "pull it (launch.py start does) and re-run validate.py to probe the real stack"))
-    return stack, issues
+        return stack, [issue("image", "warning", f"could not probe the stack inside {image}: "
+                             f"{found['import_error']}", "check the image; the stack was read from its tag")]
+    return stack, [issue("image", "advisory", f"{image} is not pulled; the stack was read from its tag",
+                         "pull it (launch.py start does) and re-run validate.py to probe the real stack")]
 
 
-def main(argv: Sequence[str] | None = None):
-    epyc = common.load_epyc()
-    p = common.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
-    p.add_argument("--detect", type=common.nonempty, help="detect.py's JSON for this host (default: read the CPU here)")
-    p.add_argument("--image", default=None, type=common.image_ref, help="container image (default: the pinned one, or the stock "
-                   "image with --stock)")
-    p.add_argument("--generation", help="override epyc_generation (default: from --detect or this host)")
-    p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
-    p.add_argument("--python", type=common.nonempty, help="interpreter of the host path (default: the setup_host_stack.py venv of "
-                   "the backend if it exists, else this one)")
-    p.add_argument("--runtime", choices=["auto", "docker", "podman", "sudo docker", "host"], default="auto",
-                   help="force a runtime instead of the detection order")
-    p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
-    p.add_argument("--port-start", type=common.int_in(1, 65535), default=epyc["serve"]["default_port"])
-    args = p.parse_args(argv)
-    if not 0 < args.port_start < 65536:
-        raise ScriptError(f"--port-start {args.port_start} is not a port", "pass 1-65535")
-    image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
-    if args.python is not None and not Path(args.python).exists():
-        raise ScriptError(f"--python {args.python} does not exist", "pass the interpreter of the env that has "
-                          "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
-    python = args.python or default_python(epyc, args.stock)
+def host_runtime_ok(host_stack: dict, stock: bool) -> bool:
+    """A host env counts when vLLM imports in it, with zentorch for the zentorch path."""
+    return not host_stack.get("import_error") and bool(host_stack.get("zentorch") or stock)
 
-    detected = common.read_json_input(args.detect, "detect") if args.detect else \
-        detect.report(detect.gather(common.Sysroot("/"), "localhost", live=True), epyc)
-    cpu = cpu_facts(detected, args.generation, args.avx512)
+
+def stack_issues(stack: dict, compat: dict, runtime: str | None, stock: bool) -> list[dict]:
+    if compat["status"] == "blocked" and runtime and not stack["source"].startswith("absent:"):
+        fix = ("use a stock vLLM runtime: python3 scripts/setup_host_stack.py --stock" if stock else
+               "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)")
+        return [issue("stack", "error", compat["message"], fix)]
+    if compat["status"] == "confirmation_required":
+        return [issue("stack", "confirmation", compat["message"], "ask the user for an explicit go/no-go")]
+    return []
+
+
+def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict:
+    """Everything validate.py says, from what was gathered: pure, so every rule is testable."""
     issues = cpu_gate(cpu, epyc["supported_generations"], args.stock)
-
-    rt_ok, detail = probe_runtimes(args.runtime)
-    host_stack = setup_host_stack.probe_stack([python])
-    host_ok = not host_stack.get("import_error") and bool(host_stack.get("zentorch") or args.stock)
-    detail["host"] = (f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
-                      if host_ok else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}")
-    runtime = choose_runtime(rt_ok["docker"], rt_ok["podman"], rt_ok["sudo docker"],
-                             host_ok and args.runtime in ("auto", "host"))
+    runtime, python, detail = gathered["runtime"], gathered["python"], gathered["runtime_detail"]
     if runtime is None:
         setup = "python3 scripts/setup_host_stack.py" + (" --stock" if args.stock else "")
         issues.append(issue("runtime", "error", "no usable runtime: " + "; ".join(f"{k}: {v}" for k, v in detail.items()),
                             "one-time setup: make docker usable by this user (docker group), install podman, "
                             f"or create the host env: {setup}"))
-
+    image = gathered["image"]
     if runtime in ("docker", "podman", "sudo docker"):
         pinned_images = (epyc["container"]["image"], epyc["stock_image"]["image"])
-        stack, image_issues = container_stack(runtime, image, image in pinned_images)
+        stack, image_issues = image_stack(gathered["image_probe"], image, image in pinned_images, runtime)
         issues += image_issues
         pinned = epyc["container"]["vllm_version"]
     else:
-        stack = {"vllm": host_stack.get("vllm"), "zentorch": host_stack.get("zentorch"),
-                 "torch": host_stack.get("torch"), "platform": host_stack.get("platform"),
-                 "source": f"probe:python:{python}"}
+        host = gathered["host_stack"]
+        stack = {"vllm": host.get("vllm"), "zentorch": host.get("zentorch"), "torch": host.get("torch"),
+                 "platform": host.get("platform"), "source": f"probe:python:{python}"}
         pinned = epyc["host_stack"]["vllm_version"]
     stack["zen_active"] = bool(stack.get("platform") and stack["platform"].endswith("ZenCpuPlatform"))
     compat = stack_compatibility(stack, cpu.get("epyc_generation"), pinned, args.stock, cpu.get("vendor")) \
         if runtime and not stack["source"].startswith("absent:") else \
         {"status": "blocked", "message": "no runtime to probe" if not runtime else "the image is not local"}
-    if compat["status"] == "blocked" and runtime and not stack["source"].startswith("absent:"):
-        fix = ("use a stock vLLM runtime: python3 scripts/setup_host_stack.py --stock" if args.stock else
-               "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)")
-        issues.append(issue("stack", "error", compat["message"], fix))
-    elif compat["status"] == "confirmation_required":
-        issues.append(issue("stack", "confirmation", compat["message"], "ask the user for an explicit go/no-go"))
-
-    hf_cache = resolve_hf_cache(dict(os.environ))
+    issues += stack_issues(stack, compat, runtime, args.stock)
+    hf_cache = gathered["hf_cache"]
     if hf_cache["nfs"]:
         issues.append(issue("hf_cache", "warning", hf_cache["note"], "export HF_HOME=/a/local/folder"))
-    preload, preload_note = None, None
-    if runtime == "host":
-        preload, preload_note = ld_preload_value(find_libs(epyc["host_stack"]["ld_preload_libs"], python))
-        for so in execstack_libs(python):
-            issues.append(issue("execstack", "warning", f"{so} asks for an executable stack (GNU_STACK RWE); "
-                                "some guest kernels refuse to load it", f"patchelf --clear-execstack {so}"))
-    port = free_port(args.port_start)
-    if port is None:
+    preload, preload_note = (ld_preload_value(gathered["preload_libs"]) if runtime == "host" else (None, None))
+    for so in gathered["execstack"]:
+        issues.append(issue("execstack", "warning", f"{so} asks for an executable stack (GNU_STACK RWE); "
+                            "some guest kernels refuse to load it", f"patchelf --clear-execstack {so}"))
+    if gathered["port"] is None:
         issues.append(issue("port", "error", f"no free port from {args.port_start}", "pass --port-start elsewhere"))
-    if os.environ.get("HF_TOKEN"):
+    if gathered["hf_token_set"]:
         issues.append(issue("hf_token", "advisory", "HF_TOKEN is set; it is passed to the server by name only", None))
-
     errors = [i for i in issues if i["severity"] == "error"]
     confirmations = [i for i in issues if i["severity"] == "confirmation"]
     doc = {
@@ -412,19 +389,19 @@ def main(argv: Sequence[str] | None = None):
         "path": None if runtime is None else ("host" if runtime == "host" else "container"),
         "runtime": runtime,
         "runtime_detail": detail,
-        "host_path_available": host_ok,
+        "host_path_available": gathered["host_ok"],
         "python": python if runtime == "host" else None,
         "image": image if runtime not in (None, "host") else None,
         "stack": stack,
         "compatibility": compat,
         "hf_cache": hf_cache,
         "ld_preload": {"value": preload, "note": preload_note},
-        "port": port,
+        "port": gathered["port"],
         "ram_gb": detected.get("ram_gb"),
         "cpu_model": cpu.get("cpu_model"),
         "vendor": cpu.get("vendor"),
         "epyc_generation": cpu.get("epyc_generation"),
-        "hf_token_set": bool(os.environ.get("HF_TOKEN")),
+        "hf_token_set": gathered["hf_token_set"],
         "errors": errors,
         "confirmations": confirmations,
         "warnings": [i for i in issues if i["severity"] == "warning"],
@@ -436,6 +413,60 @@ def main(argv: Sequence[str] | None = None):
     if errors:  # the one contract: exit 1 carries error and fix (each issue keeps its own, too)
         doc["error"] = "not ready: " + "; ".join(e["message"] for e in errors)
         doc["fix"] = next((e["fix"] for e in errors if e["fix"]), "see errors")
+    return doc
+
+
+def gather(args, epyc: dict, image: str, python: str) -> dict:
+    """All the probing (I/O), in the documented order; the runtime choice between the two rounds is
+    the pure choose_runtime, because what to probe next depends on it."""
+    rt_ok, detail = probe_runtimes(args.runtime)
+    host_stack = setup_host_stack.probe_stack([python])
+    host_ok = host_runtime_ok(host_stack, args.stock)
+    detail["host"] = (f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
+                      if host_ok else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}")
+    runtime = choose_runtime(rt_ok["docker"], rt_ok["podman"], rt_ok["sudo docker"],
+                             host_ok and args.runtime in ("auto", "host"))
+    container = runtime in ("docker", "podman", "sudo docker")
+    return {
+        "runtime": runtime, "runtime_detail": detail, "python": python, "host_stack": host_stack,
+        "host_ok": host_ok, "image": image,
+        "image_probe": probe_image(runtime, image) if container else None,
+        "hf_cache": resolve_hf_cache(dict(os.environ)),
+        "preload_libs": find_libs(epyc["host_stack"]["ld_preload_libs"], python) if runtime == "host" else {},
+        "execstack": execstack_libs(python) if runtime == "host" else [],
+        "port": free_port(args.port_start),
+        "hf_token_set": bool(os.environ.get("HF_TOKEN")),
+    }
+
+
+def main(argv: Sequence[str] | None = None):
+    epyc = common.load_epyc()
+    p = common.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
+    p.add_argument("--detect", type=common.nonempty, help="detect.py's JSON for this host (default: read the CPU here)")
+    p.add_argument("--image", default=None, type=common.image_ref, help="container image (default: the pinned one, "
+                   "or the stock image with --stock)")
+    p.add_argument("--generation", help="override epyc_generation (default: from --detect or this host)")
+    p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
+    p.add_argument("--python", type=common.nonempty, help="interpreter of the host path (default: the "
+                   "setup_host_stack.py venv of the backend if it exists, else this one)")
+    p.add_argument("--runtime", choices=["auto", "docker", "podman", "sudo docker", "host"], default="auto",
+                   help="force a runtime instead of the detection order")
+    p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
+    p.add_argument("--port-start", type=common.int_in(1, 65535), default=epyc["serve"]["default_port"])
+    args = p.parse_args(argv)
+    image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
+    if args.python is not None and not Path(args.python).exists():
+        raise ScriptError(f"--python {args.python} does not exist", "pass the interpreter of the env that has "
+                          "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
+    python = args.python or default_python(epyc, args.stock)
+    if args.detect:
+        detected = common.read_json_input(args.detect, "detect")
+        common.check_schema(detected, "detect", f"--detect {args.detect} is not detect.py's output",
+                            "pass the unmodified stdout of detect.py")
+    else:
+        detected = detect.report(detect.gather(common.Sysroot("/"), "localhost", live=True), epyc)
+    cpu = cpu_facts(detected, args.generation, args.avx512)
+    doc = verdict(cpu, detected, args, epyc, gather(args, epyc, image, python))
     return doc, common.EXIT_OK if doc["ready"] else common.EXIT_FAIL
 
 

@@ -147,7 +147,10 @@ def test_server_killed_while_verify_polls(stack, models, tmp_path):
     verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
                                str(plan_file), "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
-    time.sleep(8)  # vLLM is still loading: verify is polling /health
+    log = Path(got["plan"]["log_file"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(log.read_text(errors="replace").splitlines()) < 3:
+        time.sleep(0.5)  # vLLM has started logging, and is still loading: verify is polling /health
     os.killpg(start.doc["pgid"], signal.SIGKILL)
     out, _ = verify.communicate(timeout=120)
     doc = json.loads(out)
