@@ -89,7 +89,10 @@ def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float |
 
     With the model's need (estimate_memory.py): the need x headroom, capped by what the socket has
     left after weights and the OS -- and a socket that cannot hold weights + need + reserve is a
-    refusal, not a warning (the server would fail or swap). Without a need: a share of what is left."""
+    refusal, not a warning (the server would fail or swap). Serving, not one prompt: the grant is at least
+    `default_fraction` of what is left (vLLM's own auto sizing also takes a share of the node, not one
+    request's worth), so a big socket holds many concurrent full-length requests; the need is the floor,
+    and the other share stays free for the OS and other processes."""
     left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
     warning = None
     if kv_needed_gb is not None:
@@ -98,9 +101,12 @@ def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float |
                               f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
                               "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
                               "model (or another socket with --socket)")
-        want = max(1, math.ceil(kv_needed_gb * headroom))
-        kv = min(want, math.floor(left))
-        basis = f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom, capped by socket RAM"
+        need = max(1, math.ceil(kv_needed_gb * headroom))
+        share = math.floor(left * default_fraction)
+        kv = min(max(need, share), math.floor(left))
+        basis = (f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
+                 if share >= need else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom") + \
+            f"; at least the need, at most what the socket has left"
     else:
         kv = math.floor(left * default_fraction)
         basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"

@@ -20,6 +20,13 @@ import hf_model  # noqa: E402
 from common import GIB, ScriptError  # noqa: E402
 
 KV_DTYPE_BYTES = 2  # bf16: zentorch's CPU KV cache has no fp8
+KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
+    """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
+    KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
+    return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
 SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
 FULL_TYPES = {"full_attention", "attention", "global_attention"}
 
@@ -172,7 +179,8 @@ def main(argv: Sequence[str] | None = None):
     def read() -> tuple[dict, int, str]:
         files = hf_model.resolve(args.model, args.revision)
         cfg = files.config()
-        layout = kv_layout(cfg)  # a config without attention shapes is an error before any weight lookup
+        # a config without attention shapes is an error before any weight lookup
+        layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"])])
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
         if args.weight_gb:
             return layout, int(args.weight_gb * GIB), "override"
@@ -206,7 +214,7 @@ def main(argv: Sequence[str] | None = None):
         "weight_gb": common.gb(weights),
         "weight_bytes": weights,
         "weight_source": source,
-        "kv_dtype": epyc["precision"]["kv_cache_dtype"],
+        "kv_dtype": kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"]),
         "kv_attention": layout["attention"],
         "kv_bytes_per_token": layout["bytes_per_token"],
         "kv_layers": {"full": layout["full"], "sliding": layout["sliding"], "none": layout["none"],
@@ -214,6 +222,7 @@ def main(argv: Sequence[str] | None = None):
         "kv_block_size": block,
         "model_max_seq_len": model_max,
         "kv_needed_gb_per_sequence": common.gb(kv_bytes_for(layout, max_len, block), 3),
+        "kv_bytes_per_sequence": kv_bytes_for(layout, max_len, block),
         "notes": notes,
     }
     if args.ram_gb is None:

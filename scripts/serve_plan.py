@@ -35,10 +35,24 @@ def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> boo
         return False
 
 
-def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool) -> list[str]:
+def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool,
+                  max_num_seqs: int | None = None) -> list[str]:
     opts = ["--served-model-name", served, "--host", host, "--port", str(port), "--dtype", dtype,
             "--max-model-len", str(max_len)]
+    if max_num_seqs:
+        opts += ["--max-num-seqs", str(max_num_seqs)]
     return opts + (["--device", "cpu"] if device_flag else [])
+
+
+def kv_capacity(granted_gb: int, bytes_per_token: int | None, bytes_per_sequence: int | None,
+                cap: int) -> dict:
+    """What the granted KV cache holds: tokens, and full-length requests at once. --max-num-seqs
+    follows it (at most `cap`), so vLLM never schedules more sequences than the cache can keep."""
+    granted = granted_gb * common.GIB
+    tokens = granted // bytes_per_token if bytes_per_token else None
+    requests = granted // bytes_per_sequence if bytes_per_sequence else None
+    seqs = max(1, min(cap, requests)) if requests is not None else None
+    return {"kv_tokens": tokens, "kv_full_length_requests": requests, "max_num_seqs": seqs}
 
 
 SECRETS_TARGET = "/run/secrets/serving-llms-on-epyc"
@@ -200,7 +214,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     state_dir = Path(opt.get("state_dir") or STATE_ROOT / (name if path != "host" else f"host-{port}"))
     warnings = [{"check": w["check"], "message": w["message"], "fix": w.get("fix")}
                 for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra_warnings]]
-    opts = serve_options(served, host, port, dtype, max_len, device)
+    capacity = kv_capacity(tune["kv_granted_gb"], est.get("kv_bytes_per_token"), est.get("kv_bytes_per_sequence")
+                           if not opt.get("max_model_len") or opt.get("max_model_len") == (fit or {}).get(
+                               "max_model_len") else None, epyc["serve"]["max_num_seqs_cap"])
+    opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"])
     pre: list[list[str]] = []
     if path == "host":
         vllm_bin = str(Path(val["python"]).parent / "vllm")
@@ -242,7 +259,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "warnings": warnings,
         "sizing": {"socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
                    "omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
-                   "kv_granted_gb": tune["kv_granted_gb"], "numa_nodes": tune["numa_nodes"],
+                   "kv_granted_gb": tune["kv_granted_gb"], **capacity, "numa_nodes": tune["numa_nodes"],
                    "max_model_len": max_len},
     }
     plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
@@ -268,6 +285,10 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['omp_threads_bind']}, "
                        f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
                        f"{','.join(map(str, s['numa_nodes']))}"],
+        ["KV cache", (f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
+                      f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}")
+         if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
+         else "capacity not computed (max_model_len differs from the estimate's)"],
         ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
                       else f"{det.get('cpu_model')} (not an AMD EPYC)")
                      + f", {det.get('physical_cores')} cores, AVX-512 {det.get('avx512')}"],

@@ -58,11 +58,14 @@ def test_socket_ram_takes_the_smaller_truth():
 def test_size_kv_cache():
     # no model need: half of (8 - 2 reserve) = 3
     assert cpu_tune.size_kv_cache(8, 2, None, None, 1.25, 0.5)["kv_gb"] == 3
-    # model need 0.5 GiB x 1.25 -> ceil 1
+    # serving, not one prompt: a 0.5 GiB need on 8 GiB gets half of the 4.8 left -> 2 (need x 1.25 = 1 is the floor)
     out = cpu_tune.size_kv_cache(8, 2, 1.2, 0.5, 1.25, 0.5)
-    assert out["kv_gb"] == 1 and out["warning"] is None
-    # need 7 x 1.25 = 8.75 -> 9, socket has 384 - 2 - 16 = 366 left
-    assert cpu_tune.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 9
+    assert out["kv_gb"] == 2 and out["warning"] is None
+    # a 384 GiB socket with 16 GiB of weights and a 7 GiB need: half of the 366 left = 183, not 9
+    assert cpu_tune.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 183
+    # a big need on a small socket: the need x headroom wins over the share, capped by what is left
+    assert cpu_tune.size_kv_cache(16, 2, 2, 8, 1.25, 0.5)["kv_gb"] == 10
+    assert cpu_tune.size_kv_cache(16, 2, 2, 11, 1.25, 0.5)["kv_gb"] == 12
     # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> refused, never a silent under-grant
     with pytest.raises(cpu_tune.ScriptError, match="cannot hold"):
         cpu_tune.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
@@ -103,7 +106,8 @@ def test_dual_genoa_smt_binds_physical_cores_of_one_socket(script, make_sysroot)
                 "--weight-gb", "15.2", "--kv-needed-gb", "7").doc
     assert d1["chosen_socket"] == 1 and d1["socket_choice_reason"] == "forced by --socket"
     assert d1["vllm_cpu_omp_threads_bind"] == "96-190" and d1["reserved_cpus"] == "191"
-    assert d1["numa_nodes"] == [1] and d1["kv_granted_gb"] == 9  # ceil(7 x 1.25)
+    assert d1["numa_nodes"] == [1] and d1["kv_granted_gb"] == 183  # half of 384 - 2 - 15.2 (the need, 9, is the floor)
+    assert (d1["weight_gb"], d1["kv_needed_gb"], d1["os_reserve_gb"]) == (15.2, 7.0, 2.0)  # the inputs it used
 
 
 def test_turin_nps4_binds_memory_across_the_sockets_nodes(script, make_sysroot):

@@ -172,3 +172,13 @@ def test_bad_model_inputs(script, tmp_path):
     r = est(script, empty)
     assert r.code == 1 and "--weight-gb" in r.doc["fix"]
     assert est(script, "not a valid id!!").code == 1
+
+
+def test_float32_serving_doubles_the_kv_cache(script, tmp_path):
+    """vLLM's KV dtype "auto" follows the serving dtype: float32 needs twice the KV bytes of bf16."""
+    model = model_folder("Qwen3-0.6B", tmp_path)
+    bf16 = est(script, model, "--dtype", "bfloat16").doc
+    fp32 = est(script, model, "--dtype", "float32").doc
+    assert (bf16["kv_dtype"], fp32["kv_dtype"]) == ("bfloat16", "float32")
+    assert fp32["kv_bytes_per_token"] == 2 * bf16["kv_bytes_per_token"] == 2 * 114688
+    assert fp32["kv_bytes_per_sequence"] == 2 * bf16["kv_bytes_per_sequence"]

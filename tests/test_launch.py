@@ -84,10 +84,14 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
         "docker", "run", "-d", "--name", f"vllm-epyc-{p['port']}", "--ipc=host", "--network=host", "--cap-add=SYS_NICE",
         "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface",
         "-v", f"{real}:/models/Qwen3-0.6B:ro", "-v", f"{tmp_path / 'st' / 'secrets'}:{serve_plan.SECRETS_TARGET}:ro",
-        "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
+        "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=190",
         "--entrypoint", "sh", PINNED, "-c", serve_plan.SECRET_LOADER, "vllm", "/models/Qwen3-0.6B",
         "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
-        "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096"]
+        "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096", "--max-num-seqs", "256"]
+    # sized for serving, not one prompt: a 384 GiB socket's KV holds hundreds of full-length 4k requests
+    assert p["sizing"]["kv_tokens"] == 190 * 2**30 // 114688 and p["sizing"]["kv_full_length_requests"] >= 64
+    assert "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256 |" \
+        in p["summary_markdown"]
     assert p["secrets"] == {"HF_TOKEN": "HF_TOKEN"} and p["env_by_name"] == ["HF_TOKEN"]
     assert p["pre_argv"] == [["docker", "rm", "-f", f"vllm-epyc-{p['port']}"], ["docker", "pull", PINNED]]
     assert not any(a.startswith("--shm-size") or a == "--device" for a in p["argv"])
@@ -442,7 +446,8 @@ def test_preload_names_only_the_pinned_libraries():
     (lambda i: i["estimate_memory"].update(model="other/model"), "estimate_memory.py for other/model"),
     (lambda i: i["cpu_tune"].update(weight_gb=15.0), "sized for 15.0 GiB of weights"),
     (lambda i: i["cpu_tune"].update(kv_needed_gb=9.0), "KV need"),
-    (lambda i: i["estimate_memory"]["fit"].update(kv_needed_gb=3.0), "below the 3.0 GiB needed"),
+    (lambda i: (i["estimate_memory"]["fit"].update(kv_needed_gb=300.0), i["cpu_tune"].update(kv_needed_gb=300.0)),
+     "below the 300.0 GiB needed"),
     (lambda i: i["cpu_tune"].update(target="root@other-box"), "cpu_tune.py sized root@other-box"),
 ])
 def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, needle):
