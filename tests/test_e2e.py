@@ -113,6 +113,20 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
             assert "ZenCpuPlatform" in log or "zen_cpu" in log
         else:
             assert proof.code == 1 and proof.doc["zentorch_matmuls"] == 0 and "zentorch" not in log.lower()
+        # the benchmark, short form (CI): vLLM's own bench serve, one input length, C=1 and 4, one repeat
+        out = tmp_path / "bench"
+        b = run_script("bench.py", "--plan", str(plan_file), "--input-lens", "128", "--concurrency", "1,4",
+                       "--repeats", "1", "--output-len", "32", "--out", str(out), timeout=900)
+        assert b.code == 0 and b.doc["failed"] == 0, json.dumps(b.doc)[-2000:]
+        assert [(c["input_len"], c["concurrency"], c["completed"]) for c in b.doc["cells"]] == [(128, 1, 10), (128, 4, 40)]
+        assert all(c["median_tpot_ms"] > 0 and c["output_throughput"] > 0 for c in b.doc["cells"])
+        assert sorted(f.name for f in (out / "raw").iterdir()) == ["in128_c1_r1.json", "in128_c4_r1.json"]
+        assert (out / "summary.md").read_text().startswith("| input | conc. | TTFT ms |")
+        assert b.doc["memory_bandwidth_gbs"] > 0 and 0 < b.doc["fraction_of_bound"] <= 1
+        assert b.doc["host"]["backend"] == stack["backend"]
+        print(f"\nbench (short form): {b.doc['cells'][0]['output_throughput']} / {b.doc['cells'][1]['output_throughput']} "
+              f"output tok/s at C=1/4, TPOT {b.doc['cells'][0]['median_tpot_ms']} ms vs bound {b.doc['min_tpot_ms']} ms, "
+              f"{b.doc['memory_bandwidth_gbs']} GB/s on CPUs {b.doc['bandwidth_cpus']}")
         print(f"\n{stack['backend']} path: {proof.doc['zentorch_matmuls']} zentorch matmuls "
               f"{proof.doc['by_kernel']}, oneDNN exec {proof.doc['onednn_exec_count']}; "
               f"healthy after {ver.doc['time_to_healthy_s']} s")

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Benchmark a running endpoint with vLLM's own `vllm bench serve`, and summarise it.
+
+    python3 scripts/bench.py --plan plan.json                     # the default matrix (below)
+    python3 scripts/bench.py --plan plan.json --input-lens 128 --concurrency 1,4 --repeats 1 --output-len 32
+
+The method (the one used for published vLLM CPU serving comparisons): random prompts of each input
+length x each concurrency x repeats, `--output-len` tokens with --ignore-eos, num_prompts = 10 x
+concurrency, percentiles of TTFT, TPOT, ITL and E2EL. Each cell is the mean of its repeats' medians,
+with the spread (max - min) beside it. Every raw per-run JSON is kept; a failed request is reported
+loudly (exit 1), never averaged away. The decode bound: the bytes one decode step reads (the weights)
+over the memory bandwidth measured on the server's bound cores -> the lowest TPOT at concurrency 1.
+Writes summary.json, summary.md (and plot.png when matplotlib is installed) in --out; prints the
+summary JSON. Exit 0, or 1 with {"error", "fix"}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import ScriptError  # noqa: E402
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+RUN_TIMEOUT_S = 3600
+BANDWIDTH_CODE = r"""
+import json, os, sys, time
+import multiprocessing as mp
+import numpy as np
+def reader(cpu, mib, q):
+    os.sched_setaffinity(0, {cpu})
+    a = np.ones(mib * 1024 * 1024 // 8)
+    a.sum()                                   # fault the pages in, then time pure reads
+    t0 = time.perf_counter(); n = 0
+    while time.perf_counter() - t0 < %(seconds)s:
+        a.sum(); n += 1
+    q.put(n * a.nbytes / (time.perf_counter() - t0))
+cpus = %(cpus)r
+q = mp.Queue()
+ps = [mp.Process(target=reader, args=(c, %(mib)d, q)) for c in cpus]
+[p.start() for p in ps]
+total = sum(q.get() for _ in ps)
+[p.join() for p in ps]
+print("@@BW@@" + json.dumps({"bytes_per_s": total, "cpus": cpus}))
+"""
+
+# ---------------------------------------------------------------- pure: the summary
+
+
+def run_metrics(doc: dict) -> dict:
+    """The figures of one `vllm bench serve` result: medians per metric, throughputs, request counts.
+    A partial or malformed result is a ValueError naming what is missing."""
+    if not isinstance(doc, dict):
+        raise ValueError("a vllm bench serve result is a JSON object")
+    out = {}
+    for m in METRICS:
+        v = doc.get(f"median_{m}_ms")
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"median_{m}_ms missing or not a number")
+        out[f"median_{m}_ms"] = float(v)
+    for key in ("output_throughput", "total_token_throughput", "completed", "failed"):
+        v = doc.get(key, 0 if key == "failed" else None)
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"{key} missing or not a number")
+        out[key] = v
+    return out
+
+
+def summarise_cell(runs: list[dict]) -> dict:
+    """Mean of the repeats' medians, and the spread (max - min) beside each; failures are summed."""
+    if not runs:
+        raise ValueError("a cell needs at least one run")
+    cell = {"repeats": len(runs), "failed": sum(r["failed"] for r in runs),
+            "completed": sum(r["completed"] for r in runs)}
+    for key in [f"median_{m}_ms" for m in METRICS] + ["output_throughput", "total_token_throughput"]:
+        values = [r[key] for r in runs]
+        cell[key] = round(statistics.fmean(values), 3)
+        cell[f"{key}_spread"] = round(max(values) - min(values), 3)
+    return cell
+
+
+def decode_bound(weight_bytes: int | None, bytes_per_s: float | None, tpot_c1_ms: float | None) -> dict:
+    """At concurrency 1 every decode step reads all the weights once: that time is the floor of TPOT."""
+    if not weight_bytes or not bytes_per_s:
+        return {"min_tpot_ms": None, "fraction_of_bound": None}
+    floor_ms = weight_bytes / bytes_per_s * 1000
+    return {"min_tpot_ms": round(floor_ms, 3),
+            "fraction_of_bound": round(floor_ms / tpot_c1_ms, 3) if tpot_c1_ms else None}
+
+
+def markdown(cells: list[dict]) -> str:
+    head = ["input", "conc.", "TTFT ms", "TPOT ms", "ITL ms", "E2EL ms", "out tok/s", "total tok/s", "failed"]
+    rows = []
+    for c in cells:
+        fmt = lambda k: f"{c[k]:.1f} ±{c[k + '_spread']:.1f}"  # noqa: E731
+        rows.append([str(c["input_len"]), str(c["concurrency"]), fmt("median_ttft_ms"), fmt("median_tpot_ms"),
+                     fmt("median_itl_ms"), fmt("median_e2el_ms"), fmt("output_throughput"),
+                     fmt("total_token_throughput"), f"**{c['failed']}**" if c["failed"] else "0"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + \
+        "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
+
+
+def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpoint: str, input_len: int,
+               output_len: int, concurrency: int, result_dir: str, name: str) -> list[str]:
+    """One `vllm bench serve` run of the matrix, as an argv (no shell)."""
+    chat = endpoint == "chat_completions"
+    return [*vllm, "bench", "serve", "--backend", "openai-chat" if chat else "vllm",
+            "--base-url", base_url.removesuffix("/v1"),
+            "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
+            "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random",
+            "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--ignore-eos",
+            "--max-concurrency", str(concurrency), "--num-prompts", str(10 * concurrency),
+            "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,90,99", "--seed", "0",
+            "--save-result", "--result-dir", result_dir, "--result-filename", name]
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 or v > 1 << 20 for v in values):
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive whole numbers")
+    return values
+
+
+def serving_target(plan: dict) -> dict:
+    """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
+    container (it has vllm, the tokenizer's files and the cache mount)."""
+    if plan["path"] == "host":
+        vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
+        return {"vllm": [vllm_bin], "tokenizer": plan["model"], "python": str(Path(vllm_bin).parent / "python")}
+    rt = common.runtime_argv(plan["runtime"])
+    model_arg = next(a for a in plan["argv"][plan["argv"].index("serve") + 1:] if not a.startswith("-")) \
+        if "serve" in plan["argv"] else plan["model"]
+    return {"vllm": [*rt, "exec", plan["container_name"], "vllm"], "tokenizer": model_arg, "python": None}
+
+
+def measure_bandwidth(python: str | None, cpus: list[int], seconds: float = 2.0, mib: int = 512) -> float | None:
+    if not python or not cpus:
+        return None
+    found, _why = common.run_probe([python], BANDWIDTH_CODE % {"cpus": cpus, "seconds": seconds, "mib": mib},
+                                   "@@BW@@", timeout=120)
+    return found.get("bytes_per_s") if found else None
+
+
+def main(argv: Sequence[str] | None = None):
+    p = common.JsonArgumentParser(prog="scripts/bench.py", description=__doc__.split("\n")[0])
+    p.add_argument("--plan", required=True, help="the plan of the running endpoint (launch.py plan)")
+    p.add_argument("--input-lens", type=int_list, default=[128, 512])
+    p.add_argument("--concurrency", type=int_list, default=[1, 4, 8])
+    p.add_argument("--repeats", type=common.int_in(1, 100), default=3)
+    p.add_argument("--output-len", type=common.int_in(1, 1 << 16), default=128)
+    p.add_argument("--out", type=common.nonempty, help="result folder (default: <state_dir>/bench-<time>)")
+    p.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth run (no decode bound)")
+    args = p.parse_args(argv)
+    import serve_life
+    plan = serve_life.load_plan(args.plan)
+    out = Path(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S")).expanduser()
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    target = serving_target(plan)
+    env = dict(os.environ)
+    if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
+        env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")
+    cells, total = [], len(args.input_lens) * len(args.concurrency) * args.repeats
+    done = 0
+    for input_len in args.input_lens:
+        for conc in args.concurrency:
+            runs = []
+            for rep in range(args.repeats):
+                done += 1
+                name = f"in{input_len}_c{conc}_r{rep + 1}.json"
+                common.log(f"bench: run {done}/{total}: input {input_len}, concurrency {conc}, repeat {rep + 1}")
+                res = common.run(bench_argv(target["vllm"], plan["base_url"], plan["served_model_name"],
+                                            target["tokenizer"], plan["primary_endpoint"], input_len,
+                                            args.output_len, conc, str((out / "raw").resolve())
+                                            if plan["path"] == "host" else "/tmp", name),
+                                 timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
+                if plan["path"] != "host" and res.ok:  # the result was written inside the container
+                    got = common.run([*common.runtime_argv(plan["runtime"]), "exec", plan["container_name"],
+                                      "cat", f"/tmp/{name}"], timeout=60)
+                    (out / "raw" / name).write_text(got.stdout)
+                raw = out / "raw" / name
+                if not res.ok or not raw.exists():
+                    tail = (res.stderr or res.stdout or res.failure or "").strip().splitlines()[-15:]
+                    raise ScriptError(f"vllm bench serve failed at input {input_len}, concurrency {conc}",
+                                      "check that the endpoint still verifies (launch.py verify) and report the "
+                                      "lines above", log_tail=tail, out=str(out))
+                try:
+                    runs.append(run_metrics(json.loads(raw.read_text())))
+                except ValueError as exc:
+                    raise ScriptError(f"{raw}: not a complete vllm bench serve result ({exc})",
+                                      "re-run the benchmark; keep the raw file for the report", out=str(out))
+                if runs[-1]["failed"]:
+                    common.log(f"bench: !!! {runs[-1]['failed']} FAILED requests in {name}")
+            cells.append({"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc,
+                          **summarise_cell(runs)})
+    bind = common.parse_cpulist(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "")) \
+        if plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "") not in ("", "auto", "nobind") else []
+    bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind)
+    weights = plan["inputs"]["estimate_memory"].get("weight_bytes")
+    c1 = [c["median_tpot_ms"] for c in cells if c["concurrency"] == 1]
+    bound = decode_bound(weights, bw, min(c1) if c1 else None)
+    failed = sum(c["failed"] for c in cells)
+    doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
+           "output_len": args.output_len, "repeats": args.repeats, "cells": cells, "failed": failed,
+           "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None, "bandwidth_cpus": bind,
+           "weight_bytes": weights, **bound,
+           "host": {"cpu_model": plan["inputs"]["detect"].get("cpu_model"),
+                    "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
+                    "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
+                    "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}}
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown(cells))
+    doc["plot"] = plot(cells, out / "plot.png")
+    if failed:
+        doc.update(error=f"{failed} requests FAILED during the benchmark", fix="a failed request makes the "
+                   "figures meaningless: check the server log (launch.py verify) and run again")
+        return doc, common.EXIT_FAIL
+    return doc, common.EXIT_OK
+
+
+def plot(cells: list[dict], path: Path) -> str | None:
+    """Throughput and TPOT against concurrency, one line per input length (matplotlib is optional)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for n in sorted({c["input_len"] for c in cells}):
+        row = sorted((c for c in cells if c["input_len"] == n), key=lambda c: c["concurrency"])
+        xs = [c["concurrency"] for c in row]
+        a.plot(xs, [c["output_throughput"] for c in row], marker="o", label=f"input {n}")
+        b.plot(xs, [c["median_tpot_ms"] for c in row], marker="o", label=f"input {n}")
+    a.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput")
+    b.set(xlabel="concurrency", ylabel="median TPOT (ms)", title="Time per output token")
+    a.legend()
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    return str(path)
+
+
+if __name__ == "__main__":
+    sys.exit(common.run_main(main))

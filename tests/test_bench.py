@@ -1,0 +1,80 @@
+"""bench.py: the summary math on `vllm bench serve` results (recorded from a real run on this bundle's
+runner, and hand-made edge cases), the exact argv it runs, and bad input."""
+import json
+from pathlib import Path
+
+import pytest
+
+import bench
+
+RECORDED = Path(__file__).parent / "fixtures" / "bench"
+
+
+def run(ttft, tpot, itl, e2el, out_tps, total_tps, completed=10, failed=0):
+    return {"median_ttft_ms": ttft, "median_tpot_ms": tpot, "median_itl_ms": itl, "median_e2el_ms": e2el,
+            "output_throughput": out_tps, "total_token_throughput": total_tps, "completed": completed,
+            "failed": failed}
+
+
+def test_a_cell_is_the_mean_of_the_repeats_medians_with_the_spread():
+    runs = [bench.run_metrics(run(100, 40, 38, 5000, 25, 50)), bench.run_metrics(run(120, 44, 40, 5600, 23, 46)),
+            bench.run_metrics(run(110, 42, 39, 5300, 24, 48))]
+    cell = bench.summarise_cell(runs)
+    assert cell["median_ttft_ms"] == 110 and cell["median_ttft_ms_spread"] == 20
+    assert cell["median_tpot_ms"] == 42 and cell["median_tpot_ms_spread"] == 4
+    assert cell["output_throughput"] == 24 and cell["output_throughput_spread"] == 2
+    assert (cell["repeats"], cell["completed"], cell["failed"]) == (3, 30, 0)
+
+
+def test_failed_requests_are_summed_never_averaged_away():
+    cell = bench.summarise_cell([bench.run_metrics(run(1, 1, 1, 1, 1, 1, failed=0)),
+                                 bench.run_metrics(run(1, 1, 1, 1, 1, 1, completed=8, failed=2))])
+    assert cell["failed"] == 2 and "**2**" in bench.markdown([{**cell, "input_len": 128, "concurrency": 4}])
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({}, "median_ttft_ms"),
+    ({**run(1, 1, 1, 1, 1, 1), "median_tpot_ms": None}, "median_tpot_ms"),
+    ({**run(1, 1, 1, 1, 1, 1), "output_throughput": "fast"}, "output_throughput"),
+    ([1, 2], "JSON object"),
+])
+def test_partial_or_bad_results_are_refused(doc, needle):
+    with pytest.raises(ValueError, match=needle):
+        bench.run_metrics(doc)
+
+
+def test_recorded_results_from_a_real_run():
+    """Results written by `vllm bench serve` 0.32 against this bundle's tiny test model (kept as fixtures)."""
+    files = sorted(RECORDED.glob("*.json"))
+    assert files, "tests/fixtures/bench holds recorded vllm bench serve results"
+    for f in files:
+        m = bench.run_metrics(json.loads(f.read_text()))
+        assert m["median_tpot_ms"] > 0 and m["output_throughput"] > 0 and m["failed"] == 0
+
+
+def test_decode_bound():
+    # 1.11 GiB of weights read at 60 GB/s: ~19.9 ms per token at best; a measured 42 ms is 47 % of the bound
+    b = bench.decode_bound(int(1.11 * 2**30), 60e9, 42.0)
+    assert b["min_tpot_ms"] == pytest.approx(19.86, abs=0.01) and b["fraction_of_bound"] == pytest.approx(0.473, abs=0.001)
+    assert bench.decode_bound(None, 60e9, 42.0) == {"min_tpot_ms": None, "fraction_of_bound": None}
+
+
+def test_bench_argv_is_vllms_own_benchmark_with_the_method():
+    argv = bench.bench_argv(["/v/bin/vllm"], "http://127.0.0.1:8000/v1", "tiny", "/m/tiny", "chat_completions",
+                            128, 128, 4, "/r", "in128_c4_r1.json")
+    assert argv[:3] == ["/v/bin/vllm", "bench", "serve"] and "--ignore-eos" in argv
+    pairs = dict(zip(argv[3::1], argv[4::1]))
+    assert pairs["--base-url"] == "http://127.0.0.1:8000" and pairs["--endpoint"] == "/v1/chat/completions"
+    assert pairs["--num-prompts"] == "40" and pairs["--max-concurrency"] == "4"
+    assert pairs["--percentile-metrics"] == "ttft,tpot,itl,e2el" and pairs["--backend"] == "openai-chat"
+    comp = bench.bench_argv(["vllm"], "http://h:1/v1", "m", "t", "completions", 512, 64, 1, "/r", "x.json")
+    assert dict(zip(comp, comp[1:]))["--endpoint"] == "/v1/completions"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--concurrency", "0"], "positive whole numbers"), (["--input-lens", "x"], "positive whole numbers"),
+    (["--repeats", "0"], "out of range"), (["--plan", "/nonexistent.json"], "cannot read"),
+])
+def test_bad_arguments(script, args, needle):
+    r = script("bench.py", *(["--plan", "/nonexistent.json"] if "--plan" not in args else []), *args)
+    assert r.code == 1 and needle in r.doc["error"]
