@@ -78,9 +78,13 @@ def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: i
     """RAM local to the socket: the smaller of its nodes' sysfs totals and the usable total
     (MemTotal / cgroup limit). Smaller wins even when sysfs looks wrong: vLLM's CPU worker reads
     the node's sysfs meminfo and refuses a KV cache larger than what that file says is free."""
-    if nodes and all(n in node_mem for n in nodes):
-        return min(sum(node_mem[n] for n in nodes), usable_total)
-    return usable_total
+    if not node_mem:  # no per-node meminfo at all (no NUMA sysfs): the host's total is the socket's
+        return usable_total
+    missing = [n for n in nodes if n not in node_mem]
+    if missing:  # never the whole host's RAM for one socket: that over-grants a KV cache by the sockets' count
+        raise ScriptError(f"no sysfs meminfo for NUMA node(s) {missing} of the chosen socket",
+                          "check /sys/devices/system/node/node*/meminfo on the host (a sysroot must capture it)")
+    return min(sum(node_mem[n] for n in nodes), usable_total)
 
 
 def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float | None,
@@ -117,6 +121,16 @@ def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float |
     return {"kv_gb": int(kv), "basis": basis, "warning": warning}
 
 
+def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict | None]:
+    """A cgroup CPU quota is a hard budget: more OMP threads than it allows only time-slice against each
+    other. Bind at most floor(quota) cores (at least one)."""
+    if quota is None or len(bind) <= max(1, math.floor(quota)):
+        return bind, None
+    keep = max(1, math.floor(quota))
+    return bind[:keep], {"check": "cpu_quota", "message": f"the cgroup CPU quota allows {quota:g} CPUs: binding "
+                         f"{keep} of the socket's {len(bind)} physical cores", "fix": None}
+
+
 def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: dict[str, bool]) -> dict:
     """How to pin the chosen socket: cgroup cpuset flags for containers, a launch prefix for the host.
 
@@ -149,15 +163,20 @@ def env_lines(plan: dict) -> str:
 
 # ---------------------------------------------------------------- gathering (I/O)
 
-def sample_busy(topo: detect.Topology, allowed: list[int], seconds: float) -> dict[int, float]:
-    """Per-socket busy % over `seconds`, averaged over the CPUs we could bind there."""
-    import psutil
-    per_cpu = psutil.cpu_percent(interval=seconds, percpu=True)
+def busy_by_socket(per_cpu: list[float], online: list[int], topo: detect.Topology, allowed: list[int]) -> dict:
+    """Per-socket busy %, averaged over the CPUs we could bind there. psutil lists the online CPUs in
+    id order, so entry i is the i-th online CPU id -- not CPU i when some CPUs are offline."""
+    by_id = dict(zip(sorted(online), per_cpu))
     busy = {}
     for s in topo.sockets:
-        cpus = [c for c in topo.socket_cpus(s) if c in allowed and c < len(per_cpu)]
-        busy[s] = round(sum(per_cpu[c] for c in cpus) / len(cpus), 1) if cpus else 100.0
+        cpus = [c for c in topo.socket_cpus(s) if c in allowed and c in by_id]
+        busy[s] = round(sum(by_id[c] for c in cpus) / len(cpus), 1) if cpus else 100.0
     return busy
+
+
+def sample_busy(topo: detect.Topology, allowed: list[int], seconds: float) -> dict[int, float]:
+    import psutil
+    return busy_by_socket(psutil.cpu_percent(interval=seconds, percpu=True), topo.cpus, topo, allowed)
 
 
 # ---------------------------------------------------------------- the plan
@@ -183,6 +202,7 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
     usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
     cores = topo.physical_cores(usable)
     bind, reserved = split_reserved(cores, args.reserve_cores)
+    bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
     nodes = topo.socket_nodes(chosen)
     ram_gb = by_id[chosen]["ram_gb"]
     kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weight_gb, args.kv_needed_gb,
@@ -190,6 +210,8 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
     tools = {"numactl": bool(shutil.which("numactl")), "taskset": bool(shutil.which("taskset"))}
     pins = pin_commands(bind, usable, nodes, tools)
     warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
+    if quota_warning:
+        warnings.append(quota_warning)
     if kv["warning"]:
         warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
     if len(nodes) > 1:
@@ -211,6 +233,7 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
         "busy_threshold": args.busy_threshold,
         "vllm_cpu_omp_threads_bind": bind_s,
         "omp_threads": len(bind),
+        "cpu_quota": facts.cpu_quota,
         "reserved_cpus": common.format_cpulist(reserved),
         "kv_granted_gb": kv["kv_gb"],
         "kv_basis": kv["basis"],

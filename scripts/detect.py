@@ -81,10 +81,31 @@ def parse_cgroup_limit(text: str | None) -> int | None:
     return value if value < (1 << 60) else None
 
 
+def parse_cpu_quota(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> float | None:
+    """CPUs a cgroup may use: v2 cpu.max ('max 100000' or '400000 100000'), or v1 cfs_quota_us /
+    cfs_period_us (-1 = none). None when there is no quota. A pod limited to 4 CPUs on a 192-core
+    host must not get 96 OMP threads."""
+    quota = period = None
+    if cpu_max and cpu_max.split():
+        parts = cpu_max.split()
+        if parts[0] == "max":
+            return None
+        quota, period = parts[0], (parts[1] if len(parts) > 1 else "100000")
+    elif cfs_quota is not None:
+        quota, period = cfs_quota.strip(), (cfs_period or "100000").strip()
+    try:
+        q, per = int(quota), int(period)
+    except (TypeError, ValueError):
+        return None
+    return round(q / per, 2) if q > 0 and per > 0 else None
+
+
 def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
-    """Where this process's cpuset and memory controllers live, for v2 and v1 layouts."""
+    """Where this process's cpuset, memory and cpu controllers live, for v2 and v1 layouts."""
     cpuset = ["/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"]
     memory = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    cpu_max = ["/sys/fs/cgroup/cpu.max"]
+    cfs = ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"]
     for line in (proc_self_cgroup or "").splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3 or parts[2] in ("", "/"):
@@ -93,11 +114,14 @@ def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
         if parts[1] == "":  # v2 unified
             cpuset.insert(0, f"/sys/fs/cgroup{path}/cpuset.cpus.effective")
             memory.insert(0, f"/sys/fs/cgroup{path}/memory.max")
+            cpu_max.insert(0, f"/sys/fs/cgroup{path}/cpu.max")
+        if "cpu" in ctrls:
+            cfs.insert(0, f"/sys/fs/cgroup/{parts[1]}{path}")
         if "cpuset" in ctrls:
             cpuset.insert(0, f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus")
         if "memory" in ctrls:
             memory.insert(0, f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
-    return {"cpuset": cpuset, "memory": memory}
+    return {"cpuset": cpuset, "memory": memory, "cpu_max": cpu_max, "cfs": cfs}
 
 
 _MODEL_NUMBER = re.compile(r"\bEPYC\s+(?:Embedded\s+)?(\d)([0-9A-Z])([0-9A-Z])(\d)([A-Z]{0,2})\b")
@@ -276,6 +300,7 @@ class HostFacts:
     memory_limit_bytes: int | None
     hypervisor: str | None
     sysroot: Sysroot
+    cpu_quota: float | None = None
 
 
 def _first_readable(sr: Sysroot, paths: list[str]) -> str | None:
@@ -315,11 +340,15 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     if cgroup_cpus is not None:
         allowed_set &= set(cgroup_cpus)
     limit = parse_cgroup_limit(_first_readable(sr, cg["memory"]))
+    cfs_dir = next((d for d in cg["cfs"] if sr.read(f"{d}/cpu.cfs_quota_us") is not None), None)
+    quota = parse_cpu_quota(_first_readable(sr, cg["cpu_max"]),
+                            sr.read(f"{cfs_dir}/cpu.cfs_quota_us") if cfs_dir else None,
+                            sr.read(f"{cfs_dir}/cpu.cfs_period_us") if cfs_dir else None)
     hyper = None
     if "hypervisor" in cpu["flags"]:
         hyper = (sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or "").strip() \
             or "unknown (virtualized)"
-    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, sr)
+    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, sr, quota)
 
 
 # The remote side of --host: print each file behind a marker, all in one ssh call.
@@ -332,6 +361,7 @@ _REMOTE_FILES = [
     "/sys/hypervisor/type", "/sys/class/dmi/id/sys_vendor",
     "/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/memory.max",
     "/sys/fs/cgroup/cpuset/cpuset.effective_cpus", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    "/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us",
 ]
 _MARK = "@@EPYC-SKILL-FILE@@"
 _REMOTE_SCRIPT = (
@@ -339,7 +369,9 @@ _REMOTE_SCRIPT = (
     "dump " + " ".join(_REMOTE_FILES) + "\n"
     'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && '
     'dump "/sys/fs/cgroup$p/cpuset.cpus.effective" "/sys/fs/cgroup$p/memory.max" '
-    '"/sys/fs/cgroup/cpuset$p/cpuset.effective_cpus" "/sys/fs/cgroup/memory$p/memory.limit_in_bytes"; '
+    '"/sys/fs/cgroup/cpuset$p/cpuset.effective_cpus" "/sys/fs/cgroup/memory$p/memory.limit_in_bytes" '
+    '"/sys/fs/cgroup$p/cpu.max" "/sys/fs/cgroup/cpu,cpuacct$p/cpu.cfs_quota_us" '
+    '"/sys/fs/cgroup/cpu,cpuacct$p/cpu.cfs_period_us"; '
     "done < /proc/self/cgroup\n"
     "exit 0\n"
 )
@@ -449,6 +481,7 @@ def report(f: HostFacts, epyc: dict) -> dict:
         "node_ram_gb": {str(n): common.gb(b) for n, b in sorted(topo.node_mem_bytes.items())},
         "node_ram_consistent": mem["sysfs_consistent"],
         "allowed_cpus": common.format_cpulist(f.allowed_cpus),
+        "cpu_quota": f.cpu_quota,
         "hypervisor": f.hypervisor,
         "notes": mem["notes"],
     }

@@ -172,13 +172,23 @@ def main(argv: Sequence[str] | None = None):
                    help="RAM kept for the OS and vLLM's own process (default %(default)s)")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"], default=epyc["precision"]["default"])
     p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")
+    p.add_argument("--config", type=common.nonempty, help="a config.json to size from, offline (no Hub, no folder); "
+                   "needs --weight-gb")
     args = p.parse_args(argv)
+    if args.config and not args.weight_gb:
+        raise ScriptError("--config sizes the KV cache from a config.json alone: the weights are unknown",
+                          "add --weight-gb N (the checkpoint size in GiB, e.g. from the model card)")
 
     notes: list[str] = []
 
     def read() -> tuple[dict, int, str]:
-        files = hf_model.resolve(args.model, args.revision)
-        cfg = files.config()
+        if args.config:  # planning for a model this machine cannot download: its config.json is enough
+            cfg = common.read_json_input(args.config, "config.json")
+            common.check_schema(cfg, "model_config", f"{args.config} has a value of the wrong type or range",
+                                "pass the model's unmodified config.json")
+        else:
+            files = hf_model.resolve(args.model, args.revision)
+            cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"])])
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))

@@ -183,3 +183,35 @@ def test_live_binding_is_within_allowed_cpus(script):
     assert bind and bind <= set(common.parse_cpulist(det["allowed_cpus"]))
     assert d["socket_busy_pct"] is not None and d["kv_granted_gb"] >= 1
     assert d["socket_ram_gb"] <= det["ram_gb"]
+
+
+@pytest.mark.parametrize("files,quota,threads", [
+    ({"proc/self/cgroup": "0::/pod.slice\n", "sys/fs/cgroup/pod.slice/cpu.max": "400000 100000\n"}, 4.0, 4),
+    ({"proc/self/cgroup": "0::/pod.slice\n", "sys/fs/cgroup/pod.slice/cpu.max": "max 100000\n"}, None, 96),
+    ({"proc/self/cgroup": "4:cpu,cpuacct:/kubepods/p1\n",
+      "sys/fs/cgroup/cpu,cpuacct/kubepods/p1/cpu.cfs_quota_us": "250000\n",
+      "sys/fs/cgroup/cpu,cpuacct/kubepods/p1/cpu.cfs_period_us": "100000\n"}, 2.5, 2),
+])
+def test_a_cgroup_cpu_quota_caps_the_threads(script, make_sysroot, files, quota, threads):
+    """A pod limited to 4 CPUs on a 192-core host must not get 96 OMP threads (cgroup v2 and v1)."""
+    root = str(make_sysroot("genoa_9654_2s_smt", extra=files))
+    det = script("detect.py", "--sysroot", root).doc
+    d = script("cpu_tune.py", "--sysroot", root).doc
+    assert det["cpu_quota"] == quota and d["cpu_quota"] == quota
+    assert d["omp_threads"] == threads and len(common.parse_cpulist(d["vllm_cpu_omp_threads_bind"])) == threads
+    assert any(w["check"] == "cpu_quota" for w in d["warnings"]) == (quota is not None)
+
+
+def test_a_socket_without_its_node_meminfo_is_not_given_the_whole_hosts_ram():
+    gib = 1024 ** 3
+    with pytest.raises(cpu_tune.ScriptError, match=r"node\(s\) \[1\]"):
+        cpu_tune.socket_ram_bytes([1], {0: 384 * gib}, 768 * gib)
+
+
+def test_per_cpu_load_is_indexed_by_cpu_id_with_offline_cpus(make_sysroot):
+    """CPUs 0-1 on socket 0 and 4-5 on socket 1, with 2-3 offline: psutil's four entries are CPUs 0,1,4,5."""
+    import detect
+    topo = detect.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
+                           node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
+    busy = cpu_tune.busy_by_socket([90.0, 90.0, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5])
+    assert busy == {0: 90.0, 1: 5.0}

@@ -182,3 +182,14 @@ def test_float32_serving_doubles_the_kv_cache(script, tmp_path):
     assert (bf16["kv_dtype"], fp32["kv_dtype"]) == ("bfloat16", "float32")
     assert fp32["kv_bytes_per_token"] == 2 * bf16["kv_bytes_per_token"] == 2 * 114688
     assert fp32["kv_bytes_per_sequence"] == 2 * bf16["kv_bytes_per_sequence"]
+
+
+def test_offline_config_file_sizes_the_kv_without_the_hub(script):
+    """Planning for a model this machine cannot reach: its config.json and a weight size are enough."""
+    cfg = FIXTURES / "Qwen3-0.6B" / "config.json"
+    r = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg), "--weight-gb", "1.11",
+               "--ram-gb", "384", "--max-model-len", "4096", env={"HF_HUB_OFFLINE": "1"})
+    assert r.code == 0 and r.doc["kv_bytes_per_token"] == 114688 and r.doc["weight_source"] == "override"
+    assert r.doc["model"] == "Qwen/Qwen3-0.6B" and r.doc["fit"]["fits"]
+    bad = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg))
+    assert bad.code == 1 and "--weight-gb" in bad.doc["fix"]
