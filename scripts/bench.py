@@ -3,6 +3,7 @@
 
     python3 scripts/bench.py --plan plan.json                     # the default matrix (below)
     python3 scripts/bench.py --plan plan.json --input-lens 128 --concurrency 1,4 --repeats 1 --output-len 32
+    python3 scripts/bench.py --plan plan.json --compare          # serve once per sizing, same matrix, side by side
 
 The method (the one used for published vLLM CPU serving comparisons): random prompts of each input
 length x each concurrency x repeats, `--output-len` tokens with --ignore-eos, num_prompts = 10 x
@@ -12,6 +13,11 @@ loudly (exit 1), never averaged away. The decode bound: the bytes one decode ste
 over the memory bandwidth measured on the server's bound cores -> the lowest TPOT at concurrency 1.
 Writes summary.json, summary.md (and plot.png when matplotlib is installed) in --out; prints the
 summary JSON. Exit 0, or 1 with {"error", "fix"}.
+
+--compare starts the plan's model once per sizing (the skill's plan, vLLM's defaults, every core
+bound and nothing else, unpinned, the skill's plan plus the throughput flags: serve_plan.SIZINGS) on
+the plan's port, runs the same matrix on each, stops it, and prints them side by side with each
+cell's output throughput as a ratio to the best. The plan itself must not be running.
 """
 from __future__ import annotations
 
@@ -164,15 +170,25 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--output-len", type=common.int_in(1, 1 << 16), default=128)
     p.add_argument("--out", type=common.nonempty, help="result folder (default: <state_dir>/bench-<time>)")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth run (no decode bound)")
+    p.add_argument("--compare", action="store_true", help="serve the model once per sizing and compare them")
     args = p.parse_args(argv)
     import serve_life
     plan = serve_life.load_plan(args.plan)
     out = Path(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S")).expanduser()
-    (out / "raw").mkdir(parents=True, exist_ok=True)
     target = serving_target(plan)
     env = dict(os.environ)
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")
+    if args.compare:
+        return compare(plan, args, out, env)
+    cells = run_matrix(plan, args, out, env)
+    return finish(plan, args, out, cells, target)
+
+
+def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
+    """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    target = serving_target(plan)
     cells, total = [], len(args.input_lens) * len(args.concurrency) * args.repeats
     done = 0
     for input_len in args.input_lens:
@@ -206,6 +222,11 @@ def main(argv: Sequence[str] | None = None):
                     common.log(f"bench: !!! {runs[-1]['failed']} FAILED requests in {name}")
             cells.append({"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc,
                           **summarise_cell(runs)})
+    return cells
+
+
+def finish(plan: dict, args, out: Path, cells: list[dict], target: dict):
+    """The summary document, table and plot of one served configuration."""
     bind = common.parse_cpulist(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "")) \
         if plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "") not in ("", "auto", "nobind") else []
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind)
@@ -227,6 +248,76 @@ def main(argv: Sequence[str] | None = None):
     if failed:
         doc.update(error=f"{failed} requests FAILED during the benchmark", fix="a failed request makes the "
                    "figures meaningless: check the server log (launch.py verify) and run again")
+        return doc, common.EXIT_FAIL
+    return doc, common.EXIT_OK
+
+
+def side_by_side(results: dict[str, list[dict]]) -> dict:
+    """Per cell, each sizing's output throughput and median TPOT, with the throughput as a ratio to the
+    best sizing of that cell (1.0 = the best)."""
+    names = list(results)
+    table = []
+    for i, cell in enumerate(results[names[0]]):
+        row = {"input_len": cell["input_len"], "concurrency": cell["concurrency"], "sizings": {}}
+        best = max(results[n][i]["output_throughput"] for n in names) or 1.0
+        for n in names:
+            c = results[n][i]
+            row["sizings"][n] = {"output_throughput": c["output_throughput"],
+                                 "output_throughput_spread": c["output_throughput_spread"],
+                                 "median_tpot_ms": c["median_tpot_ms"], "failed": c["failed"],
+                                 "ratio_to_best": round(c["output_throughput"] / best, 3)}
+        table.append(row)
+    return {"sizings": names, "table": table}
+
+
+def compare_markdown(cmp: dict) -> str:
+    names = cmp["sizings"]
+    head = ["input", "conc."] + [f"{n} tok/s (ratio)" for n in names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in cmp["table"]:
+        cells = [f"{row['sizings'][n]['output_throughput']:.1f} ±{row['sizings'][n]['output_throughput_spread']:.1f}"
+                 f" ({row['sizings'][n]['ratio_to_best']:.2f})" for n in names]
+        lines.append("| " + " | ".join([str(row["input_len"]), str(row["concurrency"]), *cells]) + " |")
+    return "\n".join(lines) + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
+
+
+def compare(plan: dict, args, out: Path, env: dict):
+    """Serve the plan's model once per sizing on the plan's port, bench each, stop each."""
+    import serve_life
+    import serve_plan
+    epyc = common.load_epyc()
+    state = serve_life.read_state(plan)
+    if state and serve_life.alive(plan, state):
+        raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
+                          "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")
+    results: dict[str, list[dict]] = {}
+    for name in serve_plan.SIZINGS:
+        sub = out / name
+        opts = {**plan["options"], "sizing": name, "state_dir": str((sub / "run").resolve())}
+        variant = serve_plan.build_plan(plan["inputs"], opts, epyc, serve_life.host_facts(opts, plan["inputs"]["check_model"]))
+        (sub / "run").mkdir(parents=True, exist_ok=True)
+        (sub / "plan.json").write_text(json.dumps(variant, indent=2) + "\n")
+        common.log(f"bench: --compare: sizing {name}: starting")
+        serve_life.start(variant, confirm=True, fresh=variant)
+        try:
+            serve_life.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
+            results[name] = run_matrix(variant, args, sub, env)
+        finally:
+            serve_life.stop(variant)
+        (sub / "summary.md").write_text(markdown(results[name]))
+    cmp = side_by_side(results)
+    failed = sum(c["failed"] for cells in results.values() for c in cells)
+    doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
+           "output_len": args.output_len, "repeats": args.repeats, "failed": failed, "comparison": cmp,
+           "host": {"cpu_model": plan["inputs"]["detect"].get("cpu_model"),
+                    "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
+                    "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
+                    "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}}
+    (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / "compare.md").write_text(compare_markdown(cmp))
+    if failed:
+        doc.update(error=f"{failed} requests FAILED during the comparison",
+                   fix="the figures of a sizing with failed requests do not count: check its server log and rerun")
         return doc, common.EXIT_FAIL
     return doc, common.EXIT_OK
 

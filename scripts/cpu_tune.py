@@ -110,7 +110,7 @@ def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float |
         kv = min(max(need, share), math.floor(left))
         basis = (f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
                  if share >= need else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom") + \
-            f"; at least the need, at most what the socket has left"
+            "; at least the need, at most what the socket has left"
     else:
         kv = math.floor(left * default_fraction)
         basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"

@@ -26,7 +26,7 @@ import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
 from serve_life import NO_RETRY_FIX, host_facts, load_plan, rerender, start, stop, verify  # noqa: E402
-from serve_plan import STATE_ROOT, build_plan, handoff_doc  # noqa: E402
+from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc  # noqa: E402
 
 
 # ---------------------------------------------------------------- up: the whole chain
@@ -160,6 +160,9 @@ def main(argv: Sequence[str] | None = None):
                     help="name of the env var holding the API key (its value is never shown)")
     pl.add_argument("--throughput-flags", action="store_true",
                     help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)")
+    pl.add_argument("--sizing", choices=sorted(SIZINGS), default="skill",
+                    help="skill (default) or a baseline for bench.py --compare: vllm-default, all-cores, unpinned, "
+                         "skill+throughput")
     pl.add_argument("--kernel-log", action="store_true",
                     help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)")
     for name in ("start", "verify", "handoff", "stop"):
@@ -203,7 +206,8 @@ def main(argv: Sequence[str] | None = None):
             common.check_schema(inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output",
                                 f"pass the unmodified stdout of {v}.py")
         opts = {k: getattr(a, k) for k in ("model", "port", "max_model_len", "served_model_name", "state_dir",
-                                           "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log")}
+                                           "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log",
+                                           "sizing")}
         if opts["state_dir"]:
             opts["state_dir"] = str(Path(opts["state_dir"]).expanduser().resolve())
         return build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"])), common.EXIT_OK

@@ -117,6 +117,25 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
     return value
 
 
+SIZINGS = {
+    # name: (bind the socket's cores, KV grant, pin CPU+memory, LD_PRELOAD, --max-num-seqs, throughput flags)
+    "skill": dict(bind="cores", kv=True, pin=True, preload=True, seqs=True, throughput=False),
+    "skill+throughput": dict(bind="cores", kv=True, pin=True, preload=True, seqs=True, throughput=True),
+    "vllm-default": dict(bind=None, kv=False, pin=False, preload=False, seqs=False, throughput=False),
+    "all-cores": dict(bind="cores", kv=False, pin=False, preload=False, seqs=False, throughput=False),
+    "unpinned": dict(bind="nobind", kv=True, pin=False, preload=False, seqs=False, throughput=False),
+}
+
+
+def sizing_rules(name: str) -> dict:
+    """What a sizing sets. `skill` is this bundle's plan; the others are what a user might type instead
+    (vLLM's own defaults; every physical core bound and nothing else; no binding at all): bench.py
+    --compare serves the same model under each, so the skill's rules are measured, not asserted."""
+    if name not in SIZINGS:
+        raise ScriptError(f"unknown sizing {name!r}", f"use one of: {', '.join(SIZINGS)}")
+    return SIZINGS[name]
+
+
 RENDERED = ("path", "backend", "runtime", "image", "argv", "pre_argv", "env", "secrets", "host", "port",
             "state_dir", "log_file", "state_file", "container_name", "served_model_name", "primary_endpoint",
             "api_key_env", "command", "summary_markdown")
@@ -195,9 +214,13 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
     version = (val.get("stack") or {}).get("vllm")
     device = needs_device_flag(version, epyc["serve"]["device_cpu_flag_removed_in"])
-    env = {"VLLM_CPU_OMP_THREADS_BIND": tune["vllm_cpu_omp_threads_bind"],
-           "VLLM_CPU_KVCACHE_SPACE": str(tune["kv_granted_gb"])}
-    if opt.get("throughput_flags"):
+    rules = sizing_rules(opt.get("sizing") or "skill")
+    env = {}
+    if rules["bind"]:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = tune["vllm_cpu_omp_threads_bind"] if rules["bind"] == "cores" else "nobind"
+    if rules["kv"]:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(tune["kv_granted_gb"])
+    if opt.get("throughput_flags") or rules["throughput"]:
         env.update(throughput_env(epyc["throughput_flags"]))
         extra_warnings = [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]
     else:
@@ -217,14 +240,14 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     capacity = kv_capacity(tune["kv_granted_gb"], est.get("kv_bytes_per_token"), est.get("kv_bytes_per_sequence")
                            if not opt.get("max_model_len") or opt.get("max_model_len") == (fit or {}).get(
                                "max_model_len") else None, epyc["serve"]["max_num_seqs_cap"])
-    opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"])
+    opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"] if rules["seqs"] else None)
     pre: list[list[str]] = []
     if path == "host":
         vllm_bin = str(Path(val["python"]).parent / "vllm")
         preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
-        if preload:
+        if preload and rules["preload"]:
             env["LD_PRELOAD"] = preload
-        argv = [*tune.get("host_pin_argv", []), vllm_bin, "serve", model, *opts]
+        argv = [*(tune.get("host_pin_argv", []) if rules["pin"] else []), vllm_bin, "serve", model, *opts]
         runtime = "host"
         stop_cmd = "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"
     else:
@@ -235,7 +258,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
             model_arg = f"/models/{Path(facts['model_dir']).name}"
             mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
         hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"])
-        argv = container_run_argv(rt, name, epyc["container"]["run_flags"], tune["container_cpuset_argv"],
+        argv = container_run_argv(rt, name, epyc["container"]["run_flags"],
+                                  tune["container_cpuset_argv"] if rules["pin"] else [],
                                   hf_mount, mount, env,
                                   str(state_dir / "secrets") if secrets else None, image, [model_arg, *opts],
                                   epyc["container"]["shm_size_if_ipc_isolated"])
@@ -257,7 +281,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "requires_confirmation": bool(val.get("requires_confirmation")),
         "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
         "warnings": warnings,
-        "sizing": {"socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
+        "sizing": {"sizing_rule": opt.get("sizing") or "skill",
+                   "socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
                    "omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
                    "kv_granted_gb": tune["kv_granted_gb"], **capacity, "numa_nodes": tune["numa_nodes"],
                    "max_model_len": max_len},
@@ -289,6 +314,8 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                       f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}")
          if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
          else "capacity not computed (max_model_len differs from the estimate's)"],
+        *([["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"]]
+           if s["sizing_rule"] != "skill" else []),
         ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
                       else f"{det.get('cpu_model')} (not an AMD EPYC)")
                      + f", {det.get('physical_cores')} cores, AVX-512 {det.get('avx512')}"],

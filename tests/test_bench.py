@@ -78,3 +78,17 @@ def test_bench_argv_is_vllms_own_benchmark_with_the_method():
 def test_bad_arguments(script, args, needle):
     r = script("bench.py", *(["--plan", "/nonexistent.json"] if "--plan" not in args else []), *args)
     assert r.code == 1 and needle in r.doc["error"]
+
+
+def test_side_by_side_gives_each_sizing_its_ratio_to_the_best():
+    def cell(tps, conc=1):
+        return {"input_len": 128, "concurrency": conc, "output_throughput": tps, "output_throughput_spread": 1.0,
+                "median_tpot_ms": 1000 / tps, "failed": 0}
+    cmp = bench.side_by_side({"skill": [cell(20.0), cell(70.0, 4)], "vllm-default": [cell(13.5), cell(37.0, 4)],
+                              "unpinned": [cell(10.0), cell(80.0, 4)]})
+    assert cmp["sizings"] == ["skill", "vllm-default", "unpinned"]
+    c1, c4 = cmp["table"]
+    assert c1["sizings"]["skill"]["ratio_to_best"] == 1.0 and c1["sizings"]["vllm-default"]["ratio_to_best"] == 0.675
+    assert c4["sizings"]["unpinned"]["ratio_to_best"] == 1.0 and c4["sizings"]["skill"]["ratio_to_best"] == 0.875
+    md = bench.compare_markdown(cmp)
+    assert "| 128 | 1 | 20.0 ±1.0 (1.00) | 13.5 ±1.0 (0.68) | 10.0 ±1.0 (0.50) |" in md

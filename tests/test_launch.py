@@ -458,3 +458,19 @@ def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, n
     with pytest.raises(ScriptError) as e:
         serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
     assert "do not describe one serve" in e.value.error and needle in e.value.error
+
+
+@pytest.mark.parametrize("sizing,bind,kv,seqs", [
+    ("skill", "96-191", "190", True), ("vllm-default", None, None, False), ("all-cores", "96-191", None, False),
+    ("unpinned", "nobind", "190", False), ("skill+throughput", "96-191", "190", True),
+])
+def test_sizing_baselines_for_the_comparison(inputs, sizing, bind, kv, seqs):
+    """bench.py --compare serves the same model under each sizing: only the rules differ."""
+    docs = load_docs(inputs)
+    plan = serve_plan.build_plan(docs, {"sizing": sizing}, load_epyc(), NO_FACTS)
+    assert plan["env"].get("VLLM_CPU_OMP_THREADS_BIND") == bind and plan["env"].get("VLLM_CPU_KVCACHE_SPACE") == kv
+    assert ("--max-num-seqs" in plan["argv"]) == seqs and plan["sizing"]["sizing_rule"] == sizing
+    assert any(a.startswith("--cpuset-cpus") for a in plan["argv"]) == (sizing in ("skill", "skill+throughput"))
+    assert ("TORCHINDUCTOR_FREEZING" in plan["env"]) == (sizing == "skill+throughput")
+    with pytest.raises(ScriptError):
+        serve_plan.build_plan(docs, {"sizing": "magic"}, load_epyc(), NO_FACTS)
