@@ -241,3 +241,4 @@ def test_an_image_that_is_not_local_is_not_trusted_by_its_tag(stack, engine, tmp
     assert r.code == 1 and r.doc["path"] == "container"
     err = next(e for e in r.doc["errors"] if e["check"] == "image")
     assert "not a local image" in err["message"] and "docker pull localhost/no-such-image:1" in err["fix"]
+

@@ -1,5 +1,6 @@
-"""launch.py: the rendered command, the container path against the FAKE runtime (no engine can run on
-these machines), and start/verify/stop on real processes with a misbehaving HTTP server."""
+"""launch.py: the rendered command, the container path's argv and failure modes against the FAKE runtime
+(the real engine runs in test_e2e_container.py; the fake is for what it cannot show here: rootless podman,
+a daemon that is down, sudo docker), and start/verify/stop on real processes with a misbehaving HTTP server."""
 import json
 import os
 import socket

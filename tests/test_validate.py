@@ -1,5 +1,6 @@
 """validate.py: runtime order, CPU gate, stack compatibility, HF cache, ports, ELF execstack.
-The container runtimes here are the FAKE in tests/fakes (no engine can run on these machines)."""
+The container runtimes here are the FAKE in tests/fakes, for runtime choices a real engine cannot show here
+(podman, sudo docker, a daemon that is down); test_e2e_container.py validates against the real engine."""
 import os
 import socket
 import subprocess

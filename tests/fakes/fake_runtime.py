@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """A FAKE container runtime, installed as `docker` / `podman` first on PATH by the tests.
 
-No container engine can run on the test machines (no Docker daemon; podman cannot start containers
-there), so the container path is tested against this stand-in. It records every argv to
-$FAKE_RT_DIR/calls.jsonl -- plus which secret NAMES were present in its environment, never their
-values -- and simulates: info, run (incl. podman's --rootfs probe), image inspect, pull, inspect -f,
-logs, stop, rm, ps. Behaviour is set by files in $FAKE_RT_DIR:
+The container path is proven on a real Docker engine (tests/test_e2e_container.py; tests/run.sh
+starts one). This stand-in covers only what a real engine cannot show on these machines: rootless
+podman refusing --cpuset-* (no cpuset delegation), podman present but unable to start containers,
+a daemon that is down, and `sudo docker`; plus the exact argv of each call, cheaply, in the fast
+suite. It records every argv to $FAKE_RT_DIR/calls.jsonl -- plus which secret NAMES were present in
+its environment, never their values -- and simulates: info, run (incl. podman's --rootfs probe),
+image inspect, pull, inspect -f, logs, stop, rm, ps.
+Behaviour is set by files in $FAKE_RT_DIR:
   daemon_down      `info` fails like a stopped daemon
   images           one locally present image per line
   pull_fails       `pull` fails
