@@ -419,10 +419,49 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
         raise ScriptError("--sysroot and --host are exclusive", "pass one of them")
     if host:
         return gather_remote(host)
+    if sysroot and Path(sysroot).is_file():  # an archive from detect.py --capture on the host
+        import atexit
+        import shutil
+        import host_spec
+        dest = Path(tempfile.mkdtemp(prefix="epyc-capture-"))
+        atexit.register(shutil.rmtree, dest, True)
+        host_spec.unpack(Path(sysroot), dest)
+        return gather(common.check_sysroot(str(dest)), f"capture:{sysroot}", live=False)
     if sysroot:
         sr = common.check_sysroot(sysroot)
         return gather(sr, f"sysroot:{sysroot}", live=False)
     return gather(Sysroot("/"), "localhost", live=True)
+
+
+def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
+    """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
+    assumption, stated in the output), then read like any sysroot."""
+    import host_spec
+    table = host_spec.load_skus()
+    sku = host_spec.find_sku(table, args.spec)
+    gen = sku["epyc_generation"]
+    entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")),
+                 None) or next(g for g in epyc["generations"] if g["name"] == gen)
+    family, model = (entry["cpuid"][0][0], entry["cpuid"][0][1]) if entry["cpuid"] else (26, 0)
+    cores = sku["cores_per_socket"]
+    threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
+    if cores % args.nps:
+        raise ScriptError(f"{cores} cores do not split into NPS{args.nps}", "pass --nps 1, 2 or 4 as the BIOS has it")
+    files = host_spec.spec_files(f"AMD EPYC {sku['model']} {cores}-Core Processor", family, model,
+                                 entry["avx512"], entry["avx512_bf16"], args.sockets, cores, threads,
+                                 args.nps, args.ram_gb_per_socket)
+    root = Path(args.save_sysroot) if args.save_sysroot else Path(tempfile.mkdtemp(prefix="epyc-spec-"))
+    host_spec.write_files(root, files)
+    target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
+    facts = gather(common.check_sysroot(str(root)), target, live=False)
+    spec = {"sku": sku, "source": table["sources"][sku["source"]], "sysroot": str(root) if args.save_sysroot else None,
+            "assumptions": [
+                "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "
+                "(cpu = thread x sockets x cores + socket x cores + core)",
+                f"NPS{args.nps}: each socket's cores split into {args.nps} consecutive NUMA node(s) with equal memory",
+                f"{args.ram_gb_per_socket:g} GiB per socket, all of it usable (no cgroup limit, no other load)",
+                "re-check on the host before start: detect.py --capture FILE there, then plan from --sysroot FILE"]}
+    return facts, spec
 
 
 # ---------------------------------------------------------------- decision + report
@@ -493,8 +532,31 @@ def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/detect.py", description=__doc__.split("\n")[0])
     p.add_argument("--sysroot", type=common.nonempty, help="read DIR/proc and DIR/sys instead of this host's")
     p.add_argument("--host", type=common.nonempty, help="[user@]host[:port]: read another host through one ssh call")
+    p.add_argument("--capture", type=common.nonempty, metavar="FILE",
+                   help="on the host to plan for: write the files detect and cpu_tune read to FILE (.tar.gz)")
+    spec = p.add_argument_group("a host you cannot reach yet (--spec)")
+    spec.add_argument("--spec", type=common.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
+    spec.add_argument("--sockets", type=common.int_in(1, 2), default=1)
+    spec.add_argument("--ram-gb-per-socket", type=common.float_in(0, 1 << 16, lo_open=True))
+    spec.add_argument("--nps", type=int, choices=[1, 2, 4], default=1)
+    spec.add_argument("--smt", choices=["on", "off"], default="on")
+    spec.add_argument("--save-sysroot", type=common.nonempty, metavar="DIR",
+                      help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)")
     args = p.parse_args(argv)
     epyc = common.load_epyc()
+    if args.capture:
+        import host_spec
+        return host_spec.capture(Path(args.capture).expanduser()), common.EXIT_OK
+    if args.spec:
+        if args.sysroot or args.host:
+            raise ScriptError("--spec describes a host: it goes without --sysroot and --host", "pass one of them")
+        import host_spec
+        host_spec.find_sku(host_spec.load_skus(), args.spec)  # an unknown part is the first thing to say
+        if args.ram_gb_per_socket is None:
+            raise ScriptError("--spec needs --ram-gb-per-socket (the memory behind each socket)",
+                              "e.g. --ram-gb-per-socket 384 for 768 GB on two sockets")
+        facts, described = spec_host(args, epyc)
+        return {**report(facts, epyc), "spec": described}, common.EXIT_OK
     facts = gather_from_args(args.sysroot, args.host)
     return report(facts, epyc), common.EXIT_OK
 

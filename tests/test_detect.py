@@ -175,3 +175,64 @@ def test_live_host_matches_proc_cpuinfo(script):
         assert d["epyc_generation"] == expect["epyc_generation"]
     assert d["logical_cores"] >= d["physical_cores"] >= 1
     assert set(common.parse_cpulist(d["allowed_cpus"])) <= set(range(d["logical_cores"] * 8))
+
+
+def test_a_host_described_by_sku_plans_like_a_real_one(script, tmp_path):
+    """'A dual-socket EPYC 9654, 384 GiB per socket, NPS1' -- no hand-made sysroot: detect renders it,
+    cpu_tune plans on it, and the plan's cpuset and binding follow the stated topology."""
+    root = tmp_path / "s9654"
+    d = script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384",
+               "--save-sysroot", str(root))
+    assert d.code == 0 and d.doc["target"] == "spec:EPYC 9654 2S NPS1 SMT on"
+    assert (d.doc["epyc_generation"], d.doc["physical_cores"], d.doc["logical_cores"]) == ("Genoa", 192, 384)
+    assert (d.doc["socket_count"], d.doc["numa_node_count"], d.doc["ram_gb"]) == (2, 2, 768.0)
+    assert d.doc["route"]["route"] == "zentorch" and d.doc["spec"]["sku"]["l3_mb"] == 384
+    assert "amd.com" in d.doc["spec"]["source"] and any("numbering" in a for a in d.doc["spec"]["assumptions"])
+    t = script("cpu_tune.py", "--sysroot", str(root), "--socket", "1", "--weight-gb", "1.11", "--kv-needed-gb", "0.44")
+    assert t.code == 0 and t.doc["vllm_cpu_omp_threads_bind"] == "96-191"
+    assert t.doc["container_cpuset"] == "--cpuset-cpus=96-191,288-383 --cpuset-mems=1"
+    assert t.doc["socket_ram_gb"] == 384.0 and t.doc["kv_granted_gb"] == 190  # serving: 434 full 4k requests
+    nps4 = script("detect.py", "--spec", "EPYC 9754", "--ram-gb-per-socket", "768", "--nps", "4", "--smt", "off").doc
+    assert (nps4["epyc_generation"], nps4["numa_node_count"], nps4["logical_cores"]) == ("Bergamo", 4, 128)
+    assert nps4["route"]["route"] == "confirm"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--spec", "9999"], "not in data/epyc_skus.json"),
+    (["--spec", "9654"], "--ram-gb-per-socket"),
+    (["--spec", "9654", "--ram-gb-per-socket", "384", "--sysroot", "/x"], "without --sysroot"),
+    (["--spec", "9654", "--ram-gb-per-socket", "-1"], "out of range"),
+])
+def test_bad_specs(script, args, needle):
+    r = script("detect.py", *args)
+    assert r.code == 1 and needle in r.doc["error"] + r.doc["fix"]
+
+
+def test_capture_round_trip_gives_the_same_facts_as_live(script, tmp_path):
+    """On the host: detect.py --capture FILE (standard library only); anywhere: --sysroot FILE reads
+    the same facts detect and cpu_tune read live."""
+    archive = tmp_path / "host.tar.gz"
+    c = script("detect.py", "--capture", str(archive))
+    assert c.code == 0 and c.doc["files"] > 5 and archive.exists()
+    live = script("detect.py").doc
+    captured = script("detect.py", "--sysroot", str(archive)).doc
+    assert captured["target"] == f"capture:{archive}"
+    same = {k: v for k, v in live.items() if k not in ("target",)}
+    assert {k: captured[k] for k in same} == same
+    t_live = script("cpu_tune.py").doc
+    t_cap = script("cpu_tune.py", "--sysroot", str(archive)).doc
+    for k in ("vllm_cpu_omp_threads_bind", "container_cpuset", "socket_ram_gb", "kv_granted_gb", "numa_nodes"):
+        assert t_cap[k] == t_live[k], k
+
+
+def test_a_capture_never_writes_outside_its_folder(script, tmp_path):
+    import io
+    import tarfile
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        info = tarfile.TarInfo("../../escape.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    r = script("detect.py", "--sysroot", str(evil))
+    assert r.code == 1 and "not a plain captured file" in r.doc["error"]
+    assert not (tmp_path.parent / "escape.txt").exists()

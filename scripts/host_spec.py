@@ -1,0 +1,141 @@
+"""A host that is not this machine, as the files detect.py and cpu_tune.py read: rendered from a SKU and
+a few facts (`detect.py --spec`), or captured on the host itself (`detect.py --capture FILE`) and read
+back from the archive (`--sysroot FILE`). Standard library only: the capture runs on a bare target.
+"""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path, PurePosixPath
+
+import common
+from common import ScriptError
+
+SKUS_JSON = common.DATA_DIR / "epyc_skus.json"
+CAPTURE_PATTERNS = [
+    "proc/cpuinfo", "proc/meminfo", "proc/self/status", "proc/self/cgroup",
+    "sys/devices/system/cpu/online",
+    "sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id",
+    "sys/devices/system/cpu/cpu[0-9]*/topology/core_id",
+    "sys/devices/system/node/node[0-9]*/cpulist", "sys/devices/system/node/node[0-9]*/meminfo",
+    "sys/hypervisor/type", "sys/class/dmi/id/sys_vendor",
+    "sys/fs/cgroup/cpuset.cpus.effective", "sys/fs/cgroup/memory.max", "sys/fs/cgroup/cpu.max",
+    "sys/fs/cgroup/cpuset/cpuset.effective_cpus", "sys/fs/cgroup/memory/memory.limit_in_bytes",
+]
+ZEN_FLAGS = "fpu tsc msr pae cx8 apic sep pge cmov pat clflush mmx fxsr sse sse2 ht syscall nx lm sse3 ssse3 fma " \
+            "cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand bmi1 avx2 bmi2 sha_ni"
+AVX512_FLAGS = "avx512f avx512dq avx512cd avx512bw avx512vl avx512ifma avx512vbmi avx512_vnni"
+
+
+def load_skus(path: Path = SKUS_JSON) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ScriptError(f"cannot read {path}: {exc}", "restore data/epyc_skus.json from the repository")
+    return doc
+
+
+def find_sku(table: dict, model: str) -> dict:
+    """'9654', 'EPYC 9654' or 'AMD EPYC 9654P' -> its row; an unknown part names what the table holds."""
+    key = model.upper().replace("AMD", "").replace("EPYC", "").strip()
+    for row in table["skus"]:
+        if row["model"] == key:
+            return row
+    series = sorted({r["series"] for r in table["skus"]})
+    raise ScriptError(f"EPYC {key} is not in data/epyc_skus.json (it holds the {', '.join(series)} series, "
+                      "each row with its source)", "describe the host by its facts instead: --cores N --threads-per-core "
+                      "T with --generation, or capture it on the host (detect.py --capture FILE)")
+
+
+def linux_layout(sockets: int, cores: int, threads: int, nps: int) -> list[tuple[int, int, int, int]]:
+    """(cpu, socket, core, node) as Linux numbers an EPYC host: every socket's first threads, then the
+    SMT siblings in the same order (cpu = thread x sockets x cores + socket x cores + core); NPSn splits
+    a socket's cores into n consecutive NUMA nodes."""
+    per_node = max(1, cores // nps)
+    return sorted((t * sockets * cores + s * cores + c, s, c, s * nps + min(c // per_node, nps - 1))
+                  for t in range(threads) for s in range(sockets) for c in range(cores))
+
+
+def spec_files(brand: str, family: int, model: int, avx512: bool, bf16: bool, sockets: int, cores: int,
+               threads: int, nps: int, ram_gb_per_socket: float) -> dict[str, str]:
+    """The files of a sysroot for a described host (pure): what detect and cpu_tune would read there."""
+    layout = linux_layout(sockets, cores, threads, nps)
+    flags = ZEN_FLAGS + (" " + AVX512_FLAGS if avx512 else "") + (" avx512_bf16" if bf16 else "")
+    cpus = [x[0] for x in layout]
+    node_kb = int(ram_gb_per_socket / nps * 1024 * 1024)
+    files = {
+        "proc/cpuinfo": (f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+                         f"model name\t: {brand}\nflags\t\t: {flags}\n"),
+        "proc/meminfo": f"MemTotal:       {node_kb * nps * sockets} kB\n",
+        "proc/self/status": f"Cpus_allowed_list:\t{common.format_cpulist(cpus)}\n",
+        "proc/self/cgroup": "0::/\n",
+        "sys/devices/system/cpu/online": common.format_cpulist(cpus) + "\n",
+    }
+    for cpu, s, c, _ in layout:
+        files[f"sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"] = f"{s}\n"
+        files[f"sys/devices/system/cpu/cpu{cpu}/topology/core_id"] = f"{c}\n"
+    for node in range(sockets * nps):
+        files[f"sys/devices/system/node/node{node}/cpulist"] = \
+            common.format_cpulist([x[0] for x in layout if x[3] == node]) + "\n"
+        files[f"sys/devices/system/node/node{node}/meminfo"] = f"Node {node} MemTotal:       {node_kb} kB\n"
+    return files
+
+
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def capture_paths(root: Path = Path("/")) -> list[str]:
+    """The files detect and cpu_tune read on this host, relative to root (globs expanded, the process's
+    own cgroup folders included)."""
+    rels: list[str] = []
+    for pattern in CAPTURE_PATTERNS:
+        rels += [str(p.relative_to(root)) for p in sorted(root.glob(pattern)) if p.is_file()]
+    cgroup = (root / "proc/self/cgroup")
+    for line in (cgroup.read_text() if cgroup.exists() else "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[2] not in ("", "/"):
+            for rel in (f"sys/fs/cgroup{parts[2]}/cpuset.cpus.effective", f"sys/fs/cgroup{parts[2]}/memory.max",
+                        f"sys/fs/cgroup{parts[2]}/cpu.max"):
+                if (root / rel).is_file():
+                    rels.append(rel)
+    return rels
+
+
+def capture(archive: Path, root: Path = Path("/")) -> dict:
+    """A tar.gz of those files. /proc files are read as text (their stat size is 0, so tar cannot copy
+    them directly)."""
+    rels = capture_paths(root)
+    with tarfile.open(archive, "w:gz") as tar:
+        for rel in rels:
+            try:
+                data = (root / rel).read_bytes()
+            except OSError:
+                continue
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return {"capture": str(archive), "files": len(rels)}
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Extract a capture, refusing anything but plain files under relative, non-escaping paths."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar.getmembers():
+                rel = PurePosixPath(member.name)
+                if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
+                    raise ScriptError(f"{archive}: {member.name!r} is not a plain captured file",
+                                      "pass an archive made by detect.py --capture")
+                data = tar.extractfile(member).read()
+                out = dest / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(data)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise ScriptError(f"cannot read the capture {archive}: {exc}", "pass an archive made by detect.py --capture")
+    return dest
