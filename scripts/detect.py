@@ -22,6 +22,7 @@ import common  # noqa: E402
 from common import ScriptError, Sysroot  # noqa: E402
 
 SSH_TIMEOUT_S = 30
+TARGET_FILE = "EPYC_TARGET"  # in a rendered sysroot: the described host's label, so cpu_tune names the same host
 
 # ---------------------------------------------------------------- pure parsing
 
@@ -429,7 +430,8 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
         return gather(common.check_sysroot(str(dest)), f"capture:{sysroot}", live=False)
     if sysroot:
         sr = common.check_sysroot(sysroot)
-        return gather(sr, f"sysroot:{sysroot}", live=False)
+        label = (sr.read(TARGET_FILE) or "").strip()  # a rendered spec names the host it describes
+        return gather(sr, label if label.startswith("spec:") else f"sysroot:{sysroot}", live=False)
     return gather(Sysroot("/"), "localhost", live=True)
 
 
@@ -453,6 +455,7 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
     root = Path(args.save_sysroot) if args.save_sysroot else Path(tempfile.mkdtemp(prefix="epyc-spec-"))
     host_spec.write_files(root, files)
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
+    (root / TARGET_FILE).write_text(target + "\n")
     facts = gather(common.check_sysroot(str(root)), target, live=False)
     spec = {"sku": sku, "source": table["sources"][sku["source"]], "sysroot": str(root) if args.save_sysroot else None,
             "assumptions": [

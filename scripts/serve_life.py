@@ -183,6 +183,10 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
     if not confirm:
         raise ScriptError("start needs --confirm: the human must approve the plan first",
                           "show summary_markdown from the plan, wait for a clear go, then pass --confirm")
+    if plan.get("deferred"):
+        raise ScriptError(f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} "
+                          "were assumed", "run the chain on that host (detect.py there, or --sysroot its capture on "
+                          "the host itself), then plan and start there", phase="start")
     if fresh is not None:
         from serve_plan import plan_differences
         diff = plan_differences(plan, fresh)

@@ -267,6 +267,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         runtime = val["runtime"]
         stop_cmd = shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), name]) + " && " + shlex.join([*rt, "rm", name])
     plan = {
+        "target": det.get("target", "localhost"), "deferred": val.get("deferred", []),
         "path": path, "backend": backend, "platform": (val.get("stack") or {}).get("platform"),
         "runtime": runtime, "image": val.get("image"), "model": model, "served_model_name": served,
         "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "completions",
@@ -328,6 +329,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     rows.append(["Environment", ", ".join(f"{k}={v}" for k, v in plan["env"].items())
                  + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())])
     rows.append(["Command (exactly what start runs)", plan["command"]])
+    if plan["deferred"]:
+        rows.append(["Planned for", f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
+                                    "assumed; re-check on the host before start (run the chain there)"])
     for w in plan["warnings"]:
         rows.append(["Warning", w["message"]])
     for c in plan["confirmation_reasons"]:

@@ -358,6 +358,11 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
         stack, image_issues = image_stack(gathered["image_probe"], image, image in pinned_images, runtime)
         issues += image_issues
         pinned = epyc["container"]["vllm_version"]
+    elif gathered.get("deferred"):  # another host's venv: the pins setup_host_stack.py would install there
+        hs = epyc["host_stack"]
+        stack = {"vllm": hs["vllm_version"], "zentorch": None if args.stock else hs["zentorch_version"],
+                 "torch": hs["torch_version"], "platform": None, "source": "assumed:data/epyc.json host_stack"}
+        pinned = hs["vllm_version"]
     else:
         host = gathered["host_stack"]
         stack = {"vllm": host.get("vllm"), "zentorch": host.get("zentorch"), "torch": host.get("torch"),
@@ -377,6 +382,11 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
                             "some guest kernels refuse to load it", f"patchelf --clear-execstack {so}"))
     if gathered["port"] is None:
         issues.append(issue("port", "error", f"no free port from {args.port_start}", "pass --port-start elsewhere"))
+    if gathered.get("deferred"):
+        issues.append(issue("deferred", "advisory", f"planning for {detected.get('target')}, not this machine: "
+                            f"{', '.join(gathered['deferred'])} are assumed, not probed",
+                            "re-check on the host before start: run the chain there (detect.py --capture FILE, "
+                            "then validate.py on the host itself)"))
     if gathered["hf_token_set"]:
         issues.append(issue("hf_token", "advisory", "HF_TOKEN is set; it is passed to the server by name only", None))
     errors = [i for i in issues if i["severity"] == "error"]
@@ -407,6 +417,8 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
         "warnings": [i for i in issues if i["severity"] == "warning"],
         "advisories": [i for i in issues if i["severity"] == "advisory"],
         # the pitfalls of the path this host takes (data/epyc.json gotchas), for the agent to keep in mind
+        "target": detected.get("target", "localhost"),
+        "deferred": gathered.get("deferred", []),
         "gotchas": [{"id": g["id"], "text": g["text"]} for g in epyc["gotchas"]
                     if runtime and g["applies_to"] in ("all", "host" if runtime == "host" else "container")],
     }
@@ -439,6 +451,27 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     }
 
 
+def is_another_host(target: str) -> bool:
+    """detect.py's target names where its facts came from: this machine ('localhost', or a 'sysroot:' folder
+    standing in for it, as the tests do), or another host -- a spec, a capture, an ssh target."""
+    return target != "localhost" and not target.startswith("sysroot:")
+
+
+def deferred_gather(args, epyc: dict, image: str, python: str) -> dict:
+    """For another host (a spec, a capture, an ssh target): nothing on this machine says anything about
+    its runtime, port, HF cache or libraries, so they are assumed and listed -- never probed here."""
+    runtime = "docker" if args.runtime == "auto" else args.runtime
+    return {
+        "runtime": runtime, "runtime_detail": {runtime: "assumed (deferred to the host)"}, "python": python,
+        "host_stack": {"import_error": "deferred"}, "host_ok": runtime == "host", "image": image,
+        "image_probe": {"local": False, "found": None},
+        "hf_cache": {"path": epyc["container"]["hf_cache_mount_target"], "nfs": False, "fstype": None,
+                     "note": "assumed: the host's HF cache is root's default (deferred to the host)"},
+        "preload_libs": {}, "execstack": [], "port": epyc["serve"]["default_port"], "hf_token_set": False,
+        "deferred": ["runtime", "image pull and its stack probe", "port", "HF cache", "LD_PRELOAD libraries"],
+    }
+
+
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
@@ -466,7 +499,9 @@ def main(argv: Sequence[str] | None = None):
     else:
         detected = detect.report(detect.gather(common.Sysroot("/"), "localhost", live=True), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)
-    doc = verdict(cpu, detected, args, epyc, gather(args, epyc, image, python))
+    remote = is_another_host(detected.get("target", "localhost"))
+    gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)
+    doc = verdict(cpu, detected, args, epyc, gathered)
     return doc, common.EXIT_OK if doc["ready"] else common.EXIT_FAIL
 
 

@@ -475,3 +475,39 @@ def test_sizing_baselines_for_the_comparison(inputs, sizing, bind, kv, seqs):
     assert ("TORCHINDUCTOR_FREEZING" in plan["env"]) == (sizing == "skill+throughput")
     with pytest.raises(ScriptError):
         serve_plan.build_plan(docs, {"sizing": "magic"}, load_epyc(), NO_FACTS)
+
+
+def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(script, tmp_path):
+    """The 9654 request from the issue, with the skill's own commands only: spec -> validate (deferred)
+    -> estimate from a config file -> cpu_tune on the rendered host -> plan. The plan shows the exact
+    container command and what was assumed; start refuses to run it on this machine."""
+    root = tmp_path / "s9654"
+    det = run_script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384",
+                     "--save-sysroot", str(root))
+    files = {"detect": tmp_path / "d.json"}
+    files["detect"].write_text(det.stdout)
+    val = run_script("validate.py", "--detect", str(files["detect"]))
+    cfg = ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"
+    est = run_script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg), "--weight-gb", "1.11",
+                     "--ram-gb", "384", "--max-model-len", "4096", env={"HF_HUB_OFFLINE": "1"})
+    chk = run_script("check_model.py", "--model", str(cfg.parent), "--vllm-version", "0.25.1")
+    chk_doc = {**chk.doc, "model": "Qwen/Qwen3-0.6B"}  # the folder holds the same config as the Hub id
+    tune = run_script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", str(est.doc["weight_gb"]),
+                      "--kv-needed-gb", str(est.doc["fit"]["kv_needed_gb"]))
+    for name, r in (("validate", val), ("estimate", est), ("tune", tune)):
+        assert r.code == 0, r.doc
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(r.stdout)
+    files["check"] = tmp_path / "check.json"
+    files["check"].write_text(json.dumps(chk_doc))
+    plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--state-dir", str(tmp_path / "st"))
+    assert plan.code == 0, plan.doc
+    p = plan.doc
+    assert p["target"].startswith("spec:EPYC 9654") and "port" in p["deferred"]
+    assert "--cpuset-cpus=0-95,192-287" in p["argv"] and "VLLM_CPU_OMP_THREADS_BIND=0-95" in p["argv"]
+    assert p["sizing"]["kv_full_length_requests"] >= 64  # a 384 GiB socket serves many 4k requests at once
+    assert "| Planned for | spec:EPYC 9654" in p["summary_markdown"]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.stdout)
+    r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert r.code == 1 and "not this machine" in r.doc["error"]

@@ -181,3 +181,21 @@ def test_missing_python(script, fake_rt):
     d, env = fake_rt
     r = script("validate.py", "--python", "/nonexistent/python", "--detect", env["DETECT_JSON"], env=env)
     assert r.code == 1 and "setup_host_stack.py" in r.doc["fix"]
+
+
+def test_validate_for_a_host_that_is_not_this_one_defers_what_only_the_host_can_say(script, tmp_path):
+    """The CPU gate and the stack pins still apply to a described host; its runtime, port, HF cache and
+    libraries are assumed and listed, never probed on this machine."""
+    det = tmp_path / "d.json"
+    det.write_text(script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384").stdout)
+    r = script("validate.py", "--detect", str(det), env={"PATH": "/nonexistent"})  # no docker here to probe
+    assert r.code == 0 and r.doc["target"].startswith("spec:EPYC 9654")
+    assert r.doc["runtime"] == "docker" and r.doc["path"] == "container" and r.doc["stack"]["source"].startswith("tag:")
+    assert "port" in r.doc["deferred"] and any(a["check"] == "deferred" for a in r.doc["advisories"])
+    assert r.doc["compatibility"]["status"] == "proceed"
+    milan = tmp_path / "m.json"
+    milan.write_text(script("detect.py", "--spec", "7763", "--ram-gb-per-socket", "256").stdout)
+    m = script("validate.py", "--detect", str(milan), "--runtime", "host")
+    assert m.code == 1 and "no AVX-512" in m.doc["error"]  # the CPU gate still applies
+    s = script("validate.py", "--detect", str(milan), "--runtime", "host", "--stock")
+    assert s.code == 0 and s.doc["stack"]["zentorch"] is None and s.doc["stack"]["source"].startswith("assumed:")
