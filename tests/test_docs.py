@@ -212,3 +212,25 @@ def test_readme_example_outputs_use_the_fields_the_scripts_print():
                 allowed |= set(alt.get("properties") or {}) | set(alt.get("required") or [])
         keys = set(json.loads(body))
         assert keys and keys <= allowed, (script, sorted(keys - allowed))
+
+
+def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
+    """SKILL.md's route for a host that is not reachable yet, run by bash exactly as written (no server
+    starts): the 9654 request from the issue that asked for it."""
+    import os
+    import subprocess
+    import sys
+    lines = [c.line for c in commands("SKILL.md") if c.tag == "another host"]
+    assert len(lines) == 4
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUN": str(tmp_path),
+           "SKU": "9654", "SOCKETS": "2", "RAM_PER_SOCKET": "384", "NPS": "1", "MODEL": "Qwen/Qwen3-0.6B",
+           "CONFIG": str(ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"),
+           "WEIGHT_GB": "1.11", "MAX_LEN": "4096", "HF_HUB_OFFLINE": "1"}
+    for line in lines:
+        if "cpu_tune.py" in line:
+            env["KV_NEEDED_GB"] = str(json.loads((tmp_path / "estimate.json").read_text())["fit"]["kv_needed_gb"])
+        res = subprocess.run(["bash", "-c", line], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, line + "\n" + res.stdout[-1500:] + res.stderr[-1500:]
+    tune = json.loads((tmp_path / "tune.json").read_text())
+    assert tune["target"].startswith("spec:EPYC 9654") and tune["vllm_cpu_omp_threads_bind"] == "0-95"
+    assert json.loads((tmp_path / "validate.json").read_text())["deferred"]

@@ -210,7 +210,9 @@ def pick_variants(cmds, backend: str) -> list:
     want = ["stock path", "host path"] if backend == "stock" else ["host path"]
     out = []
     for block in dict.fromkeys(c.block for c in cmds):
-        lines = [c for c in cmds if c.block == block]
+        lines = [c for c in cmds if c.block == block and c.tag != "another host"]  # test_docs runs those
+        if not lines:
+            continue
         tags = [t for t in want if any(c.tag == t for c in lines)]
         # setup_host_stack's block: the stock line on the stock path, the plain one otherwise
         chosen = [c for c in lines if c.tag == tags[0]] if tags else [c for c in lines if c.tag is None]
