@@ -291,21 +291,34 @@ def compare(plan: dict, args, out: Path, env: dict):
         raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
                           "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")
     results: dict[str, list[dict]] = {}
+    not_run: dict[str, str] = {}
     for name in serve_plan.SIZINGS:
         sub = out / name
         opts = {**plan["options"], "sizing": name, "state_dir": str((sub / "run").resolve())}
-        variant = serve_plan.build_plan(plan["inputs"], opts, epyc, serve_life.host_facts(opts, plan["inputs"]["check_model"]))
+        try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
+            variant = serve_plan.build_plan(plan["inputs"], opts, epyc,
+                                            serve_life.host_facts(opts, plan["inputs"]["check_model"]))
+        except ScriptError as exc:
+            not_run[name] = exc.error
+            common.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
+            continue
         (sub / "run").mkdir(parents=True, exist_ok=True)
         (sub / "plan.json").write_text(json.dumps(variant, indent=2) + "\n")
         common.log(f"bench: --compare: sizing {name}: starting")
-        serve_life.start(variant, confirm=True, fresh=variant)
         try:
+            serve_life.start(variant, confirm=True, fresh=variant)
             serve_life.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
             results[name] = run_matrix(variant, args, sub, env)
+            (sub / "summary.md").write_text(markdown(results[name]))
+        except ScriptError as exc:
+            not_run[name] = exc.error
+            common.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
         finally:
             serve_life.stop(variant)
-        (sub / "summary.md").write_text(markdown(results[name]))
+    if not results:
+        raise ScriptError("no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items()))
     cmp = side_by_side(results)
+    cmp["not_run"] = not_run
     failed = sum(c["failed"] for cells in results.values() for c in cells)
     doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
            "output_len": args.output_len, "repeats": args.repeats, "failed": failed, "comparison": cmp,
@@ -314,7 +327,8 @@ def compare(plan: dict, args, out: Path, env: dict):
                     "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
                     "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}}
     (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "compare.md").write_text(compare_markdown(cmp))
+    (out / "compare.md").write_text(compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n"
+                                                                    for k, v in not_run.items()))
     if failed:
         doc.update(error=f"{failed} requests FAILED during the comparison",
                    fix="the figures of a sizing with failed requests do not count: check its server log and rerun")

@@ -26,8 +26,19 @@ from common import ScriptError  # noqa: E402
 # ---------------------------------------------------------------- pure decisions
 
 
+def roomiest(sockets: list[int], free_bytes: dict[int, int] | None, margin: float = 0.10) -> tuple[int, bool]:
+    """Among equally idle sockets, the one with clearly more free memory (by `margin`), else the lowest id:
+    the KV cache and the weights must fit in the chosen socket's memory, not the host's."""
+    first = sockets[0]
+    if not free_bytes or any(s not in free_bytes for s in sockets):
+        return first, False
+    best = max(sockets, key=lambda s: (free_bytes[s], -s))
+    return (best, True) if free_bytes[best] > free_bytes[first] * (1 + margin) else (first, False)
+
+
 def choose_socket(candidates: list[int], all_sockets: list[int], busy: dict[int, float] | None,
-                  threshold: float, forced: int | None) -> tuple[int, str, str | None]:
+                  threshold: float, forced: int | None,
+                  free_bytes: dict[int, int] | None = None) -> tuple[int, str, str | None]:
     """Pick the socket to serve on -> (socket, reason, warning).
 
     A forced socket wins if it exists and this process may run there. Otherwise prefer a free
@@ -51,10 +62,12 @@ def choose_socket(candidates: list[int], all_sockets: list[int], busy: dict[int,
     if len(candidates) == 1:
         return candidates[0], "single usable socket", None
     free = [s for s in candidates if busy[s] < threshold]
-    if len(free) == len(candidates):
-        return free[0], f"all sockets free (< {threshold:g}% busy); lowest id", None
     if free:
-        return free[0], f"socket {free[0]} free (< {threshold:g}% busy), others busy", None
+        pick, by_memory = roomiest(free, free_bytes)
+        how = "the most free memory" if by_memory else "lowest id"
+        if len(free) == len(candidates):
+            return pick, f"all sockets free (< {threshold:g}% busy); {how}", None
+        return pick, f"socket {pick} free (< {threshold:g}% busy), others busy; {how}", None
     least = min(candidates, key=lambda s: (busy[s], s))
     return least, "all sockets busy; least busy", (
         f"every socket is at least {threshold:g}% busy (socket {least}: {busy[least]:.0f}%); "
@@ -198,7 +211,10 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
                         "busy_pct": busy.get(s) if busy else None})
     by_id = {d["socket"]: d for d in sockets}
     candidates = [d["socket"] for d in sockets if d["allowed_cpus"]]
-    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket)
+    free_mem = {s: sum(topo.node_free_bytes.get(n, 0) for n in topo.socket_nodes(s)) for s in topo.sockets} \
+        if busy is not None and topo.node_free_bytes else None  # live only: a capture's free memory is stale
+    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket,
+                                            free_mem)
     usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
     cores = topo.physical_cores(usable)
     bind, reserved = split_reserved(cores, args.reserve_cores)

@@ -233,6 +233,7 @@ class Topology:
     node_of_cpu: dict[int, int] = field(default_factory=dict)
     node_cpus: dict[int, list[int]] = field(default_factory=dict)
     node_mem_bytes: dict[int, int] = field(default_factory=dict)
+    node_free_bytes: dict[int, int] = field(default_factory=dict)
 
     @property
     def cpus(self) -> list[int]:
@@ -277,9 +278,12 @@ def read_topology(sr: Sysroot) -> Topology:
         topo.node_cpus[node] = cpus
         for c in cpus:
             topo.node_of_cpu[c] = node
-        mem = parse_meminfo_bytes(sr.read(f"{node_dir.relative_to(sr.root)}/meminfo") or "")
+        meminfo = sr.read(f"{node_dir.relative_to(sr.root)}/meminfo") or ""
+        mem, free = parse_meminfo_bytes(meminfo), parse_meminfo_bytes(meminfo, "MemFree")
         if mem is not None:
             topo.node_mem_bytes[node] = mem
+        if free is not None:
+            topo.node_free_bytes[node] = free
     if not topo.node_cpus:  # kernel without NUMA: one node holding everything
         topo.node_cpus[0] = topo.cpus
         topo.node_of_cpu = {c: 0 for c in topo.cpus}

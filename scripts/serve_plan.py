@@ -220,6 +220,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         env["VLLM_CPU_OMP_THREADS_BIND"] = tune["vllm_cpu_omp_threads_bind"] if rules["bind"] == "cores" else "nobind"
     if rules["kv"]:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(tune["kv_granted_gb"])
+    if (opt.get("throughput_flags") or rules["throughput"]) and backend == "stock":
+        raise ScriptError("the throughput flags are for the zentorch path only: on stock vLLM CPU (vLLM 0.32, "
+                          "CpuPlatform) the engine segfaults in onednn_mm while warming up (measured on an Intel "
+                          "runner, 2026-12-01)", "plan without --throughput-flags on the stock path")
     if opt.get("throughput_flags") or rules["throughput"]:
         env.update(throughput_env(epyc["throughput_flags"]))
         extra_warnings = [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]

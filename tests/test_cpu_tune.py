@@ -215,3 +215,13 @@ def test_per_cpu_load_is_indexed_by_cpu_id_with_offline_cpus(make_sysroot):
                            node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
     busy = cpu_tune.busy_by_socket([90.0, 90.0, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5])
     assert busy == {0: 90.0, 1: 5.0}
+
+
+def test_equally_idle_sockets_prefer_the_one_with_clearly_more_free_memory():
+    gib = 2 ** 30
+    s, reason, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 40 * gib, 1: 300 * gib})
+    assert s == 1 and "most free memory" in reason
+    s, reason, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 290 * gib, 1: 300 * gib})
+    assert s == 0 and "lowest id" in reason  # within 10 %: no reason to move
+    s, _, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 50.0, 1: 3.0}, 15, None, {0: 300 * gib, 1: 40 * gib})
+    assert s == 1  # load first: a busy socket is not chosen for its memory

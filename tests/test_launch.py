@@ -511,3 +511,12 @@ def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(scr
     plan_file.write_text(plan.stdout)
     r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     assert r.code == 1 and "not this machine" in r.doc["error"]
+
+
+def test_throughput_flags_are_refused_on_the_stock_path(inputs):
+    """Measured: on stock vLLM CPU the flags segfault the engine in onednn_mm at warm-up."""
+    docs = load_docs(inputs)
+    docs["validate"]["backend"] = "stock"
+    for opt in ({"throughput_flags": True}, {"sizing": "skill+throughput"}):
+        with pytest.raises(ScriptError, match="zentorch path only"):
+            serve_plan.build_plan(docs, opt, load_epyc(), NO_FACTS)
