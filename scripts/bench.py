@@ -175,14 +175,12 @@ def main(argv: Sequence[str] | None = None):
     import serve_life
     plan = serve_life.load_plan(args.plan)
     out = Path(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S")).expanduser()
-    target = serving_target(plan)
     env = dict(os.environ)
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")
     if args.compare:
         return compare(plan, args, out, env)
-    cells = run_matrix(plan, args, out, env)
-    return finish(plan, args, out, cells, target)
+    return finish(plan, args, out, run_matrix(plan, args, out, env))
 
 
 def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
@@ -225,8 +223,17 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
     return cells
 
 
-def finish(plan: dict, args, out: Path, cells: list[dict], target: dict):
+def host_record(plan: dict) -> dict:
+    """Where the figures come from: measured figures name their host, versions and date."""
+    return {"cpu_model": plan["inputs"]["detect"].get("cpu_model"),
+            "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
+            "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
+            "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}
+
+
+def finish(plan: dict, args, out: Path, cells: list[dict]):
     """The summary document, table and plot of one served configuration."""
+    target = serving_target(plan)
     bind = common.parse_cpulist(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "")) \
         if plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "") not in ("", "auto", "nobind") else []
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind)
@@ -237,11 +244,7 @@ def finish(plan: dict, args, out: Path, cells: list[dict], target: dict):
     doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
            "output_len": args.output_len, "repeats": args.repeats, "cells": cells, "failed": failed,
            "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None, "bandwidth_cpus": bind,
-           "weight_bytes": weights, **bound,
-           "host": {"cpu_model": plan["inputs"]["detect"].get("cpu_model"),
-                    "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
-                    "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
-                    "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}}
+           "weight_bytes": weights, **bound, "host": host_record(plan)}
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / "summary.md").write_text(markdown(cells))
     doc["plot"] = plot(cells, out / "plot.png")
@@ -306,7 +309,7 @@ def compare(plan: dict, args, out: Path, env: dict):
         (sub / "plan.json").write_text(json.dumps(variant, indent=2) + "\n")
         common.log(f"bench: --compare: sizing {name}: starting")
         try:
-            serve_life.start(variant, confirm=True, fresh=variant)
+            serve_life.start(variant, confirm=True)  # rendered just above: nothing to compare it with
             serve_life.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
             results[name] = run_matrix(variant, args, sub, env)
             (sub / "summary.md").write_text(markdown(results[name]))
@@ -322,10 +325,7 @@ def compare(plan: dict, args, out: Path, env: dict):
     failed = sum(c["failed"] for cells in results.values() for c in cells)
     doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
            "output_len": args.output_len, "repeats": args.repeats, "failed": failed, "comparison": cmp,
-           "host": {"cpu_model": plan["inputs"]["detect"].get("cpu_model"),
-                    "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
-                    "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
-                    "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}}
+           "host": host_record(plan)}
     (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / "compare.md").write_text(compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n"
                                                                     for k, v in not_run.items()))

@@ -19,6 +19,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import host_spec  # noqa: E402
 from common import ScriptError, Sysroot  # noqa: E402
 
 SSH_TIMEOUT_S = 30
@@ -357,26 +358,13 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
 
 
 # The remote side of --host: print each file behind a marker, all in one ssh call.
-_REMOTE_FILES = [
-    "/proc/cpuinfo", "/proc/meminfo", "/proc/self/status", "/proc/self/cgroup",
-    "/sys/devices/system/cpu/online",
-    "/sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id",
-    "/sys/devices/system/cpu/cpu[0-9]*/topology/core_id",
-    "/sys/devices/system/node/node[0-9]*/cpulist", "/sys/devices/system/node/node[0-9]*/meminfo",
-    "/sys/hypervisor/type", "/sys/class/dmi/id/sys_vendor",
-    "/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/memory.max",
-    "/sys/fs/cgroup/cpuset/cpuset.effective_cpus", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    "/sys/fs/cgroup/cpu.max", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us",
-]
+_REMOTE_FILES = ["/" + pattern for pattern in host_spec.CAPTURE_PATTERNS]  # the shell expands the globs
 _MARK = "@@EPYC-SKILL-FILE@@"
 _REMOTE_SCRIPT = (
     'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + _MARK + '" "$f"; cat "$f"; }; done; }\n'
     "dump " + " ".join(_REMOTE_FILES) + "\n"
-    'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && '
-    'dump "/sys/fs/cgroup$p/cpuset.cpus.effective" "/sys/fs/cgroup$p/memory.max" '
-    '"/sys/fs/cgroup/cpuset$p/cpuset.effective_cpus" "/sys/fs/cgroup/memory$p/memory.limit_in_bytes" '
-    '"/sys/fs/cgroup$p/cpu.max" "/sys/fs/cgroup/cpu,cpuacct$p/cpu.cfs_quota_us" '
-    '"/sys/fs/cgroup/cpu,cpuacct$p/cpu.cfs_period_us"; '
+    'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && dump '
+    + " ".join(f'"/{t.format(p="$p")}"' for t in host_spec.CGROUP_FILES) + "; "
     "done < /proc/self/cgroup\n"
     "exit 0\n"
 )
@@ -427,7 +415,6 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     if sysroot and Path(sysroot).is_file():  # an archive from detect.py --capture on the host
         import atexit
         import shutil
-        import host_spec
         dest = Path(tempfile.mkdtemp(prefix="epyc-capture-"))
         atexit.register(shutil.rmtree, dest, True)
         host_spec.unpack(Path(sysroot), dest)
@@ -442,7 +429,6 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
 def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
     """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
     assumption, stated in the output), then read like any sysroot."""
-    import host_spec
     table = host_spec.load_skus()
     sku = host_spec.find_sku(table, args.spec)
     gen = sku["epyc_generation"]
@@ -552,12 +538,10 @@ def main(argv: Sequence[str] | None = None):
     args = p.parse_args(argv)
     epyc = common.load_epyc()
     if args.capture:
-        import host_spec
         return host_spec.capture(Path(args.capture).expanduser()), common.EXIT_OK
     if args.spec:
         if args.sysroot or args.host:
             raise ScriptError("--spec describes a host: it goes without --sysroot and --host", "pass one of them")
-        import host_spec
         host_spec.find_sku(host_spec.load_skus(), args.spec)  # an unknown part is the first thing to say
         if args.ram_gb_per_socket is None:
             raise ScriptError("--spec needs --ram-gb-per-socket (the memory behind each socket)",

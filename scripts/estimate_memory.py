@@ -19,18 +19,18 @@ import common  # noqa: E402
 import hf_model  # noqa: E402
 from common import GIB, ScriptError  # noqa: E402
 
-KV_DTYPE_BYTES = 2  # bf16: zentorch's CPU KV cache has no fp8
-KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}
+KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}  # no fp8 KV on this CPU path
+KV_DTYPE_BYTES = KV_BYTES_BY_DTYPE["bfloat16"]
+SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
+FULL_TYPES = {"full_attention", "attention", "global_attention"}
+
+# ---------------------------------------------------------------- pure decisions
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
     """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
     KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
     return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
-SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
-FULL_TYPES = {"full_attention", "attention", "global_attention"}
-
-# ---------------------------------------------------------------- pure decisions
 
 
 def text_config(cfg: dict) -> dict:
@@ -180,6 +180,7 @@ def main(argv: Sequence[str] | None = None):
                           "add --weight-gb N (the checkpoint size in GiB, e.g. from the model card)")
 
     notes: list[str] = []
+    kv_dtype = kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"])
 
     def read() -> tuple[dict, int, str]:
         if args.config:  # planning for a model this machine cannot download: its config.json is enough
@@ -190,7 +191,7 @@ def main(argv: Sequence[str] | None = None):
             files = hf_model.resolve(args.model, args.revision)
             cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
-        layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"])])
+        layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype])
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
         if args.weight_gb:
             return layout, int(args.weight_gb * GIB), "override"
@@ -218,21 +219,22 @@ def main(argv: Sequence[str] | None = None):
         notes.append(f"{layout['none']} layers keep a fixed recurrent state per sequence (linear attention / "
                      "mamba), not per-token KV; it is small and not counted here")
     block = epyc["serve"]["kv_block_size_mla"] if layout["attention"] == "mla" else epyc["serve"]["kv_block_size"]
+    per_sequence = kv_bytes_for(layout, max_len, block)
     doc = {
         "model": args.model,
         "dtype": args.dtype,
         "weight_gb": common.gb(weights),
         "weight_bytes": weights,
         "weight_source": source,
-        "kv_dtype": kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"]),
+        "kv_dtype": kv_dtype,
         "kv_attention": layout["attention"],
         "kv_bytes_per_token": layout["bytes_per_token"],
         "kv_layers": {"full": layout["full"], "sliding": layout["sliding"], "none": layout["none"],
                       "sliding_window": layout["sliding_window"]},
         "kv_block_size": block,
         "model_max_seq_len": model_max,
-        "kv_needed_gb_per_sequence": common.gb(kv_bytes_for(layout, max_len, block), 3),
-        "kv_bytes_per_sequence": kv_bytes_for(layout, max_len, block),
+        "kv_needed_gb_per_sequence": common.gb(per_sequence, 3),
+        "kv_bytes_per_sequence": per_sequence,
         "notes": notes,
     }
     if args.ram_gb is None:

@@ -22,6 +22,14 @@ CAPTURE_PATTERNS = [
     "sys/hypervisor/type", "sys/class/dmi/id/sys_vendor",
     "sys/fs/cgroup/cpuset.cpus.effective", "sys/fs/cgroup/memory.max", "sys/fs/cgroup/cpu.max",
     "sys/fs/cgroup/cpuset/cpuset.effective_cpus", "sys/fs/cgroup/memory/memory.limit_in_bytes",
+    "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us",
+]
+# The same controllers in the process's own cgroup ({p}: its path in /proc/self/cgroup), v2 then v1.
+# One list for both ways of reading a host: the tar capture here and detect.py's one-call ssh dump.
+CGROUP_FILES = [
+    "sys/fs/cgroup{p}/cpuset.cpus.effective", "sys/fs/cgroup{p}/memory.max", "sys/fs/cgroup{p}/cpu.max",
+    "sys/fs/cgroup/cpuset{p}/cpuset.effective_cpus", "sys/fs/cgroup/memory{p}/memory.limit_in_bytes",
+    "sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_quota_us", "sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_period_us",
 ]
 ZEN_FLAGS = "fpu tsc msr pae cx8 apic sep pge cmov pat clflush mmx fxsr sse sse2 ht syscall nx lm sse3 ssse3 fma " \
             "cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand bmi1 avx2 bmi2 sha_ni"
@@ -44,8 +52,8 @@ def find_sku(table: dict, model: str) -> dict:
             return row
     series = sorted({r["series"] for r in table["skus"]})
     raise ScriptError(f"EPYC {key} is not in data/epyc_skus.json (it holds the {', '.join(series)} series, "
-                      "each row with its source)", "describe the host by its facts instead: --cores N --threads-per-core "
-                      "T with --generation, or capture it on the host (detect.py --capture FILE)")
+                      "each row with its source)", "capture the host itself (detect.py --capture FILE there, then "
+                      "--sysroot FILE here), or pass the listed part closest to it")
 
 
 def linux_layout(sockets: int, cores: int, threads: int, nps: int) -> list[tuple[int, int, int, int]]:
@@ -100,9 +108,9 @@ def capture_paths(root: Path = Path("/")) -> list[str]:
     for line in (cgroup.read_text() if cgroup.exists() else "").splitlines():
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[2] not in ("", "/"):
-            for rel in (f"sys/fs/cgroup{parts[2]}/cpuset.cpus.effective", f"sys/fs/cgroup{parts[2]}/memory.max",
-                        f"sys/fs/cgroup{parts[2]}/cpu.max"):
-                if (root / rel).is_file():
+            for template in CGROUP_FILES:
+                rel = template.format(p=parts[2])
+                if (root / rel).is_file() and rel not in rels:
                     rels.append(rel)
     return rels
 

@@ -19,6 +19,7 @@ PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
 LOG_TAIL = 50
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
+PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
 
 def host_facts(opt: dict, chk: dict) -> dict:
@@ -42,9 +43,6 @@ def rerender(plan: dict, epyc: dict) -> dict:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScriptError(f"the plan's inputs cannot be rendered again ({type(exc).__name__}: {exc})", PLAN_FIX)
-
-
-PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
 
 def load_plan(path: str) -> dict:
@@ -215,7 +213,6 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
         raise ScriptError(f"port {plan['port']} is already in use", "re-run validate.py (it picks a free port) "
                           "and plan again; with --network=host a busy port cannot be remapped", phase="start")
     secrets = secret_values(plan)
-    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     warnings: list[str] = []
     if plan["path"] == "host":
         # unbuffered: the log tail a failed verify shows is the server's last words, not a stale buffer

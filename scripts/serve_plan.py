@@ -17,7 +17,6 @@ STATE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "s
 STOP_GRACE_S = 30  # SIGTERM first: vLLM shuts its engine down cleanly; SIGKILL only after this
 
 
-
 def served_model_name(model: str, model_dir: str | None) -> str:
     """The id clients send: the Hub id as is, a local folder by its name."""
     return Path(model_dir or model).name if (model_dir or model.startswith((".", "/", "~"))) else model
@@ -118,7 +117,8 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
 
 
 SIZINGS = {
-    # name: (bind the socket's cores, KV grant, pin CPU+memory, LD_PRELOAD, --max-num-seqs, throughput flags)
+    # name: bind (the socket's cores / nobind / vLLM's default), kv (grant VLLM_CPU_KVCACHE_SPACE), pin (CPU +
+    # memory), preload (LD_PRELOAD), seqs (--max-num-seqs from the KV capacity), throughput (the opt-in flags)
     "skill": dict(bind="cores", kv=True, pin=True, preload=True, seqs=True, throughput=False),
     "skill+throughput": dict(bind="cores", kv=True, pin=True, preload=True, seqs=True, throughput=True),
     "vllm-default": dict(bind=None, kv=False, pin=False, preload=False, seqs=False, throughput=False),
