@@ -80,7 +80,7 @@ def parse_cgroup_limit(text: str | None) -> int | None:
         value = int(raw)
     except ValueError:
         return None
-    return value if value < (1 << 60) else None
+    return value if 0 < value < (1 << 60) else None  # 0 or negative is no usable limit
 
 
 def parse_cpu_quota(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> float | None:

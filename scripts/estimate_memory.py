@@ -19,115 +19,16 @@ import common  # noqa: E402
 import hf_model  # noqa: E402
 from common import GIB, ScriptError  # noqa: E402
 
-KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}  # no fp8 KV on this CPU path
-KV_DTYPE_BYTES = KV_BYTES_BY_DTYPE["bfloat16"]
-SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
-FULL_TYPES = {"full_attention", "attention", "global_attention"}
+from kv_cache import KV_BYTES_BY_DTYPE, kv_bytes_for, kv_dtype_for, kv_layout, page_block, text_config  # noqa: E402
 
 # ---------------------------------------------------------------- pure decisions
 
 
-def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
-    """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
-    KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
-    return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
-
-
-def text_config(cfg: dict) -> dict:
-    """Multimodal configs keep the language model under a sub-key; older ones keep it at the top."""
-    for key in ("text_config", "llm_config", "language_config"):
-        sub = cfg.get(key)
-        if isinstance(sub, dict) and sub.get("num_hidden_layers"):
-            return {**cfg, **sub}
-    return cfg
-
-
-def _req_int(cfg: dict, *keys: str) -> int:
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    raise ScriptError(f"config.json lacks {keys[0]} (a positive integer)",
-                      "pass a complete transformers config, or --weight-gb plus a model with attention shapes")
-
-
-def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
-    """(full-attention layers, sliding-window layers, layers with no per-token KV).
-
-    Read from the config the way vLLM does: an explicit layer_types list first; then the hybrid
-    patterns (NemotronH's hybrid_override_pattern, Jamba's attention period, Qwen3-Next's
-    full_attention_interval); then Gemma-2 (alternating) and Gemma-3 (every Nth layer global);
-    then a model-wide sliding_window (Mistral), unless use_sliding_window is false (Qwen2)."""
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        full = sum(t in FULL_TYPES for t in types)
-        sliding = sum(t in SLIDING_TYPES for t in types)
-        return full, sliding, len(types) - full - sliding
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        attn = pattern.count("*")
-        return attn, 0, pattern.count("M")
-    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
-    if isinstance(period, int) and period > 0 and isinstance(offset, int):
-        attn = sum(1 for i in range(layers) if i % period == offset)
-        return attn, 0, layers - attn
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        attn = layers // interval
-        return attn, 0, layers - attn
-    window = cfg.get("sliding_window")
-    if not window or cfg.get("use_sliding_window") is False:
-        return layers, 0, 0
-    if cfg.get("model_type") in ("gemma2",):
-        sliding = (layers + 1) // 2  # even-indexed layers are local
-        return layers - sliding, sliding, 0
-    every = cfg.get("sliding_window_pattern")
-    if isinstance(every, int) and every > 0:
-        full = layers // every
-        return full, layers - full, 0
-    return 0, layers, 0
-
-
-def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_DTYPE_BYTES) -> dict:
-    """Bytes of KV cache per token per attention layer, and how many layers hold it.
-
-    MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek): one compressed latent of
-    kv_lora_rank + qk_rope_head_dim per layer, no separate K and V."""
-    tc = text_config(cfg)
-    layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers")
-    if tc.get("kv_lora_rank"):
-        per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
-        attention = "mla"
-    else:
-        heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads")
-        kv_heads = tc.get("num_key_value_heads") or (1 if tc.get("multi_query") else heads)
-        head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
-        per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
-        attention = "gqa" if kv_heads < heads else "mha"
-    full, sliding, none = layer_split(tc, layers)
-    return {"attention": attention, "bytes_per_token_per_layer": per_layer, "full": full, "sliding": sliding,
-            "none": none, "sliding_window": tc.get("sliding_window") if sliding else None,
-            "bytes_per_token": per_layer * (full + sliding),
-            "max_position_embeddings": tc.get("max_position_embeddings")}
-
-
-def kv_bytes_for(layout: dict, seq_len: int, block: int) -> int:
-    """KV bytes one sequence of seq_len tokens takes, in whole blocks; a sliding layer holds at most
-    its window (plus the block being filled)."""
-    blocks = math.ceil(seq_len / block)
-    full_tokens = blocks * block
-    sliding_tokens = full_tokens
-    if layout["sliding"] and layout["sliding_window"]:
-        sliding_tokens = min(full_tokens, (math.ceil(layout["sliding_window"] / block) + 1) * block)
-    per = layout["bytes_per_token_per_layer"]
-    return per * (layout["full"] * full_tokens + layout["sliding"] * sliding_tokens)
-
-
 def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, ram_gb: float,
-        os_reserve_gb: float, block: int, model_max: int | None) -> dict:
+        os_reserve_gb: float, block: int, model_max: int | None, batched_tokens: int) -> dict:
     """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
     fits (a multiple of the block size), or say that no context fits."""
-    kv = kv_bytes_for(layout, max_model_len, block) * num_prompts
+    kv = kv_bytes_for(layout, max_model_len, block, batched_tokens) * num_prompts
     required = weight_bytes + kv + os_reserve_gb * GIB
     ram = ram_gb * GIB
     out = {"max_model_len": max_model_len, "num_prompts": num_prompts, "weight_gb": common.gb(weight_bytes),
@@ -140,7 +41,7 @@ def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, r
     lo, hi = 0, min(ceiling, max_model_len // block)
     while lo < hi:  # largest number of blocks whose KV fits the budget
         mid = (lo + hi + 1) // 2
-        if kv_bytes_for(layout, mid * block, block) * num_prompts <= budget:
+        if kv_bytes_for(layout, mid * block, block, batched_tokens) * num_prompts <= budget:
             lo = mid
         else:
             hi = mid - 1
@@ -170,6 +71,10 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--weight-gb", type=common.float_in(0, 65536, lo_open=True), help="override the weight size (GiB)")
     p.add_argument("--os-reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"],
                    help="RAM kept for the OS and vLLM's own process (default %(default)s)")
+    p.add_argument("--max-num-batched-tokens", type=common.int_in(16, 1 << 24),
+                   default=epyc["serve"]["max_num_batched_tokens"], help="tokens one scheduler step may take; "
+                   "sliding-window layers keep that many beyond their window (default: vLLM's CPU server default, "
+                   "%(default)s; the plan pins it)")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"], default=epyc["precision"]["default"])
     p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")
     p.add_argument("--config", type=common.nonempty, help="a config.json to size from, offline (no Hub, no folder); "
@@ -215,11 +120,20 @@ def main(argv: Sequence[str] | None = None):
         notes.append(f"--max-model-len {max_len} exceeds the model's max_position_embeddings {model_max}; "
                      f"capped to {model_max}")
         max_len = model_max
-    if layout["none"]:
-        notes.append(f"{layout['none']} layers keep a fixed recurrent state per sequence (linear attention / "
-                     "mamba), not per-token KV; it is small and not counted here")
     block = epyc["serve"]["kv_block_size_mla"] if layout["attention"] == "mla" else epyc["serve"]["kv_block_size"]
-    per_sequence = kv_bytes_for(layout, max_len, block)
+    batched = args.max_num_batched_tokens
+    if layout["none"] and layout["recurrent_state_bytes"]:
+        notes.append(f"{layout['none']} {layout['recurrent_family']} layers keep a recurrent state of "
+                     f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in float32, as vLLM keeps it on "
+                     f"CPU), two KV pages each (prefix caching keeps a copy); attention pages grow to "
+                     f"{page_block(layout, block)} tokens to hold it")
+    elif layout["none"]:
+        notes.append(f"{layout['none']} layers keep a recurrent state per sequence that this config does not size "
+                     "(no mamba / linear-attention state fields): it is not counted")
+    if layout["sliding"]:
+        notes.append(f"{layout['sliding']} sliding-window layers hold min(window - 1 + --max-num-batched-tokens "
+                     f"{batched}, max_model_len) tokens per sequence, as vLLM reserves them; the plan pins that value")
+    per_sequence = kv_bytes_for(layout, max_len, block, batched)
     doc = {
         "model": args.model,
         "dtype": args.dtype,
@@ -230,8 +144,10 @@ def main(argv: Sequence[str] | None = None):
         "kv_attention": layout["attention"],
         "kv_bytes_per_token": layout["bytes_per_token"],
         "kv_layers": {"full": layout["full"], "sliding": layout["sliding"], "none": layout["none"],
-                      "sliding_window": layout["sliding_window"]},
-        "kv_block_size": block,
+                      "sliding_window": layout["sliding_window"], "recurrent_family": layout["recurrent_family"],
+                      "recurrent_state_bytes": layout["recurrent_state_bytes"]},
+        "kv_block_size": page_block(layout, block),
+        "max_num_batched_tokens": batched,
         "model_max_seq_len": model_max,
         "kv_needed_gb_per_sequence": common.gb(per_sequence, 3),
         "kv_bytes_per_sequence": per_sequence,
@@ -239,7 +155,8 @@ def main(argv: Sequence[str] | None = None):
     }
     if args.ram_gb is None:
         return doc, common.EXIT_OK
-    verdict = fit(weights, layout, max_len, args.num_prompts, args.ram_gb, args.os_reserve_gb, block, model_max)
+    verdict = fit(weights, layout, max_len, args.num_prompts, args.ram_gb, args.os_reserve_gb, block, model_max,
+                  batched)
     doc["fit"] = verdict
     if not verdict["fits"]:
         doc.update(error=f"does not fit: {verdict['required_gb']} GiB required vs {verdict['ram_gb']} GiB of RAM",

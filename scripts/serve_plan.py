@@ -35,22 +35,28 @@ def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> boo
 
 
 def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool,
-                  max_num_seqs: int | None = None) -> list[str]:
+                  max_num_seqs: int | None = None, batched_tokens: int | None = None) -> list[str]:
+    """vLLM's serve flags. The KV sizing's assumptions are pinned, not left to vLLM's defaults: how many
+    sequences run at once, and how many tokens a step takes (a sliding-window layer keeps that many
+    beyond its window, so the KV estimate depends on it)."""
     opts = ["--served-model-name", served, "--host", host, "--port", str(port), "--dtype", dtype,
             "--max-model-len", str(max_len)]
     if max_num_seqs:
         opts += ["--max-num-seqs", str(max_num_seqs)]
+    if batched_tokens:
+        opts += ["--max-num-batched-tokens", str(batched_tokens)]
     return opts + (["--device", "cpu"] if device_flag else [])
 
 
 def kv_capacity(granted_gb: int, bytes_per_token: int | None, bytes_per_sequence: int | None,
-                cap: int) -> dict:
+                cap: int, batched_tokens: int | None = None) -> dict:
     """What the granted KV cache holds: tokens, and full-length requests at once. --max-num-seqs
-    follows it (at most `cap`), so vLLM never schedules more sequences than the cache can keep."""
+    follows it (at most `cap`, and never above the tokens one step takes: vLLM refuses that), so vLLM
+    never schedules more sequences than the cache can keep."""
     granted = granted_gb * common.GIB
     tokens = granted // bytes_per_token if bytes_per_token else None
     requests = granted // bytes_per_sequence if bytes_per_sequence else None
-    seqs = max(1, min(cap, requests)) if requests is not None else None
+    seqs = max(1, min(cap, batched_tokens or cap, requests)) if requests is not None else None
     return {"kv_tokens": tokens, "kv_full_length_requests": requests, "max_num_seqs": seqs}
 
 
@@ -241,10 +247,12 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     state_dir = Path(opt.get("state_dir") or STATE_ROOT / (name if path != "host" else f"host-{port}"))
     warnings = [{"check": w["check"], "message": w["message"], "fix": w.get("fix")}
                 for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra_warnings]]
+    batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
     capacity = kv_capacity(tune["kv_granted_gb"], est.get("kv_bytes_per_token"), est.get("kv_bytes_per_sequence")
                            if not opt.get("max_model_len") or opt.get("max_model_len") == (fit or {}).get(
-                               "max_model_len") else None, epyc["serve"]["max_num_seqs_cap"])
-    opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"] if rules["seqs"] else None)
+                               "max_model_len") else None, epyc["serve"]["max_num_seqs_cap"], batched)
+    opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"] if rules["seqs"] else None,
+                         batched if rules["seqs"] else None)
     pre: list[list[str]] = []
     if path == "host":
         vllm_bin = str(Path(val["python"]).parent / "vllm")
@@ -290,6 +298,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                    "socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
                    "omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
                    "kv_granted_gb": tune["kv_granted_gb"], **capacity, "numa_nodes": tune["numa_nodes"],
+                   "max_num_batched_tokens": batched if rules["seqs"] else None,
                    "max_model_len": max_len},
     }
     plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
@@ -316,7 +325,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                        f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
                        f"{','.join(map(str, s['numa_nodes']))}"],
         ["KV cache", (f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
-                      f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}")
+                      f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}"
+                      + (f", --max-num-batched-tokens {s['max_num_batched_tokens']}"
+                         if s.get("max_num_batched_tokens") else ""))
          if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
          else "capacity not computed (max_model_len differs from the estimate's)"],
         *([["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"]]

@@ -126,7 +126,8 @@ def stack():
 @pytest.fixture(scope="session")
 def models(stack):
     out = {}
-    for shape, name in (("tiny", "tiny-qwen3"), ("headdim16", "headdim16-qwen3")):
+    for shape, name in (("tiny", "tiny-qwen3"), ("headdim16", "headdim16-qwen3"), ("sliding", "sliding-llama"),
+                        ("hybrid", "hybrid-qwen3next")):
         res = subprocess.run([stack["python"], str(BUILDER), "--shape", shape, "--out", str(CACHE / "models" / name)],
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-2000:]

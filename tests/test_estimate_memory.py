@@ -2,7 +2,7 @@
 sliding and hybrid models, the fit verdict and its suggestion. Expected numbers are worked out here."""
 import pytest
 
-import estimate_memory as em
+import kv_cache as em
 from model_fixtures import FIXTURES, model_folder
 
 GIB = 2 ** 30
@@ -27,7 +27,8 @@ def test_qwen3_06b_header_weights_and_kv(script, tmp_path):
     assert r.code == 0 and d["weight_source"] == "safetensors_headers"
     assert d["weight_bytes"] == QWEN3_06B_PARAMS * 2  # bf16, lm_head.weight skipped (tied)
     assert d["kv_bytes_per_token"] == 2 * 8 * 128 * 2 * 28 == 114_688
-    assert d["kv_attention"] == "gqa" and d["kv_layers"] == {"full": 28, "sliding": 0, "none": 0, "sliding_window": None}
+    assert d["kv_attention"] == "gqa" and d["kv_layers"] == {"full": 28, "sliding": 0, "none": 0, "sliding_window": None,
+                                                             "recurrent_family": None, "recurrent_state_bytes": None}
     f = d["fit"]
     # KV 114,688 B x 4096 = 0.4375 GiB; required = 1.1102 + 0.4375 + 2 = 3.5477
     assert (f["kv_needed_gb"], f["required_gb"], f["fits"]) == (0.44, 3.55, True)
@@ -66,17 +67,24 @@ def test_mla_uses_block_16(script):
     assert est(script, FIXTURES / "DeepSeek-V2-Lite").doc["kv_block_size"] == 16
 
 
-def test_sliding_window_caps_kv_per_sequence(script):
-    # Mistral: every layer slides over 4096 tokens; at 32768 a sequence holds (4096/128 + 1) * 128 = 4224
-    # tokens per layer: 4096 B * 32 layers * 4224 = 553,648,128 B = 0.5156 GiB
+def test_sliding_window_keeps_window_plus_one_step_per_sequence(script):
+    # Mistral: every layer slides over 4096 tokens. vLLM reserves min(4096 - 1 + 2048 batched, 32768) = 6143
+    # tokens -> cdiv(6143, 128) + 1 = 49 pages = 6272 tokens per layer: 4096 B x 32 x 6272 = 0.7656 GiB
     d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-model-len", "32768", "--ram-gb", "64").doc
-    assert d["fit"]["kv_needed_gb"] == 0.52 and d["kv_needed_gb_per_sequence"] == 0.516
+    assert d["max_num_batched_tokens"] == 2048
+    assert d["kv_bytes_per_sequence"] == 4096 * 32 * 6272 and d["kv_needed_gb_per_sequence"] == 0.766
+    # more tokens per step keep more of the window: 8192 -> min(12287, 32768) -> cdiv 96 + 1 = 97 pages
+    d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-model-len", "32768", "--max-num-batched-tokens", "8192").doc
+    assert d["kv_bytes_per_sequence"] == 4096 * 32 * 97 * 128 and d["kv_needed_gb_per_sequence"] == 1.516
+    # a window longer than the context: the whole context, plus the page a window may straddle
+    d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-model-len", "2048").doc
+    assert d["kv_bytes_per_sequence"] == 4096 * 32 * (16 + 1) * 128
 
 
 def test_gemma2_hybrid_local_global(script):
-    # 8192 B/token/layer; 21 global layers x 8192 tokens + 21 local x 4224 = 8192*21*12416 B = 1.989 GiB
+    # 8192 B/token/layer; 21 global layers x 8192 tokens + 21 local x 49 pages (6272 tokens) = 2.317 GiB
     d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "8192", "--ram-gb", "64").doc
-    assert d["fit"]["kv_needed_gb"] == 1.99
+    assert d["kv_bytes_per_sequence"] == 8192 * 21 * (8192 + 6272) and d["fit"]["kv_needed_gb"] == 2.32
 
 
 def test_max_model_len_above_model_limit_is_capped(script):
@@ -116,6 +124,57 @@ def test_hybrid_linear_attention_full_attention_interval():
                         "num_key_value_heads": 2, "head_dim": 256, "hidden_size": 2048})
     assert (lay["full"], lay["sliding"], lay["none"]) == (12, 0, 36)
     assert lay["bytes_per_token"] == 2 * 2 * 256 * 2 * 12
+
+
+# Qwen3-Next-80B-A3B's config.json (huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct), the fields read here
+QWEN3_NEXT = {"model_type": "qwen3_next", "num_hidden_layers": 48, "full_attention_interval": 4, "hidden_size": 2048,
+              "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
+              "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+              "linear_conv_kernel_dim": 4, "max_position_embeddings": 262144}
+
+
+def test_gated_deltanet_state_is_counted_per_sequence_and_pads_the_attention_page():
+    lay = em.kv_layout(QWEN3_NEXT)
+    # vLLM's gated_delta_net_state_shape: conv (2*16*128 + 32*128) x (4-1) in bf16, recurrent 32 x 128 x 128 in fp32
+    state = (2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4
+    assert (lay["recurrent_family"], lay["recurrent_state_bytes"]) == ("gated_deltanet", state) and state == 2_146_304
+    # one attention page (2 KV heads x 256 x K,V x 2 B = 2048 B/token) must hold it: 128 * ceil(2146304 / 262144) = 1152
+    assert em.page_block(lay, 128) == 1152
+    # 4096 tokens: 12 full layers x cdiv(4096, 1152) = 4 pages + 36 linear layers x 2 pages (state + the copy
+    # prefix caching keeps), pages of 1152 x 2048 B
+    assert em.kv_bytes_for(lay, 4096, 128, 2048) == (12 * 4 + 36 * 2) * 1152 * 2048
+
+
+def test_mamba2_and_mamba1_state_shapes():
+    # NemotronH-style names: conv (heads*head_dim + 2*groups*state) x (kernel-1) bf16, ssm heads x head_dim x state fp32
+    nemo = {"num_hidden_layers": 4, "hybrid_override_pattern": "M*M-", "num_attention_heads": 8,
+            "num_key_value_heads": 2, "head_dim": 128, "mamba_num_heads": 64, "mamba_head_dim": 64,
+            "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}
+    lay = em.kv_layout(nemo)
+    assert (lay["full"], lay["none"]) == (1, 2)
+    assert lay["recurrent_state_bytes"] == (64 * 64 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4
+    # Bamba / Granite-4 names for the same family
+    bamba = {"num_hidden_layers": 2, "layer_types": ["mamba", "attention"], "num_attention_heads": 8,
+             "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512, "mamba_n_heads": 16, "mamba_d_head": 64,
+             "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2}
+    assert em.kv_layout(bamba)["recurrent_family"] == "mamba2"
+    # Jamba: mamba-1, inner = expand x hidden; conv inner x 3 bf16 + ssm inner x state fp32
+    jamba = {"num_hidden_layers": 8, "attn_layer_period": 8, "attn_layer_offset": 4, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "hidden_size": 4096, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}
+    lay = em.kv_layout(jamba)
+    assert (lay["recurrent_family"], lay["recurrent_state_bytes"]) == ("mamba1", 8192 * 3 * 2 + 8192 * 16 * 4)
+    # a pure recurrent model has no attention page to pad: each layer keeps exactly its state
+    pure = {"model_type": "mamba", "num_hidden_layers": 2, "layer_types": ["mamba", "mamba"], "num_attention_heads": 1,
+            "hidden_size": 64, "intermediate_size": 128, "state_size": 16, "conv_kernel": 4}
+    lay = em.kv_layout(pure)
+    assert em.kv_bytes_for(lay, 4096, 128, 2048) == 2 * 2 * (128 * 3 * 2 + 128 * 16 * 4)
+
+
+def test_recurrent_layers_without_state_fields_are_said_not_sized(script, tmp_path):
+    cfg = {k: v for k, v in QWEN3_NEXT.items() if not k.startswith("linear_")}
+    (tmp_path / "config.json").write_text(__import__("json").dumps(cfg))
+    d = est(script, tmp_path, "--weight-gb", "1").doc
+    assert d["kv_layers"]["recurrent_state_bytes"] is None and any("not counted" in n for n in d["notes"])
 
 
 def test_layer_types_list_gemma3_and_jamba_period():

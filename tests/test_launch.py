@@ -88,10 +88,11 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
         "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=190",
         "--entrypoint", "sh", PINNED, "-c", serve_plan.SECRET_LOADER, "vllm", "/models/Qwen3-0.6B",
         "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
-        "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096", "--max-num-seqs", "256"]
+        "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096", "--max-num-seqs", "256",
+            "--max-num-batched-tokens", "2048"]
     # sized for serving, not one prompt: a 384 GiB socket's KV holds hundreds of full-length 4k requests
     assert p["sizing"]["kv_tokens"] == 190 * 2**30 // 114688 and p["sizing"]["kv_full_length_requests"] >= 64
-    assert "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256 |" \
+    assert "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, --max-num-batched-tokens 2048 |" \
         in p["summary_markdown"]
     assert p["secrets"] == {"HF_TOKEN": "HF_TOKEN"} and p["env_by_name"] == ["HF_TOKEN"]
     assert p["pre_argv"] == [["docker", "rm", "-f", f"vllm-epyc-{p['port']}"], ["docker", "pull", PINNED]]

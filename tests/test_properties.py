@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import common
 import detect
-import estimate_memory
+import kv_cache
 import hf_model
 import serve_life
 import serve_plan
@@ -131,7 +131,10 @@ config_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**7), st.t
 config_keys = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
                "kv_lora_rank", "qk_rope_head_dim", "max_position_embeddings", "sliding_window", "layer_types",
                "attn_layer_period", "attn_layer_offset", "full_attention_interval", "sliding_window_pattern",
-               "use_sliding_window", "hybrid_override_pattern", "model_type"]
+               "use_sliding_window", "hybrid_override_pattern", "model_type", "linear_num_key_heads",
+               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+               "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "mamba_expand",
+               "mamba_d_state", "mamba_d_conv", "state_size", "expand"]
 
 
 @FAST
@@ -143,12 +146,13 @@ def test_any_config_is_checked_then_sized_or_refused(cfg):
     except ScriptError:
         return
     try:
-        layout = estimate_memory.kv_layout(cfg)
+        layout = kv_cache.kv_layout(cfg)
     except ScriptError:
         return
     assert layout["bytes_per_token"] >= 0 and min(layout["full"], layout["sliding"], layout["none"]) >= 0
-    kv = estimate_memory.kv_bytes_for(layout, 4096, 128)
-    assert kv >= 0
+    assert layout["recurrent_state_bytes"] is None or layout["recurrent_state_bytes"] > 0
+    short, long = (kv_cache.kv_bytes_for(layout, n, 128, 2048) for n in (1024, 4096))
+    assert 0 <= short <= long  # a longer context never needs less
 
 
 @SLOW

@@ -1,8 +1,10 @@
-"""Build a Qwen3-architecture model with random weights, offline, for the end-to-end tests.
+"""Build a small model with random weights, offline, for the end-to-end tests (Qwen3 unless the shape says).
 
     VENV/bin/python tests/tools/build_test_model.py --shape tiny       --out DIR
     VENV/bin/python tests/tools/build_test_model.py --shape qwen3-0.6b --out DIR   # Qwen3-0.6B's exact shapes
     VENV/bin/python tests/tools/build_test_model.py --shape headdim16  --out DIR   # loads, then the first request fails
+    VENV/bin/python tests/tools/build_test_model.py --shape sliding    --out DIR   # Llama, sliding-window layers
+    VENV/bin/python tests/tools/build_test_model.py --shape hybrid     --out DIR   # Qwen3-Next, linear attention
 
 Runs in the host-stack venv (transformers, tokenizers, torch). No hub: the byte-level BPE tokenizer is
 trained here on generated text, and a ChatML chat template is attached, so the model serves
@@ -27,7 +29,20 @@ SHAPES = {
     "headdim16": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=16, vocab_size=2048, max_position_embeddings=4096,
                       tie_word_embeddings=True),
+    # Llama with per-layer sliding windows (vLLM's llama.py reads layer_types): KV sizing of local layers
+    "sliding": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=64, vocab_size=2048, max_position_embeddings=4096,
+                    tie_word_embeddings=True, sliding_window=256,
+                    layer_types=["sliding_attention", "full_attention"] * 2),
+    # Qwen3-Next: gated-DeltaNet (linear attention) layers with a recurrent state, every 4th layer full attention
+    "hybrid": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=64, vocab_size=2048, max_position_embeddings=4096,
+                   tie_word_embeddings=True, full_attention_interval=4, linear_num_key_heads=4,
+                   linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
+                   linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                   shared_expert_intermediate_size=128, decoder_sparse_step=1),
 }
+ARCH = {"sliding": ("LlamaConfig", "LlamaForCausalLM"), "hybrid": ("Qwen3NextConfig", "Qwen3NextForCausalLM")}
 CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -44,7 +59,8 @@ def corpus(lines: int = 4000):
 def build(shape: str, out: Path) -> dict:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    import transformers
+    from transformers import PreTrainedTokenizerFast
 
     dims = SHAPES[shape]
     out.mkdir(parents=True, exist_ok=True)
@@ -60,10 +76,11 @@ def build(shape: str, out: Path) -> dict:
     fast.save_pretrained(out)
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(**dims, rms_norm_eps=1e-6, rope_theta=1_000_000.0, attention_bias=False,
+    config_cls, model_cls = (getattr(transformers, n) for n in ARCH.get(shape, ("Qwen3Config", "Qwen3ForCausalLM")))
+    cfg = config_cls(**dims, rms_norm_eps=1e-6, rope_theta=1_000_000.0, attention_bias=False,
                       eos_token_id=tok.token_to_id("<|im_end|>"), bos_token_id=tok.token_to_id("<|endoftext|>"),
                       pad_token_id=tok.token_to_id("<|endoftext|>"), torch_dtype="bfloat16")
-    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model = model_cls(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     params = sum(p.numel() for p in model.parameters())
     (out / "BUILD.json").write_text(json.dumps({"shape": shape, "parameters": params}) + "\n")

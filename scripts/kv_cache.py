@@ -1,0 +1,177 @@
+"""What one sequence costs in vLLM's KV cache on CPU: pure functions over a model's config.json.
+
+Every number here follows vLLM 0.32's own accounting (v1/kv_cache_interface.py and
+platforms/interface.py), so the figure we plan with is the figure vLLM logs as
+"KV cache size: N tokens, Maximum concurrency for L tokens per request: X":
+- a full-attention layer keeps cdiv(L, block) pages per sequence;
+- a sliding-window layer keeps cdiv(min(window - 1 + in-flight tokens, L), block) + 1 pages
+  (the window plus what one scheduler step may add; +1 because the window need not start on a
+  block boundary); on CPU there is no async scheduling, so in-flight = --max-num-batched-tokens;
+- a recurrent layer (mamba, linear attention) keeps two pages, each holding its conv and SSM state
+  (prefix caching is on by default, which puts vLLM's mamba cache in "align" mode: the running
+  state plus one cached copy); in a hybrid model vLLM grows the attention block until one attention
+  page can hold that state, and pads the state page to the attention page.
+"""
+from __future__ import annotations
+
+import math
+
+from common import ScriptError
+
+KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}  # no fp8 KV on this CPU path
+SSM_STATE_BYTES_ON_CPU = 4  # vLLM's CPU platform resets mamba_ssm_cache_dtype to float32
+RECURRENT_PAGES = 2  # mamba_cache_mode "align" (vLLM's default with prefix caching): state + one cached copy
+SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
+FULL_TYPES = {"full_attention", "attention", "global_attention"}
+
+
+def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
+    """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
+    KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
+    return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
+
+
+def text_config(cfg: dict) -> dict:
+    """Multimodal configs keep the language model under a sub-key; older ones keep it at the top."""
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = cfg.get(key)
+        if isinstance(sub, dict) and sub.get("num_hidden_layers"):
+            return {**cfg, **sub}
+    return cfg
+
+
+def _first_int(cfg: dict, *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _req_int(cfg: dict, *keys: str) -> int:
+    v = _first_int(cfg, *keys)
+    if v is None:
+        raise ScriptError(f"config.json lacks {keys[0]} (a positive integer)",
+                          "pass a complete transformers config, or --weight-gb plus a model with attention shapes")
+    return v
+
+
+def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
+    """(full-attention layers, sliding-window layers, layers with no per-token KV).
+
+    Read from the config the way vLLM does: an explicit layer_types list first; then the hybrid
+    patterns (NemotronH's hybrid_override_pattern, Jamba's attention period, Qwen3-Next's
+    full_attention_interval); then Gemma-2 (alternating) and Gemma-3 (every Nth layer global);
+    then a model-wide sliding_window (Mistral), unless use_sliding_window is false (Qwen2)."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        full = sum(t in FULL_TYPES for t in types)
+        sliding = sum(t in SLIDING_TYPES for t in types)
+        return full, sliding, len(types) - full - sliding
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        attn = pattern.count("*")
+        return attn, 0, pattern.count("M")
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+    if isinstance(period, int) and period > 0 and isinstance(offset, int):
+        attn = sum(1 for i in range(layers) if i % period == offset)
+        return attn, 0, layers - attn
+    interval = cfg.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0:
+        attn = layers // interval
+        return attn, 0, layers - attn
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return layers, 0, 0
+    if cfg.get("model_type") in ("gemma2",):
+        sliding = (layers + 1) // 2  # even-indexed layers are local
+        return layers - sliding, sliding, 0
+    every = cfg.get("sliding_window_pattern")
+    if isinstance(every, int) and every > 0:
+        full = layers // every
+        return full, layers - full, 0
+    return 0, layers, 0
+
+
+def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> tuple[str, int] | None:
+    """(family, bytes) of the state one sequence keeps in one recurrent layer, or None when the config
+    does not say enough. Shapes as vLLM's MambaStateShapeCalculator builds them (tensor parallel 1):
+    the conv state in the serving dtype, the SSM / recurrent state in float32 (vLLM's CPU default)."""
+    hidden = _first_int(cfg, "hidden_size", "d_model")
+    # Gated DeltaNet (Qwen3-Next, Qwen3.5): conv over q, k, v; a head_v x head_k state per value head
+    nk, nv = _first_int(cfg, "linear_num_key_heads"), _first_int(cfg, "linear_num_value_heads")
+    dk, dv = _first_int(cfg, "linear_key_head_dim"), _first_int(cfg, "linear_value_head_dim")
+    kernel = _first_int(cfg, "linear_conv_kernel_dim")
+    if nk and nv and dk and dv and kernel:
+        conv = (dk * nk * 2 + dv * nv) * (kernel - 1)
+        return "gated_deltanet", conv * conv_bytes + nv * dv * dk * ssm_bytes
+    # Mamba-2 (NemotronH, Bamba, Granite-4 hybrid, Falcon-H1, Mamba2): heads x head_dim x state
+    heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads")
+    head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head")
+    state = _first_int(cfg, "ssm_state_size", "mamba_d_state", "state_size")
+    groups = _first_int(cfg, "n_groups", "mamba_n_groups") or 1
+    kernel = _first_int(cfg, "conv_kernel", "mamba_d_conv")
+    if heads and head_dim and state and kernel:
+        inner = _first_int(cfg, "mamba_d_ssm") or heads * head_dim
+        conv = (inner + 2 * groups * state) * (kernel - 1)
+        return "mamba2", conv * conv_bytes + heads * head_dim * state * ssm_bytes
+    # Mamba-1 (Jamba, Mamba): an inner x state SSM state, inner = expand x hidden
+    expand = _first_int(cfg, "mamba_expand", "expand")
+    inner = _first_int(cfg, "mamba_intermediate_size") or (expand * hidden if expand and hidden else None)
+    if cfg.get("model_type") == "mamba":
+        inner = _first_int(cfg, "intermediate_size") or inner
+    if inner and state and kernel:
+        return "mamba1", inner * (kernel - 1) * conv_bytes + inner * state * ssm_bytes
+    return None
+
+
+def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"]) -> dict:
+    """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a
+    recurrent layer keeps per sequence.
+
+    MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek): one compressed latent of
+    kv_lora_rank + qk_rope_head_dim per layer, no separate K and V."""
+    tc = text_config(cfg)
+    layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers")
+    if tc.get("kv_lora_rank"):
+        per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
+        attention = "mla"
+    else:
+        heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads")
+        kv_heads = tc.get("num_key_value_heads") or (1 if tc.get("multi_query") else heads)
+        head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
+        per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
+        attention = "gqa" if kv_heads < heads else "mha"
+    full, sliding, none = layer_split(tc, layers)
+    state = recurrent_state_bytes(tc, kv_dtype_bytes) if none else None
+    return {"attention": attention, "bytes_per_token_per_layer": per_layer, "full": full, "sliding": sliding,
+            "none": none, "sliding_window": tc.get("sliding_window") if sliding else None,
+            "bytes_per_token": per_layer * (full + sliding),
+            "recurrent_family": state[0] if state else None,
+            "recurrent_state_bytes": state[1] if state else None,
+            "max_position_embeddings": tc.get("max_position_embeddings")}
+
+
+def page_block(layout: dict, block: int) -> int:
+    """Tokens per KV page. A hybrid model's attention block grows (in steps of `block`) until one
+    attention page holds a recurrent layer's state, as vLLM's _align_hybrid_block_size does."""
+    state = layout.get("recurrent_state_bytes")
+    per = layout["bytes_per_token_per_layer"]
+    if not state or not layout["none"] or not (layout["full"] + layout["sliding"]):
+        return block
+    return block * max(1, math.ceil(state / (block * per)))
+
+
+def kv_bytes_for(layout: dict, seq_len: int, block: int, batched_tokens: int) -> int:
+    """KV bytes one sequence of seq_len tokens takes, in whole pages, as vLLM reserves them
+    (see the module docstring: full, sliding-window and recurrent layers)."""
+    block = page_block(layout, block)
+    page = layout["bytes_per_token_per_layer"] * block
+    full_pages = math.ceil(seq_len / block)
+    sliding_pages = 0
+    if layout["sliding"]:
+        window = layout["sliding_window"] or seq_len
+        sliding_pages = math.ceil(min(window - 1 + batched_tokens, seq_len) / block) + 1
+    state = layout.get("recurrent_state_bytes") or 0
+    recurrent = layout["none"] * RECURRENT_PAGES * (page if state and (layout["full"] + layout["sliding"]) else state)
+    return page * (layout["full"] * full_pages + layout["sliding"] * sliding_pages) + recurrent
