@@ -76,14 +76,19 @@ def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY
 
     Chat needs a template vLLM can pick by itself; without one a text model still serves raw
     prompts on /v1/completions. A multimodal model is only useful through chat, so without a
-    usable template it is not launchable (data/epyc.json model_support_policy)."""
+    usable template it is not launchable (data/epyc.json model_support_policy). When the template
+    could not be read, guessing either endpoint would hand off a path that may 400: the endpoint is
+    "unknown" and verify settles it against the running server (chat first, then completions)."""
     generation = kind in policy["generation_kinds"]
-    if generation and template_status == "present":
+    undetermined = kind == "undetermined" and policy["undetermined_proceeds"]
+    if (generation or undetermined) and template_status == "unknown":
+        return {"supported_endpoints": [], "primary_endpoint": "unknown", "launchable": True}
+    if (generation or undetermined) and template_status == "present":
         return {"supported_endpoints": ["chat_completions", "completions"], "primary_endpoint": "chat_completions",
                 "launchable": True}
     if kind == "multimodal" and template_status != "unknown" and policy["multimodal_needs_chat_template"]:
         return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
-    if generation or (kind == "undetermined" and policy["undetermined_proceeds"]):
+    if generation or undetermined:
         return {"supported_endpoints": ["completions"], "primary_endpoint": "completions", "launchable": True}
     return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
-from serve_life import NO_RETRY_FIX, host_facts, load_plan, rerender, start, stop, verify  # noqa: E402
+from serve_life import NO_RETRY_FIX, host_facts, load_plan, read_state, rerender, start, stop, verify  # noqa: E402
 from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc  # noqa: E402
 
 
@@ -135,7 +135,7 @@ def up(a, epyc: dict) -> dict:
         exc.extra.update(plan_file=str(plan_file), stopped=stopped)
         raise
     return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
-            "verify": result, "handoff": handoff_doc(plan, result["served_model_name"]),
+            "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
             "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
                                         str(plan_file)])}
 
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None):
     if a.cmd == "verify":
         return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), common.EXIT_OK
     if a.cmd == "handoff":
-        return handoff_doc(plan), common.EXIT_OK
+        return handoff_doc(plan, settled=(read_state(plan) or {}).get("primary_endpoint")), common.EXIT_OK
     return stop(plan), common.EXIT_OK
 
 

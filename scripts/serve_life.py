@@ -307,19 +307,30 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         if status != 401:
             raise failed(plan, "auth", f"/v1/models without the API key answered HTTP {status}, not 401: "
                                        "the server does not enforce its key", t0)
-    path, body = smoke_request(plan["primary_endpoint"], plan["served_model_name"])
-    s0 = time.monotonic()
-    status, text = http("POST", base + path, smoke_timeout, headers, body)
-    smoke_s = round(time.monotonic() - s0, 2)
-    ok, detail = judge_smoke(status, text, plan["primary_endpoint"], known_secrets(plan)) if status \
-        else (False, redact(text, known_secrets(plan)))
+    # an endpoint the plan could not know (template unreadable) is settled here: chat first, then completions
+    tried = []
+    for endpoint in (("chat_completions", "completions") if plan["primary_endpoint"] == "unknown"
+                     else (plan["primary_endpoint"],)):
+        path, body = smoke_request(endpoint, plan["served_model_name"])
+        s0 = time.monotonic()
+        status, text = http("POST", base + path, smoke_timeout, headers, body)
+        smoke_s = round(time.monotonic() - s0, 2)
+        ok, detail = judge_smoke(status, text, endpoint, known_secrets(plan)) if status \
+            else (False, redact(text, known_secrets(plan)))
+        tried.append(f"{path}: {detail}")
+        if ok:
+            break
     if not ok:
-        raise failed(plan, "smoke", f"{path}: {detail}", t0)
+        raise failed(plan, "smoke", "; ".join(tried), t0)
+    if plan["primary_endpoint"] == "unknown":
+        write_state(plan, {**state, "primary_endpoint": endpoint})  # handoff reads what verify settled
+        common.log(f"verify: the endpoint is {path} ({'; '.join(tried[:-1]) or 'first try'})")
     time.sleep(1)  # a server can answer and then die on that same request
     if not alive(plan, state) or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
     return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": ids,
-            "time_to_healthy_s": healthy_after, "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
+            "time_to_healthy_s": healthy_after, "primary_endpoint": endpoint,
+            "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
             "base_url": plan["base_url"]}
 
 

@@ -282,8 +282,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "target": det.get("target", "localhost"), "deferred": val.get("deferred", []),
         "path": path, "backend": backend, "platform": (val.get("stack") or {}).get("platform"),
         "runtime": runtime, "image": val.get("image"), "model": model, "served_model_name": served,
-        "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "completions",
-        "supported_endpoints": chk.get("supported_endpoints") or ["completions"],
+        "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "unknown",
+        "supported_endpoints": chk.get("supported_endpoints") or [],
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": host, "port": port, "base_url": f"http://127.0.0.1:{port}/v1", "expose": expose,
         "api_key_env": key_env, "dtype": dtype, "max_model_len": max_len, "vllm_version": version,
@@ -316,7 +316,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
              else f"container ({plan['runtime']}, {plan['image']})")
     s = plan["sizing"]
     rows = [
-        ["Model / kind", f"{plan['model']} -- {plan['kind']}, endpoint {plan['primary_endpoint']}"],
+        ["Model / kind", f"{plan['model']} -- {plan['kind']}, endpoint "
+                         + ("unknown until verify settles it (chat first, then completions)"
+                            if plan["primary_endpoint"] == "unknown" else plan["primary_endpoint"])],
         ["Backend", backend],
         ["Path", where],
         ["Precision", plan["dtype"]],
@@ -413,12 +415,17 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     return True, redact(text, secrets)
 
 
-def handoff_doc(plan: dict, served: str | None = None) -> dict:
+def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None) -> dict:
+    """What the user gets: base URL, endpoint, examples. An endpoint the plan left "unknown" is the one
+    verify settled on the running server (`settled`); before that there is nothing true to hand off."""
     served = served or plan["served_model_name"]
-    endpoint = plan["primary_endpoint"]
+    endpoint = plan["primary_endpoint"] if plan["primary_endpoint"] != "unknown" else settled
+    if endpoint not in ("chat_completions", "completions"):
+        raise ScriptError("the plan's endpoint is unknown (the chat template could not be read) and verify has not "
+                          "settled it yet", "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff")
     path = "/v1/chat/completions" if endpoint == "chat_completions" else "/v1/completions"
-    why = ("a chat template is present" if endpoint == "chat_completions"
-           else "no usable chat template: raw prompts")
+    why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
+        "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts")
     base = plan["base_url"]
     key_env = plan.get("api_key_env")
     if key_env is not None and not common.is_env_name(key_env):  # pasted into a shell example: a name only

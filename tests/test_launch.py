@@ -285,8 +285,10 @@ def fake_venv(tmp_path) -> Path:
     return bin_dir / "python"
 
 
-def host_plan(tmp_path, inputs, live_tune, port=None, **opts):
+def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
     docs = load_docs(inputs)
+    if edit:
+        edit(docs)
     docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)),
                             ld_preload={"value": None, "note": None})
     docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
@@ -374,6 +376,33 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
         # and the server really refuses a request without it (verify checked that too)
         assert '"Unauthorized"' in subprocess.run(["curl", "-s", plan["base_url"] + "/models"], capture_output=True,
                                                   text=True, timeout=30).stdout
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+@pytest.mark.parametrize("mode,settled", [("good", "/v1/chat/completions"),
+                                          ("no_chat_template", "/v1/completions")])
+def test_an_unknown_endpoint_is_settled_by_verify_on_the_running_server(script, tmp_path, inputs, live_tune,
+                                                                       mode, settled):
+    """The chat template could not be read: the plan says so instead of guessing, handoff waits for verify,
+    and verify tries chat, then completions, and hands off the one that answered."""
+    def unreadable_template(docs):  # what check_model.py says when it cannot read the template
+        docs["check_model"].update(primary_endpoint="unknown", supported_endpoints=[],
+                                   chat_template={"status": "unknown", "names": []})
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, edit=unreadable_template)
+    assert plan["primary_endpoint"] == "unknown" and plan["supported_endpoints"] == []
+    assert "unknown until verify settles it" in plan["summary_markdown"]
+    early = script("launch.py", "handoff", "--plan", str(plan_file))
+    assert early.code == 1 and "verify" in early.doc["fix"]
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm",
+                  env={"FAKE_SERVER_MODE": mode}).code == 0
+    try:
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
+        assert r.code == 0 and r.doc["smoke"]["endpoint_path"] == settled, r.doc
+        h = script("launch.py", "handoff", "--plan", str(plan_file)).doc
+        assert h["endpoint_path"] == settled and h["why"].startswith("settled by verify")
+        curl = subprocess.run(["bash", "-c", h["curl_example"]], capture_output=True, text=True, timeout=30)
+        assert json.loads(curl.stdout)["choices"][0]  # the handed-off example answers
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
 

@@ -13,6 +13,7 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   empty_choices   the request answers HTTP 200 with no choices
   die_on_request  the process exits on the first request, without answering
   die_after_answer  answers the first request, then exits
+  no_chat_template  chat answers 400 as vLLM does for a model without a chat template; completions work
 """
 import argparse
 import json
@@ -81,6 +82,10 @@ class H(BaseHTTPRequestHandler):
             return self.send(200, {"object": "error", "message": "EngineCore encountered an issue", "code": 500})
         if a.mode == "empty_choices":
             return self.send(200, {"id": "x", "choices": [], "usage": {"completion_tokens": 0}})
+        if a.mode == "no_chat_template" and self.path == "/v1/chat/completions":
+            return self.send(400, {"object": "error", "type": "BadRequestError", "code": 400, "message":
+                                   "As of transformers v4.44, default chat template is no longer allowed, so you "
+                                   "must provide a chat template if the tokenizer does not define one."})
         usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
         if self.path == "/v1/chat/completions":
             doc = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
