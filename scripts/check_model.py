@@ -18,6 +18,7 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import hf_model  # noqa: E402
+import quantization  # noqa: E402
 import validate  # noqa: E402
 import vllm_registry  # noqa: E402
 from common import ScriptError  # noqa: E402
@@ -127,6 +128,15 @@ def verdict(kind: str, arch: str | None, archs: list[str], tmpl: dict, launchabl
 
 # ---------------------------------------------------------------- gathering (I/O)
 
+def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
+    """The checkpoint's quantization, and the kernel each path runs it with (bfloat16 serving)."""
+    if desc is None:
+        return None
+    kernels = epyc["quantization"]["kernels"]
+    return {**desc, "cpu_kernels": {b: quantization.cpu_kernel(desc, b, "bfloat16", kernels)
+                                    for b in ("zentorch", "stock")}}
+
+
 def pick_registry(args, notes: list[str]) -> dict | None:
     """The registry of the vLLM that will serve: probe it live when we can, else a saved snapshot."""
     if args.python or (args.image and validate.image_is_local(args.runtime, args.image)):
@@ -149,7 +159,7 @@ def read_model(files: hf_model.ModelFiles) -> dict:
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise ScriptError(f"{files.ref}: config.json has no 'architectures' list",
                           "this is not a transformers model vLLM can load; check the model id")
-    return {"architectures": archs, "jinja": files.text("chat_template.jinja"),
+    return {"architectures": archs, "quantization": quantization.describe(cfg), "jinja": files.text("chat_template.jinja"),
             "tokenizer_config": files.json("tokenizer_config.json"), "template_json": files.json("chat_template.json")}
 
 
@@ -193,7 +203,8 @@ def main(argv: Sequence[str] | None = None):
     doc = {**base, "source": files.kind, "architectures": model["architectures"], "kind": kind,
            "supported": None if kind == "undetermined" else code == 0,
            "registry_source": (registry or {}).get("source"), "vllm_version": version,
-           "chat_template": tmpl, **eps, "message": message, "notes": notes}
+           "chat_template": tmpl, **eps, "message": message, "notes": notes,
+           "quantization": quantization_report(model["quantization"], epyc)}
     if kind in epyc["model_support_policy"]["refuse_kinds"]:
         code = 1
     if code:  # the one contract: exit 1 carries error and fix

@@ -17,6 +17,7 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import hf_model  # noqa: E402
+import quantization  # noqa: E402
 from common import GIB, ScriptError  # noqa: E402
 
 from kv_cache import KV_BYTES_BY_DTYPE, kv_bytes_for, kv_dtype_for, kv_layout, page_block, text_config  # noqa: E402
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None):
                           "add --weight-gb N (the checkpoint size in GiB, e.g. from the model card)")
 
     notes: list[str] = []
+    quant: dict = {}
     kv_dtype = kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"])
 
     def read() -> tuple[dict, int, str]:
@@ -97,6 +99,7 @@ def main(argv: Sequence[str] | None = None):
             cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype])
+        quant.update(desc=quantization.describe(cfg))
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
         if args.weight_gb:
             return layout, int(args.weight_gb * GIB), "override"
@@ -113,6 +116,10 @@ def main(argv: Sequence[str] | None = None):
     if source == "safetensors_index_total_size":
         notes.append("weights from the index's total_size: stored dtype, not cast to --dtype")
     notes.append(epyc["precision"]["kv_note"])
+    if quant.get("desc") and source != "override":
+        notes.append(f"{quant['desc']['method']} {quant['desc']['bits'] or '?'}-bit checkpoint: integer tensors count "
+                     "as stored (packed), float ones (scales, embeddings, norms) at the serving dtype -- the bytes a "
+                     "decode step reads")
 
     model_max = layout["max_position_embeddings"]
     max_len = args.max_model_len
@@ -140,6 +147,7 @@ def main(argv: Sequence[str] | None = None):
         "weight_gb": common.gb(weights),
         "weight_bytes": weights,
         "weight_source": source,
+        "quantization": quant.get("desc"),
         "kv_dtype": kv_dtype,
         "kv_attention": layout["attention"],
         "kv_bytes_per_token": layout["bytes_per_token"],

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 import common
+import quantization
 from common import ScriptError
 
 STATE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc" / "run"
@@ -32,6 +33,14 @@ def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> boo
         return major_minor(vllm_version or "") < major_minor(removed_in)
     except (ValueError, IndexError):
         return False
+
+
+def quantized_path(report: dict | None, backend: str, dtype: str, epyc: dict) -> dict | None:
+    """The checkpoint's quantization and the kernel this plan's backend and dtype run it with."""
+    if not report:
+        return None
+    desc = {k: report.get(k) for k in ("method", "format", "bits", "symmetric", "group_size")}
+    return {**desc, **quantization.cpu_kernel(desc, backend, dtype, epyc["quantization"]["kernels"])}
 
 
 def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool,
@@ -287,6 +296,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": host, "port": port, "base_url": f"http://127.0.0.1:{port}/v1", "expose": expose,
         "api_key_env": key_env, "dtype": dtype, "max_model_len": max_len, "vllm_version": version,
+        "quantization": quantized_path(chk.get("quantization"), backend, dtype, epyc),
         "env": env, "env_by_name": env_by_name, "secrets": secrets, "pre_argv": pre, "argv": argv,
         "command": shlex.join(argv), "container_name": name if path != "host" else None,
         "state_dir": str(state_dir), "log_file": str(state_dir / "server.log"),
@@ -321,7 +331,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                             if plan["primary_endpoint"] == "unknown" else plan["primary_endpoint"])],
         ["Backend", backend],
         ["Path", where],
-        ["Precision", plan["dtype"]],
+        ["Precision", plan["dtype"] + (f" activations; weights {q['method']} {q['bits'] or '?'}-bit, run by "
+                                       f"{q['kernel'] or 'a kernel vLLM picks at load (unknown to this skill)'}"
+                                       if (q := plan.get("quantization")) else "")],
         ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
         ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['omp_threads_bind']}, "
                        f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "

@@ -126,12 +126,15 @@ def stack():
 @pytest.fixture(scope="session")
 def models(stack):
     out = {}
-    for shape, name in (("tiny", "tiny-qwen3"), ("headdim16", "headdim16-qwen3"), ("sliding", "sliding-llama"),
-                        ("hybrid", "hybrid-qwen3next")):
-        res = subprocess.run([stack["python"], str(BUILDER), "--shape", shape, "--out", str(CACHE / "models" / name)],
-                             capture_output=True, text=True, timeout=600)
+    for key, shape, quant, name in (("tiny", "tiny", None, "tiny-qwen3"),
+                                    ("headdim16", "headdim16", None, "headdim16-qwen3"),
+                                    ("sliding", "sliding", None, "sliding-llama"),
+                                    ("hybrid", "hybrid", None, "hybrid-qwen3next"),
+                                    ("tiny-ct-w4", "tiny", "ct-w4", "tiny-qwen3-ct-w4")):
+        res = subprocess.run([stack["python"], str(BUILDER), "--shape", shape, *(["--quant", quant] if quant else []),
+                              "--out", str(CACHE / "models" / name)], capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-2000:]
-        out[shape] = json.loads(res.stdout.strip().splitlines()[-1])
+        out[key] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
 
 

@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
-DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}
 
 
 def decoder_tensors(cfg: dict, dtype: str, qk_norm: str | None, extra_norms: tuple[str, ...] = (),

@@ -102,6 +102,28 @@ def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(sta
         assert f"Setting attention block size to {est['kv_block_size']} tokens" in log
 
 
+def test_a_quantized_checkpoint_serves_with_the_kernel_the_plan_names(stack, models, tmp_path):
+    """A compressed-tensors int4 checkpoint (llm-compressor's W4A16 layout, random values): the plan names the
+    kernel its path runs it with, and vLLM's load log names the same one."""
+    plan_file, got = plan_for(tmp_path, stack, models["tiny-ct-w4"]["folder"])
+    plan = got["plan"]
+    expected = "zentorch_dynamic_qlinear" if stack["backend"] == "zentorch" else "cpu_gemm_wna16"
+    assert plan["quantization"]["kernel"].startswith(expected) and expected in plan["summary_markdown"]
+    assert got["estimate"]["quantization"]["bits"] == 4
+    assert run_script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+    try:
+        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
+        assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
+        log = Path(plan["log_file"]).read_text(errors="replace")
+    finally:
+        run_script("launch.py", "stop", "--plan", str(plan_file))
+    if stack["backend"] == "zentorch":
+        assert "Using zentorch_dynamic_qlinear for DA8W4" in log
+    else:
+        assert "CPUWNA16" in log
+    print(f"\nint4 checkpoint on the {stack['backend']} path: {plan['quantization']['kernel']}")
+
+
 def served_libraries(plan: dict) -> set[str]:
     """Shared objects mapped by the server's process group (the launcher and vLLM's engine and workers)."""
     import psutil

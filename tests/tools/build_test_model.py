@@ -5,6 +5,8 @@
     VENV/bin/python tests/tools/build_test_model.py --shape headdim16  --out DIR   # loads, then the first request fails
     VENV/bin/python tests/tools/build_test_model.py --shape sliding    --out DIR   # Llama, sliding-window layers
     VENV/bin/python tests/tools/build_test_model.py --shape hybrid     --out DIR   # Qwen3-Next, linear attention
+    VENV/bin/python tests/tools/build_test_model.py --shape qwen3-0.6b --quant awq --out DIR  # AWQ int4 linears
+    VENV/bin/python tests/tools/build_test_model.py --shape qwen3-0.6b --quant ct-w4 --out DIR  # compressed-tensors
 
 Runs in the host-stack venv (transformers, tokenizers, torch). No hub: the byte-level BPE tokenizer is
 trained here on generated text, and a ChatML chat template is attached, so the model serves
@@ -56,7 +58,76 @@ def corpus(lines: int = 4000):
         yield " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(12 + i % 9)) + "."
 
 
-def build(shape: str, out: Path) -> dict:
+AWQ_GROUP = 128
+AWQ_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def to_awq(model, out: Path, group: int) -> None:
+    """Rewrite the saved checkpoint in AutoAWQ's on-disk format (GEMM, 4-bit, zero point): each decoder
+    linear becomes qweight int32 [in, out/8], qzeros int32 [in/group, out/8], scales fp16 [in/group, out],
+    with random values; embeddings, norms and lm_head stay bf16. What vLLM loads is a real AWQ checkpoint."""
+    import json as _json
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(1)
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name.endswith(".weight") and any(f".{n}." in name for n in AWQ_LINEARS):
+            n_out, n_in = t.shape
+            base = name[: -len(".weight")]
+            tensors[base + ".qweight"] = torch.randint(-2**31, 2**31 - 1, (n_in, n_out // 8), dtype=torch.int32)
+            tensors[base + ".qzeros"] = torch.full((n_in // group, n_out // 8), 0x88888888 - 2**32, dtype=torch.int32)
+            tensors[base + ".scales"] = (torch.rand(n_in // group, n_out) * 0.002).to(torch.float16)
+        else:
+            tensors[name] = t.contiguous()
+    if "lm_head.weight" in tensors and model.config.tie_word_embeddings:
+        del tensors["lm_head.weight"]
+    for f in out.glob("model*.safetensors*"):
+        f.unlink()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = _json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True,
+                                  "version": "gemm", "modules_to_not_convert": None}
+    (out / "config.json").write_text(_json.dumps(cfg, indent=2) + "\n")
+
+
+def to_ct_w4(model, out: Path, group: int) -> None:
+    """Rewrite the saved checkpoint as compressed-tensors "pack-quantized" int4, symmetric, group-wise
+    (llm-compressor's W4A16 output): weight_packed int32 [out, in/8] packed along the input dim,
+    weight_scale bf16 [out, in/group], weight_shape; random values. On the zentorch platform this layout
+    is the one zentorch repacks for its DA8W4 (int8 activations x int4 weights) kernel."""
+    import json as _json
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(1)
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name.endswith(".weight") and any(f".{n}." in name for n in AWQ_LINEARS):
+            n_out, n_in = t.shape
+            base = name[: -len(".weight")]
+            tensors[base + ".weight_packed"] = torch.randint(-2**31, 2**31 - 1, (n_out, n_in // 8), dtype=torch.int32)
+            tensors[base + ".weight_scale"] = (torch.rand(n_out, n_in // group) * 0.002).to(torch.bfloat16)
+            tensors[base + ".weight_shape"] = torch.tensor([n_out, n_in], dtype=torch.int64)
+        else:
+            tensors[name] = t.contiguous()
+    if "lm_head.weight" in tensors and model.config.tie_word_embeddings:
+        del tensors["lm_head.weight"]
+    for f in out.glob("model*.safetensors*"):
+        f.unlink()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = _json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+        "ignore": ["lm_head"], "config_groups": {"group_0": {
+            "targets": ["Linear"], "input_activations": None, "output_activations": None,
+            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": group,
+                        "dynamic": False, "actorder": None, "observer": "minmax"}}}}
+    (out / "config.json").write_text(_json.dumps(cfg, indent=2) + "\n")
+
+
+def build(shape: str, out: Path, quant: str | None = None) -> dict:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     import transformers
@@ -83,21 +154,28 @@ def build(shape: str, out: Path) -> dict:
     model = model_cls(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     params = sum(p.numel() for p in model.parameters())
-    (out / "BUILD.json").write_text(json.dumps({"shape": shape, "parameters": params}) + "\n")
-    return {"folder": str(out), "shape": shape, "parameters": params}
+    if quant == "awq":
+        to_awq(model, out, AWQ_GROUP)
+    elif quant == "ct-w4":
+        to_ct_w4(model, out, AWQ_GROUP)
+    (out / "BUILD.json").write_text(json.dumps({"shape": shape, "quant": quant, "parameters": params}) + "\n")
+    return {"folder": str(out), "shape": shape, "quant": quant, "parameters": params}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--quant", choices=["awq", "ct-w4"], help="store the decoder's linear layers as int4: AutoAWQ "
+                    "(awq) or compressed-tensors pack-quantized symmetric (ct-w4); random values")
     args = ap.parse_args()
     out = Path(args.out)
     done = out / "BUILD.json"
-    if done.exists() and json.loads(done.read_text()).get("shape") == args.shape:
+    if done.exists() and json.loads(done.read_text()).get("shape") == args.shape and \
+            json.loads(done.read_text()).get("quant") == args.quant:
         print(json.dumps({"folder": str(out), **json.loads(done.read_text()), "reused": True}))
         return 0
-    print(json.dumps(build(args.shape, out)))
+    print(json.dumps(build(args.shape, out, args.quant)))
     return 0
 
 

@@ -1,0 +1,59 @@
+"""What a checkpoint's quantization_config means on this CPU path: pure functions, no I/O.
+
+vLLM 0.32 picks the CPU kernel for a weight-only int4 checkpoint by its on-disk layout, not by its
+name: zentorch repacks only compressed-tensors "pack-quantized" weights (packed along the input
+dim), and runs them as DA8W4 (int8 activations x int4 weights) when they are symmetric and served
+in bfloat16; AutoAWQ (packed along the output dim) and GPTQ take vLLM's generic cpu_gemm_wna16.
+data/epyc.json `quantization.kernels` holds the table, with where each row was measured.
+"""
+from __future__ import annotations
+
+
+def describe(cfg: dict) -> dict | None:
+    """The quantization a config.json declares, normalised: method, format, bits, symmetric, group size.
+    None for an unquantized checkpoint. Multimodal configs may keep it under text_config."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict):
+        q = (cfg.get("text_config") or {}).get("quantization_config") if isinstance(cfg.get("text_config"), dict) else None
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method") or "unknown").lower()
+    weights: dict = {}
+    groups = q.get("config_groups")
+    if isinstance(groups, dict):  # compressed-tensors: the first group's weight scheme
+        first = next((g for g in groups.values() if isinstance(g, dict)), {})
+        weights = first.get("weights") if isinstance(first.get("weights"), dict) else {}
+    bits = weights.get("num_bits", q.get("bits", q.get("w_bit")))
+    symmetric = weights.get("symmetric")
+    if symmetric is None and "zero_point" in q:
+        symmetric = not q["zero_point"]
+    if symmetric is None and "sym" in q:
+        symmetric = q["sym"]
+    group = weights.get("group_size", q.get("group_size", q.get("q_group_size")))
+    return {"method": method, "format": q.get("format"),
+            "bits": bits if isinstance(bits, int) and not isinstance(bits, bool) else None,
+            "symmetric": symmetric if isinstance(symmetric, bool) else None,
+            "group_size": group if isinstance(group, int) and not isinstance(group, bool) else None}
+
+
+def _matches(desc: dict, match: dict) -> bool:
+    return all(desc.get(k) == v for k, v in match.items())
+
+
+def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict]) -> dict:
+    """Which kernel this vLLM runs the checkpoint's linears with on `backend` (zentorch | stock), from the
+    first table row that matches; a checkpoint no row knows is 'unknown' (vLLM decides at load time and
+    verify tells), never assumed to work."""
+    if desc is None:
+        return {"quantized": False, "kernel": None, "served_on_cpu": True, "note": None, "source": None}
+    for row in kernels:
+        if _matches(desc, row["match"]):
+            kernel = row.get(backend)
+            note = row.get("note")
+            if backend == "zentorch" and row.get("needs_dtype") and dtype != row["needs_dtype"]:
+                kernel, note = row.get("otherwise"), f"served in {dtype}, not {row['needs_dtype']}: " + (note or "")
+            return {"quantized": True, "kernel": kernel, "served_on_cpu": kernel is not None and row.get("served", True),
+                    "note": note, "source": row.get("source")}
+    return {"quantized": True, "kernel": None, "served_on_cpu": None,
+            "note": f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "
+                    "decided at start (verify reports it)", "source": None}
