@@ -174,7 +174,9 @@ def main(argv: Sequence[str] | None = None):
     args = p.parse_args(argv)
     import serve_life
     plan = serve_life.load_plan(args.plan)
-    out = Path(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S")).expanduser()
+    # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one
+    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc()), "bench")
+    out = common.output_dir(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S"), "--out")
     env = dict(os.environ)
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")

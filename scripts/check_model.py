@@ -44,7 +44,7 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
         if isinstance(value, str) and value.strip():
             return {**out, "status": "present", "source": source}
         if isinstance(value, list) and value:
-            names = [t.get("name") for t in value if isinstance(t, dict) and t.get("name")]
+            names = [t["name"] for t in value if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
             if "default" in names:
                 return {**out, "status": "present", "source": source, "selected_name": "default", "names": names}
             if len(value) == 1:
@@ -169,9 +169,9 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
                    help="Hub id or local folder (default: %(default)s); --model-id is the old name, kept for one release")
     p.add_argument("--revision", default=None, help="branch, tag or commit (Hub ids; default main)")
-    p.add_argument("--vllm-version", default=epyc["vllm_version"],
+    p.add_argument("--vllm-version", type=common.version, default=epyc["vllm_version"],
                    help="vLLM that will serve: stack.vllm from validate.py (default: the pinned %(default)s)")
-    p.add_argument("--python", help="probe the registry of the vLLM installed for this interpreter")
+    p.add_argument("--python", type=common.executable, help="probe the registry of the vLLM installed for this interpreter")
     p.add_argument("--image", type=common.image_ref, help="probe the registry inside this local container image")
     p.add_argument("--runtime", default="docker", choices=sorted(common.CONTAINER_RUNTIMES), help="container runtime for --image (default docker)")
     p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")

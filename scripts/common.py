@@ -157,6 +157,25 @@ def image_ref(text: str) -> str:
     return text
 
 
+_VERSION = re.compile(r"\d+\.\d+(\.\d+)?([.+-][A-Za-z0-9.+-]{1,40})?")
+
+
+def version(text: str) -> str:
+    """argparse type: a release number such as 0.32.0 (or 0.32.0+cpu); it names a snapshot file."""
+    if not _VERSION.fullmatch(text or ""):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version number (e.g. 0.32.0)")
+    return text
+
+
+def executable(text: str) -> str:
+    """argparse type: an interpreter or program this script will run; it must exist and be executable."""
+    nonempty(text)
+    p = Path(text).expanduser()
+    if not p.is_file() or not os.access(p, os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an executable file")
+    return text
+
+
 def nonempty(text: str) -> str:
     """argparse type for a target (--host, --sysroot, --venv): an empty value is a mistake (an unset shell
     variable), never a silent 'use this machine'."""
@@ -416,6 +435,77 @@ def load_epyc(path: Path = EPYC_JSON) -> dict:
     return doc
 
 
+MAX_INPUT_BYTES = 64 << 20  # no document this bundle reads (plans, configs, logs' JSON) comes near it
+
+
+def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_result:
+    """An input must be a regular file: a FIFO would block forever, /dev/zero never ends."""
+    import stat
+    try:
+        st = Path(spec).stat()
+    except OSError as exc:
+        raise ScriptError(f"cannot read {what} {str(spec)!r}: {exc.strerror or exc}", fix)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a pipe, device or socket)"
+        raise ScriptError(f"{what} {str(spec)!r} is {kind}", fix)
+    return st
+
+
+def output_dir(spec: str | Path, what: str) -> Path:
+    """A folder the script writes into: created if missing; an existing file or an unwritable place is a
+    clear error before any work is done."""
+    path = Path(spec).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
+    except OSError as exc:
+        raise ScriptError(f"cannot create {what} {str(spec)!r}: {exc.strerror or exc}",
+                          f"pass a writable folder for {what}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ScriptError(f"{what} {str(spec)!r} is not writable", f"pass a writable folder for {what}")
+    return path
+
+
+def output_file(spec: str | Path, what: str) -> Path:
+    """A file the script writes: its folder must exist and the path must not be a folder."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz")
+    if not path.parent.is_dir():
+        raise ScriptError(f"{what} {str(spec)!r}: folder {str(path.parent)!r} does not exist",
+                          f"create it first, or pass a path in an existing folder")
+    return path
+
+
+def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of an input file, refusing what is not a regular file and anything over `limit` bytes:
+    an input is data, never a stream."""
+    path = Path(spec)
+    st = require_regular_file(path, what, fix)
+    try:
+        if st.st_size > limit:
+            raise ScriptError(f"{what} {str(spec)!r} is {st.st_size:,} bytes, over the {limit:,} this bundle reads",
+                              fix)
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ScriptError(f"cannot read {what} {str(spec)!r}: {exc.strerror or exc}", fix)
+    if len(data) > limit:
+        raise ScriptError(f"{what} {str(spec)!r} grew past {limit:,} bytes while being read", fix)
+    return data
+
+
+def read_input_text(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES, strict: bool = True) -> str:
+    """read_input_bytes as UTF-8: strict for documents (a byte that is not UTF-8 is an error naming the
+    file), lenient (replacement characters) for logs."""
+    data = read_input_bytes(spec, what, fix, limit)
+    try:
+        return data.decode("utf-8", errors="strict" if strict else "replace")
+    except UnicodeDecodeError as exc:
+        raise ScriptError(f"{what} {str(spec)!r} is not UTF-8 text (byte {exc.start})", fix)
+
+
 def parse_json_object(text: str, what: str, fix: str) -> dict:
     """Text that must hold one JSON object; anything else is a ScriptError naming `what`."""
     try:
@@ -424,6 +514,8 @@ def parse_json_object(text: str, what: str, fix: str) -> dict:
         raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
     except RecursionError:
         raise ScriptError(f"{what} is nested too deeply to be one of this bundle's documents", fix)
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ScriptError(f"{what} holds a value JSON readers refuse ({str(exc)[:120]})", fix)
     if not isinstance(doc, dict):
         raise ScriptError(f"{what} is not a JSON object", fix)
     return doc
@@ -431,11 +523,17 @@ def parse_json_object(text: str, what: str, fix: str) -> dict:
 
 def read_json_input(spec: str, what: str) -> dict:
     """Load another script's JSON output from a file path, or '-' for stdin."""
-    try:
-        text = sys.stdin.read() if spec == "-" else Path(spec).read_text()
-    except OSError as exc:
-        raise ScriptError(f"cannot read {what} JSON from {spec!r}: {exc.strerror or exc}",
-                          f"save the output of the {what} step to a file and pass its path")
+    fix = f"save the output of the {what} step to a file and pass its path"
+    if spec == "-":
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise ScriptError(f"{what} on stdin is over {MAX_INPUT_BYTES:,} bytes", fix)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScriptError(f"{what} on stdin is not UTF-8 text (byte {exc.start})", fix)
+    else:
+        text = read_input_text(spec, f"{what} JSON", fix)
     doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step")
     if "error" in doc:
         raise ScriptError(f"the {what} step failed: {doc.get('error')}",

@@ -442,7 +442,13 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
     files = host_spec.spec_files(f"AMD EPYC {sku['model']} {cores}-Core Processor", family, model,
                                  entry["avx512"], entry["avx512_bf16"], args.sockets, cores, threads,
                                  args.nps, args.ram_gb_per_socket)
-    root = Path(args.save_sysroot) if args.save_sysroot else Path(tempfile.mkdtemp(prefix="epyc-spec-"))
+    if args.save_sysroot:
+        root = common.output_dir(args.save_sysroot, "--save-sysroot")
+    else:  # read once, then gone: a spec leaves nothing behind unless asked to
+        import atexit
+        import shutil
+        root = Path(tempfile.mkdtemp(prefix="epyc-spec-"))
+        atexit.register(shutil.rmtree, root, True)
     host_spec.write_files(root, files)
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
     (root / TARGET_FILE).write_text(target + "\n")
@@ -531,14 +537,25 @@ def main(argv: Sequence[str] | None = None):
     spec.add_argument("--spec", type=common.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
     spec.add_argument("--sockets", type=common.int_in(1, 2), default=1)
     spec.add_argument("--ram-gb-per-socket", type=common.float_in(0, 1 << 16, lo_open=True))
-    spec.add_argument("--nps", type=int, choices=[1, 2, 4], default=1)
-    spec.add_argument("--smt", choices=["on", "off"], default="on")
+    spec.add_argument("--nps", type=int, choices=[1, 2, 4], help="NUMA nodes per socket (default 1)")
+    spec.add_argument("--smt", choices=["on", "off"], help="simultaneous multithreading (default on)")
     spec.add_argument("--save-sysroot", type=common.nonempty, metavar="DIR",
                       help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)")
     args = p.parse_args(argv)
     epyc = common.load_epyc()
     if args.capture:
-        return host_spec.capture(Path(args.capture).expanduser()), common.EXIT_OK
+        target = common.output_file(args.capture, "--capture")
+        try:
+            return host_spec.capture(target), common.EXIT_OK
+        except OSError as exc:
+            raise ScriptError(f"cannot write the capture to {args.capture!r}: {exc.strerror or exc}",
+                              "pass a path on a writable file system with free space")
+    spec_only = [f for f, v in (("--sockets", args.sockets != 1), ("--ram-gb-per-socket", args.ram_gb_per_socket),
+                                ("--nps", args.nps), ("--smt", args.smt), ("--save-sysroot", args.save_sysroot)) if v]
+    if spec_only and not args.spec:
+        raise ScriptError(f"{', '.join(spec_only)} describe a host given by --spec: without --spec they would be "
+                          "ignored", "add --spec SKU, or drop them to read this host")
+    args.nps, args.smt = args.nps or 1, args.smt or "on"
     if args.spec:
         if args.sysroot or args.host:
             raise ScriptError("--spec describes a host: it goes without --sysroot and --host", "pass one of them")

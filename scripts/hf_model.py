@@ -29,7 +29,8 @@ SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
-_REVISION_RE = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
+# a branch, tag or commit as git allows them: no "..", no leading "-" or "/", no trailing "/" or "."
+_REVISION_RE = re.compile(r"^(?!.*\.\.)(?![-/])[A-Za-z0-9._/-]{1,200}(?<![/.])$")
 
 
 class Unreadable(Exception):
@@ -72,6 +73,8 @@ def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
 
 def read_safetensors_header(path: Path) -> dict:
     """The JSON header of a .safetensors file (8-byte little-endian length, then JSON): no weights read."""
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise ValueError(f"{path.name} is not a regular file")
     with open(path, "rb") as f:
         (size,) = struct.unpack("<Q", f.read(8))
         if size > 100 * 1024 * 1024:
@@ -114,7 +117,8 @@ class ModelFiles:
 
     def text(self, name: str) -> str | None:
         p = self.path(name)
-        return p.read_text(errors="replace") if p else None
+        return common.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False) \
+            if p else None
 
     def json(self, name: str) -> dict | None:
         text = self.text(name)
@@ -153,10 +157,10 @@ class ModelFiles:
         index = self._local("model.safetensors.index.json")
         if index:
             try:
-                total = json.loads(index.read_text())["metadata"]["total_size"]
+                total = json.loads(common.read_input_text(index, "index", "re-download it"))["metadata"]["total_size"]
                 if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
                     return total, "safetensors_index_total_size"
-            except (ValueError, KeyError, TypeError, RecursionError):
+            except (ValueError, KeyError, TypeError, RecursionError, ScriptError):
                 pass
         files = [p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat)]
         if files:
@@ -273,9 +277,14 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     if revision is not None and not _REVISION_RE.match(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = Path(ref).expanduser()
-    if p.is_dir():
+    try:
+        is_dir, exists = p.is_dir(), p.exists()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise ScriptError(f"--model {ref[:80]!r}{'...' if len(ref) > 80 else ''} is not a usable path: "
+                          f"{exc.strerror or exc}", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
+    if is_dir:
         return ModelFiles(ref, "local", None, p.resolve())
-    if p.exists():
+    if exists:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")

@@ -11,6 +11,7 @@ Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections import Counter
@@ -20,6 +21,8 @@ from typing import Iterable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
+from serve_life import known_secrets, load_plan  # noqa: E402
+from serve_plan import redact  # noqa: E402
 
 ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
@@ -53,23 +56,32 @@ def count_kernels(lines: Iterable[str]) -> dict:
             "verdict": "zentorch kernels executed" if total else "no zentorch matmul in the log"}
 
 
-def log_lines(args) -> tuple[list[str], str]:
+def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
+    """The log's lines (streamed: a kernel log runs to gigabytes), where they came from, and the secret
+    values no line may carry into our output."""
+    fix = "pass the server log (launch.py writes it to the plan's log_file)"
+    secrets = [os.environ.get(n, "") for n in ("HF_TOKEN", "VLLM_API_KEY")]
     if args.log:
         path = Path(args.log)
     else:
-        plan = common.read_json_input(args.plan, "plan")
-        if plan.get("path") != "host":
+        plan = load_plan(args.plan)  # schema and state-dir rules, as launch.py reads a plan
+        secrets += known_secrets(plan)
+        if plan["path"] != "host":
             res = common.run([*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]], timeout=120)
             if not res.ok:
                 raise ScriptError(f"cannot read the container's log: {res.stderr.strip()[-200:]}",
                                   "is the container still there? (launch.py stop removes it)")
-            return (res.stdout + res.stderr).splitlines(), f"{plan['runtime']} logs {plan['container_name']}"
+            return (res.stdout + res.stderr).splitlines(), f"{plan['runtime']} logs {plan['container_name']}", secrets
         path = Path(plan["log_file"])
-    try:
-        return path.read_text(errors="replace").splitlines(), str(path)
-    except OSError as exc:
-        raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", "pass the server log (launch.py writes "
-                          "it to the plan's log_file)")
+    common.require_regular_file(path, "server log", fix)
+
+    def lines():
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                yield from f
+        except OSError as exc:
+            raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", fix)
+    return lines(), str(path), secrets
 
 
 def main(argv: Sequence[str] | None = None):
@@ -78,8 +90,11 @@ def main(argv: Sequence[str] | None = None):
     src.add_argument("--plan", help="launch plan JSON: read the log of what it started")
     src.add_argument("--log", help="a server log file")
     args = p.parse_args(argv)
-    lines, source = log_lines(args)
+    lines, source, secrets = log_lines(args)
     doc = {"source": source, **count_kernels(lines)}
+    # a log can hold anything the server printed, a token included: what we echo is redacted
+    doc["fallback_lines"] = [redact(line, secrets, 300) for line in doc["fallback_lines"]]
+    doc["sample"] = redact(doc["sample"], secrets, 300) if doc["sample"] else None
     if not doc["zentorch_matmuls"]:
         doc["error"] = "no zentorch matmul in the server log"
         doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "

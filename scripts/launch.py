@@ -210,6 +210,9 @@ def main(argv: Sequence[str] | None = None):
                                            "sizing")}
         if opts["state_dir"]:
             opts["state_dir"] = str(Path(opts["state_dir"]).expanduser().resolve())
+            if Path(opts["state_dir"]).exists() and not Path(opts["state_dir"]).is_dir():
+                raise ScriptError(f"--state-dir {a.state_dir} exists and is not a folder",
+                                  "pass a folder (it is created at start) for the server's log and state")
         return build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"])), common.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), common.EXIT_OK

@@ -5,6 +5,7 @@ decisions come from serve_plan.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -58,6 +59,12 @@ def load_plan(path: str) -> dict:
     if (plan["path"] == "host") != (plan["runtime"] == "host") or \
             (plan["path"] == "container") != bool(plan["container_name"]):
         raise ScriptError(f"{path}: path, runtime and container_name disagree", PLAN_FIX)
+    ours = re.escape(common.load_epyc()["container"]["name"]) + r"-\d{1,5}"
+    if plan["container_name"] is not None and not re.fullmatch(ours, plan["container_name"]):
+        raise ScriptError(f"{path}: container_name {plan['container_name']!r} is not one this bundle names "
+                          "(stop and verify act only on containers it started)", PLAN_FIX)
+    if not isinstance(plan.get("options"), dict) or plan["options"].get("state_dir") not in (None, plan["state_dir"]):
+        raise ScriptError(f"{path}: state_dir differs from the state dir the plan's options name", PLAN_FIX)
     return plan
 
 
@@ -116,8 +123,10 @@ def alive(plan: dict, state: dict) -> bool:
 def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
     """The server's last lines, with any secret value masked."""
     if plan["path"] == "host":
-        try:
-            lines = Path(plan["log_file"]).read_text(errors="replace").splitlines()
+        try:  # only the end: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes
+            with open(plan["log_file"], "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 256 * 1024))
+                lines = f.read().decode("utf-8", errors="replace").splitlines()
         except OSError:
             return []
     else:
@@ -155,9 +164,27 @@ def write_secret_files(directory: Path, values: dict) -> None:
             f.write(value)
 
 
+SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")  # the only files start ever writes into secrets/
+
+
 def remove_secret_files(plan: dict) -> None:
-    import shutil
-    shutil.rmtree(Path(plan["state_dir"]) / "secrets", ignore_errors=True)
+    """Remove what start wrote, by name, and the folder if that leaves it empty: never a whole tree a
+    plan file happens to point at."""
+    directory = Path(plan["state_dir"]) / "secrets"
+    for name in SECRET_NAMES:
+        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
+
+
+def remove_state(plan: dict) -> None:
+    """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name."""
+    state = read_state(plan)
+    if state is not None and {"path", "pgid", "create_time"} <= state.keys() or \
+            state is not None and state.get("path") == "container" and "container_name" in state:
+        Path(plan["state_file"]).unlink(missing_ok=True)
 
 
 def known_secrets(plan: dict) -> list[str]:
@@ -175,6 +202,17 @@ def port_in_use(port: int) -> bool:
     return not validate.port_is_free(port)
 
 
+def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
+    """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
+    from serve_plan import plan_differences
+    diff = plan_differences(plan, fresh)
+    if diff:
+        raise ScriptError(f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
+                          "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
+                          "the API key variable, the model folder)", "plan again in this shell and confirm "
+                          "that plan: what the human approves is exactly what runs", phase=phase)
+
+
 def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict | None = None) -> dict:
     """Run what the plan says, once: under a lock in the state dir, refusing a plan whose command differs
     from a fresh rendering of its own inputs (`fresh`), a running server, a busy port, a missing secret."""
@@ -186,13 +224,7 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
                           "were assumed", "run the chain on that host (detect.py there, or --sysroot its capture on "
                           "the host itself), then plan and start there", phase="start")
     if fresh is not None:
-        from serve_plan import plan_differences
-        diff = plan_differences(plan, fresh)
-        if diff:
-            raise ScriptError(f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
-                              "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
-                              "the API key variable, the model folder)", "plan again in this shell and confirm "
-                              "that plan: what the human approves is exactly what runs", phase="start")
+        refuse_edited(plan, fresh, "start")
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     import fcntl
     with open(Path(plan["state_dir"]) / ".lock", "w") as lock:
@@ -342,13 +374,13 @@ def stop(plan: dict) -> dict:
                               timeout=STOP_GRACE_S + 60)
         res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)
         remove_secret_files(plan)
-        Path(plan["state_file"]).unlink(missing_ok=True)
+        remove_state(plan)
         gone = res.ok or "no such container" in (res.stderr or "").lower()
         return {"stopped": gone, "container_name": plan["container_name"], "graceful": graceful.ok,
                 "detail": (res.stdout or res.stderr).strip()[:200]}
     group = group_members(state) if state else []
     if not group:
-        Path(plan["state_file"]).unlink(missing_ok=True)
+        remove_state(plan)
         return {"stopped": False, "reason": "not running"}
     import psutil
     for proc in group:  # SIGTERM to our own group only (checked by pgid and start time), then wait
@@ -367,6 +399,6 @@ def stop(plan: dict) -> dict:
         if not group_members(state):
             break
         time.sleep(0.2)
-    Path(plan["state_file"]).unlink(missing_ok=True)
+    remove_state(plan)
     return {"stopped": True, "pid": state.get("pid"), "processes": len(group), "killed_after_timeout": len(left)}
 

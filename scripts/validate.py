@@ -478,7 +478,8 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--detect", type=common.nonempty, help="detect.py's JSON for this host (default: read the CPU here)")
     p.add_argument("--image", default=None, type=common.image_ref, help="container image (default: the pinned one, "
                    "or the stock image with --stock)")
-    p.add_argument("--generation", help="override epyc_generation (default: from --detect or this host)")
+    p.add_argument("--generation", choices=sorted({g["name"] for g in epyc["generations"]}),
+                   help="override epyc_generation (default: from --detect or this host)")
     p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
     p.add_argument("--python", type=common.nonempty, help="interpreter of the host path (default: the "
                    "setup_host_stack.py venv of the backend if it exists, else this one)")

