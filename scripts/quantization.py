@@ -52,7 +52,7 @@ def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict])
             note = row.get("note")
             if backend == "zentorch" and row.get("needs_dtype") and dtype != row["needs_dtype"]:
                 kernel, note = row.get("otherwise"), f"served in {dtype}, not {row['needs_dtype']}: " + (note or "")
-            return {"quantized": True, "kernel": kernel, "served_on_cpu": kernel is not None and row.get("served", True),
+            return {"quantized": True, "kernel": kernel, "served_on_cpu": kernel is not None,
                     "note": note, "source": row.get("source")}
     return {"quantized": True, "kernel": None, "served_on_cpu": None,
             "note": f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "

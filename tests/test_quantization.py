@@ -45,11 +45,26 @@ def test_descriptions_of_the_real_formats():
     assert quantization.describe({"text_config": {"quantization_config": AWQ}})["method"] == "awq"
 
 
+def test_older_autoawq_names_and_values_of_the_wrong_type():
+    old = quantization.describe({"quantization_config": {"quant_method": "awq", "w_bit": 4, "q_group_size": 64}})
+    assert (old["bits"], old["group_size"]) == (4, 64)
+    odd = quantization.describe({"quantization_config": {"bits": True, "group_size": "128", "sym": "yes"}})
+    assert odd == {"method": "unknown", "format": None, "bits": None, "symmetric": None, "group_size": None}
+
+
+def test_float32_serving_says_why_the_int8_path_is_not_taken():
+    got = quantization.cpu_kernel(quantization.describe({"quantization_config": CT_W4_SYM}), "zentorch", "float32",
+                                  KERNELS)
+    assert got["note"].startswith("served in float32, not bfloat16: the fast int4 path")
+
+
 def test_a_method_the_table_does_not_know_is_unknown_not_assumed():
     got = quantization.cpu_kernel(quantization.describe({"quantization_config": FP8}), "zentorch", "bfloat16", KERNELS)
-    assert got["kernel"] is None and got["served_on_cpu"] is None and "verify" in got["note"]
-    plain = quantization.cpu_kernel(None, "zentorch", "bfloat16", KERNELS)
-    assert plain["quantized"] is False and plain["served_on_cpu"] is True
+    assert got == {"quantized": True, "kernel": None, "served_on_cpu": None, "source": None,
+                   "note": "fp8 is not in this skill's table: whether vLLM's CPU backend loads it is decided at "
+                           "start (verify reports it)"}
+    assert quantization.cpu_kernel(None, "zentorch", "bfloat16", KERNELS) == {
+        "quantized": False, "kernel": None, "served_on_cpu": True, "note": None, "source": None}
 
 
 def quantized_folder(tmp_path, qcfg):

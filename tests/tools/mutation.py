@@ -13,6 +13,7 @@ ids (inspect one with `python -m mutmut show ID`).
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def mutmut(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 def run_module(module: str, tests: list[str]) -> dict:
     (ROOT / ".mutmut-cache").unlink(missing_ok=True)
-    runner = " ".join([PY, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e", *tests])
+    runner = shlex.join([PY, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e", *tests])
     mutmut("run", "--paths-to-mutate", module, "--runner", runner, "--no-progress", timeout=4 * 3600)
     counts, survivors = {}, []
     for status in STATUSES:
