@@ -144,6 +144,10 @@ def pick_registry(args, notes: list[str]) -> dict | None:
         try:
             return vllm_registry.probe_live(prefix, label)
         except ScriptError as exc:
+            if args.python:  # the user named the interpreter that will serve: a snapshot is not its registry
+                raise ScriptError(f"--python {args.python}: its vLLM registry could not be probed ({exc.error})",
+                                  "pass the interpreter of the host stack (setup_host_stack.py prints it), or "
+                                  "drop --python to use the pinned version's snapshot")
             notes.append(f"registry probe failed ({exc.error}); falling back to a snapshot")
     elif args.image:
         notes.append(f"image {args.image} is not pulled: its registry was not probed; using a snapshot")

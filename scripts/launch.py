@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
-from serve_life import NO_RETRY_FIX, host_facts, load_plan, read_state, rerender, start, stop, verify  # noqa: E402
+from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
+                        stop, verify)
 from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc  # noqa: E402
 
 
@@ -223,6 +224,8 @@ def main(argv: Sequence[str] | None = None):
         return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), common.EXIT_OK
     if a.cmd == "handoff":
         return handoff_doc(plan, settled=(read_state(plan) or {}).get("primary_endpoint")), common.EXIT_OK
+    # stop acts on what the plan names: only a plan its own inputs still render (wherever the key is exported)
+    refuse_edited(plan, rerender(plan, epyc, env_from_plan=True), "stop")
     return stop(plan), common.EXIT_OK
 
 

@@ -34,11 +34,18 @@ def host_facts(opt: dict, chk: dict) -> dict:
             "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None}
 
 
-def rerender(plan: dict, epyc: dict) -> dict:
-    """The plan its own inputs and options give in this shell now (start compares it with the file)."""
+def rerender(plan: dict, epyc: dict, env_from_plan: bool = False) -> dict:
+    """The plan its own inputs and options give in this shell now (start compares it with the file).
+    `env_from_plan`: take the secrets' and offline state from the plan itself, not this shell (stop must
+    work where the API key is not exported; it only needs to know the plan was not edited)."""
     from serve_plan import build_plan
     try:
-        return build_plan(plan["inputs"], plan["options"], epyc, host_facts(plan["options"], plan["inputs"]["check_model"]))
+        facts = host_facts(plan["options"], plan["inputs"]["check_model"])
+        if env_from_plan:
+            facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
+                         api_key_set=bool(plan.get("api_key_env")),
+                         hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
+        return build_plan(plan["inputs"], plan["options"], epyc, facts)
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
         exc.extra.setdefault("phase", "start")
         raise
