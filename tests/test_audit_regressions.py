@@ -193,3 +193,13 @@ def test_container_names_are_ours_only(tmp_path):
 def re_ours():
     import re
     return re.escape(load_epyc()["container"]["name"]) + r"-\d{1,5}"
+
+
+def test_the_mutation_tool_names_what_it_can_run():
+    """tests/tools/mutation.py (on demand, README): a module without a test list is refused in its JSON."""
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "tests/tools/mutation.py", "scripts/nope.py"], capture_output=True,
+                         text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["ok"] is False and "scripts/kv_cache.py" in doc["fix"]

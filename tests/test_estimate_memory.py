@@ -252,3 +252,24 @@ def test_offline_config_file_sizes_the_kv_without_the_hub(script):
     assert r.doc["model"] == "Qwen/Qwen3-0.6B" and r.doc["fit"]["fits"]
     bad = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg))
     assert bad.code == 1 and "--weight-gb" in bad.doc["fix"]
+
+
+def test_layer_type_names_dtypes_and_empty_fields_as_vllm_reads_them():
+    """Survivors of the mutation run on kv_cache.py, each pinned: every layer-type spelling vLLM uses, the
+    float16 KV width, an empty layer_types / pattern falling through to the next rule, zero as 'missing'."""
+    base = {"num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64, "sliding_window": 128}
+    types = ["attention", "global_attention", "full_attention", "chunked_attention", "local_attention",
+             "sliding_attention", "linear_attention"]
+    lay = em.kv_layout({**base, "num_hidden_layers": 7, "layer_types": types})
+    assert (lay["full"], lay["sliding"], lay["none"]) == (3, 3, 1)
+    assert em.kv_layout({**base, "num_hidden_layers": 2}, em.KV_BYTES_BY_DTYPE["float16"])["bytes_per_token_per_layer"] \
+        == 2 * 1 * 64 * 2
+    assert (em.kv_dtype_for("float16"), em.kv_dtype_for("int8")) == ("float16", "bfloat16")
+    # empty list / pattern: not a layout, the model-wide sliding_window decides (Mistral-style: all local)
+    for empty in ({"layer_types": []}, {"hybrid_override_pattern": ""}):
+        lay = em.kv_layout({**base, "num_hidden_layers": 4, **empty})
+        assert (lay["full"], lay["sliding"], lay["none"]) == (0, 4, 0)
+    jamba = em.kv_layout({**base, "num_hidden_layers": 8, "attn_layer_period": 4, "attn_layer_offset": 1})
+    assert (jamba["full"], jamba["sliding"], jamba["none"]) == (2, 0, 6)
+    with pytest.raises(em.ScriptError, match="num_hidden_layers"):
+        em.kv_layout({**base, "num_hidden_layers": 0})
