@@ -170,10 +170,15 @@ def version(text: str) -> str:
 def executable(text: str) -> str:
     """argparse type: an interpreter or program this script will run; it must exist and be executable."""
     nonempty(text)
-    p = Path(text).expanduser()
-    if not p.is_file() or not os.access(p, os.X_OK):
+    if not is_executable(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an executable file")
     return text
+
+
+def is_executable(path: str) -> bool:
+    """A regular file this user may run (a folder or /dev/null is not)."""
+    p = Path(path).expanduser()
+    return p.is_file() and os.access(p, os.X_OK)
 
 
 def nonempty(text: str) -> str:

@@ -5,7 +5,6 @@ decisions come from serve_plan.
 from __future__ import annotations
 
 import json
-import re
 import os
 import signal
 import subprocess
@@ -66,10 +65,6 @@ def load_plan(path: str) -> dict:
     if (plan["path"] == "host") != (plan["runtime"] == "host") or \
             (plan["path"] == "container") != bool(plan["container_name"]):
         raise ScriptError(f"{path}: path, runtime and container_name disagree", PLAN_FIX)
-    ours = re.escape(common.load_epyc()["container"]["name"]) + r"-\d{1,5}"
-    if plan["container_name"] is not None and not re.fullmatch(ours, plan["container_name"]):
-        raise ScriptError(f"{path}: container_name {plan['container_name']!r} is not one this bundle names "
-                          "(stop and verify act only on containers it started)", PLAN_FIX)
     if not isinstance(plan.get("options"), dict) or plan["options"].get("state_dir") not in (None, plan["state_dir"]):
         raise ScriptError(f"{path}: state_dir differs from the state dir the plan's options name", PLAN_FIX)
     return plan
@@ -188,9 +183,10 @@ def remove_secret_files(plan: dict) -> None:
 
 def remove_state(plan: dict) -> None:
     """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name."""
-    state = read_state(plan)
-    if state is not None and {"path", "pgid", "create_time"} <= state.keys() or \
-            state is not None and state.get("path") == "container" and "container_name" in state:
+    state = read_state(plan) or {}
+    host_state = {"path", "pgid", "create_time"} <= state.keys()
+    container_state = state.get("path") == "container" and "container_name" in state
+    if host_state or container_state:
         Path(plan["state_file"]).unlink(missing_ok=True)
 
 

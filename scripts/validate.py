@@ -489,7 +489,7 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--port-start", type=common.int_in(1, 65535), default=epyc["serve"]["default_port"])
     args = p.parse_args(argv)
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
-    if args.python is not None and not (Path(args.python).is_file() and os.access(args.python, os.X_OK)):
+    if args.python is not None and not common.is_executable(args.python):
         what = "does not exist" if not Path(args.python).exists() else "is not an executable file"
         raise ScriptError(f"--python {args.python} {what}", "pass the interpreter of the env that has "
                           "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")

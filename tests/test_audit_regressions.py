@@ -10,7 +10,6 @@ import pytest
 
 import serve_life
 import serve_plan
-from common import load_epyc
 from model_fixtures import FIXTURES, model_folder
 from test_launch import host_plan, inputs, live_tune, rt  # noqa: F401  (fixtures)
 
@@ -185,14 +184,13 @@ def test_bench_refuses_an_edited_plan(script, tmp_path, inputs, live_tune):  # n
     assert r.code == 1 and "not a folder" in r.doc["error"]
 
 
-def test_container_names_are_ours_only(tmp_path):
-    plan = {"container_name": "someone-elses-db"}
-    assert not __import__("re").fullmatch(re_ours(), plan["container_name"])
-
-
-def re_ours():
-    import re
-    return re.escape(load_epyc()["container"]["name"]) + r"-\d{1,5}"
+def test_a_plan_naming_a_container_that_is_not_ours_is_refused(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """stop and verify act only on containers this bundle named (vllm-epyc-PORT), never someone else's."""
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    f = tmp_path / "foreign.json"
+    f.write_text(json.dumps({**plan, "path": "container", "runtime": "docker", "container_name": "someone-elses-db"}))
+    r = script("launch.py", "stop", "--plan", str(f))
+    assert r.code == 1 and "field container_name" in r.doc["error"]  # data/schemas/plan.json's pattern
 
 
 def test_the_mutation_tool_names_what_it_can_run():

@@ -70,6 +70,18 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = 
     return save(tmp, "plan", plan), {"plan": plan.doc, "estimate": est.doc, "tune": tune.doc}
 
 
+def serve_verify_stop(plan_file: Path, plan: dict) -> str:
+    """start, verify (healthy and one real answer), stop: the server's log, for what vLLM said about itself."""
+    start = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert start.code == 0, start.doc
+    try:
+        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
+        assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
+        return Path(plan["log_file"]).read_text(errors="replace")
+    finally:
+        run_script("launch.py", "stop", "--plan", str(plan_file))
+
+
 @pytest.mark.parametrize("shape", ["sliding", "hybrid"])
 def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(stack, models, tmp_path, shape):
     """Our per-sequence KV figure is vLLM's: sliding-window layers hold window - 1 + batched tokens, recurrent
@@ -85,14 +97,7 @@ def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(sta
     else:
         assert (layers["full"], layers["none"], layers["recurrent_family"]) == (1, 3, "gated_deltanet")
         assert est["kv_block_size"] == 384  # 128 x ceil(137,216 B of state / (128 x 512 B))
-    start = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
-    assert start.code == 0, start.doc
-    try:
-        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
-        assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
-        log = Path(plan["log_file"]).read_text(errors="replace")
-    finally:
-        run_script("launch.py", "stop", "--plan", str(plan_file))
+    log = serve_verify_stop(plan_file, plan)
     m = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log)
     assert m and int(m.group(1).replace(",", "")) == 2048, "vLLM did not log its KV concurrency"
     ours = got["tune"]["kv_granted_gb"] * 2 ** 30 / est["kv_bytes_per_sequence"]
@@ -110,13 +115,7 @@ def test_a_quantized_checkpoint_serves_with_the_kernel_the_plan_names(stack, mod
     expected = "zentorch_dynamic_qlinear" if stack["backend"] == "zentorch" else "cpu_gemm_wna16"
     assert plan["quantization"]["kernel"].startswith(expected) and expected in plan["summary_markdown"]
     assert got["estimate"]["quantization"]["bits"] == 4
-    assert run_script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
-    try:
-        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
-        assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
-        log = Path(plan["log_file"]).read_text(errors="replace")
-    finally:
-        run_script("launch.py", "stop", "--plan", str(plan_file))
+    log = serve_verify_stop(plan_file, plan)
     if stack["backend"] == "zentorch":
         assert "Using zentorch_dynamic_qlinear for DA8W4" in log
     else:

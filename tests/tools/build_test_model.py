@@ -62,11 +62,42 @@ AWQ_GROUP = 128
 AWQ_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def to_awq(model, out: Path, group: int) -> None:
-    """Rewrite the saved checkpoint in AutoAWQ's on-disk format (GEMM, 4-bit, zero point): each decoder
-    linear becomes qweight int32 [in, out/8], qzeros int32 [in/group, out/8], scales fp16 [in/group, out],
-    with random values; embeddings, norms and lm_head stay bf16. What vLLM loads is a real AWQ checkpoint."""
-    import json as _json
+def awq_tensors(n_out: int, n_in: int, group: int) -> dict:
+    """AutoAWQ's on-disk format (GEMM, 4-bit, zero point): qweight int32 [in, out/8] packed along the output
+    dim, qzeros int32 [in/group, out/8], scales fp16 [in/group, out]."""
+    import torch
+    return {"qweight": torch.randint(-2**31, 2**31 - 1, (n_in, n_out // 8), dtype=torch.int32),
+            "qzeros": torch.full((n_in // group, n_out // 8), 0x88888888 - 2**32, dtype=torch.int32),
+            "scales": (torch.rand(n_in // group, n_out) * 0.002).to(torch.float16)}
+
+
+def ct_w4_tensors(n_out: int, n_in: int, group: int) -> dict:
+    """compressed-tensors "pack-quantized" int4, symmetric, group-wise (llm-compressor's W4A16 output):
+    weight_packed int32 [out, in/8] packed along the input dim, weight_scale bf16 [out, in/group], weight_shape.
+    On the zentorch platform this layout is the one zentorch repacks for its DA8W4 (int8 x int4) kernel."""
+    import torch
+    return {"weight_packed": torch.randint(-2**31, 2**31 - 1, (n_out, n_in // 8), dtype=torch.int32),
+            "weight_scale": (torch.rand(n_out, n_in // group) * 0.002).to(torch.bfloat16),
+            "weight_shape": torch.tensor([n_out, n_in], dtype=torch.int64)}
+
+
+def quantization_config(quant: str, group: int) -> dict:
+    if quant == "awq":
+        return {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm",
+                "modules_to_not_convert": None}
+    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+            "ignore": ["lm_head"], "config_groups": {"group_0": {
+                "targets": ["Linear"], "input_activations": None, "output_activations": None,
+                "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": group,
+                            "dynamic": False, "actorder": None, "observer": "minmax"}}}}
+
+
+QUANT_TENSORS = {"awq": awq_tensors, "ct-w4": ct_w4_tensors}
+
+
+def to_quantized(model, out: Path, quant: str, group: int) -> None:
+    """Rewrite the saved checkpoint with each decoder linear stored as int4 in `quant`'s on-disk format, with
+    random values; embeddings, norms and lm_head stay bf16. What vLLM loads is a real checkpoint of that format."""
     import torch
     from safetensors.torch import save_file
 
@@ -74,11 +105,9 @@ def to_awq(model, out: Path, group: int) -> None:
     tensors = {}
     for name, t in model.state_dict().items():
         if name.endswith(".weight") and any(f".{n}." in name for n in AWQ_LINEARS):
-            n_out, n_in = t.shape
             base = name[: -len(".weight")]
-            tensors[base + ".qweight"] = torch.randint(-2**31, 2**31 - 1, (n_in, n_out // 8), dtype=torch.int32)
-            tensors[base + ".qzeros"] = torch.full((n_in // group, n_out // 8), 0x88888888 - 2**32, dtype=torch.int32)
-            tensors[base + ".scales"] = (torch.rand(n_in // group, n_out) * 0.002).to(torch.float16)
+            n_out, n_in = t.shape
+            tensors.update({f"{base}.{k}": v for k, v in QUANT_TENSORS[quant](n_out, n_in, group).items()})
         else:
             tensors[name] = t.contiguous()
     if "lm_head.weight" in tensors and model.config.tie_word_embeddings:
@@ -86,45 +115,9 @@ def to_awq(model, out: Path, group: int) -> None:
     for f in out.glob("model*.safetensors*"):
         f.unlink()
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = _json.loads((out / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True,
-                                  "version": "gemm", "modules_to_not_convert": None}
-    (out / "config.json").write_text(_json.dumps(cfg, indent=2) + "\n")
-
-
-def to_ct_w4(model, out: Path, group: int) -> None:
-    """Rewrite the saved checkpoint as compressed-tensors "pack-quantized" int4, symmetric, group-wise
-    (llm-compressor's W4A16 output): weight_packed int32 [out, in/8] packed along the input dim,
-    weight_scale bf16 [out, in/group], weight_shape; random values. On the zentorch platform this layout
-    is the one zentorch repacks for its DA8W4 (int8 activations x int4 weights) kernel."""
-    import json as _json
-    import torch
-    from safetensors.torch import save_file
-
-    torch.manual_seed(1)
-    tensors = {}
-    for name, t in model.state_dict().items():
-        if name.endswith(".weight") and any(f".{n}." in name for n in AWQ_LINEARS):
-            n_out, n_in = t.shape
-            base = name[: -len(".weight")]
-            tensors[base + ".weight_packed"] = torch.randint(-2**31, 2**31 - 1, (n_out, n_in // 8), dtype=torch.int32)
-            tensors[base + ".weight_scale"] = (torch.rand(n_out, n_in // group) * 0.002).to(torch.bfloat16)
-            tensors[base + ".weight_shape"] = torch.tensor([n_out, n_in], dtype=torch.int64)
-        else:
-            tensors[name] = t.contiguous()
-    if "lm_head.weight" in tensors and model.config.tie_word_embeddings:
-        del tensors["lm_head.weight"]
-    for f in out.glob("model*.safetensors*"):
-        f.unlink()
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = _json.loads((out / "config.json").read_text())
-    cfg["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
-        "ignore": ["lm_head"], "config_groups": {"group_0": {
-            "targets": ["Linear"], "input_activations": None, "output_activations": None,
-            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": group,
-                        "dynamic": False, "actorder": None, "observer": "minmax"}}}}
-    (out / "config.json").write_text(_json.dumps(cfg, indent=2) + "\n")
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = quantization_config(quant, group)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 def build(shape: str, out: Path, quant: str | None = None) -> dict:
@@ -154,10 +147,8 @@ def build(shape: str, out: Path, quant: str | None = None) -> dict:
     model = model_cls(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     params = sum(p.numel() for p in model.parameters())
-    if quant == "awq":
-        to_awq(model, out, AWQ_GROUP)
-    elif quant == "ct-w4":
-        to_ct_w4(model, out, AWQ_GROUP)
+    if quant:
+        to_quantized(model, out, quant, AWQ_GROUP)
     (out / "BUILD.json").write_text(json.dumps({"shape": shape, "quant": quant, "parameters": params}) + "\n")
     return {"folder": str(out), "shape": shape, "quant": quant, "parameters": params}
 
@@ -166,7 +157,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--quant", choices=["awq", "ct-w4"], help="store the decoder's linear layers as int4: AutoAWQ "
+    ap.add_argument("--quant", choices=sorted(QUANT_TENSORS), help="store the decoder's linear layers as int4: AutoAWQ "
                     "(awq) or compressed-tensors pack-quantized symmetric (ct-w4); random values")
     args = ap.parse_args()
     out = Path(args.out)
