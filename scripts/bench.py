@@ -114,8 +114,12 @@ def markdown(cells: list[dict]) -> str:
 
 
 def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpoint: str, input_len: int,
-               output_len: int, concurrency: int, result_dir: str, name: str) -> list[str]:
-    """One `vllm bench serve` run of the matrix, as an argv (no shell)."""
+               output_len: int, concurrency: int, result_dir: str, name: str, seed: int) -> list[str]:
+    """One `vllm bench serve` run of the matrix, as an argv (no shell).
+
+    Each run gets its own seed: with one seed for all, a repeat sends the prompts of the run before it,
+    vLLM's prefix cache answers their prefill, and TTFT reads low. `concurrency` warm-up requests first,
+    so the first measured requests do not pay for lazy start-up work (the first repeat read 4x TTFT)."""
     chat = endpoint == "chat_completions"
     return [*vllm, "bench", "serve", "--backend", "openai-chat" if chat else "vllm",
             "--base-url", base_url.removesuffix("/v1"),
@@ -123,7 +127,8 @@ def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpo
             "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random",
             "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--ignore-eos",
             "--max-concurrency", str(concurrency), "--num-prompts", str(10 * concurrency),
-            "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,90,99", "--seed", "0",
+            "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,90,99", "--seed", str(seed),
+            "--num-warmups", str(concurrency),
             "--save-result", "--result-dir", result_dir, "--result-filename", name]
 
 
@@ -201,7 +206,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                 res = common.run(bench_argv(target["vllm"], plan["base_url"], plan["served_model_name"],
                                             target["tokenizer"], plan["primary_endpoint"], input_len,
                                             args.output_len, conc, str((out / "raw").resolve())
-                                            if plan["path"] == "host" else "/tmp", name),
+                                            if plan["path"] == "host" else "/tmp", name, seed=done),
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
                     got = common.run([*common.runtime_argv(plan["runtime"]), "exec", plan["container_name"],
@@ -220,6 +225,11 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                                       "re-run the benchmark; keep the raw file for the report", out=str(out))
                 if runs[-1]["failed"]:
                     common.log(f"bench: !!! {runs[-1]['failed']} FAILED requests in {name}")
+                if not runs[-1]["completed"]:  # the endpoint is gone: the rest of the matrix would fail too
+                    raise ScriptError(f"no request completed at input {input_len}, concurrency {conc} "
+                                      f"({runs[-1]['failed']} failed): the endpoint is not answering",
+                                      "check the server (launch.py verify --plan <plan.json>, its log), "
+                                      "then re-run the benchmark", out=str(out))
             cells.append({"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc,
                           **summarise_cell(runs)})
     return cells

@@ -504,11 +504,15 @@ def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INP
 def read_input_text(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES, strict: bool = True) -> str:
     """read_input_bytes as UTF-8: strict for documents (a byte that is not UTF-8 is an error naming the
     file), lenient (replacement characters) for logs."""
-    data = read_input_bytes(spec, what, fix, limit)
+    return decode_input(read_input_bytes(spec, what, fix, limit), f"{what} {str(spec)!r}", fix, strict)
+
+
+def decode_input(data: bytes, label: str, fix: str, strict: bool = True) -> str:
+    """Input bytes as UTF-8 text; a byte that is not UTF-8 is an error naming where it came from."""
     try:
         return data.decode("utf-8", errors="strict" if strict else "replace")
     except UnicodeDecodeError as exc:
-        raise ScriptError(f"{what} {str(spec)!r} is not UTF-8 text (byte {exc.start})", fix)
+        raise ScriptError(f"{label} is not UTF-8 text (byte {exc.start})", fix)
 
 
 def parse_json_object(text: str, what: str, fix: str) -> dict:
@@ -533,10 +537,7 @@ def read_json_input(spec: str, what: str) -> dict:
         data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
         if len(data) > MAX_INPUT_BYTES:
             raise ScriptError(f"{what} on stdin is over {MAX_INPUT_BYTES:,} bytes", fix)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ScriptError(f"{what} on stdin is not UTF-8 text (byte {exc.start})", fix)
+        text = decode_input(data, f"{what} on stdin", fix)
     else:
         text = read_input_text(spec, f"{what} JSON", fix)
     doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step")

@@ -192,12 +192,3 @@ def test_a_plan_naming_a_container_that_is_not_ours_is_refused(script, tmp_path,
     r = script("launch.py", "stop", "--plan", str(f))
     assert r.code == 1 and "field container_name" in r.doc["error"]  # data/schemas/plan.json's pattern
 
-
-def test_the_mutation_tool_names_what_it_can_run():
-    """tests/tools/mutation.py (on demand, README): a module without a test list is refused in its JSON."""
-    import subprocess
-    import sys
-    res = subprocess.run([sys.executable, "tests/tools/mutation.py", "scripts/nope.py"], capture_output=True,
-                         text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
-    doc = json.loads(res.stdout)
-    assert res.returncode == 1 and doc["ok"] is False and "scripts/kv_cache.py" in doc["fix"]

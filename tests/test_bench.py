@@ -61,13 +61,15 @@ def test_decode_bound():
 
 def test_bench_argv_is_vllms_own_benchmark_with_the_method():
     argv = bench.bench_argv(["/v/bin/vllm"], "http://127.0.0.1:8000/v1", "tiny", "/m/tiny", "chat_completions",
-                            128, 128, 4, "/r", "in128_c4_r1.json")
+                            128, 128, 4, "/r", "in128_c4_r1.json", seed=7)
     assert argv[:3] == ["/v/bin/vllm", "bench", "serve"] and "--ignore-eos" in argv
     pairs = dict(zip(argv[3::1], argv[4::1]))
     assert pairs["--base-url"] == "http://127.0.0.1:8000" and pairs["--endpoint"] == "/v1/chat/completions"
     assert pairs["--num-prompts"] == "40" and pairs["--max-concurrency"] == "4"
     assert pairs["--percentile-metrics"] == "ttft,tpot,itl,e2el" and pairs["--backend"] == "openai-chat"
-    comp = bench.bench_argv(["vllm"], "http://h:1/v1", "m", "t", "completions", 512, 64, 1, "/r", "x.json")
+    # a seed of its own per run (no prefix-cache hits on a repeat's prompts), warm-up before measuring
+    assert pairs["--seed"] == "7" and pairs["--num-warmups"] == "4"
+    comp = bench.bench_argv(["vllm"], "http://h:1/v1", "m", "t", "completions", 512, 64, 1, "/r", "x.json", seed=1)
     assert dict(zip(comp, comp[1:]))["--endpoint"] == "/v1/completions"
 
 
