@@ -22,7 +22,10 @@ cell's output throughput as a ratio to the best. The plan itself must not be run
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
+import re
 import statistics
 import sys
 import time
@@ -67,13 +70,13 @@ def run_metrics(doc: dict) -> dict:
     out = {}
     for m in METRICS:
         v = doc.get(f"median_{m}_ms")
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise ValueError(f"median_{m}_ms missing or not a number")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ValueError(f"median_{m}_ms missing or not a finite number")
         out[f"median_{m}_ms"] = float(v)
     for key in ("output_throughput", "total_token_throughput", "completed", "failed"):
         v = doc.get(key, 0 if key == "failed" else None)
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise ValueError(f"{key} missing or not a number")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ValueError(f"{key} missing or not a finite number")
         out[key] = v
     return out
 
@@ -119,7 +122,9 @@ def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpo
 
     Each run gets its own seed: with one seed for all, a repeat sends the prompts of the run before it,
     vLLM's prefix cache answers their prefill, and TTFT reads low. `concurrency` warm-up requests first,
-    so the first measured requests do not pay for lazy start-up work (the first repeat read 4x TTFT)."""
+    so the first measured requests do not pay for lazy start-up work (the first repeat read 4x TTFT).
+    vLLM's warm-ups are copies of the run's first prompt: that one request of 10 x C finds its prefill
+    cached; the medians do not move for it."""
     chat = endpoint == "chat_completions"
     return [*vllm, "bench", "serve", "--backend", "openai-chat" if chat else "vllm",
             "--base-url", base_url.removesuffix("/v1"),
@@ -136,13 +141,16 @@ def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpo
 
 
 def int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 or v > 1 << 20 for v in values):
-        import argparse
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive whole numbers")
+    """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
+    once (a repeated one would run twice and overwrite its raw file)."""
+    import argparse
+    parts = text.split(",")
+    if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive whole numbers "
+                                         f"(e.g. 1,4,8; each at most {1 << 20})")
+    values = [int(x) for x in parts]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a value: each one runs once")
     return values
 
 
@@ -176,7 +184,12 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--out", type=common.nonempty, help="result folder (default: <state_dir>/bench-<time>)")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth run (no decode bound)")
     p.add_argument("--compare", action="store_true", help="serve the model once per sizing and compare them")
+    p.add_argument("--seed", type=common.int_in(0, 1 << 30), help="first run's prompt seed, each run the next "
+                   "(default: drawn at random, so a second benchmark of the same server sends new prompts; "
+                   "summary.json records it)")
     args = p.parse_args(argv)
+    if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
+        args.seed = random.SystemRandom().randrange(1 << 30)
     import serve_life
     plan = serve_life.load_plan(args.plan)
     # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one
@@ -206,7 +219,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                 res = common.run(bench_argv(target["vllm"], plan["base_url"], plan["served_model_name"],
                                             target["tokenizer"], plan["primary_endpoint"], input_len,
                                             args.output_len, conc, str((out / "raw").resolve())
-                                            if plan["path"] == "host" else "/tmp", name, seed=done),
+                                            if plan["path"] == "host" else "/tmp", name, seed=args.seed + done),
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
                     got = common.run([*common.runtime_argv(plan["runtime"]), "exec", plan["container_name"],
@@ -254,7 +267,8 @@ def finish(plan: dict, args, out: Path, cells: list[dict]):
     bound = decode_bound(weights, bw, min(c1) if c1 else None)
     failed = sum(c["failed"] for c in cells)
     doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
-           "output_len": args.output_len, "repeats": args.repeats, "cells": cells, "failed": failed,
+           "output_len": args.output_len, "repeats": args.repeats, "seed": args.seed, "cells": cells,
+           "failed": failed,
            "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None, "bandwidth_cpus": bind,
            "weight_bytes": weights, **bound, "host": host_record(plan)}
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -175,9 +175,19 @@ def executable(text: str) -> str:
     return text
 
 
+def user_path(spec: str | Path, what: str = "path") -> Path:
+    """A path with `~` / `~user` expanded; an unknown user is a clear error (Path.expanduser raises
+    RuntimeError for it)."""
+    try:
+        return Path(spec).expanduser()
+    except RuntimeError:
+        raise ScriptError(f"{what} {str(spec)!r}: no such user's home for the '~'", f"spell {what} without ~user, "
+                          "or with ~ for your own home")
+
+
 def is_executable(path: str) -> bool:
     """A regular file this user may run (a folder or /dev/null is not)."""
-    p = Path(path).expanduser()
+    p = user_path(path)
     return p.is_file() and os.access(p, os.X_OK)
 
 
@@ -459,7 +469,7 @@ def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_resul
 def output_dir(spec: str | Path, what: str) -> Path:
     """A folder the script writes into: created if missing; an existing file or an unwritable place is a
     clear error before any work is done."""
-    path = Path(spec).expanduser()
+    path = user_path(spec, what)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -474,7 +484,7 @@ def output_dir(spec: str | Path, what: str) -> Path:
 
 def output_file(spec: str | Path, what: str) -> Path:
     """A file the script writes: its folder must exist and the path must not be a folder."""
-    path = Path(spec).expanduser()
+    path = user_path(spec, what)
     if path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz")
     if not path.parent.is_dir():
@@ -534,7 +544,10 @@ def read_json_input(spec: str, what: str) -> dict:
     """Load another script's JSON output from a file path, or '-' for stdin."""
     fix = f"save the output of the {what} step to a file and pass its path"
     if spec == "-":
-        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        try:
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        except (AttributeError, OSError, ValueError) as exc:  # stdin closed (None), write-only, or detached
+            raise ScriptError(f"{what} on stdin: stdin cannot be read ({getattr(exc, 'strerror', None) or exc})", fix)
         if len(data) > MAX_INPUT_BYTES:
             raise ScriptError(f"{what} on stdin is over {MAX_INPUT_BYTES:,} bytes", fix)
         text = decode_input(data, f"{what} on stdin", fix)

@@ -276,7 +276,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
     if revision is not None and not _REVISION_RE.match(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
-    p = Path(ref).expanduser()
+    p = common.user_path(ref, "--model")
     try:
         is_dir, exists = p.is_dir(), p.exists()
     except OSError as exc:  # e.g. a name longer than the file system allows

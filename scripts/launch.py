@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None):
                                            "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log",
                                            "sizing")}
         if opts["state_dir"]:
-            opts["state_dir"] = str(Path(opts["state_dir"]).expanduser().resolve())
+            opts["state_dir"] = str(common.user_path(opts["state_dir"], "--state-dir").resolve())
             if Path(opts["state_dir"]).exists() and not Path(opts["state_dir"]).is_dir():
                 raise ScriptError(f"--state-dir {a.state_dir} exists and is not a folder",
                                   "pass a folder (it is created at start) for the server's log and state")

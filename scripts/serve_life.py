@@ -25,7 +25,7 @@ PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need
 def host_facts(opt: dict, chk: dict) -> dict:
     """What a plan depends on besides its five documents, read from this shell and this disk."""
     model = opt.get("model") or chk.get("model") or ""
-    folder = Path(model).expanduser() if model else None
+    folder = common.user_path(model, "the model") if model else None
     key_env = opt.get("api_key_env")
     return {"hf_token_set": bool(os.environ.get("HF_TOKEN")),
             "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),

@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None):
     args = p.parse_args(argv)
     if args.venv is not None and not args.venv.strip():
         raise ScriptError("--venv is empty", "pass a folder, or leave --venv out for the default")
-    venv = Path(args.venv).expanduser() if args.venv else default_venv(stack, args.stock)
+    venv = common.user_path(args.venv, "--venv") if args.venv else default_venv(stack, args.stock)
     python = venv / "bin" / "python"
     want = wanted(stack, args.stock)
     vendor, brand = cpu_of_this_host()

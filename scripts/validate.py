@@ -174,10 +174,10 @@ def image_is_local(runtime: str, image: str) -> bool:
 def resolve_hf_cache(env: dict) -> dict:
     """The host folder to mount at /root/.cache/huggingface, with symlinks followed and NFS flagged."""
     if env.get("HF_HUB_CACHE"):
-        hub = Path(env["HF_HUB_CACHE"]).expanduser()
+        hub = common.user_path(env["HF_HUB_CACHE"], "HF_HUB_CACHE")
         home = hub.parent if hub.name == "hub" else hub
     else:
-        home = Path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
+        home = common.user_path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface", "HF_HOME")
     real = Path(os.path.realpath(home))
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS

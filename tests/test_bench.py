@@ -75,6 +75,9 @@ def test_bench_argv_is_vllms_own_benchmark_with_the_method():
 
 @pytest.mark.parametrize("args,needle", [
     (["--concurrency", "0"], "positive whole numbers"), (["--input-lens", "x"], "positive whole numbers"),
+    (["--input-lens", "8,8"], "repeats a value"), (["--concurrency", "1,,2"], "positive whole numbers"),
+    (["--concurrency", "1_0"], "positive whole numbers"), (["--concurrency", "\u0661"], "positive whole numbers"),
+    (["--input-lens", " 1 "], "positive whole numbers"), (["--seed", "-1"], "out of range"),
     (["--repeats", "0"], "out of range"), (["--plan", "/nonexistent.json"], "cannot read"),
 ])
 def test_bad_arguments(script, args, needle):
@@ -94,3 +97,14 @@ def test_side_by_side_gives_each_sizing_its_ratio_to_the_best():
     assert c4["sizings"]["unpinned"]["ratio_to_best"] == 1.0 and c4["sizings"]["skill"]["ratio_to_best"] == 0.875
     md = bench.compare_markdown(cmp)
     assert "| 128 | 1 | 20.0 ±1.0 (1.00) | 13.5 ±1.0 (0.68) | 10.0 ±1.0 (0.50) |" in md
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_figure_in_a_result_is_refused(bad):
+    """json.loads takes NaN / Infinity; a summary built on one would not be JSON."""
+    doc = {f"median_{m}_ms": 1.0 for m in bench.METRICS} | {"output_throughput": 1.0, "total_token_throughput": 2.0,
+                                                          "completed": 10, "failed": 0}
+    for key in ("median_ttft_ms", "completed"):
+        with pytest.raises(ValueError, match="finite"):
+            bench.run_metrics({**doc, key: bad})
+

@@ -1,10 +1,12 @@
 """The shared module: cpulists, argv running, host specs, error documents."""
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
 import common
+from conftest import ROOT
 
 
 @given(st.sets(st.integers(min_value=0, max_value=4096), max_size=300))
@@ -141,3 +143,30 @@ def test_run_probe_reads_the_marked_json_line_or_says_why_not():
     assert doc is None and "malformed" in why
     doc, why = common.run_probe(["/no/such/python"], "pass", "@@X@@", 30)
     assert doc is None and "not found" in why
+
+
+def test_a_home_of_an_unknown_user_is_an_error_not_a_crash(tmp_path):
+    """Path.expanduser raises RuntimeError for ~nosuchuser: every path the scripts expand goes through user_path."""
+    for call in (lambda: common.output_dir("~no-such-user-here/x", "--out"),
+                 lambda: common.output_file("~no-such-user-here/x.tar", "--capture"),
+                 lambda: common.user_path("~no-such-user-here", "--venv")):
+        with pytest.raises(common.ScriptError, match="no such user"):
+            call()
+    assert common.user_path("~/x") == Path.home() / "x"
+
+
+@pytest.mark.parametrize("how", ["write-only", "closed"])
+def test_stdin_that_cannot_be_read_is_an_error(tmp_path, how):
+    """`--plan -` with stdin closed or opened for writing: a clear error, not an internal one."""
+    import subprocess
+    import sys
+    argv = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--plan", "-"]
+    if how == "write-only":
+        with open(tmp_path / "w", "wb") as w:
+            res = subprocess.run(argv, stdin=w, capture_output=True, text=True, timeout=60)
+    else:
+        res = subprocess.run(["bash", "-c", 'exec "$@" <&-', "bash", *argv], capture_output=True, text=True,
+                             timeout=60)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and "stdin cannot be read" in doc["error"] and doc["fix"], res.stdout + res.stderr
+

@@ -35,6 +35,7 @@ def test_a_sampled_run_scores_real_mutants_and_restores_the_module():
     out, err = p.communicate(timeout=300)
     doc = json.loads(out)
     assert p.returncode == 0 and doc["ok"] and doc["judged"] == 3, err[-2000:]
+    assert doc["detected"] == sum(m["killed"] + m["timeout"] for m in doc["modules"])
     mod = doc["modules"][0]
     assert mod["mutants_in_module"] > 50 and mod["killed"] + mod["survived"] + mod["timeout"] == 3
     assert doc["interval_95_pct"] and len(mod["survivors"]) == mod["survived"] + mod["timeout"]
@@ -56,8 +57,23 @@ def test_interrupted_mid_mutant_puts_the_original_back():
 
 
 def test_unknown_module_or_sample_is_refused():
-    for args in (["scripts/nope.py"], ["--sample", "0"]):
+    for args, field, needle in ((["scripts/nope.py"], "fix", "scripts/kv_cache.py"),
+                                (["--sample", "0"], "error", "out of range"), (["--seed", "x"], "error", "--seed"),
+                                (["--bogus"], "error", "unrecognized")):
         p = tool(*args)
         out, _ = p.communicate(timeout=60)
         doc = json.loads(out)
-        assert p.returncode == 1 and doc["ok"] is False and "scripts/kv_cache.py" in doc["fix"]
+        assert p.returncode == 1 and doc["ok"] is False and needle in doc[field] and doc["fix"], doc
+
+
+def test_the_changed_line_is_found_when_a_mutant_removes_lines():
+    src = "a = 1\ndoc = {\n  'x': 1,\n}\nprint(doc)\n"
+    assert mutation.changed_lines(src, "a = 1\ndoc = None\nprint(doc)\n") == ("doc = { / 'x': 1, / }", "doc = None")
+    assert mutation.changed_lines("x = a + b\n", "x = a - b\n") == ("x = a + b", "x = a - b")
+
+
+def test_prose_mutants_are_told_apart_from_decisions():
+    assert mutation.is_prose('    notes.append("capped to the model")', '    notes.append("XXcapped to the modelXX")')
+    assert not mutation.is_prose('    kind = "gqa"', '    kind = "XXgqaXX"')  # a value a test compares
+    assert not mutation.is_prose("    x = a + b", "    x = a - b")
+    assert not mutation.is_prose('    s = "a b" + c', '    s = "a b" - c')

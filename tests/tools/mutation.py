@@ -9,7 +9,10 @@ string, keyword or return changed. This driver writes the mutant into the file o
 tests (stop at the first failure), and puts the original bytes back, also when interrupted. File-level
 mutation is why: most of this suite runs the scripts as subprocesses, which an in-process mutant (mutmut
 3's trampolines) never reaches. A mutant is killed when a test fails, survives when they all pass, and
-times out past 3x the clean run (+30 s); score = killed / (killed + survived + timeout).
+times out past 3x the clean run (+30 s): a hang is a detection too (CI would not pass), so score =
+(killed + timeout) / all run. A mutant that
+only wraps prose in XX (a help text, note or message) is also counted apart: logic_score_pct is the
+score of the others, the decisions.
 
 Every mutant of the ~3,000 takes hours on 2 cores, so `--sample N` draws N per module (seeded, without
 replacement) and reports the score with its 95 % Wilson interval. Prints one JSON document: the score
@@ -17,9 +20,9 @@ per module and every survivor as `line: original -> mutant`, to read and pin wit
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import os
 import random
 import signal
 import subprocess
@@ -29,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
+sys.path.insert(0, str(ROOT / "scripts"))
+import common  # noqa: E402  (its JSON argument parser and range checks)
+from common import ScriptError  # noqa: E402
 # each decision module with the tests that exercise it, fastest killers first (fast ones: no vLLM, no engine)
 MODULES = {
     "scripts/kv_cache.py": ["tests/test_quantization.py", "tests/test_estimate_memory.py"],
@@ -45,11 +51,19 @@ MODULES = {
 
 def run_tests(tests: list[str], timeout: float) -> str:
     argv = [PY, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e", *tests]
+    # a group of its own: a mutant that hangs hangs in a script the tests started, and the whole group goes
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=timeout)
+        return "survived" if proc.wait(timeout=timeout) == 0 else "killed"
     except subprocess.TimeoutExpired:
         return "timeout"
-    return "survived" if done.returncode == 0 else "killed"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
@@ -75,16 +89,19 @@ def mutate(source: str, path: Path, mutation_id) -> str:
     return mutated
 
 
-def run_module(module: str, tests: list[str], sample: int | None, rng: random.Random) -> dict:
+def run_module(module: str, tests: list[str], sample: int | None, seed: int) -> dict:
     path = ROOT / module
     source, ids = mutants(path)
+    rng = random.Random(f"{seed}:{module}")  # a module's sample does not depend on which others are listed
     chosen = sorted(rng.sample(ids, sample), key=lambda m: (m.line_number, m.index)) if sample and sample < len(ids) \
         else ids
     t0 = time.monotonic()
     if run_tests(tests, 3600) != "survived":
-        return {"module": module, "error": "the tests fail on the unmutated module", "fix": "make them pass first"}
+        return {"module": module, "error": f"the tests of {module} fail on the unmutated module",
+                "fix": f"make `pytest -m 'not e2e' {' '.join(tests)}` pass first"}
     timeout = 3 * (time.monotonic() - t0) + 30
     counts = {"killed": 0, "survived": 0, "timeout": 0}
+    text_only = dict.fromkeys(counts, 0)
     survivors = []
     try:
         for n, mid in enumerate(chosen, 1):
@@ -93,48 +110,94 @@ def run_module(module: str, tests: list[str], sample: int | None, rng: random.Ra
             status = run_tests(tests, timeout)
             path.write_text(source)
             counts[status] += 1
+            old_text, new_text = changed_lines(source, mutated)
+            prose = is_prose(old_text, new_text)
+            text_only[status] += prose
             if status != "killed":
-                new_line = mutated.splitlines()[mid.line_number]
-                survivors.append(f"{mid.line_number + 1}: {mid.line.strip()}  ->  {new_line.strip()}  [{status}]")
+                survivors.append(f"{mid.line_number + 1}: {old_text.strip()}  ->  {new_text.strip() or '(removed)'}"
+                                 f"  [{status}" + (", prose]" if prose else "]"))
             print(f"mutation: {module} {n}/{len(chosen)} line {mid.line_number + 1}: {status}", file=sys.stderr,
                   flush=True)
     finally:
         path.write_text(source)  # the original, whatever happened
     judged = sum(counts.values())
+    detected = counts["killed"] + counts["timeout"]
+    killed_logic = detected - text_only["killed"] - text_only["timeout"]
+    judged_logic = judged - sum(text_only.values())
     return {"module": module, "tests": tests, "mutants_in_module": len(ids), "mutants_run": judged, **counts,
-            "score_pct": round(100 * counts["killed"] / judged, 1) if judged else None,
-            "interval_95_pct": wilson(counts["killed"], judged) if len(chosen) < len(ids) else None,
+            "detected": detected, "score_pct": round(100 * detected / judged, 1) if judged else None,
+            "interval_95_pct": wilson(detected, judged) if len(chosen) < len(ids) else None,
+            "prose_mutants": sum(text_only.values()), "logic_killed": killed_logic, "logic_judged": judged_logic,
+            "logic_score_pct": round(100 * killed_logic / judged_logic, 1) if judged_logic else None,
             "survivors": survivors}
 
 
+def changed_lines(source: str, mutated: str) -> tuple[str, str]:
+    """What the mutant changed, as text: a mutant may remove or merge lines, so the line at the mutant's
+    index in the mutated file is not always the mutated one."""
+    import difflib
+    old, new = source.splitlines(), mutated.splitlines()
+    diff = [op for op in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if not diff:
+        return "", ""
+    _, i1, i2, j1, j2 = diff[0]
+    return " / ".join(x.strip() for x in old[i1:i2]), " / ".join(x.strip() for x in new[j1:j2])
+
+
+def is_prose(line: str, mutated_line: str) -> bool:
+    """A mutant that only wraps a string with a space in it ("some words" -> "XXsome wordsXX"): a help
+    text, note or message, not a decision. Tests assert messages by a needle, which XX...XX keeps, so
+    these survive by construction; they are counted apart (logic_score_pct leaves them out)."""
+    if mutated_line.replace("XX", "") != line or mutated_line.count("XX") < 2:
+        return False
+    start = mutated_line.find("XX") + 2
+    return " " in mutated_line[start:mutated_line.find("XX", start)]
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(prog="tests/tools/mutation.py", description=__doc__.split("\n")[0])
+    p = common.JsonArgumentParser(prog="tests/tools/mutation.py", description=__doc__.split("\n")[0])
     p.add_argument("modules", nargs="*")
-    p.add_argument("--sample", type=int, help="mutants drawn per module (default: every one)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    p.add_argument("--sample", type=common.int_in(1, 1 << 20), help="mutants drawn per module (default: every one)")
+    p.add_argument("--seed", type=common.int_in(0, 1 << 30), default=0)
+    try:
+        args = p.parse_args()
+    except ScriptError as exc:
+        print(json.dumps({"ok": False, "error": exc.error, "fix": exc.fix}))
+        return 1
     wanted = args.modules or list(MODULES)
     unknown = [m for m in wanted if m not in MODULES]
-    if unknown or (args.sample is not None and args.sample < 1):
-        print(json.dumps({"ok": False, "error": f"no test list for {unknown}" if unknown else "--sample must be >= 1",
-                          "fix": f"modules: {sorted(MODULES)}; --sample N with N >= 1"}))
+    if unknown:
+        print(json.dumps({"ok": False, "error": f"no test list for {unknown}", "fix": f"modules: {sorted(MODULES)}"}))
         return 1
-    # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, through run_module's finally: the file is restored
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    rng = random.Random(args.seed)
+    # SIGTERM / SIGHUP (a CI timeout, kill, a closed terminal) unwind like Ctrl-C, through run_module's
+    # finally: the file is restored
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        results = [run_module(m, MODULES[m], args.sample, rng) for m in wanted]
+        results = [run_module(m, MODULES[m], args.sample, args.seed) for m in wanted]
     except KeyboardInterrupt:
         print(json.dumps({"ok": False, "error": "interrupted: no score (the module's file is restored)",
                           "fix": "run it again; --sample N takes less time"}))
         return 1
     judged = [r for r in results if "error" not in r]
-    killed, total = sum(r["killed"] for r in judged), sum(r["mutants_run"] for r in judged)
-    print(json.dumps({"ok": len(judged) == len(results), "sample_per_module": args.sample, "seed": args.seed,
-                      "modules": results, "killed": killed, "judged": total,
+    if len(judged) != len(results):
+        failed = [r for r in results if "error" in r]
+        print(json.dumps({"ok": False, "error": "; ".join(r["error"] for r in failed),
+                          "fix": failed[0]["fix"], "modules": results}, indent=2))
+        return 1
+    killed, total = sum(r["detected"] for r in judged), sum(r["mutants_run"] for r in judged)
+    lk, lj = sum(r["logic_killed"] for r in judged), sum(r["logic_judged"] for r in judged)
+    sampled = any(r["mutants_run"] < r["mutants_in_module"] for r in judged)
+    # the pooled interval treats the draws as one sample: per-module samples of equal size weigh small and
+    # large modules alike, so read it as the suite's score over "a mutant of a decision module"
+    print(json.dumps({"ok": True, "sample_per_module": args.sample, "seed": args.seed,
+                      "modules": results, "detected": killed, "judged": total,
                       "score_pct": round(100 * killed / total, 1) if total else None,
-                      "interval_95_pct": wilson(killed, total) if args.sample else None}, indent=2))
-    return 0 if len(judged) == len(results) else 1
+                      "interval_95_pct": wilson(killed, total) if sampled else None,
+                      "logic_killed": lk, "logic_judged": lj,
+                      "logic_score_pct": round(100 * lk / lj, 1) if lj else None,
+                      "logic_interval_95_pct": wilson(lk, lj) if sampled else None}, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
