@@ -29,6 +29,7 @@ def test_fixture_models_against_the_host_stack_registry(script, model, kind, pri
     assert (r.doc["kind"], r.doc["primary_endpoint"], r.code) == (kind, primary, code)
     assert r.doc["registry_source"] == "snapshot:data/vllm_registry/0.32.0.json"
     assert r.doc["launchable"] is (code == 0)
+    assert r.doc["supported"] is (code == 0)  # a known kind: a yes or a no, never "undetermined"'s None
 
 
 def test_endpoints_follow_the_template():

@@ -225,3 +225,22 @@ def test_equally_idle_sockets_prefer_the_one_with_clearly_more_free_memory():
     assert s == 0 and "lowest id" in reason  # within 10 %: no reason to move
     s, _, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 50.0, 1: 3.0}, 15, None, {0: 300 * gib, 1: 40 * gib})
     assert s == 1  # load first: a busy socket is not chosen for its memory
+
+
+def test_socket_load_is_the_mean_of_its_usable_cpus_and_a_socket_with_none_counts_as_busy():
+    """Mutation survivors of busy_by_socket: the mean (not max, not sum), one decimal, and 100 % for a
+    socket where this process may bind no CPU (so it is never the idle choice)."""
+    import detect
+    topo = detect.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
+                           node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
+    assert cpu_tune.busy_by_socket([10.0, 40.05, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5]) == {0: 25.0, 1: 5.0}
+    assert cpu_tune.busy_by_socket([10.0, 40.0, 0.0, 0.0], [0, 1, 4, 5], topo, [0, 1]) == {0: 25.0, 1: 100.0}
+
+
+def test_roomiest_moves_only_past_the_margin():
+    """More free memory by exactly the margin is not 'clearly more'; past it is."""
+    assert cpu_tune.roomiest([0, 1], {0: 100, 1: 110}) == (0, False)
+    assert cpu_tune.roomiest([0, 1], {0: 100, 1: 111}) == (1, True)
+    assert cpu_tune.roomiest([0, 1], {0: 100, 1: 150}, margin=0.5) == (0, False)
+    assert cpu_tune.roomiest([0, 1], {0: 100}) == (0, False)  # a socket without a figure: no move
+    assert cpu_tune.roomiest([2, 3], {2: 100, 3: 100}) == (2, False)

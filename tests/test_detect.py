@@ -156,10 +156,12 @@ def test_sysroot_and_host_are_exclusive(script, tmp_path):
 
 
 def test_unpack_capture_refuses_path_escape(tmp_path):
+    root = tmp_path / "a" / "root"  # an escape lands in this test's own tmp_path, never in a shared folder
+    root.mkdir(parents=True)
     detect.unpack_capture("@@EPYC-SKILL-FILE@@ /../../etc/evil\nx\n@@EPYC-SKILL-FILE@@ /proc/cpuinfo\nok\n",
-                          tmp_path)
-    assert (tmp_path / "proc/cpuinfo").read_text() == "ok\n"
-    assert not (tmp_path.parent.parent / "etc/evil").exists()
+                          root)
+    assert (root / "proc/cpuinfo").read_text() == "ok\n"
+    assert not (tmp_path / "etc/evil").exists()
 
 
 # ---- the live host (this EPYC runner in CI)
@@ -236,3 +238,14 @@ def test_a_capture_never_writes_outside_its_folder(script, tmp_path):
     r = script("detect.py", "--sysroot", str(evil))
     assert r.code == 1 and "not a plain captured file" in r.doc["error"]
     assert not (tmp_path.parent / "escape.txt").exists()
+
+
+def test_the_stock_route_names_the_cpu_it_was_asked_for():
+    """An explicit stock request on a CPU zentorch does not serve says which CPU, and why; unknown fields
+    still give a sentence (mutation survivors of route_host)."""
+    gens = common.load_epyc()["supported_generations"]
+    intel = {"cpu_model": "Intel(R) Xeon(R) Platinum 8581C", "vendor": "GenuineIntel", "is_amd_epyc": False}
+    r = detect.route_host(intel, gens, stock=True)
+    assert r["route"] == "stock" and r["reason"].startswith("zentorch does not apply to Intel(R) Xeon(R) Platinum 8581C")
+    r = detect.route_host({"is_amd_epyc": False}, gens, stock=False)
+    assert r["route"] == "stop" and "unknown CPU" in r["reason"] and r["fix"].startswith("stop here")

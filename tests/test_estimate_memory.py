@@ -2,6 +2,7 @@
 sliding and hybrid models, the fit verdict and its suggestion. Expected numbers are worked out here."""
 import pytest
 
+import estimate_memory
 import kv_cache as em
 from model_fixtures import FIXTURES, model_folder
 
@@ -273,3 +274,42 @@ def test_layer_type_names_dtypes_and_empty_fields_as_vllm_reads_them():
     assert (jamba["full"], jamba["sliding"], jamba["none"]) == (2, 0, 6)
     with pytest.raises(em.ScriptError, match="num_hidden_layers"):
         em.kv_layout({**base, "num_hidden_layers": 0})
+
+
+def test_fit_boundary_is_inclusive_and_the_suggestion_is_the_largest_block_that_fits():
+    """Mutation survivors of fit(): `required <= ram` (exactly full RAM fits) and the binary search's bounds."""
+    lay = {"full": 2, "sliding": 0, "none": 0, "bytes_per_token_per_layer": 1024, "sliding_window": None,
+           "recurrent_state_bytes": 0}
+    gib = 2 ** 30
+    kv_4096 = em.kv_bytes_for(lay, 4096, 128, 2048)
+    assert kv_4096 == 2 * 32 * 128 * 1024  # 2 layers x 32 pages of 128 tokens x 1 KiB
+    weights = 3 * gib - kv_4096  # weights + KV + 1 GiB reserve == 4 GiB exactly
+    exact = estimate_memory.fit(weights, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    assert exact["fits"] is True and "suggested_max_model_len" not in exact
+    one_byte_over = estimate_memory.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    # one byte too many: 31 pages (3968 tokens) still fit, 32 do not
+    assert one_byte_over["fits"] is False and one_byte_over["suggested_max_model_len"] == 3968
+    # the model's own limit caps the search, and no block at all gives None with the reason
+    assert estimate_memory.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
+    nothing = estimate_memory.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    assert nothing["suggested_max_model_len"] is None and nothing["action"].startswith("weights alone exceed RAM")
+    tight = estimate_memory.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    assert tight["suggested_max_model_len"] is None and tight["action"].startswith("not even 128 tokens")
+
+
+def test_state_and_head_size_from_the_other_spellings_of_hidden_size():
+    """Mutation survivors of kv_cache: `d_model` (mamba configs) stands for hidden_size, and a gated-DeltaNet
+    state needs all five of its fields (one missing: not sized, no guess)."""
+    mamba1 = {"num_hidden_layers": 2, "model_type": "mamba", "d_model": 768, "state_size": 16, "conv_kernel": 4,
+              "expand": 2, "layer_types": ["mamba", "mamba"]}
+    fam, state = em.recurrent_state_bytes(mamba1, 2) or (None, None)
+    assert fam == "mamba1" and state == 2 * 768 * 3 * 2 + 2 * 768 * 16 * 4  # conv (inner x (k-1)) bf16 + ssm fp32
+    deltanet = {"hidden_size": 2048, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}
+    assert em.recurrent_state_bytes(deltanet, 2)[0] == "gated_deltanet"
+    for missing in ("linear_num_key_heads", "linear_value_head_dim", "linear_conv_kernel_dim"):
+        partial = {k: v for k, v in deltanet.items() if k != missing}
+        assert (em.recurrent_state_bytes(partial, 2) or ("none",))[0] != "gated_deltanet", missing
+    gpt = {"num_hidden_layers": 2, "num_attention_heads": 8, "d_model": 512}  # head_dim from d_model / heads
+    assert em.kv_layout(gpt)["bytes_per_token_per_layer"] == 2 * 8 * 64 * 2
+

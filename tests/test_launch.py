@@ -550,3 +550,21 @@ def test_throughput_flags_are_refused_on_the_stock_path(inputs):
     for opt in ({"throughput_flags": True}, {"sizing": "skill+throughput"}):
         with pytest.raises(ScriptError, match="zentorch path only"):
             serve_plan.build_plan(docs, opt, load_epyc(), NO_FACTS)
+
+
+def test_the_smoke_request_is_deterministic_and_short():
+    """verify's one request: greedy (temperature 0), 16 tokens, on the endpoint the plan serves."""
+    path, body = serve_plan.smoke_request("chat_completions", "m")
+    assert path == "/v1/chat/completions" and body == {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                       "max_tokens": 16, "temperature": 0}
+    path, body = serve_plan.smoke_request("completions", "m")
+    assert path == "/v1/completions" and body["temperature"] == 0 and body["max_tokens"] == 16 and body["prompt"]
+
+
+def test_kernel_log_turns_on_exactly_the_two_kernel_logs(inputs):
+    """kernel_proof.py reads ZenDNN's API log and oneDNN's verbose lines: both, and only with --kernel-log."""
+    docs = load_docs(inputs)
+    with_log = serve_plan.build_plan(docs, {"kernel_log": True}, load_epyc(), NO_FACTS)["env"]
+    without = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)["env"]
+    assert {k: v for k, v in with_log.items() if k not in without} == {"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"}
+
