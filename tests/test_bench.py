@@ -1,6 +1,7 @@
 """bench.py: the summary math on `vllm bench serve` results (recorded from a real run on this bundle's
 runner, and hand-made edge cases), the exact argv it runs, and bad input."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,4 +108,16 @@ def test_a_non_finite_figure_in_a_result_is_refused(bad):
     for key in ("median_ttft_ms", "completed"):
         with pytest.raises(ValueError, match="finite"):
             bench.run_metrics({**doc, key: bad})
+
+
+def test_the_plot_is_a_png_of_the_cells_and_optional(tmp_path, monkeypatch):
+    """plot.png: throughput and TPOT against concurrency per input length, from the summary's cells."""
+    cells = [{"input_len": n, "concurrency": c, "output_throughput": 10.0 * c, "median_tpot_ms": 40.0 + c}
+             for n in (128, 512) for c in (1, 4, 8)]
+    out = bench.plot(cells, tmp_path / "plot.png")
+    assert out == str(tmp_path / "plot.png")
+    data = (tmp_path / "plot.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed: no plot, no error
+    assert bench.plot(cells, tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
 
