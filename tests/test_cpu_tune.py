@@ -244,3 +244,11 @@ def test_roomiest_moves_only_past_the_margin():
     assert cpu_tune.roomiest([0, 1], {0: 100, 1: 150}, margin=0.5) == (0, False)
     assert cpu_tune.roomiest([0, 1], {0: 100}) == (0, False)  # a socket without a figure: no move
     assert cpu_tune.roomiest([2, 3], {2: 100, 3: 100}) == (2, False)
+
+
+def test_a_quota_equal_to_the_cores_bound_changes_nothing_and_says_nothing():
+    assert cpu_tune.cap_to_quota([0, 1], 2.0) == ([0, 1], None)
+    assert cpu_tune.cap_to_quota([0, 1], None) == ([0, 1], None)
+    bind, warning = cpu_tune.cap_to_quota([0, 1, 2], 2.5)
+    assert bind == [0, 1] and warning["message"].endswith("binding 2 of the socket's 3 physical cores")
+    assert cpu_tune.cap_to_quota([4, 5], 0.5)[0] == [4]  # at least one core

@@ -293,6 +293,8 @@ def test_fit_boundary_is_inclusive_and_the_suggestion_is_the_largest_block_that_
     assert estimate_memory.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
     nothing = estimate_memory.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert nothing["suggested_max_model_len"] is None and nothing["action"].startswith("weights alone exceed RAM")
+    exactly_full = estimate_memory.fit(3 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)  # budget 0: no KV at all
+    assert exactly_full["action"].startswith("weights alone exceed RAM")
     tight = estimate_memory.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert tight["suggested_max_model_len"] is None and tight["action"].startswith("not even 128 tokens")
 
