@@ -99,12 +99,12 @@ class JsonArgumentParser(argparse.ArgumentParser):
 # ---------------------------------------------------------------- flag types (checked at the boundary)
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """argparse type: a whole number in [lo, hi]; anything else names the range."""
+    """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only:
+    int() would also take '1_000' and other scripts' digits ('١٢'), which no user means as a port."""
     def parse(text: str) -> int:
-        try:
-            value = int(text.strip(), 10)
-        except (ValueError, AttributeError):
+        if not isinstance(text, str) or not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", text):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected {lo} to {hi})")
+        value = int(text.strip(), 10)
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"{value} is out of range (expected {lo} to {hi})")
         return value
@@ -112,19 +112,28 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _plain(x: float) -> str:
+    """1048576, not 1.04858e+06: a range in an error is read by a person."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
     """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open): never NaN or infinity,
-    which would poison the JSON (not valid JSON) or make a wait loop endless."""
+    which would poison the JSON (not valid JSON) or make a wait loop endless. Plain ASCII only: float()
+    would also take '1_0' and other scripts' digits ('１.５')."""
     def parse(text: str) -> float:
         try:
+            if not text.isascii() or "_" in text:
+                raise ValueError(text)
             value = float(text)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, AttributeError):
             raise argparse.ArgumentTypeError(f"{text!r} is not a number")
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if value < lo or value > hi or (lo_open and value == lo):
-            raise argparse.ArgumentTypeError(f"{value:g} is out of range (expected {'more than' if lo_open else 'from'}"
-                                             f" {lo:g} {'and at most' if lo_open else 'to'} {hi:g})")
+            raise argparse.ArgumentTypeError(f"{_plain(value)} is out of range (expected "
+                                             f"{'more than' if lo_open else 'from'} {_plain(lo)} "
+                                             f"{'and at most' if lo_open else 'to'} {_plain(hi)})")
         return value
     parse.__name__ = "number"
     return parse

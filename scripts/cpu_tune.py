@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/cpu_tune.py", description=__doc__.split("\n")[0])
     p.add_argument("--format", choices=["json", "env"], default="json")
     p.add_argument("--socket", type=common.int_in(0, 4095), help="force this socket")
-    p.add_argument("--busy-threshold", type=common.float_in(0, 100), default=cfg["busy_threshold_pct"],
+    p.add_argument("--busy-threshold", type=common.float_in(0, 100, lo_open=True), default=cfg["busy_threshold_pct"],
                    help="a socket at or above this busy %% counts as busy (default %(default)s)")
     p.add_argument("--reserve-cores", type=common.int_in(0, 4096), default=cfg["default_reserved_cores"],
                    help="physical cores to leave unbound (default %(default)s: bind all)")
@@ -285,9 +285,6 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--sysroot", type=common.nonempty, help="plan for a captured host tree (load is then unknown)")
     p.add_argument("--host", type=common.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)")
     args = p.parse_args(argv)
-    if not 0 < args.busy_threshold <= 100:
-        raise ScriptError(f"--busy-threshold {args.busy_threshold:g} is outside (0, 100]",
-                          "pass a percentage such as 15")
     facts = detect.gather_from_args(args.sysroot, args.host)
     live = not (args.sysroot or args.host)
     busy = None
