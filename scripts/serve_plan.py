@@ -306,7 +306,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "warnings": warnings,
         "sizing": {"sizing_rule": opt.get("sizing") or "skill",
                    "socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
-                   "omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
+                   "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
                    "kv_granted_gb": tune["kv_granted_gb"], **capacity, "numa_nodes": tune["numa_nodes"],
                    "max_num_batched_tokens": batched if rules["seqs"] else None,
                    "max_model_len": max_len},
@@ -335,7 +335,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                                        f"{q['kernel'] or 'a kernel vLLM picks at load (unknown to this skill)'}"
                                        if (q := plan.get("quantization")) else "")],
         ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
-        ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['omp_threads_bind']}, "
+        ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
                        f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
                        f"{','.join(map(str, s['numa_nodes']))}"],
         ["KV cache", (f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
@@ -463,7 +463,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     s = plan["sizing"]
     rows = [["Base URL", f"{base} (the trailing /v1 matters)"], ["Served model", served],
             ["Endpoint", path], ["Why", why], ["Runtime / port", f"{plan['runtime']} / {plan['port']}"],
-            ["Sizing", f"{s['omp_threads']} OMP threads ({s['omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
+            ["Sizing", f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
                        f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
                        f"{','.join(map(str, s['numa_nodes']))}"],
             ["Stop", plan["stop_command"]]]

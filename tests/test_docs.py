@@ -207,7 +207,7 @@ def test_readme_example_outputs_use_the_fields_the_scripts_print():
         sub = args.split()[0] if script == "launch" else None
         schema = json.loads((SCHEMAS / f"{script}.json").read_text())
         allowed = set(schema.get("properties") or {}) | set(schema.get("required") or [])
-        for alt in schema.get("oneOf", []):
+        for alt in [*schema.get("oneOf", []), *(schema.get("$defs") or {}).values()]:
             if alt.get("title") == sub or (sub is None and alt.get("title") in ("host facts", None)):
                 allowed |= set(alt.get("properties") or {}) | set(alt.get("required") or [])
         keys = set(json.loads(body))

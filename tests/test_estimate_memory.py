@@ -90,7 +90,11 @@ def test_gemma2_hybrid_local_global(script):
 
 def test_max_model_len_above_model_limit_is_capped(script):
     d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "32768", "--ram-gb", "64").doc
-    assert d["fit"]["max_model_len"] == 8192 and any("capped" in n for n in d["notes"])
+    assert d["fit"]["max_model_len"] == 8192
+    assert "--max-model-len 32768 exceeds the model's max_position_embeddings 8192; capped to 8192" in d["notes"]
+    # exactly the model's limit is not above it: no cap, no note
+    d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "8192", "--ram-gb", "64").doc
+    assert d["fit"]["max_model_len"] == 8192 and not any("capped" in n for n in d["notes"])
 
 
 def test_does_not_fit_suggests_a_block_multiple(script):
@@ -99,6 +103,7 @@ def test_does_not_fit_suggests_a_block_multiple(script):
     r = est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "24", "--max-model-len", "131072")
     assert r.code == 1 and r.doc["fit"]["fits"] is False
     assert r.doc["fit"]["suggested_max_model_len"] == 57_600 and "57600" in r.doc["fit"]["action"]
+    assert type(r.doc["fit"]["suggested_max_model_len"]) is int  # a token count, never 57600.0
     # concurrency is the other knob: 4 prompts at 4096 = 2 GiB KV, fits; 64 prompts at 4096 = 32 GiB, no
     assert est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "24", "--num-prompts", "4").code == 0
     r = est(script, FIXTURES / "Llama-3.1-8B-Instruct", "--ram-gb", "24", "--num-prompts", "64")
@@ -175,7 +180,24 @@ def test_recurrent_layers_without_state_fields_are_said_not_sized(script, tmp_pa
     cfg = {k: v for k, v in QWEN3_NEXT.items() if not k.startswith("linear_")}
     (tmp_path / "config.json").write_text(__import__("json").dumps(cfg))
     d = est(script, tmp_path, "--weight-gb", "1").doc
-    assert d["kv_layers"]["recurrent_state_bytes"] is None and any("not counted" in n for n in d["notes"])
+    assert d["kv_layers"]["recurrent_state_bytes"] is None
+    assert ("36 layers keep a recurrent state per sequence that this config does not size (no mamba / "
+            "linear-attention state fields): it is not counted") in d["notes"]
+
+
+def test_notes_say_what_the_sizing_assumed(script, tmp_path):
+    """The notes are what a reader checks the numbers against: each names the count, the size and the rule."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(__import__("json").dumps(QWEN3_NEXT))
+    d = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "150", "--max-model-len", "4096").doc
+    assert ("36 gated_deltanet layers keep a recurrent state of 2,146,304 B per sequence (SSM state in float32, "
+            "as vLLM keeps it on CPU), two KV pages each (prefix caching keeps a copy); attention pages grow to "
+            "1152 tokens to hold it") in d["notes"]
+    assert not any("sliding-window" in n for n in d["notes"])
+    d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-num-batched-tokens", "4096").doc
+    assert ("32 sliding-window layers hold min(window - 1 + --max-num-batched-tokens 4096, max_model_len) tokens "
+            "per sequence, as vLLM reserves them; the plan pins that value") in d["notes"]
+    assert not any("recurrent" in n for n in d["notes"])
 
 
 def test_layer_types_list_gemma3_and_jamba_period():

@@ -91,4 +91,5 @@ def test_check_model_and_estimate_report_the_quantization_and_the_bytes_read(scr
     assert est.code == 0 and est.doc["quantization"]["bits"] == 4
     # integers as stored, floats at the serving dtype: 1000*256*4 + 256*64*4 + 256*4*4 + 2*8
     assert est.doc["weight_bytes"] == 1000 * 256 * 4 + 256 * 64 * 4 + 256 * 4 * 4 + 2 * 8
-    assert any("as stored (packed)" in n for n in est.doc["notes"])
+    assert ("compressed-tensors 4-bit checkpoint: integer tensors count as stored (packed), float ones (scales, "
+            "embeddings, norms) at the serving dtype -- the bytes a decode step reads") in est.doc["notes"]
