@@ -348,7 +348,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
            if s["sizing_rule"] != "skill" else []),
         ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
                       else f"{det.get('cpu_model')} (not an AMD EPYC)")
-                     + f", {det.get('physical_cores')} cores, AVX-512 {det.get('avx512')}"],
+                     + f", {det.get('physical_cores')} cores, AVX-512 {'yes' if det.get('avx512') else 'no'}"],
         ["Port", f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")],
     ]
     pin = [a for a in plan["argv"][:plan["argv"].index(next(a for a in plan["argv"] if a.endswith("/vllm")))]] \

@@ -153,3 +153,44 @@ def test_image_registry_probe_via_the_fake_runtime(script, tmp_path):
     assert any("probe failed" in n for n in r.doc["notes"]) and r.doc["kind"] == "text"
     probe = [json.loads(x) for x in (rt / "calls.jsonl").read_text().splitlines() if '"--entrypoint"' in x]
     assert probe and probe[-1]["argv"][:4] == ["run", "--rm", "--network=none", "--entrypoint"]
+
+
+def test_an_unreadable_hub_model_is_undetermined_and_says_why(script, tmp_path):
+    """Offline and not cached: nothing is guessed -- the endpoint waits for verify, the launch confirms."""
+    r = script("check_model.py", "--model", "Qwen/NotCached-xyz",
+               env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    d = r.doc
+    assert r.code == 0 and (d["source"], d["kind"], d["supported"], d["unreadable_reason"]) == \
+        ("hub", "undetermined", None, "offline")
+    assert (d["primary_endpoint"], d["supported_endpoints"], d["launchable"]) == ("unknown", [], True)
+    assert d["chat_template"] == {"status": "unknown", "source": None, "selected_name": None, "names": []}
+    assert d["message"] == ("Qwen/NotCached-xyz is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+                            "support could not be determined -- proceed, the launch confirms")
+    assert d["fix"] == "download it once with network access, or pass a local folder" and d["notes"] == []
+    assert d["registry_source"].startswith("snapshot:") and d["architectures"] == []
+
+
+def test_verdict_messages_name_the_choice_to_make(script, tmp_path):
+    r = check(script, FIXTURES / "Qwen3-0.6B", "--vllm-version", "9.9.9")
+    assert r.doc["supported"] is None and r.doc["notes"] == ["no registry snapshot for vLLM 9.9.9 in data/vllm_registry/"]
+    assert r.doc["message"] == "support could not be determined here; proceed, the launch confirms"
+    folder = model_folder("Qwen3-0.6B", tmp_path / "a")
+    tok = json.loads((folder / "tokenizer_config.json").read_text())
+    tok["chat_template"] = [{"name": "rag", "template": "a"}, {"name": "tool_use", "template": "b"}]
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok))
+    assert check(script, folder, "--vllm-version", "0.32.0").doc["message"] == (
+        "Qwen3ForCausalLM serves as text generation in vLLM 0.32.0; use /v1/completions (several chat templates, "
+        "no default (rag, tool_use): choose one with --chat-template)")
+    mm = model_folder("Qwen2.5-VL-7B-Instruct", tmp_path / "b")
+    (mm / "chat_template.json").write_text(json.dumps({"chat_template": [{"name": "a", "template": "x"},
+                                                                         {"name": "b", "template": "y"}]}))
+    r = check(script, mm, "--vllm-version", "0.32.0")
+    assert r.code == 1 and r.doc["message"] == (
+        "Qwen2_5_VLForConditionalGeneration is multimodal in vLLM 0.32.0 but it has several chat templates and no "
+        "default (a, b): pass --chat-template <file> to serve it")
+
+
+def test_an_interpreter_whose_registry_cannot_be_probed_is_an_error_not_a_snapshot(script):
+    r = check(script, FIXTURES / "Qwen3-0.6B", "--python", "/bin/true")
+    assert r.code == 1 and r.doc["error"].startswith("--python /bin/true: its vLLM registry could not be probed (")
+    assert "drop --python" in r.doc["fix"]

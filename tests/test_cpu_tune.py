@@ -252,3 +252,44 @@ def test_a_quota_equal_to_the_cores_bound_changes_nothing_and_says_nothing():
     bind, warning = cpu_tune.cap_to_quota([0, 1, 2], 2.5)
     assert bind == [0, 1] and warning["message"].endswith("binding 2 of the socket's 3 physical cores")
     assert cpu_tune.cap_to_quota([4, 5], 0.5)[0] == [4]  # at least one core
+
+
+def test_env_format_echoes_each_warning_to_stderr(make_sysroot):
+    """eval'd output: the values go to the shell, a warning still reaches the human (on stderr)."""
+    from conftest import SCRIPTS
+    root = make_sysroot("runner")  # 8 GiB node - 2 reserve - 5.5 weights = 0.5 GiB: the 1 GiB floor
+    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --weight-gb 5.5)" && '
+              'echo "KV=$VLLM_CPU_KVCACHE_SPACE"')
+    assert p.returncode == 0 and p.stdout.strip().endswith("KV=1")
+    assert ("cpu_tune warning: only 0.5 GiB left on the socket after weights and OS reserve; KV cache set to the "
+            "1 GiB minimum") in p.stderr
+
+
+def _plan_in_process(root, busy, **over):
+    import argparse
+    import detect
+    epyc = common.load_epyc()
+    args = argparse.Namespace(**{"socket": None, "busy_threshold": 15.0, "reserve_cores": 0, "weight_gb": None,
+                                 "kv_needed_gb": None, "os_reserve_gb": 2.0, **over})
+    return cpu_tune.plan(detect.gather_from_args(str(root), None), epyc, busy, args)
+
+
+def test_every_socket_busy_is_a_socket_warning_and_a_tiny_grant_a_kv_warning(make_sysroot):
+    d = _plan_in_process(make_sysroot("genoa_9654_2s_smt"), {0: 60.0, 1: 40.0})
+    assert d["chosen_socket"] == 1 and d["socket_choice_reason"] == "all sockets busy; least busy"
+    assert d["warnings"] == [{"check": "socket", "message": "every socket is at least 15% busy (socket 1: 40%); "
+                              "serving will compete with that load", "fix": "pass --socket N to choose another"}]
+    assert d["socket_busy_pct"] == {"0": 60.0, "1": 40.0}
+    d = _plan_in_process(make_sysroot("runner"), None, weight_gb=5.5)
+    assert d["warnings"] == [{"check": "kv", "message": "only 0.5 GiB left on the socket after weights and OS reserve; "
+                              "KV cache set to the 1 GiB minimum", "fix": "use a smaller model or a bigger socket"}]
+    assert d["kv_basis"] == "0.5 of socket RAM left after OS reserve and weights (no model need given)"
+
+
+def test_the_host_pin_uses_the_best_tool_this_machine_has(script, make_sysroot):
+    import shutil
+    d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner"))).doc
+    want = "numactl" if shutil.which("numactl") else "taskset" if shutil.which("taskset") else None
+    assert d["host_pin_tool"] == want
+    if want == "numactl":
+        assert d["host_pin_argv"] == ["numactl", "--cpunodebind=0", "--membind=0"]

@@ -249,3 +249,31 @@ def test_the_stock_route_names_the_cpu_it_was_asked_for():
     assert r["route"] == "stock" and r["reason"].startswith("zentorch does not apply to Intel(R) Xeon(R) Platinum 8581C")
     r = detect.route_host({"is_amd_epyc": False}, gens, stock=False)
     assert r["route"] == "stop" and "unknown CPU" in r["reason"] and r["fix"].startswith("stop here")
+
+
+GENS = ["Genoa", "Turin"]
+MILAN = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "vendor": "AuthenticAMD", "is_amd_epyc": True,
+         "avx512": False, "avx512_bf16": False, "epyc_generation": "Milan", "zen_arch": "Zen3"}
+BERGAMO = {**MILAN, "cpu_model": "AMD EPYC 9754", "avx512": True, "avx512_bf16": True, "epyc_generation": "Bergamo",
+           "zen_arch": "Zen4c"}
+GENOA = {**BERGAMO, "cpu_model": "AMD EPYC", "epyc_generation": "Genoa", "zen_arch": "Zen4"}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel", "is_amd_epyc": False}
+
+
+@pytest.mark.parametrize("facts,stock,route,reason,fix", [
+    (GENOA, False, "zentorch", "Genoa (Zen4): the validated zentorch path", None),
+    (BERGAMO, False, "confirm", "zentorch is not validated on Bergamo (validated: Genoa, Turin)",
+     "get the user's explicit OK to try zentorch, or offer the stock path (--stock)"),
+    (MILAN, False, "stock_offer", "AMD EPYC 7763 64-Core Processor (AMD): Milan has no AVX-512 BF16, so zentorch "
+     "cannot run", "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit OK use --stock"),
+    (XEON, False, "stop", "not an AMD EPYC: Intel(R) Xeon(R) Platinum 8480+ (Intel). This skill serves on AMD EPYC CPUs",
+     "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, run the stock path "
+     "(launch.py up --stock)"),
+    (XEON, True, "stock", "zentorch does not apply to Intel(R) Xeon(R) Platinum 8480+ (Intel): the stock vLLM CPU "
+     "path, at the user's explicit request", None),
+    (MILAN, True, "stock", "stock vLLM CPU (no zentorch) on AMD EPYC 7763 64-Core Processor (AMD): the stock vLLM CPU "
+     "path, at the user's explicit request", None),
+])
+def test_each_route_says_what_to_do_in_words(facts, stock, route, reason, fix):
+    """The route is what SKILL.md's agent reads aloud: the sentence and the next step, exactly."""
+    assert detect.route_host(facts, GENS, stock) == {"route": route, "reason": reason, "fix": fix}

@@ -568,3 +568,117 @@ def test_kernel_log_turns_on_exactly_the_two_kernel_logs(inputs):
     without = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)["env"]
     assert {k: v for k, v in with_log.items() if k not in without} == {"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"}
 
+
+
+# ---- what the human reads: the confirmation summary and the handoff, whole (each row is a decision)
+
+def test_the_confirmation_summary_names_every_decision_in_words(inputs):
+    docs = load_docs(inputs)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), {**NO_FACTS, "hf_token_set": True})
+    model, port = plan["model"], plan["port"]
+    assert plan["summary"] == [
+        ["Model / kind", f"{model} -- text, endpoint chat_completions"],
+        ["Backend", "zentorch-accelerated (ZenCpuPlatform)"],
+        ["Path", f"container (docker, {PINNED})"],
+        ["Precision", "bfloat16"],
+        ["Fit", "required 3.55 GiB vs 384.0 GiB RAM"],
+        ["CPU sizing", "socket 1 (forced by --socket), bind 96-191, KV 190 GiB (socket-local), memory on nodes 1"],
+        ["KV cache", "holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, "
+                     "--max-num-batched-tokens 2048"],
+        ["Hardware", "EPYC Genoa (Zen4), 192 cores, AVX-512 yes"],
+        ["Port", f"{port} on 127.0.0.1"],
+        ["Pinning", "--cpuset-* flags in the command"],
+        ["Environment", "VLLM_CPU_OMP_THREADS_BIND=96-191, VLLM_CPU_KVCACHE_SPACE=190, "
+                        "HF_TOKEN (from $HF_TOKEN, value not shown)"],
+        ["Command (exactly what start runs)", plan["command"]],
+    ]
+    import shlex
+    assert shlex.split(plan["command"]) == plan["argv"]  # the command shown is the argv start runs
+    assert plan["summary_markdown"].splitlines()[:3] == [
+        "| Field | Value |", "|---|---|", f"| Model / kind | {model} -- text, endpoint chat_completions |"]
+
+
+def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatch):
+    """The rows that only some plans have: the exposed port, the quantized weights and their kernel, a
+    comparison sizing, the warnings and the questions the human must answer."""
+    monkeypatch.setenv("MY_KEY", "sk-summary-test")
+    docs = load_docs(inputs)
+    docs["check_model"]["quantization"] = {"method": "compressed-tensors", "format": "pack-quantized", "bits": 4,
+                                           "symmetric": True, "group_size": 128, "cpu_kernels": {}}
+    docs["validate"]["confirmations"] = [{"check": "c", "message": "the image is not the pinned one", "fix": "f"}]
+    plan = serve_plan.build_plan(docs, {"expose": True, "api_key_env": "MY_KEY", "sizing": "all-cores"}, load_epyc(),
+                                 {**NO_FACTS, "api_key_set": True})
+    rows = dict((k, v) for k, v in plan["summary"] if k not in ("Warning",))
+    assert plan["quantization"]["kernel"].startswith("zentorch_dynamic_qlinear")
+    assert rows["Precision"] == ("bfloat16 activations; weights compressed-tensors 4-bit, run by "
+                                 + plan["quantization"]["kernel"])
+    assert rows["Port"] == f"{plan['port']} on 0.0.0.0 (exposed, API key required)"
+    assert rows["Sizing rule"] == "all-cores (a comparison baseline, not the skill's sizing)"
+    assert rows["Needs your OK"] == "the image is not the pinned one"
+    assert "VLLM_API_KEY (from $MY_KEY, value not shown)" in rows["Environment"]
+    assert "sk-summary-test" not in json.dumps(plan)
+
+
+def test_the_handoff_is_the_table_and_examples_a_user_pastes(inputs):
+    docs = load_docs(inputs)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    port, name = plan["port"], plan["container_name"]
+    h = serve_plan.handoff_doc(plan)
+    assert h["table_markdown"] == "\n".join([
+        "| Field | Value |", "|---|---|",
+        f"| Base URL | http://127.0.0.1:{port}/v1 (the trailing /v1 matters) |",
+        "| Served model | Qwen3-0.6B |",
+        "| Endpoint | /v1/chat/completions |",
+        "| Why | a chat template is present |",
+        f"| Runtime / port | docker / {port} |",
+        "| Sizing | 96 OMP threads (96-191), KV 190 GiB, --max-model-len 4096, socket 1, NUMA 1 |",
+        f"| Stop | docker stop -t 30 {name} && docker rm {name} |"])
+    assert h["curl_example"] == (
+        f"curl -s http://127.0.0.1:{port}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        "  -d '{\"model\": \"Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
+        "\"max_tokens\": 128, \"temperature\": 0.7}'")
+    assert h["python_example"].splitlines()[3] == f'client = OpenAI(base_url="http://127.0.0.1:{port}/v1", api_key="EMPTY")'
+    assert (h["served_model_name"], h["why"], h["runtime"], h["port"]) == ("Qwen3-0.6B", "a chat template is present",
+                                                                         "docker", port)
+    assert h["guidance"][0] == "max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len (4096)"
+    # a key by name: the Python example reads it from the environment, never a value
+    plan["api_key_env"] = "MY_KEY"
+    assert 'api_key=os.environ[\'MY_KEY\'])' in serve_plan.handoff_doc(plan)["python_example"]
+
+
+@pytest.mark.parametrize("field", ["path", "backend", "runtime", "image", "argv", "pre_argv", "env", "secrets", "host",
+                                   "port", "state_dir", "log_file", "state_file", "container_name",
+                                   "served_model_name", "primary_endpoint", "api_key_env", "command",
+                                   "summary_markdown"])
+def test_every_field_that_decides_what_runs_is_compared_with_a_fresh_rendering(inputs, field):
+    """start refuses a plan that differs from its own inputs' rendering in any field the human approved:
+    the command, its env and secrets, where it runs and what the summary told them."""
+    docs = load_docs(inputs)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    edited = {**plan, field: "edited"}
+    assert serve_plan.plan_differences(edited, plan) == [field]
+    assert serve_plan.plan_differences(plan, plan) == []
+
+
+@pytest.mark.parametrize("body,verdict", [
+    ({"choices": ["hello"], "usage": {"completion_tokens": 1}}, "choices[0] is not an object"),
+    ({"choices": [], "usage": {"completion_tokens": 1}}, "no choices in the response"),
+    ({"choices": {"0": {}}}, "no choices in the response"),
+    ({"choices": [{"message": "hi"}], "usage": {"completion_tokens": 1}}, "choices[0] has no message.content"),
+    ({"choices": [{"message": {"content": "x"}}], "usage": None},
+     "the server generated no tokens (usage.completion_tokens missing or 0)"),
+    ({"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 0}},
+     "the server generated no tokens (usage.completion_tokens missing or 0)"),
+    ({"object": "error", "message": "boom"}, 'HTTP 200 carrying an error: {"object": "error", "message": "boom"}'),
+    (["x"], 'HTTP 200 carrying an error: ["x"]'),
+])
+def test_each_bad_smoke_reply_gets_its_own_verdict(body, verdict):
+    assert serve_plan.judge_smoke(200, json.dumps(body), "chat_completions") == (False, verdict)
+
+
+def test_a_long_or_secret_bearing_server_text_is_shortened_and_masked():
+    assert serve_plan.redact("x" * 250, []) == "x" * 200 + "... (250 chars)"
+    assert serve_plan.redact("y" * 200, []) == "y" * 200
+    assert serve_plan.redact("Authorization: Bearer sk-abc123 and sk-abc123", ["sk-abc123"]) == \
+        "Authorization: Bearer *** and ***"
+    assert serve_plan.judge_smoke(500, "z" * 300, "completions")[1] == f"HTTP 500, body is not JSON: {'z' * 200 + '... (300 chars)'!r}"
