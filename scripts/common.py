@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -267,8 +268,10 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them."""
     argv = [str(a) for a in argv]
     try:
+        # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
+        # kept our pipe open would otherwise make the read after the kill wait forever
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
-                                text=True, env=env,
+                                text=True, env=env, start_new_session=True,
                                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
@@ -276,21 +279,40 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
         return RunResult(argv, None, "", str(exc), "os_error")
     t0 = time.monotonic()
     pending_input = stdin
-    while True:
-        left = timeout - (time.monotonic() - t0)
-        wait = min(left, progress_every) if progress else left
-        try:
-            out, err = proc.communicate(input=pending_input, timeout=max(wait, 0.01))
-            return RunResult(argv, proc.returncode, out, err or "")
-        except subprocess.TimeoutExpired:
-            pending_input = None
-            elapsed = time.monotonic() - t0
-            if elapsed >= timeout:
-                proc.kill()
-                out, _ = proc.communicate()
-                return RunResult(argv, None, out or "", f"timed out after {timeout:g}s", "timeout")
-            if progress:
-                log(f"{progress}: {elapsed:.0f}s elapsed")
+    try:
+        while True:
+            left = timeout - (time.monotonic() - t0)
+            wait = min(left, progress_every) if progress else left
+            try:
+                out, err = proc.communicate(input=pending_input, timeout=max(wait, 0.01))
+                return RunResult(argv, proc.returncode, out, err or "")
+            except subprocess.TimeoutExpired:
+                pending_input = None
+                elapsed = time.monotonic() - t0
+                if elapsed >= timeout:
+                    kill_group(proc)
+                    try:
+                        out, _ = proc.communicate(timeout=10)
+                    except subprocess.TimeoutExpired:  # a process that left our group still holds the pipe
+                        out = ""
+                    return RunResult(argv, None, out or "", f"timed out after {timeout:g}s", "timeout")
+                if progress:
+                    log(f"{progress}: {elapsed:.0f}s elapsed")
+    except BaseException:  # Ctrl-C no longer reaches a child in its own session: take it down with us
+        kill_group(proc)
+        raise
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group `proc` leads (it was started with start_new_session) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float) -> tuple[dict | None, str]:

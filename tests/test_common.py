@@ -54,6 +54,19 @@ def test_run_never_raises_on_missing_binary_or_timeout():
     assert r.failure == "timeout" and r.returncode is None
 
 
+def test_a_timeout_takes_the_whole_process_group_and_returns():
+    """A child that forked a grandchild holding our pipe (a shell, sudo, ssh): the kill takes the group,
+    so reading the pipe after it does not wait for the grandchild's 617 s."""
+    import time
+    import psutil
+    t0 = time.monotonic()
+    r = common.run(["bash", "-c", "echo started; sleep 617 & wait"], timeout=1)
+    assert r.failure == "timeout" and time.monotonic() - t0 < 15
+    time.sleep(0.2)
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "617"]]
+    assert not left, left
+
+
 @pytest.mark.parametrize("spec,user,host,port", [
     ("box", None, "box", None),
     ("me@box.example:2222", "me", "box.example", 2222),

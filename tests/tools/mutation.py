@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,20 +48,10 @@ MODULES = {
 
 
 def run_tests(tests: list[str], timeout: float) -> str:
-    argv = [PY, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e", *tests]
-    # a group of its own: a mutant that hangs hangs in a script the tests started, and the whole group goes
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        return "survived" if proc.wait(timeout=timeout) == 0 else "killed"
-    except subprocess.TimeoutExpired:
-        return "timeout"
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    argv = [PY, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e", *(str(ROOT / t) for t in tests)]
+    # common.run: a session of its own, so a mutant that hangs in a script the tests started goes with its group
+    res = common.run(argv, timeout=timeout)
+    return "timeout" if res.failure == "timeout" else "survived" if res.returncode == 0 else "killed"
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
