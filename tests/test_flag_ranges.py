@@ -62,3 +62,19 @@ def test_flag_takes_exactly_its_documented_range(row):
         assert not refused(row, str(lo + 0.5) if row["kind"] == "number" else str(lo + 1))
     for junk in ("nan", "inf", "-inf", "1e999", "", " ", "0x10", "1_0", "١٢", "１２"):
         assert refused(row, junk), f"{junk!r} is accepted"
+
+
+CLIS = ["detect", "validate", "check_model", "estimate_memory", "cpu_tune", "launch", "kernel_proof", "bench",
+        "setup_host_stack", "vllm_registry", "bootstrap"]
+
+
+@pytest.mark.parametrize("name", CLIS)
+def test_help_opens_with_what_the_script_does(name, capsys):
+    """`--help` (the one output that is not JSON: argparse's usage, exit 0) describes the script in the
+    first line of its docstring, the same sentence reference.md and the README use for it."""
+    module = importlib.import_module(name)
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--help"])
+    assert exc.value.code == 0
+    first = module.__doc__.strip().splitlines()[0]
+    assert first and " ".join(first.split()) in " ".join(capsys.readouterr().out.split())
