@@ -80,10 +80,10 @@ def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]
     Default 0: on this 2-vCPU runner binding every core gave 18.0 vs 13.5 output tok/s (c=1) and
     63.9 vs 37.2 (c=4) against vLLM's own one-core reserve; on a 96-core socket a reserve costs ~1%."""
     if reserve < 0:
-        raise ScriptError(f"--reserve {reserve} is negative", "use --reserve 0 or more")
+        raise ScriptError(f"--reserve-cores {reserve} is negative", "use --reserve-cores 0 or more")
     if reserve >= len(cores):
-        raise ScriptError(f"--reserve {reserve} leaves no core to bind (the socket has {len(cores)} usable)",
-                          f"use --reserve below {len(cores)}")
+        raise ScriptError(f"--reserve-cores {reserve} leaves no core to bind (the socket has {len(cores)} usable)",
+                          f"use --reserve-cores below {len(cores)}")
     return (cores[:len(cores) - reserve], cores[len(cores) - reserve:]) if reserve else (cores, [])
 
 

@@ -38,9 +38,12 @@ def test_choose_socket_forced_and_invalid():
 def test_split_reserved():
     assert cpu_tune.split_reserved([0, 1, 2, 3], 0) == ([0, 1, 2, 3], [])
     assert cpu_tune.split_reserved([0, 1, 2, 3], 1) == ([0, 1, 2], [3])
-    for bad in (4, -1):
-        with pytest.raises(ScriptError):
-            cpu_tune.split_reserved([0, 1, 2, 3], bad)
+    with pytest.raises(ScriptError, match=r"^--reserve-cores -1 is negative$") as exc:
+        cpu_tune.split_reserved([0, 1, 2, 3], -1)
+    assert exc.value.fix == "use --reserve-cores 0 or more"
+    with pytest.raises(ScriptError, match=r"^--reserve-cores 4 leaves no core to bind \(the socket has 4 usable\)$") as exc:
+        cpu_tune.split_reserved([0, 1, 2, 3], 4)
+    assert exc.value.fix == "use --reserve-cores below 4"  # the flag the user typed, by its name
 
 
 def test_socket_ram_takes_the_smaller_truth():
@@ -293,3 +296,15 @@ def test_the_host_pin_uses_the_best_tool_this_machine_has(script, make_sysroot):
     assert d["host_pin_tool"] == want
     if want == "numactl":
         assert d["host_pin_argv"] == ["numactl", "--cpunodebind=0", "--membind=0"]
+
+
+def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_sysroot, monkeypatch):
+    """Both tools are installed on the runner: `which` is faked to show a host that has neither."""
+    monkeypatch.setattr(cpu_tune.shutil, "which", lambda name: None)
+    d = _plan_in_process(make_sysroot("runner"), None)
+    assert (d["host_pin_argv"], d["host_pin_prefix"], d["host_pin_tool"]) == ([], "", None)
+    assert "neither numactl nor taskset found: the host launch is unpinned (install numactl)" in d["notes"]
+    monkeypatch.setattr(cpu_tune.shutil, "which", lambda name: "/usr/bin/taskset" if name == "taskset" else None)
+    d = _plan_in_process(make_sysroot("runner"), None)
+    assert d["host_pin_argv"] == ["taskset", "-c", "0-1"]
+    assert "numactl not found: CPU pinned with taskset, memory not bound (install numactl)" in d["notes"]
