@@ -85,7 +85,14 @@ def log(msg: str) -> None:
 
 
 def emit(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    """One JSON document on stdout. Strict JSON: a NaN or Infinity that slipped past the boundary checks
+    becomes a clear error document, never output other programs cannot parse."""
+    try:
+        text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
+                           "fix": "check the input documents and flags for non-finite numbers"}, indent=2)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
@@ -95,6 +102,14 @@ class JsonArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ScriptError(f"bad arguments: {message}",
                           f"see `python3 {self.prog} --help`")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extra = super().parse_known_args(args, namespace)
+        for action in self._actions:  # `--host=--` reaches argparse as an empty list, past the flag's type
+            if action.nargs is None and action.option_strings and getattr(ns, action.dest, None) == [] \
+                    and action.default != []:
+                self.error(f"argument {action.option_strings[0]}: expected one value")
+        return ns, extra
 
 
 # ---------------------------------------------------------------- flag types (checked at the boundary)
@@ -386,6 +401,9 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 
 # ---------------------------------------------------------------- sysroot files
 
+SYS_FILE_LIMIT = 16 << 20  # /proc/cpuinfo of a 2-socket 384-thread host is ~0.6 MB
+
+
 class Sysroot:
     """Reads host files below a root: "/" for this host, a captured tree for another."""
 
@@ -400,11 +418,19 @@ class Sysroot:
         return self.root / p.lstrip("/")
 
     def read(self, p: str) -> str | None:
-        """File text, or None when it does not exist or cannot be read."""
+        """File text, or None when it does not exist, cannot be read, is not a regular file (a FIFO in a
+        captured tree would block forever, a link to /dev/zero never ends) or is larger than any
+        proc/sys file a host has."""
+        import stat
         try:
-            return self.path(p).read_text(errors="replace")
+            path = self.path(p)
+            if not stat.S_ISREG(path.stat().st_mode):
+                return None
+            with open(path, "rb") as f:
+                data = f.read(SYS_FILE_LIMIT + 1)
         except (OSError, ValueError):
             return None
+        return None if len(data) > SYS_FILE_LIMIT else data.decode("utf-8", errors="replace")
 
     def glob(self, pattern: str) -> list[Path]:
         return sorted(self.root.glob(pattern.lstrip("/")))
@@ -518,6 +544,9 @@ def output_file(spec: str | Path, what: str) -> Path:
     path = user_path(spec, what)
     if path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz")
+    if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
+        raise ScriptError(f"{what} {str(spec)!r} exists and is not a regular file (a link, pipe or device)",
+                          f"pass a new file path for {what}")
     if not path.parent.is_dir():
         raise ScriptError(f"{what} {str(spec)!r}: folder {str(path.parent)!r} does not exist",
                           f"create it first, or pass a path in an existing folder")
@@ -556,10 +585,21 @@ def decode_input(data: bytes, label: str, fix: str, strict: bool = True) -> str:
         raise ScriptError(f"{label} is not UTF-8 text (byte {exc.start})", fix)
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")  # Python's reader takes NaN / Infinity; JSON does not
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: valid JSON syntax, but no finite number
+        raise ValueError(f"{text[:40]} is too large for a number")
+    return value
+
+
 def parse_json_object(text: str, what: str, fix: str) -> dict:
     """Text that must hold one JSON object; anything else is a ScriptError naming `what`."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
     except RecursionError:
@@ -585,9 +625,12 @@ def read_json_input(spec: str, what: str) -> dict:
     else:
         text = read_input_text(spec, f"{what} JSON", fix)
     doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step")
-    if "error" in doc:
-        raise ScriptError(f"the {what} step failed: {doc.get('error')}",
-                          doc.get("fix") or f"fix the {what} step first")
+    if "error" in doc:  # its words are passed on only when they are what our contract says: text
+        upstream, upstream_fix = doc.get("error"), doc.get("fix")
+        raise ScriptError(f"the {what} step failed: " + (upstream[:500] if isinstance(upstream, str)
+                                                         else "(its error is not text)"),
+                          upstream_fix[:500] if isinstance(upstream_fix, str) and upstream_fix.strip()
+                          else f"fix the {what} step first")
     return doc
 
 

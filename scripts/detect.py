@@ -444,6 +444,9 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
                                  args.nps, args.ram_gb_per_socket)
     if args.save_sysroot:
         root = common.output_dir(args.save_sysroot, "--save-sysroot")
+        if any(root.iterdir()):  # the rendered proc/ and sys/ files go in a folder of their own, never over others
+            raise ScriptError(f"--save-sysroot {args.save_sysroot} is not empty",
+                              "pass a new or empty folder for the rendered host files")
     else:  # read once, then gone: a spec leaves nothing behind unless asked to
         import atexit
         import shutil
@@ -544,6 +547,12 @@ def main(argv: Sequence[str] | None = None):
     args = p.parse_args(argv)
     epyc = common.load_epyc()
     if args.capture:
+        others = [f for f, v in (("--sysroot", args.sysroot), ("--host", args.host), ("--spec", args.spec),
+                                 ("--save-sysroot", args.save_sysroot), ("--ram-gb-per-socket", args.ram_gb_per_socket),
+                                 ("--nps", args.nps), ("--smt", args.smt), ("--sockets", args.sockets != 1)) if v]
+        if others:
+            raise ScriptError(f"--capture archives this machine's files: {', '.join(others)} would be ignored",
+                              "run detect.py --capture FILE alone, on the host to plan for")
         target = common.output_file(args.capture, "--capture")
         try:
             return host_spec.capture(target), common.EXIT_OK

@@ -67,6 +67,8 @@ def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
         n = 1
         for dim in shape:
             n *= dim
+        if n > 1 << 44:  # 17.6 trillion elements in one tensor: a corrupt header, not a checkpoint
+            raise ValueError(f"tensor {name!r} claims more than 2**44 elements")
         out[name] = (str(info.get("dtype", "BF16")), n)
     return out
 
@@ -146,14 +148,15 @@ class ModelFiles:
 
     def _folder_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
         shards = sorted(self.folder.glob("*.safetensors"))
+        unreadable = None
         if shards:
             try:
                 tensors: dict[str, tuple[str, int]] = {}
                 for shard in shards:
                     tensors.update(tensors_from_header(read_safetensors_header(shard)))
                 return weight_bytes(tensors, serve_dtype, tied), "safetensors_headers"
-            except (OSError, ValueError, struct.error):
-                pass  # truncated or pointer files: fall through to the index
+            except (OSError, ValueError, struct.error) as exc:
+                unreadable = str(exc) or type(exc).__name__  # truncated or pointer files: the index may still say
         index = self._local("model.safetensors.index.json")
         if index:
             try:
@@ -162,6 +165,10 @@ class ModelFiles:
                     return total, "safetensors_index_total_size"
             except (ValueError, KeyError, TypeError, RecursionError, ScriptError):
                 pass
+        if unreadable:  # their file sizes would be a guess (a git-lfs pointer is 130 bytes): no number at all
+            raise ScriptError(f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
+                              "no usable model.safetensors.index.json", "re-download the model (git-lfs pointers or "
+                              "truncated files have no header), or pass --weight-gb N")
         files = [p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat)]
         if files:
             return sum(p.stat().st_size for p in files), "weight_file_sizes"

@@ -24,6 +24,8 @@ from common import ScriptError  # noqa: E402
 from serve_life import known_secrets, load_plan  # noqa: E402
 from serve_plan import redact  # noqa: E402
 
+SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
+
 ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
 FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
@@ -60,7 +62,9 @@ def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
     """The log's lines (streamed: a kernel log runs to gigabytes), where they came from, and the secret
     values no line may carry into our output."""
     fix = "pass the server log (launch.py writes it to the plan's log_file)"
-    secrets = [os.environ.get(n, "") for n in ("HF_TOKEN", "VLLM_API_KEY")]
+    # without a plan the API key's variable is unknown: mask every value this shell holds under a
+    # secret-looking name (…KEY, …TOKEN, …SECRET, …PASSWORD), not only the two well-known ones
+    secrets = [v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 6]
     if args.log:
         path = Path(args.log)
     else:
@@ -88,7 +92,7 @@ def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/kernel_proof.py", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--plan", help="launch plan JSON: read the log of what it started")
-    src.add_argument("--log", help="a server log file")
+    src.add_argument("--log", type=common.nonempty, help="a server log file")
     args = p.parse_args(argv)
     lines, source, secrets = log_lines(args)
     doc = {"source": source, **count_kernels(lines)}

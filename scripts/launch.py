@@ -15,6 +15,7 @@ No retries: on failure, report and stop.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -27,7 +28,7 @@ from common import ScriptError  # noqa: E402
 
 from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
                         stop, verify)
-from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc  # noqa: E402
+from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name  # noqa: E402
 
 
 # ---------------------------------------------------------------- up: the whole chain
@@ -85,8 +86,28 @@ def setup_question(epyc: dict, stock: bool) -> str:
             f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
 
 
+OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json", "detect.json",
+             "validate.json", "check.json", "estimate.json", "tune.json", "setup.json"}
+
+
+def state_dir_arg(spec: str) -> str:
+    """--state-dir: an absolute folder that is new, empty, or one this bundle already keeps (its own files
+    only). start writes and stop removes files there: never '/', a home or a system folder by mistake."""
+    path = common.user_path(spec, "--state-dir").resolve()
+    if path.exists() and not path.is_dir():
+        raise ScriptError(f"--state-dir {spec} exists and is not a folder",
+                          "pass a folder (it is created at start) for the server's log and state")
+    foreign = sorted(p.name for p in path.iterdir() if p.name not in OWN_FILES
+                     and not p.name.startswith("bench-")) if path.is_dir() else []
+    if path == Path("/") or foreign:
+        raise ScriptError(f"--state-dir {spec} already holds other files ({', '.join(foreign[:5]) or '/'}): start "
+                          "writes its log and state there and stop removes them",
+                          "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME")
+    return str(path)
+
+
 def up(a, epyc: dict) -> dict:
-    run_dir = Path(a.state_dir or STATE_ROOT / "up")
+    run_dir = Path(state_dir_arg(a.state_dir) if a.state_dir else STATE_ROOT / "up")
     run_dir.mkdir(parents=True, exist_ok=True)
     model = a.model or epyc["default_model"]
     import detect
@@ -143,6 +164,26 @@ def up(a, epyc: dict) -> dict:
 
 # ---------------------------------------------------------------- CLI
 
+def served_name_arg(text: str) -> str:
+    if not is_served_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not "
+                                         "starting with '-', at most 200)")
+    return text
+
+
+NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
+
+
+def api_key_env_arg(text: str) -> str:
+    """The variable holding the API key: a name (it is pasted into shell examples), and not one that holds
+    something else (HF_TOKEN would make the Hub token the server's key)."""
+    name = common.env_name(text)
+    if name in NOT_A_KEY:
+        raise argparse.ArgumentTypeError(f"{name} holds something else than an API key: export the key in its "
+                                         "own variable (e.g. VLLM_API_KEY) and name that")
+    return name
+
+
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/launch.py", description=__doc__.split("\n")[0])
@@ -153,11 +194,11 @@ def main(argv: Sequence[str] | None = None):
     pl.add_argument("--model", type=common.nonempty, help="model to serve (default: the one check_model.py checked)")
     pl.add_argument("--port", type=common.int_in(1, 65535))
     pl.add_argument("--max-model-len", type=common.int_in(16, 1 << 24))
-    pl.add_argument("--served-model-name", type=common.nonempty)
+    pl.add_argument("--served-model-name", type=served_name_arg)
     pl.add_argument("--state-dir", type=common.nonempty, help="where start keeps its log and state")
     pl.add_argument("--dtype", choices=epyc["precision"]["supported"])
     pl.add_argument("--expose", action="store_true", help="listen on all interfaces (needs --api-key-env)")
-    pl.add_argument("--api-key-env", type=common.env_name,
+    pl.add_argument("--api-key-env", type=api_key_env_arg,
                     help="name of the env var holding the API key (its value is never shown)")
     pl.add_argument("--throughput-flags", action="store_true",
                     help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)")
@@ -187,7 +228,7 @@ def main(argv: Sequence[str] | None = None):
                    "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC")
     u.add_argument("--dtype", choices=epyc["precision"]["supported"])
     u.add_argument("--expose", action="store_true")
-    u.add_argument("--api-key-env", type=common.env_name)
+    u.add_argument("--api-key-env", type=api_key_env_arg)
     u.add_argument("--throughput-flags", action="store_true")
     u.add_argument("--kernel-log", action="store_true")
     u.add_argument("--yes", action="store_true", help="answer yes to its questions (build the host stack, launch "
@@ -210,10 +251,7 @@ def main(argv: Sequence[str] | None = None):
                                            "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log",
                                            "sizing")}
         if opts["state_dir"]:
-            opts["state_dir"] = str(common.user_path(opts["state_dir"], "--state-dir").resolve())
-            if Path(opts["state_dir"]).exists() and not Path(opts["state_dir"]).is_dir():
-                raise ScriptError(f"--state-dir {a.state_dir} exists and is not a folder",
-                                  "pass a folder (it is created at start) for the server's log and state")
+            opts["state_dir"] = state_dir_arg(opts["state_dir"])
         return build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"])), common.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), common.EXIT_OK

@@ -17,7 +17,8 @@ def describe(cfg: dict) -> dict | None:
         q = (cfg.get("text_config") or {}).get("quantization_config") if isinstance(cfg.get("text_config"), dict) else None
     if not isinstance(q, dict):
         return None
-    method = str(q.get("quant_method") or "unknown").lower()
+    method = q.get("quant_method")
+    method = method.lower() if isinstance(method, str) and method.strip() else "unknown"  # a list is no method
     weights: dict = {}
     groups = q.get("config_groups")
     if isinstance(groups, dict):  # compressed-tensors: the first group's weight scheme

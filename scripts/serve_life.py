@@ -13,13 +13,26 @@ from pathlib import Path
 
 import common
 from common import ScriptError
-from serve_plan import STOP_GRACE_S, judge_smoke, redact, smoke_request
+from serve_plan import MARKER_ENV, STOP_GRACE_S, judge_smoke, redact, server_env, smoke_request
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
 LOG_TAIL = 50
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
+# every process of a server start launched carries MARKER_ENV (workers inherit it): stop and verify
+# count a process as ours only when it holds the token start wrote into the state file
+def open_own_file(path: str | Path, flags: int, mode: int = 0o600) -> int:
+    """Open a file of the state dir without following a symbolic link there: a link planted in the state
+    dir must not make start write (or truncate) a file elsewhere."""
+    import errno
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ScriptError(f"{path} is a symbolic link: start writes only its own files in the state dir",
+                              "remove the link, or plan with a fresh --state-dir", phase="start")
+        raise
 
 
 def host_facts(opt: dict, chk: dict) -> dict:
@@ -82,16 +95,18 @@ def write_state(plan: dict, state: dict) -> None:
     """Atomically: a reader sees the old state or the new one, never half of it."""
     target = Path(plan["state_file"])
     tmp = target.with_name(".state.json.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, target)
+    with os.fdopen(open_own_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+        f.write(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, target)  # replaces a link named state.json itself, never its target
 
 
 def group_members(state: dict) -> list:
     """The live processes of the server's process group (its session: start made the leader with
     start_new_session). Judged by the group, not the leader: workers can outlive it."""
     import psutil
-    pgid, started = state.get("pgid"), state.get("create_time")
-    if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1:
+    pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
+    if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1 \
+            or not isinstance(token, str) or len(token) < 16:
         return []
     try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
         if abs(psutil.Process(pgid).create_time() - started) > 0.01:
@@ -102,7 +117,8 @@ def group_members(state: dict) -> list:
     for proc in psutil.process_iter(["pid", "create_time", "status"]):
         try:
             if (os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1
-                    and proc.info["status"] != psutil.STATUS_ZOMBIE):
+                    and proc.info["status"] != psutil.STATUS_ZOMBIE
+                    and proc.environ().get(MARKER_ENV) == token):  # a state file naming any other group is not ours
                 out.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -158,10 +174,13 @@ def secret_values(plan: dict) -> dict:
 
 def write_secret_files(directory: Path, values: dict) -> None:
     """One 0600 file per secret in a 0700 folder of the state dir, mounted read-only; stop removes it."""
+    if directory.is_symlink():
+        raise ScriptError(f"{directory} is a symbolic link: secrets are written only into the state dir itself",
+                          "remove the link, or plan with a fresh --state-dir", phase="start")
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     for name, value in values.items():
-        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_own_file(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with os.fdopen(fd, "w") as f:
             f.write(value)
 
@@ -173,6 +192,8 @@ def remove_secret_files(plan: dict) -> None:
     """Remove what start wrote, by name, and the folder if that leaves it empty: never a whole tree a
     plan file happens to point at."""
     directory = Path(plan["state_dir"]) / "secrets"
+    if directory.is_symlink():  # not a folder start made: what it points at is not ours to delete
+        return
     for name in SECRET_NAMES:
         (directory / name).unlink(missing_ok=True)
     try:
@@ -230,7 +251,7 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
         refuse_edited(plan, fresh, "start")
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     import fcntl
-    with open(Path(plan["state_dir"]) / ".lock", "w") as lock:
+    with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -251,13 +272,16 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
     warnings: list[str] = []
     if plan["path"] == "host":
         # unbuffered: the log tail a failed verify shows is the server's last words, not a stale buffer
-        env = {**os.environ, **plan["env"], **secrets, "PYTHONUNBUFFERED": "1"}
-        with open(plan["log_file"], "wb") as log:  # a new log per start: an old run's lines prove nothing
+        import secrets as tokens
+        token = tokens.token_hex(16)
+        env = server_env(dict(os.environ), plan["env"], secrets, token)
+        # a new log per start (an old run's lines prove nothing), never through a link
+        with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
             proc = subprocess.Popen(plan["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
         import psutil
         state = {"path": "host", "pid": proc.pid, "pgid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
-                 "log_file": plan["log_file"], "started_at": time.time()}
+                 "marker": token, "log_file": plan["log_file"], "started_at": time.time()}
     else:
         rm, pull = plan["pre_argv"]
         common.run(rm, timeout=60)  # a leftover container of the same name would block `run`
@@ -287,7 +311,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
         state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
                  "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv}
     write_state(plan, state)
-    return {"started": True, **state, "warnings": warnings}
+    return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 
 def http(method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None):
@@ -301,6 +325,9 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
 
 
 def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:
+    """A verify failure. Its reason may quote the server (ids, a status line): masked like any server text,
+    since a server that reflects the Authorization header would otherwise get the key printed."""
+    reason = redact(reason, known_secrets(plan), limit=2000)
     return ScriptError(f"FAILED in phase {phase}: {reason}", NO_RETRY_FIX, ok=False, phase=phase,
                        elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan))
 

@@ -118,6 +118,32 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
     return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
 
 
+LIB_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/opt/conda/lib")
+_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
+_CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+
+
+def is_served_name(text: object) -> bool:
+    """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
+    starts with '-' (vLLM would read an option) and holds no space or control character."""
+    return isinstance(text, str) and bool(_SERVED_NAME.match(text))
+
+
+def pin_prefix_problem(argv: list, cpuset: list) -> str | None:
+    """cpu_tune's pin prefix and cpuset flags run as part of the command: only the shapes cpu_tune makes
+    (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names."""
+    nodes = lambda a, flag: a.startswith(flag) and bool(_CPULIST.match(a[len(flag):]))  # noqa: E731
+    ok_pin = (argv == [] or (len(argv) == 3 and argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=")
+                             and nodes(argv[2], "--membind="))
+              or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and bool(_CPULIST.match(argv[2]))))
+    if not ok_pin:
+        return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes"
+    if not (cpuset == [] or (len(cpuset) == 2 and nodes(cpuset[0], "--cpuset-cpus=")
+                             and nodes(cpuset[1], "--cpuset-mems="))):
+        return f"cpu_tune's container_cpuset_argv {cpuset!r} is not the --cpuset-cpus/--cpuset-mems pair"
+    return None
+
+
 def preload_value(value: str | None, allowed: list[str]) -> str | None:
     """validate.py's LD_PRELOAD, accepted only as absolute paths to the libraries data/epyc.json names
     (tcmalloc, libiomp5): a plan never preloads anything else into the server."""
@@ -125,7 +151,10 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
         return None
     stems = tuple(name.split(".so")[0] + ".so" for name in allowed)
     for part in value.split(":"):
-        if not (part.startswith("/") and Path(part).name.startswith(stems)):
+        folder = str(Path(part).parent)
+        # the library's name AND a system library folder: a file of that name in /tmp is someone else's code
+        if not (part.startswith("/") and Path(part).name.startswith(stems) and ".." not in Path(part).parts
+                and (folder in LIB_DIRS or folder.startswith(tuple(d + "/" for d in LIB_DIRS)))):
             raise ScriptError(f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}",
                               "re-run validate.py and pass its unmodified output to plan")
     return value
@@ -210,6 +239,15 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                           "run check_model.py and estimate_memory.py for the model you serve")
     path = val["path"]
     backend = val.get("backend") or "zentorch"
+    if not isinstance(model, str) or not model or model.startswith("-") or any(ord(c) < 32 for c in model):
+        raise ScriptError(f"model {model!r} would be read as an option or is not one argument",
+                          "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)")
+    problem = pin_prefix_problem(tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []))
+    if problem:
+        raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
+    if path == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):
+        raise ScriptError(f"validate.py's python {val.get('python')!r} is not an absolute path",
+                          "pass the unmodified output of validate.py (it names the interpreter by absolute path)")
     dtype = opt.get("dtype") or epyc["precision"]["default"]
     if backend != "stock" and dtype not in epyc["precision"]["host_stack_supported"]:
         raise ScriptError(f"{dtype} is not a compute dtype of the zentorch CPU platform: "
@@ -227,6 +265,9 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
     host = "0.0.0.0" if expose else epyc["serve"]["bind_host"]
     served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
+    if not is_served_name(served):
+        raise ScriptError(f"served model name {served!r} is not a plain name (letters, digits and ._:@+/-, not "
+                          "starting with '-', at most 200)", "pass --served-model-name NAME")
     version = (val.get("stack") or {}).get("vllm")
     device = needs_device_flag(version, epyc["serve"]["device_cpu_flag_removed_in"])
     rules = sizing_rules(opt.get("sizing") or "skill")
@@ -265,10 +306,13 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     pre: list[list[str]] = []
     if path == "host":
         vllm_bin = str(Path(val["python"]).parent / "vllm")
+        env["PYTHONUNBUFFERED"] = "1"  # the log tail a failed verify shows is the server's last words
         preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
         if preload and rules["preload"]:
             env["LD_PRELOAD"] = preload
-        argv = [*(tune.get("host_pin_argv", []) if rules["pin"] else []), vllm_bin, "serve", model, *opts]
+        # a local folder by its real absolute path: the command means the same from any directory
+        argv = [*(tune.get("host_pin_argv", []) if rules["pin"] else []), vllm_bin, "serve",
+                facts.get("model_dir") or model, *opts]
         runtime = "host"
         stop_cmd = "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"
     else:
@@ -315,7 +359,27 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     plan["options"] = {k: v for k, v in opt.items() if v is not None}
     plan["summary"] = summary_rows(plan, det, fit)
     plan["summary_markdown"] = markdown_table(["Field", "Value"], plan["summary"])
+    # what the human is shown must be a plan start would accept (a port 0 or an image that reads as an
+    # option, taken from a hand-made document, is refused here rather than after they said yes)
+    common.check_schema(plan, "plan", "the plan these documents render is not one start would run",
+                        "pass the unmodified outputs of detect, validate, check_model, estimate_memory and cpu_tune")
     return plan
+
+
+MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token start gives every server process (see serve_life)
+# what a host server takes from the shell that starts it, besides the plan's own env and secrets
+# (which the summary shows): where it finds programs, its home and caches, locale and proxies
+INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HF_HOME", "HF_HUB_CACHE",
+                 "XDG_CACHE_HOME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
+    """The host server's whole environment: the plan's env and secrets (what the human approved), the
+    few INHERITED_ENV names and LC_* from this shell, and the run marker -- not whatever else the shell
+    holds (an LD_LIBRARY_PATH or VLLM_* there would change what runs without being in the summary)."""
+    base = {k: v for k, v in shell.items() if k in INHERITED_ENV or k.startswith("LC_")}
+    return {**base, **plan_env, **secrets, MARKER_ENV: token}
+
 
 
 def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
@@ -356,7 +420,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     rows.append(["Pinning", shlex.join(pin) if pin else ("--cpuset-* flags in the command" if plan["path"] != "host"
                                                          else "none (numactl/taskset not found)")])
     rows.append(["Environment", ", ".join(f"{k}={v}" for k, v in plan["env"].items())
-                 + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())])
+                 + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())
+                 + ("; from this shell only " + ", ".join(n for n in INHERITED_ENV if n.isupper() and "PROXY" not in n)
+                    + ", LC_* and the proxy variables" if plan["path"] == "host" else "")])
     rows.append(["Command (exactly what start runs)", plan["command"]])
     if plan["deferred"]:
         rows.append(["Planned for", f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
@@ -422,7 +488,7 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
         return False, f"choices[0] has no {'message.content' if endpoint == 'chat_completions' else 'text'}"
     usage = doc.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if not isinstance(tokens, int) or tokens <= 0:
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:  # true is not a count
         return False, "the server generated no tokens (usage.completion_tokens missing or 0)"
     return True, redact(text, secrets)
 

@@ -251,7 +251,7 @@ def test_the_stock_route_names_the_cpu_it_was_asked_for():
     assert r["route"] == "stop" and "unknown CPU" in r["reason"] and r["fix"].startswith("stop here")
 
 
-GENS = ["Genoa", "Turin"]
+VALIDATED = ["Genoa", "Turin"]
 MILAN = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "vendor": "AuthenticAMD", "is_amd_epyc": True,
          "avx512": False, "avx512_bf16": False, "epyc_generation": "Milan", "zen_arch": "Zen3"}
 BERGAMO = {**MILAN, "cpu_model": "AMD EPYC 9754", "avx512": True, "avx512_bf16": True, "epyc_generation": "Bergamo",
@@ -276,4 +276,4 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
 ])
 def test_each_route_says_what_to_do_in_words(facts, stock, route, reason, fix):
     """The route is what SKILL.md's agent reads aloud: the sentence and the next step, exactly."""
-    assert detect.route_host(facts, GENS, stock) == {"route": route, "reason": reason, "fix": fix}
+    assert detect.route_host(facts, VALIDATED, stock) == {"route": route, "reason": reason, "fix": fix}

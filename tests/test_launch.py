@@ -279,10 +279,18 @@ def fake_venv(tmp_path) -> Path:
     (bin_dir / "python").unlink(missing_ok=True)
     (bin_dir / "python").symlink_to(sys.executable)
     vllm = bin_dir / "vllm"
-    vllm.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(FAKE_SERVER)!r}\n"
-                    f"runpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
+    # the mode is a file beside it: start gives the server only the plan's env and a few shell variables
+    vllm.write_text(f"#!{sys.executable}\nimport os, runpy, sys\nfrom pathlib import Path\n"
+                    "mode = Path(__file__).with_name('mode')\n"
+                    "if mode.exists():\n    os.environ['FAKE_SERVER_MODE'] = mode.read_text().strip()\n"
+                    f"sys.argv[0] = {str(FAKE_SERVER)!r}\nrunpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
     vllm.chmod(0o755)
     return bin_dir / "python"
+
+
+def server_mode(tmp_path, mode: str) -> None:
+    """How the fake server (tests/fakes/openai_server.py) misbehaves on its next start."""
+    (tmp_path / "fake-venv" / "bin" / "mode").write_text(mode)
 
 
 def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
@@ -311,7 +319,8 @@ def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
 ])
 def test_verify_catches_each_failure(script, tmp_path, inputs, live_tune, mode, phase, needle):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
-    started = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"FAKE_SERVER_MODE": mode})
+    server_mode(tmp_path, mode)
+    started = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     assert started.code == 0, started.doc
     try:
         r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "4")
@@ -380,6 +389,20 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
+def test_a_server_that_reflects_the_key_in_its_model_list_never_gets_it_printed(script, tmp_path, inputs, live_tune,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "sk-reflected-77")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    try:
+        server_mode(tmp_path, "models_reflect")
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
+        assert r.code == 1 and r.doc["phase"] == "models" and "Bearer ***" in r.doc["error"], r.doc
+        assert "sk-reflected-77" not in r.stdout + r.stderr
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
 @pytest.mark.parametrize("mode,settled", [("good", "/v1/chat/completions"),
                                           ("no_chat_template", "/v1/completions")])
 def test_an_unknown_endpoint_is_settled_by_verify_on_the_running_server(script, tmp_path, inputs, live_tune,
@@ -394,8 +417,8 @@ def test_an_unknown_endpoint_is_settled_by_verify_on_the_running_server(script, 
     assert "unknown until verify settles it" in plan["summary_markdown"]
     early = script("launch.py", "handoff", "--plan", str(plan_file))
     assert early.code == 1 and "verify" in early.doc["fix"]
-    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm",
-                  env={"FAKE_SERVER_MODE": mode}).code == 0
+    server_mode(tmp_path, mode)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
     try:
         r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
         assert r.code == 0 and r.doc["smoke"]["endpoint_path"] == settled, r.doc
