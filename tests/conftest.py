@@ -43,6 +43,12 @@ def validate(script: str, doc) -> None:
     schema = schema_for(script, doc)
     if schema is not None:
         jsonschema.validate(doc, schema)
+    own = SCHEMAS / f"{Path(script).stem}.json"
+    if isinstance(doc, dict) and "error" in doc and own.exists():  # a refusal that carries the whole result
+        full = json.loads(own.read_text())  # (check_model, estimate_memory) is that result too
+        plain = set(json.loads((SCHEMAS / "error.json").read_text())["properties"])
+        if "error" in (full.get("properties") or {}) and set(doc) - plain:
+            jsonschema.validate(doc, full)
 
 
 def run_script(script: str, *args: str, env: dict | None = None, timeout: float = 120,

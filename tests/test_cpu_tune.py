@@ -70,8 +70,11 @@ def test_size_kv_cache():
     assert cpu_tune.size_kv_cache(16, 2, 2, 8, 1.25, 0.5)["kv_gb"] == 10
     assert cpu_tune.size_kv_cache(16, 2, 2, 11, 1.25, 0.5)["kv_gb"] == 12
     # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> refused, never a silent under-grant
-    with pytest.raises(cpu_tune.ScriptError, match="cannot hold"):
+    with pytest.raises(cpu_tune.ScriptError, match=r"^socket RAM 8 GiB cannot hold weights 5 GiB \+ KV 4 GiB \+ "
+                                                   r"OS reserve 2 GiB$"):
         cpu_tune.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
+    with pytest.raises(cpu_tune.ScriptError, match=r"cannot hold weights 0 GiB \+ KV 7 GiB"):  # no weights given
+        cpu_tune.size_kv_cache(8, 2, None, 7, 1.25, 0.5)
     # 3.95 left for a 3.9 GiB need: vLLM takes whole GiB, so 3 would be granted -- refused too
     with pytest.raises(cpu_tune.ScriptError, match="cannot hold"):
         cpu_tune.size_kv_cache(7.95, 2, 2, 3.9, 1.25, 0.5)
@@ -308,3 +311,16 @@ def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_s
     d = _plan_in_process(make_sysroot("runner"), None)
     assert d["host_pin_argv"] == ["taskset", "-c", "0-1"]
     assert "numactl not found: CPU pinned with taskset, memory not bound (install numactl)" in d["notes"]
+
+
+def test_the_live_load_sample_is_long_only_when_it_chooses_the_socket(make_sysroot, monkeypatch):
+    """A 2-socket host sampled live: the full sample when it decides the socket, a glance when --socket already
+    did (only reported then). This runner has one socket: a captured 2-socket host stands in for a live one."""
+    import detect
+    two = detect.gather_from_args(str(make_sysroot("genoa_9654_2s_smt")), None)
+    monkeypatch.setattr(cpu_tune.detect, "gather_from_args", lambda sysroot, host: two)
+    seconds = []
+    monkeypatch.setattr(cpu_tune, "sample_busy", lambda topo, allowed, s: seconds.append(s) or {0: 1.0, 1: 1.0})
+    cpu_tune.main([])
+    cpu_tune.main(["--socket", "1"])
+    assert seconds == [common.load_epyc()["cpu"]["sample_seconds"], 0.1]

@@ -336,4 +336,8 @@ def test_state_and_head_size_from_the_other_spellings_of_hidden_size():
         assert (em.recurrent_state_bytes(partial, 2) or ("none",))[0] != "gated_deltanet", missing
     gpt = {"num_hidden_layers": 2, "num_attention_heads": 8, "d_model": 512}  # head_dim from d_model / heads
     assert em.kv_layout(gpt)["bytes_per_token_per_layer"] == 2 * 8 * 64 * 2
+    # the head-count spellings vLLM's configs use: GPT-2's n_head, some remote-code models' num_heads
+    for key in ("n_head", "num_heads"):
+        assert em.kv_layout({"num_hidden_layers": 2, key: 4, "hidden_size": 256})["bytes_per_token_per_layer"] == \
+            2 * 4 * 64 * 2, key
 

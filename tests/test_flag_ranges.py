@@ -31,6 +31,9 @@ def parse_error(row: dict, value: str) -> str:
     argv = ([row["sub"]] if row["sub"] else []) + [f"{row['flag']}={value}", "--no-such-flag"]
     with pytest.raises(ScriptError) as exc:
         importlib.import_module(row["script"]).main(argv)
+    sub = f" {row['sub']}" if row["sub"] else ""  # where the ranges are listed
+    assert exc.value.fix in (f"see `python3 scripts/{row['script']}.py{sub} --help`",  # the subcommand's flag
+                             f"see `python3 scripts/{row['script']}.py --help`")  # the trailing unknown flag
     return exc.value.error
 
 

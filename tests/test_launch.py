@@ -498,7 +498,8 @@ def test_preload_names_only_the_pinned_libraries():
 
 @pytest.mark.parametrize("mutate,needle", [
     (lambda i: i["estimate_memory"].update(model="other/model"), "estimate_memory.py for other/model"),
-    (lambda i: i["cpu_tune"].update(weight_gb=15.0), "sized for 15.0 GiB of weights"),
+    (lambda i: i["cpu_tune"].update(weight_gb=15.0), "cpu_tune.py sized for 15.0 GiB of weights, estimate_memory.py "
+                                                      "says 1.11"),
     (lambda i: i["cpu_tune"].update(kv_needed_gb=9.0), "KV need"),
     (lambda i: (i["estimate_memory"]["fit"].update(kv_needed_gb=300.0), i["cpu_tune"].update(kv_needed_gb=300.0)),
      "below the 300.0 GiB needed"),
@@ -705,3 +706,12 @@ def test_a_long_or_secret_bearing_server_text_is_shortened_and_masked():
     assert serve_plan.redact("Authorization: Bearer sk-abc123 and sk-abc123", ["sk-abc123"]) == \
         "Authorization: Bearer *** and ***"
     assert serve_plan.judge_smoke(500, "z" * 300, "completions")[1] == f"HTTP 500, body is not JSON: {'z' * 200 + '... (300 chars)'!r}"
+
+
+def test_a_host_plan_preloads_the_library_validate_found(inputs):
+    docs = load_docs(inputs)
+    lib = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
+                            ld_preload={"value": lib, "note": None})
+    assert serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)["env"]["LD_PRELOAD"] == lib
+    assert "LD_PRELOAD" not in serve_plan.build_plan(docs, {"sizing": "vllm-default"}, load_epyc(), NO_FACTS)["env"]
