@@ -86,8 +86,10 @@ def setup_question(epyc: dict, stock: bool) -> str:
             f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
 
 
-OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json", "detect.json",
-             "validate.json", "check.json", "estimate.json", "tune.json", "setup.json"}
+# what start and up keep in a state dir (up: one JSON per step, named by its phase)
+OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json",
+             *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
+                                             "estimate_memory", "cpu_tune"))}
 
 
 def state_dir_arg(spec: str) -> str:

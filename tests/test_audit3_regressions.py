@@ -259,3 +259,17 @@ def test_odd_quantization_and_usage_values_are_not_taken_at_face_value():
         "unknown"
     body = json.dumps({"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": True}})
     assert serve_plan.judge_smoke(200, body, "chat_completions")[0] is False
+
+
+def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
+    """up keeps one JSON per step and start its log and state: planning again into that folder is fine."""
+    import launch
+    st = tmp_path / "st"
+    st.mkdir()
+    for name in ("plan.json", "server.log", "state.json", "detect.json", "validate.json", "setup_host_stack.json",
+                 "check_model.json", "estimate_memory.json", "cpu_tune.json", "bench-20261201-120000"):
+        (st / name).write_text("{}")
+    assert launch.state_dir_arg(str(st)) == str(st.resolve())
+    (st / "notes.txt").write_text("mine")
+    with pytest.raises(ScriptError, match="notes.txt"):
+        launch.state_dir_arg(str(st))
