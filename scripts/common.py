@@ -159,7 +159,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 def is_env_name(text: object) -> bool:
-    return isinstance(text, str) and bool(_ENV_NAME.match(text))
+    return isinstance(text, str) and bool(_ENV_NAME.fullmatch(text))  # "$" would let a final newline through
 
 
 def env_name(text: str) -> str:
@@ -177,7 +177,7 @@ _IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+
 
 def image_ref(text: str) -> str:
     """argparse type: a container image reference; text that a runtime could read as an option is refused."""
-    if not _IMAGE_REF.match(text or "") or len(text) > 512:
+    if not _IMAGE_REF.fullmatch(text or "") or len(text) > 512:
         raise argparse.ArgumentTypeError(f"{text!r} is not a container image reference (e.g. registry/name:tag)")
     return text
 
@@ -424,6 +424,8 @@ class Sysroot:
         import stat
         try:
             path = self.path(p)
+            if not self.is_live and not path.resolve().is_relative_to(self.root.resolve()):
+                return None  # a captured tree's link to /proc/kmsg or another host file is not its content
             if not stat.S_ISREG(path.stat().st_mode):
                 return None
             with open(path, "rb") as f:
@@ -467,7 +469,7 @@ class SshTarget:
 
 def parse_host(spec: str) -> SshTarget:
     """'[user@]box[:port]' -> SshTarget. Rejects anything ssh could read as an option."""
-    m = _HOST_RE.match(spec or "")
+    m = _HOST_RE.fullmatch(spec or "")
     if not m or spec.startswith("-"):
         raise ScriptError(f"not a host: {spec!r}", "use --host [user@]hostname[:port]")
     port = int(m.group("port")) if m.group("port") else None
@@ -542,6 +544,12 @@ def output_dir(spec: str | Path, what: str) -> Path:
 def output_file(spec: str | Path, what: str) -> Path:
     """A file the script writes: its folder must exist and the path must not be a folder."""
     path = user_path(spec, what)
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a path through a file
+        raise ScriptError(f"{what} {str(spec)[:200]!r}: {exc.strerror or exc}", f"pass a usable file path for {what}")
     if path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz")
     if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere

@@ -81,8 +81,11 @@ def read_safetensors_header(path: Path) -> dict:
         (size,) = struct.unpack("<Q", f.read(8))
         if size > 100 * 1024 * 1024:
             raise ValueError(f"{path.name}: safetensors header claims {size} bytes")
+        raw = f.read(size)
+        if len(raw) != size:  # a header longer than the file: truncated, not a checkpoint
+            raise ValueError(f"{path.name}: safetensors header claims {size} bytes, the file has {len(raw)}")
         try:
-            header = json.loads(f.read(size))
+            header = json.loads(raw)
         except RecursionError:
             raise ValueError(f"{path.name}: safetensors header nested too deeply")
         if not isinstance(header, dict):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
-from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
+from serve_life import (NO_RETRY_FIX, host_facts, open_own_file, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
                         stop, verify)
 from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name  # noqa: E402
 
@@ -44,7 +45,8 @@ def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bo
     except json.JSONDecodeError:
         raise ScriptError(f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})",
                           NO_RETRY_FIX, phase=phase)
-    (run_dir / f"{phase}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    with os.fdopen(open_own_file(run_dir / f"{phase}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+        f.write(json.dumps(doc, indent=2) + "\n")  # never through a link planted in the state dir
     if res.returncode != 0 and not allow_fail:
         raise phase_failed(phase, doc)
     return doc
@@ -95,7 +97,12 @@ OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", 
 def state_dir_arg(spec: str) -> str:
     """--state-dir: an absolute folder that is new, empty, or one this bundle already keeps (its own files
     only). start writes and stop removes files there: never '/', a home or a system folder by mistake."""
-    path = common.user_path(spec, "--state-dir").resolve()
+    path = common.user_path(spec, "--state-dir")
+    try:
+        path = path.resolve()
+        path.exists()
+    except OSError as exc:  # a name too long, a loop of links
+        raise ScriptError(f"--state-dir {spec[:200]!r}: {exc.strerror or exc}", "pass a usable folder path")
     if path.exists() and not path.is_dir():
         raise ScriptError(f"--state-dir {spec} exists and is not a folder",
                           "pass a folder (it is created at start) for the server's log and state")
@@ -146,7 +153,8 @@ def up(a, epyc: dict) -> dict:
     plan = build_plan({"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}, opts, epyc,
                       host_facts(opts, chk))
     plan_file = run_dir / "plan.json"
-    plan_file.write_text(json.dumps(plan, indent=2) + "\n")
+    with os.fdopen(open_own_file(plan_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+        f.write(json.dumps(plan, indent=2) + "\n")
     common.log(plan["summary_markdown"])
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "

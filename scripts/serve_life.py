@@ -23,16 +23,25 @@ PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need
 # every process of a server start launched carries MARKER_ENV (workers inherit it): stop and verify
 # count a process as ours only when it holds the token start wrote into the state file
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600) -> int:
-    """Open a file of the state dir without following a symbolic link there: a link planted in the state
-    dir must not make start write (or truncate) a file elsewhere."""
+    """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
+    planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
+    folder of that name (a FIFO would block start forever, after the server was launched)."""
     import errno
+    import stat
     try:
-        return os.open(path, flags | os.O_NOFOLLOW, mode)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ScriptError(f"{path} is a symbolic link: start writes only its own files in the state dir",
                               "remove the link, or plan with a fresh --state-dir", phase="start")
-        raise
+        raise ScriptError(f"cannot open {path}: {exc.strerror or exc}",
+                          "remove it, or plan with a fresh --state-dir", phase="start")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ScriptError(f"{path} is not a regular file (a pipe, device or folder of that name)",
+                          "remove it, or plan with a fresh --state-dir", phase="start")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def host_facts(opt: dict, chk: dict) -> dict:
@@ -85,8 +94,9 @@ def load_plan(path: str) -> dict:
 
 def read_state(plan: dict) -> dict | None:
     try:
-        state = json.loads(Path(plan["state_file"]).read_text())
-    except (OSError, ValueError, RecursionError):
+        with os.fdopen(open_own_file(plan["state_file"], os.O_RDONLY), "rb") as f:
+            state = json.loads(f.read(1 << 20).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, ScriptError):  # none, a link, a FIFO, junk: no state of ours
         return None
     return state if isinstance(state, dict) else None
 
@@ -142,10 +152,10 @@ def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
     """The server's last lines, with any secret value masked."""
     if plan["path"] == "host":
         try:  # only the end: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes
-            with open(plan["log_file"], "rb") as f:
+            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:  # never a link's target
                 f.seek(max(0, os.fstat(f.fileno()).st_size - 256 * 1024))
                 lines = f.read().decode("utf-8", errors="replace").splitlines()
-        except OSError:
+        except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
             return []
     else:
         res = common.run([*common.runtime_argv(plan["runtime"]), "logs", "--tail", str(n), plan["container_name"]],
@@ -261,6 +271,11 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
 
 
 def _start_locked(plan: dict, pull_policy: str) -> dict:
+    import stat
+    for own in (plan["state_file"], plan["log_file"], Path(plan["state_file"]).with_name(".state.json.tmp")):
+        if os.path.lexists(own) and not stat.S_ISREG(os.lstat(own).st_mode):  # checked before anything runs
+            raise ScriptError(f"{own} is not a regular file (a link, pipe, device or folder of that name)",
+                              "remove it, or plan with a fresh --state-dir", phase="start")
     state = read_state(plan)
     if state and alive(plan, state):
         raise ScriptError(f"a server from this plan is already running ({plan['state_file']})",
@@ -361,6 +376,8 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
     except (ValueError, KeyError, TypeError, RecursionError):
         ids = []
+    # what the server lists is its text: a server echoing the Authorization header gets it masked here too
+    ids = [m if m == plan["served_model_name"] else redact(str(m), known_secrets(plan), 200) for m in ids]
     if plan["served_model_name"] not in ids:
         raise failed(plan, "models", f"/v1/models does not list {plan['served_model_name']!r} "
                                      f"(HTTP {status}, ids {ids})", t0)

@@ -126,16 +126,16 @@ _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 def is_served_name(text: object) -> bool:
     """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
     starts with '-' (vLLM would read an option) and holds no space or control character."""
-    return isinstance(text, str) and bool(_SERVED_NAME.match(text))
+    return isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
 
 
 def pin_prefix_problem(argv: list, cpuset: list) -> str | None:
     """cpu_tune's pin prefix and cpuset flags run as part of the command: only the shapes cpu_tune makes
     (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names."""
-    nodes = lambda a, flag: a.startswith(flag) and bool(_CPULIST.match(a[len(flag):]))  # noqa: E731
+    nodes = lambda a, flag: a.startswith(flag) and bool(_CPULIST.fullmatch(a[len(flag):]))  # noqa: E731
     ok_pin = (argv == [] or (len(argv) == 3 and argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=")
                              and nodes(argv[2], "--membind="))
-              or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and bool(_CPULIST.match(argv[2]))))
+              or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and bool(_CPULIST.fullmatch(argv[2]))))
     if not ok_pin:
         return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes"
     if not (cpuset == [] or (len(cpuset) == 2 and nodes(cpuset[0], "--cpuset-cpus=")
@@ -370,7 +370,8 @@ MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token start gives every serve
 # what a host server takes from the shell that starts it, besides the plan's own env and secrets
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HF_HOME", "HF_HUB_CACHE",
-                 "XDG_CACHE_HOME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+                 "XDG_CACHE_HOME", "HF_ENDPOINT", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT", "SSL_CERT_FILE",
+                 "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
 def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:

@@ -1,4 +1,4 @@
-"""Regressions from the third independent bad-input audit (~1,084 cases, 2026-12-01, a helper session with its
+"""Regressions from the third independent bad-input audit (F1-F15) and its re-audit of the fixes (N1-N14) (~1,084 cases, 2026-12-01, a helper session with its
 own harness and a fake vllm): each finding, run the way the audit ran it. Classes: tests/BAD_INPUT.md."""
 import json
 import os
@@ -211,7 +211,9 @@ def test_the_summary_says_what_a_host_server_takes_from_the_shell(inputs):  # no
     env_row = dict(plan["summary"])["Environment"]
     assert "PYTHONUNBUFFERED=1" in env_row and plan["env"]["PYTHONUNBUFFERED"] == "1"
     assert env_row.endswith("; from this shell only PATH, HOME, USER, LOGNAME, LANG, LANGUAGE, TZ, TMPDIR, HF_HOME, "
-                            "HF_HUB_CACHE, XDG_CACHE_HOME, LC_* and the proxy variables")
+                            "HF_HUB_CACHE, XDG_CACHE_HOME, HF_ENDPOINT, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT, "
+                            "SSL_CERT_FILE, SSL_CERT_DIR, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, LC_* and the proxy "
+                            "variables")
 
 
 # ---- F11, F12, F15: flags that would be ignored, numbers that overflow, dubious values
@@ -273,3 +275,97 @@ def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
     (st / "notes.txt").write_text("mine")
     with pytest.raises(ScriptError, match="notes.txt"):
         launch.state_dir_arg(str(st))
+
+
+# ---- the re-audit of the fixes (N1-N13)
+
+@pytest.mark.parametrize("name,kind", [("state.json", "fifo"), (".lock", "fifo"), ("server.log", "fifo"),
+                                       (".state.json.tmp", "fifo"), ("server.log", "dir"), ("state.json", "dir")])
+def test_a_fifo_or_folder_under_a_state_file_name_is_refused_not_waited_on(script, tmp_path, inputs, live_tune,  # noqa: F811
+                                                                            name, kind):
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    st = Path(plan["state_dir"])
+    st.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(st / name) if kind == "fifo" else (st / name).mkdir()
+    try:
+        for verb in ("start", "verify", "handoff", "stop"):
+            r = script("launch.py", verb, "--plan", str(plan_file), *(["--confirm"] if verb == "start" else []),
+                       *(["--timeout", "2"] if verb == "verify" else []), timeout=60)
+            assert r.code in (0, 1) and "internal error" not in json.dumps(r.doc), (verb, r.doc)
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+    assert serve_life.read_state(plan) is None or kind != "fifo"
+
+
+def test_up_writes_its_step_documents_only_as_its_own_files(tmp_path):
+    import launch
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep me")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "detect.json").symlink_to(victim)
+    with pytest.raises(ScriptError, match="symbolic link"):
+        launch.step("detect.py", [], "detect", tmp_path / "run")
+    assert victim.read_text() == "keep me"
+
+
+def test_log_tail_never_reads_through_a_link(tmp_path, inputs, live_tune):  # noqa: F811
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    private = tmp_path / "private.txt"
+    private.write_text("PRIVATE_LINE\n")
+    Path(plan["log_file"]).symlink_to(private)
+    assert serve_life.log_tail(plan) == []
+
+
+def test_a_key_listed_beside_the_model_is_masked_in_verifys_document(script, tmp_path, inputs, live_tune,  # noqa: F811
+                                                                     monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "sk-listed-beside-88")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    try:
+        server_mode(tmp_path, "models_reflect_also")
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
+        assert r.code == 0 and r.doc["models"] == [plan["served_model_name"], "Bearer ***"], r.doc
+        assert "sk-listed-beside-88" not in r.stdout + r.stderr
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_a_final_newline_or_a_huge_length_does_not_slip_through(inputs, script, rt):  # noqa: F811
+    docs = load_docs(inputs)
+    assert not serve_plan.is_served_name("tiny\n") and serve_plan.is_served_name("tiny")
+    assert serve_plan.pin_prefix_problem(["numactl", "--cpunodebind=0\n", "--membind=0"], [])
+    assert serve_plan.pin_prefix_problem(["taskset", "-c", "0-1\n"], [])
+    assert not common.is_env_name("KEY\n") and common.parse_host("box") and pytest.raises(ScriptError, common.parse_host,
+                                                                                           "box\n")
+    docs["estimate_memory"]["fit"]["max_model_len"] = int("9" * 400)
+    with pytest.raises(ScriptError, match="not one start would run"):
+        plan_from(docs)
+    r = script("launch.py", *plan_args(inputs, "--state-dir", "/tmp/" + "a" * 5000), env=rt[1])
+    assert r.code == 1 and "too long" in r.doc["error"]
+    r = script("detect.py", "--capture", "/tmp/" + "c" * 5000)
+    assert r.code == 1 and "too long" in r.doc["error"]
+
+
+def test_a_captured_tree_never_reads_a_file_outside_itself(make_sysroot, script):
+    root = make_sysroot("runner")
+    (root / "proc" / "meminfo").unlink()
+    (root / "proc" / "meminfo").symlink_to("/proc/meminfo")  # this host's file, not the captured one
+    assert common.Sysroot(root).read("proc/meminfo") is None
+    assert common.Sysroot("/").read("proc/meminfo")  # the live host reads its own /proc as always
+
+
+def test_the_server_reaches_the_hub_the_user_configured():
+    env = serve_plan.server_env({"HF_ENDPOINT": "http://mirror:8080", "REQUESTS_CA_BUNDLE": "/etc/ca.pem"}, {}, {},
+                                "t" * 32)
+    assert env["HF_ENDPOINT"] == "http://mirror:8080" and env["REQUESTS_CA_BUNDLE"] == "/etc/ca.pem"
+
+
+def test_a_header_longer_than_its_file_is_an_error(script, tmp_path):
+    import struct
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for f in folder.glob("*.safetensors.index.json"):
+        f.unlink()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 0x03200000) + b"{}")
+    r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "16")
+    assert r.code == 1 and "safetensors headers cannot be read" in r.doc["error"]

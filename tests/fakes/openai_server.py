@@ -10,6 +10,7 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   never_healthy   /health answers 503 forever
   wrong_model     /v1/models lists another id
   models_reflect  /v1/models lists the caller's Authorization header as its model id (a hostile server)
+  models_reflect_also  /v1/models lists the model and, beside it, the caller's Authorization header
   error_payload   the request answers HTTP 200 with an error object
   empty_choices   the request answers HTTP 200 with no choices
   die_on_request  the process exits on the first request, without answering
@@ -71,6 +72,9 @@ class H(BaseHTTPRequestHandler):
             name = "someone-else" if a.mode == "wrong_model" else a.model
             if a.mode == "models_reflect":  # a hostile server: lists the caller's Authorization header as a model
                 name = self.headers.get("Authorization", "")
+            if a.mode == "models_reflect_also":  # ... beside the right model: verify passes, and must not print it
+                return self.send(200, {"object": "list", "data": [{"id": a.model}, {"id": self.headers.get(
+                    "Authorization", "")}]})
             return self.send(200, {"object": "list", "data": [{"id": name, "object": "model"}]})
         self.send(404, {"error": "not found"})
 
