@@ -277,3 +277,27 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
 def test_each_route_says_what_to_do_in_words(facts, stock, route, reason, fix):
     """The route is what SKILL.md's agent reads aloud: the sentence and the next step, exactly."""
     assert detect.route_host(facts, VALIDATED, stock) == {"route": route, "reason": reason, "fix": fix}
+
+
+def test_the_cpu_facts_a_plan_is_built_on(script, make_sysroot):
+    """AMX only with the AMX flags (Genoa has none), the SKU's series from the generation table, and an AMD
+    EPYC whose CPUID is in no table still gets a report (generation unknown), not an internal error."""
+    genoa = script("detect.py", "--sysroot", str(make_sysroot("genoa_9654_2s_smt"))).doc
+    assert (genoa["amx"], genoa["avx512_bf16"], genoa["epyc_series"]) == (False, True, "9004")
+    odd = script("detect.py", "--sysroot", str(make_sysroot("runner", family=25, model=0x30))).doc
+    assert odd["is_amd_epyc"] and odd["epyc_generation"] == "unknown" and odd["epyc_series"] is None
+
+
+def test_cpus_are_listed_from_sysfs_when_the_online_file_is_missing(script, make_sysroot):
+    root = make_sysroot("genoa_9654_2s_smt")
+    (root / "sys" / "devices" / "system" / "cpu" / "online").unlink()
+    d = script("detect.py", "--sysroot", str(root)).doc
+    assert (d["logical_cores"], d["physical_cores"], d["socket_count"]) == (384, 192, 2)
+
+
+def test_a_cgroup_v1_memory_limit_caps_the_ram(script, make_sysroot):
+    root = make_sysroot("runner", extra={
+        "proc/self/cgroup": "5:memory:/pod1\n",
+        "sys/fs/cgroup/memory/pod1/memory.limit_in_bytes": str(6 * 2 ** 30) + "\n"})
+    d = script("detect.py", "--sysroot", str(root)).doc
+    assert d["ram_limit_gb"] == 6.0 and d["ram_gb"] == 6.0

@@ -38,12 +38,12 @@ MODULES = {
     "scripts/kv_cache.py": ["tests/test_quantization.py", "tests/test_estimate_memory.py"],
     "scripts/quantization.py": ["tests/test_quantization.py"],
     "scripts/estimate_memory.py": ["tests/test_flag_ranges.py", "tests/test_estimate_memory.py"],
-    "scripts/check_model.py": ["tests/test_flag_ranges.py", "tests/test_check_model.py"],
+    "scripts/check_model.py": ["tests/test_flag_ranges.py", "tests/test_check_model.py", "tests/test_quantization.py"],
     "scripts/cpu_tune.py": ["tests/test_flag_ranges.py", "tests/test_cpu_tune.py"],
-    "scripts/detect.py": ["tests/test_flag_ranges.py", "tests/test_detect.py"],
+    "scripts/detect.py": ["tests/test_flag_ranges.py", "tests/test_detect.py", "tests/test_cpu_tune.py"],
     # the plan, the smoke judge and the handoff: the verify/handoff tests (a fake server each) are the ones
     # that reach the last two, so the whole file (a -k subset left 16 of 30 sampled mutants alive)
-    "scripts/serve_plan.py": ["tests/test_launch.py"],
+    "scripts/serve_plan.py": ["tests/test_launch.py", "tests/test_audit3_regressions.py"],
 }
 
 
