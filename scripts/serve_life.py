@@ -112,26 +112,43 @@ def write_state(plan: dict, state: dict) -> None:
 
 def group_members(state: dict) -> list:
     """The live processes of the server's process group (its session: start made the leader with
-    start_new_session). Judged by the group, not the leader: workers can outlive it."""
+    start_new_session). Judged by the group, not the leader: workers can outlive it.
+
+    Ours only by start's run token (MARKER_ENV) in the environment: the leader's when it lives (vLLM's
+    workers rename themselves with setproctitle, which clobbers their /proc environ, so they cannot be
+    asked), else at least one surviving member's. A state file naming another group matches neither."""
     import psutil
     pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
     if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1 \
             or not isinstance(token, str) or len(token) < 16:
         return []
+    marked = lambda proc: proc.environ().get(MARKER_ENV) == token  # noqa: E731
+    leader_marked = None
     try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
-        if abs(psutil.Process(pgid).create_time() - started) > 0.01:
+        leader = psutil.Process(pgid)
+        if abs(leader.create_time() - started) > 0.01:
             return []
+        leader_marked = marked(leader)
     except psutil.Error:
-        pass  # the leader is gone; its workers may not be
+        pass  # the leader is gone (or a zombie); its workers may not be
+    if leader_marked is False:
+        return []
     out = []
     for proc in psutil.process_iter(["pid", "create_time", "status"]):
         try:
             if (os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1
-                    and proc.info["status"] != psutil.STATUS_ZOMBIE
-                    and proc.environ().get(MARKER_ENV) == token):  # a state file naming any other group is not ours
+                    and proc.info["status"] != psutil.STATUS_ZOMBIE):
                 out.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
+    if leader_marked is None:
+        def safe_marked(proc) -> bool:
+            try:
+                return marked(proc)
+            except psutil.Error:
+                return False
+        if not any(safe_marked(p) for p in out):
+            return []
     return out
 
 

@@ -152,14 +152,14 @@ def test_links_planted_in_the_state_dir_are_never_followed(script, tmp_path, inp
     (st / "server.log").symlink_to(victim)
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     try:
-        assert r.code == 1 and "symbolic link" in r.doc["error"] and victim.read_text() == "keep me"
+        assert r.code == 1 and "link" in r.doc["error"] and victim.read_text() == "keep me"
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
     (st / "server.log").unlink()
     (st / ".lock").unlink(missing_ok=True)
     (st / ".lock").symlink_to(victim)
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
-    assert r.code == 1 and "symbolic link" in r.doc["error"] and victim.read_text() == "keep me"
+    assert r.code == 1 and "link" in r.doc["error"] and victim.read_text() == "keep me"
     # stop never deletes through a secrets link
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -370,3 +370,21 @@ def test_a_header_longer_than_its_file_is_an_error(script, tmp_path):
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", 0x03200000) + b"{}")
     r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "16")
     assert r.code == 1 and "safetensors headers cannot be read" in r.doc["error"]
+
+
+def test_workers_whose_environ_is_unreadable_are_still_the_servers(tmp_path):
+    """vLLM's engine processes rename themselves (setproctitle), which clobbers their /proc environ: the
+    marked leader vouches for its group. A worker started with an empty environment stands in for them."""
+    import psutil
+    token = "a" * 32
+    leader = subprocess.Popen(["bash", "-c", "env -i sleep 300 & exec sleep 301"], start_new_session=True,
+                              env={**os.environ, serve_plan.MARKER_ENV: token})
+    try:
+        time.sleep(0.5)
+        state = {"pgid": leader.pid, "create_time": psutil.Process(leader.pid).create_time(), "marker": token}
+        members = serve_life.group_members(state)
+        assert len(members) == 2 and {p.pid for p in members} >= {leader.pid}
+        assert serve_life.group_members({**state, "marker": "b" * 32}) == []  # another run's token: not ours
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
