@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -27,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
-from serve_life import (NO_RETRY_FIX, host_facts, open_own_file, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
-                        stop, verify)
+from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
+                        stop, verify, write_own_file)
 from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name  # noqa: E402
 
 
@@ -45,8 +44,7 @@ def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bo
     except json.JSONDecodeError:
         raise ScriptError(f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})",
                           NO_RETRY_FIX, phase=phase)
-    with os.fdopen(open_own_file(run_dir / f"{phase}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
-        f.write(json.dumps(doc, indent=2) + "\n")  # never through a link planted in the state dir
+    write_own_file(run_dir / f"{phase}.json", json.dumps(doc, indent=2) + "\n")  # never through a planted link
     if res.returncode != 0 and not allow_fail:
         raise phase_failed(phase, doc)
     return doc
@@ -153,8 +151,7 @@ def up(a, epyc: dict) -> dict:
     plan = build_plan({"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}, opts, epyc,
                       host_facts(opts, chk))
     plan_file = run_dir / "plan.json"
-    with os.fdopen(open_own_file(plan_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
-        f.write(json.dumps(plan, indent=2) + "\n")
+    write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
     common.log(plan["summary_markdown"])
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "

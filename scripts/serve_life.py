@@ -20,8 +20,8 @@ RUN_TIMEOUT_S = 300
 LOG_TAIL = 50
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
-# every process of a server start launched carries MARKER_ENV (workers inherit it): stop and verify
-# count a process as ours only when it holds the token start wrote into the state file
+
+
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600) -> int:
     """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
     planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
@@ -42,6 +42,12 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600) -> int:
                           "remove it, or plan with a fresh --state-dir", phase="start")
     os.set_blocking(fd, True)
     return fd
+
+
+def write_own_file(path: str | Path, text: str) -> None:
+    """Write (or overwrite) a file of the state dir, 0600, through open_own_file: never a link's target."""
+    with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+        f.write(text)
 
 
 def host_facts(opt: dict, chk: dict) -> dict:
@@ -105,8 +111,7 @@ def write_state(plan: dict, state: dict) -> None:
     """Atomically: a reader sees the old state or the new one, never half of it."""
     target = Path(plan["state_file"])
     tmp = target.with_name(".state.json.tmp")
-    with os.fdopen(open_own_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
-        f.write(json.dumps(state, indent=2) + "\n")
+    write_own_file(tmp, json.dumps(state, indent=2) + "\n")
     os.replace(tmp, target)  # replaces a link named state.json itself, never its target
 
 
@@ -122,7 +127,12 @@ def group_members(state: dict) -> list:
     if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1 \
             or not isinstance(token, str) or len(token) < 16:
         return []
-    marked = lambda proc: proc.environ().get(MARKER_ENV) == token  # noqa: E731
+    def marked(proc) -> bool | None:  # None: its environ cannot be read (gone, a zombie, not ours to read)
+        try:
+            return proc.environ().get(MARKER_ENV) == token
+        except psutil.Error:
+            return None
+
     leader_marked = None
     try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
         leader = psutil.Process(pgid)
@@ -141,14 +151,8 @@ def group_members(state: dict) -> list:
                 out.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
-    if leader_marked is None:
-        def safe_marked(proc) -> bool:
-            try:
-                return marked(proc)
-            except psutil.Error:
-                return False
-        if not any(safe_marked(p) for p in out):
-            return []
+    if leader_marked is None and not any(marked(p) for p in out):
+        return []
     return out
 
 
@@ -207,9 +211,7 @@ def write_secret_files(directory: Path, values: dict) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     for name, value in values.items():
-        fd = open_own_file(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        with os.fdopen(fd, "w") as f:
-            f.write(value)
+        write_own_file(directory / name, value)
 
 
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")  # the only files start ever writes into secrets/

@@ -371,7 +371,8 @@ MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token start gives every serve
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HF_HOME", "HF_HUB_CACHE",
                  "XDG_CACHE_HOME", "HF_ENDPOINT", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT", "SSL_CERT_FILE",
-                 "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+                 "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                 "http_proxy", "https_proxy", "no_proxy")
 
 
 def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
@@ -380,7 +381,6 @@ def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
     holds (an LD_LIBRARY_PATH or VLLM_* there would change what runs without being in the summary)."""
     base = {k: v for k, v in shell.items() if k in INHERITED_ENV or k.startswith("LC_")}
     return {**base, **plan_env, **secrets, MARKER_ENV: token}
-
 
 
 def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:

@@ -16,7 +16,7 @@ import serve_plan
 from common import ScriptError, load_epyc
 from model_fixtures import model_folder
 from test_launch import (NO_FACTS, host_plan, inputs, live_tune, load_docs, plan_args, rt,  # noqa: F401  (fixtures)
-                         server_mode)
+                         server_mode, verify_keyed_server)
 
 
 def plan_from(docs, opts=None, facts=None):
@@ -320,16 +320,10 @@ def test_log_tail_never_reads_through_a_link(tmp_path, inputs, live_tune):  # no
 
 def test_a_key_listed_beside_the_model_is_masked_in_verifys_document(script, tmp_path, inputs, live_tune,  # noqa: F811
                                                                      monkeypatch):
-    monkeypatch.setenv("MY_API_KEY", "sk-listed-beside-88")
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
-    try:
-        server_mode(tmp_path, "models_reflect_also")
-        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
-        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
-        assert r.code == 0 and r.doc["models"] == [plan["served_model_name"], "Bearer ***"], r.doc
-        assert "sk-listed-beside-88" not in r.stdout + r.stderr
-    finally:
-        script("launch.py", "stop", "--plan", str(plan_file))
+    plan, r = verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, "models_reflect_also",
+                                  "sk-listed-beside-88")
+    assert r.code == 0 and r.doc["models"] == [plan["served_model_name"], "Bearer ***"], r.doc
+    assert "sk-listed-beside-88" not in r.stdout + r.stderr
 
 
 def test_a_final_newline_or_a_huge_length_does_not_slip_through(inputs, script, rt):  # noqa: F811

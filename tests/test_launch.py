@@ -389,18 +389,24 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
-def test_a_server_that_reflects_the_key_in_its_model_list_never_gets_it_printed(script, tmp_path, inputs, live_tune,
-                                                                                 monkeypatch):
-    monkeypatch.setenv("MY_API_KEY", "sk-reflected-77")
+def verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, mode: str, key: str):
+    """Start a plan with an API key (from MY_API_KEY) on the fake server in `mode`, verify it, stop it:
+    -> (the plan, verify's result)."""
+    monkeypatch.setenv("MY_API_KEY", key)
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
     try:
-        server_mode(tmp_path, "models_reflect")
+        server_mode(tmp_path, mode)
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
-        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
-        assert r.code == 1 and r.doc["phase"] == "models" and "Bearer ***" in r.doc["error"], r.doc
-        assert "sk-reflected-77" not in r.stdout + r.stderr
+        return plan, script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20")
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_a_server_that_reflects_the_key_in_its_model_list_never_gets_it_printed(script, tmp_path, inputs, live_tune,
+                                                                                 monkeypatch):
+    _, r = verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, "models_reflect", "sk-reflected-77")
+    assert r.code == 1 and r.doc["phase"] == "models" and "Bearer ***" in r.doc["error"], r.doc
+    assert "sk-reflected-77" not in r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("mode,settled", [("good", "/v1/chat/completions"),
