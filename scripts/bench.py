@@ -22,7 +22,6 @@ cell's output throughput as a ratio to the best. The plan itself must not be run
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import re
@@ -62,22 +61,23 @@ print("@@BW@@" + json.dumps({"bytes_per_s": total, "cpus": cpus}))
 # ---------------------------------------------------------------- pure: the summary
 
 
+METRIC_MAX = 1e9
+
+
 def run_metrics(doc: dict) -> dict:
     """The figures of one `vllm bench serve` result: medians per metric, throughputs, request counts.
     A partial or malformed result is a ValueError naming what is missing."""
     if not isinstance(doc, dict):
         raise ValueError("a vllm bench serve result is a JSON object")
     out = {}
-    for m in METRICS:
-        v = doc.get(f"median_{m}_ms")
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            raise ValueError(f"median_{m}_ms missing or not a finite number")
-        out[f"median_{m}_ms"] = float(v)
-    for key in ("output_throughput", "total_token_throughput", "completed", "failed"):
+    for key in [f"median_{m}_ms" for m in METRICS] + ["output_throughput", "total_token_throughput",
+                                                          "completed", "failed"]:
         v = doc.get(key, 0 if key == "failed" else None)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            raise ValueError(f"{key} missing or not a finite number")
-        out[key] = v
+        # a real figure is a number between 0 and a billion (ms, tokens/s, requests): anything else is a
+        # broken result, and a 1e308 would overflow the means and the plot
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= METRIC_MAX:
+            raise ValueError(f"{key} missing or not a number in [0, {METRIC_MAX:.0e}]")
+        out[key] = float(v) if key.startswith("median_") else v
     return out
 
 
@@ -232,8 +232,9 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                                       "check that the endpoint still verifies (launch.py verify) and report the "
                                       "lines above", log_tail=tail, out=str(out))
                 try:
-                    runs.append(run_metrics(json.loads(raw.read_text())))
-                except ValueError as exc:
+                    runs.append(run_metrics(common.parse_json_object(
+                        raw.read_text(errors="replace"), str(raw), "re-run the benchmark")))
+                except (ValueError, ScriptError) as exc:
                     raise ScriptError(f"{raw}: not a complete vllm bench serve result ({exc})",
                                       "re-run the benchmark; keep the raw file for the report", out=str(out))
                 if runs[-1]["failed"]:

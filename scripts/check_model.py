@@ -33,7 +33,8 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
     chat_template.jinja wins over tokenizer_config.json's chat_template, which wins over the
     processor's chat_template.json. A string is a template; a list of {name, template} is usable
     when it has a 'default' entry or only one entry; several named ones with no default are
-    ambiguous (the user must choose with --chat-template). Unreadable files -> unknown."""
+    ambiguous (the user must choose with --chat-template). Unreadable files, binary text or a value of
+    another type (a number, an object) -> unknown: vLLM's reading of those is not ours to guess."""
     out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
     if not readable:
         return out
@@ -41,6 +42,10 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
                   ("tokenizer_config.json", (tokenizer_config or {}).get("chat_template")),
                   ("chat_template.json", (template_json or {}).get("chat_template"))]
     for source, value in candidates:
+        if value is None or value in ("", []):
+            continue
+        if isinstance(value, str) and ("\x00" in value or "\ufffd" in value):  # not UTF-8 text: no template
+            return {**out, "source": source}
         if isinstance(value, str) and value.strip():
             return {**out, "status": "present", "source": source}
         if isinstance(value, list) and value:
@@ -51,6 +56,8 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
                 return {**out, "status": "present", "source": source, "selected_name": names[0] if names else None,
                         "names": names}
             return {**out, "status": "ambiguous", "source": source, "names": names}
+        if not isinstance(value, str):  # a number or an object where a template goes
+            return {**out, "source": source}
     return {**out, "status": "absent"}
 
 

@@ -79,9 +79,30 @@ class ScriptError(Exception):
         return {"error": self.error, "fix": self.fix, **self.extra}
 
 
+SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
+
+
+def secret_values() -> list[str]:
+    """The values this shell holds under secret-looking names (HF_TOKEN, VLLM_API_KEY, MY_API_KEY, a
+    password): none of them may reach what we print, whatever text carried it there (an upstream
+    error, a server's reply, a log line). Eight characters at least, so `TOKENIZERS_PARALLELISM=false`
+    does not blank every "false"; longest first, so a key inside a longer one is masked whole."""
+    found = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v.strip()) >= 8}
+    return sorted(found, key=len, reverse=True)
+
+
+def mask_secrets(text: str) -> str:
+    for value in secret_values():
+        text = text.replace(value, "***")
+        escaped = json.dumps(value)[1:-1]  # as it reads inside a JSON string (a quote, a backslash)
+        if escaped != value:
+            text = text.replace(escaped, "***")
+    return text
+
+
 def log(msg: str) -> None:
     """Progress and diagnostics go to stderr; stdout carries only the JSON document."""
-    print(msg, file=sys.stderr, flush=True)
+    print(mask_secrets(msg), file=sys.stderr, flush=True)
 
 
 def emit(doc: Any) -> None:
@@ -92,7 +113,7 @@ def emit(doc: Any) -> None:
     except ValueError:
         text = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
                            "fix": "check the input documents and flags for non-finite numbers"}, indent=2)
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(mask_secrets(text) + "\n")
     sys.stdout.flush()
 
 
@@ -440,8 +461,13 @@ class Sysroot:
 
 def check_sysroot(root: str) -> Sysroot:
     sr = Sysroot(root)
-    if not sr.root.is_dir():
-        raise ScriptError(f"sysroot {root!r} is not a directory",
+    try:
+        is_dir = sr.root.is_dir()
+    except OSError as exc:  # a name too long for the file system, say
+        raise ScriptError(f"sysroot {root[:200]!r} cannot be read ({exc.strerror or exc})",
+                          "pass a folder that holds proc/ and sys/ captured from the host")
+    if not is_dir:
+        raise ScriptError(f"sysroot {root[:200]!r} is not a directory",
                           "pass a folder that holds proc/ and sys/ captured from the host")
     if sr.read("proc/cpuinfo") is None:
         raise ScriptError(f"sysroot {root!r} has no readable proc/cpuinfo",
@@ -543,6 +569,9 @@ def output_dir(spec: str | Path, what: str) -> Path:
 
 def output_file(spec: str | Path, what: str) -> Path:
     """A file the script writes: its folder must exist and the path must not be a folder."""
+    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a file named '-' in this folder
+        raise ScriptError(f"{what} '-': stdout carries the JSON document, so this writes only to a file",
+                          f"pass a file path for {what}, e.g. ./capture.tar.gz")
     path = user_path(spec, what)
     try:
         path.lstat()
@@ -642,12 +671,30 @@ def read_json_input(spec: str, what: str) -> dict:
     return doc
 
 
+def _ecma_pattern(validator, pattern: str, instance: Any, schema: dict):
+    """`pattern` as JSON Schema means it (ECMA-262): `$` is the end of the text. Python's `$` also matches
+    before a final newline, which would let "96-191\\n" through a cpulist pattern into an argv."""
+    import jsonschema
+    if not validator.is_type(instance, "string"):
+        return
+    python = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    if not re.search(python, instance):
+        yield jsonschema.exceptions.ValidationError(f"{instance[:80]!r} does not match {pattern!r}")
+
+
+def best_schema_error(schema: dict, doc: Any):
+    """The most telling way doc breaks schema (Draft 2020-12, ECMA patterns), or None."""
+    import jsonschema
+    base = jsonschema.Draft202012Validator
+    validator = jsonschema.validators.extend(base, {"pattern": _ecma_pattern})
+    return jsonschema.exceptions.best_match(validator(schema).iter_errors(doc))
+
+
 def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
     """A document read at the boundary must match its schema (data/schemas/NAME.json); the error names
     the field, the value and the rule it broke."""
-    import jsonschema
     schema = json.loads((DATA_DIR / "schemas" / f"{schema_name}.json").read_text())
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    error = best_schema_error(schema, doc)
     if error is not None:
         field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ScriptError(f"{what}: field {field}: {error.message[:300]}", fix)

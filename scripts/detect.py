@@ -412,7 +412,11 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
         raise ScriptError("--sysroot and --host are exclusive", "pass one of them")
     if host:
         return gather_remote(host)
-    if sysroot and Path(sysroot).is_file():  # an archive from detect.py --capture on the host
+    try:
+        archive = bool(sysroot) and Path(sysroot).is_file()
+    except OSError:  # a name too long: check_sysroot below says so
+        archive = False
+    if archive:  # an archive from detect.py --capture on the host
         import atexit
         import shutil
         dest = Path(tempfile.mkdtemp(prefix="epyc-capture-"))
@@ -540,7 +544,7 @@ def main(argv: Sequence[str] | None = None):
     spec.add_argument("--spec", type=common.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
     spec.add_argument("--sockets", type=common.int_in(1, 2), default=1)
     spec.add_argument("--ram-gb-per-socket", type=common.float_in(0, 1 << 16, lo_open=True))
-    spec.add_argument("--nps", type=int, choices=[1, 2, 4], help="NUMA nodes per socket (default 1)")
+    spec.add_argument("--nps", type=common.int_in(1, 4), choices=[1, 2, 4], help="NUMA nodes per socket (default 1)")
     spec.add_argument("--smt", choices=["on", "off"], help="simultaneous multithreading (default on)")
     spec.add_argument("--save-sysroot", type=common.nonempty, metavar="DIR",
                       help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)")

@@ -28,6 +28,7 @@ SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I
                            "F8_E8M0": 1, "E8M0": 1, "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75}
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+MAX_WEIGHT_BYTES = 1 << 50  # 1 PiB: ~250x the largest open checkpoint; past it an index is corrupt, not big
 
 # a branch, tag or commit as git allows them: no "..", no leading "-" or "/", no trailing "/" or "."
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?![-/])[A-Za-z0-9._/-]{1,200}(?<![/.])$")
@@ -164,10 +165,14 @@ class ModelFiles:
         if index:
             try:
                 total = json.loads(common.read_input_text(index, "index", "re-download it"))["metadata"]["total_size"]
-                if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
-                    return total, "safetensors_index_total_size"
             except (ValueError, KeyError, TypeError, RecursionError, ScriptError):
-                pass
+                total = None
+            if isinstance(total, int) and not isinstance(total, bool) and 0 <= total <= MAX_WEIGHT_BYTES:
+                return total, "safetensors_index_total_size"
+            if isinstance(total, int) and not isinstance(total, bool):  # a number, but no model's size
+                raise ScriptError(f"{self.ref}: model.safetensors.index.json says total_size {str(total)[:40]}, "
+                                  f"not a size in [0, {MAX_WEIGHT_BYTES:,}] bytes",
+                                  "re-download the model's index, or pass --weight-gb N")
         if unreadable:  # their file sizes would be a guess (a git-lfs pointer is 130 bytes): no number at all
             raise ScriptError(f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
                               "no usable model.safetensors.index.json", "re-download the model (git-lfs pointers or "
@@ -284,7 +289,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
     if not ref or not ref.strip():
         raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
-    if revision is not None and not _REVISION_RE.match(revision):
+    if revision is not None and not _REVISION_RE.fullmatch(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = common.user_path(ref, "--model")
     try:

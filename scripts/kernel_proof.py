@@ -11,7 +11,6 @@ Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections import Counter
@@ -21,10 +20,9 @@ from typing import Iterable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
-from serve_life import known_secrets, load_plan  # noqa: E402
+from serve_life import known_secrets, read_plan  # noqa: E402
 from serve_plan import redact  # noqa: E402
 
-SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 
 ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
@@ -64,11 +62,11 @@ def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
     fix = "pass the server log (launch.py writes it to the plan's log_file)"
     # without a plan the API key's variable is unknown: mask every value this shell holds under a
     # secret-looking name (…KEY, …TOKEN, …SECRET, …PASSWORD), not only the two well-known ones
-    secrets = [v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 6]
+    secrets = common.secret_values()
     if args.log:
         path = Path(args.log)
     else:
-        plan = load_plan(args.plan)  # schema and state-dir rules, as launch.py reads a plan
+        plan = read_plan(args.plan, "kernel_proof", common.load_epyc())  # as launch.py's verbs read a plan
         secrets += known_secrets(plan)
         if plan["path"] != "host":
             res = common.run([*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]], timeout=120)

@@ -23,6 +23,8 @@ SSM_STATE_BYTES_ON_CPU = 4  # vLLM's CPU platform resets mamba_ssm_cache_dtype t
 RECURRENT_PAGES = 2  # mamba_cache_mode "align" (vLLM's default with prefix caching): state + one cached copy
 SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
 FULL_TYPES = {"full_attention", "attention", "global_attention"}
+NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}  # recurrent / convolution layers: state, no KV
+LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
@@ -65,11 +67,22 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
     then a model-wide sliding_window (Mistral), unless use_sliding_window is false (Qwen2)."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
+        # one entry per layer, each a kind we can size: a short list or an unknown kind would be sized
+        # as "no KV" and a model that cannot fit would be planned as fitting
+        if len(types) != layers:
+            raise ScriptError(f"config.json: layer_types has {len(types)} entries for {layers} layers", LAYOUT_FIX)
+        unknown = sorted({str(t) for t in types} - FULL_TYPES - SLIDING_TYPES - NO_KV_TYPES)
+        if unknown:
+            raise ScriptError(f"config.json: layer_types holds {unknown[:3]}, not a layer kind this estimator "
+                              f"knows ({sorted(FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES)})", LAYOUT_FIX)
         full = sum(t in FULL_TYPES for t in types)
         sliding = sum(t in SLIDING_TYPES for t in types)
         return full, sliding, len(types) - full - sliding
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
+        if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
+            raise ScriptError(f"config.json: hybrid_override_pattern has {len(pattern)} characters for "
+                              f"{layers} layers", LAYOUT_FIX)
         attn = pattern.count("*")
         return attn, 0, pattern.count("M")
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")

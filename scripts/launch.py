@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
-from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_state, refuse_edited, rerender, start,  # noqa: E402
+import serve_life  # noqa: E402
+from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_plan, read_state, rerender, start,  # noqa: E402
                         stop, verify, write_own_file)
 from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name  # noqa: E402
 
@@ -86,35 +87,32 @@ def setup_question(epyc: dict, stock: bool) -> str:
             f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
 
 
-# what start and up keep in a state dir (up: one JSON per step, named by its phase)
-OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json",
-             *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
-                                             "estimate_memory", "cpu_tune"))}
-
-
 def state_dir_arg(spec: str) -> str:
     """--state-dir: an absolute folder that is new, empty, or one this bundle already keeps (its own files
     only). start writes and stop removes files there: never '/', a home or a system folder by mistake."""
     path = common.user_path(spec, "--state-dir")
     try:
         path = path.resolve()
-        path.exists()
     except OSError as exc:  # a name too long, a loop of links
         raise ScriptError(f"--state-dir {spec[:200]!r}: {exc.strerror or exc}", "pass a usable folder path")
-    if path.exists() and not path.is_dir():
-        raise ScriptError(f"--state-dir {spec} exists and is not a folder",
-                          "pass a folder (it is created at start) for the server's log and state")
-    foreign = sorted(p.name for p in path.iterdir() if p.name not in OWN_FILES
-                     and not p.name.startswith("bench-")) if path.is_dir() else []
-    if path == Path("/") or foreign:
-        raise ScriptError(f"--state-dir {spec} already holds other files ({', '.join(foreign[:5]) or '/'}): start "
-                          "writes its log and state there and stop removes them",
-                          "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME")
+    problem = serve_life.state_dir_problem(path)
+    if problem:
+        raise ScriptError(f"--state-dir {spec[:200]} {problem}: start writes its log and state there and stop "
+                          "removes them", "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME")
     return str(path)
 
 
+def check_default_state_dir(plan: dict) -> None:
+    """The state dir a plan names when --state-dir was not given (~/.cache/.../run/host-PORT) obeys the
+    same rule as one that was: new, or holding only this bundle's files."""
+    problem = serve_life.state_dir_problem(Path(plan["state_dir"]))
+    if problem:
+        raise ScriptError(f"the state dir {plan['state_dir']} {problem}: start writes its log and state there "
+                          "and stop removes them", "pass --state-dir with a new or empty folder, or clear that one")
+
+
 def up(a, epyc: dict) -> dict:
-    run_dir = Path(state_dir_arg(a.state_dir) if a.state_dir else STATE_ROOT / "up")
+    run_dir = Path(state_dir_arg(a.state_dir or str(STATE_ROOT / "up")))  # the default obeys the same rule
     run_dir.mkdir(parents=True, exist_ok=True)
     model = a.model or epyc["default_model"]
     import detect
@@ -259,18 +257,20 @@ def main(argv: Sequence[str] | None = None):
                                            "sizing")}
         if opts["state_dir"]:
             opts["state_dir"] = state_dir_arg(opts["state_dir"])
-        return build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"])), common.EXIT_OK
+        plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"]))
+        check_default_state_dir(plan)
+        return plan, common.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), common.EXIT_OK
-    plan = load_plan(a.plan)
-    if a.cmd == "start":
+    if a.cmd == "start":  # rendered again in this shell: the key and HF_TOKEN must be set here, now
+        plan = load_plan(a.plan)
         return start(plan, a.confirm, a.pull, fresh=rerender(plan, epyc) if a.confirm else None), common.EXIT_OK
+    # the other verbs act on, and show, only what the plan's own inputs still render
+    plan = read_plan(a.plan, a.cmd, epyc)
     if a.cmd == "verify":
         return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), common.EXIT_OK
     if a.cmd == "handoff":
         return handoff_doc(plan, settled=(read_state(plan) or {}).get("primary_endpoint")), common.EXIT_OK
-    # stop acts on what the plan names: only a plan its own inputs still render (wherever the key is exported)
-    refuse_edited(plan, rerender(plan, epyc, env_from_plan=True), "stop")
     return stop(plan), common.EXIT_OK
 
 

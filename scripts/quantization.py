@@ -31,10 +31,17 @@ def describe(cfg: dict) -> dict | None:
     if symmetric is None and "sym" in q:
         symmetric = q["sym"]
     group = weights.get("group_size", q.get("group_size", q.get("q_group_size")))
-    return {"method": method, "format": q.get("format"),
-            "bits": bits if isinstance(bits, int) and not isinstance(bits, bool) else None,
+    fmt = q.get("format")
+    # what is no plausible value is "not said" (None): a 10**9-bit weight or an object for a format is a
+    # corrupt config, and it must not reach the summary as a fact (group_size -1 is GPTQ's per-channel)
+    return {"method": method[:64], "format": fmt[:64] if isinstance(fmt, str) else None,
+            "bits": bits if _int_in(bits, 1, 32) else None,
             "symmetric": symmetric if isinstance(symmetric, bool) else None,
-            "group_size": group if isinstance(group, int) and not isinstance(group, bool) else None}
+            "group_size": group if _int_in(group, -1, 1 << 20) else None}
+
+
+def _int_in(v, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
 def _matches(desc: dict, match: dict) -> bool:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -61,11 +62,22 @@ def host_facts(opt: dict, chk: dict) -> dict:
             "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None}
 
 
+INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
+
+
+def check_inputs(inputs: dict, where: str, fix: str) -> None:
+    """The five documents a plan is rendered from, each against its script's output schema: a plan and
+    its re-rendering read them by the same rule (an edited input is refused before it is used)."""
+    for name in INPUT_SCRIPTS:
+        common.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
+
+
 def rerender(plan: dict, epyc: dict, env_from_plan: bool = False) -> dict:
     """The plan its own inputs and options give in this shell now (start compares it with the file).
     `env_from_plan`: take the secrets' and offline state from the plan itself, not this shell (stop must
     work where the API key is not exported; it only needs to know the plan was not edited)."""
     from serve_plan import build_plan
+    check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
     try:
         facts = host_facts(plan["options"], plan["inputs"]["check_model"])
         if env_from_plan:
@@ -95,6 +107,15 @@ def load_plan(path: str) -> dict:
         raise ScriptError(f"{path}: path, runtime and container_name disagree", PLAN_FIX)
     if not isinstance(plan.get("options"), dict) or plan["options"].get("state_dir") not in (None, plan["state_dir"]):
         raise ScriptError(f"{path}: state_dir differs from the state dir the plan's options name", PLAN_FIX)
+    return plan
+
+
+def read_plan(path: str, verb: str, epyc: dict) -> dict:
+    """A plan as every verb but start reads it: load_plan's rules, then only as its own inputs render it
+    (with the secrets and offline state the plan records, so it works where the key is not exported):
+    an edited stop command, summary or command is refused before anything acts on it or shows it."""
+    plan = load_plan(path)
+    refuse_edited(plan, rerender(plan, epyc, env_from_plan=True), verb)
     return plan
 
 
@@ -205,29 +226,73 @@ def secret_values(plan: dict) -> dict:
 
 def write_secret_files(directory: Path, values: dict) -> None:
     """One 0600 file per secret in a 0700 folder of the state dir, mounted read-only; stop removes it."""
-    if directory.is_symlink():
-        raise ScriptError(f"{directory} is a symbolic link: secrets are written only into the state dir itself",
-                          "remove the link, or plan with a fresh --state-dir", phase="start")
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+    if directory.is_symlink() or (os.path.lexists(directory) and not directory.is_dir()):
+        raise ScriptError(f"{directory} is not a folder start made (a link, file or pipe): secrets are written "
+                          "only into the state dir itself", "remove it, or plan with a fresh --state-dir",
+                          phase="start")
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+    except OSError as exc:
+        raise ScriptError(f"cannot make {directory}: {exc.strerror or exc}", "plan with a fresh --state-dir",
+                          phase="start")
     for name, value in values.items():
         write_own_file(directory / name, value)
 
 
+STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")  # the only files start ever writes into secrets/
+# what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
+OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json",
+             *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
+                                             "estimate_memory", "cpu_tune"))}
+
+
+def state_dir_problem(state_dir: Path) -> str | None:
+    """Why start may not write into this folder, or None. start truncates server.log and writes state.json
+    there, stop removes them: so it is an absolute folder other than '/', new, or holding only this
+    bundle's files, and its secrets/ (when there) is a real folder of the secret files start writes."""
+    try:
+        if not state_dir.is_absolute():
+            return "is not an absolute path"
+        if state_dir == Path("/"):
+            return "already holds other files (it is /)"
+        try:
+            os.lstat(state_dir)
+        except FileNotFoundError:  # new: start makes it
+            return None
+        if not state_dir.is_dir():
+            return "exists and is not a folder"
+        foreign = sorted(p.name for p in state_dir.iterdir()
+                         if p.name not in OWN_FILES and not p.name.startswith("bench-"))
+        if foreign:
+            return f"already holds other files ({', '.join(foreign[:5])})"
+        secrets = state_dir / "secrets"
+        if os.path.lexists(secrets):
+            if secrets.is_symlink() or not secrets.is_dir():
+                return "holds a secrets entry that is not a folder (a link, file or pipe)"
+            odd = sorted(p.name for p in secrets.iterdir()
+                         if p.name not in SECRET_NAMES or p.is_symlink() or not p.is_file())
+            if odd:
+                return f"holds secrets/{odd[0]}, not a secret file start writes"
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
 
 
 def remove_secret_files(plan: dict) -> None:
     """Remove what start wrote, by name, and the folder if that leaves it empty: never a whole tree a
-    plan file happens to point at."""
+    plan file happens to point at, never a folder or a link's target. It never fails: stop must go on."""
     directory = Path(plan["state_dir"]) / "secrets"
-    if directory.is_symlink():  # not a folder start made: what it points at is not ours to delete
-        return
-    for name in SECRET_NAMES:
-        (directory / name).unlink(missing_ok=True)
     try:
+        if directory.is_symlink() or not directory.is_dir():  # not a folder start made: not ours to touch
+            return
+        for name in SECRET_NAMES:
+            entry = directory / name
+            if entry.is_symlink() or entry.is_file():
+                entry.unlink(missing_ok=True)
         directory.rmdir()
-    except OSError:
+    except OSError:  # a folder under a secret's name, a foreign file left in secrets/: left where it is
         pass
 
 
@@ -278,7 +343,16 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
                           "the host itself), then plan and start there", phase="start")
     if fresh is not None:
         refuse_edited(plan, fresh, "start")
-    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    # the folder is checked again here: a plan names it, and a plan file is data anyone may have edited
+    problem = state_dir_problem(Path(plan["state_dir"]))
+    if problem:
+        raise ScriptError(f"state dir {plan['state_dir']} {problem}: start writes its log and state there and "
+                          "stop removes them", STATE_DIR_FIX, phase="start")
+    try:
+        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScriptError(f"cannot make the state dir {plan['state_dir']}: {exc.strerror or exc}", STATE_DIR_FIX,
+                          phase="start")
     import fcntl
     with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         try:
@@ -348,14 +422,33 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 
+HTTP_BODY_LIMIT = 1 << 20  # an answer verify reads: a completion of 16 tokens, a model list, a health line
+
+
 def http(method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None):
-    """(status, text) or (None, reason): every request has a deadline."""
+    """(status, text) or (None, reason). `timeout` bounds the whole exchange: requests' own timeout is
+    per read, so a server trickling its body a byte at a time would outlast any of them. The exchange
+    runs in a daemon thread we stop waiting for; it goes when the script exits."""
     import requests
-    try:
-        r = requests.request(method, url, json=body, headers=headers or {}, timeout=timeout)
-        return r.status_code, r.text
-    except requests.RequestException as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+    box: dict = {}
+
+    def exchange() -> None:
+        try:
+            with requests.request(method, url, json=body, headers=headers or {}, timeout=timeout, stream=True) as r:
+                data = bytearray()
+                for chunk in r.iter_content(65536):
+                    data += chunk
+                    if len(data) > HTTP_BODY_LIMIT:
+                        box["result"] = (None, f"the answer is over {HTTP_BODY_LIMIT:,} bytes")
+                        return
+                box["result"] = (r.status_code, data.decode(r.encoding or "utf-8", errors="replace"))
+        except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
+            box["result"] = (None, f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    worker = threading.Thread(target=exchange, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return box.get("result", (None, f"no complete answer within {timeout:g}s"))
 
 
 def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:

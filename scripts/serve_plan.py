@@ -180,15 +180,12 @@ def sizing_rules(name: str) -> dict:
     return SIZINGS[name]
 
 
-RENDERED = ("path", "backend", "runtime", "image", "argv", "pre_argv", "env", "secrets", "host", "port",
-            "state_dir", "log_file", "state_file", "container_name", "served_model_name", "primary_endpoint",
-            "api_key_env", "command", "summary_markdown")
-
-
 def plan_differences(plan: dict, fresh: dict) -> list[str]:
-    """The fields that decide what runs, where the plan on disk and a fresh rendering of its own inputs
-    disagree: a hand-edited command, env or path shows up here and start refuses it."""
-    return [k for k in RENDERED if plan.get(k) != fresh.get(k)]
+    """The fields where the plan on disk and a fresh rendering of its own inputs disagree. Every field
+    counts: the command, env and paths decide what runs, and the rest (the stop command, the summary,
+    the base URL) is what the human and the handoff are told -- an edit anywhere is refused."""
+    return sorted(k for k in plan.keys() | fresh.keys() if k != "ok" and plan.get(k) != fresh.get(k))  # ok: the
+    # contract's verdict, added when the plan is printed
 
 
 def mismatches(inp: dict) -> list[str]:
@@ -435,10 +432,17 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     return rows
 
 
+def table_cell(value) -> str:
+    """One cell on one line, as the human will read it: `|` escaped, and every character that is not
+    printable shown as its escape -- a newline from a document would end the row, an ESC or a bidi
+    override could redraw the very line of the command the human is approving."""
+    text = str(value).replace("|", "\\|")
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(table_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -470,7 +474,7 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     Any server text in the verdict is redacted."""
     try:
         doc = json.loads(body)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: not JSON, or an integer past Python's 4300 digits
         return False, f"HTTP {status}, body is not JSON: {redact(body, secrets)!r}"
     if status != 200:
         return False, f"HTTP {status}: {redact(json.dumps(doc), secrets)}"

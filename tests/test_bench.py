@@ -100,14 +100,17 @@ def test_side_by_side_gives_each_sizing_its_ratio_to_the_best():
     assert "| 128 | 1 | 20.0 ±1.0 (1.00) | 13.5 ±1.0 (0.68) | 10.0 ±1.0 (0.50) |" in md
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_non_finite_figure_in_a_result_is_refused(bad):
-    """json.loads takes NaN / Infinity; a summary built on one would not be JSON."""
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e308, 1e9 + 1, -1.0])
+def test_a_figure_no_run_could_measure_is_refused(bad):
+    """json.loads takes NaN / Infinity; a summary built on one would not be JSON, and two repeats of 1e308
+    overflow the mean (the fourth audit): every figure is a number in [0, 1e9]."""
     doc = {f"median_{m}_ms": 1.0 for m in bench.METRICS} | {"output_throughput": 1.0, "total_token_throughput": 2.0,
                                                           "completed": 10, "failed": 0}
-    for key in ("median_ttft_ms", "completed"):
-        with pytest.raises(ValueError, match="finite"):
+    for key in ("median_ttft_ms", "median_e2el_ms", "output_throughput", "completed", "failed"):
+        with pytest.raises(ValueError, match=key):
             bench.run_metrics({**doc, key: bad})
+    edge = bench.run_metrics({**doc, "median_ttft_ms": 1e9, "failed": 0})
+    assert edge["median_ttft_ms"] == 1e9 and bench.summarise_cell([edge, edge])["median_ttft_ms"] == 1e9
 
 
 def test_the_plot_is_a_png_of_the_cells_and_optional(tmp_path, monkeypatch):

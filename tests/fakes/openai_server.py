@@ -16,6 +16,8 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   die_on_request  the process exits on the first request, without answering
   die_after_answer  answers the first request, then exits
   no_chat_template  chat answers 400 as vLLM does for a model without a chat template; completions work
+  trickle_health  /health promises 1000 bytes and sends one every 2 s (each read is quick, the whole is not)
+  huge_int_usage  the completion's usage.completion_tokens is a 5000-digit integer
 """
 import argparse
 import json
@@ -48,6 +50,7 @@ class H(BaseHTTPRequestHandler):
         print("request:", fmt % args, flush=True)
 
     def send(self, status, doc):
+        sys.set_int_max_str_digits(0)  # huge_int_usage: Python's writer refuses 5000 digits by default
         body = json.dumps(doc).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -63,6 +66,15 @@ class H(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self):
+        if self.path == "/health" and a.mode == "trickle_health":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(2)
+            return
         if self.path == "/health":
             ready = a.mode != "never_healthy" and time.monotonic() - t0 >= a.delay
             return self.send(200 if ready else 503, {})
@@ -94,6 +106,8 @@ class H(BaseHTTPRequestHandler):
                                    "As of transformers v4.44, default chat template is no longer allowed, so you "
                                    "must provide a chat template if the tokenizer does not define one."})
         usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        if a.mode == "huge_int_usage":
+            usage["completion_tokens"] = int("9" * 5000)
         if self.path == "/v1/chat/completions":
             doc = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
                                                                                       "content": "hello there"}}]}
