@@ -81,6 +81,17 @@ def run_metrics(doc: dict) -> dict:
     return out
 
 
+def read_result(raw: Path, out: Path) -> dict:
+    """One `vllm bench serve` result file, read as any input is (a regular file of bounded size: a FIFO or
+    a link to /dev/zero there is no result), then its figures."""
+    try:
+        return run_metrics(common.parse_json_object(common.read_input_text(raw, str(raw), "re-run the benchmark"),
+                                                    str(raw), "re-run the benchmark"))
+    except (ValueError, ScriptError) as exc:
+        raise ScriptError(f"{raw}: not a complete vllm bench serve result ({exc})",
+                          "re-run the benchmark; keep the raw file for the report", out=str(out))
+
+
 def summarise_cell(runs: list[dict]) -> dict:
     """Mean of the repeats' medians, and the spread (max - min) beside each; failures are summed."""
     if not runs:
@@ -166,11 +177,16 @@ def serving_target(plan: dict) -> dict:
     return {"vllm": [*rt, "exec", plan["container_name"], "vllm"], "tokenizer": model_arg, "python": None}
 
 
+# a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)
+BANDWIDTH_SHAPE = {"type": "object", "required": ["bytes_per_s"],
+                   "properties": {"bytes_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e14}}}
+
+
 def measure_bandwidth(python: str | None, cpus: list[int], seconds: float = 2.0, mib: int = 512) -> float | None:
     if not python or not cpus:
         return None
     found, _why = common.run_probe([python], BANDWIDTH_CODE % {"cpus": cpus, "seconds": seconds, "mib": mib},
-                                   "@@BW@@", timeout=120)
+                                   "@@BW@@", timeout=120, shape=BANDWIDTH_SHAPE)
     return found.get("bytes_per_s") if found else None
 
 
@@ -231,12 +247,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                     raise ScriptError(f"vllm bench serve failed at input {input_len}, concurrency {conc}",
                                       "check that the endpoint still verifies (launch.py verify) and report the "
                                       "lines above", log_tail=tail, out=str(out))
-                try:
-                    runs.append(run_metrics(common.parse_json_object(
-                        raw.read_text(errors="replace"), str(raw), "re-run the benchmark")))
-                except (ValueError, ScriptError) as exc:
-                    raise ScriptError(f"{raw}: not a complete vllm bench serve result ({exc})",
-                                      "re-run the benchmark; keep the raw file for the report", out=str(out))
+                runs.append(read_result(raw, out))
                 if runs[-1]["failed"]:
                     common.log(f"bench: !!! {runs[-1]['failed']} FAILED requests in {name}")
                 if not runs[-1]["completed"]:  # the endpoint is gone: the rest of the matrix would fail too

@@ -35,7 +35,8 @@ print("@@DEPS@@" + json.dumps(out))
 
 
 def installed_versions(python: str, dists: list[str]) -> dict:
-    found, why = common.run_probe([python], VERSIONS_CODE % (dists,), "@@DEPS@@", timeout=60)
+    found, why = common.run_probe([python], VERSIONS_CODE % (dists,), "@@DEPS@@", timeout=60,
+                                  shape={"type": "object", "additionalProperties": {"type": ["string", "null"]}})
     if found is None:
         raise ScriptError(f"cannot query {python}: {why}", f"delete {common.BUNDLE_VENV} and run bootstrap.py again")
     return found

@@ -105,16 +105,19 @@ def log(msg: str) -> None:
     print(mask_secrets(msg), file=sys.stderr, flush=True)
 
 
-def emit(doc: Any) -> None:
+def emit(doc: Any) -> bool:
     """One JSON document on stdout. Strict JSON: a NaN or Infinity that slipped past the boundary checks
-    becomes a clear error document, never output other programs cannot parse."""
+    becomes a clear error document, never output other programs cannot parse. -> False when it had to
+    (the caller's exit code must then say failure too)."""
     try:
-        text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
+        text, printed = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False), True
     except ValueError:
-        text = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
-                           "fix": "check the input documents and flags for non-finite numbers"}, indent=2)
+        text, printed = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none "
+                                    "is shown", "fix": "check the input documents and flags for non-finite numbers"},
+                                   indent=2), False
     sys.stdout.write(mask_secrets(text) + "\n")
     sys.stdout.flush()
+    return printed
 
 
 class JsonArgumentParser(argparse.ArgumentParser):
@@ -272,7 +275,8 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
         doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
     if render is None:
-        emit(doc)
+        if not emit(doc):
+            code = EXIT_FAIL
     else:
         sys.stdout.write(render(doc, ok) + "\n")
         sys.stdout.flush()
@@ -351,19 +355,26 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float) -> tuple[dict | None, str]:
+def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
+              shape: dict | None = None) -> tuple[dict | None, str]:
     """Run `python -c code` through prefix ([python] or a container runtime's run ... python3 IMAGE) and
-    read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none)."""
+    read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none). The
+    interpreter is the user's (any absolute path): what it prints is checked against `shape`, a JSON
+    Schema, before anyone reads a field of it."""
     res = run([*prefix, "-c", code], timeout=timeout)
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith(marker)), None)
     if line is None:
         tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]
         return None, tail[0] if tail else "no output"
     try:
-        doc = json.loads(line[len(marker):])
-    except json.JSONDecodeError:
-        return None, f"malformed probe output: {line[:200]}"
-    return (doc, "") if isinstance(doc, dict) else (None, "probe output is not a JSON object")
+        doc = parse_json_object(line[len(marker):], "probe output", "")
+    except ScriptError as exc:
+        return None, f"malformed probe output ({exc.error[:120]}): {line[:200]}"
+    error = best_schema_error(shape, doc) if shape else None
+    if error is not None:
+        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        return None, f"probe output field {field}: {error.message[:200]}"
+    return doc, ""
 
 
 CONTAINER_RUNTIMES = {"docker": ["docker"], "podman": ["podman"], "sudo docker": ["sudo", "-n", "docker"]}

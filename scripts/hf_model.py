@@ -59,8 +59,12 @@ def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
     """{tensor name: (dtype, element count)} from a safetensors JSON header."""
     out: dict[str, tuple[str, int]] = {}
     for name, info in header.items():
-        if name == "__metadata__" or not isinstance(info, dict):
+        if name == "__metadata__":
             continue
+        if not isinstance(info, dict):
+            raise ValueError(f"tensor {name[:80]!r} is not described by an object")
+        if info.get("dtype", "BF16") not in SAFETENSORS_DTYPE_BYTES:  # its size per element would be a guess
+            raise ValueError(f"tensor {name[:80]!r} has an unknown dtype {str(info.get('dtype'))[:20]!r}")
         shape = info.get("shape", [])
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
                                                   for d in shape):
@@ -158,7 +162,10 @@ class ModelFiles:
                 tensors: dict[str, tuple[str, int]] = {}
                 for shard in shards:
                     tensors.update(tensors_from_header(read_safetensors_header(shard)))
-                return weight_bytes(tensors, serve_dtype, tied), "safetensors_headers"
+                total = weight_bytes(tensors, serve_dtype, tied)
+                if not total:  # headers with no tensors (only __metadata__): a checkpoint of nothing
+                    raise ValueError("the headers hold no tensors")
+                return total, "safetensors_headers"
             except (OSError, ValueError, struct.error) as exc:
                 unreadable = str(exc) or type(exc).__name__  # truncated or pointer files: the index may still say
         index = self._local("model.safetensors.index.json")
@@ -167,18 +174,18 @@ class ModelFiles:
                 total = json.loads(common.read_input_text(index, "index", "re-download it"))["metadata"]["total_size"]
             except (ValueError, KeyError, TypeError, RecursionError, ScriptError):
                 total = None
-            if isinstance(total, int) and not isinstance(total, bool) and 0 <= total <= MAX_WEIGHT_BYTES:
+            if isinstance(total, int) and not isinstance(total, bool) and 0 < total <= MAX_WEIGHT_BYTES:
                 return total, "safetensors_index_total_size"
             if isinstance(total, int) and not isinstance(total, bool):  # a number, but no model's size
                 raise ScriptError(f"{self.ref}: model.safetensors.index.json says total_size {str(total)[:40]}, "
-                                  f"not a size in [0, {MAX_WEIGHT_BYTES:,}] bytes",
+                                  f"not a size in [1, {MAX_WEIGHT_BYTES:,}] bytes",
                                   "re-download the model's index, or pass --weight-gb N")
         if unreadable:  # their file sizes would be a guess (a git-lfs pointer is 130 bytes): no number at all
             raise ScriptError(f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
                               "no usable model.safetensors.index.json", "re-download the model (git-lfs pointers or "
                               "truncated files have no header), or pass --weight-gb N")
         files = [p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat)]
-        if files:
+        if files and sum(p.stat().st_size for p in files):
             return sum(p.stat().st_size for p in files), "weight_file_sizes"
         return None
 

@@ -131,15 +131,26 @@ def capture(archive: Path, root: Path = Path("/")) -> dict:
     return {"capture": str(archive), "files": len(rels)}
 
 
+CAPTURE_LIMIT = 256 << 20
+CAPTURE_MEMBERS = 50_000
+
+
 def unpack(archive: Path, dest: Path) -> Path:
     """Extract a capture, refusing anything but plain files under relative, non-escaping paths."""
+    fix = "pass an archive made by detect.py --capture"
+    total = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
-            for member in tar.getmembers():
+            for count, member in enumerate(tar, 1):  # member by member: a bomb is refused at its header
                 rel = PurePosixPath(member.name)
                 if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
-                    raise ScriptError(f"{archive}: {member.name!r} is not a plain captured file",
-                                      "pass an archive made by detect.py --capture")
+                    raise ScriptError(f"{archive}: {member.name!r} is not a plain captured file", fix)
+                total += member.size
+                # a capture is a few hundred small text files; sysfs and proc files are read bounded too
+                if member.size > common.SYS_FILE_LIMIT or total > CAPTURE_LIMIT or count > CAPTURE_MEMBERS:
+                    raise ScriptError(f"{archive}: {member.name!r} makes the capture larger than any detect.py "
+                                      f"--capture ({member.size:,} bytes; at most {common.SYS_FILE_LIMIT:,} a file, "
+                                      f"{CAPTURE_LIMIT:,} and {CAPTURE_MEMBERS:,} files in all)", fix)
                 data = tar.extractfile(member).read()
                 out = dest / rel
                 out.parent.mkdir(parents=True, exist_ok=True)

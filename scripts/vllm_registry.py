@@ -69,6 +69,13 @@ print("@@REGISTRY@@" + json.dumps(out))
 """ % repr([n for n, _ in REGISTRY_KINDS])
 
 
+_NAMES = {"type": "array", "maxItems": 100000, "items": {"type": "string", "maxLength": 200}}
+REGISTRY_SHAPE = {"type": "object", "properties": {
+    "vllm_version": {"type": ["string", "null"], "maxLength": 100}, "error": {"type": "string"},
+    "dicts": {"type": "object", "additionalProperties": _NAMES}, "supported": _NAMES},
+    "if": {"not": {"required": ["error"]}}, "then": {"required": ["dicts", "vllm_version"]}}
+
+
 def normalize_version(v: str | None) -> str | None:
     """'0.32.0+cpu' -> '0.32.0' (snapshots are keyed by the release)."""
     m = re.match(r"^v?(\d+\.\d+\.\d+)", v or "")
@@ -76,7 +83,7 @@ def normalize_version(v: str | None) -> str | None:
 
 
 def probe_live(argv_prefix: list[str], label: str) -> dict:
-    raw, why = common.run_probe(argv_prefix, PROBE_CODE, "@@REGISTRY@@", PROBE_TIMEOUT_S)
+    raw, why = common.run_probe(argv_prefix, PROBE_CODE, "@@REGISTRY@@", PROBE_TIMEOUT_S, shape=REGISTRY_SHAPE)
     if raw is None:
         raise ScriptError(f"could not probe vLLM's registry in {label}: {why}",
                           "check that this runtime has vLLM installed (python -c 'import vllm')")

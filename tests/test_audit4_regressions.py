@@ -288,3 +288,172 @@ def test_a_chat_template_of_another_type_is_unknown_not_absent(value, status):
     assert classify_template(None, {"chat_template": value}, None)["status"] == status
     jinja = classify_template("bad \ufffd bytes", None, None)
     assert (jinja["status"], jinja["source"]) == ("unknown", "chat_template.jinja")
+
+
+# ---- the fifth audit (~840 cases, a fresh helper session on the fixes above): F1-F10
+
+def test_ld_preload_is_only_the_pinned_libraries_even_split_on_spaces():
+    """The loader splits LD_PRELOAD on spaces and colons and expands $LIB: a space let a /tmp library in."""
+    libs = load_epyc()["host_stack"]["ld_preload_libs"]
+    good = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+    for ok in (good, good + ".5.9", f"{good}:/opt/conda/lib/libiomp5.so"):
+        assert serve_plan.preload_value(ok, libs) == ok
+    for bad in (f"{good} /tmp/evil/libtcmalloc_minimal.so.4", f"{good}\t", "/usr/lib//libtcmalloc.so.4",
+                "/usr/lib/libtcmalloc.so.4x", "/usr/lib/$LIB/libtcmalloc.so.4", "/usr/lib/libtcmalloc.so.4.x", 5):
+        with pytest.raises(ScriptError, match="LD_PRELOAD"):
+            serve_plan.preload_value(bad, libs)
+
+
+@pytest.mark.parametrize("layout,needle", [
+    ({"hybrid_override_pattern": "X" * 28}, "'X'"), ({"hybrid_override_pattern": "Ｍ" * 28}, "hybrid_override_pattern"),
+    ({"attn_layer_period": 4, "attn_layer_offset": 7}, "place no attention layer"),
+    ({"attn_layer_period": 100000, "attn_layer_offset": 0}, "place no attention layer"),
+    ({"full_attention_interval": 1048576}, "past the 28 layers")])
+def test_a_layout_that_accounts_for_no_layer_is_an_error(layout, needle):
+    base = {"num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128}
+    with pytest.raises(ScriptError, match=needle):
+        kv_cache.kv_layout({**base, **layout})
+    fine = kv_cache.kv_layout({**base, "attn_layer_period": 4, "attn_layer_offset": 3})
+    assert (fine["full"], fine["none"]) == (7, 21)
+    assert kv_cache.kv_layout({**base, "hybrid_override_pattern": "M*-E" * 7})["full"] == 7
+
+
+def _safetensors(path: Path, header: dict) -> None:
+    import struct
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+
+
+@pytest.mark.parametrize("header", [{"__metadata__": {"format": "pt"}}, {"w": {"dtype": "Q7", "shape": [8, 8]}},
+                                    {"w": [1, 2]}])
+def test_weights_that_add_up_to_nothing_are_an_error_not_a_fit(script, tmp_path, header):
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text((model_folder("Qwen3-0.6B", tmp_path / "real") / "config.json").read_text())
+    _safetensors(m / "model.safetensors", header)
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "safetensors" in r.doc["error"] and "--weight-gb" in r.doc["fix"], r.doc
+    (m / "model.safetensors").unlink()
+    (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 0}}')
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "total_size 0" in r.doc["error"]
+
+
+@pytest.mark.parametrize("edit", [lambda v: v["ld_preload"].update(value=["/usr/lib/libtcmalloc.so.4"]),
+                                  lambda v: v["ld_preload"].update(value=7),
+                                  lambda v: v["stack"].update(vllm=19),
+                                  lambda v: v.update(ready=False, errors=[{"check": "x", "severity": "error",
+                                                                           "message": 5, "fix": "y"}])])
+def test_validate_fields_of_the_wrong_type_are_refused_by_plan(script, inputs, rt, tmp_path, edit):  # noqa: F811
+    doc = json.loads(Path(inputs["validate"]).read_text())
+    doc.setdefault("stack", {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": None,
+                             "zen_active": None})
+    edit(doc)
+    bad = tmp_path / "validate-edited.json"
+    bad.write_text(json.dumps(doc))
+    r = script("launch.py", "plan", *[f"--{k}={inputs[k] if k != 'validate' else bad}"
+                                      for k in ("detect", "validate", "check", "estimate", "tune")], env=rt[1])
+    assert r.code == 1 and "validate" in r.doc["error"] and "field" in r.doc["error"], r.doc
+
+
+def _interpreter(tmp_path: Path, line: str) -> str:
+    """An interpreter that prints one probe line whatever it is asked: a broken or hostile python."""
+    exe = tmp_path / "py" / "python"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f"#!/bin/sh\nprintf '%s\\n' {json.dumps(line)}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.parametrize("line", ['@@REGISTRY@@{"vllm_version": "0.32.0"}',
+                                  '@@REGISTRY@@{"vllm_version": "0.32.0", "dicts": [1]}',
+                                  '@@REGISTRY@@{"vllm_version": 5, "dicts": {}}'])
+def test_a_registry_probe_of_the_wrong_shape_is_a_clear_error(script, tmp_path, line):
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    r = script("check_model.py", "--model", str(m), "--python", _interpreter(tmp_path, line))
+    assert r.code == 1 and "probe output" in r.doc["error"], r.doc
+
+
+def test_a_stack_probe_of_the_wrong_shape_is_an_import_error(tmp_path):
+    import setup_host_stack
+    found = setup_host_stack.probe_stack([_interpreter(tmp_path, '@@STACK@@{"vllm": 5, "platform": []}')], 30)
+    assert set(found) == {"import_error"} and "probe output field" in found["import_error"]
+
+
+def test_bench_reads_its_result_file_as_an_input(tmp_path):
+    import bench
+    raw = tmp_path / "r.json"
+    os.mkfifo(raw)
+    with pytest.raises(ScriptError, match="not a complete vllm bench serve result"):
+        bench.read_result(raw, tmp_path)  # a FIFO: refused, not waited on
+    raw.unlink()
+    raw.symlink_to("/dev/zero")
+    with pytest.raises(ScriptError, match="not a complete"):
+        bench.read_result(raw, tmp_path)
+    raw.unlink()
+    raw.mkdir()
+    with pytest.raises(ScriptError, match="not a complete"):
+        bench.read_result(raw, tmp_path)
+
+
+def test_a_bandwidth_no_machine_has_is_no_figure(tmp_path):
+    import bench
+    for line in ('@@BW@@{"bytes_per_s": 1e999}', '@@BW@@{"bytes_per_s": 1e15}', '@@BW@@{"bytes_per_s": 0}'):
+        assert bench.measure_bandwidth(_interpreter(tmp_path, line), [0]) is None
+    assert bench.measure_bandwidth(_interpreter(tmp_path, '@@BW@@{"bytes_per_s": 5e10}'), [0]) == 5e10
+
+
+def test_a_document_emit_cannot_print_exits_1(capsys):
+    code = common.run_main(lambda argv: ({"figure": float("inf")}, common.EXIT_OK), [])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["ok"] is False and "Infinity" in doc["error"]
+
+
+def test_a_capture_archive_is_refused_at_a_member_larger_than_any_capture(script, tmp_path):
+    import io
+    import tarfile
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("proc/cpuinfo")
+        info.size = common.SYS_FILE_LIMIT + 1
+        tar.addfile(info, io.BytesIO(b"\0" * info.size))
+    assert bomb.stat().st_size < 1 << 20
+    r = script("detect.py", "--sysroot", str(bomb))
+    assert r.code == 1 and "larger than any detect.py --capture" in r.doc["error"]
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("chosen_socket", 10 ** 9, "chosen_socket"), ("numa_nodes", [-1], "numa_nodes"),
+    ("omp_threads", 10 ** 12, "omp_threads"), ("vllm_cpu_omp_threads_bind", "0--,,", "vllm_cpu_omp_threads_bind"),
+    ("vllm_cpu_omp_threads_bind", "9" * 20, "vllm_cpu_omp_threads_bind"), ("kv_granted_gb", 65536, "on a socket of"),
+    ("host_pin_argv", ["numactl", "--cpunodebind=0", "--membind=99999"], "host_pin_argv")])
+def test_cpu_tune_numbers_no_host_has_never_reach_the_plan(inputs, field, value, needle):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["cpu_tune"][field] = value
+    with pytest.raises(ScriptError, match=needle):
+        common.check_schema(docs["cpu_tune"], "cpu_tune", "cpu_tune", "x")
+        plan_from(docs)
+
+
+def test_a_model_kind_that_never_launches_is_not_planned(inputs):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["check_model"].update(kind="pooling", launchable=True)
+    with pytest.raises(ScriptError, match="'pooling' model launchable"):
+        plan_from(docs)
+
+
+@pytest.mark.parametrize("cache", ["/", "/etc", "/var/run", "/run/docker", "/usr", "/root", "/x/../etc"])
+def test_a_system_folder_is_never_mounted_as_the_hf_cache(inputs, cache):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["validate"]["hf_cache"]["path"] = cache
+    with pytest.raises(ScriptError, match="system folder"):
+        plan_from(docs)
+    assert serve_plan.bind_mount("/root/.cache/huggingface", "/root/.cache/huggingface")[1].startswith("/root/.cache")
+
+
+def test_a_context_below_the_flag_floor_is_refused(script, tmp_path):
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    cfg = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1}))
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "max_position_embeddings" in r.doc["error"]
