@@ -109,7 +109,9 @@ class ModelFiles:
 
     def _local(self, name: str) -> Path | None:
         p = self.folder / name if self.folder else None
-        return p if p and p.is_file() else None
+        # a FIFO or folder under a known name is there, just not readable: the reader says so (a chat
+        # template that cannot be read is "unknown", never "absent")
+        return p if p and (p.is_file() or (os.path.lexists(p) and not p.is_dir())) else None
 
     def _download(self, name: str) -> Path | None:
         """A file from the Hub into the cache; None when the repo has no such file."""

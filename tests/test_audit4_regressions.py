@@ -457,3 +457,12 @@ def test_a_context_below_the_flag_floor_is_refused(script, tmp_path):
     (m / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1}))
     r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
     assert r.code == 1 and "max_position_embeddings" in r.doc["error"]
+
+
+def test_a_template_file_that_cannot_be_read_is_an_error_not_absent(script, tmp_path):
+    """A FIFO under tokenizer_config.json used to be skipped, and the template read as "absent"."""
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    (m / "tokenizer_config.json").unlink(missing_ok=True)
+    os.mkfifo(m / "tokenizer_config.json")
+    r = script("check_model.py", "--model", str(m), timeout=60)
+    assert r.code == 1 and "tokenizer_config.json" in r.doc["error"] and "not a regular file" in r.doc["error"]

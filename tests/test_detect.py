@@ -301,3 +301,30 @@ def test_a_cgroup_v1_memory_limit_caps_the_ram(script, make_sysroot):
         "sys/fs/cgroup/memory/pod1/memory.limit_in_bytes": str(6 * 2 ** 30) + "\n"})
     d = script("detect.py", "--sysroot", str(root)).doc
     assert d["ram_limit_gb"] == 6.0 and d["ram_gb"] == 6.0
+
+
+def _tree(root, files: dict):
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return common.Sysroot(str(root))
+
+
+def test_topology_without_numa_or_package_ids_is_one_socket_one_node(tmp_path):
+    """A kernel without NUMA (no node dirs) and a hypervisor hiding physical_package_id (or writing -1):
+    every CPU is socket 0 and node 0 -- not socket 1, not a node that does not exist."""
+    import detect
+    base = "sys/devices/system/cpu"
+    sr = _tree(tmp_path, {f"{base}/online": "0-3", f"{base}/cpu1/topology/physical_package_id": "-1",
+                          f"{base}/cpu2/topology/physical_package_id": "x",
+                          f"{base}/cpu3/topology/physical_package_id": "0", f"{base}/cpu3/topology/core_id": "7"})
+    topo = detect.read_topology(sr)
+    assert topo.package == {0: 0, 1: 0, 2: 0, 3: 0} and topo.core == {0: 0, 1: 1, 2: 2, 3: 7}
+    assert topo.node_cpus == {0: [0, 1, 2, 3]} and topo.node_of_cpu == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+def test_a_cgroup_quota_without_a_period_uses_the_kernels_default():
+    import detect
+    assert detect.parse_cpu_quota("150000") == 1.5  # cpu.max with the period left out: 100000
+    assert detect.parse_cpu_quota(None, "250000", None) == 2.5  # v1 without cfs_period_us
+    assert detect.parse_cpu_quota("max 100000") is None and detect.parse_cpu_quota("200000 50000") == 4.0

@@ -43,7 +43,8 @@ MODULES = {
     "scripts/detect.py": ["tests/test_flag_ranges.py", "tests/test_detect.py", "tests/test_cpu_tune.py"],
     # the plan, the smoke judge and the handoff: the verify/handoff tests (a fake server each) are the ones
     # that reach the last two, so the whole file (a -k subset left 16 of 30 sampled mutants alive)
-    "scripts/serve_plan.py": ["tests/test_launch.py", "tests/test_audit3_regressions.py"],
+    "scripts/serve_plan.py": ["tests/test_launch.py", "tests/test_audit3_regressions.py",
+                              "tests/test_audit4_regressions.py"],
 }
 
 
