@@ -81,6 +81,16 @@ def run_metrics(doc: dict) -> dict:
     return out
 
 
+def loopback_env(env: dict) -> dict:
+    """vllm bench serve honours the shell's proxy: the endpoint is on this machine, so 127.0.0.1 and
+    localhost are added to NO_PROXY (the key would otherwise travel to the proxy). The Hub, for a
+    tokenizer, still goes through it."""
+    for name in ("NO_PROXY", "no_proxy"):
+        have = [h for h in env.get(name, "").split(",") if h.strip()]
+        env[name] = ",".join(have + [h for h in ("127.0.0.1", "localhost") if h not in have])
+    return env
+
+
 def read_result(raw: Path, out: Path) -> dict:
     """One `vllm bench serve` result file, read as any input is (a regular file of bounded size: a FIFO or
     a link to /dev/zero there is no result), then its figures."""
@@ -151,6 +161,9 @@ def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpo
 # ---------------------------------------------------------------- I/O
 
 
+MAX_RUNS = 600  # a full matrix of the README's kind is 18-60 runs
+
+
 def int_list(text: str) -> list[int]:
     """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
     once (a repeated one would run twice and overwrite its raw file)."""
@@ -204,6 +217,10 @@ def main(argv: Sequence[str] | None = None):
                    "(default: drawn at random, so a second benchmark of the same server sends new prompts; "
                    "summary.json records it)")
     args = p.parse_args(argv)
+    runs = len(args.input_lens) * len(args.concurrency) * args.repeats
+    if runs > MAX_RUNS:  # each flag in range, the product days of a real server
+        raise ScriptError(f"--input-lens x --concurrency x --repeats is {runs:,} runs of vllm bench serve, over "
+                          f"{MAX_RUNS}", "benchmark fewer cells or repeats per call (the default matrix is 18 runs)")
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)
     import serve_life
@@ -211,7 +228,7 @@ def main(argv: Sequence[str] | None = None):
     # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc()), "bench")
     out = common.output_dir(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S"), "--out")
-    env = dict(os.environ)
+    env = loopback_env(dict(os.environ))
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")
     if args.compare:

@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -300,23 +301,29 @@ class RunResult:
 
 def run(argv: Sequence[str], timeout: float, env: dict | None = None,
         stdin: str | None = None, progress: str | None = None, progress_every: float = 15.0,
-        stderr_through: bool = False) -> RunResult:
+        stderr_through: bool = False, limit: int | None = None) -> RunResult:
     """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
 
     ``progress`` names what a long command does: every ``progress_every`` seconds a line with the
     elapsed time goes to stderr, so a person watching knows it is alive (stdout stays the JSON).
-    ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them."""
+    ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them.
+    ``limit``: keep at most that many bytes of stdout and of stderr, and stop the child past it (a probe
+    answered by an interpreter that prints without end). Output is decoded leniently: a byte that is not
+    UTF-8 is shown as U+FFFD, never an exception."""
     argv = [str(a) for a in argv]
     try:
         # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
         # kept our pipe open would otherwise make the read after the kill wait forever
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
-                                text=True, env=env, start_new_session=True,
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+                                text=limit is None, errors="replace" if limit is None else None, env=env,
+                                start_new_session=True,
+                                stdin=subprocess.PIPE if stdin is not None and limit is None else subprocess.DEVNULL)
     except FileNotFoundError:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
     except OSError as exc:
         return RunResult(argv, None, "", str(exc), "os_error")
+    if limit is not None:
+        return _run_bounded(proc, argv, timeout, limit)
     t0 = time.monotonic()
     pending_input = stdin
     try:
@@ -343,6 +350,41 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
         raise
 
 
+def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit: int) -> RunResult:
+    """run() with `limit`: each pipe drained in chunks by a thread that stops keeping bytes past the limit."""
+    kept: dict[str, bytearray] = {"out": bytearray(), "err": bytearray()}
+    over = threading.Event()
+
+    def drain(name: str, stream) -> None:
+        while chunk := stream.read1(65536):
+            kept[name] += chunk
+            if len(kept[name]) > limit:
+                over.set()
+                return
+
+    readers = [threading.Thread(target=drain, args=(n, s), daemon=True)
+               for n, s in (("out", proc.stdout), ("err", proc.stderr)) if s is not None]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while any(r.is_alive() for r in readers) and not over.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        failure = "output_limit" if over.is_set() else "timeout" if any(r.is_alive() for r in readers) else None
+        if failure:
+            kill_group(proc)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            failure = failure or "timeout"
+    except BaseException:
+        kill_group(proc)
+        raise
+    text = {n: bytes(b[:limit]).decode("utf-8", errors="replace") for n, b in kept.items()}
+    why = {"output_limit": f"printed more than {limit:,} bytes", "timeout": f"timed out after {timeout:g}s"}
+    return RunResult(argv, None if failure else proc.returncode, text["out"], why.get(failure, text["err"]), failure)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group `proc` leads (it was started with start_new_session) and reap it."""
     try:
@@ -355,13 +397,16 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+PROBE_OUTPUT_LIMIT = 16 << 20  # a registry probe prints ~100 KB; 16 MiB is no answer, it is a flood
+
+
 def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
               shape: dict | None = None) -> tuple[dict | None, str]:
     """Run `python -c code` through prefix ([python] or a container runtime's run ... python3 IMAGE) and
     read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none). The
     interpreter is the user's (any absolute path): what it prints is checked against `shape`, a JSON
     Schema, before anyone reads a field of it."""
-    res = run([*prefix, "-c", code], timeout=timeout)
+    res = run([*prefix, "-c", code], timeout=timeout, limit=PROBE_OUTPUT_LIMIT)
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith(marker)), None)
     if line is None:
         tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]

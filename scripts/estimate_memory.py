@@ -59,6 +59,14 @@ def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, r
 
 # ---------------------------------------------------------------- main
 
+def weight_floor(cfg: dict) -> int:
+    """The fewest bytes a checkpoint of this config can hold: its token embedding (vocab x hidden) at 4 bits,
+    the narrowest a checkpoint stores it in. A 1-byte .bin or a total_size of 1 sized as "fits" otherwise."""
+    vocab, hidden = cfg.get("vocab_size"), cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("n_embd")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (vocab, hidden))
+    return vocab * hidden // 2 if ints else 1
+
+
 def main(argv: Sequence[str] | None = None):
     epyc = common.load_epyc()
     p = common.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
@@ -107,6 +115,11 @@ def main(argv: Sequence[str] | None = None):
         if found is None:
             raise ScriptError(f"{args.model}: no safetensors metadata or weight files to size the weights",
                               "pass --weight-gb N (the checkpoint size in GiB)")
+        floor = weight_floor(text_config(cfg))
+        if not floor <= found[0] <= hf_model.MAX_WEIGHT_BYTES:
+            raise ScriptError(f"{args.model}: its weights add up to {found[0]:,} bytes ({found[1]}), not a model of "
+                              f"this config (the embedding alone is {floor:,}; at most {hf_model.MAX_WEIGHT_BYTES:,})",
+                              "re-download the model (truncated or pointer files), or pass --weight-gb N")
         return layout, *found
 
     try:

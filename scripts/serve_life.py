@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -216,12 +217,19 @@ def secret_values(plan: dict) -> dict:
         value = os.environ.get(source, "")
         if not value:
             missing.append(source)
+        elif not SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
+            raise ScriptError(f"{source} holds characters a token cannot have (spaces, newlines or other "
+                              "non-printing ones; its value is not shown)", f"export {source} again with the "
+                              "token alone (printable ASCII, no spaces), then start", phase="start")
         values[name] = value
     if missing:
         raise ScriptError(f"the plan passes {', '.join(missing)} to the server, but it is not set in this shell",
                           f"export {missing[0]}=... in the shell that runs start (its value is never shown)",
                           phase="start")
     return values
+
+
+SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")  # what a Bearer header (and vLLM's --api-key) can carry
 
 
 def write_secret_files(directory: Path, values: dict) -> None:
@@ -434,7 +442,11 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
 
     def exchange() -> None:
         try:
-            with requests.request(method, url, json=body, headers=headers or {}, timeout=timeout, stream=True) as r:
+            session = requests.Session()
+            # the server is on this machine: never through the shell's HTTP proxy (it would see the key,
+            # and NO_PROXY=localhost does not cover 127.0.0.1), never with ~/.netrc credentials
+            session.trust_env = False
+            with session.request(method, url, json=body, headers=headers or {}, timeout=timeout, stream=True) as r:
                 data = bytearray()
                 for chunk in r.iter_content(65536):
                     data += chunk

@@ -213,6 +213,12 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
     # contract's verdict, added when the plan is printed
 
 
+def release(version) -> str | None:
+    """'0.32.0+cpu' -> '0.32.0': the release a registry snapshot and a wheel are keyed by."""
+    m = re.match(r"v?([0-9]+\.[0-9]+\.[0-9]+)", version) if isinstance(version, str) else None
+    return m.group(1) if m else None
+
+
 LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")  # check_model's endpoints_for: the others never are
 
 
@@ -220,7 +226,8 @@ def mismatches(inp: dict) -> list[str]:
     """Why the five documents do not describe one serve: each script echoes the inputs its decision
     used, so a set assembled from different runs (another model, other weights, a KV grant below the
     need, another host) is caught here instead of serving something nobody sized."""
-    det, chk, est, tune = inp["detect"], inp["check_model"], inp["estimate_memory"], inp["cpu_tune"]
+    det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
+                                inp["cpu_tune"])
     out = []
     if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
         out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
@@ -232,6 +239,9 @@ def mismatches(inp: dict) -> list[str]:
         out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
     if need is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] < need:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache, below the {need} GiB needed")
+    checked, serving = release(chk.get("vllm_version")), release((val.get("stack") or {}).get("vllm"))
+    if checked and serving and checked != serving:  # the architecture was judged by another vLLM's registry
+        out.append(f"check_model.py judged the model with vLLM {checked}'s registry, validate.py found vLLM {serving}")
     ram = tune.get("socket_ram_gb")
     if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")

@@ -18,7 +18,7 @@ from check_model import classify_template
 from common import ScriptError, load_epyc
 from model_fixtures import model_folder
 from test_launch import (NO_FACTS, calls, container_plan, host_plan, inputs, live_tune, load_docs,  # noqa: F401
-                         plan_args, rt, server_mode)
+                         plan_args, rt, server_mode, verify_keyed_server)
 
 LONG_NAME = "x" * 300  # one path component past the file system's 255
 
@@ -466,3 +466,101 @@ def test_a_template_file_that_cannot_be_read_is_an_error_not_absent(script, tmp_
     os.mkfifo(m / "tokenizer_config.json")
     r = script("check_model.py", "--model", str(m), timeout=60)
     assert r.code == 1 and "tokenizer_config.json" in r.doc["error"] and "not a regular file" in r.doc["error"]
+
+
+# ---- the sixth audit (~560 cases, a helper on the final code, niced beside CI): F1-F6 and two lesser ones
+
+def test_verify_never_sends_the_key_through_the_shells_proxy(script, tmp_path, inputs, live_tune,  # noqa: F811
+                                                             monkeypatch):
+    """requests honours http_proxy, and NO_PROXY=localhost does not cover 127.0.0.1: the Bearer header went
+    to the proxy in plain text. A listener stands in for the proxy and must hear nothing."""
+    import socket
+    import threading
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(8)
+    proxy.settimeout(0.5)
+    heard = []
+
+    def listen():
+        while not stop.is_set():
+            try:
+                conn, _ = proxy.accept()
+                heard.append(conn.recv(4096))
+                conn.close()
+            except OSError:
+                pass
+    stop = threading.Event()
+    threading.Thread(target=listen, daemon=True).start()
+    url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    for name in ("http_proxy", "HTTP_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, url)
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    try:
+        _, r = verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, "good", "sk-proxy-seen-42")
+    finally:
+        stop.set()
+    assert r.code == 0 and heard == [], (r.doc, heard)
+    import bench
+    assert bench.loopback_env({"NO_PROXY": "localhost,.corp"})["NO_PROXY"] == "localhost,.corp,127.0.0.1"
+    assert bench.loopback_env({})["no_proxy"] == "127.0.0.1,localhost"
+
+
+def test_tool_output_that_is_not_utf8_or_never_ends_is_bounded_text():
+    r = common.run(["sh", "-c", "printf 'a\\377b'; printf 'c\\376' >&2; exit 3"], timeout=30)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "a\ufffdb", "c\ufffd")
+    r = common.run(["sh", "-c", "printf 'a\\377b'"], timeout=30, limit=100)
+    assert (r.returncode, r.stdout, r.failure) == (0, "a\ufffdb", None)
+    t0 = time.monotonic()
+    r = common.run(["yes", "flood"], timeout=30, limit=1 << 20)
+    assert r.failure == "output_limit" and len(r.stdout) == 1 << 20 and "more than 1,048,576" in r.stderr
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("line", ["@@REGISTRY@@x\xff", "@@STACK@@\xfe"])
+def test_a_probe_answering_in_bytes_that_are_not_utf8_is_a_clear_error(script, tmp_path, line):
+    exe = tmp_path / "py" / "python"
+    exe.parent.mkdir()
+    exe.write_text(f"#!/bin/sh\nprintf '{line}\\n'\n")
+    exe.chmod(0o755)
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    r = script("check_model.py", "--model", str(m), "--python", str(exe))
+    assert r.code == 1 and "probe" in r.doc["error"], r.doc
+
+
+@pytest.mark.parametrize("total", [1, 1000])
+def test_weights_smaller_than_the_embedding_are_not_a_model(script, tmp_path, total):
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text((model_folder("Qwen3-0.6B", tmp_path / "real") / "config.json").read_text())
+    (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %d}}' % total)
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "the embedding alone" in r.doc["error"] and "--weight-gb" in r.doc["fix"]
+    import estimate_memory
+    assert estimate_memory.weight_floor({"vocab_size": 1000, "hidden_size": 64}) == 32000
+    assert estimate_memory.weight_floor({"vocab_size": "x"}) == 1
+
+
+def test_a_model_judged_by_another_vllms_registry_is_a_mismatch(inputs):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["check_model"]["vllm_version"] = "0.11.0"
+    docs["validate"].setdefault("stack", {})["vllm"] = "0.32.0+cpu"
+    with pytest.raises(ScriptError, match="vLLM 0.11.0's registry, validate.py found vLLM 0.32.0"):
+        plan_from(docs)
+    assert serve_plan.release("0.32.0+cpu") == "0.32.0" and serve_plan.release(None) is None
+
+
+@pytest.mark.parametrize("key", ["sk-SECRET123\nX: 1", "sk two", "sk\x7f"])
+def test_a_key_no_header_can_carry_is_refused_at_start(script, tmp_path, inputs, live_tune, monkeypatch,  # noqa: F811
+                                                       key):
+    monkeypatch.setenv("MY_API_KEY", "sk-good-value")
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"MY_API_KEY": key})
+    assert r.code == 1 and "MY_API_KEY holds characters" in r.doc["error"] and r.doc["phase"] == "start"
+    assert "SECRET123" not in r.stdout + r.stderr and not Path(_["state_file"]).exists()
+
+
+def test_a_bench_matrix_of_days_is_refused(script):
+    r = script("bench.py", "--plan", "/nonexistent", "--input-lens", "1,2,3,4,5,6,7,8,9,10", "--concurrency",
+               "1,2,3,4,5,6,7", "--repeats", "10")
+    assert r.code == 1 and "700 runs" in r.doc["error"]
