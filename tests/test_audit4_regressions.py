@@ -23,6 +23,14 @@ from test_launch import (NO_FACTS, calls, container_plan, host_plan, inputs, liv
 LONG_NAME = "x" * 300  # one path component past the file system's 255
 
 
+def config_only_model(tmp_path: Path) -> Path:
+    """A model folder with Qwen3-0.6B's real config.json and no weights: each test adds the weights it needs."""
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text((model_folder("Qwen3-0.6B", tmp_path / "real") / "config.json").read_text())
+    return m
+
+
 def plan_from(docs, opts=None):
     return serve_plan.build_plan(docs, opts or {}, load_epyc(), NO_FACTS)
 
@@ -37,9 +45,7 @@ def test_a_sysroot_name_too_long_is_a_clear_error(script, name):
 
 @pytest.mark.parametrize("total", ["1" + "0" * 1000, str(1 << 51), "-5"])
 def test_an_index_total_size_no_model_has_is_an_error(script, tmp_path, total):
-    m = tmp_path / "m"
-    m.mkdir()
-    (m / "config.json").write_text((model_folder("Qwen3-0.6B", tmp_path / "real") / "config.json").read_text())
+    m = config_only_model(tmp_path)
     (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %s}}' % total)
     r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
     assert r.code == 1 and ("total_size" in r.doc["error"] or "no weights" in r.doc["error"]), r.doc
@@ -327,9 +333,7 @@ def _safetensors(path: Path, header: dict) -> None:
 @pytest.mark.parametrize("header", [{"__metadata__": {"format": "pt"}}, {"w": {"dtype": "Q7", "shape": [8, 8]}},
                                     {"w": [1, 2]}])
 def test_weights_that_add_up_to_nothing_are_an_error_not_a_fit(script, tmp_path, header):
-    m = tmp_path / "m"
-    m.mkdir()
-    (m / "config.json").write_text((model_folder("Qwen3-0.6B", tmp_path / "real") / "config.json").read_text())
+    m = config_only_model(tmp_path)
     _safetensors(m / "model.safetensors", header)
     r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
     assert r.code == 1 and "safetensors" in r.doc["error"] and "--weight-gb" in r.doc["fix"], r.doc
@@ -530,9 +534,7 @@ def test_a_probe_answering_in_bytes_that_are_not_utf8_is_a_clear_error(script, t
 
 @pytest.mark.parametrize("total", [1, 1000])
 def test_weights_smaller_than_the_embedding_are_not_a_model(script, tmp_path, total):
-    m = tmp_path / "m"
-    m.mkdir()
-    (m / "config.json").write_text((model_folder("Qwen3-0.6B", tmp_path / "real") / "config.json").read_text())
+    m = config_only_model(tmp_path)
     (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %d}}' % total)
     r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
     assert r.code == 1 and "the embedding alone" in r.doc["error"] and "--weight-gb" in r.doc["fix"]
