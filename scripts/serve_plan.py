@@ -13,6 +13,7 @@ from pathlib import Path
 import common
 import quantization
 from common import ScriptError
+from vllm_registry import normalize_version
 
 STATE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc" / "run"
 STOP_GRACE_S = 30  # SIGTERM first: vLLM shuts its engine down cleanly; SIGKILL only after this
@@ -213,12 +214,6 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
     # contract's verdict, added when the plan is printed
 
 
-def release(version) -> str | None:
-    """'0.32.0+cpu' -> '0.32.0': the release a registry snapshot and a wheel are keyed by."""
-    m = re.match(r"v?([0-9]+\.[0-9]+\.[0-9]+)", version) if isinstance(version, str) else None
-    return m.group(1) if m else None
-
-
 LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")  # check_model's endpoints_for: the others never are
 
 
@@ -239,7 +234,8 @@ def mismatches(inp: dict) -> list[str]:
         out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
     if need is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] < need:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache, below the {need} GiB needed")
-    checked, serving = release(chk.get("vllm_version")), release((val.get("stack") or {}).get("vllm"))
+    checked = normalize_version(chk.get("vllm_version"))  # '0.32.0+cpu' -> '0.32.0'
+    serving = normalize_version((val.get("stack") or {}).get("vllm"))
     if checked and serving and checked != serving:  # the architecture was judged by another vLLM's registry
         out.append(f"check_model.py judged the model with vLLM {checked}'s registry, validate.py found vLLM {serving}")
     ram = tune.get("socket_ram_gb")
