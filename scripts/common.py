@@ -83,12 +83,30 @@ class ScriptError(Exception):
 SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 
 
+_NAMED_SECRETS: set[str] = set()  # variables a plan names as secret, whatever they are called
+# credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def treat_as_secret(*names: str) -> None:
+    """A plan's API key may live under any name (`--api-key-env MYAPI`): the verbs that read the plan
+    name its variables here, and from then on their values are masked like HF_TOKEN's."""
+    _NAMED_SECRETS.update(n for n in names if n)
+
+
 def secret_values() -> list[str]:
     """The values this shell holds under secret-looking names (HF_TOKEN, VLLM_API_KEY, MY_API_KEY, a
-    password): none of them may reach what we print, whatever text carried it there (an upstream
-    error, a server's reply, a log line). Eight characters at least, so `TOKENIZERS_PARALLELISM=false`
-    does not blank every "false"; longest first, so a key inside a longer one is masked whole."""
+    password) or under a name a plan marked secret: none of them may reach what we print, whatever text
+    carried it there (an upstream error, a server's reply, a log line). Eight characters at least for
+    a name that only looks secret, so `TOKENIZERS_PARALLELISM=false` does not blank every "false"
+    (four for a named one); longest first, so a key inside a longer one is masked whole."""
     found = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v.strip()) >= 8}
+    found |= {os.environ[k] for k in _NAMED_SECRETS if len(os.environ.get(k, "").strip()) >= 4}
+    for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
+        cred = URL_CREDENTIALS.search(value)
+        password = cred.group(0)[len(cred.group(1)):-1].partition(":")[2] if cred else ""
+        if len(password) >= 4:
+            found.add(password)
     return sorted(found, key=len, reverse=True)
 
 
@@ -98,7 +116,7 @@ def mask_secrets(text: str) -> str:
         escaped = json.dumps(value)[1:-1]  # as it reads inside a JSON string (a quote, a backslash)
         if escaped != value:
             text = text.replace(escaped, "***")
-    return text
+    return URL_CREDENTIALS.sub(r"\1***@", text)
 
 
 def log(msg: str) -> None:
@@ -207,7 +225,7 @@ def image_ref(text: str) -> str:
     return text
 
 
-_VERSION = re.compile(r"\d+\.\d+(\.\d+)?([.+-][A-Za-z0-9.+-]{1,40})?")
+_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.+-]{1,40})?")
 
 
 def version(text: str) -> str:
@@ -258,6 +276,13 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     try:
         doc, code = main(argv)
         ok = True
+        own_schema = DATA_DIR / "schemas" / f"{Path(main.__code__.co_filename).stem}.json"
+        if code == EXIT_OK and isinstance(doc, dict) and own_schema.is_file():
+            # what we print is what the next script reads: a fact past what the schema allows (a socket
+            # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
+            check_schema(doc, own_schema.stem, f"{own_schema.stem}.py read facts it cannot describe",
+                         "check the input it read (sysroot, capture, model files) for values no machine or "
+                         "model has")
     except ScriptError as exc:
         doc, code, ok = exc.as_json(), exc.code, False
     except KeyboardInterrupt:
@@ -437,7 +462,8 @@ def runtime_argv(runtime: str) -> list[str]:
 
 # ---------------------------------------------------------------- cpulists
 
-_CPULIST_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+_CPULIST_ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+))?$", re.ASCII)
+MAX_CPU_ID = 8191  # Linux numbers CPUs below NR_CPUS, at most 8192 on x86_64: a list past it is not a machine
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -454,8 +480,8 @@ def parse_cpulist(text: str) -> list[int]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise ValueError(f"descending range in cpulist: {item!r}")
-        if hi - lo > 65536:
-            raise ValueError(f"range too large in cpulist: {item!r}")
+        if hi > MAX_CPU_ID:
+            raise ValueError(f"CPU {hi} in cpulist {item!r}: Linux numbers CPUs 0-{MAX_CPU_ID}")
         cpus.update(range(lo, hi + 1))
     return sorted(cpus)
 
@@ -534,7 +560,7 @@ def check_sysroot(root: str) -> Sysroot:
 # ---------------------------------------------------------------- ssh transport
 
 _HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])"
-                      r"(?::(?P<port>\d{1,5}))?$")
+                      r"(?::(?P<port>[0-9]{1,5}))?$")
 
 
 @dataclass(frozen=True)

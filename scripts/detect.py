@@ -60,7 +60,7 @@ def parse_cpuinfo(text: str) -> dict:
 
 def parse_meminfo_bytes(text: str, key: str = "MemTotal") -> int | None:
     """'MemTotal:  24684092 kB' (also sysfs's 'Node 0 MemTotal: ...') -> bytes."""
-    m = re.search(rf"{key}:\s+(\d+)\s*kB", text or "")
+    m = re.search(rf"{key}:\s+([0-9]+)\s*kB", text or "")
     return int(m.group(1)) * 1024 if m else None
 
 
@@ -96,10 +96,11 @@ def parse_cpu_quota(cpu_max: str | None, cfs_quota: str | None = None, cfs_perio
     elif cfs_quota is not None:
         quota, period = cfs_quota.strip(), (cfs_period or "100000").strip()
     try:
-        q, per = int(quota), int(period)
-    except (TypeError, ValueError):
+        q, per = int(quota.encode("ascii")), int(period.encode("ascii"))  # ASCII digits, as the kernel writes
+    except (AttributeError, TypeError, ValueError, UnicodeEncodeError):  # None: no quota
         return None
-    return round(q / per, 2) if q > 0 and per > 0 else None
+    # a hundredth at least: '1 1000000' is a real (if useless) quota, never "0 CPUs"
+    return max(round(q / per, 2), 0.01) if q > 0 and per > 0 else None
 
 
 def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
@@ -126,7 +127,7 @@ def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
     return {"cpuset": cpuset, "memory": memory, "cpu_max": cpu_max, "cfs": cfs}
 
 
-_MODEL_NUMBER = re.compile(r"\bEPYC\s+(?:Embedded\s+)?(\d)([0-9A-Z])([0-9A-Z])(\d)([A-Z]{0,2})\b")
+_MODEL_NUMBER = re.compile(r"\bEPYC\s+(?:Embedded\s+)?([0-9])([0-9A-Z])([0-9A-Z])([0-9])([A-Z]{0,2})\b")
 
 
 def epyc_model_number(brand: str) -> str | None:
@@ -259,6 +260,20 @@ class Topology:
         return sorted({self.node_of_cpu[c] for c in self.socket_cpus(socket) if c in self.node_of_cpu})
 
 
+MAX_PACKAGE_ID = 1023  # detect.json's bound on a socket id: no machine has a thousand sockets
+
+
+def sysfs_id(text: str | None, limit: int, where: str, default: int) -> int:
+    """A sysfs id: plain ASCII digits, or the default when absent or -1 (a guest without topology).
+    Past `limit` it is no machine's: a ValueError naming the file, not a socket 10**30."""
+    value = (text or "").strip()
+    if not (value.isascii() and value.isdigit()):
+        return default
+    if int(value) > limit:
+        raise ValueError(f"{where} is {value[:20]}, past {limit}")
+    return int(value)
+
+
 def read_topology(sr: Sysroot) -> Topology:
     online_text = sr.read("sys/devices/system/cpu/online")
     topo = Topology()
@@ -270,8 +285,8 @@ def read_topology(sr: Sysroot) -> Topology:
         base = f"sys/devices/system/cpu/cpu{cpu}/topology"
         pkg = sr.read(f"{base}/physical_package_id")
         core = sr.read(f"{base}/core_id")
-        topo.package[cpu] = int(pkg) if pkg and pkg.strip().lstrip("-").isdigit() and int(pkg) >= 0 else 0
-        topo.core[cpu] = int(core) if core and core.strip().isdigit() else cpu
+        topo.package[cpu] = sysfs_id(pkg, MAX_PACKAGE_ID, f"{base}/physical_package_id", 0)
+        topo.core[cpu] = sysfs_id(core, 1 << 20, f"{base}/core_id", cpu)
     for node_dir in sr.glob("sys/devices/system/node/node[0-9]*"):
         node = int(node_dir.name[4:])
         cpus = [c for c in common.parse_cpulist(sr.read(f"{node_dir.relative_to(sr.root)}/cpulist") or "")

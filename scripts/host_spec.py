@@ -133,6 +133,18 @@ def capture(archive: Path, root: Path = Path("/")) -> dict:
 
 CAPTURE_LIMIT = 256 << 20
 CAPTURE_MEMBERS = 50_000
+EXTENDED_HEADER_LIMIT = 64 << 10  # a pax or GNU long-name header names one file: a few hundred bytes
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile reads a pax or GNU long-name header whole, before any member reaches our checks: a 6 MB
+    archive declaring a 1.5 GB header took 1.5 GB of memory. Such a header is refused at its size."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                         tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_SPARSE) and self.size > EXTENDED_HEADER_LIMIT:
+            raise tarfile.HeaderError(f"an extended header of {self.size:,} bytes (at most {EXTENDED_HEADER_LIMIT:,})")
+        return super()._proc_member(tarfile_)
 
 
 def unpack(archive: Path, dest: Path) -> Path:
@@ -140,7 +152,7 @@ def unpack(archive: Path, dest: Path) -> Path:
     fix = "pass an archive made by detect.py --capture"
     total = 0
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with tarfile.open(archive, "r:*", tarinfo=_BoundedTarInfo) as tar:
             for count, member in enumerate(tar, 1):  # member by member: a bomb is refused at its header
                 rel = PurePosixPath(member.name)
                 if not member.isfile() or rel.is_absolute() or ".." in rel.parts:

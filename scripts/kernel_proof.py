@@ -27,6 +27,11 @@ from serve_plan import redact  # noqa: E402
 ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
 FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
+# A kernel log line is a few hundred characters. The patterns above are tried at each `plugin_op=` /
+# `onednn_verbose,` of a line and scan on from there, so a line of 64,000 of them took minutes: each
+# line is matched on its first LINE_MATCH_CHARS only, and read in pieces of at most LINE_READ_CHARS.
+LINE_MATCH_CHARS = 4096
+LINE_READ_CHARS = 1 << 16
 
 
 def count_kernels(lines: Iterable[str]) -> dict:
@@ -37,6 +42,7 @@ def count_kernels(lines: Iterable[str]) -> dict:
     fallbacks: list[str] = []
     sample = None
     for line in lines:
+        line = line[:LINE_MATCH_CHARS]
         m = ZEN_LINE.search(line)
         if m:
             by_op[m.group("op")] += 1
@@ -80,7 +86,8 @@ def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
     def lines():
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
-                yield from f
+                while piece := f.readline(LINE_READ_CHARS):  # a line without end is never held whole
+                    yield piece
         except OSError as exc:
             raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", fix)
     return lines(), str(path), secrets

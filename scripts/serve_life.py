@@ -98,6 +98,8 @@ def load_plan(path: str) -> dict:
     (nothing else is ever written or removed)."""
     plan = common.read_json_input(path, "plan")
     common.check_schema(plan, "plan", f"{path} is not a launch plan", PLAN_FIX)
+    # the key may live under any name (--api-key-env MYAPI): whatever a verb prints from here on masks it
+    common.treat_as_secret(*(plan.get("secrets") or {}).values(), plan.get("api_key_env") or "")
     state_dir = Path(plan["state_dir"])
     if (Path(plan["state_file"]) != state_dir / "state.json" or Path(plan["log_file"]) != state_dir / "server.log"
             or not state_dir.is_absolute()):

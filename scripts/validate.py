@@ -120,8 +120,8 @@ def stack_compatibility(stack: dict, generation: str | None, pinned_vllm: str, s
 
 def versions_from_tag(image: str) -> dict:
     """'..:vllm_v0.25.1_zentorch_v2.11.0.3_..' -> {'vllm': '0.25.1', 'zentorch': '2.11.0.3'}."""
-    m = re.search(r"vllm_v([\d.]+)", image)
-    z = re.search(r"zentorch_v([\d.]+?)(?:_|$)", image)
+    m = re.search(r"vllm_v([0-9.]+)", image)
+    z = re.search(r"zentorch_v([0-9.]+?)(?:_|$)", image)
     return {"vllm": m.group(1).rstrip(".") if m else None, "zentorch": z.group(1) if z else None}
 
 

@@ -78,7 +78,7 @@ REGISTRY_SHAPE = {"type": "object", "properties": {
 
 def normalize_version(v: str | None) -> str | None:
     """'0.32.0+cpu' -> '0.32.0' (snapshots are keyed by the release)."""
-    m = re.match(r"^v?(\d+\.\d+\.\d+)", v or "")
+    m = re.match(r"^v?([0-9]+\.[0-9]+\.[0-9]+)", v or "")
     return m.group(1) if m else None
 
 
@@ -127,7 +127,7 @@ def from_wheel(path: str) -> dict:
             src = z.read("vllm/model_executor/models/registry.py").decode()
     except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError) as exc:
         raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
-    m = re.match(r"^vllm(?:_cpu)?-(\d+\.\d+\.\d+)", p.name)
+    m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
     try:
         kinds = kinds_from_dicts(dicts_from_source(src))
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
