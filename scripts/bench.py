@@ -77,7 +77,9 @@ def run_metrics(doc: dict) -> dict:
         # broken result, and a 1e308 would overflow the means and the plot
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= METRIC_MAX:
             raise ValueError(f"{key} missing or not a number in [0, {METRIC_MAX:.0e}]")
-        out[key] = float(v) if key.startswith("median_") else v
+        if key in ("completed", "failed") and v != int(v):  # requests are counted, never 0.4 of one
+            raise ValueError(f"{key} is {v}, not a whole number of requests")
+        out[key] = float(v) if key.startswith("median_") else int(v) if key in ("completed", "failed") else v
     return out
 
 
@@ -227,6 +229,10 @@ def main(argv: Sequence[str] | None = None):
     plan = serve_life.load_plan(args.plan)
     # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc()), "bench")
+    problem = None if args.out else serve_life.state_dir_problem(Path(plan["state_dir"]))
+    if problem:  # the default folder is in the state dir: only one start would write into
+        raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
+                          "pass --out FOLDER, or plan again with a --state-dir of this bundle's own")
     out = common.output_dir(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S"), "--out")
     env = loopback_env(dict(os.environ))
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
@@ -234,6 +240,14 @@ def main(argv: Sequence[str] | None = None):
     if args.compare:
         return compare(plan, args, out, env)
     return finish(plan, args, out, run_matrix(plan, args, out, env))
+
+
+def write_out(path: Path, text: str) -> None:
+    """A file of bench's own in its result folder, never written through a link planted there (a
+    summary.json linked elsewhere overwrote the link's target)."""
+    import serve_life
+    with os.fdopen(serve_life.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w") as f:
+        f.write(text)
 
 
 def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
@@ -257,7 +271,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
                     got = common.run([*common.runtime_argv(plan["runtime"]), "exec", plan["container_name"],
                                       "cat", f"/tmp/{name}"], timeout=60)
-                    (out / "raw" / name).write_text(got.stdout)
+                    write_out(out / "raw" / name, got.stdout)
                 raw = out / "raw" / name
                 if not res.ok or not raw.exists():
                     tail = (res.stderr or res.stdout or res.failure or "").strip().splitlines()[-15:]
@@ -300,8 +314,8 @@ def finish(plan: dict, args, out: Path, cells: list[dict]):
            "failed": failed,
            "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None, "bandwidth_cpus": bind,
            "weight_bytes": weights, **bound, "host": host_record(plan)}
-    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown(cells))
+    write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
+    write_out(out / "summary.md", markdown(cells))
     doc["plot"] = plot(cells, out / "plot.png")
     if failed:
         doc.update(error=f"{failed} requests FAILED during the benchmark", fix="a failed request makes the "
@@ -361,13 +375,13 @@ def compare(plan: dict, args, out: Path, env: dict):
             common.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
             continue
         (sub / "run").mkdir(parents=True, exist_ok=True)
-        (sub / "plan.json").write_text(json.dumps(variant, indent=2) + "\n")
+        write_out(sub / "plan.json", json.dumps(variant, indent=2) + "\n")
         common.log(f"bench: --compare: sizing {name}: starting")
         try:
             serve_life.start(variant, confirm=True)  # rendered just above: nothing to compare it with
             serve_life.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
             results[name] = run_matrix(variant, args, sub, env)
-            (sub / "summary.md").write_text(markdown(results[name]))
+            write_out(sub / "summary.md", markdown(results[name]))
         except ScriptError as exc:
             not_run[name] = exc.error
             common.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
@@ -381,8 +395,8 @@ def compare(plan: dict, args, out: Path, env: dict):
     doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
            "output_len": args.output_len, "repeats": args.repeats, "failed": failed, "comparison": cmp,
            "host": host_record(plan)}
-    (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "compare.md").write_text(compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n"
+    write_out(out / "compare.json", json.dumps(doc, indent=2) + "\n")
+    write_out(out / "compare.md", compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n"
                                                                     for k, v in not_run.items()))
     if failed:
         doc.update(error=f"{failed} requests FAILED during the comparison",

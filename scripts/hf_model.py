@@ -186,10 +186,18 @@ class ModelFiles:
             raise ScriptError(f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
                               "no usable model.safetensors.index.json", "re-download the model (git-lfs pointers or "
                               "truncated files have no header), or pass --weight-gb N")
-        files = [p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat)]
-        if files and sum(p.stat().st_size for p in files):
-            return sum(p.stat().st_size for p in files), "weight_file_sizes"
-        return None
+        files = sorted(p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat))
+        # an HF cache snapshot whose blob was removed leaves a dangling link: a clear error, not a size
+        broken = [p.name for p in files if not p.is_file()]
+        if broken:
+            raise ScriptError(f"{self.ref}: {', '.join(broken)[:200]} is not a readable file (a dangling link, a "
+                              "folder or a device)", "re-download the model, or pass --weight-gb N")
+        try:
+            total = sum(p.stat().st_size for p in files)
+        except OSError as exc:
+            raise ScriptError(f"{self.ref}: cannot read the weight files: {exc.strerror or exc}",
+                              "re-download the model, or pass --weight-gb N")
+        return (total, "weight_file_sizes") if total else None
 
     def _hub_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
         from huggingface_hub import HfApi

