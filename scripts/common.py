@@ -119,6 +119,34 @@ def mask_secrets(text: str) -> str:
     return URL_CREDENTIALS.sub(r"\1***@", text)
 
 
+class _MaskedStream:
+    """stderr as the scripts' libraries see it: huggingface_hub and requests log through their own
+    handlers (a retry warning quotes the URL, an HF_ENDPOINT password included), so what reaches the
+    real stream is masked as log() masks. A script installs it at import, before those libraries
+    make their handlers."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask_secrets(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _running_a_script() -> bool:  # python3 scripts/NAME.py, not a test process importing us
+    try:
+        return Path(sys.argv[0]).resolve().parent == Path(__file__).resolve().parent
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+if sys.stderr is not None and not isinstance(sys.stderr, _MaskedStream) and _running_a_script():
+    sys.stderr = _MaskedStream(sys.stderr)
+
+
 def log(msg: str) -> None:
     """Progress and diagnostics go to stderr; stdout carries only the JSON document."""
     print(mask_secrets(msg), file=sys.stderr, flush=True)
@@ -464,6 +492,12 @@ def runtime_argv(runtime: str) -> list[str]:
 
 _CPULIST_ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+))?$", re.ASCII)
 MAX_CPU_ID = 8191  # Linux numbers CPUs below NR_CPUS, at most 8192 on x86_64: a list past it is not a machine
+
+
+def is_another_host(target: str) -> bool:
+    """detect.py's target names where its facts came from: this machine ('localhost', or a 'sysroot:' folder
+    standing in for it, as the tests do), or another host -- a spec, a capture, an ssh target."""
+    return target != "localhost" and not target.startswith("sysroot:")
 
 
 def parse_cpulist(text: str) -> list[int]:

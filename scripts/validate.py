@@ -451,12 +451,6 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     }
 
 
-def is_another_host(target: str) -> bool:
-    """detect.py's target names where its facts came from: this machine ('localhost', or a 'sysroot:' folder
-    standing in for it, as the tests do), or another host -- a spec, a capture, an ssh target."""
-    return target != "localhost" and not target.startswith("sysroot:")
-
-
 def deferred_gather(args, epyc: dict, image: str, python: str) -> dict:
     """For another host (a spec, a capture, an ssh target): nothing on this machine says anything about
     its runtime, port, HF cache or libraries, so they are assumed and listed -- never probed here."""
@@ -501,7 +495,7 @@ def main(argv: Sequence[str] | None = None):
     else:
         detected = detect.report(detect.gather(common.Sysroot("/"), "localhost", live=True), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)
-    remote = is_another_host(detected.get("target", "localhost"))
+    remote = common.is_another_host(detected.get("target", "localhost"))
     gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)
     doc = verdict(cpu, detected, args, epyc, gathered)
     return doc, common.EXIT_OK if doc["ready"] else common.EXIT_FAIL
