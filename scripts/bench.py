@@ -180,6 +180,20 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def endpoint_of(plan: dict) -> str:
+    """The endpoint to load: the plan's, or, when check_model could not tell, the one verify settled on
+    the running server (in its state file) -- never a guess of /v1/completions for a chat-only model."""
+    if plan["primary_endpoint"] != "unknown":
+        return plan["primary_endpoint"]
+    import serve_life
+    settled = (serve_life.read_state(plan) or {}).get("primary_endpoint")
+    if settled not in ("chat_completions", "completions"):
+        raise ScriptError("the plan's endpoint is unknown and verify has not settled it on the running server",
+                          "run launch.py verify --plan PLAN first (it tries both endpoints and records the one that "
+                          "answers), then bench")
+    return settled
+
+
 def serving_target(plan: dict) -> dict:
     """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
     container (it has vllm, the tokenizer's files and the cache mount)."""
@@ -253,7 +267,7 @@ def write_out(path: Path, text: str) -> None:
 def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
-    target = serving_target(plan)
+    target, endpoint = serving_target(plan), endpoint_of(plan)
     cells, total = [], len(args.input_lens) * len(args.concurrency) * args.repeats
     done = 0
     for input_len in args.input_lens:
@@ -264,7 +278,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                 name = f"in{input_len}_c{conc}_r{rep + 1}.json"
                 common.log(f"bench: run {done}/{total}: input {input_len}, concurrency {conc}, repeat {rep + 1}")
                 res = common.run(bench_argv(target["vllm"], plan["base_url"], plan["served_model_name"],
-                                            target["tokenizer"], plan["primary_endpoint"], input_len,
+                                            target["tokenizer"], endpoint, input_len,
                                             args.output_len, conc, str((out / "raw").resolve())
                                             if plan["path"] == "host" else "/tmp", name, seed=args.seed + done),
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")

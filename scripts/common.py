@@ -295,12 +295,30 @@ def nonempty(text: str) -> str:
     return text
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _interrupt_on_termination() -> dict:
+    """SIGTERM and SIGHUP (an agent's tool timeout, a closed terminal) end a script as Ctrl-C does: the
+    children run() started in sessions of their own are killed on the way out, not left running, and the
+    JSON says "interrupted". -> the handlers to put back."""
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, _raise_interrupt)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    return previous
+
+
 def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
              argv: Sequence[str] | None = None,
              render: Callable[[dict, bool], str] | None = None) -> int:
     """Call ``main`` and turn every outcome into one document on stdout and an exit code.
 
     ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
+    previous = _interrupt_on_termination()
     try:
         doc, code = main(argv)
         ok = True
@@ -326,6 +344,9 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         doc = {"error": f"internal error: {type(exc).__name__}: {exc}",
                "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"}
         code, ok = EXIT_FAIL, False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
         doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
     if render is None:

@@ -220,6 +220,9 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
     bind, reserved = split_reserved(cores, args.reserve_cores)
     bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
     nodes = topo.socket_nodes(chosen)
+    if not nodes:  # nothing to bind memory to: '--membind=' with no node, or 0 GiB of socket RAM
+        raise ScriptError(f"socket {chosen} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
+                          "re-capture sys/devices/system/node from the host (detect.py --capture)")
     ram_gb = by_id[chosen]["ram_gb"]
     kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weight_gb, args.kv_needed_gb,
                        mem_cfg["kv_headroom_factor"], mem_cfg["kv_default_fraction"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -111,10 +112,24 @@ def check_default_state_dir(plan: dict) -> None:
                           "and stop removes them", "pass --state-dir with a new or empty folder, or clear that one")
 
 
+def refuse_before_up(a, model: str) -> None:
+    """What plan would refuse after five scripts ran (minutes, a Hub download) is refused first."""
+    if model.startswith("-"):  # passed on to check_model it read as an option ("expected one argument")
+        raise ScriptError(f"--model {model[:100]!r} starts with '-': not a model name or folder",
+                          "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)")
+    if a.expose and not a.api_key_env:
+        raise ScriptError("--expose serves on all interfaces: an API key is required",
+                          "export a key in an env var and pass --api-key-env NAME")
+    if a.api_key_env and not os.environ.get(a.api_key_env):
+        raise ScriptError(f"--api-key-env {a.api_key_env}: that variable is not set in this shell",
+                          f"export {a.api_key_env}=<your key> first (its value is never printed)")
+
+
 def up(a, epyc: dict) -> dict:
+    model = a.model or epyc["default_model"]
+    refuse_before_up(a, model)
     run_dir = Path(state_dir_arg(a.state_dir or str(STATE_ROOT / "up")))  # the default obeys the same rule
     run_dir.mkdir(parents=True, exist_ok=True)
-    model = a.model or epyc["default_model"]
     import detect
     det = step("detect.py", [], "detect", run_dir)
     route = detect.route_host(det, epyc["supported_generations"], stock=a.stock)

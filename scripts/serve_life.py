@@ -15,7 +15,7 @@ from pathlib import Path
 
 import common
 from common import ScriptError
-from serve_plan import MARKER_ENV, STOP_GRACE_S, judge_smoke, redact, server_env, smoke_request
+from serve_plan import MARKER_ENV, STOP_GRACE_S, SYSTEM_TREES, judge_smoke, redact, server_env, smoke_request
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
@@ -267,6 +267,10 @@ def state_dir_problem(state_dir: Path) -> str | None:
             return "is not an absolute path"
         if state_dir == Path("/"):
             return "already holds other files (it is /)"
+        if not str(state_dir).isprintable():  # an XDG_CACHE_HOME with a newline: the summary would lie
+            return "holds characters that are not printable"
+        if any(str(state_dir) == t or str(state_dir).startswith(t + "/") for t in SYSTEM_TREES):
+            return "is inside a system tree (/proc, /sys, /dev, /etc, /run...)"
         try:
             os.lstat(state_dir)
         except FileNotFoundError:  # new: start makes it

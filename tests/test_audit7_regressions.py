@@ -3,6 +3,8 @@
 audit ran it. Classes: tests/BAD_INPUT.md."""
 import gzip
 import json
+import os
+import sys
 import tarfile
 import time
 import zipfile
@@ -216,3 +218,60 @@ def test_a_fraction_of_a_request_is_not_a_result():
 def test_digits_of_other_scripts_are_not_numbers(script, args):
     r = script(*args)
     assert r.code == 1 and r.doc["error"], r.doc
+
+
+# ---- lesser: refusals up made only after five scripts ran; orphans; odd default state dirs; endpoints
+
+@pytest.mark.parametrize("args,env,needle", [
+    (["--model=-x"], {}, "starts with '-'"), (["--expose"], {}, "an API key is required"),
+    (["--api-key-env", "AUDIT7_UNSET"], {}, "AUDIT7_UNSET: that variable is not set"),
+    ([], {"XDG_CACHE_HOME": "/proc"}, "inside a system tree"), ([], {"XDG_CACHE_HOME": "/tmp/a\nb"}, "not printable")])
+def test_up_refuses_before_anything_runs(script, args, env, needle):
+    t0 = time.monotonic()
+    r = script("launch.py", "up", "--yes", *args, env=env)
+    assert r.code == 1 and needle in r.doc["error"] and r.doc["fix"] and "phase" not in r.doc
+    assert time.monotonic() - t0 < 30  # detect, validate, check, estimate and tune would take minutes
+
+
+def test_a_terminated_script_takes_its_children_with_it(tmp_path):
+    """An agent's tool timeout sends SIGTERM: the probe validate.py started (in a session of its own, so a
+    timeout can kill its group) used to live on; now it goes, and the JSON says interrupted."""
+    import subprocess
+    marker = f"audit7-{os.getpid()}"
+    slow = tmp_path / "python"
+    slow.write_text(f"#!/bin/bash\nexec -a {marker} sleep 300\n")
+    slow.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, str(common.ROOT / "scripts" / "validate.py"), "--python", str(slow)],
+                            stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _pids(marker):
+        time.sleep(0.2)
+    assert _pids(marker), "the probe never started"
+    proc.terminate()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and json.loads(out)["error"] == "interrupted"
+    time.sleep(0.5)
+    assert not _pids(marker)
+
+
+def _pids(marker: str) -> list[int]:
+    import psutil
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_socket_whose_nodes_list_no_cpu_is_refused(script, make_sysroot):
+    root = make_sysroot("runner")
+    (root / "sys/devices/system/node/node0/cpulist").write_text("")
+    r = script("cpu_tune.py", "--sysroot", str(root))
+    assert r.code == 1 and "no NUMA node listing its CPUs" in r.doc["error"]
+
+
+def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):  # noqa: F811
+    _, plan = host_plan(tmp_path, inputs, live_tune, edit=lambda d: d["check_model"].update(primary_endpoint=None))
+    assert plan["primary_endpoint"] == "unknown"
+    with pytest.raises(ScriptError, match="verify has not settled it"):
+        bench.endpoint_of(plan)
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    serve_life.write_state(plan, {"primary_endpoint": "chat_completions"})
+    assert bench.endpoint_of(plan) == "chat_completions"
+    assert bench.endpoint_of({**plan, "primary_endpoint": "completions"}) == "completions"
