@@ -275,3 +275,11 @@ def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):  
     serve_life.write_state(plan, {"primary_endpoint": "chat_completions"})
     assert bench.endpoint_of(plan) == "chat_completions"
     assert bench.endpoint_of({**plan, "primary_endpoint": "completions"}) == "completions"
+
+
+def test_an_architecture_name_of_100k_characters_is_refused_in_a_short_error(script, tmp_path):
+    m = config_only_model(tmp_path)
+    cfg = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**cfg, "architectures": ["X" * 100_000]}))
+    r = script("check_model.py", "--model", str(m), "--vllm-version", "0.32.0")
+    assert r.code == 1 and "architectures/0" in r.doc["error"] and len(r.stdout) < 2000
