@@ -247,13 +247,28 @@ def main(argv: Sequence[str] | None = None):
     if problem:  # the default folder is in the state dir: only one start would write into
         raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
                           "pass --out FOLDER, or plan again with a --state-dir of this bundle's own")
-    out = common.output_dir(args.out or Path(plan["state_dir"]) / time.strftime("bench-%Y%m%d-%H%M%S"), "--out")
+    out = common.output_dir(args.out, "--out") if args.out else new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")
     if args.compare:
         return compare(plan, args, out, env)
     return finish(plan, args, out, run_matrix(plan, args, out, env))
+
+
+def new_bench_dir(state_dir: Path) -> Path:
+    """bench-TIME in the state dir, made new here: never an entry someone planted under the next
+    second's name (a link to another folder would take the results and truncate its files)."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        out = state_dir / time.strftime("bench-%Y%m%d-%H%M%S")
+        os.mkdir(out, 0o755)
+    except FileExistsError:
+        raise ScriptError(f"{out} exists already", "run bench again in a second, or pass --out FOLDER")
+    except OSError as exc:
+        raise ScriptError(f"cannot make a bench folder in {state_dir}: {exc.strerror or exc}",
+                          "pass --out FOLDER")
+    return out
 
 
 def write_out(path: Path, text: str) -> None:

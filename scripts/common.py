@@ -110,8 +110,8 @@ def secret_values() -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def mask_secrets(text: str) -> str:
-    for value in secret_values():
+def mask_secrets(text: str, values: list[str] | None = None) -> str:
+    for value in secret_values() if values is None else values:
         text = text.replace(value, "***")
         escaped = json.dumps(value)[1:-1]  # as it reads inside a JSON string (a quote, a backslash)
         if escaped != value:
@@ -152,17 +152,30 @@ def log(msg: str) -> None:
     print(mask_secrets(msg), file=sys.stderr, flush=True)
 
 
+def masked_strings(value: Any, values: list[str]) -> Any:
+    """The document with secrets masked inside its strings (keys too), never across its syntax: a key
+    `true` or `4096` masked in the printed text had made `"ok": ***`, which is not JSON."""
+    if isinstance(value, str):
+        return mask_secrets(value, values)
+    if isinstance(value, dict):
+        return {masked_strings(k, values): masked_strings(v, values) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [masked_strings(v, values) for v in value]
+    return value
+
+
 def emit(doc: Any) -> bool:
     """One JSON document on stdout. Strict JSON: a NaN or Infinity that slipped past the boundary checks
     becomes a clear error document, never output other programs cannot parse. -> False when it had to
     (the caller's exit code must then say failure too)."""
     try:
-        text, printed = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False), True
-    except ValueError:
+        text, printed = json.dumps(masked_strings(doc, secret_values()), indent=2, sort_keys=False,
+                                   allow_nan=False), True
+    except (ValueError, RecursionError):
         text, printed = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none "
                                     "is shown", "fix": "check the input documents and flags for non-finite numbers"},
                                    indent=2), False
-    sys.stdout.write(mask_secrets(text) + "\n")
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
     return printed
 
@@ -295,6 +308,10 @@ def nonempty(text: str) -> str:
     return text
 
 
+# the documents launch.py plan reads: each is checked against its schema as it is printed, too
+PLAN_INPUTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -322,11 +339,11 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     try:
         doc, code = main(argv)
         ok = True
-        own_schema = DATA_DIR / "schemas" / f"{Path(main.__code__.co_filename).stem}.json"
-        if code == EXIT_OK and isinstance(doc, dict) and own_schema.is_file():
+        name = Path(main.__code__.co_filename).stem
+        if code == EXIT_OK and isinstance(doc, dict) and name in PLAN_INPUTS:
             # what we print is what the next script reads: a fact past what the schema allows (a socket
             # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
-            check_schema(doc, own_schema.stem, f"{own_schema.stem}.py read facts it cannot describe",
+            check_schema(doc, name, f"{name}.py read facts it cannot describe",
                          "check the input it read (sysroot, capture, model files) for values no machine or "
                          "model has")
     except ScriptError as exc:
@@ -352,8 +369,8 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     if render is None:
         if not emit(doc):
             code = EXIT_FAIL
-    else:
-        sys.stdout.write(render(doc, ok) + "\n")
+    else:  # cpu_tune --format env: shell lines, masked as any text we print
+        sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
         sys.stdout.flush()
     return code
 

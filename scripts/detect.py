@@ -10,6 +10,7 @@ Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be rea
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -437,11 +438,12 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
         dest = Path(tempfile.mkdtemp(prefix="epyc-capture-"))
         atexit.register(shutil.rmtree, dest, True)
         host_spec.unpack(Path(sysroot), dest)
-        return gather(common.check_sysroot(str(dest)), f"capture:{sysroot}", live=False)
+        return gather(common.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
     if sysroot:
         sr = common.check_sysroot(sysroot)
         label = (sr.read(TARGET_FILE) or "").strip()  # a rendered spec names the host it describes
-        return gather(sr, label if label.startswith("spec:") else f"sysroot:{sysroot}", live=False)
+        # the target names the tree however it was spelled (./cap, /abs/cap/): plan compares targets
+        return gather(sr, label if label.startswith("spec:") else f"sysroot:{os.path.realpath(sysroot)}", live=False)
     return gather(Sysroot("/"), "localhost", live=True)
 
 

@@ -169,4 +169,7 @@ def unpack(archive: Path, dest: Path) -> Path:
                 out.write_bytes(data)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ScriptError(f"cannot read the capture {archive}: {exc}", "pass an archive made by detect.py --capture")
+    except RecursionError:  # tarfile follows each extended header into the next by recursion: 400 of them
+        raise ScriptError(f"cannot read the capture {archive}: a chain of extended headers no capture has",
+                          "pass an archive made by detect.py --capture")
     return dest

@@ -125,6 +125,21 @@ def refuse_before_up(a, model: str) -> None:
                           f"export {a.api_key_env}=<your key> first (its value is never printed)")
 
 
+def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
+    """up started the server, so up stops it when verify fails, and when verify is interrupted (Ctrl-C,
+    or the SIGTERM of an agent's tool timeout): an endpoint nobody verified is not left running."""
+    try:
+        return verify(plan, timeout, smoke_timeout)
+    except ScriptError as exc:
+        stopped = stop(plan)
+        exc.extra.update(plan_file=str(plan_file), stopped=stopped)
+        raise
+    except KeyboardInterrupt:
+        stopped = stop(plan)
+        raise ScriptError("interrupted during verify: up stopped the server it had started", "run up again",
+                          phase="verify", plan_file=str(plan_file), stopped=stopped)
+
+
 def up(a, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
@@ -170,12 +185,7 @@ def up(a, epyc: dict) -> dict:
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
     started = start(plan, confirm=True)
-    try:
-        result = verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"])
-    except ScriptError as exc:  # up started it, so up stops it: a failed endpoint is not left running
-        stopped = stop(plan)
-        exc.extra.update(plan_file=str(plan_file), stopped=stopped)
-        raise
+    result = verify_or_stop(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
     return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
             "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
             "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",

@@ -269,16 +269,18 @@ def state_dir_problem(state_dir: Path) -> str | None:
             return "already holds other files (it is /)"
         if not str(state_dir).isprintable():  # an XDG_CACHE_HOME with a newline: the summary would lie
             return "holds characters that are not printable"
-        if any(str(state_dir) == t or str(state_dir).startswith(t + "/") for t in SYSTEM_TREES):
-            return "is inside a system tree (/proc, /sys, /dev, /etc, /run...)"
+        for where in {str(state_dir), os.path.realpath(state_dir)}:  # as written, and through any link
+            if any(where == t or where.startswith(t + "/") for t in SYSTEM_TREES):
+                return f"is inside a system tree (/proc, /sys, /dev, /etc, /run...): {where}"
         try:
             os.lstat(state_dir)
         except FileNotFoundError:  # new: start makes it
             return None
         if not state_dir.is_dir():
             return "exists and is not a folder"
-        foreign = sorted(p.name for p in state_dir.iterdir()
-                         if p.name not in OWN_FILES and not p.name.startswith("bench-"))
+        foreign = sorted(p.name for p in state_dir.iterdir()  # bench's folders are folders, never links
+                         if p.name not in OWN_FILES and not (p.name.startswith("bench-") and p.is_dir()
+                                                              and not p.is_symlink()))
         if foreign:
             return f"already holds other files ({', '.join(foreign[:5])})"
         secrets = state_dir / "secrets"
@@ -345,6 +347,18 @@ def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
                           "that plan: what the human approves is exactly what runs", phase=phase)
 
 
+def cpus_not_here(plan: dict) -> str | None:
+    """The plan's OMP bind, less the CPUs this process may run on: a plan made from another host's tree
+    (a sysroot or a hand-unpacked capture) names CPUs this machine does not have. None when all are here."""
+    import psutil
+    try:
+        bind = set(common.parse_cpulist(plan["sizing"]["vllm_cpu_omp_threads_bind"]))
+    except ValueError:
+        return plan["sizing"]["vllm_cpu_omp_threads_bind"]
+    missing = bind - set(psutil.Process().cpu_affinity())
+    return common.format_cpulist(missing) if missing else None
+
+
 def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict | None = None) -> dict:
     """Run what the plan says, once: under a lock in the state dir, refusing a plan whose command differs
     from a fresh rendering of its own inputs (`fresh`), a running server, a busy port, a missing secret."""
@@ -353,8 +367,14 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
                           "show summary_markdown from the plan, wait for a clear go, then pass --confirm")
     if plan.get("deferred"):
         raise ScriptError(f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} "
-                          "were assumed", "run the chain on that host (detect.py there, or --sysroot its capture on "
-                          "the host itself), then plan and start there", phase="start")
+                          "were assumed", "run the chain on that host itself (detect.py there reads it live), then "
+                          "plan and start there", phase="start")
+    if plan["path"] == "host":
+        foreign = cpus_not_here(plan)
+        if foreign:
+            raise ScriptError(f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized "
+                              f"for {plan.get('target')}", "run the chain on the machine that serves (detect.py "
+                              "without --sysroot), then plan and start there", phase="start")
     if fresh is not None:
         refuse_edited(plan, fresh, "start")
     # the folder is checked again here: a plan names it, and a plan file is data anyone may have edited

@@ -246,16 +246,12 @@ def mismatches(inp: dict) -> list[str]:
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
         out.append(f"detect.py read {det['target']}, cpu_tune.py sized {tune['target']}")
     read, checked_on = det.get("target", "localhost"), val.get("target", "localhost")
-    if not same_machine(read, checked_on):  # a plan for a spec host, with this machine's runtime and port
+    # one machine only when one target: validate.py run here for a plan of a spec, capture or sysroot tree
+    # of another host would start that host's sizing here with nothing deferred (a tree standing in for
+    # this machine is validated with --detect of that tree)
+    if read != checked_on:
         out.append(f"detect.py read {read}, validate.py checked {checked_on}")
     return out
-
-
-def same_machine(a: str, b: str) -> bool:
-    """Two detect targets name one machine: both this one ('localhost', or a 'sysroot:' tree standing in
-    for it, as the tests do), or the same other host. validate.py on this machine for a plan of another
-    host would start that host's sizing here, with nothing deferred."""
-    return a == b or not (common.is_another_host(a) or common.is_another_host(b))
 
 
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:

@@ -297,7 +297,7 @@ def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
     docs = load_docs(inputs)
     if edit:
         edit(docs)
-    docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)),
+    docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)), target="localhost",
                             ld_preload={"value": None, "note": None})
     docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
     docs["detect"] = live_tune["detect"]  # one host: the five documents must agree (plan cross-checks)
