@@ -221,7 +221,7 @@ def measure_bandwidth(python: str | None, cpus: list[int], seconds: float = 2.0,
 
 def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/bench.py", description=__doc__.split("\n")[0])
-    p.add_argument("--plan", required=True, help="the plan of the running endpoint (launch.py plan)")
+    p.add_argument("--plan", required=True, type=common.nonempty, help="the plan of the running endpoint (launch.py plan)")
     p.add_argument("--input-lens", type=int_list, default=[128, 512])
     p.add_argument("--concurrency", type=int_list, default=[1, 4, 8])
     p.add_argument("--repeats", type=common.int_in(1, 100), default=3)

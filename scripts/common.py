@@ -301,10 +301,11 @@ def is_executable(path: str) -> bool:
 
 
 def nonempty(text: str) -> str:
-    """argparse type for a target (--host, --sysroot, --venv): an empty value is a mistake (an unset shell
-    variable), never a silent 'use this machine'."""
+    """argparse type for a target or a file (--host, --sysroot, --venv, --plan): an empty value is a mistake
+    (an unset shell variable), never a silent 'use this machine' nor the current folder."""
     if not (text or "").strip():
-        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); leave the flag out to mean this host")
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); pass a value, or leave the flag "
+                                         "out where it has a default")
     return text
 
 

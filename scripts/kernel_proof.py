@@ -96,7 +96,7 @@ def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
 def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/kernel_proof.py", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--plan", help="launch plan JSON: read the log of what it started")
+    src.add_argument("--plan", type=common.nonempty, help="launch plan JSON: read the log of what it started")
     src.add_argument("--log", type=common.nonempty, help="a server log file")
     args = p.parse_args(argv)
     lines, source, secrets = log_lines(args)

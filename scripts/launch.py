@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None):
                     help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)")
     for name in ("start", "verify", "handoff", "stop"):
         sp = sub.add_parser(name)
-        sp.add_argument("--plan", required=True, help="the plan JSON file")
+        sp.add_argument("--plan", required=True, type=common.nonempty, help="the plan JSON file")
         if name == "start":
             sp.add_argument("--confirm", action="store_true", help="the human approved the plan")
             sp.add_argument("--pull", choices=["missing", "always"], default="missing",

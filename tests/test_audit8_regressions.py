@@ -138,3 +138,10 @@ def _pgid(p) -> int | None:
         return os.getpgid(p.pid)
     except OSError:
         return None
+
+
+@pytest.mark.parametrize("args", [["launch.py", "start", "--confirm"], ["launch.py", "verify"], ["bench.py"],
+                                  ["kernel_proof.py"]])
+def test_an_empty_plan_path_is_named_as_empty(script, args):
+    r = script(*args, "--plan=")
+    assert r.code == 1 and "argument --plan: is empty" in r.doc["error"]
