@@ -269,8 +269,9 @@ def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
     st = tmp_path / "st"
     st.mkdir()
     for name in ("plan.json", "server.log", "state.json", "detect.json", "validate.json", "setup_host_stack.json",
-                 "check_model.json", "estimate_memory.json", "cpu_tune.json", "bench-20261201-120000"):
+                 "check_model.json", "estimate_memory.json", "cpu_tune.json"):
         (st / name).write_text("{}")
+    (st / "bench-20261201-120000").mkdir()  # bench's result folder (a file or link of that name is foreign)
     assert launch.state_dir_arg(str(st)) == str(st.resolve())
     (st / "notes.txt").write_text("mine")
     with pytest.raises(ScriptError, match="notes.txt"):
