@@ -113,23 +113,31 @@ def test_a_state_dir_reached_through_a_link_into_a_system_tree_is_refused(tmp_pa
 # ---- 7: up interrupted during verify
 
 def test_an_interrupted_verify_after_up_started_stops_the_server(tmp_path, inputs, live_tune):  # noqa: F811
+    """As up does it, in one process: start, then verify (the fake server never gets healthy), then the
+    SIGTERM of an agent's tool timeout."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     server_mode(tmp_path, "never_healthy")
-    serve_life.start(plan, confirm=True)
-    pgid = serve_life.read_state(plan)["pgid"]
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import common, json, launch\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import common, json, launch, serve_life\n"
             "plan = json.load(open(sys.argv[2]))\n"
-            "sys.exit(common.run_main(lambda argv: (launch.verify_or_stop(plan, sys.argv[2], 120, 10), 0)))\n")
+            "def main(argv):\n"
+            "    serve_life.start(plan, confirm=True)\n"
+            "    return launch.verify_or_stop(plan, sys.argv[2], 120, 10), 0\n"
+            "sys.exit(common.run_main(main))\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(common.ROOT / "scripts"), str(plan_file)],
                             stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(4)  # verify is polling /health
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not serve_life.read_state(plan):
+            time.sleep(0.2)
+        pgid = serve_life.read_state(plan)["pgid"]
+        time.sleep(3)  # verify is polling /health
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=90)
         doc = json.loads(out)
         assert proc.returncode == 1 and "up stopped the server" in doc["error"] and doc["plan_file"]
-        assert not [p for p in psutil.process_iter() if _pgid(p) == pgid and p.status() != psutil.STATUS_ZOMBIE]
+        assert doc["stopped"]["stopped"] and not [p for p in psutil.process_iter() if _pgid(p) == pgid]
     finally:
+        proc.kill()
         serve_life.stop(plan)
 
 
