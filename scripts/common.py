@@ -85,7 +85,10 @@ SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 
 _NAMED_SECRETS: set[str] = set()  # variables a plan names as secret, whatever they are called
 # credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed
-URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+# The scheme is at most 32 characters, so a text like 'a.a.a.' costs linear time, not quadratic (each
+# start had scanned to the end); the credentials run to the authority's last '@', as urllib3 reads a
+# password holding one.
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s]*@")
 
 
 def treat_as_secret(*names: str) -> None:
@@ -175,8 +178,11 @@ def emit(doc: Any) -> bool:
         text, printed = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none "
                                     "is shown", "fix": "check the input documents and flags for non-finite numbers"},
                                    indent=2), False
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout closed, or a full disk under `> $RUN/x.json`: exit 1, no traceback
+        return False
     return printed
 
 

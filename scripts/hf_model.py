@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import struct
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +222,21 @@ class ModelFiles:
         return (sum(sizes), "weight_file_sizes") if sizes else None
 
 
+def import_hub() -> None:
+    """huggingface_hub reads HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT and HF_ENDPOINT as it is
+    imported, and on a bad value prints its own line on stdout (which carries only our JSON) and raises:
+    imported here with its prints sent to stderr, a bad value is a clear error. The exception's text is
+    not shown: it can quote part of a URL's password."""
+    import contextlib
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            import huggingface_hub.file_download  # noqa: F401
+    except (ValueError, TypeError) as exc:
+        raise ScriptError(f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
+                          "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
+                          "such as https://huggingface.co), or unset them")
+
+
 def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
     """Map huggingface_hub / transport failures to Unreadable (could not look) or ScriptError (wrong input)."""
     from huggingface_hub import errors as e
@@ -320,6 +336,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
+    import_hub()
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     try:
         validate_repo_id(ref)

@@ -146,6 +146,11 @@ class _BoundedTarInfo(tarfile.TarInfo):
             raise tarfile.HeaderError(f"an extended header of {self.size:,} bytes (at most {EXTENDED_HEADER_LIMIT:,})")
         return super()._proc_member(tarfile_)
 
+    def _proc_gnusparse_00(self, *args):  # a sparse member's map is read whole, before any cap: no capture
+        raise tarfile.HeaderError("a sparse member (detect.py --capture writes none)")  # has sparse files
+
+    _proc_gnusparse_01 = _proc_gnusparse_10 = _proc_sparse = _proc_gnusparse_00
+
 
 def unpack(archive: Path, dest: Path) -> Path:
     """Extract a capture, refusing anything but plain files under relative, non-escaping paths."""
@@ -169,6 +174,9 @@ def unpack(archive: Path, dest: Path) -> Path:
                 out.write_bytes(data)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ScriptError(f"cannot read the capture {archive}: {exc}", "pass an archive made by detect.py --capture")
+    except (ValueError, UnicodeError):  # a NUL in a pax path, a sparse map that is not numbers
+        raise ScriptError(f"cannot read the capture {archive}: a header no capture has",
+                          "pass an archive made by detect.py --capture")
     except RecursionError:  # tarfile follows each extended header into the next by recursion: 400 of them
         raise ScriptError(f"cannot read the capture {archive}: a chain of extended headers no capture has",
                           "pass an archive made by detect.py --capture")

@@ -16,6 +16,7 @@ import json
 import re
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Sequence
 
@@ -133,7 +134,7 @@ def from_wheel(path: str) -> dict:
                                   f"{REGISTRY_SOURCE_LIMIT:,})", fix)
             with z.open(member) as f:
                 src = f.read(REGISTRY_SOURCE_LIMIT + 1).decode()
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError) as exc:
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError, zlib.error) as exc:
         raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
     m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
     try:
