@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -334,6 +335,28 @@ def _interrupt_on_termination() -> dict:
         except (ValueError, OSError):  # not the main thread
             pass
     return previous
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: start
+    launches a server and records it in state.json inside one, so no signal can leave a server that no
+    state names (stop would say "not running", the port stay busy). The server does not inherit the
+    handlers: exec resets caught signals to their defaults."""
+    pending: list[int] = []
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            raise KeyboardInterrupt
 
 
 def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],

@@ -417,13 +417,16 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
         import secrets as tokens
         token = tokens.token_hex(16)
         env = server_env(dict(os.environ), plan["env"], secrets, token)
-        # a new log per start (an old run's lines prove nothing), never through a link
-        with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
-            proc = subprocess.Popen(plan["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
         import psutil
-        state = {"path": "host", "pid": proc.pid, "pgid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(),
-                 "marker": token, "log_file": plan["log_file"], "started_at": time.time()}
+        with common.signals_deferred():  # launched and recorded as one step: no server without a state
+            # a new log per start (an old run's lines prove nothing), never through a link
+            with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
+                proc = subprocess.Popen(plan["argv"], stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            state = {"path": "host", "pid": proc.pid, "pgid": proc.pid,
+                     "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
+                     "log_file": plan["log_file"], "started_at": time.time()}
+            write_state(plan, state)
     else:
         rm, pull = plan["pre_argv"]
         common.run(rm, timeout=60)  # a leftover container of the same name would block `run`
@@ -452,7 +455,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                               NO_RETRY_FIX, phase="start")
         state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
                  "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv}
-    write_state(plan, state)
+        write_state(plan, state)
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 

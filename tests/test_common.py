@@ -59,11 +59,13 @@ def test_a_timeout_takes_the_whole_process_group_and_returns():
     so reading the pipe after it does not wait for the grandchild's 617 s."""
     import time
     import psutil
+    import os
+    naptime = f"617.{os.getpid()}"  # this run's own: a grandchild another run left behind is not ours
     t0 = time.monotonic()
-    r = common.run(["bash", "-c", "echo started; sleep 617 & wait"], timeout=1)
+    r = common.run(["bash", "-c", f"echo started; sleep {naptime} & wait"], timeout=1)
     assert r.failure == "timeout" and time.monotonic() - t0 < 15
     time.sleep(0.2)
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "617"]]
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", naptime]]
     assert not left, left
 
 
