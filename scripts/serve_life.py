@@ -15,7 +15,7 @@ from pathlib import Path
 
 import common
 from common import ScriptError
-from serve_plan import MARKER_ENV, STOP_GRACE_S, SYSTEM_TREES, judge_smoke, redact, server_env, smoke_request
+from serve_plan import MARKER_ENV, STOP_GRACE_S, in_system_tree, judge_smoke, redact, server_env, smoke_request
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
@@ -270,7 +270,7 @@ def state_dir_problem(state_dir: Path) -> str | None:
         if not str(state_dir).isprintable():  # an XDG_CACHE_HOME with a newline: the summary would lie
             return "holds characters that are not printable"
         for where in {str(state_dir), os.path.realpath(state_dir)}:  # as written, and through any link
-            if any(where == t or where.startswith(t + "/") for t in SYSTEM_TREES):
+            if in_system_tree(where):
                 return f"is inside a system tree (/proc, /sys, /dev, /etc, /run...): {where}"
         try:
             os.lstat(state_dir)

@@ -131,8 +131,12 @@ def system_folder(path: str) -> bool:
     """A folder a document must never name as a mount: a system tree (the docker socket lives in /run),
     or a whole top-level folder. A cache below one (/root/.cache/huggingface) is fine."""
     norm = os.path.normpath(path)
-    return norm in SYSTEM_FOLDERS or any(norm == t or norm.startswith(t + "/") for t in SYSTEM_TREES) \
-        or ".." in path.split("/")
+    return norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in path.split("/")
+
+
+def in_system_tree(path: str) -> bool:
+    """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
+    return any(path == t or path.startswith(t + "/") for t in SYSTEM_TREES)
 
 
 _PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
