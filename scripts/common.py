@@ -819,6 +819,9 @@ def _finite_float(text: str) -> float:
 
 def parse_json_object(text: str, what: str, fix: str) -> dict:
     """Text that must hold one JSON object; anything else is a ScriptError naming `what`."""
+    if text.startswith("\ufeff"):  # a byte-order mark: Python's message ("decode using utf-8-sig") helps no user
+        raise ScriptError(f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
+                          f"save it as UTF-8 without a BOM; {fix}")
     try:
         doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:

@@ -109,13 +109,19 @@ def main(argv: Sequence[str] | None = None):
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype])
         quant.update(desc=quantization.describe(cfg))
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
+        floor = weight_floor(text_config(cfg))
         if args.weight_gb:
+            if int(args.weight_gb * GIB) < floor:  # an override no checkpoint of this config can be: a typo, or
+                # MB taken for GiB -- it would size the model as fitting where it does not
+                raise ScriptError(f"--weight-gb {args.weight_gb:g} is below this config's token embedding alone "
+                                  f"({floor:,} bytes = {floor / GIB:.3g} GiB at 4 bits)",
+                                  "pass the checkpoint's size in GiB (the model card, or the sum of its "
+                                  "safetensors files)")
             return layout, int(args.weight_gb * GIB), "override"
         found = files.weights(args.dtype, tied)
         if found is None:
             raise ScriptError(f"{args.model}: no safetensors metadata or weight files to size the weights",
                               "pass --weight-gb N (the checkpoint size in GiB)")
-        floor = weight_floor(text_config(cfg))
         if not floor <= found[0] <= hf_model.MAX_WEIGHT_BYTES:
             raise ScriptError(f"{args.model}: its weights add up to {found[0]:,} bytes ({found[1]}), not a model of "
                               f"this config (the embedding alone is {floor:,}; at most {hf_model.MAX_WEIGHT_BYTES:,})",

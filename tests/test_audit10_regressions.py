@@ -1,0 +1,26 @@
+"""Regressions from the tenth independent bad-input audit (2026-12-02, a fresh helper on the ninth audit's
+fixes), and the lesser cases earlier audits had left, closed in the same session. Classes: tests/BAD_INPUT.md."""
+import json
+
+import pytest
+
+from model_fixtures import FIXTURES
+
+
+@pytest.mark.parametrize("weight_gb", ["0.001", "0.05"])
+def test_a_weight_override_below_the_configs_own_embedding_is_refused(script, weight_gb):
+    # Mistral-7B: 32000 x 4096 at 4 bits is 65.5 MB (0.061 GiB); 1 MB of weights would "fit" anywhere
+    r = script("estimate_memory.py", "--config", str(FIXTURES / "Mistral-7B-v0.1" / "config.json"),
+               "--model", "mistralai/Mistral-7B-v0.1", "--weight-gb", weight_gb, "--ram-gb", "16")
+    assert r.code == 1 and "below this config's token embedding" in r.doc["error"] and "GiB" in r.doc["fix"], r.doc
+    ok = script("estimate_memory.py", "--config", str(FIXTURES / "Mistral-7B-v0.1" / "config.json"),
+                "--model", "mistralai/Mistral-7B-v0.1", "--weight-gb", "0.07", "--ram-gb", "16")
+    assert ok.code == 0 and ok.doc["weight_source"] == "override"
+
+
+def test_a_document_with_a_byte_order_mark_is_named_as_such(script, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "Mistral-7B-v0.1" / "config.json").read_bytes())
+    r = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "14")
+    assert r.code == 1 and "byte-order mark" in r.doc["error"] and "without a BOM" in r.doc["fix"], r.doc
+    assert "utf-8-sig" not in json.dumps(r.doc)
