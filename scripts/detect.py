@@ -29,6 +29,9 @@ TARGET_FILE = "EPYC_TARGET"  # in a rendered sysroot: the described host's label
 # ---------------------------------------------------------------- pure parsing
 
 
+MAX_BRAND_CHARS = 256  # CPUID's brand string is 48 bytes; a hypervisor's model-id is no longer
+
+
 def parse_cpuinfo(text: str) -> dict:
     """First processor block of /proc/cpuinfo -> vendor, brand, family, model, flags."""
     block: dict[str, str] = {}
@@ -43,16 +46,20 @@ def parse_cpuinfo(text: str) -> dict:
     if not block:
         raise ValueError("no processor entries in cpuinfo")
 
+    brand = block.get("model name", "")
+    if len(brand) > MAX_BRAND_CHARS:  # it is carried into every document and the plan's summary
+        raise ValueError(f"has a model name of {len(brand):,} characters (a CPU's brand string is 48)")
+
     def as_int(key: str) -> int | None:
         raw = block.get(key)
-        try:
-            return int(raw, 0) if raw is not None else None
+        try:  # ASCII only: int() would read Arabic-Indic or full-width digits no kernel writes
+            return int(raw, 0) if raw is not None and raw.isascii() else None
         except ValueError:
             return None
 
     return {
         "vendor": block.get("vendor_id") or block.get("vendor"),
-        "brand": block.get("model name", ""),
+        "brand": brand,
         "family": as_int("cpu family"),
         "model": as_int("model"),
         "flags": set(block.get("flags", "").split()),
@@ -337,9 +344,10 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     """Read every fact detect and cpu_tune need from a sysroot (or this host, live=True)."""
     try:
         cpu = parse_cpuinfo(sr.read("proc/cpuinfo") or "")
-    except ValueError:
-        raise ScriptError(f"{target}: proc/cpuinfo is missing or malformed",
-                          "check that /proc/cpuinfo is readable (a sysroot needs proc/cpuinfo)")
+    except ValueError as why:
+        raise ScriptError(f"{target}: proc/cpuinfo is missing or malformed ({why})",
+                          "check that /proc/cpuinfo is readable (a sysroot needs proc/cpuinfo, as the kernel "
+                          "writes it)")
     try:
         topo = read_topology(sr)
         cg = cgroup_dirs(sr.read("proc/self/cgroup"))

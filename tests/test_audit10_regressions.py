@@ -24,3 +24,17 @@ def test_a_document_with_a_byte_order_mark_is_named_as_such(script, tmp_path):
     r = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "14")
     assert r.code == 1 and "byte-order mark" in r.doc["error"] and "without a BOM" in r.doc["fix"], r.doc
     assert "utf-8-sig" not in json.dumps(r.doc)
+
+
+def test_cpuinfo_numbers_are_ascii_and_a_brand_is_as_long_as_a_cpus(script, make_sysroot):
+    root = make_sysroot("masked_genoa")
+    cpuinfo = root / "proc" / "cpuinfo"
+    text = cpuinfo.read_text()
+    cpuinfo.write_text(text.replace("cpu family\t: 25", "cpu family\t: \u0662\u0665"))  # Arabic-Indic 25
+    r = script("detect.py", "--sysroot", str(root))
+    assert r.code == 0 and r.doc["cpu_family"] is None and r.doc["epyc_generation"] != "Genoa", r.doc
+    cpuinfo.write_text(text.replace("model name\t: AMD EPYC", "model name\t: AMD EPYC " + "a." * 30_000))
+    r = script("detect.py", "--sysroot", str(root))
+    assert r.code == 1 and "model name of 60,009 characters" in r.doc["error"], r.doc
+    cpuinfo.write_text(text.replace("model name\t: AMD EPYC", "model name\t: AMD EPYC " + "x" * 200))
+    assert script("detect.py", "--sysroot", str(root)).code == 0  # long, but a hypervisor may say so
