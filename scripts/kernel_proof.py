@@ -32,6 +32,16 @@ FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
 # line is matched on its first LINE_MATCH_CHARS only, and read in pieces of at most LINE_READ_CHARS.
 LINE_MATCH_CHARS = 4096
 LINE_READ_CHARS = 1 << 16
+# A real log names a dozen ops and kernels. A log of a million distinct names would carry each into the
+# JSON: past MAX_NAMES a new name counts under OTHER, and a name is shown on its first NAME_CHARS.
+MAX_NAMES = 200
+NAME_CHARS = 200
+OTHER = "(other)"
+
+
+def _tally(counter: Counter, name: str) -> None:
+    name = name[:NAME_CHARS]
+    counter[name if name in counter or len(counter) < MAX_NAMES else OTHER] += 1
 
 
 def count_kernels(lines: Iterable[str]) -> dict:
@@ -45,13 +55,13 @@ def count_kernels(lines: Iterable[str]) -> dict:
         line = line[:LINE_MATCH_CHARS]
         m = ZEN_LINE.search(line)
         if m:
-            by_op[m.group("op")] += 1
-            by_kernel[m.group("kernel")] += 1
+            _tally(by_op, m.group("op"))
+            _tally(by_kernel, m.group("kernel"))
             sample = sample or line.strip()[:300]
             continue
         m = ONEDNN_EXEC.search(line)
         if m:
-            onednn[f"{m.group('prim')}:{m.group('impl')}"] += 1
+            _tally(onednn, f"{m.group('prim')}:{m.group('impl')}")
         elif FALLBACK.search(line) and len(fallbacks) < 20:
             fallbacks.append(line.strip()[:300])
     total = sum(by_op.values())

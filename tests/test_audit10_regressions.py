@@ -38,3 +38,13 @@ def test_cpuinfo_numbers_are_ascii_and_a_brand_is_as_long_as_a_cpus(script, make
     assert r.code == 1 and "model name of 60,009 characters" in r.doc["error"], r.doc
     cpuinfo.write_text(text.replace("model name\t: AMD EPYC", "model name\t: AMD EPYC " + "x" * 200))
     assert script("detect.py", "--sysroot", str(root)).code == 0  # long, but a hypervisor may say so
+
+
+def test_kernel_proof_names_at_most_a_few_hundred_distinct_ops(script, tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"[zendnnl] plugin_op=op{i}{'x' * 300} kernel=k{i % 3}\n" for i in range(5000)))
+    r = script("kernel_proof.py", "--log", str(log))
+    assert r.code == 0 and r.doc["zentorch_matmuls"] == 5000, r.doc
+    ops = r.doc["by_plugin_op"]
+    assert len(ops) == 201 and ops["(other)"] == 4800 and sum(ops.values()) == 5000
+    assert max(map(len, ops)) <= 200 and r.doc["by_kernel"] == {"k0": 1667, "k1": 1667, "k2": 1666}
