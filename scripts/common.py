@@ -501,6 +501,12 @@ def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit:
     except BaseException:
         kill_group(proc)
         raise
+    finally:  # close what the readers are done with (an unclosed pipe is a ResourceWarning, an error under
+        # PYTHONWARNINGS=error); a reader still blocked -- a process outside the group holds the pipe -- keeps its own
+        for reader, stream in zip(readers, (s for s in (proc.stdout, proc.stderr) if s is not None)):
+            reader.join(timeout=1)
+            if not reader.is_alive():
+                stream.close()
     text = {n: bytes(b[:limit]).decode("utf-8", errors="replace") for n, b in kept.items()}
     why = {"output_limit": f"printed more than {limit:,} bytes", "timeout": f"timed out after {timeout:g}s"}
     return RunResult(argv, None if failure else proc.returncode, text["out"], why.get(failure, text["err"]), failure)
@@ -527,7 +533,10 @@ def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
     read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none). The
     interpreter is the user's (any absolute path): what it prints is checked against `shape`, a JSON
     Schema, before anyone reads a field of it."""
-    res = run([*prefix, "-c", code], timeout=timeout, limit=PROBE_OUTPUT_LIMIT)
+    # the probe sees what the server will see (start passes no PYTHON* variable on): a shell's
+    # PYTHONWARNINGS=error turned torch's import-time DeprecationWarning into "the stack is broken"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    res = run([*prefix, "-c", code], timeout=timeout, limit=PROBE_OUTPUT_LIMIT, env=env)
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith(marker)), None)
     if line is None:
         tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]

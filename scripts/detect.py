@@ -424,11 +424,19 @@ def gather_remote(spec: str) -> HostFacts:
         raise ScriptError(f"cannot read {target.label} over ssh: {why}",
                           "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
                           host=target.label)
-    tmp = tempfile.TemporaryDirectory(prefix="epyc-detect-")
-    unpack_capture(res.stdout, Path(tmp.name))
-    facts = gather(Sysroot(tmp.name), target.label, live=False)
-    facts._tmp = tmp  # keep the capture alive as long as the facts
-    return facts
+    tree = scratch_dir("epyc-detect-")
+    unpack_capture(res.stdout, tree)
+    return gather(Sysroot(str(tree)), target.label, live=False)
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A folder for an unpacked tree, removed when the script exits (an explicit cleanup: a
+    TemporaryDirectory left to its finaliser warns, a traceback under PYTHONWARNINGS=error)."""
+    import atexit
+    import shutil
+    dest = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, dest, True)
+    return dest
 
 
 def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
@@ -441,10 +449,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     except OSError:  # a name too long: check_sysroot below says so
         archive = False
     if archive:  # an archive from detect.py --capture on the host
-        import atexit
-        import shutil
-        dest = Path(tempfile.mkdtemp(prefix="epyc-capture-"))
-        atexit.register(shutil.rmtree, dest, True)
+        dest = scratch_dir("epyc-capture-")
         host_spec.unpack(Path(sysroot), dest)
         return gather(common.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
     if sysroot:

@@ -427,6 +427,11 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                      "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
                      "log_file": plan["log_file"], "started_at": time.time()}
             write_state(plan, state)
+        # handed over: the server outlives this script on purpose, and the state file is how we know it now.
+        # Popen's finaliser would warn that its child still runs (a ResourceWarning, a traceback under
+        # PYTHONWARNINGS=error); a returncode set here says it is not ours to wait for (a dead leader is
+        # judged by its group, zombies included)
+        proc.returncode = 0
     else:
         rm, pull = plan["pre_argv"]
         common.run(rm, timeout=60)  # a leftover container of the same name would block `run`

@@ -48,3 +48,27 @@ def test_kernel_proof_names_at_most_a_few_hundred_distinct_ops(script, tmp_path)
     ops = r.doc["by_plugin_op"]
     assert len(ops) == 201 and ops["(other)"] == 4800 and sum(ops.values()) == 5000
     assert max(map(len, ops)) <= 200 and r.doc["by_kernel"] == {"k0": 1667, "k1": 1667, "k2": 1666}
+
+
+def test_a_probe_is_judged_without_the_shells_python_settings(tmp_path, monkeypatch):
+    """PYTHONWARNINGS=error in the shell made the real stack's probe fail on torch's import-time
+    DeprecationWarning: a good venv reported as broken. The server never gets PYTHON* variables; the probe
+    neither."""
+    import sys
+    import common
+    site = tmp_path / "site" / "oldlib"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("import warnings\nwarnings.warn('old API', DeprecationWarning)\n")
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    code = "import json, oldlib\nprint('@@T@@' + json.dumps({'imported': True}))"
+    monkeypatch.setenv("PYTHONWARNINGS", "error")
+    assert common.run_probe([str(py)], code, "@@T@@", timeout=60) == ({"imported": True}, "")
+
+
+def test_no_script_leaves_a_file_a_pipe_or_a_detached_server_to_its_finaliser(script, tmp_path):
+    """PYTHONWARNINGS=error (some CI shells) turned each unclosed probe pipe into a traceback on stderr.
+    conftest runs every script with ResourceWarning as an error; this is the audit's own repro."""
+    r = script("bootstrap.py", "--check", env={"PYTHONWARNINGS": "error"})
+    assert r.code == 0 and "Exception ignored" not in r.stderr and "ResourceWarning" not in r.stderr
