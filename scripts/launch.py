@@ -28,7 +28,7 @@ import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 
 import serve_life  # noqa: E402
-from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_plan, read_state, rerender, start,  # noqa: E402
+from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_plan, rerender, start,  # noqa: E402
                         stop, verify, write_own_file)
 from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name  # noqa: E402
 
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None):
     if a.cmd == "verify":
         return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), common.EXIT_OK
     if a.cmd == "handoff":
-        return handoff_doc(plan, settled=(read_state(plan) or {}).get("primary_endpoint")), common.EXIT_OK
+        return handoff_doc(plan, settled=serve_life.verified_state(plan).get("primary_endpoint")), common.EXIT_OK
     return stop(plan), common.EXIT_OK
 
 

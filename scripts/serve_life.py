@@ -510,6 +510,9 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     t0 = time.monotonic()
     if state is None:
         raise failed(plan, "process", "nothing was started from this plan (no state file)", t0)
+    if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
+        state = {k: v for k, v in state.items() if k != "verified_at"}
+        write_state(plan, state)
     base = f"http://127.0.0.1:{plan['port']}"
     headers = auth_headers(plan)
     last_note = 0.0
@@ -560,15 +563,32 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     if not ok:
         raise failed(plan, "smoke", "; ".join(tried), t0)
     if plan["primary_endpoint"] == "unknown":
-        write_state(plan, {**state, "primary_endpoint": endpoint})  # handoff reads what verify settled
         common.log(f"verify: the endpoint is {path} ({'; '.join(tried[:-1]) or 'first try'})")
     time.sleep(1)  # a server can answer and then die on that same request
     if not alive(plan, state) or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
+    # handoff and bench read what verify settled and that it passed, on this run of the server
+    write_state(plan, {**state, "primary_endpoint": endpoint, "verified_at": time.time()})
     return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": ids,
             "time_to_healthy_s": healthy_after, "primary_endpoint": endpoint,
             "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
             "base_url": plan["base_url"]}
+
+
+def verified_state(plan: dict) -> dict:
+    """The state of a server from this plan that is running and passed its last verify: the only one
+    there is something true to hand off about (an endpoint that failed verify is not given to a user)."""
+    state = read_state(plan)
+    fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
+    if state is None:
+        raise ScriptError("no server from this plan is running (no state file: not started yet, or stopped)",
+                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify")
+    if not alive(plan, state):
+        raise ScriptError("the server from this plan is not running (it exited)",
+                          "read its log (the plan's log_file), start it again (launch.py start), then verify")
+    if not isinstance(state.get("verified_at"), (int, float)):
+        raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
+    return state
 
 
 def stop(plan: dict) -> dict:

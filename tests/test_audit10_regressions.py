@@ -5,6 +5,7 @@ import json
 import pytest
 
 from model_fixtures import FIXTURES
+from test_launch import host_plan, inputs, live_tune, rt, server_mode  # noqa: F401  (fixtures)
 
 
 @pytest.mark.parametrize("weight_gb", ["0.001", "0.05"])
@@ -72,3 +73,40 @@ def test_no_script_leaves_a_file_a_pipe_or_a_detached_server_to_its_finaliser(sc
     conftest runs every script with ResourceWarning as an error; this is the audit's own repro."""
     r = script("bootstrap.py", "--check", env={"PYTHONWARNINGS": "error"})
     assert r.code == 0 and "Exception ignored" not in r.stderr and "ResourceWarning" not in r.stderr
+
+
+def test_handoff_gives_only_a_running_server_that_passed_its_last_verify(script, tmp_path, inputs,  # noqa: F811
+                                                                         live_tune):  # noqa: F811
+    """Left by the fifth audit: handoff after a failed verify handed the user an endpoint that did not work."""
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune)
+
+    def handoff():
+        return script("launch.py", "handoff", "--plan", str(plan_file))
+    assert "no server from this plan is running" in handoff().doc["error"]
+    server_mode(tmp_path, "wrong_model")
+    try:
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        r = handoff()
+        assert r.code == 1 and "has not passed verify" in r.doc["error"] and "verify" in r.doc["fix"], r.doc
+        assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").code == 1
+        assert "has not passed verify" in handoff().doc["error"]  # failed: still nothing to hand off
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+    server_mode(tmp_path, "good")
+    try:
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").code == 0
+        h = handoff()
+        assert h.code == 0 and h.doc["base_url"].endswith("/v1"), h.doc
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+    r = handoff()
+    assert r.code == 1 and "or stopped" in r.doc["error"], r.doc
+    server_mode(tmp_path, "exit_early")  # a server that died on its own: its state file is still there
+    try:
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").doc["phase"] == "process"
+        r = handoff()
+        assert r.code == 1 and "not running (it exited)" in r.doc["error"] and "log" in r.doc["fix"], r.doc
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
