@@ -703,7 +703,12 @@ def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int
             "-o", "StrictHostKeyChecking=accept-new"]
     extra = os.environ.get("EPYC_SKILL_SSH_OPTS")  # e.g. "-i key -o UserKnownHostsFile=..."
     if extra:
-        argv += shlex.split(extra)
+        try:  # the user's own ssh options, written as shell words (as GIT_SSH_COMMAND is)
+            argv += shlex.split(extra)
+        except ValueError as exc:
+            raise ScriptError(f"EPYC_SKILL_SSH_OPTS is not shell words ({exc})",
+                              "quote it as on a command line, e.g. EPYC_SKILL_SSH_OPTS='-i ~/.ssh/id_box "
+                              "-o Port=2222', or unset it")
     if target.port:
         argv += ["-p", str(target.port)]
     argv += [f"{target.user}@{target.host}" if target.user else target.host, "--"]

@@ -394,38 +394,49 @@ _REMOTE_SCRIPT = (
 )
 
 
-def unpack_capture(text: str, dest: Path) -> None:
-    """Write the marker-separated remote dump into a sysroot folder."""
-    current: list[str] | None = None
-    path: str | None = None
-
-    def flush() -> None:
-        if path and current is not None and ".." not in Path(path).parts:
-            out = dest / path.lstrip("/")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text("\n".join(current).rstrip("\n") + "\n")
-
+def split_dump(text: str) -> list[tuple[str, str]]:
+    """The marker-separated remote dump -> [(absolute path as the host named it, its text)]."""
+    files: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         if line.startswith(_MARK + " "):
-            flush()
-            path, current = line[len(_MARK) + 1:].strip(), []
-        elif current is not None:
-            current.append(line)
-    flush()
+            files.append((line[len(_MARK) + 1:].strip(), []))
+        elif files:
+            files[-1][1].append(line)
+    return [(path, "\n".join(lines).rstrip("\n") + "\n") for path, lines in files]
+
+
+def unpack_capture(text: str, dest: Path, label: str) -> None:
+    """Write the remote dump into a sysroot folder, with the checks a capture archive gets: the host's
+    answer is data (a hostile or odd host could name '/', a NUL, a file and a folder at once)."""
+    fix = "the host's answer is not what detect.py's remote script prints: check its shell (sh) and /proc"
+    total = 0
+    for count, (path, body) in enumerate(split_dump(text), 1):
+        data = body.encode("utf-8", "replace")
+        total += len(data)
+        why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
+        why = why or host_spec.member_problem(path[1:], len(data), count, total)
+        if why:
+            raise ScriptError(f"cannot read {label} over ssh: {why}", fix, host=label)
+        try:
+            host_spec.write_member(dest, path[1:], data)
+        except OSError as exc:  # a path both a file and a folder, a name the file system refuses
+            raise ScriptError(f"cannot read {label} over ssh: {path[:200]!r}: {exc.strerror or exc}", fix,
+                              host=label)
 
 
 def gather_remote(spec: str) -> HostFacts:
     target = common.parse_host(spec)
     argv = common.ssh_argv(target, ["sh", "-c", _REMOTE_SCRIPT])
     common.log(f"detect: reading {target.label} over ssh")
-    res = common.run(argv, timeout=SSH_TIMEOUT_S)
+    # bounded as a capture archive is: a host printing without end fills no memory
+    res = common.run(argv, timeout=SSH_TIMEOUT_S, limit=host_spec.CAPTURE_LIMIT)
     if not res.ok or _MARK not in res.stdout:
         why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else (res.failure or "no output")
         raise ScriptError(f"cannot read {target.label} over ssh: {why}",
                           "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
                           host=target.label)
     tree = scratch_dir("epyc-detect-")
-    unpack_capture(res.stdout, tree)
+    unpack_capture(res.stdout, tree, target.label)
     return gather(Sysroot(str(tree)), target.label, live=False)
 
 

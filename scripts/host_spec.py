@@ -152,6 +152,27 @@ class _BoundedTarInfo(tarfile.TarInfo):
     _proc_gnusparse_01 = _proc_gnusparse_10 = _proc_sparse = _proc_gnusparse_00
 
 
+def member_problem(name: str, size: int, count: int, total: int) -> str | None:
+    """Why one file of a capture (an archive member, or a file in detect.py --host's ssh dump) is not one
+    a capture of ours holds, or None: a relative path inside the tree that names a file, and sizes within
+    what a capture reaches (a few hundred small text files; sysfs and proc files are read bounded too)."""
+    rel = PurePosixPath(name)
+    if "\0" in name or not rel.parts or rel.is_absolute() or ".." in rel.parts \
+            or any(len(part.encode("utf-8", "replace")) > 255 for part in rel.parts) or len(name) > 4096:
+        return f"{name[:200]!r} is not a plain captured file"
+    if size > common.SYS_FILE_LIMIT or total > CAPTURE_LIMIT or count > CAPTURE_MEMBERS:
+        return (f"{name[:200]!r} makes the capture larger than any detect.py --capture ({size:,} bytes; at most "
+                f"{common.SYS_FILE_LIMIT:,} a file, {CAPTURE_LIMIT:,} and {CAPTURE_MEMBERS:,} files in all)")
+    return None
+
+
+def write_member(dest: Path, name: str, data: bytes) -> None:
+    """Write one checked capture file under dest (a name both a file and a folder is an OSError)."""
+    out = dest / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+
+
 def unpack(archive: Path, dest: Path) -> Path:
     """Extract a capture, refusing anything but plain files under relative, non-escaping paths."""
     fix = "pass an archive made by detect.py --capture"
@@ -159,19 +180,12 @@ def unpack(archive: Path, dest: Path) -> Path:
     try:
         with tarfile.open(archive, "r:*", tarinfo=_BoundedTarInfo) as tar:
             for count, member in enumerate(tar, 1):  # member by member: a bomb is refused at its header
-                rel = PurePosixPath(member.name)
-                if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
-                    raise ScriptError(f"{archive}: {member.name!r} is not a plain captured file", fix)
                 total += member.size
-                # a capture is a few hundred small text files; sysfs and proc files are read bounded too
-                if member.size > common.SYS_FILE_LIMIT or total > CAPTURE_LIMIT or count > CAPTURE_MEMBERS:
-                    raise ScriptError(f"{archive}: {member.name!r} makes the capture larger than any detect.py "
-                                      f"--capture ({member.size:,} bytes; at most {common.SYS_FILE_LIMIT:,} a file, "
-                                      f"{CAPTURE_LIMIT:,} and {CAPTURE_MEMBERS:,} files in all)", fix)
-                data = tar.extractfile(member).read()
-                out = dest / rel
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(data)
+                why = (f"{member.name[:200]!r} is not a plain captured file" if not member.isfile()
+                       else member_problem(member.name, member.size, count, total))
+                if why:
+                    raise ScriptError(f"cannot read the capture {archive}: {why}", fix)
+                write_member(dest, member.name, tar.extractfile(member).read())
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ScriptError(f"cannot read the capture {archive}: {exc}", "pass an archive made by detect.py --capture")
     except (ValueError, UnicodeError):  # a NUL in a pax path, a sparse map that is not numbers

@@ -59,6 +59,29 @@ def default_venv(stack: dict, stock: bool = False) -> Path:
     return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
 
 
+OWNER_FILE = "serving-llms-on-epyc.venv"  # written into every venv this script creates
+
+
+def venv_refusal(venv: Path, default: Path) -> str | None:
+    """Why this script must not install into `venv`, or None. It pip-installs, uninstalls packages and
+    writes a dist-info there: only into a folder it made (new or empty, or holding OWNER_FILE), or its
+    own default folder when a venv is already there (made by an earlier version of this bundle). A
+    careless --venv /usr/local, a conda prefix or the bundle's own .venv is someone else's interpreter."""
+    try:
+        if not venv.exists() and not venv.is_symlink():
+            return None
+        if not venv.is_dir():
+            return f"--venv {venv} is not a folder"
+        if (venv / OWNER_FILE).is_file() or not any(venv.iterdir()):
+            return None
+        if venv == default and (venv / "pyvenv.cfg").is_file():
+            return None
+    except OSError as exc:
+        return f"--venv {venv} cannot be read ({exc.strerror or exc})"
+    return (f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, "
+            "uninstall packages and write a dist-info into someone else's interpreter")
+
+
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
     """Versions and the active vLLM platform, as the runtime sees them. prefix runs `python -c`:
     [python] for an env, or a container runtime's `run --rm --entrypoint python3 IMAGE`."""
@@ -134,6 +157,7 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
             raise ScriptError(f"cannot create a venv at {venv}: {res.stderr.strip()[-300:]}",
                               "install python3-venv, or pass --venv to a writable folder")
         actions.append("created venv")
+    (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
     common.log(label)
     res = common.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,
@@ -173,6 +197,10 @@ def main(argv: Sequence[str] | None = None):
     found = probe_stack([str(python)]) if python.exists() else {"import_error": "no venv"}
     actions: list[str] = []
     if not stack_is_ready(found, stack, args.stock) and not args.check:
+        refusal = venv_refusal(venv, default_venv(stack, args.stock))
+        if refusal:  # a ready stack anywhere is only reported; installing needs a folder of ours
+            raise ScriptError(refusal + f"; its stack is not ready ({found.get('import_error') or 'other versions'})",
+                              "pass a new folder (or leave --venv out for the default); --check only inspects")
         actions = install(python, venv, want, stack, stack["install_estimate_s"])
         found = probe_stack([str(python)])
     ready = stack_is_ready(found, stack, args.stock)

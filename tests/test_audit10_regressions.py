@@ -1,6 +1,7 @@
 """Regressions from the tenth independent bad-input audit (2026-12-02, a fresh helper on the ninth audit's
 fixes), and the lesser cases earlier audits had left, closed in the same session. Classes: tests/BAD_INPUT.md."""
 import json
+import time
 
 import pytest
 
@@ -110,3 +111,81 @@ def test_handoff_gives_only_a_running_server_that_passed_its_last_verify(script,
         assert r.code == 1 and "not running (it exited)" in r.doc["error"] and "log" in r.doc["fix"], r.doc
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_setup_host_stack_installs_only_into_a_folder_it_made(script, tmp_path):
+    """--venv /usr/local, a conda prefix or the bundle's own .venv: pip install, uninstall and a dist-info
+    went into any folder holding bin/python. The recording interpreter shows nothing ran but the probe."""
+    prefix = tmp_path / "someone-elses"
+    (prefix / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls.log"
+    (prefix / "bin" / "python").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
+    (prefix / "bin" / "python").chmod(0o755)
+    r = script("setup_host_stack.py", "--stock", "--venv", str(prefix))
+    assert r.code == 1 and "did not create" in r.doc["error"] and "--check" in r.doc["fix"], r.doc
+    assert "pip" not in calls.read_text() and not list(prefix.rglob("*.dist-info"))
+    checked = script("setup_host_stack.py", "--stock", "--check", "--venv", str(prefix))
+    assert checked.code == 1 and "not ready" in checked.doc["error"]  # --check inspects any interpreter
+
+
+def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
+    import setup_host_stack as shs
+    default = tmp_path / "cache" / "venv-vllm-0.32.0"
+    assert shs.venv_refusal(tmp_path / "new", default) is None
+    (tmp_path / "empty").mkdir()
+    assert shs.venv_refusal(tmp_path / "empty", default) is None
+    ours = tmp_path / "ours"
+    (ours / "bin").mkdir(parents=True)
+    (ours / shs.OWNER_FILE).write_text("x")
+    assert shs.venv_refusal(ours, default) is None
+    (default / "bin").mkdir(parents=True)
+    (default / "pyvenv.cfg").write_text("home = /usr/bin\n")  # an earlier bundle's venv, in its own place
+    assert shs.venv_refusal(default, default) is None
+    other = tmp_path / "other"
+    (other / "bin").mkdir(parents=True)
+    (other / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a venv, but not ours
+    assert "did not create" in shs.venv_refusal(other, default)
+    (tmp_path / "file").write_text("x")
+    assert "not a folder" in shs.venv_refusal(tmp_path / "file", default)
+
+
+def _hostile_ssh(tmp_path, body: str) -> dict:
+    """A fake `ssh` first on PATH, standing in for a host whose answer is hostile or odd (the real
+    sshd of test_ssh_host.py answers only what its shell prints)."""
+    import os
+    import sys
+    bin_dir = tmp_path / "fake-ssh-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ssh").write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+REAL_DUMP = "print('@@EPYC-SKILL-FILE@@ /proc/cpuinfo'); print(open('/proc/cpuinfo').read())"
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ("@@EPYC-SKILL-FILE@@ /\nx", "is not a plain captured file"),
+    ("@@EPYC-SKILL-FILE@@ /proc/cpuinfo/inner\nx", "File exists"),  # a file and a folder at once
+    ("@@EPYC-SKILL-FILE@@ /proc/a\x00b\nx", "is not a plain captured file"),
+    ("@@EPYC-SKILL-FILE@@ /proc/" + "a" * 300 + "\nx", "is not a plain captured file"),
+    ("@@EPYC-SKILL-FILE@@ proc/relative\nx", "is not an absolute path"),
+])
+@pytest.mark.parametrize("tool", ["detect.py", "cpu_tune.py"])
+def test_a_hosts_ssh_answer_is_checked_as_a_capture_is(script, tmp_path, tool, extra, needle):
+    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint({extra!r})")
+    r = script(tool, "--host", "root@box", env=env)
+    assert r.code == 1 and "over ssh" in r.doc["error"] and needle in r.doc["error"], r.doc
+
+
+def test_a_host_that_prints_without_end_fills_no_memory(script, tmp_path):
+    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nblock = 'x' * (1 << 20)\nwhile True:\n    sys.stdout.write(block)")
+    t0 = time.monotonic()
+    r = script("detect.py", "--host", "root@box", env=env, timeout=120)
+    assert r.code == 1 and "printed more than" in r.doc["error"] and time.monotonic() - t0 < 60, r.doc
+
+
+@pytest.mark.parametrize("opts", ["'unclosed", "-o ProxyCommand=\"x", "trailing\\"])
+def test_ssh_options_that_are_not_shell_words_are_a_clear_error(script, opts):
+    r = script("detect.py", "--host", "root@box", env={"EPYC_SKILL_SSH_OPTS": opts})
+    assert r.code == 1 and "EPYC_SKILL_SSH_OPTS is not shell words" in r.doc["error"], r.doc

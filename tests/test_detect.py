@@ -5,6 +5,7 @@ import pytest
 
 import common
 import detect
+from common import ScriptError
 
 GENS = common.load_epyc()["generations"]
 
@@ -158,9 +159,10 @@ def test_sysroot_and_host_are_exclusive(script, tmp_path):
 def test_unpack_capture_refuses_path_escape(tmp_path):
     root = tmp_path / "a" / "root"  # an escape lands in this test's own tmp_path, never in a shared folder
     root.mkdir(parents=True)
-    detect.unpack_capture("@@EPYC-SKILL-FILE@@ /../../etc/evil\nx\n@@EPYC-SKILL-FILE@@ /proc/cpuinfo\nok\n",
-                          root)
+    detect.unpack_capture("@@EPYC-SKILL-FILE@@ /proc/cpuinfo\nok\n", root, "box")
     assert (root / "proc/cpuinfo").read_text() == "ok\n"
+    with pytest.raises(ScriptError, match="is not a plain captured file"):
+        detect.unpack_capture("@@EPYC-SKILL-FILE@@ /../../etc/evil\nx\n", root, "box")
     assert not (tmp_path / "etc/evil").exists()
 
 

@@ -76,14 +76,21 @@ def test_meminfo_and_cgroup_parsers_never_raise(meminfo, cgroup):
 
 
 @FAST
-@given(st.lists(st.tuples(st.sampled_from(["proc/cpuinfo", "../escape", "/etc/../../x", "sys/a/../../../b", "ok/f",
-                                           "", "a/./b"]), st.text(max_size=40)), max_size=5))
+@given(st.lists(st.tuples(st.sampled_from(["/proc/cpuinfo", "proc/cpuinfo", "../escape", "/etc/../../x",
+                                           "/sys/a/../../../b", "/ok/f", "", "/", "/a/./b", "/proc", "/proc/x",
+                                           "/p\0q", "/" + "n" * 300, "/a//b"]),
+                           st.text(max_size=40)), max_size=5))
 def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
-    dest = tmp_path_factory.mktemp("unpack")
+    """The ssh dump of detect.py --host is the remote host's text: written as a capture, or a clear error."""
+    dest = tmp_path_factory.mktemp("unpack") / "tree"
+    dest.mkdir()
     text = "\n".join(f"{detect._MARK} {path}\n{body}" for path, body in parts)
-    detect.unpack_capture(text, dest)
-    for p in dest.rglob("*"):
-        assert dest.resolve() in p.resolve().parents
+    try:
+        detect.unpack_capture(text, dest, "box")
+    except ScriptError as exc:
+        assert "cannot read box over ssh" in exc.error and exc.fix
+    for p in dest.parent.rglob("*"):
+        assert p == dest or dest.resolve() in p.resolve().parents
 
 
 @FAST
