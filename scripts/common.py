@@ -295,10 +295,15 @@ def user_path(spec: str | Path, what: str = "path") -> Path:
     """A path with `~` / `~user` expanded; an unknown user is a clear error (Path.expanduser raises
     RuntimeError for it)."""
     try:
-        return Path(spec).expanduser()
+        path = Path(spec).expanduser()
     except RuntimeError:
         raise ScriptError(f"{what} {str(spec)!r}: no such user's home for the '~'", f"spell {what} without ~user, "
                           "or with ~ for your own home")
+    # what no file system holds (ENAMETOOLONG): Path.exists()/is_file() raise it instead of saying False
+    if len(os.fsencode(path)) > 4095 or any(len(os.fsencode(part)) > 255 for part in path.parts):
+        raise ScriptError(f"{what} {str(spec)[:120]!r}{'...' if len(str(spec)) > 120 else ''} is not a usable path: "
+                          "too long for any file system (4095 bytes, 255 a name)", "pass a real path")
+    return path
 
 
 def is_executable(path: str) -> bool:
@@ -400,8 +405,11 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         if not emit(doc):
             code = EXIT_FAIL
     else:  # cpu_tune --format env: shell lines, masked as any text we print
-        sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
+            code = EXIT_FAIL
     return code
 
 
@@ -420,6 +428,19 @@ class RunResult:
         return self.returncode == 0
 
 
+def find_program(name: str, env: dict | None = None) -> str | None:
+    """The file a bare program name runs, from PATH's absolute folders only (as Go's exec.LookPath does
+    since 1.19): with PATH="" or ".", a `numactl` or `docker` in the current folder would run instead of
+    the one the human approved. A name with a '/' is itself. -> None when there is none."""
+    if "/" in name:
+        return name
+    for folder in (env if env is not None else os.environ).get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder, name)
+        if os.path.isabs(folder) and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def run(argv: Sequence[str], timeout: float, env: dict | None = None,
         stdin: str | None = None, progress: str | None = None, progress_every: float = 15.0,
         stderr_through: bool = False, limit: int | None = None) -> RunResult:
@@ -432,10 +453,13 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     answered by an interpreter that prints without end). Output is decoded leniently: a byte that is not
     UTF-8 is shown as U+FFFD, never an exception."""
     argv = [str(a) for a in argv]
+    program = find_program(argv[0], env)
+    if program is None:
+        return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
     try:
         # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
         # kept our pipe open would otherwise make the read after the kill wait forever
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
+        proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
                                 text=limit is None, errors="replace" if limit is None else None, env=env,
                                 start_new_session=True,
                                 stdin=subprocess.PIPE if stdin is not None and limit is None else subprocess.DEVNULL)
@@ -887,7 +911,11 @@ def best_schema_error(schema: dict, doc: Any):
     """The most telling way doc breaks schema (Draft 2020-12, ECMA patterns), or None."""
     import jsonschema
     base = jsonschema.Draft202012Validator
-    validator = jsonschema.validators.extend(base, {"pattern": _ecma_pattern})
+    # "integer" is a whole-number type, not a value: JSON Schema lets 10.0 pass, and a port of 44751.0 or a
+    # KV grant of 10.0 then reached a socket call or the command ("--max-num-seqs 22.0") the human approves
+    strict = base.TYPE_CHECKER.redefine("integer", lambda _checker, value: isinstance(value, int)
+                                        and not isinstance(value, bool))
+    validator = jsonschema.validators.extend(base, {"pattern": _ecma_pattern}, type_checker=strict)
     return jsonschema.exceptions.best_match(validator(schema).iter_errors(doc))
 
 

@@ -203,9 +203,10 @@ def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
         except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
             return []
     else:
+        # bounded as the host log is: a runtime whose last lines never end fills no memory
         res = common.run([*common.runtime_argv(plan["runtime"]), "logs", "--tail", str(n), plan["container_name"]],
-                         timeout=30)
-        lines = (res.stdout + res.stderr).splitlines()
+                         timeout=30, limit=256 * 1024)
+        lines = (res.stdout + ("\n" + res.stderr if res.failure != "output_limit" else "")).splitlines()
     secrets = known_secrets(plan)
     return [redact(line, secrets, limit=1000) for line in lines[-n:]]
 
@@ -417,11 +418,16 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
         import secrets as tokens
         token = tokens.token_hex(16)
         env = server_env(dict(os.environ), plan["env"], secrets, token)
+        program = common.find_program(plan["argv"][0], env)  # the pin program (numactl / taskset) or vllm
+        if program is None:
+            raise ScriptError(f"{plan['argv'][0]} is not in any absolute folder of PATH (the current folder is "
+                              "never searched)", "install it (apt-get install numactl), or run start from a "
+                              "shell whose PATH has /usr/bin", phase="start")
         import psutil
         with common.signals_deferred():  # launched and recorded as one step: no server without a state
             # a new log per start (an old run's lines prove nothing), never through a link
             with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
-                proc = subprocess.Popen(plan["argv"], stdout=log, stderr=subprocess.STDOUT,
+                proc = subprocess.Popen(plan["argv"], executable=program, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
             state = {"path": "host", "pid": proc.pid, "pgid": proc.pid,
                      "create_time": psutil.Process(proc.pid).create_time(), "marker": token,

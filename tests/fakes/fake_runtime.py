@@ -14,6 +14,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   pull_fails       `pull` fails
   cpuset_rejected  `run` with --cpuset-* fails like rootless podman without cpuset delegation
   exited           `inspect` reports the container not running
+  logs_flood       `logs` prints without end (one line that never ends)
 """
 import json
 import os
@@ -56,6 +57,10 @@ elif cmd == "run":
 elif cmd == "inspect":
     print("false" if flag("exited") else "true")
 elif cmd == "logs":
+    if flag("logs_flood"):  # a runtime whose last lines never end
+        block = "x" * (1 << 20)
+        while True:
+            sys.stdout.write(block)
     print("INFO fake log line 1\nERROR fake engine failure")
 elif cmd in ("rm", "ps", "stop"):
     print(args[-1] if cmd in ("rm", "stop") else "")
