@@ -484,6 +484,9 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
     threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
     if cores % args.nps:
         raise ScriptError(f"{cores} cores do not split into NPS{args.nps}", "pass --nps 1, 2 or 4 as the BIOS has it")
+    if args.sockets > 1 and sku.get("socket_support") == "1P":  # a P part: no two-socket board takes it
+        raise ScriptError(f"EPYC {sku['model']} is a single-socket part (socket support 1P in "
+                          "data/epyc_skus.json)", "pass --sockets 1, or the 2P part of the same core count")
     files = host_spec.spec_files(f"AMD EPYC {sku['model']} {cores}-Core Processor", family, model,
                                  entry["avx512"], entry["avx512_bf16"], args.sockets, cores, threads,
                                  args.nps, args.ram_gb_per_socket)
@@ -493,10 +496,7 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
             raise ScriptError(f"--save-sysroot {args.save_sysroot} is not empty",
                               "pass a new or empty folder for the rendered host files")
     else:  # read once, then gone: a spec leaves nothing behind unless asked to
-        import atexit
-        import shutil
-        root = Path(tempfile.mkdtemp(prefix="epyc-spec-"))
-        atexit.register(shutil.rmtree, root, True)
+        root = scratch_dir("epyc-spec-")
     host_spec.write_files(root, files)
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
     (root / TARGET_FILE).write_text(target + "\n")

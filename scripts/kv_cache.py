@@ -172,6 +172,9 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"]) ->
     else:
         heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads")
         kv_heads = tc.get("num_key_value_heads") or (1 if tc.get("multi_query") else heads)
+        if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
+            raise ScriptError(f"config.json: num_key_value_heads {kv_heads} does not divide num_attention_heads "
+                              f"{heads}", "check the config: no model has such heads, and vLLM refuses to load it")
         head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
         if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
             raise ScriptError(f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "

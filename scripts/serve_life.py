@@ -424,20 +424,35 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                               "never searched)", "install it (apt-get install numactl), or run start from a "
                               "shell whose PATH has /usr/bin", phase="start")
         import psutil
-        with common.signals_deferred():  # launched and recorded as one step: no server without a state
-            # a new log per start (an old run's lines prove nothing), never through a link
-            with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
-                proc = subprocess.Popen(plan["argv"], executable=program, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            state = {"path": "host", "pid": proc.pid, "pgid": proc.pid,
-                     "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
-                     "log_file": plan["log_file"], "started_at": time.time()}
-            write_state(plan, state)
-        # handed over: the server outlives this script on purpose, and the state file is how we know it now.
-        # Popen's finaliser would warn that its child still runs (a ResourceWarning, a traceback under
-        # PYTHONWARNINGS=error); a returncode set here says it is not ours to wait for (a dead leader is
-        # judged by its group, zombies included)
-        proc.returncode = 0
+        proc = None
+        try:
+            with common.signals_deferred():  # launched and recorded as one step: no server without a state
+                # a new log per start (an old run's lines prove nothing), never through a link
+                with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
+                    proc = subprocess.Popen(plan["argv"], executable=program, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                state = {"path": "host", "pid": proc.pid, "pgid": proc.pid,
+                         "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
+                         "log_file": plan["log_file"], "started_at": time.time()}
+                write_state(plan, state)
+        except OSError as exc:  # found and executable, yet not runnable (no #! line, a bad interpreter)
+            if proc is not None:
+                raise
+            raise ScriptError(f"cannot run {plan['argv'][0]} ({program}): {exc.strerror or exc}",
+                              "check that program (reinstall it), then start again", phase="start")
+        except KeyboardInterrupt:  # held until both were done: the server runs and its state names it
+            if proc is None:
+                raise
+            raise ScriptError("interrupted, after the server was launched and recorded: it is running",
+                              "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
+                              "python3 scripts/launch.py stop --plan <plan.json>", phase="start", pid=proc.pid)
+        finally:
+            # handed over: the server outlives this script on purpose, and the state file is how we know it
+            # now. Popen's finaliser would warn that its child still runs (a ResourceWarning, a traceback under
+            # PYTHONWARNINGS=error); a returncode set here says it is not ours to wait for (a dead leader is
+            # judged by its group, zombies included)
+            if proc is not None:
+                proc.returncode = 0
     else:
         rm, pull = plan["pre_argv"]
         common.run(rm, timeout=60)  # a leftover container of the same name would block `run`
@@ -470,6 +485,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 
+MODELS_SHOWN = 20
 HTTP_BODY_LIMIT = 1 << 20  # an answer verify reads: a completion of 16 tokens, a model list, a health line
 
 
@@ -486,7 +502,9 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
             # the server is on this machine: never through the shell's HTTP proxy (it would see the key,
             # and NO_PROXY=localhost does not cover 127.0.0.1), never with ~/.netrc credentials
             session.trust_env = False
-            with session.request(method, url, json=body, headers=headers or {}, timeout=timeout, stream=True) as r:
+            # and never where a redirect points: the server is on 127.0.0.1, its answer is what is judged
+            with session.request(method, url, json=body, headers=headers or {}, timeout=timeout, stream=True,
+                                 allow_redirects=False) as r:
                 data = bytearray()
                 for chunk in r.iter_content(65536):
                     data += chunk
@@ -575,7 +593,10 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         raise failed(plan, "smoke", "the server died after its first request", t0)
     # handoff and bench read what verify settled and that it passed, on this run of the server
     write_state(plan, {**state, "primary_endpoint": endpoint, "verified_at": time.time()})
-    return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": ids,
+    # a server may list thousands of ids (one listed 40,001): the served one and a few beside it say enough
+    shown = [plan["served_model_name"], *[m for m in ids if m != plan["served_model_name"]][:MODELS_SHOWN - 1]]
+    return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": shown,
+            "models_listed": len(ids),
             "time_to_healthy_s": healthy_after, "primary_endpoint": endpoint,
             "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
             "base_url": plan["base_url"]}

@@ -275,3 +275,69 @@ def test_programs_are_never_found_through_the_current_folder(script, tmp_path, i
     import common
     assert common.find_program("sh", {"PATH": f".:{os.path.dirname(common.find_program('sh'))}"}).startswith("/")
     assert common.run(["ls"], timeout=10, env={"PATH": "."}).failure == "not_found"
+
+
+def _verify_mode(script, tmp_path, inputs, live_tune, mode):
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune)
+    server_mode(tmp_path, mode)
+    try:
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        return script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "6")
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_verify_never_follows_a_redirect(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """The server is on 127.0.0.1; requests followed a 302 wherever it pointed (the audit's went off-host)."""
+    r = _verify_mode(script, tmp_path, inputs, live_tune, "redirect_health")
+    assert r.code == 1 and r.doc["phase"] == "health" and "last: 302" in r.doc["error"], r.doc
+
+
+def test_verify_shows_a_few_of_the_models_a_server_lists(script, tmp_path, inputs, live_tune):  # noqa: F811
+    r = _verify_mode(script, tmp_path, inputs, live_tune, "many_models")
+    assert r.code == 0 and r.doc["models_listed"] == 40_001 and len(r.doc["models"]) == 20, r.doc["models"][:3]
+    assert r.doc["models"][0] == r.doc["served_model_name"] and len(r.stdout) < 10_000
+
+
+def test_kv_heads_that_do_not_divide_the_query_heads_are_refused(script, tmp_path):
+    base = json.loads((FIXTURES / "Mistral-7B-v0.1" / "config.json").read_text())  # 32 heads, 8 KV heads
+    for kv in (64, 5):
+        cfg = tmp_path / f"config-{kv}.json"
+        cfg.write_text(json.dumps({**base, "num_key_value_heads": kv}))
+        r = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "14")
+        assert r.code == 1 and f"num_key_value_heads {kv} does not divide num_attention_heads 32" in r.doc["error"]
+
+
+def test_a_single_socket_part_is_not_planned_on_two_sockets(script):
+    r = script("detect.py", "--spec", "9654P", "--sockets", "2", "--ram-gb-per-socket", "384")
+    assert r.code == 1 and "single-socket part" in r.doc["error"] and "--sockets 1" in r.doc["fix"], r.doc
+    assert script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384").code == 0
+
+
+def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_tune, monkeypatch):  # noqa: F811
+    """Signals are held while start launches and records; one that arrived then used to end start with
+    'interrupted: run the command again' while the server it had launched was up."""
+    import os
+    import signal
+    import common
+    import serve_life
+    from common import ScriptError
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    real_write = serve_life.write_state
+
+    def write_then_signal(p, state):
+        real_write(p, state)
+        os.kill(os.getpid(), signal.SIGTERM)  # held by signals_deferred until the block ends
+    monkeypatch.setattr(serve_life, "write_state", write_then_signal)
+    previous = common._interrupt_on_termination()
+    try:
+        with pytest.raises(ScriptError) as got:
+            serve_life.start(serve_life.load_plan(str(plan_file)), True)
+        assert "it is running" in got.value.error and "stop" in got.value.fix
+        monkeypatch.setattr(serve_life, "write_state", real_write)
+        state = serve_life.read_state(plan)
+        assert state and serve_life.alive(plan, state)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        serve_life.stop(plan)

@@ -18,6 +18,8 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   no_chat_template  chat answers 400 as vLLM does for a model without a chat template; completions work
   trickle_health  /health promises 1000 bytes and sends one every 2 s (each read is quick, the whole is not)
   huge_int_usage  the completion's usage.completion_tokens is a 5000-digit integer
+  many_models     /v1/models lists the model among 40,000 others
+  redirect_health  /health redirects (302) to a path that answers 200: a client following it is fooled
 """
 import argparse
 import json
@@ -75,6 +77,14 @@ class H(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(2)
             return
+        if self.path == "/health" and a.mode == "redirect_health":
+            self.send_response(302)
+            self.send_header("Location", "/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/elsewhere":
+            return self.send(200, {})
         if self.path == "/health":
             ready = a.mode != "never_healthy" and time.monotonic() - t0 >= a.delay
             return self.send(200 if ready else 503, {})
@@ -87,6 +97,9 @@ class H(BaseHTTPRequestHandler):
             if a.mode == "models_reflect_also":  # ... beside the right model: verify passes, and must not print it
                 return self.send(200, {"object": "list", "data": [{"id": a.model}, {"id": self.headers.get(
                     "Authorization", "")}]})
+            if a.mode == "many_models":
+                return self.send(200, {"object": "list", "data": [{"id": f"other-{i}"} for i in range(20_000)]
+                                       + [{"id": a.model}] + [{"id": f"more-{i}"} for i in range(20_000)]})
             return self.send(200, {"object": "list", "data": [{"id": name, "object": "model"}]})
         self.send(404, {"error": "not found"})
 
