@@ -72,9 +72,12 @@ def venv_refusal(venv: Path, default: Path) -> str | None:
             return None
         if not venv.is_dir():
             return f"--venv {venv} is not a folder"
-        if (venv / OWNER_FILE).is_file() or not any(venv.iterdir()):
+        if not any(venv.iterdir()):
             return None
-        if venv == default and (venv / "pyvenv.cfg").is_file():
+        if (venv / "bin" / "python").exists() and not (venv / "pyvenv.cfg").is_file():
+            # without pyvenv.cfg, bin/python is whatever interpreter it links to, and pip installs into that one
+            return f"--venv {venv} holds bin/python but no pyvenv.cfg: it is not a venv"
+        if (venv / OWNER_FILE).is_file() or (venv == default and (venv / "pyvenv.cfg").is_file()):
             return None
     except OSError as exc:
         return f"--venv {venv} cannot be read ({exc.strerror or exc})"
@@ -150,6 +153,13 @@ def cpu_of_this_host() -> tuple[str | None, str]:
 def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) -> list[str]:
     """Create the venv and install the pins with the workarounds; progress lines go to stderr."""
     actions = []
+    # marked first: a venv creation that fails half-way (no python3-venv, Ctrl-C) is still ours to re-run into
+    try:
+        venv.mkdir(parents=True, exist_ok=True)
+        (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
+    except OSError as exc:
+        raise ScriptError(f"cannot create the venv folder {venv}: {exc.strerror or exc}",
+                          "pass --venv to a writable folder")
     if not python.exists():
         common.log(f"setup_host_stack: creating {venv}")
         res = common.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
@@ -157,7 +167,6 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
             raise ScriptError(f"cannot create a venv at {venv}: {res.stderr.strip()[-300:]}",
                               "install python3-venv, or pass --venv to a writable folder")
         actions.append("created venv")
-    (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
     common.log(label)
     res = common.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,

@@ -121,6 +121,9 @@ def test_setup_host_stack_installs_only_into_a_folder_it_made(script, tmp_path):
     calls = tmp_path / "calls.log"
     (prefix / "bin" / "python").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
     (prefix / "bin" / "python").chmod(0o755)
+    r = script("setup_host_stack.py", "--stock", "--venv", str(prefix))  # a prefix such as /usr/local
+    assert r.code == 1 and "it is not a venv" in r.doc["error"] and "--check" in r.doc["fix"], r.doc
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a venv, someone else's
     r = script("setup_host_stack.py", "--stock", "--venv", str(prefix))
     assert r.code == 1 and "did not create" in r.doc["error"] and "--check" in r.doc["fix"], r.doc
     assert "pip" not in calls.read_text() and not list(prefix.rglob("*.dist-info"))
@@ -129,6 +132,7 @@ def test_setup_host_stack_installs_only_into_a_folder_it_made(script, tmp_path):
 
 
 def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
+    import sys
     import setup_host_stack as shs
     default = tmp_path / "cache" / "venv-vllm-0.32.0"
     assert shs.venv_refusal(tmp_path / "new", default) is None
@@ -147,6 +151,16 @@ def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
     assert "did not create" in shs.venv_refusal(other, default)
     (tmp_path / "file").write_text("x")
     assert "not a folder" in shs.venv_refusal(tmp_path / "file", default)
+    half = tmp_path / "half"  # a creation that failed half-way: marked before `python -m venv` ran
+    half.mkdir()
+    (half / shs.OWNER_FILE).write_text("x")
+    (half / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert shs.venv_refusal(half, default) is None
+    linked = tmp_path / "linked"  # marked, but bin/python is another interpreter: pip would install there
+    (linked / "bin").mkdir(parents=True)
+    (linked / shs.OWNER_FILE).write_text("x")
+    (linked / "bin" / "python").symlink_to(sys.executable)
+    assert "no pyvenv.cfg" in shs.venv_refusal(linked, default)
 
 
 def _hostile_ssh(tmp_path, body: str) -> dict:
