@@ -49,7 +49,7 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
         common.log(f"bootstrap: creating {common.BUNDLE_VENV}")
         res = common.run([sys.executable, "-m", "venv", str(common.BUNDLE_VENV)], timeout=300)
         if not res.ok:
-            raise ScriptError(f"cannot create {common.BUNDLE_VENV}: {res.stderr.strip()[-300:] or res.failure}",
+            raise ScriptError(f"cannot create {common.BUNDLE_VENV}: {common.clip(res.stderr.strip(), 300, tail=True) or res.failure}",
                               "install python3-venv (apt-get install python3-venv), then run bootstrap.py again")
         actions.append(f"created {common.BUNDLE_VENV}")
     target = f"{common.ROOT}[test]" if test else str(common.ROOT)
@@ -57,7 +57,7 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
     res = common.run([str(python), "-m", "pip", "install", "-q", "-e", target], timeout=PIP_TIMEOUT_S,
                      progress="bootstrap: pip install")
     if not res.ok:
-        raise ScriptError(f"pip install failed: {res.stderr.strip()[-400:] or res.failure}",
+        raise ScriptError(f"pip install failed: {common.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
                           "check access to the package index (pip config), then run bootstrap.py again")
     actions.append("installed the bundle's dependencies" + (" and the test extra" if test else ""))
     return actions

@@ -114,6 +114,13 @@ def secret_values() -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+def clip(text: str, limit: int, tail: bool = False) -> str:
+    """text shortened to `limit` characters (its end, with tail) after its secrets are masked: a cut made
+    first can leave part of a secret, which the mask, matching whole values, no longer sees."""
+    text = mask_secrets(text)
+    return text[-limit:] if tail else text[:limit]
+
+
 def mask_secrets(text: str, values: list[str] | None = None) -> str:
     for value in secret_values() if values is None else values:
         text = text.replace(value, "***")
@@ -889,9 +896,9 @@ def read_json_input(spec: str, what: str) -> dict:
     doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step")
     if "error" in doc:  # its words are passed on only when they are what our contract says: text
         upstream, upstream_fix = doc.get("error"), doc.get("fix")
-        raise ScriptError(f"the {what} step failed: " + (upstream[:500] if isinstance(upstream, str)
+        raise ScriptError(f"the {what} step failed: " + (clip(upstream, 500) if isinstance(upstream, str)
                                                          else "(its error is not text)"),
-                          upstream_fix[:500] if isinstance(upstream_fix, str) and upstream_fix.strip()
+                          clip(upstream_fix, 500) if isinstance(upstream_fix, str) and upstream_fix.strip()
                           else f"fix the {what} step first")
     return doc
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
@@ -394,15 +394,19 @@ _REMOTE_SCRIPT = (
 )
 
 
-def split_dump(text: str) -> list[tuple[str, str]]:
-    """The marker-separated remote dump -> [(absolute path as the host named it, its text)]."""
-    files: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        if line.startswith(_MARK + " "):
-            files.append((line[len(_MARK) + 1:].strip(), []))
-        elif files:
-            files[-1][1].append(line)
-    return [(path, "\n".join(lines).rstrip("\n") + "\n") for path, lines in files]
+_MARK_LINE = re.compile("^" + re.escape(_MARK) + " (.*)$", re.M)
+
+
+def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
+    """The marker-separated remote dump -> (absolute path as the host named it, start, end of its text),
+    one file at a time: the caller checks a file's size before it copies it (a list of every line cost
+    28 times the answer's size)."""
+    marks = _MARK_LINE.finditer(text)
+    here = next(marks, None)
+    while here is not None:
+        after = next(marks, None)
+        yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
+        here = after
 
 
 def unpack_capture(text: str, dest: Path, label: str) -> None:
@@ -410,11 +414,13 @@ def unpack_capture(text: str, dest: Path, label: str) -> None:
     answer is data (a hostile or odd host could name '/', a NUL, a file and a folder at once)."""
     fix = "the host's answer is not what detect.py's remote script prints: check its shell (sh) and /proc"
     total = 0
-    for count, (path, body) in enumerate(split_dump(text), 1):
-        data = body.encode("utf-8", "replace")
-        total += len(data)
+    for count, (path, start, end) in enumerate(split_dump(text), 1):
+        total += max(0, end - start)
         why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
-        why = why or host_spec.member_problem(path[1:], len(data), count, total)
+        why = why or host_spec.member_problem(path[1:], max(0, end - start), count, total)
+        if not why:
+            data = (text[start:end].rstrip("\n") + "\n").encode("utf-8", "replace")
+            why = host_spec.member_problem(path[1:], len(data), count, total)
         if why:
             raise ScriptError(f"cannot read {label} over ssh: {why}", fix, host=label)
         try:

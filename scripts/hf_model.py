@@ -112,7 +112,10 @@ class ModelFiles:
         p = self.folder / name if self.folder else None
         # a FIFO or folder under a known name is there, just not readable: the reader says so (a chat
         # template that cannot be read is "unknown", never "absent")
-        return p if p and (p.is_file() or (os.path.lexists(p) and not p.is_dir())) else None
+        try:
+            return p if p and (p.is_file() or (os.path.lexists(p) and not p.is_dir())) else None
+        except OSError as exc:  # a path past PATH_MAX (a relative folder in a very deep current folder)
+            raise ScriptError(f"{p}: {exc.strerror or exc}", "pass the model folder by a shorter path")
 
     def _download(self, name: str) -> Path | None:
         """A file from the Hub into the cache; None when the repo has no such file."""

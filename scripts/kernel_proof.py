@@ -11,11 +11,14 @@ Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot
 """
 from __future__ import annotations
 
+import io
 import re
+import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
@@ -33,15 +36,25 @@ FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
 LINE_MATCH_CHARS = 4096
 LINE_READ_CHARS = 1 << 16
 # A real log names a dozen ops and kernels. A log of a million distinct names would carry each into the
-# JSON: past MAX_NAMES a new name counts under OTHER, and a name is shown on its first NAME_CHARS.
+# JSON: past MAX_NAMES a new name counts under OTHER, and a name is shown on its first NAME_CHARS (cut
+# in main, after its secrets are masked: a cut first could leave part of one that no mask then sees).
 MAX_NAMES = 200
 NAME_CHARS = 200
+SHOWN_LINE_CHARS = 300
 OTHER = "(other)"
+LOGS_TIMEOUT_S = 120
 
 
 def _tally(counter: Counter, name: str) -> None:
-    name = name[:NAME_CHARS]
     counter[name if name in counter or len(counter) < MAX_NAMES else OTHER] += 1
+
+
+def shown_names(counts: dict, secrets: list[str]) -> dict:
+    """A tally as printed: each name masked, then cut to NAME_CHARS (two names equal after it add up)."""
+    out: Counter = Counter()
+    for name, n in counts.items():
+        out[redact(name, secrets, LINE_MATCH_CHARS)[:NAME_CHARS]] += n
+    return dict(out.most_common())
 
 
 def count_kernels(lines: Iterable[str]) -> dict:
@@ -57,13 +70,13 @@ def count_kernels(lines: Iterable[str]) -> dict:
         if m:
             _tally(by_op, m.group("op"))
             _tally(by_kernel, m.group("kernel"))
-            sample = sample or line.strip()[:300]
+            sample = sample or line.strip()
             continue
         m = ONEDNN_EXEC.search(line)
         if m:
             _tally(onednn, f"{m.group('prim')}:{m.group('impl')}")
         elif FALLBACK.search(line) and len(fallbacks) < 20:
-            fallbacks.append(line.strip()[:300])
+            fallbacks.append(line.strip())
     total = sum(by_op.values())
     return {"zentorch_matmuls": total, "by_plugin_op": dict(by_op.most_common()),
             "by_kernel": dict(by_kernel.most_common()), "onednn_primitives": dict(onednn.most_common()),
@@ -85,11 +98,8 @@ def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
         plan = read_plan(args.plan, "kernel_proof", common.load_epyc())  # as launch.py's verbs read a plan
         secrets += known_secrets(plan)
         if plan["path"] != "host":
-            res = common.run([*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]], timeout=120)
-            if not res.ok:
-                raise ScriptError(f"cannot read the container's log: {res.stderr.strip()[-200:]}",
-                                  "is the container still there? (launch.py stop removes it)")
-            return (res.stdout + res.stderr).splitlines(), f"{plan['runtime']} logs {plan['container_name']}", secrets
+            return (container_log_lines([*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]]),
+                    f"{plan['runtime']} logs {plan['container_name']}", secrets)
         path = Path(plan["log_file"])
     common.require_regular_file(path, "server log", fix)
 
@@ -103,6 +113,33 @@ def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
     return lines(), str(path), secrets
 
 
+def container_log_lines(argv: list[str]) -> Iterator[str]:
+    """`docker logs NAME`, streamed line by line as the host log is read (a kernel log runs to gigabytes;
+    read whole it was held twice in memory), within LOGS_TIMEOUT_S for the whole read."""
+    fix = "is the container still there? (launch.py stop removes it)"
+    program = common.find_program(argv[0])
+    if program is None:
+        raise ScriptError(f"cannot read the container's log: {argv[0]} is not in PATH", fix)
+    proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    timer = threading.Timer(LOGS_TIMEOUT_S, common.kill_group, args=(proc,))
+    timer.daemon = True
+    timer.start()
+    last = ""
+    try:
+        with io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace") as out:
+            while piece := out.readline(LINE_READ_CHARS):
+                last = piece or last
+                yield piece
+        code = proc.wait(timeout=10)
+    finally:
+        timer.cancel()
+        common.kill_group(proc)
+    if code != 0:
+        raise ScriptError(f"cannot read the container's log ({argv[0]} logs exited {code}): "
+                          f"{common.clip(last.strip(), 200, tail=True)}", fix)
+
+
 def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/kernel_proof.py", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
@@ -112,8 +149,10 @@ def main(argv: Sequence[str] | None = None):
     lines, source, secrets = log_lines(args)
     doc = {"source": source, **count_kernels(lines)}
     # a log can hold anything the server printed, a token included: what we echo is redacted
-    doc["fallback_lines"] = [redact(line, secrets, 300) for line in doc["fallback_lines"]]
-    doc["sample"] = redact(doc["sample"], secrets, 300) if doc["sample"] else None
+    doc["fallback_lines"] = [redact(line, secrets, SHOWN_LINE_CHARS) for line in doc["fallback_lines"]]
+    doc["sample"] = redact(doc["sample"], secrets, SHOWN_LINE_CHARS) if doc["sample"] else None
+    for key in ("by_plugin_op", "by_kernel", "onednn_primitives"):
+        doc[key] = shown_names(doc[key], secrets)
     if not doc["zentorch_matmuls"]:
         doc["error"] = "no zentorch matmul in the server log"
         doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "

@@ -30,7 +30,7 @@ from common import ScriptError  # noqa: E402
 import serve_life  # noqa: E402
 from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_plan, rerender, start,  # noqa: E402
                         stop, verify, write_own_file)
-from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name  # noqa: E402
+from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name, served_model_name  # noqa: E402
 
 
 # ---------------------------------------------------------------- up: the whole chain
@@ -120,6 +120,13 @@ def refuse_before_up(a, model: str) -> None:
     if a.expose and not a.api_key_env:
         raise ScriptError("--expose serves on all interfaces: an API key is required",
                           "export a key in an env var and pass --api-key-env NAME")
+    # a folder is served by its name: one that is not a plain name needs --served-model-name (plan would say so
+    # after five scripts ran)
+    local = os.path.isdir(model)
+    served = a.served_model_name or served_model_name(model, os.path.realpath(model) if local else None)
+    if not is_served_name(served):
+        raise ScriptError(f"the model would be served as {served[:100]!r}, not a plain name (letters, digits and "
+                          "._:@+/-, not starting with '-', at most 200)", "pass --served-model-name NAME")
     if a.api_key_env and not os.environ.get(a.api_key_env):
         raise ScriptError(f"--api-key-env {a.api_key_env}: that variable is not set in this shell",
                           f"export {a.api_key_env}=<your key> first (its value is never printed)")
@@ -174,6 +181,7 @@ def up(a, epyc: dict) -> dict:
     tune = step("cpu_tune.py", ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb",
                                 str(est["fit"]["kv_needed_gb"])], "cpu_tune", run_dir)
     opts = {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"], "expose": a.expose,
+            "served_model_name": a.served_model_name,
             "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags, "kernel_log": a.kernel_log,
             "dtype": a.dtype, "state_dir": str(run_dir.resolve())}
     plan = build_plan({"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}, opts, epyc,
@@ -251,6 +259,8 @@ def main(argv: Sequence[str] | None = None):
                                   "-> verify -> handoff")
     u.add_argument("--model", type=common.nonempty, help=f"default: {epyc['default_model']}")
     u.add_argument("--port", type=common.int_in(1, 65535))
+    u.add_argument("--served-model-name", type=served_name_arg, help="the id clients send (default: the Hub id, "
+                   "or a folder's name)")
     u.add_argument("--max-model-len", type=common.int_in(16, 1 << 24))
     u.add_argument("--num-prompts", type=common.int_in(1, 65536), default=1)
     u.add_argument("--python", type=common.nonempty, help="host-path interpreter (default: the setup_host_stack.py venv if present)")

@@ -461,7 +461,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             common.log(f"start: pulling {plan['image']}")
             res = common.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
             if not res.ok:
-                raise ScriptError(f"pull failed: {(res.stderr.strip() or res.failure or '')[-300:]}",
+                raise ScriptError(f"pull failed: {common.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
                                   "check registry access and the image name (data/epyc.json, or --image)",
                                   phase="pull")
         if secrets:
@@ -477,7 +477,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             res = common.run(argv, timeout=RUN_TIMEOUT_S, env=env)
         if not res.ok:
             remove_secret_files(plan)
-            raise ScriptError(f"{plan['runtime']} run failed: {(res.stderr.strip() or res.failure or '')[-400:]}",
+            raise ScriptError(f"{plan['runtime']} run failed: {common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
                               NO_RETRY_FIX, phase="start")
         state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
                  "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv}

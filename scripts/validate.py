@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 import struct
 import sys
 from pathlib import Path
@@ -237,19 +238,26 @@ def execstack_libs(python: str | None) -> list[str]:
     """vLLM's compiled extensions that ask for an executable stack (some guest kernels refuse them)."""
     if not python:
         return []
-    res = common.run([python, "-c", "import importlib.util as u; s = u.find_spec('vllm'); "
-                      "print(s.submodule_search_locations[0] if s else '')"], timeout=60)
-    root = Path(res.stdout.strip()) if res.ok and res.stdout.strip() else None
+    # the user's interpreter answers as any probe does: bounded, shape-checked, and only a folder's name
+    found, _why = common.run_probe([python], VLLM_FOLDER_CODE, "@@VLLMDIR@@", 60, shape=VLLM_FOLDER_SHAPE)
+    folder = (found or {}).get("folder")
     flagged = []
-    for so in sorted(root.glob("_C*.so")) if root else []:
-        try:
+    try:
+        for so in sorted(Path(folder).glob("_C*.so")) if folder else []:
+            if not stat.S_ISREG(os.stat(so).st_mode):  # a FIFO named _C.so would block the read forever
+                continue
             with open(so, "rb") as f:
                 head = f.read(1 << 16)
-        except OSError:
-            continue
-        if elf_has_execstack(head):
-            flagged.append(str(so))
+            if elf_has_execstack(head):
+                flagged.append(str(so))
+    except (OSError, ValueError):  # a folder no file system holds (or with a NUL), or unreadable: nothing to flag
+        return flagged
     return flagged
+
+
+VLLM_FOLDER_CODE = ("import importlib.util as u, json; s = u.find_spec('vllm'); "
+                    "print('@@VLLMDIR@@' + json.dumps({'folder': s.submodule_search_locations[0] if s else None}))")
+VLLM_FOLDER_SHAPE = {"type": "object", "properties": {"folder": {"type": ["string", "null"], "maxLength": 4095}}}
 
 
 def free_port(start: int, host: str = "127.0.0.1", tries: int = 200) -> int | None:

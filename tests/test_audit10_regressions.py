@@ -355,3 +355,125 @@ def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         serve_life.stop(plan)
+
+
+def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_path):  # noqa: F811
+    """kernel_proof read `docker logs` whole (one string and a list of its lines: 9 GB for a 3 GB log)."""
+    import subprocess
+    import sys
+    from test_launch import container_plan
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    (d / "logs_lines").write_text("2000000")  # 100 MB of kernel lines
+    probe = ("import resource, subprocess, sys\n"
+             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "print(r.stdout)")
+    import os
+    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "scripts/kernel_proof.py", "--plan",
+                          str(plan_file)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **env}, cwd=str(FIXTURES.parents[2])).stdout
+    head, _, body = out.partition("\n")
+    code, max_rss_kb = map(int, head.split())
+    assert code == 0 and json.loads(body)["zentorch_matmuls"] == 2_000_000, out[:500]
+    assert max_rss_kb < 150_000, f"{max_rss_kb} KB for a 100 MB log"
+
+
+def test_a_secret_across_a_cut_is_not_printed_in_part(script, tmp_path, monkeypatch):
+    token = "hf_SeCrEtToKeN1234567890"
+    log = tmp_path / "server.log"
+    log.write_text(f"plugin_op={'z' * 180}{token} kernel=x\n"
+                   f"plugin_op=zentorch_linear{'y' * 265}{token} kernel=brgemm\n"
+                   f"fallback {'y' * 280}{token}\n")
+    r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": token})
+    assert r.code == 0 and token[:8] not in r.stdout + r.stderr, r.stdout
+    upstream = tmp_path / "validate.json"
+    upstream.write_text(json.dumps({"ok": False, "error": "x" * 490 + token, "fix": "y"}))
+    r = script("launch.py", "plan", "--detect", str(upstream), "--validate", str(upstream), "--check", str(upstream),
+               "--estimate", str(upstream), "--tune", str(upstream), env={"HF_TOKEN": token})
+    assert r.code == 1 and token[:8] not in r.stdout + r.stderr, r.doc
+
+
+def test_a_relative_model_folder_in_a_very_deep_current_folder_is_a_clear_error(tmp_path):
+    """17 nested folders of 240 characters: the absolute path of `--model m` is past PATH_MAX."""
+    import os
+    import subprocess
+    import sys
+    import common
+    part = "d" * 240
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(17):  # made relative to each parent: no call ever sees the whole path
+            os.mkdir(part, dir_fd=fd)
+            nxt = os.open(part, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.mkdir("m", dir_fd=fd)
+    finally:
+        os.close(fd)
+    walk = " && ".join(["cd " + part] * 17)
+    r = subprocess.run(["bash", "-c", walk + ' && exec "$0" "$1" --model m --ram-gb 64',
+                        sys.executable, str(common.ROOT / "scripts" / "estimate_memory.py")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and "internal error" not in doc["error"] and doc["fix"], doc
+
+
+def test_a_host_answer_of_short_lines_costs_no_more_than_its_size(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import common
+    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint('@@EPYC-SKILL-FILE@@ /proc/big')\n"
+                                 "sys.stdout.write('xy\\n' * (12 << 20))")  # 36 MiB of 3-byte lines
+    probe = ("import resource, subprocess, sys\n"
+             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "print(r.stdout)")
+    out = subprocess.run([sys.executable, "-c", probe, sys.executable, str(common.ROOT / "scripts" / "detect.py"),
+                          "--host", "root@box"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env}).stdout
+    head, _, body = out.partition("\n")
+    code, max_rss_kb = map(int, head.split())
+    assert code == 1 and "makes the capture larger" in json.loads(body)["error"], body[:300]
+    assert max_rss_kb < 400_000, f"{max_rss_kb} KB for a 36 MiB answer (a list of its lines took ~1 GB)"
+
+
+def test_up_serves_a_folder_whose_name_is_not_plain_under_a_name_it_is_given(script, tmp_path):
+    """`up --model '/data/my model'` ran five scripts, then asked for --served-model-name, which up lacked."""
+    folder = tmp_path / "my model"
+    folder.mkdir()
+    t0 = time.monotonic()
+    r = script("launch.py", "up", "--yes", "--model", str(folder))
+    assert r.code == 1 and "'my model', not a plain name" in r.doc["error"] and "--served-model-name" in r.doc["fix"]
+    assert "phase" not in r.doc and time.monotonic() - t0 < 30
+    # with a name, that check passes (the next one stops it here: the key variable is unset)
+    r = script("launch.py", "up", "--yes", "--model", str(folder), "--served-model-name", "my-model",
+               "--api-key-env", "AUDIT11_UNSET")
+    assert r.code == 1 and "AUDIT11_UNSET: that variable is not set" in r.doc["error"], r.doc
+    bad = script("launch.py", "up", "--served-model-name", "my model")
+    assert bad.code == 1 and "not a plain model name" in bad.doc["error"]
+
+
+def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_path):
+    """validate.py asked the user's --python where vllm lives and opened every _C*.so there: a FIFO named
+    _C.so blocked it forever; a 300-character name was an internal error."""
+    import os
+    import subprocess
+    import sys
+    import common
+    pkg = tmp_path / "site" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    os.mkfifo(pkg / "_C.abi3.so")
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    liar = tmp_path / "liar"  # answers the probe with a folder no file system holds
+    liar.write_text("#!/bin/sh\necho '@@VLLMDIR@@{\"folder\": \"/tmp/" + "n" * 300 + "\"}'\n")
+    liar.chmod(0o755)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import validate; "
+            "print(validate.execstack_libs(sys.argv[2]), validate.execstack_libs(sys.argv[3]))")
+    r = subprocess.run([sys.executable, "-c", code, str(common.ROOT / "scripts"), str(py), str(liar)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[] []", r.stdout + r.stderr

@@ -15,6 +15,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   cpuset_rejected  `run` with --cpuset-* fails like rootless podman without cpuset delegation
   exited           `inspect` reports the container not running
   logs_flood       `logs` prints without end (one line that never ends)
+  logs_lines       `logs` prints that many zentorch kernel lines (a long --kernel-log run)
 """
 import json
 import os
@@ -57,6 +58,11 @@ elif cmd == "run":
 elif cmd == "inspect":
     print("false" if flag("exited") else "true")
 elif cmd == "logs":
+    if flag("logs_lines"):  # a long kernel log: that many zentorch lines
+        chunk = "[zendnnl] plugin_op=zentorch_linear kernel=brgemm\n" * 10_000
+        for _ in range(int((d / "logs_lines").read_text()) // 10_000):
+            sys.stdout.write(chunk)
+        sys.exit(0)
     if flag("logs_flood"):  # a runtime whose last lines never end
         block = "x" * (1 << 20)
         while True:
