@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -226,7 +225,7 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
     ram_gb = by_id[chosen]["ram_gb"]
     kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weight_gb, args.kv_needed_gb,
                        mem_cfg["kv_headroom_factor"], mem_cfg["kv_default_fraction"])
-    tools = {"numactl": bool(shutil.which("numactl")), "taskset": bool(shutil.which("taskset"))}
+    tools = {"numactl": bool(common.find_program("numactl")), "taskset": bool(common.find_program("taskset"))}
     pins = pin_commands(bind, usable, nodes, tools)
     warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
     if quota_warning:

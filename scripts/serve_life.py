@@ -30,18 +30,26 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
     folder of that name (a FIFO would block start forever, after the server was launched)."""
     import errno
     import stat
+    truncate = bool(flags & os.O_TRUNC)  # only once the file is known to be ours alone
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ScriptError(f"{path} is a symbolic link: {phase} writes only its own files, never through a link",
                               "remove the link, or use a fresh folder", phase=phase)
         raise ScriptError(f"cannot open {path}: {exc.strerror or exc}",
                           "remove it, or use a fresh folder", phase=phase)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise ScriptError(f"{path} is not a regular file (a pipe, device or folder of that name)",
                           "remove it, or use a fresh folder", phase=phase)
+    if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink > 1:  # a hard link planted there: its other name is
+        os.close(fd)                                             # a file elsewhere that writing would change
+        raise ScriptError(f"{path} has other names (a hard link): {phase} writes only its own files",
+                          "remove it, or use a fresh folder", phase=phase)
+    if truncate:
+        os.ftruncate(fd, 0)
     os.set_blocking(fd, True)
     return fd
 

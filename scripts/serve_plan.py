@@ -587,7 +587,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
             + " \\\n  -d " + shlex.quote(json.dumps(body)))
     python = ("import os\nfrom openai import OpenAI\n\n"
               f"client = OpenAI(base_url=\"{base}\", api_key={key})\n"
-              "model = client.models.list().data[0].id\n" + py_call)
+              f"model = {json.dumps(served)}  # the served model name\n" + py_call)
     s = plan["sizing"]
     rows = [["Base URL", f"{base} (the trailing /v1 matters)"], ["Served model", served],
             ["Endpoint", path], ["Why", why], ["Runtime / port", f"{plan['runtime']} / {plan['port']}"],

@@ -477,3 +477,35 @@ def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_p
     r = subprocess.run([sys.executable, "-c", code, str(common.ROOT / "scripts"), str(py), str(liar)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[] []", r.stdout + r.stderr
+
+
+def test_a_hard_link_planted_in_the_state_dir_is_never_written_through(tmp_path):
+    """O_NOFOLLOW stops a symbolic link, not a hard link: verify's state write through `.state.json.tmp`
+    linked to a file elsewhere overwrote that file (run token included)."""
+    import os
+    import serve_life
+    from common import ScriptError
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    state_dir = tmp_path / "st"
+    state_dir.mkdir()
+    os.link(outside, state_dir / ".state.json.tmp")
+    with pytest.raises(ScriptError, match="hard link"):
+        serve_life.write_own_file(state_dir / ".state.json.tmp", "{}\n")
+    assert outside.read_text() == "precious\n"  # not even truncated
+    serve_life.write_own_file(state_dir / "own.json", "{}\n")
+    serve_life.write_own_file(state_dir / "own.json", "{\"a\": 1}\n")  # rewriting our own file still works
+    assert (state_dir / "own.json").read_text() == "{\"a\": 1}\n"
+
+
+def test_the_handoffs_python_example_names_the_served_model(inputs, tmp_path):  # noqa: F811
+    """It took `models.list().data[0].id`: a server listing other ids first got the example's requests."""
+    import serve_plan
+    from test_launch import load_docs
+    from common import load_epyc
+    import serve_life
+    docs = load_docs(inputs)
+    opt = {"port": 8123, "state_dir": str(tmp_path / "st")}
+    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check_model"]))
+    example = serve_plan.handoff_doc(plan)["python_example"]
+    assert f'model = "{plan["served_model_name"]}"' in example and "models.list" not in example

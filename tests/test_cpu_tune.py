@@ -301,13 +301,22 @@ def test_the_host_pin_uses_the_best_tool_this_machine_has(script, make_sysroot):
         assert d["host_pin_argv"] == ["numactl", "--cpunodebind=0", "--membind=0"]
 
 
-def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_sysroot, monkeypatch):
-    """Both tools are installed on the runner: `which` is faked to show a host that has neither."""
-    monkeypatch.setattr(cpu_tune.shutil, "which", lambda name: None)
+def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_sysroot, monkeypatch, tmp_path):
+    """Both tools are installed on the runner: a PATH of folders holding neither, then only taskset, shows a
+    host without them (a `.` entry never counts: start would not run a tool found there)."""
+    import shutil
+    bare, only_taskset = tmp_path / "bare", tmp_path / "only-taskset"
+    bare.mkdir()
+    only_taskset.mkdir()
+    (only_taskset / "taskset").symlink_to(shutil.which("taskset"))
+    monkeypatch.setenv("PATH", str(bare))
     d = _plan_in_process(make_sysroot("runner"), None)
     assert (d["host_pin_argv"], d["host_pin_prefix"], d["host_pin_tool"]) == ([], "", None)
     assert "neither numactl nor taskset found: the host launch is unpinned (install numactl)" in d["notes"]
-    monkeypatch.setattr(cpu_tune.shutil, "which", lambda name: "/usr/bin/taskset" if name == "taskset" else None)
+    monkeypatch.chdir(only_taskset)
+    monkeypatch.setenv("PATH", ".")
+    assert _plan_in_process(make_sysroot("runner"), None)["host_pin_tool"] is None
+    monkeypatch.setenv("PATH", str(only_taskset))
     d = _plan_in_process(make_sysroot("runner"), None)
     assert d["host_pin_argv"] == ["taskset", "-c", "0-1"]
     assert "numactl not found: CPU pinned with taskset, memory not bound (install numactl)" in d["notes"]
