@@ -633,11 +633,17 @@ def stop(plan: dict) -> dict:
         graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
                               timeout=STOP_GRACE_S + 60)
         res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)
+        gone = res.ok or "no such container" in (res.stderr or "").lower()
+        if not gone:  # the runtime is unreachable (daemon down, not in PATH): the container may still run, so
+            # the state and the key files it reads stay until it is gone
+            raise ScriptError(f"{plan['runtime']} could not remove {plan['container_name']}: "
+                              f"{common.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
+                              f"check the runtime ({plan['runtime']} info), then run stop again; the state and "
+                              "secret files are kept until the container is gone", phase="stop")
         remove_secret_files(plan)
         remove_state(plan)
-        gone = res.ok or "no such container" in (res.stderr or "").lower()
-        return {"stopped": gone, "container_name": plan["container_name"], "graceful": graceful.ok,
-                "detail": (res.stdout or res.stderr).strip()[:200]}
+        return {"stopped": True, "container_name": plan["container_name"], "graceful": graceful.ok,
+                "detail": common.clip((res.stdout or res.stderr).strip(), 200)}
     group = group_members(state) if state else []
     if not group:
         remove_state(plan)

@@ -509,3 +509,19 @@ def test_the_handoffs_python_example_names_the_served_model(inputs, tmp_path):  
     plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check_model"]))
     example = serve_plan.handoff_doc(plan)["python_example"]
     assert f'model = "{plan["served_model_name"]}"' in example and "models.list" not in example
+
+
+def test_stop_keeps_the_state_while_the_runtime_cannot_remove_the_container(script, inputs, rt, tmp_path):  # noqa: F811
+    """With the runtime unreachable, stop said `stopped: false` and removed the state and the key files a
+    still-running container reads: nothing named the container any more."""
+    from test_launch import container_plan
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    no_runtime = tmp_path / "no-runtime"
+    no_runtime.mkdir()
+    r = script("launch.py", "stop", "--plan", str(plan_file), env={"PATH": str(no_runtime)})
+    assert r.code == 1 and "could not remove" in r.doc["error"] and "stop again" in r.doc["fix"], r.doc
+    assert (tmp_path / "st" / "state.json").exists()
+    r = script("launch.py", "stop", "--plan", str(plan_file), env=env)
+    assert r.code == 0 and r.doc["stopped"] is True and not (tmp_path / "st" / "state.json").exists()
