@@ -129,7 +129,7 @@ def container_log_lines(argv: list[str]) -> Iterator[str]:
     try:
         with io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace") as out:
             while piece := out.readline(LINE_READ_CHARS):
-                last = piece or last
+                last = piece
                 yield piece
         code = proc.wait(timeout=10)
     finally:

@@ -241,17 +241,21 @@ def execstack_libs(python: str | None) -> list[str]:
     # the user's interpreter answers as any probe does: bounded, shape-checked, and only a folder's name
     found, _why = common.run_probe([python], VLLM_FOLDER_CODE, "@@VLLMDIR@@", 60, shape=VLLM_FOLDER_SHAPE)
     folder = (found or {}).get("folder")
-    flagged = []
     try:
-        for so in sorted(Path(folder).glob("_C*.so")) if folder else []:
+        candidates = sorted(Path(folder).glob("_C*.so")) if folder else []
+    except (OSError, ValueError):  # a folder no file system holds (or with a NUL): nothing to scan
+        return []
+    flagged = []
+    for so in candidates:
+        try:
             if not stat.S_ISREG(os.stat(so).st_mode):  # a FIFO named _C.so would block the read forever
                 continue
             with open(so, "rb") as f:
                 head = f.read(1 << 16)
-            if elf_has_execstack(head):
-                flagged.append(str(so))
-    except (OSError, ValueError):  # a folder no file system holds (or with a NUL), or unreadable: nothing to flag
-        return flagged
+        except OSError:  # one unreadable library: the others are still scanned
+            continue
+        if elf_has_execstack(head):
+            flagged.append(str(so))
     return flagged
 
 

@@ -357,6 +357,24 @@ def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_
         serve_life.stop(plan)
 
 
+def _run_measuring_memory(name: str, *args: str, env: dict) -> tuple[int, dict, int]:
+    """Run scripts/NAME.py from a fresh interpreter that reports the largest resident size of what it
+    waited for (the script and its children) -> (exit code, JSON document, max RSS in KiB)."""
+    import os
+    import subprocess
+    import sys
+    import common
+    probe = ("import resource, subprocess, sys\n"
+             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "print(r.stdout)")
+    out = subprocess.run([sys.executable, "-c", probe, sys.executable, str(common.ROOT / "scripts" / name), *args],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, **env}).stdout
+    head, _, body = out.partition("\n")
+    code, max_rss_kb = map(int, head.split())
+    return code, json.loads(body), max_rss_kb
+
+
 def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_path):  # noqa: F811
     """kernel_proof read `docker logs` whole (one string and a list of its lines: 9 GB for a 3 GB log)."""
     import subprocess
@@ -365,17 +383,8 @@ def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_pat
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     (d / "logs_lines").write_text("2000000")  # 100 MB of kernel lines
-    probe = ("import resource, subprocess, sys\n"
-             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-             "print(r.stdout)")
-    import os
-    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "scripts/kernel_proof.py", "--plan",
-                          str(plan_file)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, **env}, cwd=str(FIXTURES.parents[2])).stdout
-    head, _, body = out.partition("\n")
-    code, max_rss_kb = map(int, head.split())
-    assert code == 0 and json.loads(body)["zentorch_matmuls"] == 2_000_000, out[:500]
+    code, doc, max_rss_kb = _run_measuring_memory("kernel_proof.py", "--plan", str(plan_file), env=env)
+    assert code == 0 and doc["zentorch_matmuls"] == 2_000_000, doc
     assert max_rss_kb < 150_000, f"{max_rss_kb} KB for a 100 MB log"
 
 
@@ -426,16 +435,8 @@ def test_a_host_answer_of_short_lines_costs_no_more_than_its_size(tmp_path):
     import common
     env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint('@@EPYC-SKILL-FILE@@ /proc/big')\n"
                                  "sys.stdout.write('xy\\n' * (12 << 20))")  # 36 MiB of 3-byte lines
-    probe = ("import resource, subprocess, sys\n"
-             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-             "print(r.stdout)")
-    out = subprocess.run([sys.executable, "-c", probe, sys.executable, str(common.ROOT / "scripts" / "detect.py"),
-                          "--host", "root@box"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, **env}).stdout
-    head, _, body = out.partition("\n")
-    code, max_rss_kb = map(int, head.split())
-    assert code == 1 and "makes the capture larger" in json.loads(body)["error"], body[:300]
+    code, doc, max_rss_kb = _run_measuring_memory("detect.py", "--host", "root@box", env=env)
+    assert code == 1 and "makes the capture larger" in doc["error"], doc
     assert max_rss_kb < 400_000, f"{max_rss_kb} KB for a 36 MiB answer (a list of its lines took ~1 GB)"
 
 
