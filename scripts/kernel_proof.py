@@ -131,12 +131,16 @@ def container_log_lines(argv: list[str]) -> Iterator[str]:
             while piece := out.readline(LINE_READ_CHARS):
                 last = piece
                 yield piece
-        code = proc.wait(timeout=10)
+        try:
+            code = proc.wait(timeout=10)
+            failure = f"exited {code}" if code else None
+        except subprocess.TimeoutExpired:  # its output ended, the process did not: killed below
+            failure = "did not exit after its output ended"
     finally:
         timer.cancel()
         common.kill_group(proc)
-    if code != 0:
-        raise ScriptError(f"cannot read the container's log ({argv[0]} logs exited {code}): "
+    if failure:
+        raise ScriptError(f"cannot read the container's log ({argv[0]} logs {failure}): "
                           f"{common.clip(last.strip(), 200, tail=True)}", fix)
 
 

@@ -526,3 +526,14 @@ def test_stop_keeps_the_state_while_the_runtime_cannot_remove_the_container(scri
     assert (tmp_path / "st" / "state.json").exists()
     r = script("launch.py", "stop", "--plan", str(plan_file), env=env)
     assert r.code == 0 and r.doc["stopped"] is True and not (tmp_path / "st" / "state.json").exists()
+
+
+def test_a_runtime_that_never_exits_after_its_log_is_a_clear_error(script, inputs, rt, tmp_path):  # noqa: F811
+    from test_launch import container_plan
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    (d / "logs_hang").touch()
+    t0 = time.monotonic()
+    r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
+    assert r.code == 1 and "did not exit after its output ended" in r.doc["error"], r.doc
+    assert time.monotonic() - t0 < 60

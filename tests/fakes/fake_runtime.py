@@ -16,6 +16,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   exited           `inspect` reports the container not running
   logs_flood       `logs` prints without end (one line that never ends)
   logs_lines       `logs` prints that many zentorch kernel lines (a long --kernel-log run)
+  logs_hang        `logs` closes its output, then never exits
 """
 import json
 import os
@@ -63,6 +64,11 @@ elif cmd == "logs":
         for _ in range(int((d / "logs_lines").read_text()) // 10_000):
             sys.stdout.write(chunk)
         sys.exit(0)
+    if flag("logs_hang"):  # a runtime that ends its output but never exits
+        print("INFO fake log line 1", flush=True)
+        os.close(1)
+        import time
+        time.sleep(120)
     if flag("logs_flood"):  # a runtime whose last lines never end
         block = "x" * (1 << 20)
         while True:
