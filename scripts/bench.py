@@ -203,7 +203,10 @@ def serving_target(plan: dict) -> dict:
     rt = common.runtime_argv(plan["runtime"])
     model_arg = next(a for a in plan["argv"][plan["argv"].index("serve") + 1:] if not a.startswith("-")) \
         if "serve" in plan["argv"] else plan["model"]
-    return {"vllm": [*rt, "exec", plan["container_name"], "vllm"], "tokenizer": model_arg, "python": None}
+    # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
+    # value never in an argv
+    key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
+    return {"vllm": [*rt, "exec", *key, plan["container_name"], "vllm"], "tokenizer": model_arg, "python": None}
 
 
 # a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)

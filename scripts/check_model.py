@@ -25,6 +25,8 @@ from common import ScriptError  # noqa: E402
 
 # ---------------------------------------------------------------- pure decisions
 
+MAX_TEMPLATE_NAMES = 20  # chat templates named in the output
+
 
 def classify_template(jinja: str | None, tokenizer_config: dict | None, template_json: dict | None,
                       readable: bool = True) -> dict:
@@ -49,8 +51,11 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
         if isinstance(value, str) and value.strip():
             return {**out, "status": "present", "source": source}
         if isinstance(value, list) and value:
-            names = [t["name"] for t in value if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
-            if "default" in names:
+            every = [t["name"] for t in value if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
+            # shown, not all carried: a list of 100,000 templates was 100,000 names in the output and its notes
+            names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]
+            names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
+            if "default" in every:
                 return {**out, "status": "present", "source": source, "selected_name": "default", "names": names}
             if len(value) == 1:
                 return {**out, "status": "present", "source": source, "selected_name": names[0] if names else None,

@@ -313,6 +313,22 @@ def user_path(spec: str | Path, what: str = "path") -> Path:
     return path
 
 
+def cache_root() -> Path:
+    """The user's cache folder, as the XDG base-directory spec defines it: $XDG_CACHE_HOME when it is an
+    absolute path (an empty or relative one "is invalid and should be ignored"), else ~/.cache. The host
+    stack's venv and the default state dirs live under it: a relative one would put gigabytes wherever
+    the command happened to run."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return user_path(xdg, "XDG_CACHE_HOME")
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    if not os.path.isabs(home):
+        raise ScriptError(f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
+                          "folder: there is no cache folder to use", "export XDG_CACHE_HOME=/an/absolute/folder "
+                          "(or HOME=/your/home), or pass the folder explicitly (--state-dir, --venv)")
+    return user_path(home, "HOME") / ".cache"
+
+
 def is_executable(path: str) -> bool:
     """A regular file this user may run (a folder or /dev/null is not)."""
     p = user_path(path)

@@ -67,9 +67,16 @@ def parse_cpuinfo(text: str) -> dict:
 
 
 def parse_meminfo_bytes(text: str, key: str = "MemTotal") -> int | None:
-    """'MemTotal:  24684092 kB' (also sysfs's 'Node 0 MemTotal: ...') -> bytes."""
-    m = re.search(rf"{key}:\s+([0-9]+)\s*kB", text or "")
-    return int(m.group(1)) * 1024 if m else None
+    """'MemTotal:  24684092 kB' (also sysfs's 'Node 0 MemTotal: ...') -> bytes. Past 2**60 bytes (an
+    exbibyte, no host has it) it is a ValueError, a malformed file: a figure with hundreds of digits
+    overflowed every float it was sized with."""
+    m = re.search(rf"{key}:\s+([0-9]{{1,20}})\s*kB", text or "")
+    if not m and re.search(rf"{key}:\s+[0-9]{{21}}", text or ""):
+        raise ValueError(f"{key} has more digits than any memory size")
+    value = int(m.group(1)) * 1024 if m else None
+    if value is not None and value >= 1 << 60:
+        raise ValueError(f"{key} {m.group(1)[:30]} kB is more memory than any host has")
+    return value
 
 
 def parse_status_allowed(text: str | None) -> list[int] | None:
@@ -363,8 +370,8 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     except ValueError as exc:
         raise ScriptError(f"{target}: malformed topology file: {exc}",
                           "re-capture /sys/devices/system and /proc/self/status from the host")
-    if mem_total is None:
-        raise ScriptError(f"{target}: proc/meminfo has no MemTotal",
+    if not mem_total:  # none, or 0: no host runs on no memory
+        raise ScriptError(f"{target}: proc/meminfo has no MemTotal" + (" above 0" if mem_total == 0 else ""),
                           "check that /proc/meminfo is readable (a sysroot needs proc/meminfo)")
     allowed_set = set(topo.cpus if allowed is None else allowed) & set(topo.cpus)
     if cgroup_cpus is not None:

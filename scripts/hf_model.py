@@ -209,13 +209,21 @@ class ModelFiles:
         api = HfApi()
         try:
             meta = api.get_safetensors_metadata(self.ref, revision=self.revision)
-            tensors = {name: (t.dtype, t.parameter_count)
-                       for fm in meta.files_metadata.values() for name, t in fm.tensors.items()}
-            return weight_bytes(tensors, serve_dtype, tied), "safetensors_metadata"
         except (NotASafetensorsRepoError, SafetensorsParsingError):
-            pass
+            meta = None
         except Exception as exc:
             raise hub_error(exc, self.ref, self.revision)
+        if meta is not None:
+            # the Hub's headers get the checks a local header gets: a known dtype, whole dimensions in range
+            try:
+                tensors = {name: got for fm in meta.files_metadata.values()
+                           for name, got in tensors_from_header({n: {"dtype": t.dtype, "shape": t.shape}
+                                                                 for n, t in fm.tensors.items()}).items()}
+            except ValueError as exc:
+                raise ScriptError(f"{self.ref}: a safetensors header on the Hub is not a checkpoint's: "
+                                  f"{common.clip(str(exc), 200)}", "check the repo's .safetensors files, or pass "
+                                  "--weight-gb N")
+            return weight_bytes(tensors, serve_dtype, tied), "safetensors_metadata"
         try:
             info = api.model_info(self.ref, revision=self.revision, files_metadata=True)
         except Exception as exc:

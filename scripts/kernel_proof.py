@@ -12,19 +12,21 @@ Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot
 from __future__ import annotations
 
 import io
+import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import IO, Iterable, Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
-from serve_life import known_secrets, read_plan  # noqa: E402
-from serve_plan import redact  # noqa: E402
+from serve_life import known_secrets, open_own_file, read_plan  # noqa: E402
+from serve_plan import mask_server_text  # noqa: E402
 
 
 ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
@@ -32,12 +34,12 @@ ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(
 FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
 # A kernel log line is a few hundred characters. The patterns above are tried at each `plugin_op=` /
 # `onednn_verbose,` of a line and scan on from there, so a line of 64,000 of them took minutes: each
-# line is matched on its first LINE_MATCH_CHARS only, and read in pieces of at most LINE_READ_CHARS.
+# line is matched on its first LINE_MATCH_CHARS only, and only its first LINE_READ_CHARS are read into
+# memory (line_heads: a longer line's rest is read and dropped).
 LINE_MATCH_CHARS = 4096
 LINE_READ_CHARS = 1 << 16
 # A real log names a dozen ops and kernels. A log of a million distinct names would carry each into the
-# JSON: past MAX_NAMES a new name counts under OTHER, and a name is shown on its first NAME_CHARS (cut
-# in main, after its secrets are masked: a cut first could leave part of one that no mask then sees).
+# JSON: past MAX_NAMES a new name counts under OTHER, and a name is shown on its first NAME_CHARS.
 MAX_NAMES = 200
 NAME_CHARS = 200
 SHOWN_LINE_CHARS = 300
@@ -49,12 +51,32 @@ def _tally(counter: Counter, name: str) -> None:
     counter[name if name in counter or len(counter) < MAX_NAMES else OTHER] += 1
 
 
-def shown_names(counts: dict, secrets: list[str]) -> dict:
-    """A tally as printed: each name masked, then cut to NAME_CHARS (two names equal after it add up)."""
+def shown_names(counts: dict) -> dict:
+    """A tally as printed: each name cut to NAME_CHARS (two names equal after it add up). The names come
+    from lines line_heads masked whole, so a cut here cannot leave part of a secret."""
     out: Counter = Counter()
     for name, n in counts.items():
-        out[redact(name, secrets, LINE_MATCH_CHARS)[:NAME_CHARS]] += n
+        out[name[:NAME_CHARS]] += n
     return dict(out.most_common())
+
+
+def line_heads(stream: IO[str], secrets: list[str]) -> Iterator[str]:
+    """Each line of a text stream with its secrets masked, at most LINE_READ_CHARS long.
+
+    A longer line's rest is read and dropped, not yielded as lines of their own: such a piece begins
+    mid-line, maybe inside a secret, and the mask (whole values only) would not see the part it holds.
+    Every later cut (the match window, the names, the lines shown) is made in masked text. The one cut
+    made before masking is a long line's own end, where a secret may begin: a cut line loses its last
+    characters, as many as the longest secret has, after it is masked."""
+    reach = max(map(len, secrets), default=0)
+    while piece := stream.readline(LINE_READ_CHARS):
+        if len(piece) < LINE_READ_CHARS or piece.endswith("\n"):
+            yield mask_server_text(piece, secrets)
+            continue
+        while (rest := stream.readline(LINE_READ_CHARS)) and not rest.endswith("\n"):
+            pass
+        masked = mask_server_text(piece, secrets)
+        yield masked[:max(0, len(masked) - reach)] + "\n"
 
 
 def count_kernels(lines: Iterable[str]) -> dict:
@@ -85,52 +107,61 @@ def count_kernels(lines: Iterable[str]) -> dict:
             "verdict": "zentorch kernels executed" if total else "no zentorch matmul in the log"}
 
 
-def log_lines(args) -> tuple[Iterable[str], str, list[str]]:
-    """The log's lines (streamed: a kernel log runs to gigabytes), where they came from, and the secret
-    values no line may carry into our output."""
+def log_lines(args) -> tuple[Iterable[str], str]:
+    """The log's lines, masked (streamed: a kernel log runs to gigabytes), and where they came from."""
     fix = "pass the server log (launch.py writes it to the plan's log_file)"
     # without a plan the API key's variable is unknown: mask every value this shell holds under a
     # secret-looking name (…KEY, …TOKEN, …SECRET, …PASSWORD), not only the two well-known ones
     secrets = common.secret_values()
-    if args.log:
+    if args.log:  # any file the user names
         path = Path(args.log)
+        common.require_regular_file(path, "server log", fix)
+        opener = lambda: open(path, encoding="utf-8", errors="replace")  # noqa: E731
     else:
         plan = read_plan(args.plan, "kernel_proof", common.load_epyc())  # as launch.py's verbs read a plan
         secrets += known_secrets(plan)
         if plan["path"] != "host":
-            return (container_log_lines([*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]]),
-                    f"{plan['runtime']} logs {plan['container_name']}", secrets)
+            argv = [*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]]
+            return container_log_lines(argv, secrets), f"{plan['runtime']} logs {plan['container_name']}"
+        # the log start wrote, never a link planted in its place: another file's lines are no proof
         path = Path(plan["log_file"])
-    common.require_regular_file(path, "server log", fix)
+        if not os.path.lexists(path):
+            raise ScriptError(f"no server log at {path}: the plan's server has not been started",
+                              f"start it first: python3 scripts/launch.py start --plan {shlex.quote(args.plan)}")
+        opener = lambda: os.fdopen(open_own_file(path, os.O_RDONLY, phase="kernel_proof"),  # noqa: E731
+                                   encoding="utf-8", errors="replace")
 
     def lines():
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                while piece := f.readline(LINE_READ_CHARS):  # a line without end is never held whole
-                    yield piece
+            with opener() as f:
+                yield from line_heads(f, secrets)
         except OSError as exc:
             raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", fix)
-    return lines(), str(path), secrets
+    return lines(), str(path)
 
 
-def container_log_lines(argv: list[str]) -> Iterator[str]:
+def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
     """`docker logs NAME`, streamed line by line as the host log is read (a kernel log runs to gigabytes;
     read whole it was held twice in memory), within LOGS_TIMEOUT_S for the whole read."""
     fix = "is the container still there? (launch.py stop removes it)"
     program = common.find_program(argv[0])
     if program is None:
         raise ScriptError(f"cannot read the container's log: {argv[0]} is not in PATH", fix)
-    proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:  # not a program this system can run (no #! line, a missing interpreter)
+        raise ScriptError(f"cannot read the container's log: {program} cannot be run: {exc.strerror or exc}",
+                          f"put a working {argv[0]} CLI first in PATH")
     timer = threading.Timer(LOGS_TIMEOUT_S, common.kill_group, args=(proc,))
     timer.daemon = True
     timer.start()
     last = ""
     try:
         with io.TextIOWrapper(proc.stdout, encoding="utf-8", errors="replace") as out:
-            while piece := out.readline(LINE_READ_CHARS):
-                last = piece
-                yield piece
+            for line in line_heads(out, secrets):
+                last = line
+                yield line
         try:
             code = proc.wait(timeout=10)
             failure = f"exited {code}" if code else None
@@ -150,13 +181,12 @@ def main(argv: Sequence[str] | None = None):
     src.add_argument("--plan", type=common.nonempty, help="launch plan JSON: read the log of what it started")
     src.add_argument("--log", type=common.nonempty, help="a server log file")
     args = p.parse_args(argv)
-    lines, source, secrets = log_lines(args)
+    lines, source = log_lines(args)  # masked: a log can hold anything the server printed, a token included
     doc = {"source": source, **count_kernels(lines)}
-    # a log can hold anything the server printed, a token included: what we echo is redacted
-    doc["fallback_lines"] = [redact(line, secrets, SHOWN_LINE_CHARS) for line in doc["fallback_lines"]]
-    doc["sample"] = redact(doc["sample"], secrets, SHOWN_LINE_CHARS) if doc["sample"] else None
+    doc["fallback_lines"] = [line[:SHOWN_LINE_CHARS] for line in doc["fallback_lines"]]
+    doc["sample"] = doc["sample"][:SHOWN_LINE_CHARS] if doc["sample"] else None
     for key in ("by_plugin_op", "by_kernel", "onednn_primitives"):
-        doc[key] = shown_names(doc[key], secrets)
+        doc[key] = shown_names(doc[key])
     if not doc["zentorch_matmuls"]:
         doc["error"] = "no zentorch matmul in the server log"
         doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "

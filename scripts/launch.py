@@ -30,7 +30,8 @@ from common import ScriptError  # noqa: E402
 import serve_life  # noqa: E402
 from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_plan, rerender, start,  # noqa: E402
                         stop, verify, write_own_file)
-from serve_plan import SIZINGS, STATE_ROOT, build_plan, handoff_doc, is_served_name, served_model_name  # noqa: E402
+from serve_plan import (SIZINGS, build_plan, handoff_doc, is_served_name, served_model_name,  # noqa: E402
+                        state_root)
 
 
 # ---------------------------------------------------------------- up: the whole chain
@@ -150,7 +151,7 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
 def up(a, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
-    run_dir = Path(state_dir_arg(a.state_dir or str(STATE_ROOT / "up")))  # the default obeys the same rule
+    run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
     run_dir.mkdir(parents=True, exist_ok=True)
     import detect
     det = step("detect.py", [], "detect", run_dir)

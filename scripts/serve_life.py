@@ -20,6 +20,7 @@ from serve_plan import MARKER_ENV, STOP_GRACE_S, in_system_tree, judge_smoke, re
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
 LOG_TAIL = 50
+LOG_TAIL_BYTES = 256 * 1024
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
@@ -35,7 +36,8 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ScriptError(f"{path} is a symbolic link: {phase} writes only its own files, never through a link",
+            raise ScriptError(f"{path} is a symbolic link: {phase} reads and writes only its own files, never "
+                              "through a link",
                               "remove the link, or use a fresh folder", phase=phase)
         raise ScriptError(f"cannot open {path}: {exc.strerror or exc}",
                           "remove it, or use a fresh folder", phase=phase)
@@ -44,9 +46,9 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         os.close(fd)
         raise ScriptError(f"{path} is not a regular file (a pipe, device or folder of that name)",
                           "remove it, or use a fresh folder", phase=phase)
-    if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink > 1:  # a hard link planted there: its other name is
-        os.close(fd)                                             # a file elsewhere that writing would change
-        raise ScriptError(f"{path} has other names (a hard link): {phase} writes only its own files",
+    if st.st_nlink > 1:  # a hard link planted there: its other name is a file elsewhere, which writing would
+        os.close(fd)     # change and reading would pass off as ours (kernel_proof's proof, verify's log tail)
+        raise ScriptError(f"{path} has other names (a hard link): {phase} reads and writes only its own files",
                           "remove it, or use a fresh folder", phase=phase)
     if truncate:
         os.ftruncate(fd, 0)
@@ -203,18 +205,24 @@ def alive(plan: dict, state: dict) -> bool:
 
 def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
     """The server's last lines, with any secret value masked."""
+    # Only the end, LOG_TAIL_BYTES of it: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes. The line
+    # that window cuts (the first after a seek, the last past the limit) is dropped, not shown: it may begin
+    # or end inside a secret, and the mask, matching whole values, would not see the part it holds.
     if plan["path"] == "host":
-        try:  # only the end: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes
+        try:
             with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:  # never a link's target
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 256 * 1024))
-                lines = f.read().decode("utf-8", errors="replace").splitlines()
+                start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES)
+                f.seek(start)
+                lines = f.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()
+                lines = lines[1:] if start else lines
         except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
             return []
     else:
         # bounded as the host log is: a runtime whose last lines never end fills no memory
         res = common.run([*common.runtime_argv(plan["runtime"]), "logs", "--tail", str(n), plan["container_name"]],
-                         timeout=30, limit=256 * 1024)
-        lines = (res.stdout + ("\n" + res.stderr if res.failure != "output_limit" else "")).splitlines()
+                         timeout=30, limit=LOG_TAIL_BYTES)
+        lines = res.stdout.splitlines()[:-1 if res.failure else None]  # cut at the limit, or by the timeout
+        lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
     secrets = known_secrets(plan)
     return [redact(line, secrets, limit=1000) for line in lines[-n:]]
 

@@ -15,7 +15,12 @@ import quantization
 from common import ScriptError
 from vllm_registry import normalize_version
 
-STATE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc" / "run"
+
+def state_root() -> Path:
+    """Where default state dirs go (a plan without --state-dir, up's run folder)."""
+    return common.cache_root() / "serving-llms-on-epyc" / "run"
+
+
 STOP_GRACE_S = 30  # SIGTERM first: vLLM shuts its engine down cleanly; SIGKILL only after this
 
 
@@ -147,8 +152,10 @@ _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 
 def is_served_name(text: object) -> bool:
     """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
-    starts with '-' (vLLM would read an option) and holds no space or control character."""
-    return isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
+    starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
+    mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
+    return (isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
+            and "://" not in text)
 
 
 def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None) -> str | None:
@@ -348,7 +355,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                **({"VLLM_API_KEY": key_env} if key_env else {})}
     env_by_name = list(secrets)
     name = f"{epyc['container']['name']}-{port}"  # one container per endpoint: plans never remove each other's
-    state_dir = Path(opt.get("state_dir") or STATE_ROOT / (name if path != "host" else f"host-{port}"))
+    state_dir = Path(opt.get("state_dir") or state_root() / (name if path != "host" else f"host-{port}"))
     warnings = [{"check": w["check"], "message": w["message"], "fix": w.get("fix")}
                 for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra_warnings]]
     batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
@@ -376,7 +383,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         if facts.get("model_dir"):  # a local folder goes into the container read-only
             model_arg = f"/models/{Path(facts['model_dir']).name}"
             mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
-        hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"])
+        hf_target = epyc["container"]["hf_cache_mount_target"]
+        if val["hf_cache"].get("mount_subdir"):  # HF_HUB_CACHE named a hub cache itself (see validate.py)
+            hf_target = f"{hf_target}/{val['hf_cache']['mount_subdir']}"
+        hf_mount = bind_mount(val["hf_cache"]["path"], hf_target)
         argv = container_run_argv(rt, name, epyc["container"]["run_flags"],
                                   tune["container_cpuset_argv"] if rules["pin"] else [],
                                   hf_mount, mount, env,
@@ -516,13 +526,23 @@ def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
 _BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"':=\s]+|token[\"':=\s]+)[^\s\"',}]+")
 
 
-def redact(text: str, secrets: list[str], limit: int = 200) -> str:
-    """A server's text as we may show it: known secret values and anything after `Bearer`/`api_key`/
-    `token` masked (a server that reflects headers must not get the key printed), then shortened."""
+def mask_server_text(text: str, secrets: list[str]) -> str:
+    """A server's text with known secret values and anything after `Bearer`/`api_key`/`token` masked (a
+    server that reflects headers must not get the key printed). Cheap on text that has none: kernel_proof
+    masks every line of a log that runs to gigabytes, and the pattern alone cost 5 s a million lines."""
     for value in secrets:
-        if value:
+        if value and value in text:
             text = text.replace(value, "***")
-    text = _BEARER.sub(lambda m: m.group(1) + "***", text)
+    low = text.lower()
+    if "bearer" in low or "api" in low or "token" in low:  # what _BEARER needs to match at all
+        text = _BEARER.sub(lambda m: m.group(1) + "***", text)
+    return text
+
+
+def redact(text: str, secrets: list[str], limit: int = 200) -> str:
+    """A server's text as we may show it: masked (mask_server_text), then shortened -- in that order, as a
+    cut made first can leave part of a secret that no mask then sees."""
+    text = mask_server_text(text, secrets)
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 

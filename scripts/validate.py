@@ -173,24 +173,31 @@ def image_is_local(runtime: str, image: str) -> bool:
 
 
 def resolve_hf_cache(env: dict) -> dict:
-    """The host folder to mount at /root/.cache/huggingface, with symlinks followed and NFS flagged."""
+    """The host folder to mount at /root/.cache/huggingface, with symlinks followed and NFS flagged. An
+    HF_HUB_CACHE not named `hub` (/data/models) is a hub cache itself: it is mounted one level down, at
+    .../huggingface/hub (mount_subdir), where the container's huggingface_hub looks for its models."""
+    subdir = None
     if env.get("HF_HUB_CACHE"):
         hub = common.user_path(env["HF_HUB_CACHE"], "HF_HUB_CACHE")
-        home = hub.parent if hub.name == "hub" else hub
+        home, subdir = (hub.parent, None) if hub.name == "hub" else (hub, "hub")
     else:
-        home = common.user_path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface", "HF_HOME")
+        # huggingface_hub's own default: $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
+        home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME")
     real = Path(os.path.realpath(home))
+    if real.exists() and not real.is_dir():  # a file mounted as the cache: the container's downloads fail
+        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder", "export HF_HOME (or "
+                          "HF_HUB_CACHE) to a folder, or leave it unset for ~/.cache/huggingface")
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS
     notes = []
-    if real != home:
+    if real != Path(os.path.abspath(home)):
         notes.append(f"{home} is a link to {real}; the real path is mounted")
     if not real.exists():
         notes.append(f"{real} does not exist yet; it is created on first download")
     if nfs:
         notes.append(f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
                      "(HF_HOME=/local/path) if the container cannot read it")
-    return {"path": str(real), "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
+    return {"path": str(real), "mount_subdir": subdir, "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
 
 
 def filesystem_type(path: Path) -> str | None:

@@ -172,9 +172,9 @@ def probe_argv(python: str | None, image: str | None, runtime: str | None) -> tu
 def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/vllm_registry.py", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--python", help="interpreter whose vLLM to probe")
+    src.add_argument("--python", type=common.executable, help="interpreter whose vLLM to probe")
     src.add_argument("--image", type=common.image_ref, help="local container image whose vLLM to probe")
-    src.add_argument("--wheel", help="a vLLM wheel file to read (no import)")
+    src.add_argument("--wheel", type=common.nonempty, help="a vLLM wheel file to read (no import)")
     p.add_argument("--runtime", default="docker", choices=sorted(common.CONTAINER_RUNTIMES), help="container runtime for --image (docker | podman)")
     p.add_argument("--write", action="store_true", help="save as data/vllm_registry/<version>.json")
     args = p.parse_args(argv)

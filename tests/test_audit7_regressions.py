@@ -198,7 +198,7 @@ def test_bench_writes_only_its_own_files_in_its_own_folders(script, tmp_path, in
     victim.write_text("keep")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "summary.json").symlink_to(victim)
-    with pytest.raises(ScriptError, match="symbolic link: bench writes only its own files"):
+    with pytest.raises(ScriptError, match="symbolic link: bench reads and writes only its own files"):
         bench.write_out(tmp_path / "out" / "summary.json", "{}")
     assert victim.read_text() == "keep"
 

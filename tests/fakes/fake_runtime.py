@@ -17,6 +17,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   logs_flood       `logs` prints without end (one line that never ends)
   logs_lines       `logs` prints that many zentorch kernel lines (a long --kernel-log run)
   logs_hang        `logs` closes its output, then never exits
+  logs_text        `logs` prints exactly this file's text, and exits with the number in logs_exit (default 0)
 """
 import json
 import os
@@ -64,9 +65,13 @@ elif cmd == "logs":
         for _ in range(int((d / "logs_lines").read_text()) // 10_000):
             sys.stdout.write(chunk)
         sys.exit(0)
+    if flag("logs_text"):
+        sys.stdout.write((d / "logs_text").read_text())
+        sys.exit(int((d / "logs_exit").read_text()) if flag("logs_exit") else 0)
     if flag("logs_hang"):  # a runtime that ends its output but never exits
         print("INFO fake log line 1", flush=True)
         os.close(1)
+        os.close(2)
         import time
         time.sleep(120)
     if flag("logs_flood"):  # a runtime whose last lines never end

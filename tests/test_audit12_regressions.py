@@ -1,0 +1,307 @@
+"""Regressions from the twelfth independent bad-input audit (2026-12-02, a fresh helper on the eleventh
+audit's fixes: 1,309 cases, 10 findings) and the lesser cases it noted. Classes: tests/BAD_INPUT.md."""
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from hub_server import Hub
+from model_fixtures import FIXTURES, model_folder
+from test_launch import container_plan, host_plan, inputs, live_tune, rt  # noqa: F401  (fixtures)
+
+TOKEN = "hf_QzXwVuTsRqPoNmLk9876"  # no run of 6 of its characters appears in any output by chance
+
+
+def leaks(text: str, secret: str = TOKEN, run: int = 6) -> list[str]:
+    """Every run of `run` characters of the secret that the text shows: a secret is never printed in part."""
+    return [secret[i:i + run] for i in range(len(secret) - run + 1) if secret[i:i + run] in text]
+
+
+# ---- F1: a runtime CLI that cannot be executed, while kernel_proof streams its log
+
+@pytest.mark.parametrize("body", [b"not a program\n", b"", b"#!/nonexistent/interpreter\n"])
+def test_kernel_proof_names_a_runtime_it_cannot_run(script, inputs, rt, tmp_path, body):  # noqa: F811
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    broken = tmp_path / "broken-bin"
+    broken.mkdir()
+    (broken / "docker").write_bytes(body)
+    (broken / "docker").chmod(0o755)
+    r = script("kernel_proof.py", "--plan", str(plan_file), env={**env, "PATH": f"{broken}:/usr/bin:/bin"})
+    assert r.code == 1 and "cannot be run" in r.doc["error"] and "docker" in r.doc["fix"], r.doc
+
+
+# ---- F2: a secret across the 64 KiB piece a long log line is read in
+
+def test_a_secret_across_a_long_lines_read_cut_is_never_shown_in_part(script, tmp_path):
+    from kernel_proof import LINE_READ_CHARS
+    log = tmp_path / "server.log"
+    pad = LINE_READ_CHARS - 10  # the token begins 10 characters before the cut
+    log.write_text("y" * pad + f"{TOKEN} fallback to ref\n"
+                   + "y" * pad + f"{TOKEN} plugin_op=zentorch_linear kernel=brgemm\n"
+                   + f"fallback {TOKEN} whole\n"
+                   + "plugin_op=zentorch_mm kernel=k\n")
+    r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN})
+    assert r.code == 0 and r.doc["zentorch_matmuls"] == 1, r.doc
+    assert not leaks(r.stdout + r.stderr), leaks(r.stdout + r.stderr)
+    assert r.doc["fallback_lines"] == ["fallback *** whole"]  # a whole secret reads ***
+
+
+def test_the_line_reader_masks_first_and_drops_a_long_lines_rest():
+    import io
+    from kernel_proof import LINE_READ_CHARS, line_heads
+    text = ("a" * (LINE_READ_CHARS - 5) + TOKEN + " tail\n"     # cut inside the token
+            + "b" * (3 * LINE_READ_CHARS) + "\n"              # three pieces long: one line, not three
+            + f"short {TOKEN}\n" + "last, no newline")
+    got = list(line_heads(io.StringIO(text), [TOKEN]))
+    assert len(got) == 4 and not leaks("".join(got))
+    assert got[0] == "a" * (LINE_READ_CHARS - len(TOKEN)) + "\n"  # masked, then its last len(TOKEN) dropped
+    assert got[1] == "b" * (LINE_READ_CHARS - len(TOKEN)) + "\n"
+    assert got[2:] == ["short ***\n", "last, no newline"]
+    assert list(line_heads(io.StringIO("x" * LINE_READ_CHARS), [])) == ["x" * LINE_READ_CHARS + "\n"]
+
+
+def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt, tmp_path):  # noqa: F811
+    from kernel_proof import LINE_READ_CHARS
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    (d / "logs_text").write_text("x" * (LINE_READ_CHARS - 10) + f"{TOKEN} error\n")
+    (d / "logs_exit").write_text("1")
+    r = script("kernel_proof.py", "--plan", str(plan_file), env={**env, "HF_TOKEN": TOKEN})
+    assert r.code == 1 and "logs exited 1" in r.doc["error"] and not leaks(r.stdout + r.stderr), r.doc
+
+
+# ---- F3: verify's log tail, cut at 256 KiB before it was masked
+
+def test_the_host_log_tail_drops_the_line_its_window_cuts(tmp_path, monkeypatch):
+    import serve_life
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    log = tmp_path / "server.log"
+    body = "start\n" + "q" * 100 + TOKEN + " died here\n"
+    log.write_text(body + "f" * (serve_life.LOG_TAIL_BYTES - 21) + "\n")  # the window begins 20 bytes before
+    plan = {"path": "host", "log_file": str(log), "secrets": {"HF_TOKEN": "HF_TOKEN"}}  # the token line's end
+    tail = serve_life.log_tail(plan)
+    assert len(tail) == 1 and tail[0].startswith("fff") and not leaks(json.dumps(tail)), tail
+    log.write_text(body)  # all of it in the window: the token line whole, masked
+    assert serve_life.log_tail(plan) == ["start", "q" * 100 + "*** died here"]
+
+
+@pytest.mark.parametrize("failure", ["output_limit", "timeout"])
+def test_the_container_log_tail_drops_the_line_its_limit_cuts(monkeypatch, failure):
+    import common
+    import serve_life
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    cut = "INFO ready\n" + "c" * 100 + TOKEN[:10]  # the reader stopped inside the token
+    monkeypatch.setattr(common, "run", lambda argv, **kw: common.RunResult(argv, None, cut, "", failure))
+    plan = {"path": "container", "runtime": "docker", "container_name": "epyc-test",
+            "secrets": {"HF_TOKEN": "HF_TOKEN"}}
+    assert serve_life.log_tail(plan) == ["INFO ready"]
+
+
+# ---- F4: an empty or relative XDG_CACHE_HOME, or a relative HOME
+
+def test_the_cache_folder_is_absolute_or_a_clear_error(monkeypatch, tmp_path):
+    import common
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for xdg in ("", "rel-cache", "./x"):
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert common.cache_root() == tmp_path / ".cache"  # the XDG spec: invalid, ignored
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert common.cache_root() == tmp_path / "xdg"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", "rel-home")
+    with pytest.raises(common.ScriptError, match="HOME 'rel-home' is not an absolute path"):
+        common.cache_root()
+
+
+def test_no_script_puts_its_venv_or_run_folder_under_the_current_folder(script, tmp_path):
+    r = script("setup_host_stack.py", "--check", env={"XDG_CACHE_HOME": "rel-cache", "HOME": str(tmp_path)})
+    assert r.code == 1 and f"{tmp_path}/.cache/serving-llms-on-epyc/venv-vllm-" in r.doc["error"], r.doc
+    r = script("launch.py", "up", "--model", "Qwen/Qwen3-0.6B", "--yes", env={"XDG_CACHE_HOME": "", "HOME": "rel-home"})
+    assert r.code == 1 and "HOME 'rel-home' is not an absolute path" in r.doc["error"], r.doc
+    assert not (ROOT / "rel-cache").exists() and not (ROOT / "serving-llms-on-epyc").exists()
+
+
+# ---- F5: whose interpreter a marked venv holds is settled before pip runs with it
+
+def test_a_marked_venv_wrapping_another_interpreter_is_refused_before_pip(script, tmp_path):
+    import setup_host_stack as shs
+    venv = tmp_path / "marked"
+    (venv / "bin").mkdir(parents=True)
+    (venv / shs.OWNER_FILE).write_text("x")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    calls = tmp_path / "calls.log"
+    # a wrapper reads no pyvenv.cfg: it is the suite's interpreter, whose purelib is outside the venv. Should
+    # the check regress, pip is recorded and refused here: it must never install into the suite's own venv
+    (venv / "bin" / "python").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
+                                         f"[ \"$1 $2\" = \"-m pip\" ] && exit 1\nexec {sys.executable} \"$@\"\n")
+    (venv / "bin" / "python").chmod(0o755)
+    r = script("setup_host_stack.py", "--stock", "--venv", str(venv), timeout=300)
+    assert r.code == 1 and "outside the venv" in r.doc["error"], r.doc
+    assert "-m pip" not in calls.read_text() and not list(venv.rglob("*.dist-info"))
+
+
+# ---- F6: a memory size with hundreds of digits
+
+@pytest.mark.parametrize("where", ["proc", "node"])
+@pytest.mark.parametrize("digits", [25, 400, 5000])
+@pytest.mark.parametrize("tool", ["detect.py", "cpu_tune.py"])
+def test_a_memory_size_past_any_host_is_a_malformed_file(script, make_sysroot, tool, where, digits):
+    root = make_sysroot("masked_genoa")
+    meminfo = root / "proc" / "meminfo" if where == "proc" else next(root.glob("sys/devices/system/node/node0/meminfo"))
+    text = meminfo.read_text()
+    meminfo.write_text(text.replace("MemTotal:", "MemTotal: " + "9" * digits + " kB\nOld:", 1))
+    r = script(tool, "--sysroot", str(root))
+    assert r.code == 1 and "malformed topology file: MemTotal" in r.doc["error"], r.doc
+
+
+def test_a_host_with_no_memory_is_refused(script, make_sysroot):
+    root = make_sysroot("masked_genoa")
+    meminfo = root / "proc" / "meminfo"
+    meminfo.write_text(meminfo.read_text().replace("MemTotal:", "MemTotal: 0 kB\nOld:", 1))
+    for tool in ("detect.py", "cpu_tune.py"):
+        r = script(tool, "--sysroot", str(root))
+        assert r.code == 1 and "no MemTotal above 0" in r.doc["error"], r.doc
+
+
+def test_parse_meminfo_bytes_bounds():
+    import detect
+    assert detect.parse_meminfo_bytes("MemTotal:  24684092 kB") == 24684092 * 1024
+    assert detect.parse_meminfo_bytes("Node 0 MemTotal:       0 kB") == 0  # a memoryless node is real
+    assert detect.parse_meminfo_bytes("MemFree: 1 kB") is None
+    for bad in ("MemTotal: " + "1" * 21 + " kB", f"MemTotal: {(1 << 50)} kB"):
+        with pytest.raises(ValueError):
+            detect.parse_meminfo_bytes(bad)
+
+
+# ---- F7: vllm_registry's --python and --wheel
+
+@pytest.mark.parametrize("args,needle", [(["--wheel="], "--wheel: is empty"), (["--python="], "--python: is empty"),
+                                         (["--python", "python3"], "'python3' is not an executable file")])
+def test_vllm_registry_never_probes_an_interpreter_it_was_not_given(script, args, needle):
+    r = script("vllm_registry.py", *args)
+    assert r.code == 1 and needle in r.doc["error"], r.doc
+
+
+# ---- F8: a vocab_size past any model
+
+def test_a_vocab_size_past_any_model_is_a_schema_error(script, tmp_path):
+    cfg = json.loads((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    cfg["vocab_size"] = int("9" * 400)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(path.read_text())
+    for where in (["--config", str(path), "--model", "x/y", "--weight-gb", "2"], ["--model", str(folder)],
+                  ["--model", str(folder), "--weight-gb", "2"]):
+        r = script("estimate_memory.py", *where, "--ram-gb", "64")
+        assert r.code == 1 and "field vocab_size" in r.doc["error"], r.doc
+
+
+# ---- F9: kernel_proof reads only the log start wrote
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_kernel_proof_never_takes_a_planted_link_as_the_servers_log(script, tmp_path, inputs, live_tune, kind):  # noqa: F811
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("plugin_op=zentorch_linear kernel=from_elsewhere\n")
+    link = Path(plan["log_file"])
+    link.symlink_to(elsewhere) if kind == "symlink" else os.link(elsewhere, link)
+    r = script("kernel_proof.py", "--plan", str(plan_file))
+    assert r.code == 1 and "link" in r.doc["error"] and "from_elsewhere" not in r.stdout, r.doc
+    link.unlink()
+    r = script("kernel_proof.py", "--plan", str(plan_file))
+    assert r.code == 1 and "has not been started" in r.doc["error"] and "launch.py start" in r.doc["fix"], r.doc
+
+
+# ---- F10: the Hub's safetensors headers get a local header's checks
+
+def _safetensors(header: dict) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * 64
+
+
+@pytest.mark.parametrize("header,needle", [
+    ({"a.weight": {"dtype": "Q99", "shape": [151936, 1024], "data_offsets": [0, 2]}}, "unknown dtype 'Q99'"),
+    ({"a.weight": {"dtype": "BF16", "shape": [1.5, 10 ** 9], "data_offsets": [0, 2]}}, "invalid shape"),
+    ({"a.weight": {"dtype": "BF16", "shape": [10 ** 200, 10 ** 200], "data_offsets": [0, 2]}}, ""),
+])
+def test_a_hub_checkpoints_header_is_checked_as_a_local_one(script, tmp_path, header, needle):
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((FIXTURES / "Qwen3-0.6B" / "config.json").read_bytes())
+    (folder / "model.safetensors").write_bytes(_safetensors(header))
+    hub = Hub().start()
+    try:
+        hub.add_folder("t/odd", folder)
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "3",
+               "HF_HUB_DOWNLOAD_TIMEOUT": "3", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+        r = script("estimate_memory.py", "--model", "t/odd", "--ram-gb", "64", "--hub-timeout", "20", env=env)
+    finally:
+        hub.stop()
+    assert r.code == 1 and "t/odd" in r.doc["error"] and "network" not in r.doc["fix"], r.doc
+    assert needle in r.doc["error"] and "--weight-gb" in r.doc["fix"], r.doc
+
+
+# ---- lesser: a served name that reads as a URL; bench's key inside a container; an HF cache that is a file
+
+def test_a_served_name_that_reads_as_a_url_is_refused():
+    from serve_plan import is_served_name
+    assert is_served_name("org/model@v2") and is_served_name("my-model:latest")
+    assert not is_served_name("http://user@host") and not is_served_name("s3://bucket/x")
+
+
+def test_bench_passes_the_key_into_the_container_by_name_only():
+    import bench
+    plan = {"path": "container", "runtime": "docker", "container_name": "epyc-x", "argv": ["serve", "org/m"],
+            "model": "org/m", "api_key_env": "MY_KEY"}
+    assert bench.serving_target(plan)["vllm"] == ["docker", "exec", "-e", "OPENAI_API_KEY", "epyc-x", "vllm"]
+    assert bench.serving_target({**plan, "api_key_env": None})["vllm"] == ["docker", "exec", "epyc-x", "vllm"]
+
+
+def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
+    import validate
+    from common import ScriptError
+    f = tmp_path / "hf-file"
+    f.write_text("x")
+    with pytest.raises(ScriptError, match="is not a folder"):
+        validate.resolve_hf_cache({"HF_HOME": str(f)})
+    os.chdir(tmp_path)
+    try:
+        got = validate.resolve_hf_cache({"HF_HOME": "rel-hf"})  # relative: no "is a link" note
+    finally:
+        os.chdir(ROOT)
+    assert got["path"] == str(tmp_path / "rel-hf") and "link" not in (got["note"] or "")
+
+
+def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, inputs, rt, tmp_path):  # noqa: F811
+    import validate
+    from test_launch import plan_args
+    models = tmp_path / "data" / "models"  # HF_HUB_CACHE=/data/models: models--ORG--NAME folders right there
+    models.mkdir(parents=True)
+    assert validate.resolve_hf_cache({"HF_HUB_CACHE": str(models)})["mount_subdir"] == "hub"
+    named_hub = validate.resolve_hf_cache({"HF_HUB_CACHE": str(tmp_path / "hf" / "hub")})
+    assert named_hub["path"] == str(tmp_path / "hf") and named_hub["mount_subdir"] is None
+    doc = json.loads(Path(inputs["validate"]).read_text())
+    doc["hf_cache"].update(path=str(models), mount_subdir="hub")
+    Path(inputs["validate"]).write_text(json.dumps(doc))
+    d, env = rt
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=env)
+    assert r.code == 0 and f"{models}:/root/.cache/huggingface/hub" in r.doc["argv"], r.doc
+
+
+def test_a_list_of_many_chat_templates_is_named_in_part():
+    from check_model import MAX_TEMPLATE_NAMES, classify_template
+    many = [{"name": f"t{i}", "template": "x"} for i in range(100_000)]
+    got = classify_template(None, {"chat_template": many}, None)
+    assert got["status"] == "ambiguous" and len(got["names"]) == MAX_TEMPLATE_NAMES + 1
+    assert got["names"][-1] == "... (100000 in all)"
+    many[50_000]["name"] = "default"  # a default past the names shown still decides
+    got = classify_template(None, {"chat_template": many}, None)
+    assert got["status"] == "present" and got["selected_name"] == "default"
