@@ -25,7 +25,7 @@ import pytest
 
 import common
 
-from conftest import ROOT, run_script, free_port, save, vllm_processes
+from conftest import E2E_KV_GB, ROOT, free_port, run_script, save, small_kv_tune, vllm_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -54,9 +54,8 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = 
     est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
                      "--max-model-len", "2048", "--num-prompts", "1", *est_args)
     assert est.code == 0 and est.doc["fit"]["fits"]
-    tune = run_script("cpu_tune.py", "--weight-gb", str(est.doc["weight_gb"]),
-                      "--kv-needed-gb", str(est.doc["fit"]["kv_needed_gb"]))
-    assert tune.code == 0
+    tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"])
+    assert tune.code == 0 and tune.doc["kv_granted_gb"] <= E2E_KV_GB, tune.doc
     bind = set(common.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
     allowed = set(common.parse_cpulist(det.doc["allowed_cpus"]))
     assert bind and bind <= allowed

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import common
-from conftest import ROOT, free_port, run_script, save
+from conftest import E2E_KV_GB, ROOT, free_port, run_script, save, small_kv_tune
 
 pytestmark = pytest.mark.e2e
 BUILD_IMAGE = ROOT / "tests" / "tools" / "build_test_image.py"
@@ -98,9 +98,8 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
                      "--max-model-len", "2048", env=env)
     assert est.code == 0, est.doc
-    tune = run_script("cpu_tune.py", "--weight-gb", str(est.doc["weight_gb"]), "--kv-needed-gb",
-                      str(est.doc["fit"]["kv_needed_gb"]), env=env)
-    assert tune.code == 0
+    tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"], env=env)
+    assert tune.code == 0 and tune.doc["kv_granted_gb"] <= E2E_KV_GB, tune.doc
     files = {"detect": det_file, **{n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk),
                                                                      ("estimate", est), ("tune", tune))}}
     plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--port", str(free_port()),
