@@ -35,8 +35,9 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
     chat_template.jinja wins over tokenizer_config.json's chat_template, which wins over the
     processor's chat_template.json. A string is a template; a list of {name, template} is usable
     when it has a 'default' entry or only one entry; several named ones with no default are
-    ambiguous (the user must choose with --chat-template). Unreadable files, binary text or a value of
-    another type (a number, an object) -> unknown: vLLM's reading of those is not ours to guess."""
+    ambiguous (the user must choose with --chat-template). Unreadable files, binary text, a value of
+    another type (a number, an object) or a list entry that is not {name, template} as text -> unknown:
+    vLLM's reading of those is not ours to guess."""
     out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
     if not readable:
         return out
@@ -51,7 +52,12 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
         if isinstance(value, str) and value.strip():
             return {**out, "status": "present", "source": source}
         if isinstance(value, list) and value:
-            every = [t["name"] for t in value if isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"]]
+            # transformers reads the list as {name: template}: an entry without both, as text, fails the load
+            if not all(isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"].isprintable()
+                       and t["name"].strip() and isinstance(t.get("template"), str) and t["template"].strip()
+                       for t in value):
+                return {**out, "source": source}
+            every = [t["name"] for t in value]
             # shown, not all carried: a list of 100,000 templates was 100,000 names in the output and its notes
             names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]
             names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []

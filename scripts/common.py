@@ -321,11 +321,17 @@ def cache_root() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
         return user_path(xdg, "XDG_CACHE_HOME")
-    home = os.environ.get("HOME") or os.path.expanduser("~")
+    home = os.environ.get("HOME")
+    if not home:  # unset or empty ("" expands to "/"): the account's own home, as a login would set it
+        import pwd
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            home = ""
     if not os.path.isabs(home):
         raise ScriptError(f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
-                          "folder: there is no cache folder to use", "export XDG_CACHE_HOME=/an/absolute/folder "
-                          "(or HOME=/your/home), or pass the folder explicitly (--state-dir, --venv)")
+                          "folder: there is no cache folder to use",
+                          "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again")
     return user_path(home, "HOME") / ".cache"
 
 

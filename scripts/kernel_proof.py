@@ -68,6 +68,7 @@ def line_heads(stream: IO[str], secrets: list[str]) -> Iterator[str]:
     Every later cut (the match window, the names, the lines shown) is made in masked text. The one cut
     made before masking is a long line's own end, where a secret may begin: a cut line loses its last
     characters, as many as the longest secret has, after it is masked."""
+    secrets = sorted({v for v in secrets if v}, key=len, reverse=True)  # longest first: see mask_server_text
     reach = max(map(len, secrets), default=0)
     while piece := stream.readline(LINE_READ_CHARS):
         if len(piece) < LINE_READ_CHARS or piece.endswith("\n"):
@@ -128,7 +129,7 @@ def log_lines(args) -> tuple[Iterable[str], str]:
         if not os.path.lexists(path):
             raise ScriptError(f"no server log at {path}: the plan's server has not been started",
                               f"start it first: python3 scripts/launch.py start --plan {shlex.quote(args.plan)}")
-        opener = lambda: os.fdopen(open_own_file(path, os.O_RDONLY, phase="kernel_proof"),  # noqa: E731
+        opener = lambda: os.fdopen(open_own_file(path, os.O_RDONLY, phase="kernel_proof", one_name=True),  # noqa: E731
                                    encoding="utf-8", errors="replace")
 
     def lines():

@@ -25,10 +25,15 @@ NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
 
-def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
+def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start",
+                  one_name: bool | None = None) -> int:
     """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
     planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
-    folder of that name (a FIFO would block start forever, after the server was launched)."""
+    folder of that name (a FIFO would block start forever, after the server was launched). With one_name
+    (the default for a write) a file with other names (a hard link) is refused too: writing would change a
+    file elsewhere, and reading the server log would pass another file's lines off as the server's. A
+    state.json read is not refused for it: the process it names is checked anyway, and a refusal there
+    would make stop say "not running" and leave the server up."""
     import errno
     import stat
     truncate = bool(flags & os.O_TRUNC)  # only once the file is known to be ours alone
@@ -46,8 +51,10 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         os.close(fd)
         raise ScriptError(f"{path} is not a regular file (a pipe, device or folder of that name)",
                           "remove it, or use a fresh folder", phase=phase)
-    if st.st_nlink > 1:  # a hard link planted there: its other name is a file elsewhere, which writing would
-        os.close(fd)     # change and reading would pass off as ours (kernel_proof's proof, verify's log tail)
+    if one_name is None:
+        one_name = bool(flags & (os.O_WRONLY | os.O_RDWR))
+    if one_name and st.st_nlink > 1:  # a hard link planted there: its other name is a file elsewhere
+        os.close(fd)
         raise ScriptError(f"{path} has other names (a hard link): {phase} reads and writes only its own files",
                           "remove it, or use a fresh folder", phase=phase)
     if truncate:
@@ -210,7 +217,7 @@ def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
     # or end inside a secret, and the mask, matching whole values, would not see the part it holds.
     if plan["path"] == "host":
         try:
-            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:  # never a link's target
+            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY, one_name=True), "rb") as f:  # ours alone
                 start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES)
                 f.seek(start)
                 lines = f.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()

@@ -528,9 +528,11 @@ _BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"':=\s]+|token[\"':=\s]+)[^\s
 
 def mask_server_text(text: str, secrets: list[str]) -> str:
     """A server's text with known secret values and anything after `Bearer`/`api_key`/`token` masked (a
-    server that reflects headers must not get the key printed). Cheap on text that has none: kernel_proof
-    masks every line of a log that runs to gigabytes, and the pattern alone cost 5 s a million lines."""
-    for value in secrets:
+    server that reflects headers must not get the key printed). Longest value first: a key holding a
+    shorter secret would otherwise lose only that part, and show the rest. Cheap on text that has none:
+    kernel_proof masks every line of a log that runs to gigabytes (the pattern alone cost 5 s a million
+    lines; it passes its values sorted, so the sort here costs nothing)."""
+    for value in sorted(secrets, key=len, reverse=True):
         if value and value in text:
             text = text.replace(value, "***")
     low = text.lower()
@@ -540,9 +542,11 @@ def mask_server_text(text: str, secrets: list[str]) -> str:
 
 
 def redact(text: str, secrets: list[str], limit: int = 200) -> str:
-    """A server's text as we may show it: masked (mask_server_text), then shortened -- in that order, as a
-    cut made first can leave part of a secret that no mask then sees."""
-    text = mask_server_text(text, secrets)
+    """A server's text as we may show it: masked, then shortened -- in that order, as a cut made first can
+    leave part of a secret that no mask then sees. Masked are the plan's secrets and the server's patterns
+    (mask_server_text), and every secret this shell holds, URL credentials included (common.mask_secrets:
+    the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
+    text = common.mask_secrets(mask_server_text(text, secrets))
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 

@@ -175,7 +175,9 @@ def image_is_local(runtime: str, image: str) -> bool:
 def resolve_hf_cache(env: dict) -> dict:
     """The host folder to mount at /root/.cache/huggingface, with symlinks followed and NFS flagged. An
     HF_HUB_CACHE not named `hub` (/data/models) is a hub cache itself: it is mounted one level down, at
-    .../huggingface/hub (mount_subdir), where the container's huggingface_hub looks for its models."""
+    .../huggingface/hub (mount_subdir), where the container's huggingface_hub looks for its models. So is
+    a `hub` folder that is a link: mounted as its target, since the link would name a host path the
+    container does not have."""
     subdir = None
     if env.get("HF_HUB_CACHE"):
         hub = common.user_path(env["HF_HUB_CACHE"], "HF_HUB_CACHE")
@@ -183,13 +185,19 @@ def resolve_hf_cache(env: dict) -> dict:
     else:
         # huggingface_hub's own default: $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
         home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME")
+    if subdir is None and (home / "hub").is_symlink():  # the hub cache elsewhere: mounted as the link's target,
+        link = home / "hub"                              # as a link it would name a host path the container lacks
+        home, subdir = Path(os.path.realpath(link)), "hub"
+        notes_first = [f"{link} is a link to {home}; that folder is mounted as the container's hub cache"]
+    else:
+        notes_first = []
     real = Path(os.path.realpath(home))
     if real.exists() and not real.is_dir():  # a file mounted as the cache: the container's downloads fail
         raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder", "export HF_HOME (or "
                           "HF_HUB_CACHE) to a folder, or leave it unset for ~/.cache/huggingface")
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS
-    notes = []
+    notes = notes_first
     if real != Path(os.path.abspath(home)):
         notes.append(f"{home} is a link to {real}; the real path is mounted")
     if not real.exists():

@@ -1,5 +1,6 @@
 """Regressions from the twelfth independent bad-input audit (2026-12-02, a fresh helper on the eleventh
-audit's fixes: 1,309 cases, 10 findings) and the lesser cases it noted. Classes: tests/BAD_INPUT.md."""
+audit's fixes: 1,309 cases, 10 findings) and the lesser cases it noted, and from the thirteenth (the same
+day, on the twelfth's fixes: 1,242 cases, 5 findings; at the end). Classes: tests/BAD_INPUT.md."""
 import json
 import os
 import struct
@@ -305,3 +306,93 @@ def test_a_list_of_many_chat_templates_is_named_in_part():
     many[50_000]["name"] = "default"  # a default past the names shown still decides
     got = classify_template(None, {"chat_template": many}, None)
     assert got["status"] == "present" and got["selected_name"] == "default"
+
+
+# ---- thirteenth audit
+
+def test_verify_masks_every_secret_of_the_shell_before_it_cuts_a_line(monkeypatch, tmp_path):
+    """F1: the log tail masked the plan's secrets, cut at 1,000 characters, and only then met the full mask:
+    an HF_ENDPOINT password (the host server inherits HF_ENDPOINT) or a DB_PASSWORD showed in part."""
+    import serve_life
+    password = "Pa55w0rdMirrorSecret"
+    monkeypatch.setenv("HF_ENDPOINT", f"http://mirroruser:{password}@127.0.0.1:46999")
+    monkeypatch.setenv("DB_PASSWORD", "Pw0rdDbSecretValue7788")
+    log = tmp_path / "server.log"
+    log.write_text("y" * 950 + f" cannot reach http://mirroruser:{password}@127.0.0.1:46999/api died\n"
+                   + "x" * 990 + " Pw0rdDbSecretValue7788 died\n")
+    tail = json.dumps(serve_life.log_tail({"path": "host", "log_file": str(log), "secrets": {}}))
+    assert not leaks(tail, password) and not leaks(tail, "Pw0rdDbSecretValue7788"), tail[-400:]
+
+
+def test_a_key_holding_a_shorter_secret_is_masked_whole(monkeypatch, tmp_path, script):
+    """F2: masked in plan order, an API key that holds the HF token lost only that part; the rest showed."""
+    import serve_life
+    key = TOKEN + "ZZtailOfTheApiKey4455"
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("MYKEY", key)
+    log = tmp_path / "server.log"
+    log.write_text(f"key reflected {key} died\n")
+    plan = {"path": "host", "log_file": str(log), "secrets": {"HF_TOKEN": "HF_TOKEN", "VLLM_API_KEY": "MYKEY"}}
+    assert serve_life.log_tail(plan) == ["key reflected *** died"]
+    log.write_text(f"plugin_op=zentorch_linear kernel=brgemm fallback {key} here\n")
+    r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN, "MY_API_KEY": key})
+    assert r.code == 0 and "tailOfTheApiKey" not in r.stdout and "***" in r.doc["sample"], r.doc
+
+
+def test_stop_stops_a_server_whose_state_file_has_another_name(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """F3 (a regression of the twelfth's fix): a hard link refused on every read made a state.json with a
+    second name read as "no state": stop said "not running" and left the server up."""
+    import psutil
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    start = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert start.code == 0, start.doc
+    try:
+        os.link(plan["state_file"], tmp_path / "kept-state.json")
+        r = script("launch.py", "stop", "--plan", str(plan_file))
+        assert r.code == 0 and r.doc["stopped"] is True, r.doc
+        assert not [p for p in psutil.process_iter() if _pgid(p.pid) == start.doc["pgid"]]
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("templates", [
+    [{"name": "default"}, {"name": "tool_use", "template": "x"}],     # no template
+    ["{{ messages }}", "{{ other }}"],                                # plain strings
+    [{"name": "default", "template": 42}],                            # not text
+    [{"name": "a\nb", "template": "x"}, {"name": "c", "template": "y"}],  # a name with a newline
+])
+def test_a_chat_template_list_transformers_cannot_read_is_not_present(templates):
+    """F4: such lists were "present" (chat endpoint, launchable); the server would fail at load."""
+    from check_model import classify_template
+    got = classify_template(None, {"chat_template": templates}, None)
+    assert got["status"] == "unknown" and got["source"] == "tokenizer_config.json", got
+    ok = classify_template(None, {"chat_template": [{"name": "default", "template": "x"}]}, None)
+    assert ok["status"] == "present" and ok["selected_name"] == "default"
+
+
+@pytest.mark.parametrize("env_name", ["HF_HOME", "HF_HUB_CACHE"])
+def test_a_hub_folder_that_is_a_link_is_mounted_as_its_target(tmp_path, env_name):
+    """F5: the link was mounted as a link: inside the container it named a host path that is not there."""
+    import validate
+    target = tmp_path / "big-disk" / "hub"
+    target.mkdir(parents=True)
+    home = tmp_path / "hf"
+    home.mkdir()
+    (home / "hub").symlink_to(target)
+    got = validate.resolve_hf_cache({env_name: str(home if env_name == "HF_HOME" else home / "hub")})
+    assert got["path"] == str(target) and got["mount_subdir"] == "hub" and "is a link to" in got["note"], got
+
+
+def test_an_empty_home_is_the_accounts_home_not_the_root(monkeypatch):
+    import pwd
+    import common
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "")
+    assert common.cache_root() == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache"
