@@ -301,8 +301,14 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                                             if plan["path"] == "host" else "/tmp", name, seed=args.seed + done),
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
+                    # bounded as every document we read: a result past the limit is no result of its run
                     got = common.run([*common.runtime_argv(plan["runtime"]), "exec", plan["container_name"],
-                                      "cat", f"/tmp/{name}"], timeout=60)
+                                      "cat", f"/tmp/{name}"], timeout=60, limit=common.MAX_INPUT_BYTES)
+                    if got.failure == "output_limit":
+                        raise ScriptError(f"the result /tmp/{name} in the container is over "
+                                          f"{common.MAX_INPUT_BYTES:,} bytes: not what vllm bench serve writes",
+                                          "check the container (launch.py verify), then re-run the benchmark",
+                                          out=str(out))
                     write_out(out / "raw" / name, got.stdout)
                 raw = out / "raw" / name
                 if not res.ok or not raw.exists():

@@ -121,13 +121,24 @@ def clip(text: str, limit: int, tail: bool = False) -> str:
     return text[-limit:] if tail else text[:limit]
 
 
+def secret_forms(values: list[str]) -> list[str]:
+    """Each secret value as text can carry it: as is, and as it reads inside a JSON string (a quote, a
+    backslash escaped), longest first -- a value holding a shorter one is masked whole, not around it."""
+    forms = {form for value in values if value for form in (value, json.dumps(value)[1:-1])}
+    return sorted(forms, key=len, reverse=True)
+
+
+def mask_forms(text: str, forms: list[str]) -> str:
+    """text with every form (secret_forms) and the credentials of any URL masked. Cheap on text without
+    them: kernel_proof masks every line of a log that runs to gigabytes."""
+    for form in forms:
+        if form in text:
+            text = text.replace(form, "***")
+    return URL_CREDENTIALS.sub(r"\1***@", text) if "://" in text else text
+
+
 def mask_secrets(text: str, values: list[str] | None = None) -> str:
-    for value in secret_values() if values is None else values:
-        text = text.replace(value, "***")
-        escaped = json.dumps(value)[1:-1]  # as it reads inside a JSON string (a quote, a backslash)
-        if escaped != value:
-            text = text.replace(escaped, "***")
-    return URL_CREDENTIALS.sub(r"\1***@", text)
+    return mask_forms(text, secret_forms(secret_values() if values is None else values))
 
 
 class _MaskedStream:
@@ -320,7 +331,7 @@ def cache_root() -> Path:
     the command happened to run."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
-        return user_path(xdg, "XDG_CACHE_HOME")
+        return _roomy(user_path(xdg, "XDG_CACHE_HOME"), "XDG_CACHE_HOME")
     home = os.environ.get("HOME")
     if not home:  # unset or empty ("" expands to "/"): the account's own home, as a login would set it
         import pwd
@@ -332,7 +343,16 @@ def cache_root() -> Path:
         raise ScriptError(f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
                           "folder: there is no cache folder to use",
                           "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again")
-    return user_path(home, "HOME") / ".cache"
+    return _roomy(user_path(home, "HOME") / ".cache", "HOME")
+
+
+def _roomy(root: Path, what: str) -> Path:
+    """A cache root with room under it for the bundle's folders (PATH_MAX is 4096 bytes): one past 3000
+    bytes made a venv or state-dir path no file system takes, an OSError wherever it was first touched."""
+    if len(os.fsencode(root)) > 3000:
+        raise ScriptError(f"{what} is {len(os.fsencode(root)):,} bytes long: no room under it for this bundle's "
+                          "folders (paths stop at 4096)", f"export {what} as a shorter absolute path")
+    return root
 
 
 def is_executable(path: str) -> bool:

@@ -526,27 +526,28 @@ def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
 _BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"':=\s]+|token[\"':=\s]+)[^\s\"',}]+")
 
 
-def mask_server_text(text: str, secrets: list[str]) -> str:
-    """A server's text with known secret values and anything after `Bearer`/`api_key`/`token` masked (a
-    server that reflects headers must not get the key printed). Longest value first: a key holding a
-    shorter secret would otherwise lose only that part, and show the rest. Cheap on text that has none:
-    kernel_proof masks every line of a log that runs to gigabytes (the pattern alone cost 5 s a million
-    lines; it passes its values sorted, so the sort here costs nothing)."""
-    for value in sorted(secrets, key=len, reverse=True):
-        if value and value in text:
-            text = text.replace(value, "***")
+def mask_token_patterns(text: str) -> str:
+    """Anything after `Bearer`/`api_key`/`token` masked (a server that reflects headers must not get the key
+    printed). Cheap on text without those words: the pattern alone cost 5 s a million lines."""
     low = text.lower()
     if "bearer" in low or "api" in low or "token" in low:  # what _BEARER needs to match at all
         text = _BEARER.sub(lambda m: m.group(1) + "***", text)
     return text
 
 
+def mask_server_text(text: str, secrets: list[str]) -> str:
+    """A server's text with the given secret values masked -- all of them at once, longest first, in every
+    form (common.secret_forms), URL credentials too -- and then the token patterns. In that order: a
+    secret holding a shorter one, or the word `token=`, would otherwise lose only that part, and show
+    the rest."""
+    return mask_token_patterns(common.mask_secrets(text, secrets))
+
+
 def redact(text: str, secrets: list[str], limit: int = 200) -> str:
     """A server's text as we may show it: masked, then shortened -- in that order, as a cut made first can
-    leave part of a secret that no mask then sees. Masked are the plan's secrets and the server's patterns
-    (mask_server_text), and every secret this shell holds, URL credentials included (common.mask_secrets:
-    the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
-    text = common.mask_secrets(mask_server_text(text, secrets))
+    leave part of a secret that no mask then sees. Masked are the plan's secrets and every secret this
+    shell holds (the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
+    text = mask_server_text(text, [*secrets, *common.secret_values()])
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 

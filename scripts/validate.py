@@ -185,6 +185,14 @@ def resolve_hf_cache(env: dict) -> dict:
     else:
         # huggingface_hub's own default: $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
         home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME")
+    try:
+        return _hf_cache_at(home, subdir)
+    except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
+        raise ScriptError(f"cannot use the Hugging Face cache {str(home)[:200]}: {exc.strerror or exc}",
+                          "export HF_HOME (or HF_HUB_CACHE) as a shorter, readable folder")
+
+
+def _hf_cache_at(home: Path, subdir: str | None) -> dict:
     if subdir is None and (home / "hub").is_symlink():  # the hub cache elsewhere: mounted as the link's target,
         link = home / "hub"                              # as a link it would name a host path the container lacks
         home, subdir = Path(os.path.realpath(link)), "hub"

@@ -324,16 +324,24 @@ def test_verify_masks_every_secret_of_the_shell_before_it_cuts_a_line(monkeypatc
     assert not leaks(tail, password) and not leaks(tail, "Pw0rdDbSecretValue7788"), tail[-400:]
 
 
+def tail_of_a_plan_log(monkeypatch, tmp_path, line: str, env: dict) -> list[str]:
+    """verify's log tail of a host plan passing HF_TOKEN and an API key in MYKEY, its log one line."""
+    import serve_life
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    log = tmp_path / "server.log"
+    log.write_text(line + "\n")
+    return serve_life.log_tail({"path": "host", "log_file": str(log),
+                                "secrets": {"HF_TOKEN": "HF_TOKEN", "VLLM_API_KEY": "MYKEY"}})
+
+
 def test_a_key_holding_a_shorter_secret_is_masked_whole(monkeypatch, tmp_path, script):
     """F2: masked in plan order, an API key that holds the HF token lost only that part; the rest showed."""
-    import serve_life
     key = TOKEN + "ZZtailOfTheApiKey4455"
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("MYKEY", key)
+    assert tail_of_a_plan_log(monkeypatch, tmp_path, f"key reflected {key} died", {"MYKEY": key}) == \
+        ["key reflected *** died"]
     log = tmp_path / "server.log"
-    log.write_text(f"key reflected {key} died\n")
-    plan = {"path": "host", "log_file": str(log), "secrets": {"HF_TOKEN": "HF_TOKEN", "VLLM_API_KEY": "MYKEY"}}
-    assert serve_life.log_tail(plan) == ["key reflected *** died"]
     log.write_text(f"plugin_op=zentorch_linear kernel=brgemm fallback {key} here\n")
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN, "MY_API_KEY": key})
     assert r.code == 0 and "tailOfTheApiKey" not in r.stdout and "***" in r.doc["sample"], r.doc
@@ -396,3 +404,66 @@ def test_an_empty_home_is_the_accounts_home_not_the_root(monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", "")
     assert common.cache_root() == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache"
+
+
+# ---- fourteenth audit
+
+def test_kernel_proof_masks_a_secrets_json_form_and_url_credentials_before_it_cuts(script, tmp_path):
+    """F1: each line was masked for raw values only; a secret's JSON-escaped form and a URL's password met
+    their mask after the line was cut to 300 characters, and showed in part."""
+    password = 'Pw0rd"Db\\SecretValue7788'
+    escaped = json.dumps(password)[1:-1]
+    log = tmp_path / "server.log"
+    log.write_text("fallback " + "y" * 280 + escaped + " here\n"
+                   + "fallback " + "z" * 270 + "http://someone:OtherPassw0rdXYZ12@mirror/x here\n"
+                   + "plugin_op=zentorch_mm kernel=k\n")
+    r = script("kernel_proof.py", "--log", str(log), env={"DB_PASSWORD": password})
+    assert r.code == 0 and len(r.doc["fallback_lines"]) == 2, r.doc
+    shown = json.dumps(r.doc["fallback_lines"])
+    assert not leaks(shown, password.replace('"', "").replace("\\", "")) and "OtherPass" not in shown, shown
+
+
+@pytest.mark.parametrize("pw", ["Vault-{key}-AndMoreSecretTail77", "Vault-{hf}-AndMoreSecretTail77",
+                                "Vault-token=AndMoreSecretTail77"])
+def test_a_shell_secret_holding_a_plan_secret_is_masked_whole(monkeypatch, tmp_path, pw):
+    """F2: the plan's secrets and the token pattern were masked before the shell's: a DB_PASSWORD holding the
+    API key, the HF token or `token=` lost only that part, and its tail showed."""
+    key = "K3yOfTheServerApi99"
+    pw = pw.format(key=key, hf=TOKEN)
+    assert tail_of_a_plan_log(monkeypatch, tmp_path, f"server says {pw} died", {"MYKEY": key, "DB_PASSWORD": pw}) == \
+        ["server says *** died"]
+
+
+def test_a_cache_path_too_long_to_hold_a_folder_is_a_clear_error(script, tmp_path):
+    """F3: an HF_HOME of 4,092 bytes passed the length check, and HF_HOME/hub did not (an OSError)."""
+    deep = str(tmp_path) + "/" + "/".join(["d" * 200] * 25)
+    deep = deep[:4092].rstrip("/")
+    r = script("validate.py", "--python", sys.executable, env={"HF_HOME": deep})
+    assert r.code == 1 and "Hugging Face cache" in r.doc["error"], r.doc
+    long_xdg = str(tmp_path) + "/" + "/".join(["x" * 200] * 20)
+    for tool, args in (("validate.py", []), ("setup_host_stack.py", ["--check"])):
+        r = script(tool, *args, env={"XDG_CACHE_HOME": long_xdg, "HF_HOME": str(tmp_path / "hf")})
+        assert r.code == 1 and "XDG_CACHE_HOME is" in r.doc["error"] and "shorter" in r.doc["fix"], r.doc
+
+
+def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, tmp_path):
+    """F4: `docker exec NAME cat` of a result was read and written whole (100 MB: 308 MB of memory) before
+    the 64 MiB document limit refused it."""
+    import argparse
+    import bench
+    import common
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append((argv, kw))
+        if "cat" in argv:
+            return common.RunResult(list(argv), None, "x" * 10, "printed more than", "output_limit")
+        return common.RunResult(list(argv), 0, "", "")
+    monkeypatch.setattr(common, "run", fake_run)
+    plan = {"path": "container", "runtime": "docker", "container_name": "vllm-epyc-8000", "argv": ["serve", "org/m"],
+            "model": "org/m", "api_key_env": None, "primary_endpoint": "completions",
+            "base_url": "http://127.0.0.1:8000/v1", "served_model_name": "org/m"}
+    args = argparse.Namespace(input_lens=[128], concurrency=[1], repeats=1, output_len=8, seed=1)
+    with pytest.raises(common.ScriptError, match="is over 67,108,864 bytes"):
+        bench.run_matrix(plan, args, tmp_path / "out", {})
+    assert calls[-1][1]["limit"] == common.MAX_INPUT_BYTES and not list((tmp_path / "out" / "raw").iterdir())
