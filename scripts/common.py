@@ -122,18 +122,39 @@ def clip(text: str, limit: int, tail: bool = False) -> str:
 
 
 def secret_forms(values: list[str]) -> list[str]:
-    """Each secret value as text can carry it: as is, and as it reads inside a JSON string (a quote, a
-    backslash escaped), longest first -- a value holding a shorter one is masked whole, not around it."""
-    forms = {form for value in values if value for form in (value, json.dumps(value)[1:-1])}
+    """Each secret value as text can carry it, longest first: as is; as it reads inside a JSON string (a
+    quote, a backslash escaped); without the spaces or line ends around it (what a client sends: an
+    `HF_TOKEN` ending in \\r from a Windows .env); each of its lines (logs are masked a line at a time); and
+    with a byte that is not UTF-8 read as the log reader reads it (U+FFFD)."""
+    forms: set[str] = set()
+    for value in filter(None, values):
+        readable = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        for form in (value, value.strip(), readable, readable.strip(),
+                     *(line.strip() for line in value.splitlines() if len(line.strip()) >= 4)):
+            if form:
+                forms.update((form, json.dumps(form)[1:-1]))
     return sorted(forms, key=len, reverse=True)
 
 
 def mask_forms(text: str, forms: list[str]) -> str:
-    """text with every form (secret_forms) and the credentials of any URL masked. Cheap on text without
-    them: kernel_proof masks every line of a log that runs to gigabytes."""
+    """text with every form (secret_forms) and the credentials of any URL masked. Where two secrets
+    overlap in the text, the union of their spans is masked (masking one first would hide the other's
+    start and leave its tail). Cheap on text without them: kernel_proof masks every line of a log that
+    runs to gigabytes."""
+    spans = []
     for form in forms:
-        if form in text:
-            text = text.replace(form, "***")
+        at = text.find(form)
+        while at != -1:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + 1)
+    if spans:
+        out, end = [], 0
+        for start, stop in sorted(spans):
+            if start > end or not out:
+                out.append(text[end:start] if start >= end else "")
+                out.append("***")
+            end = max(end, stop)
+        text = "".join(out) + text[end:]
     return URL_CREDENTIALS.sub(r"\1***@", text) if "://" in text else text
 
 

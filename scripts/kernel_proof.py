@@ -176,7 +176,7 @@ def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
         common.kill_group(proc)
     if failure:
         raise ScriptError(f"cannot read the container's log ({argv[0]} logs {failure}): "
-                          f"{common.clip(last.strip(), 200, tail=True)}", fix)
+                          f"{common.clip(last.strip(), 200)}", fix)  # its start: a cut line's end is no place to show
 
 
 def main(argv: Sequence[str] | None = None):

@@ -129,14 +129,24 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
 
 
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
-SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv")
+SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv",
+                  "/mnt", "/media", "/snap", "/var/lib", "/var/tmp", "/var/log", "/var/spool", "/var/cache")
+# never mounted read-write into a root container, at any depth: programs and libraries, container engines'
+# and schedulers' state, logs and cron, keys
+MOUNT_REFUSED_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/var/lib/containerd", "/var/lib/kubelet",
+                       "/var/log", "/var/spool")
+KEY_FOLDERS = (".ssh", ".gnupg")
 
 
 def system_folder(path: str) -> bool:
     """A folder a document must never name as a mount: a system tree (the docker socket lives in /run),
-    or a whole top-level folder. A cache below one (/root/.cache/huggingface) is fine."""
+    programs, libraries and engines' state at any depth, a key folder, or a whole top-level folder (and
+    /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine."""
     norm = os.path.normpath(path)
-    return norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in path.split("/")
+    parts = path.split("/")
+    return (norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in parts
+            or any(norm == t or norm.startswith(t + "/") for t in MOUNT_REFUSED_TREES)
+            or any(k in norm.split("/") for k in KEY_FOLDERS))
 
 
 def in_system_tree(path: str) -> bool:

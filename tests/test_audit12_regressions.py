@@ -467,3 +467,49 @@ def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, 
     with pytest.raises(common.ScriptError, match="is over 67,108,864 bytes"):
         bench.run_matrix(plan, args, tmp_path / "out", {})
     assert calls[-1][1]["limit"] == common.MAX_INPUT_BYTES and not list((tmp_path / "out" / "raw").iterdir())
+
+
+# ---- fifteenth audit
+
+@pytest.mark.parametrize("value,text", [
+    (TOKEN + "\r", f"sent {TOKEN} end"),                        # a Windows .env's line end: the client strips it
+    ("\t" + TOKEN, f"sent {TOKEN} end"),
+    ("FirstLineOfKey123\nSecondLineOfKey456", "says FirstLineOfKey123"),  # logs are masked a line at a time
+    ("Latin\udce9Password123", "pw Latin\ufffdPassword123 end"),            # not UTF-8: read as the log reader does
+])
+def test_a_secret_is_masked_in_every_form_text_carries_it(value, text):
+    """F1, F3, F6: a secret with a line end, a newline or a byte that is not UTF-8 was masked only as its
+    exact value; the token a client sends, a line of it, or its decoded form printed whole."""
+    import common
+    masked = common.mask_forms(text, common.secret_forms([value]))
+    assert "***" in masked and "Password123" not in masked and "Key123" not in masked and TOKEN not in masked
+
+
+def test_two_overlapping_secrets_are_masked_as_one_span():
+    """F2: masking one first hid the other's start, and its tail showed."""
+    import common
+    forms = common.secret_forms(["AAAAoverlapBBBB", "overlapBBBBCCCC"])
+    assert common.mask_forms("server says AAAAoverlapBBBBCCCC died", forms) == "server says *** died"
+    assert common.mask_forms("a abcd b abcd", ["abcd"]) == "a *** b ***"
+
+
+@pytest.mark.parametrize("folder", ["/var/lib", "/usr/bin", "/usr/local/bin", "/lib/systemd", "/var/spool/cron",
+                                    "/var/log", "/var/lib/containerd", "/var/lib/kubelet/pods", "/root/.ssh",
+                                    "/home/u/.gnupg", "/var/tmp", "/mnt", "/media", "/snap"])
+def test_no_system_folder_is_mounted_as_the_hf_cache(folder):
+    """F4: these passed the system-folder check and would be mounted read-write into a root container."""
+    from serve_plan import system_folder
+    assert system_folder(folder)
+    assert not system_folder("/var/lib/hf-cache") and not system_folder("/mnt/data/hf")
+    assert not system_folder("/root/.cache/huggingface")
+
+
+def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inputs, rt, tmp_path):  # noqa: F811
+    """F5: the error showed the end of a line cut at 64 KiB: a URL's password before its '@'."""
+    from kernel_proof import LINE_READ_CHARS
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    (d / "logs_text").write_text("Error: " + "x" * (LINE_READ_CHARS - 40) + "https://someone:OtherPassw0rdXYZ@mirror\n")
+    (d / "logs_exit").write_text("1")
+    r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
+    assert r.code == 1 and "Error: xxx" in r.doc["error"] and "OtherPass" not in r.stdout, r.doc
