@@ -129,8 +129,11 @@ def secret_forms(values: list[str]) -> list[str]:
     forms: set[str] = set()
     for value in filter(None, values):
         readable = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        # a line of a many-line secret is searched for on every log line: only whole-secret-long lines (8
+        # characters, as secret_values asks of a value), and only for a secret of a few dozen lines (a PEM key)
+        lines = value.splitlines() if value.count("\n") <= 64 else []
         for form in (value, value.strip(), readable, readable.strip(),
-                     *(line.strip() for line in value.splitlines() if len(line.strip()) >= 4)):
+                     *(line.strip() for line in lines if len(line.strip()) >= 8)):
             if form:
                 forms.update((form, json.dumps(form)[1:-1]))
     return sorted(forms, key=len, reverse=True)

@@ -133,9 +133,10 @@ SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home
                   "/mnt", "/media", "/snap", "/var/lib", "/var/tmp", "/var/log", "/var/spool", "/var/cache")
 # never mounted read-write into a root container, at any depth: programs and libraries, container engines'
 # and schedulers' state, logs and cron, keys
-MOUNT_REFUSED_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/var/lib/containerd", "/var/lib/kubelet",
-                       "/var/log", "/var/spool")
-KEY_FOLDERS = (".ssh", ".gnupg")
+MOUNT_REFUSED_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/libx32", "/lib64", "/var/lib/containerd",
+                       "/var/lib/containers", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/rancher", "/var/lib/dpkg",
+                       "/var/lib/systemd", "/var/log", "/var/spool", "/var/mail", "/var/backups")
+KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
 
 
 def system_folder(path: str) -> bool:

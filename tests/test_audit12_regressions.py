@@ -495,7 +495,8 @@ def test_two_overlapping_secrets_are_masked_as_one_span():
 
 @pytest.mark.parametrize("folder", ["/var/lib", "/usr/bin", "/usr/local/bin", "/lib/systemd", "/var/spool/cron",
                                     "/var/log", "/var/lib/containerd", "/var/lib/kubelet/pods", "/root/.ssh",
-                                    "/home/u/.gnupg", "/var/tmp", "/mnt", "/media", "/snap"])
+                                    "/home/u/.gnupg", "/var/tmp", "/mnt", "/media", "/snap",
+                                    "/var/lib/containers", "/var/lib/dpkg", "/var/lib/etcd", "/root/.kube", "/lib32"])
 def test_no_system_folder_is_mounted_as_the_hf_cache(folder):
     """F4: these passed the system-folder check and would be mounted read-write into a root container."""
     from serve_plan import system_folder
@@ -513,3 +514,16 @@ def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inpu
     (d / "logs_exit").write_text("1")
     r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
     assert r.code == 1 and "Error: xxx" in r.doc["error"] and "OtherPass" not in r.stdout, r.doc
+
+
+# ---- sixteenth audit (df316f2's own per-line forms)
+
+def test_a_short_or_many_line_secret_does_not_mask_words_or_slow_the_masker():
+    """F2, F3: every 4-character line of a secret masked the bundle's own words and JSON keys ("error",
+    "serve"), and a secret of thousands of lines made each log line thousands of searches."""
+    import common
+    forms = common.secret_forms(["abcdefgh12\nerror"])
+    assert "error" not in forms and common.mask_forms('{"error": "x"}', forms) == '{"error": "x"}'
+    pem = "\n".join(f"line{i:04d}" + "Q" * 60 for i in range(2000))
+    assert len(common.secret_forms([pem])) <= 8  # whole-value forms only, no per-line ones
+    assert "line0001" + "Q" * 60 in common.secret_forms(["\n".join(f"line{i:04d}" + "Q" * 60 for i in range(52))])
