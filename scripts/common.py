@@ -153,9 +153,8 @@ def mask_forms(text: str, forms: list[str]) -> str:
     if spans:
         out, end = [], 0
         for start, stop in sorted(spans):
-            if start > end or not out:
-                out.append(text[end:start] if start >= end else "")
-                out.append("***")
+            if start > end or not out:  # a new span (one touching or inside the last extends it)
+                out += [text[end:start], "***"]
             end = max(end, stop)
         text = "".join(out) + text[end:]
     return URL_CREDENTIALS.sub(r"\1***@", text) if "://" in text else text

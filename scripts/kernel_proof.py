@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
 from serve_life import known_secrets, open_own_file, read_plan  # noqa: E402
-from serve_plan import mask_token_patterns  # noqa: E402
+from serve_plan import mask_server_text  # noqa: E402
 
 
 ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
@@ -68,18 +68,15 @@ def line_heads(stream: IO[str], secrets: list[str]) -> Iterator[str]:
     Every later cut (the match window, the names, the lines shown) is made in masked text. The one cut
     made before masking is a long line's own end, where a secret may begin: a cut line loses its last
     characters, as many as the longest secret has, after it is masked."""
-    forms = common.secret_forms(secrets)  # once, not per line: mask_server_text's steps, prepared
+    forms = common.secret_forms(secrets)  # once, not per line
     reach = max(map(len, forms), default=0)
-
-    def mask(text: str) -> str:
-        return mask_token_patterns(common.mask_forms(text, forms))
     while piece := stream.readline(LINE_READ_CHARS):
         if len(piece) < LINE_READ_CHARS or piece.endswith("\n"):
-            yield mask(piece)
+            yield mask_server_text(piece, forms)
             continue
         while (rest := stream.readline(LINE_READ_CHARS)) and not rest.endswith("\n"):
             pass
-        masked = mask(piece)
+        masked = mask_server_text(piece, forms)
         yield masked[:max(0, len(masked) - reach)] + "\n"
 
 

@@ -144,15 +144,17 @@ def system_folder(path: str) -> bool:
     programs, libraries and engines' state at any depth, a key folder, or a whole top-level folder (and
     /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine."""
     norm = os.path.normpath(path)
-    parts = path.split("/")
-    return (norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in parts
-            or any(norm == t or norm.startswith(t + "/") for t in MOUNT_REFUSED_TREES)
-            or any(k in norm.split("/") for k in KEY_FOLDERS))
+    return (norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in path.split("/")
+            or _at_or_below(norm, MOUNT_REFUSED_TREES) or not set(KEY_FOLDERS).isdisjoint(norm.split("/")))
 
 
 def in_system_tree(path: str) -> bool:
     """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
-    return any(path == t or path.startswith(t + "/") for t in SYSTEM_TREES)
+    return _at_or_below(path, SYSTEM_TREES)
+
+
+def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
+    return any(path == t or path.startswith(t + "/") for t in trees)
 
 
 _PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
@@ -546,19 +548,19 @@ def mask_token_patterns(text: str) -> str:
     return text
 
 
-def mask_server_text(text: str, secrets: list[str]) -> str:
-    """A server's text with the given secret values masked -- all of them at once, longest first, in every
-    form (common.secret_forms), URL credentials too -- and then the token patterns. In that order: a
-    secret holding a shorter one, or the word `token=`, would otherwise lose only that part, and show
-    the rest."""
-    return mask_token_patterns(common.mask_secrets(text, secrets))
+def mask_server_text(text: str, forms: list[str]) -> str:
+    """A server's text with the secrets' forms (common.secret_forms: every value, longest first, in every
+    form) masked, URL credentials too, and then the token patterns. In that order: a secret holding a
+    shorter one, or the word `token=`, would otherwise lose only that part, and show the rest. The forms
+    come prepared: kernel_proof masks every line of a log with the same ones."""
+    return mask_token_patterns(common.mask_forms(text, forms))
 
 
 def redact(text: str, secrets: list[str], limit: int = 200) -> str:
     """A server's text as we may show it: masked, then shortened -- in that order, as a cut made first can
     leave part of a secret that no mask then sees. Masked are the plan's secrets and every secret this
     shell holds (the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
-    text = mask_server_text(text, [*secrets, *common.secret_values()])
+    text = mask_server_text(text, common.secret_forms([*secrets, *common.secret_values()]))
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 

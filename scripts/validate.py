@@ -193,19 +193,17 @@ def resolve_hf_cache(env: dict) -> dict:
 
 
 def _hf_cache_at(home: Path, subdir: str | None) -> dict:
+    notes = []
     if subdir is None and (home / "hub").is_symlink():  # the hub cache elsewhere: mounted as the link's target,
         link = home / "hub"                              # as a link it would name a host path the container lacks
         home, subdir = Path(os.path.realpath(link)), "hub"
-        notes_first = [f"{link} is a link to {home}; that folder is mounted as the container's hub cache"]
-    else:
-        notes_first = []
+        notes.append(f"{link} is a link to {home}; that folder is mounted as the container's hub cache")
     real = Path(os.path.realpath(home))
     if real.exists() and not real.is_dir():  # a file mounted as the cache: the container's downloads fail
         raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder", "export HF_HOME (or "
                           "HF_HUB_CACHE) to a folder, or leave it unset for ~/.cache/huggingface")
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS
-    notes = notes_first
     if real != Path(os.path.abspath(home)):
         notes.append(f"{home} is a link to {real}; the real path is mounted")
     if not real.exists():
