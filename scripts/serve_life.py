@@ -518,6 +518,7 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
     runs in a daemon thread we stop waiting for; it goes when the script exits."""
     import requests
     box: dict = {}
+    deadline_missed = f"no complete answer within {timeout:g}s"
 
     def exchange() -> None:
         try:
@@ -535,13 +536,15 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
                         box["result"] = (None, f"the answer is over {HTTP_BODY_LIMIT:,} bytes")
                         return
                 box["result"] = (r.status_code, data.decode(r.encoding or "utf-8", errors="replace"))
+        except requests.Timeout:  # requests' per-read timeout can beat the join below by a hair: one wording
+            box["result"] = (None, deadline_missed)
         except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
             box["result"] = (None, f"{type(exc).__name__}: {str(exc)[:300]}")
 
     worker = threading.Thread(target=exchange, daemon=True)
     worker.start()
     worker.join(timeout)
-    return box.get("result", (None, f"no complete answer within {timeout:g}s"))
+    return box.get("result", (None, deadline_missed))
 
 
 def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:
