@@ -407,7 +407,7 @@ def compare(plan: dict, args, out: Path, env: dict):
         opts = {**plan["options"], "sizing": name, "state_dir": str((sub / "run").resolve())}
         try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
             variant = serve_plan.build_plan(plan["inputs"], opts, epyc,
-                                            serve_life.host_facts(opts, plan["inputs"]["check_model"]))
+                                            serve_life.host_facts(opts, plan["inputs"]))
         except ScriptError as exc:
             not_run[name] = exc.error
             common.log(f"bench: --compare: sizing {name}: not run: {exc.error}")

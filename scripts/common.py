@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -109,8 +110,9 @@ def secret_values() -> list[str]:
     for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
         cred = URL_CREDENTIALS.search(value)
         password = cred.group(0)[len(cred.group(1)):-1].partition(":")[2] if cred else ""
-        if len(password) >= 4:
-            found.add(password)
+        for form in {password, urllib.parse.unquote(password)}:  # as written, and as the client sends it
+            if len(form) >= 4:
+                found.add(form)
     return sorted(found, key=len, reverse=True)
 
 
@@ -125,17 +127,21 @@ def secret_forms(values: list[str]) -> list[str]:
     """Each secret value as text can carry it, longest first: as is; as it reads inside a JSON string (a
     quote, a backslash escaped); without the spaces or line ends around it (what a client sends: an
     `HF_TOKEN` ending in \\r from a Windows .env); each of its lines (logs are masked a line at a time); and
-    with a byte that is not UTF-8 read as the log reader reads it (U+FFFD)."""
+    with a byte that is not UTF-8 read as the log reader reads it (U+FFFD); and percent-encoded."""
     forms: set[str] = set()
     for value in filter(None, values):
         readable = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         # a line of a many-line secret is searched for on every log line: only whole-secret-long lines (8
         # characters, as secret_values asks of a value), and only for a secret of a few dozen lines (a PEM key)
-        lines = value.splitlines() if value.count("\n") <= 64 else []
+        # (splitlines, not a count of \n: it also splits on \r, \v, \f, \x1c-\x1e, \x85, \u2028)
+        lines = value.splitlines()
+        lines = lines if len(lines) <= 64 else []
         for form in (value, value.strip(), readable, readable.strip(),
                      *(line.strip() for line in lines if len(line.strip()) >= 8)):
             if form:
-                forms.update((form, json.dumps(form)[1:-1]))
+                # and as a URL carries it percent-encoded (a proxy's password, a key in a query string)
+                url_form = urllib.parse.quote(form, safe="", errors="surrogateescape")
+                forms.update((form, json.dumps(form)[1:-1], url_form))
     return sorted(forms, key=len, reverse=True)
 
 
@@ -197,13 +203,20 @@ def log(msg: str) -> None:
     print(mask_secrets(msg), file=sys.stderr, flush=True)
 
 
+# the keys our documents are made of: snake_case words, never masked (a key `error` masked because an API
+# key was the word "error" would break the one contract, {"error", "fix"}); keys from a user's data
+# (a tensor name, an environment variable's) are masked like any string
+OUR_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
 def masked_strings(value: Any, values: list[str]) -> Any:
-    """The document with secrets masked inside its strings (keys too), never across its syntax: a key
-    `true` or `4096` masked in the printed text had made `"ok": ***`, which is not JSON."""
+    """The document with secrets masked inside its strings (and keys that are not ours), never across its
+    syntax: a value `true` or `4096` masked in the printed text had made `"ok": ***`, which is not JSON."""
     if isinstance(value, str):
         return mask_secrets(value, values)
     if isinstance(value, dict):
-        return {masked_strings(k, values): masked_strings(v, values) for k, v in value.items()}
+        return {k if isinstance(k, str) and OUR_KEY.fullmatch(k) else masked_strings(k, values):
+                masked_strings(v, values) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [masked_strings(v, values) for v in value]
     return value

@@ -32,6 +32,18 @@ TARGET_FILE = "EPYC_TARGET"  # in a rendered sysroot: the described host's label
 MAX_BRAND_CHARS = 256  # CPUID's brand string is 48 bytes; a hypervisor's model-id is no longer
 
 
+def this_cpu() -> dict | None:
+    """parse_cpuinfo of this machine's /proc/cpuinfo, or None where it cannot be read."""
+    try:
+        return parse_cpuinfo(common.Sysroot("/").read("proc/cpuinfo") or "")
+    except ValueError:
+        return None
+
+
+def this_cpu_has(flag: str) -> bool:
+    return flag in ((this_cpu() or {}).get("flags") or ())
+
+
 def parse_cpuinfo(text: str) -> dict:
     """First processor block of /proc/cpuinfo -> vendor, brand, family, model, flags."""
     block: dict[str, str] = {}

@@ -16,11 +16,13 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
+import detect  # noqa: E402
 import hf_model  # noqa: E402
 import quantization  # noqa: E402
 from common import GIB, ScriptError  # noqa: E402
 
-from kv_cache import KV_BYTES_BY_DTYPE, kv_bytes_for, kv_dtype_for, kv_layout, page_block, text_config  # noqa: E402
+from kv_cache import (KV_BYTES_BY_DTYPE, kv_bytes_for, kv_dtype_for, kv_layout, page_block, ssm_state_dtype,  # noqa: E402
+                      text_config)
 
 # ---------------------------------------------------------------- pure decisions
 
@@ -86,6 +88,9 @@ def main(argv: Sequence[str] | None = None):
                    "%(default)s; the plan pins it)")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"], default=epyc["precision"]["default"])
     p.add_argument("--hub-timeout", type=common.float_in(0, 3600, lo_open=True), default=60, help="overall deadline for Hub requests, seconds")
+    p.add_argument("--avx512-bf16", choices=("yes", "no"), help="does the serving CPU have AVX-512 BF16 "
+                   "(avx512_bf16 from detect.py)? vLLM keeps a recurrent layer's SSM state in float32 there, in the "
+                   "serving dtype elsewhere (default: this machine's CPU)")
     p.add_argument("--config", type=common.nonempty, help="a config.json to size from, offline (no Hub, no folder); "
                    "needs --weight-gb")
     args = p.parse_args(argv)
@@ -96,6 +101,8 @@ def main(argv: Sequence[str] | None = None):
     notes: list[str] = []
     quant: dict = {}
     kv_dtype = kv_dtype_for(args.dtype, epyc["precision"]["kv_cache_dtype"])
+    bf16_cpu = args.avx512_bf16 == "yes" if args.avx512_bf16 else detect.this_cpu_has("avx512_bf16")
+    ssm_dtype = ssm_state_dtype(bf16_cpu, kv_dtype)
 
     def read() -> tuple[dict, int, str]:
         if args.config:  # planning for a model this machine cannot download: its config.json is enough
@@ -106,7 +113,7 @@ def main(argv: Sequence[str] | None = None):
             files = hf_model.resolve(args.model, args.revision)
             cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
-        layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype])
+        layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype], KV_BYTES_BY_DTYPE[ssm_dtype])
         quant.update(desc=quantization.describe(cfg))
         tied = bool(text_config(cfg).get("tie_word_embeddings", False))
         floor = weight_floor(text_config(cfg))
@@ -150,8 +157,8 @@ def main(argv: Sequence[str] | None = None):
     batched = args.max_num_batched_tokens
     if layout["none"] and layout["recurrent_state_bytes"]:
         notes.append(f"{layout['none']} {layout['recurrent_family']} layers keep a recurrent state of "
-                     f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in float32, as vLLM keeps it on "
-                     f"CPU), two KV pages each (prefix caching keeps a copy); attention pages grow to "
+                     f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in {ssm_dtype}, as vLLM keeps it "
+                     f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix caching keeps a copy); attention pages grow to "
                      f"{page_block(layout, block)} tokens to hold it")
     elif layout["none"]:
         notes.append(f"{layout['none']} layers keep a recurrent state per sequence that this config does not size "
@@ -172,7 +179,9 @@ def main(argv: Sequence[str] | None = None):
         "kv_bytes_per_token": layout["bytes_per_token"],
         "kv_layers": {"full": layout["full"], "sliding": layout["sliding"], "none": layout["none"],
                       "sliding_window": layout["sliding_window"], "recurrent_family": layout["recurrent_family"],
-                      "recurrent_state_bytes": layout["recurrent_state_bytes"]},
+                      "recurrent_state_bytes": layout["recurrent_state_bytes"],
+                      "ssm_state_dtype": ssm_dtype if layout["recurrent_state_bytes"] else None},
+        "avx512_bf16": bf16_cpu,
         "kv_block_size": page_block(layout, block),
         "max_num_batched_tokens": batched,
         "model_max_seq_len": model_max,

@@ -297,7 +297,7 @@ class _LastWarning(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         msg = " ".join(record.getMessage().split())
         if not msg.startswith("Retrying"):  # keep the cause, not the countdown
-            self.last = msg[:300]
+            self.last = common.clip(msg, 300)  # masked, then cut: a cut first can end inside a URL's password
 
 
 def with_deadline(fn, seconds: float):

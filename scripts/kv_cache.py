@@ -19,7 +19,7 @@ import math
 from common import ScriptError
 
 KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}  # no fp8 KV on this CPU path
-SSM_STATE_BYTES_ON_CPU = 4  # vLLM's CPU platform resets mamba_ssm_cache_dtype to float32
+SSM_STATE_BYTES_ON_CPU = 4  # vLLM's CPU platform resets mamba_ssm_cache_dtype to float32 (AVX-512 BF16 only)
 RECURRENT_PAGES = 2  # mamba_cache_mode "align" (vLLM's default with prefix caching): state + one cached copy
 SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
 FULL_TYPES = {"full_attention", "attention", "global_attention"}
@@ -129,7 +129,7 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
 def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> tuple[str, int] | None:
     """(family, bytes) of the state one sequence keeps in one recurrent layer, or None when the config
     does not say enough. Shapes as vLLM's MambaStateShapeCalculator builds them (tensor parallel 1):
-    the conv state in the serving dtype, the SSM / recurrent state in float32 (vLLM's CPU default)."""
+    the conv state in the serving dtype, the SSM / recurrent state in `ssm_bytes` (see ssm_state_dtype)."""
     hidden = _first_int(cfg, "hidden_size", "d_model")
     # Gated DeltaNet (Qwen3-Next, Qwen3.5): conv over q, k, v; a head_v x head_k state per value head
     nk, nv = _first_int(cfg, "linear_num_key_heads"), _first_int(cfg, "linear_num_value_heads")
@@ -158,7 +158,16 @@ def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE
     return None
 
 
-def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"]) -> dict:
+def ssm_state_dtype(avx512_bf16: bool, kv_dtype: str) -> str:
+    """The dtype vLLM keeps a recurrent layer's SSM state in on this CPU. vLLM 0.32.0's CPU platform resets
+    mamba_ssm_cache_dtype to float32 only where its accelerated Gated DeltaNet runs (AVX-512 BF16 or AMX);
+    elsewhere (an AVX2 EPYC Rome or Milan) "auto" stays, the state then taking the conv state's dtype, the
+    serving one: half the bytes, and a smaller attention page (measured on EPYC Rome, 2026-12-02)."""
+    return "float32" if avx512_bf16 else kv_dtype
+
+
+def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
+              ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> dict:
     """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a
     recurrent layer keeps per sequence.
 
@@ -182,7 +191,7 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"]) ->
         per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
         attention = "gqa" if kv_heads < heads else "mha"
     full, sliding, none = layer_split(tc, layers)
-    state = recurrent_state_bytes(tc, kv_dtype_bytes) if none else None
+    state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes) if none else None
     return {"attention": attention, "bytes_per_token_per_layer": per_layer, "full": full, "sliding": sliding,
             "none": none, "sliding_window": tc.get("sliding_window") if sliding else None,
             "bytes_per_token": per_layer * (full + sliding),

@@ -185,8 +185,8 @@ def up(a, epyc: dict) -> dict:
             "served_model_name": a.served_model_name,
             "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags, "kernel_log": a.kernel_log,
             "dtype": a.dtype, "state_dir": str(run_dir.resolve())}
-    plan = build_plan({"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}, opts, epyc,
-                      host_facts(opts, chk))
+    inputs = {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
+    plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
     write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
     common.log(plan["summary_markdown"])
@@ -293,7 +293,7 @@ def main(argv: Sequence[str] | None = None):
                                            "sizing")}
         if opts["state_dir"]:
             opts["state_dir"] = state_dir_arg(opts["state_dir"])
-        plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs["check_model"]))
+        plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
         check_default_state_dir(plan)
         return plan, common.EXIT_OK
     if a.cmd == "up":

@@ -48,10 +48,12 @@ def _matches(desc: dict, match: dict) -> bool:
     return all(desc.get(k) == v for k, v in match.items())
 
 
-def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict]) -> dict:
+def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict], avx512: bool | None = None,
+               needs_avx512: dict | None = None) -> dict:
     """Which kernel this vLLM runs the checkpoint's linears with on `backend` (zentorch | stock), from the
     first table row that matches; a checkpoint no row knows is 'unknown' (vLLM decides at load time and
-    verify tells), never assumed to work."""
+    verify tells), never assumed to work. On a CPU without AVX-512 (`avx512` False) a kernel vLLM builds
+    only for AVX-512 (`needs_avx512`, data/epyc.json) is not served: the engine would die at start."""
     if desc is None:
         return {"quantized": False, "kernel": None, "served_on_cpu": True, "note": None, "source": None}
     for row in kernels:
@@ -60,6 +62,9 @@ def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict])
             note = row.get("note")
             if backend == "zentorch" and row.get("needs_dtype") and dtype != row["needs_dtype"]:
                 kernel, note = row.get("otherwise"), f"served in {dtype}, not {row['needs_dtype']}: " + (note or "")
+            if kernel and needs_avx512 and avx512 is False and kernel.startswith(needs_avx512["kernel"]):
+                return {"quantized": True, "kernel": None, "served_on_cpu": False, "note": needs_avx512["text"],
+                        "source": needs_avx512["source"]}
             return {"quantized": True, "kernel": kernel, "served_on_cpu": kernel is not None,
                     "note": note, "source": row.get("source")}
     return {"quantized": True, "kernel": None, "served_on_cpu": None,

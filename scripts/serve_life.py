@@ -69,15 +69,21 @@ def write_own_file(path: str | Path, text: str) -> None:
         f.write(text)
 
 
-def host_facts(opt: dict, chk: dict) -> dict:
-    """What a plan depends on besides its five documents, read from this shell and this disk."""
+def host_facts(opt: dict, inputs: dict) -> dict:
+    """What a plan depends on besides its five documents, read from this shell and this disk: at plan
+    time and again at start (the HF cache a container mounts is looked at again then, as it is now)."""
+    import validate
+    chk, val = inputs["check_model"], inputs["validate"]
     model = opt.get("model") or chk.get("model") or ""
     folder = common.user_path(model, "the model") if model else None
     key_env = opt.get("api_key_env")
     return {"hf_token_set": bool(os.environ.get("HF_TOKEN")),
             "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
             "api_key_set": bool(key_env and os.environ.get(key_env)),
-            "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None}
+            "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
+            "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
+            "hf_cache": validate.cache_listing(val["hf_cache"]["path"])
+            if val.get("path") == "container" and not val.get("deferred") else None}
 
 
 INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
@@ -97,10 +103,10 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False) -> dict:
     from serve_plan import build_plan
     check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
     try:
-        facts = host_facts(plan["options"], plan["inputs"]["check_model"])
+        facts = host_facts(plan["options"], plan["inputs"])
         if env_from_plan:
             facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
-                         api_key_set=bool(plan.get("api_key_env")),
+                         api_key_set=bool(plan.get("api_key_env")), api_key_length=None,
                          hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
         return build_plan(plan["inputs"], plan["options"], epyc, facts)
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
@@ -539,7 +545,9 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
         except requests.Timeout:  # requests' per-read timeout can beat the join below by a hair: one wording
             box["result"] = (None, deadline_missed)
         except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
-            box["result"] = (None, f"{type(exc).__name__}: {str(exc)[:300]}")
+            # whole: its caller masks and then shortens it (a cut made here could end inside the key a
+            # server reflected in its status line, where no mask would know it any more)
+            box["result"] = (None, f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=exchange, daemon=True)
     worker.start()

@@ -41,12 +41,13 @@ def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> boo
         return False
 
 
-def quantized_path(report: dict | None, backend: str, dtype: str, epyc: dict) -> dict | None:
-    """The checkpoint's quantization and the kernel this plan's backend and dtype run it with."""
+def quantized_path(report: dict | None, backend: str, dtype: str, epyc: dict, avx512: bool | None = None) -> dict | None:
+    """The checkpoint's quantization and the kernel this plan's backend and dtype run it with on this CPU."""
     if not report:
         return None
     desc = {k: report.get(k) for k in ("method", "format", "bits", "symmetric", "group_size")}
-    return {**desc, **quantization.cpu_kernel(desc, backend, dtype, epyc["quantization"]["kernels"])}
+    return {**desc, **quantization.cpu_kernel(desc, backend, dtype, epyc["quantization"]["kernels"], avx512,
+                                              epyc["quantization"].get("stock_needs_avx512"))}
 
 
 def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool,
@@ -97,7 +98,7 @@ def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: l
     if "--ipc=host" not in run_flags:  # an isolated IPC namespace needs a big /dev/shm instead
         argv.append(f"--shm-size={shm_size}")
     if secrets_dir:
-        argv += ["-v", f"{secrets_dir}:{SECRETS_TARGET}:ro"]
+        argv += bind_mount(secrets_dir, SECRETS_TARGET, read_only=True)  # a ':' in a --state-dir: refused
     for k, v in env.items():
         argv += ["--env", f"{k}={v}"]
     if secrets_dir:
@@ -128,6 +129,9 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
     return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
 
 
+API_KEY_MIN = 8
+HF_MOUNT_FIX = ("point HF_HOME (or HF_HUB_CACHE) at a folder of its own that holds only the cache, e.g. "
+                "export HF_HOME=~/.cache/huggingface; then run validate.py and plan again")
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
 SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv",
                   "/mnt", "/media", "/snap", "/var/lib", "/var/tmp", "/var/log", "/var/spool", "/var/cache")
@@ -142,15 +146,57 @@ KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
 def system_folder(path: str) -> bool:
     """A folder a document must never name as a mount: a system tree (the docker socket lives in /run),
     programs, libraries and engines' state at any depth, a key folder, or a whole top-level folder (and
-    /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine."""
-    norm = os.path.normpath(path)
+    /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine. This is the first
+    fence only: what the HF cache holds is checked too (hf_mount_problem), as no list names every folder."""
+    norm = "/" + os.path.normpath(path).lstrip("/")  # POSIX keeps a leading '//', which the runtime reads as '/'
     return (norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in path.split("/")
             or _at_or_below(norm, MOUNT_REFUSED_TREES) or not set(KEY_FOLDERS).isdisjoint(norm.split("/")))
 
 
 def in_system_tree(path: str) -> bool:
-    """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
-    return _at_or_below(path, SYSTEM_TREES)
+    """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised),
+    except a disk the desktop mounted for a user (/run/media/USER/DISK/...)."""
+    removable = path.startswith("/run/media/") and len(path.split("/")) > 4
+    return _at_or_below(path, SYSTEM_TREES) and not removable
+
+
+# What a Hugging Face cache holds at its top (huggingface_hub, datasets, transformers, accelerate and the
+# older layouts), and a hub cache at its own: a folder mounted read-write into a root container as the
+# cache holds nothing else. A home, ~/.aws, /nix/store or a disk's root each hold something else.
+HF_HOME_ENTRIES = frozenset({"hub", "xet", "assets", "token", "stored_tokens", "datasets", "metrics", "modules",
+                             "accelerate", "transformers", "diffusers", "evaluate", "lerobot", "CACHEDIR.TAG",
+                             ".locks", ".check_for_update_done", ".check_for_skill_update_done",
+                             ".agent_harnesses.json"})
+HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "version.txt"})
+_HUB_REPO_FOLDER = re.compile(r"(models|datasets|spaces)--[^/]+")
+
+
+def foreign_cache_entries(entries: list[str], hub: bool) -> list[str]:
+    """The entries of a would-be HF cache that no Hugging Face library puts there (`hub`: the folder is
+    a hub cache itself, holding models--ORG--NAME folders)."""
+    if hub:
+        return [e for e in entries if e not in HUB_CACHE_ENTRIES and not _HUB_REPO_FOLDER.fullmatch(e)]
+    return [e for e in entries if e not in HF_HOME_ENTRIES]
+
+
+def hf_mount_problem(path: str, found: dict, hub: bool) -> str | None:
+    """Why the HF cache validate.py recorded cannot be mounted read-write into a root container now, or
+    None. `found` is the folder as it is now (validate.cache_listing). It must be at that very path (a
+    link made since then would be followed by the runtime: validate records the real path), and hold
+    only a cache, or nothing yet: a list of system folders can refuse / or /etc, but never names every
+    folder that holds what a container must not write."""
+    if not found:
+        return "was not looked at on this machine"
+    if found.get("error"):
+        return f"cannot be read ({found['error']})"
+    if found["real"] != path:
+        return f"is {found['real']} now (a link, or a path not in its plain form), not the folder validate.py checked"
+    foreign = foreign_cache_entries(found.get("entries") or [], hub)
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        return (f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which no "
+                f"{'hub cache' if hub else 'Hugging Face cache'} holds")
+    return None
 
 
 def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
@@ -265,6 +311,12 @@ def mismatches(inp: dict) -> list[str]:
     ram = tune.get("socket_ram_gb")
     if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")
+    recurrent = (est.get("kv_layers") or {}).get("ssm_state_dtype")
+    if recurrent and det.get("avx512_bf16") is not None and est.get("avx512_bf16") != det["avx512_bf16"]:
+        # the SSM state's dtype, and so the KV page, depends on it (kv_cache.ssm_state_dtype)
+        out.append(f"estimate_memory.py sized the recurrent state for a CPU {'with' if est.get('avx512_bf16') else 'without'}"
+                   f" AVX-512 BF16, detect.py read one {'with' if det['avx512_bf16'] else 'without'} (pass "
+                   f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
     if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
         out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
@@ -281,7 +333,8 @@ def mismatches(inp: dict) -> list[str]:
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     """Everything start needs, and the summary the human confirms, from the five JSON inputs, the
     options, and the host facts that matter (`facts`: hf_token_set, hf_offline, api_key_set,
-    model_dir -- the real path of a local model folder, or None)."""
+    api_key_length (None: not known here), model_dir -- the real path of a local model folder, or None; hf_cache -- the cache folder as it is
+    now, validate.cache_listing, or None where no container mounts it)."""
     det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
                                  inp["cpu_tune"])
     if not val.get("ready"):
@@ -337,6 +390,11 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                           "export a key in an env var and pass --api-key-env NAME")
     if key_env and not facts.get("api_key_set"):
         raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
+    if key_env and (facts.get("api_key_length") or API_KEY_MIN) < API_KEY_MIN:
+        # a short key is guessed, and masking it would blank words wherever it appears ("local", "error")
+        raise ScriptError(f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
+                          f"{API_KEY_MIN} at least", f"export {key_env} as a longer random key, e.g. "
+                          f"export {key_env}=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
     host = "0.0.0.0" if expose else epyc["serve"]["bind_host"]
     served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):
@@ -399,7 +457,13 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         hf_target = epyc["container"]["hf_cache_mount_target"]
         if val["hf_cache"].get("mount_subdir"):  # HF_HUB_CACHE named a hub cache itself (see validate.py)
             hf_target = f"{hf_target}/{val['hf_cache']['mount_subdir']}"
-        hf_mount = bind_mount(val["hf_cache"]["path"], hf_target)
+        hf_mount = bind_mount(val["hf_cache"]["path"], hf_target)  # the system-folder fence first: its wording
+        if not val.get("deferred"):  # another host's cache is checked there, by its own chain
+            problem = hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"),
+                                       bool(val["hf_cache"].get("mount_subdir")))
+            if problem:
+                raise ScriptError(f"cannot mount the Hugging Face cache {val['hf_cache']['path'][:300]!r} read-write "
+                                  f"into the container: it {problem}", HF_MOUNT_FIX)
         argv = container_run_argv(rt, name, epyc["container"]["run_flags"],
                                   tune["container_cpuset_argv"] if rules["pin"] else [],
                                   hf_mount, mount, env,
@@ -408,6 +472,11 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         pre = [[*rt, "rm", "-f", name], [*rt, "pull", image]]
         runtime = val["runtime"]
         stop_cmd = shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), name]) + " && " + shlex.join([*rt, "rm", name])
+    quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
+    if quant and quant["served_on_cpu"] is False:
+        raise ScriptError(f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "
+                          f"{backend} path cannot run: {quant['note']}", "serve the unquantized (bfloat16) "
+                          "checkpoint here, or this one on a CPU with AVX-512")
     plan = {
         "target": det.get("target", "localhost"), "deferred": val.get("deferred", []),
         "path": path, "backend": backend, "platform": (val.get("stack") or {}).get("platform"),
@@ -417,7 +486,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": host, "port": port, "base_url": f"http://127.0.0.1:{port}/v1", "expose": expose,
         "api_key_env": key_env, "dtype": dtype, "max_model_len": max_len, "vllm_version": version,
-        "quantization": quantized_path(chk.get("quantization"), backend, dtype, epyc),
+        "quantization": quant,
         "env": env, "env_by_name": env_by_name, "secrets": secrets, "pre_argv": pre, "argv": argv,
         "command": shlex.join(argv), "container_name": name if path != "host" else None,
         "state_dir": str(state_dir), "log_file": str(state_dir / "server.log"),
@@ -536,7 +605,8 @@ def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
     return "/v1/completions", {"model": served, "prompt": "Hello, world", "max_tokens": 16, "temperature": 0}
 
 
-_BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"':=\s]+|token[\"':=\s]+)[^\s\"',}]+")
+# a key's name then ':' or '=' (a header, JSON, a query string): "token count 5" is prose, not a credential
+_BEARER = re.compile(r"(?i)(bearer\s+|(?:api[_-]?key|token)[\"']?\s*[:=][\"'\s]*)[^\s\"',}]+")
 
 
 def mask_token_patterns(text: str) -> str:

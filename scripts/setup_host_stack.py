@@ -155,12 +155,8 @@ def missing_debian_packages(pkgs: list[str]) -> list[str]:
 
 
 def cpu_of_this_host() -> tuple[str | None, str]:
-    text = common.Sysroot("/").read("proc/cpuinfo") or ""
-    try:
-        cpu = detect.parse_cpuinfo(text)
-    except ValueError:
-        return None, "unknown"
-    return cpu["vendor"], cpu["brand"]
+    cpu = detect.this_cpu()
+    return (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
 
 
 def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) -> list[str]:

@@ -27,6 +27,7 @@ import common  # noqa: E402
 import detect  # noqa: E402
 import setup_host_stack  # noqa: E402
 import vllm_registry  # noqa: E402
+from serve_plan import HF_MOUNT_FIX, hf_mount_problem  # noqa: E402
 from common import ScriptError  # noqa: E402
 
 RUNTIME_TIMEOUT_S = 20
@@ -157,7 +158,7 @@ def docker_answers(prefix: list[str]) -> tuple[bool, str]:
     res = common.run([*prefix, "info", "--format", "{{.ServerVersion}}"], timeout=RUNTIME_TIMEOUT_S)
     if res.ok:
         return True, f"{' '.join(prefix)} daemon {res.stdout.strip()}"
-    return False, (res.stderr.strip().splitlines() or [res.failure or "failed"])[-1][:200]
+    return False, common.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
 
 
 def podman_can_run() -> tuple[bool, str]:
@@ -165,7 +166,7 @@ def podman_can_run() -> tuple[bool, str]:
     res = common.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
     if res.ok:
         return True, "podman runs containers"
-    return False, (res.stderr.strip().splitlines() or [res.failure or "failed"])[-1][:200]
+    return False, common.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
 
 
 def image_is_local(runtime: str, image: str) -> bool:
@@ -174,14 +175,13 @@ def image_is_local(runtime: str, image: str) -> bool:
 
 def resolve_hf_cache(env: dict) -> dict:
     """The host folder to mount at /root/.cache/huggingface, with symlinks followed and NFS flagged. An
-    HF_HUB_CACHE not named `hub` (/data/models) is a hub cache itself: it is mounted one level down, at
-    .../huggingface/hub (mount_subdir), where the container's huggingface_hub looks for its models. So is
-    a `hub` folder that is a link: mounted as its target, since the link would name a host path the
-    container does not have."""
+    HF_HUB_CACHE is a hub cache itself: that folder, and only it, is mounted one level down, at
+    .../huggingface/hub (mount_subdir), where the container's huggingface_hub looks for its models (its
+    parent could be anything: HF_HUB_CACHE=$HOME/hub had mounted the home). So is a `hub` folder that is
+    a link: mounted as its target, since the link would name a host path the container does not have."""
     subdir = None
     if env.get("HF_HUB_CACHE"):
-        hub = common.user_path(env["HF_HUB_CACHE"], "HF_HUB_CACHE")
-        home, subdir = (hub.parent, None) if hub.name == "hub" else (hub, "hub")
+        home, subdir = common.user_path(env["HF_HUB_CACHE"], "HF_HUB_CACHE"), "hub"
     else:
         # huggingface_hub's own default: $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
         home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME")
@@ -212,6 +212,21 @@ def _hf_cache_at(home: Path, subdir: str | None) -> dict:
         notes.append(f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
                      "(HF_HOME=/local/path) if the container cannot read it")
     return {"path": str(real), "mount_subdir": subdir, "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
+
+
+def cache_listing(path: str) -> dict:
+    """The HF cache folder as it is now, for serve_plan.hf_mount_problem: its real path and its entries
+    (None: not there yet; the runtime makes it), or why it cannot be read."""
+    try:
+        real = os.path.realpath(path)
+        if not os.path.lexists(real):
+            return {"real": real, "entries": None, "error": None}
+        if not os.path.isdir(real):
+            return {"real": real, "entries": None, "error": "not a folder"}
+        with os.scandir(real) as found:
+            return {"real": real, "entries": sorted(e.name for e in found), "error": None}
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in a hand-edited path
+        return {"real": path, "entries": None, "error": getattr(exc, "strerror", None) or str(exc)[:200]}
 
 
 def filesystem_type(path: Path) -> str | None:
@@ -407,6 +422,11 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
         {"status": "blocked", "message": "no runtime to probe" if not runtime else "the image is not local"}
     issues += stack_issues(stack, compat, runtime, args.stock)
     hf_cache = gathered["hf_cache"]
+    if gathered.get("hf_cache_listing"):  # a container mounts it read-write: it must be a cache, nothing else
+        problem = hf_mount_problem(hf_cache["path"], gathered["hf_cache_listing"], bool(hf_cache["mount_subdir"]))
+        if problem:
+            issues.append(issue("hf_cache", "error", f"the Hugging Face cache {hf_cache['path'][:300]} {problem}: it "
+                                "is mounted read-write into a root container", HF_MOUNT_FIX))
     if hf_cache["nfs"]:
         issues.append(issue("hf_cache", "warning", hf_cache["note"], "export HF_HOME=/a/local/folder"))
     preload, preload_note = (ld_preload_value(gathered["preload_libs"]) if runtime == "host" else (None, None))
@@ -472,11 +492,13 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     runtime = choose_runtime(rt_ok["docker"], rt_ok["podman"], rt_ok["sudo docker"],
                              host_ok and args.runtime in ("auto", "host"))
     container = runtime in ("docker", "podman", "sudo docker")
+    hf_cache = resolve_hf_cache(dict(os.environ))
     return {
         "runtime": runtime, "runtime_detail": detail, "python": python, "host_stack": host_stack,
         "host_ok": host_ok, "image": image,
         "image_probe": probe_image(runtime, image) if container else None,
-        "hf_cache": resolve_hf_cache(dict(os.environ)),
+        "hf_cache": hf_cache,
+        "hf_cache_listing": cache_listing(hf_cache["path"]) if container else None,
         "preload_libs": find_libs(epyc["host_stack"]["ld_preload_libs"], python) if runtime == "host" else {},
         "execstack": execstack_libs(python) if runtime == "host" else [],
         "port": free_port(args.port_start),

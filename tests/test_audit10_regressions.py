@@ -507,7 +507,7 @@ def test_the_handoffs_python_example_names_the_served_model(inputs, tmp_path):  
     import serve_life
     docs = load_docs(inputs)
     opt = {"port": 8123, "state_dir": str(tmp_path / "st")}
-    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check_model"]))
+    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs))
     example = serve_plan.handoff_doc(plan)["python_example"]
     assert f'model = "{plan["served_model_name"]}"' in example and "models.list" not in example
 

@@ -287,8 +287,8 @@ def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, 
     models = tmp_path / "data" / "models"  # HF_HUB_CACHE=/data/models: models--ORG--NAME folders right there
     models.mkdir(parents=True)
     assert validate.resolve_hf_cache({"HF_HUB_CACHE": str(models)})["mount_subdir"] == "hub"
-    named_hub = validate.resolve_hf_cache({"HF_HUB_CACHE": str(tmp_path / "hf" / "hub")})
-    assert named_hub["path"] == str(tmp_path / "hf") and named_hub["mount_subdir"] is None
+    named_hub = validate.resolve_hf_cache({"HF_HUB_CACHE": str(tmp_path / "hf" / "hub")})  # that folder, not its parent
+    assert named_hub["path"] == str(tmp_path / "hf" / "hub") and named_hub["mount_subdir"] == "hub"
     doc = json.loads(Path(inputs["validate"]).read_text())
     doc["hf_cache"].update(path=str(models), mount_subdir="hub")
     Path(inputs["validate"]).write_text(json.dumps(doc))
@@ -527,3 +527,203 @@ def test_a_short_or_many_line_secret_does_not_mask_words_or_slow_the_masker():
     pem = "\n".join(f"line{i:04d}" + "Q" * 60 for i in range(2000))
     assert len(common.secret_forms([pem])) <= 8  # whole-value forms only, no per-line ones
     assert "line0001" + "Q" * 60 in common.secret_forms(["\n".join(f"line{i:04d}" + "Q" * 60 for i in range(52))])
+
+
+# ---- seventeenth audit (365 cases, 8 findings)
+
+def _plan_with_hf_cache(script, inputs, rt, tmp_path, path: str, subdir=None):  # noqa: F811
+    """launch.py plan with validate.json's hf_cache edited to `path` (a hand-edited document)."""
+    from test_launch import plan_args
+    doc = json.loads(Path(inputs["validate"]).read_text())
+    doc["hf_cache"].update(path=path, mount_subdir=subdir)
+    Path(inputs["validate"]).write_text(json.dumps(doc))
+    return script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=rt[1])
+
+
+@pytest.mark.parametrize("path", ["//var/run", "//", "//etc", "//root", "//proc"])
+def test_a_doubled_leading_slash_never_gets_a_system_folder_mounted(script, inputs, rt, tmp_path, path):  # noqa: F811
+    """F1: os.path.normpath keeps a leading '//', the runtime reads it as '/': //var/run (the docker socket's
+    folder) passed every list and was mounted read-write."""
+    from serve_plan import system_folder
+    assert system_folder(path)
+    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, path)
+    assert r.code == 1 and "argv" not in r.doc, r.doc
+
+
+def test_a_cache_that_became_a_link_is_refused_at_plan_and_at_start(script, inputs, rt, tmp_path):  # noqa: F811
+    """F1: a path linking to /etc, written into validate.json or made a link after plan, was mounted (the
+    runtime follows links): the folder must be, now, at the very path validate recorded."""
+    link = tmp_path / "lnk-etc"
+    link.symlink_to("/etc")
+    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(link))
+    assert r.code == 1 and "is /etc now" in r.doc["error"], r.doc
+    cache = tmp_path / "hf"
+    cache.mkdir()
+    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(cache))
+    assert r.code == 0, r.doc
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(r.stdout)
+    cache.rmdir()
+    cache.symlink_to(tmp_path / "st")  # swapped for a link between plan and start
+    s = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1])
+    assert s.code == 1 and "not the folder validate.py checked" in s.doc["error"], s.doc
+    assert not any(c["argv"][0] == "run" for c in _calls(rt[0]))
+
+
+def _calls(d):
+    f = d / "calls.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def test_hf_hub_cache_mounts_that_folder_only(tmp_path):
+    """F2: HF_HUB_CACHE=$HOME/hub mounted its parent, the whole home; /mnt/hub was refused as '/mnt'."""
+    import validate
+    hub = tmp_path / "home" / "hub"
+    got = validate.resolve_hf_cache({"HF_HUB_CACHE": str(hub)})
+    assert got["path"] == str(hub) and got["mount_subdir"] == "hub"
+    from serve_plan import system_folder
+    assert not system_folder("/mnt/hub") and not system_folder("/srv/hub") and not system_folder("/opt/hub")
+
+
+@pytest.mark.parametrize("entries,hub,foreign", [
+    ([".bashrc", ".ssh", "hub", ".cache"], False, [".bashrc", ".ssh", ".cache"]),   # a home
+    (["credentials", "config"], False, ["credentials", "config"]),                  # ~/.aws
+    (["hub", "xet", "token", "stored_tokens", "datasets", "modules", "accelerate", "CACHEDIR.TAG"], False, []),
+    (["models--Qwen--Qwen3-0.6B", "datasets--a--b", ".locks", "version.txt", "CACHEDIR.TAG"], True, []),
+    (["models--Qwen--Qwen3-0.6B", "notes.txt"], True, ["notes.txt"]),
+    (["hub"], True, ["hub"]),                                                       # an HF_HOME is not a hub
+])
+def test_only_a_hugging_face_cache_is_mounted_read_write(entries, hub, foreign):
+    """F2: no list of system folders names a home, ~/.aws, ~/.config or /nix/store: what the folder holds
+    is checked instead, against what Hugging Face libraries put there."""
+    from serve_plan import foreign_cache_entries, hf_mount_problem
+    assert foreign_cache_entries(entries, hub) == foreign
+    problem = hf_mount_problem("/c", {"real": "/c", "entries": entries, "error": None}, hub)
+    assert (problem is None) == (not foreign) and all(repr(e) in (problem or "") for e in foreign[:5])
+    assert hf_mount_problem("/c", {"real": "/c", "entries": None, "error": None}, hub) is None  # not there yet
+
+
+def test_validate_refuses_a_home_as_the_containers_hf_cache(script, tmp_path):
+    """F2: HF_HOME=/home/alice (or HF_HUB_CACHE=~/.config) passed; validate now says why, before any plan."""
+    from conftest import detect_file
+    home = tmp_path / "alice"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".bashrc").write_text("x")
+    fake = ROOT / "tests" / "fakes" / "bin"
+    rtd = tmp_path / "rt"
+    rtd.mkdir()
+    env = {"FAKE_RT_DIR": str(rtd), "PATH": f"{fake}:{os.environ['PATH']}", "HF_HOME": str(home)}
+    r = script("validate.py", "--python", sys.executable, "--detect", str(detect_file(tmp_path)), env=env)
+    assert r.code == 1 and "'.bashrc'" in r.doc["error"] and "read-write" in r.doc["error"], r.doc
+    assert "HF_HOME" in r.doc["fix"]
+
+
+def test_a_removable_disk_under_run_media_may_hold_the_cache():
+    from serve_plan import in_system_tree, system_folder
+    assert not system_folder("/run/media/alice/disk/hf") and system_folder("/run/media/alice")
+    assert in_system_tree("/run/user/0") and in_system_tree("/run/media")
+
+
+def test_a_reflected_key_in_a_broken_status_line_is_masked_before_any_cut(monkeypatch):
+    """F3: http() cut the exception text at 300 characters before anything masked it; with earlier copies
+    shrunk to ***, the cut copy fell inside redact's limit and 29 of the key's 35 characters showed."""
+    import socket
+    import threading
+    import serve_life
+    from serve_plan import redact
+    key = "sk-Zq7Wm4Rt9Yp2Lx8Nc5Vb3Hj6Kd1Fg0Se"
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 2x0 " + key.encode() * 4 + b"A" * 80 + key.encode() + b"\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    status, why = serve_life.http("GET", f"http://127.0.0.1:{srv.getsockname()[1]}/", 10)
+    srv.close()
+    assert status is None and key in why  # whole, for the caller's mask
+    shown = redact(why, [key])
+    assert not leaks(shown, key), shown
+
+
+def test_the_hubs_last_warning_is_masked_before_it_is_cut(monkeypatch):
+    """F4: a 250-character HF_ENDPOINT password, cut at 300 characters before the '@', showed in part."""
+    import logging
+    import hf_model
+    pw = "JwA0H1O2" + "x9Y8z7W6" * 30
+    monkeypatch.setenv("HF_ENDPOINT", f"http://bob:{pw}@127.0.0.1:46004")
+    handler = hf_model._LastWarning()
+    handler.emit(logging.LogRecord("hf", logging.WARNING, __file__, 1,
+                                   f"HTTP Error 503 thrown while requesting HEAD http://bob:{pw}@127.0.0.1:46004/x",
+                                   None, None))
+    assert not leaks(handler.last, pw), handler.last
+
+
+def test_a_secret_that_is_a_common_word_never_removes_the_documents_keys(script, inputs, rt, tmp_path):  # noqa: F811
+    """F5: MYK=error made verify's failure {"***": ...}: no `error` key, the contract broken. Our keys are
+    never masked; and a key under 8 characters is refused at plan (guessable, and masking it blanks words)."""
+    import common
+    doc = common.masked_strings({"error": "error here", "fix": "f", "x.error": 1}, ["error"])
+    assert doc == {"error": "*** here", "fix": "f", "x.***": 1}
+    from test_launch import plan_args
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK"),
+               env={**rt[1], "MYK": "error"})
+    assert r.code == 1 and "8 at least" in r.doc["error"] and "error" in r.doc, r.doc
+
+
+def test_a_secret_split_by_carriage_returns_does_not_slow_the_masker():
+    """F6: the 64-line bound counted only \\n; 4,000 lines joined by \\r made every log line 8,000 searches."""
+    import common
+    many = "\r".join(f"part{i:05d}QQQQ" for i in range(4000))
+    assert len(common.secret_forms([many])) <= 12
+
+
+def test_a_url_password_is_masked_decoded_and_a_key_percent_encoded(monkeypatch):
+    """F7: a proxy password pr%40xy... was masked only as written; the client sends pr@xy... ."""
+    import common
+    monkeypatch.setenv("HTTPS_PROXY", "http://u:pr%40xy-pass-123@proxy:3128")
+    monkeypatch.setenv("MY_API_KEY", "key/with+chars=1")
+    text = "decoded pr@xy-pass-123 / query ?k=key%2Fwith%2Bchars%3D1"
+    masked = common.mask_secrets(text)
+    assert "xy-pass" not in masked and "with" not in masked, masked
+
+
+def test_a_state_dir_with_a_colon_is_refused_for_a_container_plan(script, inputs, rt, tmp_path):  # noqa: F811
+    """F8: the secrets mount was written by hand, past bind_mount's check: -v DIR:/etc:rw/secrets:... ."""
+    from test_launch import plan_args
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "sd:x")),
+               env={**rt[1], "HF_TOKEN": TOKEN})
+    assert r.code == 1 and "':'" in r.doc["error"], r.doc
+
+
+def test_the_word_token_in_prose_is_not_masked():
+    from serve_plan import mask_token_patterns
+    assert mask_token_patterns("token count 5") == "token count 5"
+    assert mask_token_patterns('{"token": "abc"} Bearer xyz x-api-key: k') == '{"token": "***"} Bearer *** x-api-key: ***'
+
+
+# ---- the EPYC Rome runner (AVX2, 2026-12-02): what vLLM does differently without AVX-512
+
+def test_an_estimate_for_the_other_kind_of_cpu_is_a_mismatch_for_a_recurrent_model():
+    """vLLM keeps the SSM state in float32 only on an AVX-512 BF16 CPU: an estimate made for the other kind
+    sizes the wrong KV page, so plan names the flag that fixes it."""
+    from serve_plan import mismatches
+    est = {"kv_layers": {"ssm_state_dtype": "float32"}, "avx512_bf16": True}
+    docs = {"detect": {"avx512_bf16": False}, "validate": {}, "check_model": {}, "estimate_memory": est, "cpu_tune": {}}
+    assert any("--avx512-bf16 no" in m for m in mismatches(docs))
+    docs["estimate_memory"] = {"kv_layers": {"ssm_state_dtype": None}, "avx512_bf16": True}  # no recurrent layer
+    assert mismatches(docs) == []
+
+
+def test_an_int4_checkpoint_is_not_served_on_a_cpu_without_avx512():
+    """vLLM 0.32.0's _C_AVX2 has no cpu_gemm_wna16 (measured on EPYC Rome): the engine would die at start."""
+    from common import load_epyc
+    from serve_plan import quantized_path
+    report = {"method": "awq", "format": None, "bits": 4, "symmetric": True, "group_size": 128}
+    assert quantized_path(report, "stock", "bfloat16", load_epyc(), avx512=True)["kernel"].startswith("cpu_gemm_wna16")
+    refused = quantized_path(report, "stock", "bfloat16", load_epyc(), avx512=False)
+    assert refused["served_on_cpu"] is False and "_C_AVX2" in refused["note"]

@@ -15,12 +15,12 @@ import serve_life
 import serve_plan
 from common import ScriptError, load_epyc
 from model_fixtures import model_folder
-from test_launch import (NO_FACTS, host_plan, inputs, live_tune, load_docs, plan_args, rt,  # noqa: F401  (fixtures)
+from test_launch import (NO_FACTS, facts_for, host_plan, inputs, live_tune, load_docs, plan_args, rt,  # noqa: F401  (fixtures)
                          server_mode, verify_keyed_server)
 
 
 def plan_from(docs, opts=None, facts=None):
-    return serve_plan.build_plan(docs, opts or {}, load_epyc(), facts or NO_FACTS)
+    return serve_plan.build_plan(docs, opts or {}, load_epyc(), facts or facts_for(docs))
 
 
 # ---- F1, F10: text that vLLM or a runtime would read as an option
@@ -44,7 +44,7 @@ def test_a_local_folder_is_served_by_its_absolute_path(inputs, tmp_path):  # noq
     docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
                             ld_preload={"value": None, "note": None})
     real = os.path.realpath(inputs["model"])
-    plan = plan_from(docs, {}, {**NO_FACTS, "model_dir": real})
+    plan = plan_from(docs, {}, facts_for(docs, model_dir=real))
     assert plan["argv"][plan["argv"].index("serve") + 1] == real
 
 

@@ -17,7 +17,7 @@ import serve_plan
 from check_model import classify_template
 from common import ScriptError, load_epyc
 from model_fixtures import model_folder
-from test_launch import (NO_FACTS, calls, container_plan, host_plan, inputs, live_tune, load_docs,  # noqa: F401
+from test_launch import (NO_FACTS, facts_for, calls, container_plan, host_plan, inputs, live_tune, load_docs,  # noqa: F401
                          plan_args, rt, server_mode, verify_keyed_server)
 
 LONG_NAME = "x" * 300  # one path component past the file system's 255
@@ -32,7 +32,7 @@ def config_only_model(tmp_path: Path) -> Path:
 
 
 def plan_from(docs, opts=None):
-    return serve_plan.build_plan(docs, opts or {}, load_epyc(), NO_FACTS)
+    return serve_plan.build_plan(docs, opts or {}, load_epyc(), facts_for(docs))
 
 
 # ---- A1, A2, A3: internal errors on a long name, a huge index size, a 5000-digit number
@@ -553,7 +553,7 @@ def test_a_model_judged_by_another_vllms_registry_is_a_mismatch(inputs):  # noqa
     assert normalize_version("0.32.0+cpu") == "0.32.0" and normalize_version(None) is None
 
 
-@pytest.mark.parametrize("key", ["sk-SECRET123\nX: 1", "sk two", "sk\x7f"])
+@pytest.mark.parametrize("key", ["sk-SECRET123\nX: 1", "sk two words", "sk-abcdefg\x7f"])
 def test_a_key_no_header_can_carry_is_refused_at_start(script, tmp_path, inputs, live_tune, monkeypatch,  # noqa: F811
                                                        key):
     monkeypatch.setenv("MY_API_KEY", "sk-good-value")

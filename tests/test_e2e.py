@@ -1,6 +1,7 @@
 """End to end on this runner: real vLLM through the skill's own scripts, no mock in the chain.
 
-The runners are drawn from a pool (EPYC Genoa, EPYC Turin, Intel Xeon), and every one serves for real:
+The runners are drawn from a pool (EPYC Genoa, EPYC Turin, EPYC Rome (AVX2), Intel Xeon), and every one
+serves for real:
 - on an AVX-512 BF16 AMD EPYC, the zentorch chain: the host stack venv, ZenCpuPlatform, kernel proof;
 - on any other x86-64 CPU with AVX2 or AVX-512, the same chain through the stock path (vLLM's
   CpuPlatform, no zentorch), with the routing's confirmation answered as a human who asked for it.
@@ -30,8 +31,10 @@ from conftest import E2E_KV_GB, ROOT, free_port, run_script, save, small_kv_tune
 pytestmark = pytest.mark.e2e
 
 
-def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = ()) -> tuple[Path, dict]:
-    """The SKILL.md chain up to the plan, asserting on every JSON on the way."""
+def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = (),
+             plan_refused: bool = False) -> tuple[Path, dict]:
+    """The SKILL.md chain up to the plan, asserting on every JSON on the way (`plan_refused`: the plan
+    must be a clear refusal, returned as got["refusal"])."""
     stock = stack["backend"] == "stock"
     det = run_script("detect.py")
     assert det.code == 0
@@ -64,6 +67,9 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = 
     files["detect"] = det_file
     plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--port", str(free_port()),
                       "--state-dir", str(tmp / "run"), *extra)
+    if plan_refused:
+        assert plan.code == 1 and plan.doc["error"] and plan.doc["fix"], plan.doc
+        return None, {"refusal": plan.doc, "estimate": est.doc, "detect": det.doc}
     assert plan.code == 0, plan.doc
     assert plan.doc["backend"] == stack["backend"]
     return save(tmp, "plan", plan), {"plan": plan.doc, "estimate": est.doc, "tune": tune.doc}
@@ -95,7 +101,12 @@ def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(sta
         assert (layers["full"], layers["sliding"], layers["sliding_window"]) == (2, 2, 256)
     else:
         assert (layers["full"], layers["none"], layers["recurrent_family"]) == (1, 3, "gated_deltanet")
-        assert est["kv_block_size"] == 384  # 128 x ceil(137,216 B of state / (128 x 512 B))
+        # 128 x ceil(state / (128 x 512 B)): the SSM state is float32 on an AVX-512 BF16 CPU (137,216 B of
+        # state, 384 tokens), the serving bfloat16 elsewhere (71,680 B, 256 tokens: an AVX2 EPYC Rome)
+        bf16_cpu = stack["detect"]["avx512_bf16"]
+        assert est["avx512_bf16"] == bf16_cpu and est["kv_layers"]["ssm_state_dtype"] == ("float32" if bf16_cpu
+                                                                                        else "bfloat16")
+        assert (layers["recurrent_state_bytes"], est["kv_block_size"]) == ((137216, 384) if bf16_cpu else (71680, 256))
     log = serve_verify_stop(plan_file, plan)
     m = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log)
     assert m and int(m.group(1).replace(",", "")) == 2048, "vLLM did not log its KV concurrency"
@@ -108,7 +119,18 @@ def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(sta
 
 def test_a_quantized_checkpoint_serves_with_the_kernel_the_plan_names(stack, models, tmp_path):
     """A compressed-tensors int4 checkpoint (llm-compressor's W4A16 layout, random values): the plan names the
-    kernel its path runs it with, and vLLM's load log names the same one."""
+    kernel its path runs it with, and vLLM's load log names the same one. On a CPU without AVX-512 (an AVX2
+    EPYC Rome), vLLM's kernel library has no int4 kernel: the plan refuses, and the library really lacks it."""
+    if not stack["detect"]["avx512"]:
+        _, got = plan_for(tmp_path, stack, models["tiny-ct-w4"]["folder"], plan_refused=True)
+        assert "cpu_gemm_wna16" in got["refusal"]["error"] and "AVX-512" in got["refusal"]["fix"]
+        probe = subprocess.run([stack["python"], "-c", "import torch; from vllm.platforms import current_platform as p; "
+                                "p.import_kernels(); print(hasattr(torch.ops._C, 'cpu_gemm_wna16'))"],
+                               capture_output=True, text=True, timeout=300)
+        assert probe.stdout.strip().splitlines()[-1] == "False", probe.stdout + probe.stderr[-2000:]
+        print(f"\nint4 checkpoint on {stack['detect']['cpu_model']} (no AVX-512): refused at plan, as vLLM's "
+              "AVX2 library has no cpu_gemm_wna16")
+        return
     plan_file, got = plan_for(tmp_path, stack, models["tiny-ct-w4"]["folder"])
     plan = got["plan"]
     expected = "zentorch_dynamic_qlinear" if stack["backend"] == "zentorch" else "cpu_gemm_wna16"

@@ -29,7 +29,8 @@ def test_qwen3_06b_header_weights_and_kv(script, tmp_path):
     assert d["weight_bytes"] == QWEN3_06B_PARAMS * 2  # bf16, lm_head.weight skipped (tied)
     assert d["kv_bytes_per_token"] == 2 * 8 * 128 * 2 * 28 == 114_688
     assert d["kv_attention"] == "gqa" and d["kv_layers"] == {"full": 28, "sliding": 0, "none": 0, "sliding_window": None,
-                                                             "recurrent_family": None, "recurrent_state_bytes": None}
+                                                             "recurrent_family": None, "recurrent_state_bytes": None,
+                                                             "ssm_state_dtype": None}
     f = d["fit"]
     # KV 114,688 B x 4096 = 0.4375 GiB; required = 1.1102 + 0.4375 + 2 = 3.5477
     assert (f["kv_needed_gb"], f["required_gb"], f["fits"]) == (0.44, 3.55, True)
@@ -189,10 +190,17 @@ def test_notes_say_what_the_sizing_assumed(script, tmp_path):
     """The notes are what a reader checks the numbers against: each names the count, the size and the rule."""
     cfg = tmp_path / "config.json"
     cfg.write_text(__import__("json").dumps(QWEN3_NEXT))
-    d = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "150", "--max-model-len", "4096").doc
+    d = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "150", "--max-model-len", "4096",
+               "--avx512-bf16", "yes").doc
     assert ("36 gated_deltanet layers keep a recurrent state of 2,146,304 B per sequence (SSM state in float32, "
-            "as vLLM keeps it on CPU), two KV pages each (prefix caching keeps a copy); attention pages grow to "
-            "1152 tokens to hold it") in d["notes"]
+            "as vLLM keeps it on a CPU with AVX-512 BF16), two KV pages each (prefix caching keeps a copy); attention "
+            "pages grow to 1152 tokens to hold it") in d["notes"]
+    # without AVX-512 BF16 vLLM leaves the SSM state in the serving dtype: 1,048,576 B less, 640-token pages
+    no = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "150", "--max-model-len", "4096",
+                "--avx512-bf16", "no").doc
+    assert (no["kv_layers"]["recurrent_state_bytes"], no["kv_block_size"], no["kv_layers"]["ssm_state_dtype"]) == \
+        (2_146_304 - 32 * 128 * 128 * 2, 640, "bfloat16") and no["avx512_bf16"] is False
+    assert (d["kv_layers"]["ssm_state_dtype"], d["avx512_bf16"]) == ("float32", True)
     assert not any("sliding-window" in n for n in d["notes"])
     d = est(script, FIXTURES / "Mistral-7B-v0.1", "--max-num-batched-tokens", "4096").doc
     assert ("32 sliding-window layers hold min(window - 1 + --max-num-batched-tokens 4096, max_model_len) tokens "

@@ -19,6 +19,12 @@ from model_fixtures import model_folder
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 NO_FACTS = {"hf_token_set": False, "hf_offline": False, "api_key_set": False, "model_dir": None}
+
+
+def facts_for(docs: dict, **more) -> dict:
+    """NO_FACTS, with the HF cache the documents name as it is on this disk (a container plan checks it)."""
+    import validate
+    return {**NO_FACTS, "hf_cache": validate.cache_listing(docs["validate"]["hf_cache"]["path"]), **more}
 FAKE_SERVER = ROOT / "tests" / "fakes" / "openai_server.py"
 SECRET = "hf_plan_secret_5678"
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
@@ -144,11 +150,11 @@ def test_plan_refuses_inconsistent_inputs(inputs, mutate, needle):
     docs = load_docs(inputs)
     mutate(docs)
     with pytest.raises(ScriptError) as e:
-        serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+        serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert needle in e.value.error
     with pytest.raises(ScriptError) as e:
         serve_plan.build_plan(load_docs(inputs),
-                              {"model": "other/model"}, load_epyc(), NO_FACTS)
+                              {"model": "other/model"}, load_epyc(), facts_for(docs))
     assert "check_model.py ran for" in e.value.error
 
 
@@ -302,7 +308,7 @@ def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
     docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
     docs["detect"] = live_tune["detect"]  # one host: the five documents must agree (plan cross-checks)
     opt = {"port": port or free_port(), "state_dir": str(tmp_path / "st-host"), **opts}
-    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs["check_model"]))
+    plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs))
     path = tmp_path / "plan-host.json"
     path.write_text(json.dumps(plan))
     return path, plan
@@ -440,7 +446,7 @@ def test_an_unknown_endpoint_is_settled_by_verify_on_the_running_server(script, 
 def test_completions_handoff_for_a_base_model(inputs, tmp_path):
     docs = load_docs(inputs)
     docs["check_model"].update(primary_endpoint="completions", supported_endpoints=["completions"])
-    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
     h = serve_plan.handoff_doc(plan)
     assert h["endpoint_path"] == "/v1/completions" and "client.completions.create" in h["python_example"]
     assert '"prompt": "Hello, world"' in h["curl_example"]
@@ -457,7 +463,7 @@ def test_judge_smoke():
 def test_sudo_docker_plan_is_non_interactive(inputs):
     docs = load_docs(inputs)
     docs["validate"]["runtime"] = "sudo docker"
-    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert plan["argv"][:4] == ["sudo", "-n", "docker", "run"]
     assert plan["pre_argv"][0][:3] == ["sudo", "-n", "docker"]
 
@@ -515,10 +521,10 @@ def test_preload_names_only_the_pinned_libraries():
 def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, needle):
     docs = load_docs(inputs)
     docs["cpu_tune"]["target"] = docs["detect"]["target"]  # the fixture's tune and detect read the same sysroot
-    serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)  # consistent: fine
+    serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))  # consistent: fine
     mutate(docs)
     with pytest.raises(ScriptError) as e:
-        serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+        serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert "do not describe one serve" in e.value.error and needle in e.value.error
 
 
@@ -529,13 +535,13 @@ def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, n
 def test_sizing_baselines_for_the_comparison(inputs, sizing, bind, kv, seqs):
     """bench.py --compare serves the same model under each sizing: only the rules differ."""
     docs = load_docs(inputs)
-    plan = serve_plan.build_plan(docs, {"sizing": sizing}, load_epyc(), NO_FACTS)
+    plan = serve_plan.build_plan(docs, {"sizing": sizing}, load_epyc(), facts_for(docs))
     assert plan["env"].get("VLLM_CPU_OMP_THREADS_BIND") == bind and plan["env"].get("VLLM_CPU_KVCACHE_SPACE") == kv
     assert ("--max-num-seqs" in plan["argv"]) == seqs and plan["sizing"]["sizing_rule"] == sizing
     assert any(a.startswith("--cpuset-cpus") for a in plan["argv"]) == (sizing in ("skill", "skill+throughput"))
     assert ("TORCHINDUCTOR_FREEZING" in plan["env"]) == (sizing == "skill+throughput")
     with pytest.raises(ScriptError):
-        serve_plan.build_plan(docs, {"sizing": "magic"}, load_epyc(), NO_FACTS)
+        serve_plan.build_plan(docs, {"sizing": "magic"}, load_epyc(), facts_for(docs))
 
 
 def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(script, tmp_path):
@@ -580,7 +586,7 @@ def test_throughput_flags_are_refused_on_the_stock_path(inputs):
     docs["validate"]["backend"] = "stock"
     for opt in ({"throughput_flags": True}, {"sizing": "skill+throughput"}):
         with pytest.raises(ScriptError, match="zentorch path only"):
-            serve_plan.build_plan(docs, opt, load_epyc(), NO_FACTS)
+            serve_plan.build_plan(docs, opt, load_epyc(), facts_for(docs))
 
 
 def test_the_smoke_request_is_deterministic_and_short():
@@ -595,8 +601,8 @@ def test_the_smoke_request_is_deterministic_and_short():
 def test_kernel_log_turns_on_exactly_the_two_kernel_logs(inputs):
     """kernel_proof.py reads ZenDNN's API log and oneDNN's verbose lines: both, and only with --kernel-log."""
     docs = load_docs(inputs)
-    with_log = serve_plan.build_plan(docs, {"kernel_log": True}, load_epyc(), NO_FACTS)["env"]
-    without = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)["env"]
+    with_log = serve_plan.build_plan(docs, {"kernel_log": True}, load_epyc(), facts_for(docs))["env"]
+    without = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))["env"]
     assert {k: v for k, v in with_log.items() if k not in without} == {"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"}
 
 
@@ -605,7 +611,7 @@ def test_kernel_log_turns_on_exactly_the_two_kernel_logs(inputs):
 
 def test_the_confirmation_summary_names_every_decision_in_words(inputs):
     docs = load_docs(inputs)
-    plan = serve_plan.build_plan(docs, {}, load_epyc(), {**NO_FACTS, "hf_token_set": True})
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs, hf_token_set=True))
     model, port = plan["model"], plan["port"]
     assert plan["summary"] == [
         ["Model / kind", f"{model} -- text, endpoint chat_completions"],
@@ -638,7 +644,7 @@ def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatc
                                            "symmetric": True, "group_size": 128, "cpu_kernels": {}}
     docs["validate"]["confirmations"] = [{"check": "c", "message": "the image is not the pinned one", "fix": "f"}]
     plan = serve_plan.build_plan(docs, {"expose": True, "api_key_env": "MY_KEY", "sizing": "all-cores"}, load_epyc(),
-                                 {**NO_FACTS, "api_key_set": True})
+                                 facts_for(docs, api_key_set=True))
     rows = dict((k, v) for k, v in plan["summary"] if k not in ("Warning",))
     assert plan["quantization"]["kernel"].startswith("zentorch_dynamic_qlinear")
     assert rows["Precision"] == ("bfloat16 activations; weights compressed-tensors 4-bit, run by "
@@ -652,7 +658,7 @@ def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatc
 
 def test_the_handoff_is_the_table_and_examples_a_user_pastes(inputs):
     docs = load_docs(inputs)
-    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
     port, name = plan["port"], plan["container_name"]
     h = serve_plan.handoff_doc(plan)
     assert h["table_markdown"] == "\n".join([
@@ -681,7 +687,7 @@ def test_every_field_of_a_plan_is_compared_with_a_fresh_rendering(inputs):
     """start (and every verb) refuses a plan that differs from its own inputs' rendering in any field: the
     command, its env and secrets, where it runs, and what the summary, stop command and handoff say."""
     docs = load_docs(inputs)
-    plan = serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)
+    plan = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert {"argv", "env", "stop_command", "summary_markdown", "base_url"} <= plan.keys()
     for field in plan.keys() - {"ok"}:  # ok: the printed verdict, not a field the plan renders
         assert serve_plan.plan_differences({**plan, field: "edited"}, plan) == [field]
@@ -718,5 +724,5 @@ def test_a_host_plan_preloads_the_library_validate_found(inputs):
     lib = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
     docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
                             ld_preload={"value": lib, "note": None})
-    assert serve_plan.build_plan(docs, {}, load_epyc(), NO_FACTS)["env"]["LD_PRELOAD"] == lib
-    assert "LD_PRELOAD" not in serve_plan.build_plan(docs, {"sizing": "vllm-default"}, load_epyc(), NO_FACTS)["env"]
+    assert serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))["env"]["LD_PRELOAD"] == lib
+    assert "LD_PRELOAD" not in serve_plan.build_plan(docs, {"sizing": "vllm-default"}, load_epyc(), facts_for(docs))["env"]

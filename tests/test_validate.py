@@ -122,7 +122,7 @@ def test_hf_cache_follows_links_and_honours_env(tmp_path):
     out = v.resolve_hf_cache({"HF_HOME": str(link)})
     assert out["path"] == str(real)
     assert "link" in out["note"] and out["nfs"] is False
-    assert v.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(real)
+    assert v.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(real / "hub")  # itself, not its parent
 
 
 def test_port_skips_a_busy_one(script, fake_rt):
