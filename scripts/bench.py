@@ -423,8 +423,9 @@ def compare(plan: dict, args, out: Path, env: dict):
         except ScriptError as exc:
             not_run[name] = exc.error
             common.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
-        finally:
-            serve_life.stop(variant)
+        finally:  # a second signal (`timeout`, a double Ctrl-C) waits until the server is stopped
+            with common.signals_deferred():
+                serve_life.stop(variant)
     if not results:
         raise ScriptError("no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items()))
     cmp = side_by_side(results)

@@ -151,7 +151,8 @@ def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
     if desc is None:
         return None
     kernels = epyc["quantization"]["kernels"]
-    return {**desc, "cpu_kernels": {b: quantization.cpu_kernel(desc, b, "bfloat16", kernels)
+    return {**desc, "cpu_kernels": {b: quantization.cpu_kernel(desc, b, "bfloat16", kernels, None,
+                                                                epyc["quantization"].get("stock_needs_avx512"))
                                     for b in ("zentorch", "stock")}}
 
 

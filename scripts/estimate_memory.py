@@ -158,7 +158,8 @@ def main(argv: Sequence[str] | None = None):
     if layout["none"] and layout["recurrent_state_bytes"]:
         notes.append(f"{layout['none']} {layout['recurrent_family']} layers keep a recurrent state of "
                      f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in {ssm_dtype}, as vLLM keeps it "
-                     f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix caching keeps a copy); attention pages grow to "
+                     f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix "
+                     f"caching keeps a copy); attention pages grow to "
                      f"{page_block(layout, block)} tokens to hold it")
     elif layout["none"]:
         notes.append(f"{layout['none']} layers keep a recurrent state per sequence that this config does not size "

@@ -139,11 +139,13 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
     try:
         return verify(plan, timeout, smoke_timeout)
     except ScriptError as exc:
-        stopped = stop(plan)
+        with common.signals_deferred():  # a signal now waits until the server is stopped
+            stopped = stop(plan)
         exc.extra.update(plan_file=str(plan_file), stopped=stopped)
         raise
     except KeyboardInterrupt:
-        stopped = stop(plan)
+        with common.signals_deferred(reraise=False):  # the second signal of `timeout` or a double Ctrl-C
+            stopped = stop(plan)
         raise ScriptError("interrupted during verify: up stopped the server it had started", "run up again",
                           phase="verify", plan_file=str(plan_file), stopped=stopped)
 

@@ -62,9 +62,12 @@ def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict],
             note = row.get("note")
             if backend == "zentorch" and row.get("needs_dtype") and dtype != row["needs_dtype"]:
                 kernel, note = row.get("otherwise"), f"served in {dtype}, not {row['needs_dtype']}: " + (note or "")
-            if kernel and needs_avx512 and avx512 is False and kernel.startswith(needs_avx512["kernel"]):
-                return {"quantized": True, "kernel": None, "served_on_cpu": False, "note": needs_avx512["text"],
-                        "source": needs_avx512["source"]}
+            if kernel and needs_avx512 and kernel.startswith(needs_avx512["kernel"]):
+                if avx512 is False:
+                    return {"quantized": True, "kernel": None, "served_on_cpu": False, "note": needs_avx512["text"],
+                            "source": needs_avx512["source"]}
+                if avx512 is None:  # check_model does not know the CPU: say where it cannot run
+                    note = f"{note + '; ' if note else ''}needs AVX-512: {needs_avx512['text']}"
             return {"quantized": True, "kernel": kernel, "served_on_cpu": kernel is not None,
                     "note": note, "source": row.get("source")}
     return {"quantized": True, "kernel": None, "served_on_cpu": None,

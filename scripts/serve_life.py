@@ -96,10 +96,11 @@ def check_inputs(inputs: dict, where: str, fix: str) -> None:
         common.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
 
 
-def rerender(plan: dict, epyc: dict, env_from_plan: bool = False) -> dict:
+def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start") -> dict:
     """The plan its own inputs and options give in this shell now (start compares it with the file).
-    `env_from_plan`: take the secrets' and offline state from the plan itself, not this shell (stop must
-    work where the API key is not exported; it only needs to know the plan was not edited)."""
+    `env_from_plan`: take the secrets', offline and HF cache state from the plan itself, not this shell
+    and this disk (stop must work where the API key is not exported, or after the cache changed under a
+    running server; it only needs to know the plan was not edited). Only start looks at the disk again."""
     from serve_plan import build_plan
     check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
     try:
@@ -107,10 +108,12 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False) -> dict:
         if env_from_plan:
             facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
                          api_key_set=bool(plan.get("api_key_env")), api_key_length=None,
-                         hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
+                         hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1",
+                         hf_cache={"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
+                                   "error": None})
         return build_plan(plan["inputs"], plan["options"], epyc, facts)
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
-        exc.extra.setdefault("phase", "start")
+        exc.extra.setdefault("phase", phase)
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScriptError(f"the plan's inputs cannot be rendered again ({type(exc).__name__}: {exc})", PLAN_FIX)
@@ -141,7 +144,7 @@ def read_plan(path: str, verb: str, epyc: dict) -> dict:
     (with the secrets and offline state the plan records, so it works where the key is not exported):
     an edited stop command, summary or command is refused before anything acts on it or shows it."""
     plan = load_plan(path)
-    refuse_edited(plan, rerender(plan, epyc, env_from_plan=True), verb)
+    refuse_edited(plan, rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
     return plan
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import common
 import quantization
 from common import ScriptError
+from kv_cache import ssm_state_dtype
 from vllm_registry import normalize_version
 
 
@@ -130,8 +131,8 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
 
 
 API_KEY_MIN = 8
-HF_MOUNT_FIX = ("point HF_HOME (or HF_HUB_CACHE) at a folder of its own that holds only the cache, e.g. "
-                "export HF_HOME=~/.cache/huggingface; then run validate.py and plan again")
+HF_MOUNT_FIX = ("move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
+                "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again")
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
 SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv",
                   "/mnt", "/media", "/snap", "/var/lib", "/var/tmp", "/var/log", "/var/spool", "/var/cache")
@@ -154,53 +155,44 @@ def system_folder(path: str) -> bool:
 
 
 def in_system_tree(path: str) -> bool:
-    """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised),
-    except a disk the desktop mounted for a user (/run/media/USER/DISK/...)."""
-    removable = path.startswith("/run/media/") and len(path.split("/")) > 4
-    return _at_or_below(path, SYSTEM_TREES) and not removable
+    """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
+    return _at_or_below(path, SYSTEM_TREES)
 
 
-# What a Hugging Face cache holds at its top (huggingface_hub, datasets, transformers, accelerate and the
-# older layouts), and a hub cache at its own: a folder mounted read-write into a root container as the
-# cache holds nothing else. A home, ~/.aws, /nix/store or a disk's root each hold something else.
-HF_HOME_ENTRIES = frozenset({"hub", "xet", "assets", "token", "stored_tokens", "datasets", "metrics", "modules",
-                             "accelerate", "transformers", "diffusers", "evaluate", "lerobot", "CACHEDIR.TAG",
-                             ".locks", ".check_for_update_done", ".check_for_skill_update_done",
-                             ".agent_harnesses.json"})
-HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "version.txt"})
-_HUB_REPO_FOLDER = re.compile(r"(models|datasets|spaces)--[^/]+")
+def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
+    return any(path == t or path.startswith(t + "/") for t in trees)
 
 
-def foreign_cache_entries(entries: list[str], hub: bool) -> list[str]:
-    """The entries of a would-be HF cache that no Hugging Face library puts there (`hub`: the folder is
-    a hub cache itself, holding models--ORG--NAME folders)."""
-    if hub:
-        return [e for e in entries if e not in HUB_CACHE_ENTRIES and not _HUB_REPO_FOLDER.fullmatch(e)]
-    return [e for e in entries if e not in HF_HOME_ENTRIES]
+# What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top: a folder
+# mounted read-write into a root container as the hub cache holds nothing else. A home, ~/.aws, /nix/store
+# or a disk's root each hold something else.
+HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found"})
+_HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
 
 
-def hf_mount_problem(path: str, found: dict, hub: bool) -> str | None:
-    """Why the HF cache validate.py recorded cannot be mounted read-write into a root container now, or
+def foreign_cache_entries(entries: list[str]) -> list[str]:
+    """The entries of a would-be hub cache that no Hugging Face library puts there."""
+    return [e for e in entries if e not in HUB_CACHE_ENTRIES and not _HUB_CACHE_ENTRY.fullmatch(e)]
+
+
+def hf_mount_problem(path: str, found: dict | None) -> str | None:
+    """Why the hub cache validate.py recorded cannot be mounted read-write into a root container now, or
     None. `found` is the folder as it is now (validate.cache_listing). It must be at that very path (a
     link made since then would be followed by the runtime: validate records the real path), and hold
-    only a cache, or nothing yet: a list of system folders can refuse / or /etc, but never names every
-    folder that holds what a container must not write."""
+    only models, datasets and spaces, or nothing yet: a list of system folders can refuse / or /etc,
+    but never names every folder that holds what a container must not write."""
     if not found:
         return "was not looked at on this machine"
     if found.get("error"):
         return f"cannot be read ({found['error']})"
     if found["real"] != path:
         return f"is {found['real']} now (a link, or a path not in its plain form), not the folder validate.py checked"
-    foreign = foreign_cache_entries(found.get("entries") or [], hub)
+    foreign = foreign_cache_entries(found.get("entries") or [])
     if foreign:
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        return (f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which no "
-                f"{'hub cache' if hub else 'Hugging Face cache'} holds")
+        return (f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which a hub cache does not hold "
+                "(only models--*, datasets--*, spaces--* folders)")
     return None
-
-
-def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
-    return any(path == t or path.startswith(t + "/") for t in trees)
 
 
 _PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
@@ -311,12 +303,14 @@ def mismatches(inp: dict) -> list[str]:
     ram = tune.get("socket_ram_gb")
     if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")
-    recurrent = (est.get("kv_layers") or {}).get("ssm_state_dtype")
-    if recurrent and det.get("avx512_bf16") is not None and est.get("avx512_bf16") != det["avx512_bf16"]:
-        # the SSM state's dtype, and so the KV page, depends on it (kv_cache.ssm_state_dtype)
-        out.append(f"estimate_memory.py sized the recurrent state for a CPU {'with' if est.get('avx512_bf16') else 'without'}"
-                   f" AVX-512 BF16, detect.py read one {'with' if det['avx512_bf16'] else 'without'} (pass "
-                   f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
+    sized = (est.get("kv_layers") or {}).get("ssm_state_dtype")
+    if sized and det.get("avx512_bf16") is not None:
+        # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
+        served = ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
+        if sized != served or est.get("avx512_bf16") != det["avx512_bf16"]:
+            out.append(f"estimate_memory.py sized the recurrent state in {sized}, vLLM keeps it in {served} on the "
+                       f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
+                       f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
     if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
         out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
@@ -390,7 +384,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                           "export a key in an env var and pass --api-key-env NAME")
     if key_env and not facts.get("api_key_set"):
         raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
-    if key_env and (facts.get("api_key_length") or API_KEY_MIN) < API_KEY_MIN:
+    if key_env and facts.get("api_key_length") is not None and facts["api_key_length"] < API_KEY_MIN:
         # a short key is guessed, and masking it would blank words wherever it appears ("local", "error")
         raise ScriptError(f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
                           f"{API_KEY_MIN} at least", f"export {key_env} as a longer random key, e.g. "
@@ -454,16 +448,14 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         if facts.get("model_dir"):  # a local folder goes into the container read-only
             model_arg = f"/models/{Path(facts['model_dir']).name}"
             mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
-        hf_target = epyc["container"]["hf_cache_mount_target"]
-        if val["hf_cache"].get("mount_subdir"):  # HF_HUB_CACHE named a hub cache itself (see validate.py)
-            hf_target = f"{hf_target}/{val['hf_cache']['mount_subdir']}"
+        # the hub cache only, where the container's huggingface_hub looks for models (see validate.py)
+        hf_target = f"{epyc['container']['hf_cache_mount_target']}/{val['hf_cache']['mount_subdir']}"
         hf_mount = bind_mount(val["hf_cache"]["path"], hf_target)  # the system-folder fence first: its wording
         if not val.get("deferred"):  # another host's cache is checked there, by its own chain
-            problem = hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"),
-                                       bool(val["hf_cache"].get("mount_subdir")))
+            problem = hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"))
             if problem:
-                raise ScriptError(f"cannot mount the Hugging Face cache {val['hf_cache']['path'][:300]!r} read-write "
-                                  f"into the container: it {problem}", HF_MOUNT_FIX)
+                raise ScriptError(f"cannot mount the Hugging Face hub cache {val['hf_cache']['path'][:300]!r} "
+                                  f"read-write into the container: it {problem}", HF_MOUNT_FIX)
         argv = container_run_argv(rt, name, epyc["container"]["run_flags"],
                                   tune["container_cpuset_argv"] if rules["pin"] else [],
                                   hf_mount, mount, env,

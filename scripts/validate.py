@@ -174,34 +174,31 @@ def image_is_local(runtime: str, image: str) -> bool:
 
 
 def resolve_hf_cache(env: dict) -> dict:
-    """The host folder to mount at /root/.cache/huggingface, with symlinks followed and NFS flagged. An
-    HF_HUB_CACHE is a hub cache itself: that folder, and only it, is mounted one level down, at
-    .../huggingface/hub (mount_subdir), where the container's huggingface_hub looks for its models (its
-    parent could be anything: HF_HUB_CACHE=$HOME/hub had mounted the home). So is a `hub` folder that is
-    a link: mounted as its target, since the link would name a host path the container does not have."""
-    subdir = None
-    if env.get("HF_HUB_CACHE"):
-        home, subdir = common.user_path(env["HF_HUB_CACHE"], "HF_HUB_CACHE"), "hub"
+    """The hub cache a container mounts read-write at /root/.cache/huggingface/hub, found as huggingface_hub
+    finds it: HF_HUB_CACHE (or the older HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, HF_HOME defaulting to
+    $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface; links followed (a link would name a host path the
+    container lacks), NFS flagged. Only the hub cache: the rest of HF_HOME holds other tools' files
+    (Gradio's, a sandbox, tokens), none of which the server needs, and an HF_HUB_CACHE's parent could be
+    anything (HF_HUB_CACHE=$HOME/hub had mounted the home)."""
+    named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if named:
+        hub = common.user_path(named, "HF_HUB_CACHE")
     else:
-        # huggingface_hub's own default: $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
-        home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME")
+        hub = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME") / "hub"
     try:
-        return _hf_cache_at(home, subdir)
+        return _hf_cache_at(hub)
     except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
-        raise ScriptError(f"cannot use the Hugging Face cache {str(home)[:200]}: {exc.strerror or exc}",
-                          "export HF_HOME (or HF_HUB_CACHE) as a shorter, readable folder")
+        raise ScriptError(f"cannot use the Hugging Face cache {str(hub)[:200]}: {exc.strerror or exc}",
+                          "export HF_HUB_CACHE (or HF_HOME) as a shorter, readable folder")
 
 
-def _hf_cache_at(home: Path, subdir: str | None) -> dict:
+def _hf_cache_at(home: Path) -> dict:
     notes = []
-    if subdir is None and (home / "hub").is_symlink():  # the hub cache elsewhere: mounted as the link's target,
-        link = home / "hub"                              # as a link it would name a host path the container lacks
-        home, subdir = Path(os.path.realpath(link)), "hub"
-        notes.append(f"{link} is a link to {home}; that folder is mounted as the container's hub cache")
     real = Path(os.path.realpath(home))
-    if real.exists() and not real.is_dir():  # a file mounted as the cache: the container's downloads fail
-        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder", "export HF_HOME (or "
-                          "HF_HUB_CACHE) to a folder, or leave it unset for ~/.cache/huggingface")
+    there = next(p for p in (real, *real.parents) if p.exists())  # what is there now, or the folder it goes in
+    if not there.is_dir():  # a file as the cache (or HF_HOME): the runtime cannot mount it, downloads fail
+        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is a file)",
+                          "export HF_HUB_CACHE (or HF_HOME) to a folder, or leave both unset for ~/.cache/huggingface")
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS
     if real != Path(os.path.abspath(home)):
@@ -211,7 +208,7 @@ def _hf_cache_at(home: Path, subdir: str | None) -> dict:
     if nfs:
         notes.append(f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
                      "(HF_HOME=/local/path) if the container cannot read it")
-    return {"path": str(real), "mount_subdir": subdir, "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
+    return {"path": str(real), "mount_subdir": "hub", "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
 
 
 def cache_listing(path: str) -> dict:
@@ -423,10 +420,10 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
     issues += stack_issues(stack, compat, runtime, args.stock)
     hf_cache = gathered["hf_cache"]
     if gathered.get("hf_cache_listing"):  # a container mounts it read-write: it must be a cache, nothing else
-        problem = hf_mount_problem(hf_cache["path"], gathered["hf_cache_listing"], bool(hf_cache["mount_subdir"]))
+        problem = hf_mount_problem(hf_cache["path"], gathered["hf_cache_listing"])
         if problem:
-            issues.append(issue("hf_cache", "error", f"the Hugging Face cache {hf_cache['path'][:300]} {problem}: it "
-                                "is mounted read-write into a root container", HF_MOUNT_FIX))
+            issues.append(issue("hf_cache", "error", f"the Hugging Face hub cache {hf_cache['path'][:300]} {problem}: "
+                                "it is mounted read-write into a root container", HF_MOUNT_FIX))
     if hf_cache["nfs"]:
         issues.append(issue("hf_cache", "warning", hf_cache["note"], "export HF_HOME=/a/local/folder"))
     preload, preload_note = (ld_preload_value(gathered["preload_libs"]) if runtime == "host" else (None, None))
@@ -514,7 +511,8 @@ def deferred_gather(args, epyc: dict, image: str, python: str) -> dict:
         "runtime": runtime, "runtime_detail": {runtime: "assumed (deferred to the host)"}, "python": python,
         "host_stack": {"import_error": "deferred"}, "host_ok": runtime == "host", "image": image,
         "image_probe": {"local": False, "found": None},
-        "hf_cache": {"path": epyc["container"]["hf_cache_mount_target"], "nfs": False, "fstype": None,
+        "hf_cache": {"path": epyc["container"]["hf_cache_mount_target"] + "/hub", "mount_subdir": "hub",
+                     "nfs": False, "fstype": None,
                      "note": "assumed: the host's HF cache is root's default (deferred to the host)"},
         "preload_libs": {}, "execstack": [], "port": epyc["serve"]["default_port"], "hf_token_set": False,
         "deferred": ["runtime", "image pull and its stack probe", "port", "HF cache", "LD_PRELOAD libraries"],

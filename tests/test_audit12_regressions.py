@@ -272,13 +272,15 @@ def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
     f = tmp_path / "hf-file"
     f.write_text("x")
     with pytest.raises(ScriptError, match="is not a folder"):
-        validate.resolve_hf_cache({"HF_HOME": str(f)})
+        validate.resolve_hf_cache({"HF_HOME": str(f)})  # its hub would be inside a file
+    with pytest.raises(ScriptError, match="is not a folder"):
+        validate.resolve_hf_cache({"HF_HUB_CACHE": str(f)})
     os.chdir(tmp_path)
     try:
         got = validate.resolve_hf_cache({"HF_HOME": "rel-hf"})  # relative: no "is a link" note
     finally:
         os.chdir(ROOT)
-    assert got["path"] == str(tmp_path / "rel-hf") and "link" not in (got["note"] or "")
+    assert got["path"] == str(tmp_path / "rel-hf" / "hub") and "link" not in (got["note"] or "")
 
 
 def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, inputs, rt, tmp_path):  # noqa: F811
@@ -531,7 +533,7 @@ def test_a_short_or_many_line_secret_does_not_mask_words_or_slow_the_masker():
 
 # ---- seventeenth audit (365 cases, 8 findings)
 
-def _plan_with_hf_cache(script, inputs, rt, tmp_path, path: str, subdir=None):  # noqa: F811
+def _plan_with_hf_cache(script, inputs, rt, tmp_path, path: str, subdir="hub"):  # noqa: F811
     """launch.py plan with validate.json's hf_cache edited to `path` (a hand-edited document)."""
     from test_launch import plan_args
     doc = json.loads(Path(inputs["validate"]).read_text())
@@ -585,26 +587,26 @@ def test_hf_hub_cache_mounts_that_folder_only(tmp_path):
     assert not system_folder("/mnt/hub") and not system_folder("/srv/hub") and not system_folder("/opt/hub")
 
 
-@pytest.mark.parametrize("entries,hub,foreign", [
-    ([".bashrc", ".ssh", "hub", ".cache"], False, [".bashrc", ".ssh", ".cache"]),   # a home
-    (["credentials", "config"], False, ["credentials", "config"]),                  # ~/.aws
-    (["hub", "xet", "token", "stored_tokens", "datasets", "modules", "accelerate", "CACHEDIR.TAG"], False, []),
-    (["models--Qwen--Qwen3-0.6B", "datasets--a--b", ".locks", "version.txt", "CACHEDIR.TAG"], True, []),
-    (["models--Qwen--Qwen3-0.6B", "notes.txt"], True, ["notes.txt"]),
-    (["hub"], True, ["hub"]),                                                       # an HF_HOME is not a hub
+@pytest.mark.parametrize("entries,foreign", [
+    ([".bashrc", ".ssh", "hub", ".cache"], [".bashrc", ".ssh", "hub", ".cache"]),        # a home
+    (["credentials", "config"], ["credentials", "config"]),                                # ~/.aws
+    (["models--Qwen--Qwen3-0.6B", "datasets--a--b", "spaces--c--d", ".locks", "version.txt", "CACHEDIR.TAG",
+      "version_diffusers_cache.txt", "lost+found"], []),                                   # a hub cache, a disk's
+    (["models--Qwen--Qwen3-0.6B", "notes.txt"], ["notes.txt"]),
 ])
-def test_only_a_hugging_face_cache_is_mounted_read_write(entries, hub, foreign):
-    """F2: no list of system folders names a home, ~/.aws, ~/.config or /nix/store: what the folder holds
-    is checked instead, against what Hugging Face libraries put there."""
+def test_only_a_hub_cache_is_mounted_read_write(entries, foreign):
+    """Seventeenth F2: no list of system folders names a home, ~/.aws, ~/.config or /nix/store: what the
+    folder holds is checked instead, against what Hugging Face libraries put in a hub cache."""
     from serve_plan import foreign_cache_entries, hf_mount_problem
-    assert foreign_cache_entries(entries, hub) == foreign
-    problem = hf_mount_problem("/c", {"real": "/c", "entries": entries, "error": None}, hub)
+    assert foreign_cache_entries(entries) == foreign
+    problem = hf_mount_problem("/c", {"real": "/c", "entries": entries, "error": None})
     assert (problem is None) == (not foreign) and all(repr(e) in (problem or "") for e in foreign[:5])
-    assert hf_mount_problem("/c", {"real": "/c", "entries": None, "error": None}, hub) is None  # not there yet
+    assert hf_mount_problem("/c", {"real": "/c", "entries": None, "error": None}) is None  # not there yet
 
 
-def test_validate_refuses_a_home_as_the_containers_hf_cache(script, tmp_path):
-    """F2: HF_HOME=/home/alice (or HF_HUB_CACHE=~/.config) passed; validate now says why, before any plan."""
+def test_validate_refuses_a_home_as_the_containers_hub_cache_and_takes_a_busy_hf_home(script, tmp_path):
+    """Seventeenth F2: HF_HUB_CACHE=/home/alice passed; validate now says why, before any plan. Eighteenth
+    F2: an HF_HOME holding Gradio's, trackio's or a sandbox's files was refused: only its hub is mounted."""
     from conftest import detect_file
     home = tmp_path / "alice"
     (home / ".ssh").mkdir(parents=True)
@@ -612,16 +614,33 @@ def test_validate_refuses_a_home_as_the_containers_hf_cache(script, tmp_path):
     fake = ROOT / "tests" / "fakes" / "bin"
     rtd = tmp_path / "rt"
     rtd.mkdir()
-    env = {"FAKE_RT_DIR": str(rtd), "PATH": f"{fake}:{os.environ['PATH']}", "HF_HOME": str(home)}
-    r = script("validate.py", "--python", sys.executable, "--detect", str(detect_file(tmp_path)), env=env)
+    env = {"FAKE_RT_DIR": str(rtd), "PATH": f"{fake}:{os.environ['PATH']}", "HF_HUB_CACHE": str(home)}
+    det = str(detect_file(tmp_path))
+    r = script("validate.py", "--python", sys.executable, "--detect", det, env=env)
     assert r.code == 1 and "'.bashrc'" in r.doc["error"] and "read-write" in r.doc["error"], r.doc
-    assert "HF_HOME" in r.doc["fix"]
+    assert "HF_HUB_CACHE" in r.doc["fix"]
+    hf_home = tmp_path / "hf-home"
+    for entry in ("gradio", "trackio", "sandbox", "lighteval", "token", "xet", "hub/models--a--b"):
+        (hf_home / entry).mkdir(parents=True)
+    env.pop("HF_HUB_CACHE")
+    r = script("validate.py", "--python", sys.executable, "--detect", det, env={**env, "HF_HOME": str(hf_home)})
+    assert r.code == 0 and r.doc["hf_cache"]["path"] == str(hf_home / "hub"), r.doc
 
 
-def test_a_removable_disk_under_run_media_may_hold_the_cache():
+def test_the_legacy_hub_cache_variable_is_read_as_huggingface_hub_reads_it(tmp_path):
+    """Eighteenth note: HUGGINGFACE_HUB_CACHE, which check_model and estimate honour through huggingface_hub,
+    was ignored here: the container could mount another cache than the one checked."""
+    import validate
+    old = tmp_path / "legacy"
+    assert validate.resolve_hf_cache({"HUGGINGFACE_HUB_CACHE": str(old)})["path"] == str(old)
+    assert validate.resolve_hf_cache({"HUGGINGFACE_HUB_CACHE": str(old), "HF_HUB_CACHE": str(tmp_path / "new")})[
+        "path"] == str(tmp_path / "new")
+
+
+def test_nothing_under_run_is_mounted_or_a_state_dir():
+    """Eighteenth F6: the /run/media exception let a state dir, or a cache docker would create, into /run."""
     from serve_plan import in_system_tree, system_folder
-    assert not system_folder("/run/media/alice/disk/hf") and system_folder("/run/media/alice")
-    assert in_system_tree("/run/user/0") and in_system_tree("/run/media")
+    assert system_folder("/run/media/alice/disk/hf") and in_system_tree("/run/media/aud18/st")
 
 
 def test_a_reflected_key_in_a_broken_status_line_is_masked_before_any_cut(monkeypatch):
@@ -727,3 +746,52 @@ def test_an_int4_checkpoint_is_not_served_on_a_cpu_without_avx512():
     assert quantized_path(report, "stock", "bfloat16", load_epyc(), avx512=True)["kernel"].startswith("cpu_gemm_wna16")
     refused = quantized_path(report, "stock", "bfloat16", load_epyc(), avx512=False)
     assert refused["served_on_cpu"] is False and "_C_AVX2" in refused["note"]
+
+
+# ---- eighteenth audit (88 cases, 7 findings), on the seventeenth's fixes
+
+def test_stop_works_after_the_hub_cache_changed_under_a_running_server(script, inputs, rt, tmp_path):  # noqa: F811
+    """F1: every verb re-rendered the plan with the cache's content as it is now: a Gradio folder made after
+    start made stop refuse the plan, and the container could not be stopped with the tool. Only start
+    looks at the disk again; the phase named is the verb's."""
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(cache))
+    assert r.code == 0, r.doc
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(r.stdout)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1]).code == 0
+    (cache / "gradio").mkdir()
+    v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "1", env=rt[1])
+    assert "Hugging Face" not in v.stdout, v.doc
+    s = script("launch.py", "stop", "--plan", str(plan_file), env=rt[1])
+    assert s.code == 0 and s.doc["stopped"], s.doc
+    assert [c["argv"][0] for c in _calls(rt[0])][-2:] == ["stop", "rm"]
+    again = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1])
+    assert again.code == 1 and "'gradio'" in again.doc["error"] and again.doc["phase"] == "start", again.doc
+
+
+def test_a_key_of_spaces_is_refused_at_plan(script, inputs, rt, tmp_path):  # noqa: F811
+    """F4: a length of 0 read as 'not known' (0 or 8), so '        ' planned an exposed server."""
+    from test_launch import plan_args
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--expose", "--api-key-env",
+                                       "MYK"), env={**rt[1], "MYK": " " * 8})
+    assert r.code == 1 and ("0 characters" in r.doc["error"] or "not set" in r.doc["error"]), r.doc
+
+
+def test_an_estimate_that_contradicts_itself_is_a_mismatch():
+    """F5: avx512_bf16 edited to true on an estimate sized with a bf16 state planned a float32 CPU's sizing."""
+    from serve_plan import mismatches
+    est = {"kv_layers": {"ssm_state_dtype": "bfloat16"}, "avx512_bf16": True, "kv_dtype": "bfloat16"}
+    docs = {"detect": {"avx512_bf16": True}, "validate": {}, "check_model": {}, "estimate_memory": est, "cpu_tune": {}}
+    assert any("vLLM keeps it in float32" in m for m in mismatches(docs))
+
+
+def test_check_model_says_an_int4_kernel_needs_avx512(script, tmp_path):
+    """F7: check_model called AWQ served on the stock path where plan (rightly) refuses it on an AVX2 CPU."""
+    import quantization
+    from common import load_epyc
+    epyc = load_epyc()
+    got = quantization.cpu_kernel({"method": "awq", "bits": 4}, "stock", "bfloat16", epyc["quantization"]["kernels"],
+                                  None, epyc["quantization"]["stock_needs_avx512"])
+    assert got["served_on_cpu"] and "needs AVX-512" in got["note"] and "_C_AVX2" in got["note"]

@@ -112,11 +112,14 @@ def test_a_state_dir_reached_through_a_link_into_a_system_tree_is_refused(tmp_pa
 
 # ---- 7: up interrupted during verify
 
-def test_an_interrupted_verify_after_up_started_stops_the_server(tmp_path, inputs, live_tune):  # noqa: F811
+@pytest.mark.parametrize("mode,signals", [("never_healthy", 1), ("slow_term", 2)])
+def test_an_interrupted_verify_after_up_started_stops_the_server(tmp_path, inputs, live_tune, mode,  # noqa: F811
+                                                                 signals):
     """As up does it, in one process: start, then verify (the fake server never gets healthy), then the
-    SIGTERM of an agent's tool timeout."""
+    SIGTERM of an agent's tool timeout -- and (eighteenth audit) the second one GNU timeout sends to the
+    group, or a double Ctrl-C, while stop still waits for a server slow to exit: it cut the stop short."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
-    server_mode(tmp_path, "never_healthy")
+    server_mode(tmp_path, mode)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import common, json, launch, serve_life\n"
             "plan = json.load(open(sys.argv[2]))\n"
             "def main(argv):\n"
@@ -132,6 +135,9 @@ def test_an_interrupted_verify_after_up_started_stops_the_server(tmp_path, input
         pgid = serve_life.read_state(plan)["pgid"]
         time.sleep(3)  # verify is polling /health
         proc.send_signal(signal.SIGTERM)
+        for _ in range(signals - 1):
+            time.sleep(1)  # stop is waiting for the server
+            proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=90)
         doc = json.loads(out)
         assert proc.returncode == 1 and "up stopped the server" in doc["error"] and doc["plan_file"]

@@ -227,10 +227,13 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
            "CONFIG": str(ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"),
            "WEIGHT_GB": "1.11", "MAX_LEN": "4096", "HF_HUB_OFFLINE": "1"}
     for line in lines:
+        if "estimate_memory.py" in line:  # as SKILL.md says: yes or no from that detect.json's avx512_bf16
+            env["AVX512_BF16"] = "yes" if json.loads((tmp_path / "detect.json").read_text())["avx512_bf16"] else "no"
         if "cpu_tune.py" in line:
             env["KV_NEEDED_GB"] = str(json.loads((tmp_path / "estimate.json").read_text())["fit"]["kv_needed_gb"])
         res = subprocess.run(["bash", "-c", line], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, line + "\n" + res.stdout[-1500:] + res.stderr[-1500:]
     tune = json.loads((tmp_path / "tune.json").read_text())
     assert tune["target"].startswith("spec:EPYC 9654") and tune["vllm_cpu_omp_threads_bind"] == "0-95"
+    assert json.loads((tmp_path / "estimate.json").read_text())["avx512_bf16"] is True  # the 9654's, not this CPU's
     assert json.loads((tmp_path / "validate.json").read_text())["deferred"]

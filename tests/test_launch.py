@@ -89,7 +89,7 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
     real = os.path.realpath(inputs["model"])
     assert p["argv"] == [
         "docker", "run", "-d", "--name", f"vllm-epyc-{p['port']}", "--ipc=host", "--network=host", "--cap-add=SYS_NICE",
-        "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface",
+        "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface/hub",
         "-v", f"{real}:/models/Qwen3-0.6B:ro", "-v", f"{tmp_path / 'st' / 'secrets'}:{serve_plan.SECRETS_TARGET}:ro",
         "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=190",
         "--entrypoint", "sh", PINNED, "-c", serve_plan.SECRET_LOADER, "vllm", "/models/Qwen3-0.6B",

@@ -120,7 +120,7 @@ def test_hf_cache_follows_links_and_honours_env(tmp_path):
     link = tmp_path / "hf-link"
     link.symlink_to(real)
     out = v.resolve_hf_cache({"HF_HOME": str(link)})
-    assert out["path"] == str(real)
+    assert out["path"] == str(real / "hub")  # the hub cache only
     assert "link" in out["note"] and out["nfs"] is False
     assert v.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(real / "hub")  # itself, not its parent
 

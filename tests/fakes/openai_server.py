@@ -20,6 +20,7 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   huge_int_usage  the completion's usage.completion_tokens is a 5000-digit integer
   many_models     /v1/models lists the model among 40,000 others
   redirect_health  /health redirects (302) to a path that answers 200: a client following it is fooled
+  slow_term       as never_healthy, and takes 3 s to exit on SIGTERM (a stop that is still waiting)
 """
 import argparse
 import json
@@ -41,6 +42,13 @@ a, _ignored = ap.parse_known_args(argv)
 t0 = time.monotonic()
 print(f"fake server: mode={a.mode} port={a.port} VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND')} "
       f"api_key_set={bool(os.environ.get('VLLM_API_KEY'))}", flush=True)
+if a.mode == "slow_term":
+    import signal
+
+    def _slow_exit(signum, frame):
+        time.sleep(3)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, _slow_exit)
 if a.mode == "exit_early":
     time.sleep(0.5)
     print("fatal: engine core failed to start", flush=True)
@@ -68,6 +76,9 @@ class H(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self):
+        if self.path == "/health" and a.mode == "slow_term":
+            self.send(503, {"error": "loading"})
+            return
         if self.path == "/health" and a.mode == "trickle_health":
             self.send_response(200)
             self.send_header("Content-Length", "1000")
