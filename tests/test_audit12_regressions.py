@@ -542,6 +542,16 @@ def _plan_with_hf_cache(script, inputs, rt, tmp_path, path: str, subdir="hub"): 
     return script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=rt[1])
 
 
+def _planned_with_a_cache(script, inputs, rt, tmp_path, cache: Path) -> Path:  # noqa: F811
+    """A container plan whose hub cache is `cache`, a new empty folder: the plan's file."""
+    cache.mkdir()
+    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(cache))
+    assert r.code == 0, r.doc
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(r.stdout)
+    return plan_file
+
+
 @pytest.mark.parametrize("path", ["//var/run", "//", "//etc", "//root", "//proc"])
 def test_a_doubled_leading_slash_never_gets_a_system_folder_mounted(script, inputs, rt, tmp_path, path):  # noqa: F811
     """F1: os.path.normpath keeps a leading '//', the runtime reads it as '/': //var/run (the docker socket's
@@ -560,11 +570,7 @@ def test_a_cache_that_became_a_link_is_refused_at_plan_and_at_start(script, inpu
     r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(link))
     assert r.code == 1 and "is /etc now" in r.doc["error"], r.doc
     cache = tmp_path / "hf"
-    cache.mkdir()
-    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(cache))
-    assert r.code == 0, r.doc
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(r.stdout)
+    plan_file = _planned_with_a_cache(script, inputs, rt, tmp_path, cache)
     cache.rmdir()
     cache.symlink_to(tmp_path / "st")  # swapped for a link between plan and start
     s = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1])
@@ -755,11 +761,7 @@ def test_stop_works_after_the_hub_cache_changed_under_a_running_server(script, i
     start made stop refuse the plan, and the container could not be stopped with the tool. Only start
     looks at the disk again; the phase named is the verb's."""
     cache = tmp_path / "hub"
-    cache.mkdir()
-    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(cache))
-    assert r.code == 0, r.doc
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(r.stdout)
+    plan_file = _planned_with_a_cache(script, inputs, rt, tmp_path, cache)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1]).code == 0
     (cache / "gradio").mkdir()
     v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "1", env=rt[1])
