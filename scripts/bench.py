@@ -245,7 +245,9 @@ def main(argv: Sequence[str] | None = None):
     import serve_life
     plan = serve_life.load_plan(args.plan)
     # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one
-    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc()), "bench")
+    # (the cache and model folder as planned: a download since then must not stop a benchmark of a running server)
+    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", disk_from_plan=True),
+                             "bench")
     problem = None if args.out else serve_life.state_dir_problem(Path(plan["state_dir"]))
     if problem:  # the default folder is in the state dir: only one start would write into
         raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
@@ -421,6 +423,8 @@ def compare(plan: dict, args, out: Path, env: dict):
             results[name] = run_matrix(variant, args, sub, env)
             write_out(sub / "summary.md", markdown(results[name]))
         except ScriptError as exc:
+            if exc.extra.get("interrupted"):  # the user's Ctrl-C, held by start: stop this server, run no more
+                raise KeyboardInterrupt from exc
             not_run[name] = exc.error
             common.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
         finally:  # a second signal (`timeout`, a double Ctrl-C) waits until the server is stopped

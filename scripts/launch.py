@@ -133,6 +133,20 @@ def refuse_before_up(a, model: str) -> None:
                           f"export {a.api_key_env}=<your key> first (its value is never printed)")
 
 
+def start_or_stop(plan: dict, plan_file: Path) -> dict:
+    """up's start: a Ctrl-C or SIGTERM that start held while it launched (it then says the server runs)
+    stops that server, as an interrupted verify does: nothing unverified is left running."""
+    try:
+        return start(plan, confirm=True)
+    except ScriptError as exc:
+        if not exc.extra.get("interrupted"):
+            raise
+        with common.signals_deferred(reraise=False):
+            stopped = stop(plan)
+        raise ScriptError("interrupted during start: up stopped the server it had started", "run up again",
+                          phase="start", plan_file=str(plan_file), stopped=stopped)
+
+
 def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
     """up started the server, so up stops it when verify fails, and when verify is interrupted (Ctrl-C,
     or the SIGTERM of an agent's tool timeout): an endpoint nobody verified is not left running."""
@@ -195,7 +209,7 @@ def up(a, epyc: dict) -> dict:
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
-    started = start(plan, confirm=True)
+    started = start_or_stop(plan, plan_file)
     result = verify_or_stop(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
     return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
             "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),

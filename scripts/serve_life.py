@@ -96,22 +96,31 @@ def check_inputs(inputs: dict, where: str, fix: str) -> None:
         common.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
 
 
-def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start") -> dict:
+def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start",
+             disk_from_plan: bool = False) -> dict:
     """The plan its own inputs and options give in this shell now (start compares it with the file).
-    `env_from_plan`: take the secrets', offline and HF cache state from the plan itself, not this shell
-    and this disk (stop must work where the API key is not exported, or after the cache changed under a
-    running server; it only needs to know the plan was not edited). Only start looks at the disk again."""
+    `env_from_plan`: take the secrets' and offline state from the plan itself, not this shell (stop must
+    work where the API key is not exported; it only needs to know the plan was not edited). It implies
+    `disk_from_plan`: the HF cache and the local model folder as the plan recorded them, not as the disk
+    holds them now (a cache that changed, a model folder moved, under a running server must not make
+    stop refuse it). Only start looks at the disk again."""
     from serve_plan import build_plan
-    check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
     try:
+        check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
         facts = host_facts(plan["options"], plan["inputs"])
         if env_from_plan:
             facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
                          api_key_set=bool(plan.get("api_key_env")), api_key_length=None,
-                         hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1",
-                         hf_cache={"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
-                                   "error": None})
-        return build_plan(plan["inputs"], plan["options"], epyc, facts)
+                         hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
+        if env_from_plan or disk_from_plan:
+            facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
+                                 "error": None, "from_plan": True}
+            if "model_dir" in plan:  # (a plan of an older bundle has none: the disk then, as it did)
+                facts["model_dir"] = plan["model_dir"]
+        fresh = build_plan(plan["inputs"], plan["options"], epyc, facts)
+        if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
+            fresh.pop("model_dir", None)
+        return fresh
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
         exc.extra.setdefault("phase", phase)
         raise
@@ -477,7 +486,8 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 raise
             raise ScriptError("interrupted, after the server was launched and recorded: it is running",
                               "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
-                              "python3 scripts/launch.py stop --plan <plan.json>", phase="start", pid=proc.pid)
+                              "python3 scripts/launch.py stop --plan <plan.json>", phase="start", pid=proc.pid,
+                              interrupted=True)
         finally:
             # handed over: the server outlives this script on purpose, and the state file is how we know it
             # now. Popen's finaliser would warn that its child still runs (a ResourceWarning, a traceback under

@@ -166,7 +166,8 @@ def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
 # What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top: a folder
 # mounted read-write into a root container as the hub cache holds nothing else. A home, ~/.aws, /nix/store
 # or a disk's root each hold something else.
-HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found"})
+# (`blobs`: huggingface_hub 2.x's store shared by every Xet-backed download, <hub>/blobs/XX/HASH)
+HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
 _HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
 
 
@@ -307,7 +308,7 @@ def mismatches(inp: dict) -> list[str]:
     if sized and det.get("avx512_bf16") is not None:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
         served = ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
-        if sized != served or est.get("avx512_bf16") != det["avx512_bf16"]:
+        if sized != served:
             out.append(f"estimate_memory.py sized the recurrent state in {sized}, vLLM keeps it in {served} on the "
                        f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
                        f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
@@ -448,9 +449,15 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         if facts.get("model_dir"):  # a local folder goes into the container read-only
             model_arg = f"/models/{Path(facts['model_dir']).name}"
             mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
-        # the hub cache only, where the container's huggingface_hub looks for models (see validate.py)
-        hf_target = f"{epyc['container']['hf_cache_mount_target']}/{val['hf_cache']['mount_subdir']}"
+        # the hub cache only, where the container's huggingface_hub looks for models (see validate.py); a
+        # validate.json of an older bundle names a whole HF_HOME (mount_subdir null): rendered as it was, so
+        # stop still acts on the server it started, but never started again
+        subdir = val["hf_cache"].get("mount_subdir")
+        hf_target = epyc["container"]["hf_cache_mount_target"] + (f"/{subdir}" if subdir else "")
         hf_mount = bind_mount(val["hf_cache"]["path"], hf_target)  # the system-folder fence first: its wording
+        if subdir is None and not (facts.get("hf_cache") or {}).get("from_plan"):
+            raise ScriptError("validate.json is from an older version of this bundle (it mounts a whole HF_HOME; "
+                              "now only its hub cache is mounted)", "run validate.py again, then plan again")
         if not val.get("deferred"):  # another host's cache is checked there, by its own chain
             problem = hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"))
             if problem:
@@ -478,7 +485,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": host, "port": port, "base_url": f"http://127.0.0.1:{port}/v1", "expose": expose,
         "api_key_env": key_env, "dtype": dtype, "max_model_len": max_len, "vllm_version": version,
-        "quantization": quant,
+        "quantization": quant, "model_dir": facts.get("model_dir"),
         "env": env, "env_by_name": env_by_name, "secrets": secrets, "pre_argv": pre, "argv": argv,
         "command": shlex.join(argv), "container_name": name if path != "host" else None,
         "state_dir": str(state_dir), "log_file": str(state_dir / "server.log"),
@@ -508,6 +515,7 @@ MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token start gives every serve
 # what a host server takes from the shell that starts it, besides the plan's own env and secrets
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HF_HOME", "HF_HUB_CACHE",
+                 "HUGGINGFACE_HUB_CACHE",
                  "XDG_CACHE_HOME", "HF_ENDPOINT", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT", "SSL_CERT_FILE",
                  "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
                  "http_proxy", "https_proxy", "no_proxy")

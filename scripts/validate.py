@@ -27,7 +27,7 @@ import common  # noqa: E402
 import detect  # noqa: E402
 import setup_host_stack  # noqa: E402
 import vllm_registry  # noqa: E402
-from serve_plan import HF_MOUNT_FIX, hf_mount_problem  # noqa: E402
+from serve_plan import HF_MOUNT_FIX, bind_mount, hf_mount_problem  # noqa: E402
 from common import ScriptError  # noqa: E402
 
 RUNTIME_TIMEOUT_S = 20
@@ -181,10 +181,12 @@ def resolve_hf_cache(env: dict) -> dict:
     (Gradio's, a sandbox, tokens), none of which the server needs, and an HF_HUB_CACHE's parent could be
     anything (HF_HUB_CACHE=$HOME/hub had mounted the home)."""
     named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    # $VARS expanded as huggingface_hub expands them (HF_HUB_CACHE='$HOME/hub' is the home's hub, not ./$HOME)
     if named:
-        hub = common.user_path(named, "HF_HUB_CACHE")
+        hub = common.user_path(os.path.expandvars(named), "HF_HUB_CACHE")
     else:
-        hub = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME") / "hub"
+        home = os.path.expandvars(env["HF_HOME"]) if env.get("HF_HOME") else common.cache_root() / "huggingface"
+        hub = common.user_path(home, "HF_HOME") / "hub"
     try:
         return _hf_cache_at(hub)
     except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
@@ -420,7 +422,11 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
     issues += stack_issues(stack, compat, runtime, args.stock)
     hf_cache = gathered["hf_cache"]
     if gathered.get("hf_cache_listing"):  # a container mounts it read-write: it must be a cache, nothing else
-        problem = hf_mount_problem(hf_cache["path"], gathered["hf_cache_listing"])
+        try:  # what plan will refuse (a system folder, a ':' in the path) is said here, not one step later
+            bind_mount(hf_cache["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
+            problem = hf_mount_problem(hf_cache["path"], gathered["hf_cache_listing"])
+        except ScriptError as exc:
+            problem = f"cannot be mounted ({exc.error})"
         if problem:
             issues.append(issue("hf_cache", "error", f"the Hugging Face hub cache {hf_cache['path'][:300]} {problem}: "
                                 "it is mounted read-write into a root container", HF_MOUNT_FIX))

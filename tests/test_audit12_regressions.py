@@ -797,3 +797,67 @@ def test_check_model_says_an_int4_kernel_needs_avx512(script, tmp_path):
     got = quantization.cpu_kernel({"method": "awq", "bits": 4}, "stock", "bfloat16", epyc["quantization"]["kernels"],
                                   None, epyc["quantization"]["stock_needs_avx512"])
     assert got["served_on_cpu"] and "needs AVX-512" in got["note"] and "_C_AVX2" in got["note"]
+
+
+# ---- nineteenth audit (36 cases, 4 findings), on the eighteenth's fixes
+
+def test_huggingface_hubs_shared_blob_store_is_a_hub_caches_own(tmp_path):
+    """F1: huggingface_hub 2.x keeps <hub>/blobs/ for every Xet-backed download: a real cache was refused."""
+    from serve_plan import foreign_cache_entries
+    hub = tmp_path / "hub"
+    (hub / "models--Qwen--Qwen3-0.6B").mkdir(parents=True)
+    try:  # made by the library itself where it has the store
+        from huggingface_hub.utils import _shared_blobs
+        _shared_blobs._ensure_shared_blobs_dir(str(hub))
+    except (ImportError, AttributeError):
+        (hub / "blobs").mkdir()
+    assert (hub / "blobs").is_dir() and foreign_cache_entries(sorted(p.name for p in hub.iterdir())) == []
+
+
+def test_stop_and_bench_act_on_a_plan_whose_model_folder_moved(script, inputs, rt, tmp_path):  # noqa: F811
+    """F2, F3a: verbs other than start re-rendered with the model folder as the disk holds it now: a folder
+    moved under a running container made stop refuse the plan (the container ran on). They take it, and
+    the cache, from the plan; bench too, and a refusal names bench's phase."""
+    import shutil
+    cache = tmp_path / "hub"
+    plan_file = _planned_with_a_cache(script, inputs, rt, tmp_path, cache)
+    plan = json.loads(plan_file.read_text())
+    assert plan["model_dir"] and script("launch.py", "start", "--plan", str(plan_file), "--confirm",
+                                        env=rt[1]).code == 0
+    shutil.move(plan["model_dir"], plan["model_dir"] + "-moved")
+    (cache / "notes.txt").write_text("x")
+    b = script("bench.py", "--plan", str(plan_file), "--input-lens", "16", "--concurrency", "1", "--repeats", "1",
+               "--out", str(tmp_path / "bench"), env=rt[1], timeout=120)
+    assert "differs" not in b.stdout and "Hugging Face" not in b.stdout, b.doc
+    s = script("launch.py", "stop", "--plan", str(plan_file), env=rt[1])
+    assert s.code == 0 and s.doc["stopped"], s.doc
+
+
+def test_a_plan_of_the_older_layout_is_stopped_but_never_started(script, inputs, rt, tmp_path):  # noqa: F811
+    """F3b: a server started by the bundle before the hub-only mount: its validate.json (mount_subdir null)
+    failed the schema, and stop could not act on it. It renders as it was for stop; start refuses it."""
+    cache = tmp_path / "hf-home"
+    cache.mkdir()
+    r = _plan_with_hf_cache(script, inputs, rt, tmp_path, str(cache), subdir=None)
+    assert r.code == 1 and "older version" in r.doc["error"] and "validate.py again" in r.doc["fix"], r.doc
+    import serve_life
+    from common import load_epyc
+    plan_file, _ = _planned_with_a_cache(script, inputs, rt, tmp_path, tmp_path / "hub"), None
+    plan = json.loads(plan_file.read_text())
+    plan["inputs"]["validate"]["hf_cache"].update(path=str(cache), mount_subdir=None)  # as the older bundle wrote
+    old = serve_life.rerender(plan, load_epyc(), env_from_plan=True, phase="stop")
+    assert f"{cache}:/root/.cache/huggingface" in old["argv"]
+
+
+def test_an_interrupt_held_by_start_ends_up_and_compare(monkeypatch, tmp_path):
+    """F4: start turns a Ctrl-C held while it launched into an error that says the server runs; bench
+    --compare logged it as a failed sizing and started the next one, up left the server up."""
+    import launch
+    from common import ScriptError
+    calls = []
+    monkeypatch.setattr(launch, "start", lambda plan, confirm: (_ for _ in ()).throw(
+        ScriptError("interrupted, after the server was launched and recorded: it is running", "f", interrupted=True)))
+    monkeypatch.setattr(launch, "stop", lambda plan: calls.append("stop") or {"stopped": True})
+    with pytest.raises(ScriptError, match="up stopped the server"):
+        launch.start_or_stop({"x": 1}, tmp_path / "plan.json")
+    assert calls == ["stop"]
