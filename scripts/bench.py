@@ -196,13 +196,15 @@ def endpoint_of(plan: dict) -> str:
 
 def serving_target(plan: dict) -> dict:
     """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
-    container (it has vllm, the tokenizer's files and the cache mount)."""
-    if plan["path"] == "host":
-        vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
-        return {"vllm": [vllm_bin], "tokenizer": plan["model"], "python": str(Path(vllm_bin).parent / "python")}
-    rt = common.runtime_argv(plan["runtime"])
+    container (it has vllm, the tokenizer's files and the cache mount). The tokenizer is the model as the
+    server's own command names it: a local folder by its real path (host) or its mount (container), never
+    the name as typed at plan time, which a relative path makes mean another folder from here."""
     model_arg = next(a for a in plan["argv"][plan["argv"].index("serve") + 1:] if not a.startswith("-")) \
         if "serve" in plan["argv"] else plan["model"]
+    if plan["path"] == "host":
+        vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
+        return {"vllm": [vllm_bin], "tokenizer": model_arg, "python": str(Path(vllm_bin).parent / "python")}
+    rt = common.runtime_argv(plan["runtime"])
     # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
     # value never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
@@ -402,6 +404,9 @@ def compare(plan: dict, args, out: Path, env: dict):
     if state and serve_life.alive(plan, state):
         raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
                           "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")
+    # it starts servers, so it looks at the disk as start does: a model folder or cache that is not the one
+    # planned (a link moved since) refuses the plan, rather than serving what nobody confirmed
+    serve_life.refuse_edited(plan, serve_life.rerender(plan, epyc, phase="bench"), "bench")
     results: dict[str, list[dict]] = {}
     not_run: dict[str, str] = {}
     for name in serve_plan.SIZINGS:

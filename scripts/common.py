@@ -410,16 +410,22 @@ def nonempty(text: str) -> str:
 PLAN_INPUTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
 
 
+_INTERRUPTED: list[int] = []
+
+
 def _raise_interrupt(signum, frame):
+    if _INTERRUPTED:  # a second signal (GNU timeout signals the child, then its group; a double Ctrl-C) must
+        return        # not cut short the cleanup the first one started (a stop that leaves no server running)
+    _INTERRUPTED.append(signum)
     raise KeyboardInterrupt
 
 
 def _interrupt_on_termination() -> dict:
-    """SIGTERM and SIGHUP (an agent's tool timeout, a closed terminal) end a script as Ctrl-C does: the
-    children run() started in sessions of their own are killed on the way out, not left running, and the
-    JSON says "interrupted". -> the handlers to put back."""
+    """SIGTERM, SIGHUP and SIGINT (an agent's tool timeout, a closed terminal, Ctrl-C) end a script once:
+    the children run() started in sessions of their own are killed on the way out, not left running, and
+    the JSON says "interrupted"; a later signal lets that way out finish. -> the handlers to put back."""
     previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         try:
             previous[sig] = signal.signal(sig, _raise_interrupt)
         except (ValueError, OSError):  # not the main thread
@@ -457,6 +463,7 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     """Call ``main`` and turn every outcome into one document on stdout and an exit code.
 
     ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
+    _INTERRUPTED.clear()
     previous = _interrupt_on_termination()
     try:
         doc, code = main(argv)

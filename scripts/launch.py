@@ -141,10 +141,12 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
     except ScriptError as exc:
         if not exc.extra.get("interrupted"):
             raise
-        with common.signals_deferred(reraise=False):
-            stopped = stop(plan)
-        raise ScriptError("interrupted during start: up stopped the server it had started", "run up again",
-                          phase="start", plan_file=str(plan_file), stopped=stopped)
+    except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
+        pass
+    with common.signals_deferred(reraise=False):  # stop acts by container name or the recorded group: safe
+        stopped = stop(plan)                       # whether or not the server got going
+    raise ScriptError("interrupted during start: up stopped the server it had started", "run up again",
+                      phase="start", plan_file=str(plan_file), stopped=stopped)
 
 
 def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:

@@ -115,8 +115,11 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         if env_from_plan or disk_from_plan:
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
                                  "error": None, "from_plan": True}
-            if "model_dir" in plan:  # (a plan of an older bundle has none: the disk then, as it did)
-                facts["model_dir"] = plan["model_dir"]
+            # the folder start served (its state records it): not the plan's field, which an edit could change
+            # along with the argv; no state (nothing started, or an older bundle's): the disk, as before
+            served = read_state(plan) or {}
+            if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))):
+                facts["model_dir"] = served["model_dir"]
         fresh = build_plan(plan["inputs"], plan["options"], epyc, facts)
         if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
             fresh.pop("model_dir", None)
@@ -474,7 +477,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
                 state = {"path": "host", "pid": proc.pid, "pgid": proc.pid,
                          "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
-                         "log_file": plan["log_file"], "started_at": time.time()}
+                         "log_file": plan["log_file"], "started_at": time.time(), "model_dir": plan.get("model_dir")}
                 write_state(plan, state)
         except OSError as exc:  # found and executable, yet not runnable (no #! line, a bad interpreter)
             if proc is not None:
@@ -522,7 +525,8 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             raise ScriptError(f"{plan['runtime']} run failed: {common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
                               NO_RETRY_FIX, phase="start")
         state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
-                 "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv}
+                 "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
+                 "model_dir": plan.get("model_dir")}
         write_state(plan, state)
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 

@@ -861,3 +861,68 @@ def test_an_interrupt_held_by_start_ends_up_and_compare(monkeypatch, tmp_path):
     with pytest.raises(ScriptError, match="up stopped the server"):
         launch.start_or_stop({"x": 1}, tmp_path / "plan.json")
     assert calls == ["stop"]
+
+
+# ---- twentieth audit (~50 cases, 4 findings), on the nineteenth's fixes
+
+def test_bench_compare_looks_at_the_disk_as_start_does(script, inputs, rt, tmp_path):  # noqa: F811
+    """F1: bench's plan check trusts the plan's model folder (for a running server), but --compare starts
+    servers: a model link moved since the plan made it serve a folder nobody confirmed. It is refused now."""
+    import shutil
+    from test_launch import plan_args
+    real = Path(inputs["model"])
+    v1, v2, link = tmp_path / "v1", tmp_path / "v2", tmp_path / "current"
+    shutil.copytree(real, v1)
+    shutil.copytree(real, v2)
+    link.symlink_to(v1)
+    for name, script_name, args in (("check", "check_model.py", ["--vllm-version", "0.25.1"]),
+                                    ("estimate", "estimate_memory.py", ["--ram-gb", "384"])):
+        r = script(script_name, "--model", str(link), *args, env=rt[1])
+        Path(inputs[name]).write_text(r.stdout)
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=rt[1])
+    assert r.code == 0 and r.doc["model_dir"] == str(v1), r.doc
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(r.stdout)
+    link.unlink()
+    link.symlink_to(v2)
+    b = script("bench.py", "--plan", str(plan_file), "--compare", "--input-lens", "16", "--concurrency", "1",
+               "--repeats", "1", "--out", str(tmp_path / "cmp"), env=rt[1], timeout=120)
+    assert b.code == 1 and "differs" in b.doc["error"] and b.doc["phase"] == "bench", b.doc
+    assert not any(c["argv"][0] == "run" for c in _calls(rt[0]))
+
+
+def test_bench_tokenizes_with_the_model_the_server_runs():
+    """F2: the host path passed the model as typed at plan time (a relative folder means another one from
+    here, or a Hub repo): it takes the served command's model now, as the container path did."""
+    import bench
+    plan = {"path": "host", "argv": ["numactl", "-N", "1", "/v/bin/vllm", "serve", "/abs/models/Qwen3-0.6B", "--port",
+                                     "8000"], "model": "models/Qwen3-0.6B"}
+    assert bench.serving_target(plan)["tokenizer"] == "/abs/models/Qwen3-0.6B"
+
+
+def test_verbs_take_the_model_folder_start_served_not_an_edited_plans(script, inputs, rt, tmp_path):  # noqa: F811
+    """F3: a model_dir edited with the argv to match passed every verb but start; handoff then named a
+    model the server does not list. start records the folder it served; the other verbs render with it."""
+    plan_file = _planned_with_a_cache(script, inputs, rt, tmp_path, tmp_path / "hub")
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1]).code == 0
+    plan = json.loads(plan_file.read_text())
+    assert json.loads(Path(plan["state_file"]).read_text())["model_dir"] == plan["model_dir"]
+    import serve_life
+    from common import load_epyc
+    forged = json.loads(plan_file.read_text())
+    forged["model_dir"] = str(tmp_path)
+    fresh = serve_life.rerender(forged, load_epyc(), env_from_plan=True, phase="handoff")
+    assert fresh["model_dir"] == plan["model_dir"] != forged["model_dir"]  # so refuse_edited refuses it
+    assert script("launch.py", "stop", "--plan", str(plan_file), env=rt[1]).code == 0
+
+
+def test_an_interrupt_during_a_container_run_ends_up_with_a_stop(monkeypatch, tmp_path):
+    """F4: a Ctrl-C during `docker run` (the engine may have started it) went past up's stop."""
+    import launch
+    from common import ScriptError
+    calls = []
+    monkeypatch.setattr(launch, "start", lambda plan, confirm: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(launch, "stop", lambda plan: calls.append("stop") or {"stopped": True})
+    with pytest.raises(ScriptError, match="up stopped the server"):
+        launch.start_or_stop({"x": 1}, tmp_path / "plan.json")
+    assert calls == ["stop"]
