@@ -424,6 +424,7 @@ def _interrupt_on_termination() -> dict:
     """SIGTERM, SIGHUP and SIGINT (an agent's tool timeout, a closed terminal, Ctrl-C) end a script once:
     the children run() started in sessions of their own are killed on the way out, not left running, and
     the JSON says "interrupted"; a later signal lets that way out finish. -> the handlers to put back."""
+    _INTERRUPTED.clear()  # a script's signal regime starts here (tests run several in one process)
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         try:
@@ -453,7 +454,8 @@ def signals_deferred(reraise: bool = True):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if pending and reraise:
+        if pending and reraise and not _INTERRUPTED:
+            _INTERRUPTED.append(pending[0])  # as _raise_interrupt does: the cleanup this starts runs to its end
             raise KeyboardInterrupt
 
 
@@ -463,7 +465,6 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     """Call ``main`` and turn every outcome into one document on stdout and an exit code.
 
     ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
-    _INTERRUPTED.clear()
     previous = _interrupt_on_termination()
     try:
         doc, code = main(argv)
