@@ -93,3 +93,18 @@ def test_check_model_and_estimate_report_the_quantization_and_the_bytes_read(scr
     assert est.doc["weight_bytes"] == 1000 * 256 * 4 + 256 * 64 * 4 + 256 * 4 * 4 + 2 * 8
     assert ("compressed-tensors 4-bit checkpoint: integer tensors count as stored (packed), float ones (scales, "
             "embeddings, norms) at the serving dtype -- the bytes a decode step reads") in est.doc["notes"]
+
+
+@pytest.mark.parametrize("avx512,served,kernel", [(True, True, "cpu_gemm_wna16"), (False, False, None),
+                                                  (None, True, "cpu_gemm_wna16")])
+def test_an_int4_kernel_vllm_builds_only_for_avx512_is_not_served_without_it(avx512, served, kernel):
+    """vLLM 0.32.0's AVX2 library (_C_AVX2) has no cpu_gemm_wna16 (measured on an EPYC Rome guest,
+    2026-12-02): on a CPU without AVX-512 the checkpoint is quantized and not served; with the CPU
+    unknown (check_model) it is served, with the need named."""
+    needs = common.load_epyc()["quantization"]["stock_needs_avx512"]
+    got = quantization.cpu_kernel({"method": "awq", "bits": 4}, "stock", "bfloat16", KERNELS, avx512, needs)
+    assert got["quantized"] is True and got["served_on_cpu"] is served
+    assert (got["kernel"] or "").startswith(kernel or "") and (got["kernel"] is None) == (kernel is None)
+    assert ("_C_AVX2" in got["note"]) == (avx512 is not True)
+    assert got["source"] == (needs["source"] if avx512 is False else next(
+        r for r in KERNELS if r["match"] == {"method": "awq"})["source"])
