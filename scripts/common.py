@@ -435,13 +435,13 @@ def _interrupt_on_termination() -> dict:
 
 
 @contextlib.contextmanager
-def signals_deferred(reraise: bool = True):
+def signals_deferred():
     """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: start
     launches a server and records it in state.json inside one, so no signal can leave a server that no
     state names (stop would say "not running", the port stay busy). The server does not inherit the
-    handlers: exec resets caught signals to their defaults. `reraise=False` for a cleanup that already
-    answers an interrupt: `timeout` and a double Ctrl-C send a second signal, which must not cut the
-    stop short and leave the server running."""
+    handlers: exec resets caught signals to their defaults. A signal held inside a cleanup that already
+    answers an interrupt is not raised: `timeout` and a double Ctrl-C send a second signal, which must
+    not cut the stop short and leave the server running."""
     pending: list[int] = []
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -454,7 +454,7 @@ def signals_deferred(reraise: bool = True):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if pending and reraise and not _INTERRUPTED:
+        if pending and not _INTERRUPTED:
             _INTERRUPTED.append(pending[0])  # as _raise_interrupt does: the cleanup this starts runs to its end
             raise KeyboardInterrupt
 

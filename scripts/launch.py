@@ -143,7 +143,7 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
             raise
     except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
         pass
-    with common.signals_deferred(reraise=False):  # stop acts by container name or the recorded group: safe
+    with common.signals_deferred():  # stop acts by container name or the recorded group: safe
         stopped = stop(plan)                       # whether or not the server got going
     raise ScriptError("interrupted during start: up stopped the server it had started", "run up again",
                       phase="start", plan_file=str(plan_file), stopped=stopped)
@@ -160,7 +160,7 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         exc.extra.update(plan_file=str(plan_file), stopped=stopped)
         raise
     except KeyboardInterrupt:
-        with common.signals_deferred(reraise=False):  # the second signal of `timeout` or a double Ctrl-C
+        with common.signals_deferred():  # the second signal of `timeout` or a double Ctrl-C
             stopped = stop(plan)
         raise ScriptError("interrupted during verify: up stopped the server it had started", "run up again",
                           phase="verify", plan_file=str(plan_file), stopped=stopped)

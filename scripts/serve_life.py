@@ -69,9 +69,10 @@ def write_own_file(path: str | Path, text: str) -> None:
         f.write(text)
 
 
-def host_facts(opt: dict, inputs: dict) -> dict:
+def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     """What a plan depends on besides its five documents, read from this shell and this disk: at plan
-    time and again at start (the HF cache a container mounts is looked at again then, as it is now)."""
+    time and again at start (the HF cache a container mounts is looked at again then, as it is now).
+    `list_cache=False` where the caller takes the cache from the plan: it is not read at all then."""
     import validate
     chk, val = inputs["check_model"], inputs["validate"]
     model = opt.get("model") or chk.get("model") or ""
@@ -83,7 +84,7 @@ def host_facts(opt: dict, inputs: dict) -> dict:
             "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
             "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
             "hf_cache": validate.cache_listing(val["hf_cache"]["path"])
-            if val.get("path") == "container" and not val.get("deferred") else None}
+            if list_cache and val.get("path") == "container" and not val.get("deferred") else None}
 
 
 INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
@@ -107,7 +108,7 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
     from serve_plan import build_plan
     try:
         check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
-        facts = host_facts(plan["options"], plan["inputs"])
+        facts = host_facts(plan["options"], plan["inputs"], list_cache=not (env_from_plan or disk_from_plan))
         if env_from_plan:
             facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
                          api_key_set=bool(plan.get("api_key_env")), api_key_length=None,
@@ -177,6 +178,31 @@ def write_state(plan: dict, state: dict) -> None:
     os.replace(tmp, target)  # replaces a link named state.json itself, never its target
 
 
+EXEC_SETTLE_S = 2.0  # how long an empty environ (a process inside execve) is asked again
+
+
+def settled_environ(proc) -> dict | None:
+    """A process's environment, or None when it cannot be read (gone, a zombie, not ours to read).
+
+    An empty environ is a process inside execve (the pin program exec'ing vllm, vllm's #! line its
+    python): /proc/PID/environ reads empty until the new image has its stack. Measured on a 2-vCPU
+    guest, 14 of 30 launches read empty at least once, and a verify or stop just after start judged the
+    server "exited", or not ours. It is asked again until the exec is done; still empty then, it is an
+    environ nobody can judge (`env -i`), and None says so."""
+    import psutil
+    deadline = time.monotonic() + EXEC_SETTLE_S
+    while True:
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            return None
+        if env:
+            return env
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
 def group_members(state: dict) -> list:
     """The live processes of the server's process group (its session: start made the leader with
     start_new_session). Judged by the group, not the leader: workers can outlive it.
@@ -189,11 +215,9 @@ def group_members(state: dict) -> list:
     if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1 \
             or not isinstance(token, str) or len(token) < 16:
         return []
-    def marked(proc) -> bool | None:  # None: its environ cannot be read (gone, a zombie, not ours to read)
-        try:
-            return proc.environ().get(MARKER_ENV) == token
-        except psutil.Error:
-            return None
+    def marked(proc) -> bool | None:  # None: its environ cannot be read
+        env = settled_environ(proc)
+        return None if env is None else env.get(MARKER_ENV) == token
 
     leader_marked = None
     try:  # the leader's pid alive with another start time: it was reused, and the group is not ours

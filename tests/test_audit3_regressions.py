@@ -383,3 +383,28 @@ def test_workers_whose_environ_is_unreadable_are_still_the_servers(tmp_path):
     finally:
         os.killpg(leader.pid, signal.SIGKILL)
         leader.wait()
+
+
+def test_a_server_inside_execve_is_still_alive_and_ours():
+    """start's server execs twice (the pin program, then vllm's #! python); while a process is inside
+    execve its /proc environ reads empty. verify or stop asking then judged it "exited" or not ours:
+    seen by the suite as a verify failing with an empty server log. Each read here is one group_members
+    would make; without the settling, about half of these launches read empty at least once."""
+    import psutil
+    token = "c" * 32
+    chain = ("import os, sys; os.execv(sys.executable, [sys.executable, '-c', "
+             "'import os, sys; os.execv(\"/bin/sleep\", [\"sleep\", \"30\"])'])")
+    for _ in range(10):
+        leader = subprocess.Popen([sys.executable, "-c", chain], start_new_session=True,
+                                  env={**os.environ, serve_plan.MARKER_ENV: token})
+        try:
+            proc = psutil.Process(leader.pid)
+            deadline = time.monotonic() + 0.6  # both execs happen in this window; read as often as we can
+            while time.monotonic() < deadline:
+                env = serve_life.settled_environ(proc)
+                assert env and env.get(serve_plan.MARKER_ENV) == token, "a launching server read as not ours"
+            state = {"pgid": leader.pid, "create_time": proc.create_time(), "marker": token}
+            assert serve_life.process_alive(state)
+        finally:
+            os.killpg(leader.pid, signal.SIGKILL)
+            leader.wait()
