@@ -15,7 +15,8 @@ from pathlib import Path
 
 import common
 from common import ScriptError
-from serve_plan import MARKER_ENV, STOP_GRACE_S, in_system_tree, judge_smoke, redact, server_env, smoke_request
+from serve_plan import (MARKER_ENV, SECRET_VALUE, STOP_GRACE_S, in_system_tree, judge_smoke, redact,
+                        secret_unsendable, server_env, smoke_request)
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
@@ -82,6 +83,9 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
             "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
             "api_key_set": bool(key_env and os.environ.get(key_env)),
             "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
+            # a value no header carries is refused here, as start would refuse it, not after the human confirmed
+            "unsendable_secrets": [name for name in ("HF_TOKEN", key_env) if name and os.environ.get(name)
+                                   and not SECRET_VALUE.fullmatch(os.environ[name])],
             "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
             "hf_cache": validate.cache_listing(val["hf_cache"]["path"])
             if list_cache and val.get("path") == "container" and not val.get("deferred") else None}
@@ -111,7 +115,7 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         facts = host_facts(plan["options"], plan["inputs"], list_cache=not (env_from_plan or disk_from_plan))
         if env_from_plan:
             facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
-                         api_key_set=bool(plan.get("api_key_env")), api_key_length=None,
+                         api_key_set=bool(plan.get("api_key_env")), api_key_length=None, unsendable_secrets=[],
                          hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
         if env_from_plan or disk_from_plan:
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
@@ -289,9 +293,8 @@ def secret_values(plan: dict) -> dict:
         if not value:
             missing.append(source)
         elif not SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
-            raise ScriptError(f"{source} holds characters a token cannot have (spaces, newlines or other "
-                              "non-printing ones; its value is not shown)", f"export {source} again with the "
-                              "token alone (printable ASCII, no spaces), then start", phase="start")
+            raise ScriptError(secret_unsendable(source), f"export {source} again with the token alone "
+                              "(printable ASCII, no spaces), then start", phase="start")
         values[name] = value
     if missing:
         raise ScriptError(f"the plan passes {', '.join(missing)} to the server, but it is not set in this shell",
@@ -299,8 +302,6 @@ def secret_values(plan: dict) -> dict:
                           phase="start")
     return values
 
-
-SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")  # what a Bearer header (and vLLM's --api-key) can carry
 
 
 def write_secret_files(directory: Path, values: dict) -> None:

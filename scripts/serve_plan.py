@@ -131,6 +131,13 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
 
 
 API_KEY_MIN = 8
+SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")  # what a Bearer header (and vLLM's --api-key) can carry
+
+
+def secret_unsendable(name: str) -> str:
+    """The refusal of a secret whose value no HTTP header carries (plan and start say it alike)."""
+    return (f"{name} holds characters a token cannot have (spaces, newlines or other non-printing ones, or "
+            "more than 4096 of them; its value is not shown)")
 HF_MOUNT_FIX = ("move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
                 "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again")
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
@@ -328,7 +335,8 @@ def mismatches(inp: dict) -> list[str]:
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     """Everything start needs, and the summary the human confirms, from the five JSON inputs, the
     options, and the host facts that matter (`facts`: hf_token_set, hf_offline, api_key_set,
-    api_key_length (None: not known here), model_dir -- the real path of a local model folder, or None; hf_cache -- the cache folder as it is
+    api_key_length (None: not known here), unsendable_secrets (the secret variables whose values no
+    header carries), model_dir -- the real path of a local model folder, or None; hf_cache -- the cache folder as it is
     now, validate.cache_listing, or None where no container mounts it)."""
     det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
                                  inp["cpu_tune"])
@@ -390,6 +398,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         raise ScriptError(f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
                           f"{API_KEY_MIN} at least", f"export {key_env} as a longer random key, e.g. "
                           f"export {key_env}=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
+    if facts.get("unsendable_secrets"):
+        name = facts["unsendable_secrets"][0]
+        raise ScriptError(secret_unsendable(name), f"export {name} again with the token alone (printable ASCII, "
+                          "no spaces), then plan")
     host = "0.0.0.0" if expose else epyc["serve"]["bind_host"]
     served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):

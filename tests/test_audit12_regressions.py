@@ -926,3 +926,23 @@ def test_an_interrupt_during_a_container_run_ends_up_with_a_stop(monkeypatch, tm
     with pytest.raises(ScriptError, match="up stopped the server"):
         launch.start_or_stop({"x": 1}, tmp_path / "plan.json")
     assert calls == ["stop"]
+
+
+@pytest.mark.parametrize("name,value", [("MYK", "abcd efgh ijkl"), ("HF_TOKEN", "hf_abcdefgh\nijkl"),
+                                        ("MYK", "k" * 4097)])
+def test_a_secret_no_header_carries_is_refused_at_plan_and_at_start(script, inputs, rt, tmp_path, name, value):  # noqa: F811
+    """A key with a space planned, the human confirmed, and only start refused it: plan says it now, and
+    start still does for a shell whose value changed since, neither showing the value."""
+    from test_launch import plan_args
+    good = {**rt[1], "MYK": "k" * 24, "HF_TOKEN": "hf_" + "t" * 20}
+    args = plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK")
+    r = script("launch.py", *args, env={**good, name: value})
+    assert r.code == 1 and f"{name} holds characters a token cannot have" in r.doc["error"], r.doc
+    assert value not in r.stdout and "then plan" in r.doc["fix"]
+    planned = script("launch.py", *args, env=good)
+    assert planned.code == 0, planned.doc
+    (tmp_path / "plan.json").write_text(planned.stdout)
+    s = script("launch.py", "start", "--plan", str(tmp_path / "plan.json"), "--confirm", env={**good, name: value})
+    assert s.code == 1 and f"{name} holds characters a token cannot have" in s.doc["error"], s.doc
+    assert s.doc["phase"] == "start" and value not in s.stdout
+    assert not [c for c in _calls(rt[0]) if c["argv"][0] in ("run", "pull", "rm")]  # nothing was started
