@@ -345,11 +345,14 @@ def executable(text: str) -> str:
     return text
 
 
-def user_path(spec: str | Path, what: str = "path") -> Path:
+def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -> Path:
     """A path with `~` / `~user` expanded; an unknown user is a clear error (Path.expanduser raises
-    RuntimeError for it)."""
+    RuntimeError for it). `expand_vars`: then $VARS, in huggingface_hub's order (a variable holding a `~`
+    keeps it, as the Hub client does)."""
     try:
         path = Path(spec).expanduser()
+        if expand_vars:
+            path = Path(os.path.expandvars(path))
     except RuntimeError:
         raise ScriptError(f"{what} {str(spec)!r}: no such user's home for the '~'", f"spell {what} without ~user, "
                           "or with ~ for your own home")

@@ -181,12 +181,14 @@ def resolve_hf_cache(env: dict) -> dict:
     (Gradio's, a sandbox, tokens), none of which the server needs, and an HF_HUB_CACHE's parent could be
     anything (HF_HUB_CACHE=$HOME/hub had mounted the home)."""
     named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    # $VARS expanded as huggingface_hub expands them (HF_HUB_CACHE='$HOME/hub' is the home's hub, not ./$HOME)
+    # ~ then $VARS, as huggingface_hub's constants expand them (HF_HUB_CACHE='$HOME/hub' is the home's hub,
+    # not ./$HOME): once for a named hub cache, twice for HF_HOME's (HF_HOME, then the hub path built on it)
     if named:
-        hub = common.user_path(os.path.expandvars(named), "HF_HUB_CACHE")
+        hub = common.user_path(named, "HF_HUB_CACHE", expand_vars=True)
     else:
-        home = os.path.expandvars(env["HF_HOME"]) if env.get("HF_HOME") else common.cache_root() / "huggingface"
-        hub = common.user_path(home, "HF_HOME") / "hub"
+        home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME",
+                                expand_vars=True)
+        hub = common.user_path(home / "hub", "HF_HOME", expand_vars=True)
     try:
         return _hf_cache_at(hub)
     except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read

@@ -946,3 +946,29 @@ def test_a_secret_no_header_carries_is_refused_at_plan_and_at_start(script, inpu
     assert s.code == 1 and f"{name} holds characters a token cannot have" in s.doc["error"], s.doc
     assert s.doc["phase"] == "start" and value not in s.stdout
     assert not [c for c in _calls(rt[0]) if c["argv"][0] in ("run", "pull", "rm")]  # nothing was started
+
+
+@pytest.mark.parametrize("env", [{"HF_HUB_CACHE": "$FOO/hub", "FOO": "/tmp/a"}, {"HF_HOME": "$FOO", "FOO": "~/yy"},
+                                 {"HF_HUB_CACHE": "$FOO", "FOO": "~/yy"}, {"HF_HOME": "~/zz"},
+                                 {"HUGGINGFACE_HUB_CACHE": "~/${FOO}", "FOO": "q"}, {"XDG_CACHE_HOME": "/tmp/xdg"},
+                                 {"HF_HUB_CACHE": "$UNSET_VAR_X/h"}, {"HF_HOME": "/tmp/$FOO", "FOO": "$BAR", "BAR": "b"}])
+def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
+    """A note left by the nineteenth audit: $VARS were expanded before `~`, the reverse of the Hub client,
+    so a variable holding a `~` named another folder than the one the server downloads into. (The client
+    expands an HF_HOME twice, a named hub cache once: compared here with the client itself.)"""
+    import subprocess
+    import validate
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_"))}
+    hub = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
+                         env={**clean, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # a relative result (a variable holding `~`) is relative here, as for the Hub client
+    try:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # expandvars reads the process environment, as the Hub client does
+        ours = validate.resolve_hf_cache({**clean, **env})["path"]
+    finally:
+        os.chdir(cwd)
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert ours == os.path.realpath(tmp_path / hub.stdout.strip()), (ours, hub.stdout)
