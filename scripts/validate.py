@@ -188,7 +188,7 @@ def resolve_hf_cache(env: dict) -> dict:
     else:
         home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME",
                                 expand_vars=True)
-        hub = common.user_path(home / "hub", "HF_HOME", expand_vars=True)
+        hub = common.user_path(home / "hub", "the Hugging Face cache (HF_HOME/hub)", expand_vars=True)
     try:
         return _hf_cache_at(hub)
     except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
