@@ -467,12 +467,29 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
         return _start_locked(plan, pull_policy)
 
 
+def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> ScriptError:
+    """start launched a server and no state names it (interrupted, or state.json could not be written):
+    start has taken it down again, and says why in words a user acts on (not an internal error)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return ScriptError(f"interrupted before the {what} was recorded: start {undone} it", "run start again",
+                           phase="start", interrupted=True)
+    reason = exc.error if isinstance(exc, ScriptError) else (
+        f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}")
+    return ScriptError(f"the {what} was launched, but its state could not be written to {plan['state_file']} "
+                       f"({common.clip(reason, 300)}): start {undone} it", "free the state dir (disk space, "
+                       "permissions, a file with other names), or plan with a fresh --state-dir; then start again",
+                       phase="start")
+
+
 def _start_locked(plan: dict, pull_policy: str) -> dict:
     import stat
     for own in (plan["state_file"], plan["log_file"], Path(plan["state_file"]).with_name(".state.json.tmp")):
         if os.path.lexists(own) and not stat.S_ISREG(os.lstat(own).st_mode):  # checked before anything runs
             raise ScriptError(f"{own} is not a regular file (a link, pipe, device or folder of that name)",
                               "remove it, or plan with a fresh --state-dir", phase="start")
+        if os.path.lexists(own) and os.lstat(own).st_nlink > 1:  # writing it would change the other names' file
+            raise ScriptError(f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir",
+                              phase="start")
     state = read_state(plan)
     if state and alive(plan, state):
         raise ScriptError(f"a server from this plan is already running ({plan['state_file']})",
@@ -493,7 +510,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                               "never searched)", "install it (apt-get install numactl), or run start from a "
                               "shell whose PATH has /usr/bin", phase="start")
         import psutil
-        proc = None
+        proc, recorded = None, False
         try:
             with common.signals_deferred():  # launched and recorded as one step: no server without a state
                 # a new log per start (an old run's lines prove nothing), never through a link
@@ -504,18 +521,22 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                          "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
                          "log_file": plan["log_file"], "started_at": time.time(), "model_dir": plan.get("model_dir")}
                 write_state(plan, state)
-        except OSError as exc:  # found and executable, yet not runnable (no #! line, a bad interpreter)
-            if proc is not None:
-                raise
-            raise ScriptError(f"cannot run {plan['argv'][0]} ({program}): {exc.strerror or exc}",
-                              "check that program (reinstall it), then start again", phase="start")
-        except KeyboardInterrupt:  # held until both were done: the server runs and its state names it
+                recorded = True
+        except BaseException as exc:
             if proc is None:
+                if isinstance(exc, OSError):  # found and executable, yet not runnable (no #!, a bad interpreter)
+                    raise ScriptError(f"cannot run {plan['argv'][0]} ({program}): {exc.strerror or exc}",
+                                      "check that program (reinstall it), then start again", phase="start")
                 raise
-            raise ScriptError("interrupted, after the server was launched and recorded: it is running",
-                              "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
-                              "python3 scripts/launch.py stop --plan <plan.json>", phase="start", pid=proc.pid,
-                              interrupted=True)
+            if not recorded:  # launched, and no state names it (a full disk, a hard-linked file): not left running
+                common.kill_group(proc)
+                raise unrecorded(plan, exc, f"server (pid {proc.pid})", "stopped") from None
+            if isinstance(exc, KeyboardInterrupt):  # held until both were done: it runs and its state names it
+                raise ScriptError("interrupted, after the server was launched and recorded: it is running",
+                                  "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
+                                  "python3 scripts/launch.py stop --plan <plan.json>", phase="start", pid=proc.pid,
+                                  interrupted=True)
+            raise
         finally:
             # handed over: the server outlives this script on purpose, and the state file is how we know it
             # now. Popen's finaliser would warn that its child still runs (a ResourceWarning, a traceback under
@@ -534,25 +555,34 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 raise ScriptError(f"pull failed: {common.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
                                   "check registry access and the image name (data/epyc.json, or --image)",
                                   phase="pull")
-        if secrets:
-            write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
-        env = None
-        argv = plan["argv"]
-        res = common.run(argv, timeout=RUN_TIMEOUT_S, env=env)
-        if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
-            argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
-            warnings.append("rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
-                            "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
-            common.run(plan["pre_argv"][0], timeout=60)
-            res = common.run(argv, timeout=RUN_TIMEOUT_S, env=env)
-        if not res.ok:
-            remove_secret_files(plan)
-            raise ScriptError(f"{plan['runtime']} run failed: {common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
-                              NO_RETRY_FIX, phase="start")
-        state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
-                 "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
-                 "model_dir": plan.get("model_dir")}
-        write_state(plan, state)
+        try:
+            if secrets:
+                write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
+            argv = plan["argv"]
+            res = common.run(argv, timeout=RUN_TIMEOUT_S)
+            if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
+                argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
+                warnings.append("rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
+                                "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
+                common.run(plan["pre_argv"][0], timeout=60)
+                res = common.run(argv, timeout=RUN_TIMEOUT_S)
+            if not res.ok:
+                raise ScriptError(f"{plan['runtime']} run failed: "
+                                  f"{common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
+                                  NO_RETRY_FIX, phase="start")
+            state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
+                     "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
+                     "model_dir": plan.get("model_dir")}
+            write_state(plan, state)
+        except BaseException as exc:
+            # no state names the container (`run` failed, was interrupted -- the engine may have started it
+            # anyway -- or its state could not be written): removed by name, with the key files it would read
+            with common.signals_deferred():
+                common.run(rm, timeout=60)
+                remove_secret_files(plan)
+            if isinstance(exc, ScriptError):
+                raise
+            raise unrecorded(plan, exc, f"container {plan['container_name']}", "removed") from None
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 

@@ -972,3 +972,73 @@ def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     assert ours == os.path.realpath(tmp_path / hub.stdout.strip()), (ours, hub.stdout)
+
+
+# ---- the twenty-first audit
+
+def test_an_interrupted_container_start_removes_what_it_launched(script, inputs, rt, tmp_path):  # noqa: F811
+    """F1: a signal during `docker run` (the engine may start the container anyway) left a server and its
+    key file with no state: verify said nothing was started, and the fix said to run start again."""
+    import signal
+    import subprocess
+    import time
+    from test_launch import SECRET, calls, container_plan
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=SECRET)
+    (d / "run_hang").touch()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "start", "--plan", str(plan_file),
+                             "--confirm"], env={**os.environ, **env, "HF_TOKEN": SECRET}, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not [c for c in calls(d) if c["argv"][:1] == ["run"]]:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    doc = json.loads(out)
+    assert proc.returncode == 1 and "interrupted before the container" in doc["error"], doc
+    assert "start removed it" in doc["error"] and doc["phase"] == "start" and SECRET not in out
+    assert calls(d)[-1]["argv"] == ["rm", "-f", plan["container_name"]]
+    assert not (tmp_path / "st" / "secrets" / "HF_TOKEN").exists() and not (tmp_path / "st" / "state.json").exists()
+
+
+def test_a_hard_linked_state_file_is_refused_before_the_server_is_launched(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """F2: the state file's hard-link refusal came after Popen: the server ran and no state named it."""
+    from test_launch import host_plan
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    Path(plan["state_dir"]).mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    os.link(victim, Path(plan["state_dir"]) / ".state.json.tmp")
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert r.code == 1 and "has other names (a hard link)" in r.doc["error"] and r.doc["phase"] == "start", r.doc
+    assert not Path(plan["log_file"]).exists() and victim.read_text() == "keep me\n"  # nothing was launched
+
+
+def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+    """F2: a full disk (or an immutable state.json) after the launch: `internal error: OSError`, and the
+    server ran with no state. The server is real (the fake venv's vllm); the full disk is simulated (a
+    write_state raising ENOSPC: a disk cannot be filled safely here)."""
+    import errno
+    import psutil
+    import serve_life
+    from common import ScriptError
+    from test_launch import host_plan
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    launched = []
+    real_popen = serve_life.subprocess.Popen
+
+    def popen(*a, **k):
+        launched.append(real_popen(*a, **k))
+        return launched[-1]
+
+    def full_disk(plan, state):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(serve_life.subprocess, "Popen", popen)
+    monkeypatch.setattr(serve_life, "write_state", full_disk)
+    with pytest.raises(ScriptError) as err:
+        serve_life.start(plan, confirm=True)
+    assert "its state could not be written" in err.value.error and "No space left on device" in err.value.error
+    assert "start stopped it" in err.value.error and err.value.extra["phase"] == "start"
+    assert launched and not psutil.pid_exists(launched[0].pid)
+    assert not [p for p in psutil.process_iter() if _pgid(p.pid) == launched[0].pid]

@@ -12,6 +12,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   daemon_down      `info` fails like a stopped daemon
   images           one locally present image per line
   pull_fails       `pull` fails
+  run_hang         `run` (of the server) never returns: a slow `docker run` to interrupt
   cpuset_rejected  `run` with --cpuset-* fails like rootless podman without cpuset delegation
   exited           `inspect` reports the container not running
   logs_flood       `logs` prints without end (one line that never ends)
@@ -56,6 +57,9 @@ elif cmd == "run":
                        file=sys.stderr) or 126)
     if "--rm" in args and "--entrypoint" in args:  # a probe inside the image
         sys.exit(print("python3: simulated", file=sys.stderr) or 1)
+    if flag("run_hang"):
+        import time
+        time.sleep(120)
     print("f" * 64)
 elif cmd == "inspect":
     print("false" if flag("exited") else "true")
