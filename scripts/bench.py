@@ -199,8 +199,8 @@ def serving_target(plan: dict) -> dict:
     container (it has vllm, the tokenizer's files and the cache mount). The tokenizer is the model as the
     server's own command names it: a local folder by its real path (host) or its mount (container), never
     the name as typed at plan time, which a relative path makes mean another folder from here."""
-    model_arg = next(a for a in plan["argv"][plan["argv"].index("serve") + 1:] if not a.startswith("-")) \
-        if "serve" in plan["argv"] else plan["model"]
+    from serve_plan import serve_args
+    model_arg = serve_args(plan["argv"])[0]
     if plan["path"] == "host":
         vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
         return {"vllm": [vllm_bin], "tokenizer": model_arg, "python": str(Path(vllm_bin).parent / "python")}

@@ -107,6 +107,18 @@ def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: l
     return argv + ["--entrypoint", "vllm", image, "serve", *serve_args]
 
 
+def serve_args(argv: list[str]) -> list[str]:
+    """What `vllm serve` is given (the model first), read from a command this module built, by its shape:
+    `--entrypoint vllm IMAGE serve ARGS`, `--entrypoint sh IMAGE -c LOADER vllm ARGS` (the secrets' loader),
+    or on the host `[PIN...] /venv/bin/vllm serve ARGS`. Never by looking for the word "serve", which the
+    loader form lacks and an image may be named."""
+    if "--entrypoint" in argv:
+        at = argv.index("--entrypoint")
+        return argv[at + 6:] if argv[at + 1] == "sh" else argv[at + 4:]
+    at = next(k for k, a in enumerate(argv) if a.endswith("/vllm") and argv[k + 1:k + 2] == ["serve"])
+    return argv[at + 2:]
+
+
 def throughput_env(flags: dict) -> dict:
     """The opt-in throughput flags, all or none: FREEZING alone crashes engine init."""
     env = dict(flags["env"])

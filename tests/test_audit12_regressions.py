@@ -260,8 +260,8 @@ def test_a_served_name_that_reads_as_a_url_is_refused():
 
 def test_bench_passes_the_key_into_the_container_by_name_only():
     import bench
-    plan = {"path": "container", "runtime": "docker", "container_name": "epyc-x", "argv": ["serve", "org/m"],
-            "model": "org/m", "api_key_env": "MY_KEY"}
+    plan = {"path": "container", "runtime": "docker", "container_name": "epyc-x", "model": "org/m",
+            "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"], "api_key_env": "MY_KEY"}
     assert bench.serving_target(plan)["vllm"] == ["docker", "exec", "-e", "OPENAI_API_KEY", "epyc-x", "vllm"]
     assert bench.serving_target({**plan, "api_key_env": None})["vllm"] == ["docker", "exec", "epyc-x", "vllm"]
 
@@ -1042,3 +1042,19 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
     assert "start stopped it" in err.value.error and err.value.extra["phase"] == "start"
     assert launched and not psutil.pid_exists(launched[0].pid)
     assert not [p for p in psutil.process_iter() if _pgid(p.pid) == launched[0].pid]
+
+
+@pytest.mark.parametrize("secret", [None, "HF_TOKEN", "MYK"])
+def test_bench_tokenizes_a_local_folder_where_the_container_mounts_it(script, inputs, rt, tmp_path, secret):  # noqa: F811
+    """F3: with a secret the container runs `sh -c LOADER vllm MODEL ...`, with no "serve" in its argv: bench
+    fell back to the model as typed, a host path the container lacks (every --expose plan of a folder)."""
+    import bench
+    from test_launch import plan_args
+    env = {**rt[1], "MYK": "k" * 24}
+    if secret == "HF_TOKEN":
+        env["HF_TOKEN"] = "hf_" + "t" * 20
+    extra = ["--api-key-env", "MYK"] if secret == "MYK" else []
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), *extra), env=env)
+    assert r.code == 0 and r.doc["path"] == "container", r.doc
+    assert ("-c" in r.doc["argv"]) == bool(secret)  # the loader form, or the plain one
+    assert bench.serving_target(r.doc)["tokenizer"] == f"/models/{inputs['model'].name}"
