@@ -246,18 +246,23 @@ def main(argv: Sequence[str] | None = None):
         args.seed = random.SystemRandom().randrange(1 << 30)
     import serve_life
     plan = serve_life.load_plan(args.plan)
-    # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one
-    # (the cache and model folder as planned: a download since then must not stop a benchmark of a running server)
-    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", disk_from_plan=True),
+    # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one. It
+    # starts nothing (--compare checks again as start does), so it renders as verify does: with the secrets,
+    # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
+    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
                              "bench")
+    key_env = plan.get("api_key_env")
+    if key_env and not os.environ.get(key_env):  # the server asks for it: every request would be refused
+        raise ScriptError(f"the plan's server wants its API key, and {key_env} is not set in this shell",
+                          f"export {key_env}=<key> (the one the server was started with), then bench")
     problem = None if args.out else serve_life.state_dir_problem(Path(plan["state_dir"]))
     if problem:  # the default folder is in the state dir: only one start would write into
         raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
                           "pass --out FOLDER, or plan again with a --state-dir of this bundle's own")
     out = common.output_dir(args.out, "--out") if args.out else new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
-    if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
-        env["OPENAI_API_KEY"] = os.environ.get(plan["api_key_env"], "")
+    if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
+        env["OPENAI_API_KEY"] = os.environ[key_env]
     if args.compare:
         return compare(plan, args, out, env)
     return finish(plan, args, out, run_matrix(plan, args, out, env))

@@ -525,7 +525,9 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                    "max_model_len": max_len},
     }
     plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
-    plan["options"] = {k: v for k, v in opt.items() if v is not None}
+    # the state dir as resolved here: a default one derives from $XDG_CACHE_HOME / $HOME, and stop run from
+    # another shell (the human's terminal) must still find the server this plan's start recorded
+    plan["options"] = {k: v for k, v in {**opt, "state_dir": str(state_dir)}.items() if v is not None}
     plan["summary"] = summary_rows(plan, det, fit)
     plan["summary_markdown"] = markdown_table(["Field", "Value"], plan["summary"])
     # what the human is shown must be a plan start would accept (a port 0 or an image that reads as an

@@ -1058,3 +1058,40 @@ def test_bench_tokenizes_a_local_folder_where_the_container_mounts_it(script, in
     assert r.code == 0 and r.doc["path"] == "container", r.doc
     assert ("-c" in r.doc["argv"]) == bool(secret)  # the loader form, or the plain one
     assert bench.serving_target(r.doc)["tokenizer"] == f"/models/{inputs['model'].name}"
+
+
+def test_a_plan_with_the_default_state_dir_is_stopped_from_another_shell(script, inputs, rt, tmp_path):  # noqa: F811
+    """F6: the default state dir was derived again by every verb from $XDG_CACHE_HOME / $HOME: stop from a
+    terminal with another one said the plan differs, and the server stayed up."""
+    from test_launch import calls, plan_args
+    here = {**rt[1], "XDG_CACHE_HOME": str(tmp_path / "xdg1")}
+    r = script("launch.py", *plan_args(inputs), env=here)
+    assert r.code == 0 and r.doc["state_dir"].startswith(str(tmp_path / "xdg1")), r.doc
+    assert r.doc["options"]["state_dir"] == r.doc["state_dir"]
+    (tmp_path / "plan.json").write_text(r.stdout)
+    assert script("launch.py", "start", "--plan", str(tmp_path / "plan.json"), "--confirm", env=here).code == 0
+    there = {**rt[1], "XDG_CACHE_HOME": str(tmp_path / "xdg2")}
+    s = script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"), env=there)
+    assert s.code == 0 and s.doc["stopped"], s.doc
+    assert calls(rt[0])[-1]["argv"] == ["rm", "-f", r.doc["container_name"]]
+    assert not Path(r.doc["state_file"]).exists()
+
+
+def test_bench_takes_the_secrets_state_from_the_plan_as_verify_does(script, inputs, rt, tmp_path):  # noqa: F811
+    """F7: bench (it starts nothing) rendered with this shell's HF_TOKEN and HF_HUB_OFFLINE: an unedited
+    plan of a running server was refused as edited where verify passed. An API key the server wants and
+    this shell lacks is named, not sent empty."""
+    from test_launch import plan_args
+    env = {**rt[1], "MYK": "k" * 24}
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK"), env=env)
+    (tmp_path / "plan.json").write_text(r.stdout)
+    assert r.code == 0 and script("launch.py", "start", "--plan", str(tmp_path / "plan.json"), "--confirm",
+                                  env=env).code == 0
+    bench = ["bench.py", "--plan", str(tmp_path / "plan.json"), "--input-lens", "16", "--concurrency", "1",
+             "--repeats", "1", "--no-bandwidth", "--out", str(tmp_path / "bench")]
+    for other in ({"HF_TOKEN": "hf_" + "z" * 20}, {"HF_HUB_OFFLINE": "1"}):
+        b = script(*bench, env={**env, **other}, timeout=120)
+        assert "differs" not in b.stdout, b.doc  # it went on to run (the fake runtime's exec is no benchmark)
+    b = script(*bench, env={**rt[1]}, timeout=120)
+    assert b.code == 1 and "MYK is not set in this shell" in b.doc["error"], b.doc
+    assert script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"), env=env).doc["stopped"]
