@@ -183,6 +183,7 @@ def write_state(plan: dict, state: dict) -> None:
 
 
 EXEC_SETTLE_S = 2.0  # how long an empty environ (a process inside execve) is asked again
+EXEC_YOUNG_S = 30.0  # a process older than this is past its launch's execs: an empty environ is its own
 
 
 def settled_environ(proc) -> dict | None:
@@ -192,9 +193,14 @@ def settled_environ(proc) -> dict | None:
     python): /proc/PID/environ reads empty until the new image has its stack. Measured on a 2-vCPU
     guest, 14 of 30 launches read empty at least once, and a verify or stop just after start judged the
     server "exited", or not ours. It is asked again until the exec is done; still empty then, it is an
-    environ nobody can judge (`env -i`), and None says so."""
+    environ nobody can judge (`env -i`), and None says so. Only a young process is waited for: vLLM's
+    workers, renamed by setproctitle, read empty for good, and stop would wait on each of them."""
     import psutil
-    deadline = time.monotonic() + EXEC_SETTLE_S
+    try:
+        young = time.time() - proc.create_time() < EXEC_YOUNG_S
+    except psutil.Error:
+        return None
+    deadline = time.monotonic() + (EXEC_SETTLE_S if young else 0.0)
     while True:
         try:
             env = proc.environ()
@@ -759,10 +765,25 @@ def stop(plan: dict) -> dict:
         except psutil.Error:
             pass
     psutil.wait_procs(left, timeout=10)
-    for _ in range(50):  # the group is gone, not just the processes we knew of
-        if not group_members(state):
+    late: set[int] = set()
+    for _ in range(50):  # the group is gone, not just the processes we knew of: one forked since the
+        members = group_members(state)  # SIGTERM (a worker respawned on the way down) has had its grace
+        if not members:
             break
+        late |= {m.pid for m in members} - {m.pid for m in group}
+        try:
+            os.killpg(state["pgid"], signal.SIGKILL)  # ours: group_members found the run's marker in it
+        except (ProcessLookupError, PermissionError):
+            pass
         time.sleep(0.2)
+    else:  # still there after 10 s of SIGKILL (a process stuck in the kernel, state D): not stopped
+        stuck = [p.pid for p in group_members(state)]
+        if stuck:
+            raise ScriptError(f"the server's process group {state['pgid']} still has {len(stuck)} process(es) "
+                              f"after SIGKILL (pids {stuck[:10]}; stuck in the kernel)", "look at them (ps -o "
+                              "pid,stat,wchan -p PID), then run stop again; the state file is kept until they are "
+                              "gone", phase="stop")
     remove_state(plan)
-    return {"stopped": True, "pid": state.get("pid"), "processes": len(group), "killed_after_timeout": len(left)}
+    return {"stopped": True, "pid": state.get("pid"), "processes": len(group) + len(late),
+            "killed_after_timeout": len(left) + len(late)}
 

@@ -5,6 +5,7 @@ import json
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -1095,3 +1096,48 @@ def test_bench_takes_the_secrets_state_from_the_plan_as_verify_does(script, inpu
     b = script(*bench, env={**rt[1]}, timeout=120)
     assert b.code == 1 and "MYK is not set in this shell" in b.doc["error"], b.doc
     assert script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"), env=env).doc["stopped"]
+
+
+def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, live_tune, tmp_path):  # noqa: F811
+    """F5: stop signalled the group as it first saw it, waited for the group to empty, then removed the
+    state anyway: a process forked after the SIGTERM ran on, and no state named it."""
+    import psutil
+    import serve_life
+    from test_launch import host_plan, server_mode
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    server_mode(tmp_path, "fork_on_term")
+    serve_life.start(plan, confirm=True)
+    pgid = serve_life.read_state(plan)["pgid"]
+    try:
+        time.sleep(2)  # the fake server has installed its SIGTERM handler
+        out = serve_life.stop(plan)
+        assert out["stopped"] and out["processes"] == 2 and out["killed_after_timeout"] == 1, out
+        assert not [p for p in psutil.process_iter(["status"]) if _pgid(p.pid) == pgid  # a zombie waits for
+                    and p.info["status"] != psutil.STATUS_ZOMBIE]  # this machine's init to reap it: it is gone
+        assert serve_life.read_state(plan) is None
+    finally:
+        for p in psutil.process_iter():
+            if _pgid(p.pid) == pgid:
+                p.kill()
+
+
+def test_an_old_process_with_an_empty_environ_is_not_waited_for(monkeypatch):
+    """The settling of a process inside execve is for a launch's first moments: vLLM's renamed workers read
+    empty for good, and stop, with their leader gone, waited 2 s on each of them at every look."""
+    import subprocess
+    import psutil
+    import serve_life
+    worker = subprocess.Popen(["sleep", "30"], env={})
+    try:
+        time.sleep(0.5)
+        monkeypatch.setattr(serve_life, "EXEC_YOUNG_S", 0.2)
+        t0 = time.monotonic()
+        assert serve_life.settled_environ(psutil.Process(worker.pid)) is None
+        assert time.monotonic() - t0 < 0.5
+        monkeypatch.setattr(serve_life, "EXEC_YOUNG_S", 60.0)
+        t0 = time.monotonic()
+        assert serve_life.settled_environ(psutil.Process(worker.pid)) is None
+        assert time.monotonic() - t0 >= serve_life.EXEC_SETTLE_S  # young: asked again until the settle time
+    finally:
+        worker.kill()
+        worker.wait()

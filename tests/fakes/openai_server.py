@@ -21,6 +21,7 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   many_models     /v1/models lists the model among 40,000 others
   redirect_health  /health redirects (302) to a path that answers 200: a client following it is fooled
   slow_term       as never_healthy, and takes 3 s to exit on SIGTERM (a stop that is still waiting)
+  fork_on_term    on SIGTERM forks a `sleep 300` into its group, then exits (a worker respawned on the way down)
 """
 import argparse
 import json
@@ -49,6 +50,14 @@ if a.mode == "slow_term":
         time.sleep(3)
         os._exit(0)
     signal.signal(signal.SIGTERM, _slow_exit)
+if a.mode == "fork_on_term":
+    import signal
+    import subprocess
+
+    def _fork_and_exit(signum, frame):
+        subprocess.Popen(["sleep", "300"])  # same group and environment (the run's marker) as the server
+        os._exit(0)
+    signal.signal(signal.SIGTERM, _fork_and_exit)
 if a.mode == "exit_early":
     time.sleep(0.5)
     print("fatal: engine core failed to start", flush=True)
