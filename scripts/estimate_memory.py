@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
                    help="Hub id or local folder; --model-id is the old name, kept for one release")
-    p.add_argument("--revision", default=None)
+    p.add_argument("--revision", default=None, help="branch, tag or commit (Hub ids; default main): the one "
+                   "check_model.py checked, which plan serves")
     p.add_argument("--ram-gb", type=common.float_in(0, 1 << 20, lo_open=True), help="RAM to fit in: ram_gb from detect.py or "
                    "socket_ram_gb from cpu_tune.py; without it no verdict is given")
     p.add_argument("--max-model-len", type=common.int_in(16, 1 << 24), default=epyc["serve"]["default_max_model_len"])
@@ -170,6 +171,7 @@ def main(argv: Sequence[str] | None = None):
     per_sequence = kv_bytes_for(layout, max_len, block, batched)
     doc = {
         "model": args.model,
+        "revision": args.revision,
         "dtype": args.dtype,
         "weight_gb": common.gb(weights),
         "weight_bytes": weights,

@@ -31,8 +31,9 @@ FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_WEIGHT_BYTES = 1 << 50  # 1 PiB: ~250x the largest open checkpoint; past it an index is corrupt, not big
 
-# a branch, tag or commit as git allows them: no "..", no leading "-" or "/", no trailing "/" or "."
-_REVISION_RE = re.compile(r"^(?!.*\.\.)(?![-/])[A-Za-z0-9._/-]{1,200}(?<![/.])$")
+# a branch, tag or commit as git allows them: no "..", "//", leading "-" or "/", trailing "/" or ".", no
+# part beginning with "." or ending in ".lock" (git check-ref-format)
+_REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
 
 
 class Unreadable(Exception):

@@ -125,7 +125,15 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
             served = read_state(plan) or {}
             if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))):
                 facts["model_dir"] = served["model_dir"]
-        fresh = build_plan(plan["inputs"], plan["options"], epyc, facts)
+        # a plan of an older bundle served no --revision: the verbs that act on its server render it so (stop
+        # must work), start renders it as it would run now, and refuses it (the revision checked is served)
+        legacy = "revision" not in plan and (env_from_plan or disk_from_plan)
+        inputs = plan["inputs"] if not legacy else {
+            **plan["inputs"], "check_model": {**plan["inputs"]["check_model"], "revision": None}}
+        fresh = build_plan(inputs, plan["options"], epyc, facts)
+        if legacy:
+            fresh.pop("revision", None)
+            fresh["inputs"] = plan["inputs"]
         if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
             fresh.pop("model_dir", None)
         return fresh

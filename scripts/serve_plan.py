@@ -308,6 +308,9 @@ def mismatches(inp: dict) -> list[str]:
     out = []
     if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
         out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
+    if "revision" in est and est["revision"] != chk.get("revision"):  # (an older bundle's estimate has none)
+        out.append(f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
+                   f"{est['revision'] or 'main'}")
     if tune.get("weight_gb") is not None and tune["weight_gb"] != est.get("weight_gb"):
         out.append(f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights, estimate_memory.py says "
                    f"{est.get('weight_gb')}")
@@ -454,6 +457,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                                "max_model_len") else None, epyc["serve"]["max_num_seqs_cap"], batched)
     opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"] if rules["seqs"] else None,
                          batched if rules["seqs"] else None)
+    # the revision checked and sized is the one served (vLLM takes the tokenizer's from it); a folder has none
+    revision = None if facts.get("model_dir") else chk.get("revision")
+    if revision:
+        opts += ["--revision", revision]
     pre: list[list[str]] = []
     if path == "host":
         vllm_bin = str(Path(val["python"]).parent / "vllm")
@@ -509,7 +516,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": host, "port": port, "base_url": f"http://127.0.0.1:{port}/v1", "expose": expose,
         "api_key_env": key_env, "dtype": dtype, "max_model_len": max_len, "vllm_version": version,
-        "quantization": quant, "model_dir": facts.get("model_dir"),
+        "quantization": quant, "model_dir": facts.get("model_dir"), "revision": revision,
         "env": env, "env_by_name": env_by_name, "secrets": secrets, "pre_argv": pre, "argv": argv,
         "command": shlex.join(argv), "container_name": name if path != "host" else None,
         "state_dir": str(state_dir), "log_file": str(state_dir / "server.log"),
@@ -563,7 +570,8 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
              else f"container ({plan['runtime']}, {plan['image']})")
     s = plan["sizing"]
     rows = [
-        ["Model / kind", f"{plan['model']} -- {plan['kind']}, endpoint "
+        ["Model / kind", f"{plan['model']}" + (f" at revision {plan['revision']}" if plan.get("revision") else "")
+                         + f" -- {plan['kind']}, endpoint "
                          + ("unknown until verify settles it (chat first, then completions)"
                             if plan["primary_endpoint"] == "unknown" else plan["primary_endpoint"])],
         ["Backend", backend],

@@ -1141,3 +1141,56 @@ def test_an_old_process_with_an_empty_environ_is_not_waited_for(monkeypatch):
     finally:
         worker.kill()
         worker.wait()
+
+
+def _at_revision(rev_checked, rev_sized):
+    def edit(docs):
+        for name, rev in (("check_model", rev_checked), ("estimate_memory", rev_sized)):
+            docs[name].update(model="Qwen/Qwen3-0.6B", revision=rev)
+    return edit
+
+
+def test_the_revision_checked_and_sized_is_the_one_served(inputs, live_tune, tmp_path):  # noqa: F811
+    """F4: check_model and estimate_memory took --revision, the plan served main: another architecture, size
+    or chat template than the one the human confirmed. It is served, shown, and cross-checked now."""
+    _, plan = host_plan(tmp_path, inputs, live_tune, edit=_at_revision("v2.0", "v2.0"))
+    served = plan["argv"][plan["argv"].index("serve") + 1:]
+    assert served[0] == "Qwen/Qwen3-0.6B" and served[served.index("--revision") + 1] == "v2.0"
+    assert plan["revision"] == "v2.0" and "Qwen/Qwen3-0.6B at revision v2.0" in plan["summary_markdown"]
+    _, main = host_plan(tmp_path, inputs, live_tune, edit=_at_revision(None, None))
+    assert "--revision" not in main["argv"] and main["revision"] is None
+    from common import ScriptError
+    with pytest.raises(ScriptError) as err:
+        host_plan(tmp_path, inputs, live_tune, edit=_at_revision("v2.0", None))
+    assert "check_model.py checked revision v2.0, estimate_memory.py sized main" in err.value.error
+
+
+def test_a_local_folder_is_served_without_a_revision(inputs, live_tune, tmp_path):  # noqa: F811
+    def edit(docs):
+        docs["check_model"]["revision"] = docs["estimate_memory"]["revision"] = "v2.0"
+    _, plan = host_plan(tmp_path, inputs, live_tune, edit=edit)
+    assert plan["model_dir"] and "--revision" not in plan["argv"] and plan["revision"] is None
+
+
+def test_an_older_plan_that_served_main_is_stopped_but_never_started(inputs, live_tune, tmp_path):  # noqa: F811
+    """An older bundle's plan has no `revision` and served main whatever was checked: the verbs acting on
+    its server still accept it; start renders it as it would run now, and refuses it."""
+    import serve_life
+    from common import load_epyc
+    _, plan = host_plan(tmp_path, inputs, live_tune, edit=_at_revision(None, None))
+    old = {k: v for k, v in plan.items() if k != "revision"}
+    old["inputs"] = {**plan["inputs"], "check_model": {**plan["inputs"]["check_model"], "revision": "v2.0"}}
+    old["inputs"]["estimate_memory"] = {k: v for k, v in plan["inputs"]["estimate_memory"].items() if k != "revision"}
+    serve_life.refuse_edited(old, serve_life.rerender(old, load_epyc(), env_from_plan=True, phase="stop"), "stop")
+    from common import ScriptError
+    with pytest.raises(ScriptError) as err:
+        serve_life.refuse_edited(old, serve_life.rerender(old, load_epyc()), "start")
+    assert "differs" in err.value.error and "argv" in err.value.error
+
+
+def test_a_revision_git_would_refuse_is_refused(script, tmp_path):
+    """A note of the twenty-first audit: `x.lock` passed as a revision."""
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for rev in ("x.lock", "a/.hidden", "a//b", "release.lock/1"):
+        r = script("check_model.py", "--model", str(folder), "--revision", rev)
+        assert r.code == 1 and "malformed --revision" in r.doc["error"], (rev, r.doc)
