@@ -211,12 +211,24 @@ def up(a, epyc: dict) -> dict:
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
-    started = start_or_stop(plan, plan_file)
-    result = verify_or_stop(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
-    return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
-            "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
-            "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
-                                        str(plan_file)])}
+    return serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
+
+
+def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
+    """up's start and verify: each step stops the server on its own failure or interrupt, and a signal that
+    lands between them, or after them, stops it too (up ends with a handoff or with nothing running)."""
+    try:
+        started = start_or_stop(plan, plan_file)
+        result = verify_or_stop(plan, plan_file, timeout, smoke_timeout)
+        return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
+                "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
+                "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
+                                            str(plan_file)])}
+    except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
+        with common.signals_deferred():  # up ends with a handoff or with nothing left running
+            stopped = stop(plan)
+        raise ScriptError("interrupted after start: up stopped the server it had started", "run up again",
+                          phase="verify", plan_file=str(plan_file), stopped=stopped)
 
 
 # ---------------------------------------------------------------- CLI

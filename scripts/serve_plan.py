@@ -130,10 +130,12 @@ def throughput_env(flags: dict) -> dict:
 
 def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
     """`-v SOURCE:TARGET[:ro]` as two argv elements. A ':' or ',' in a path would change what the runtime
-    parses (another mount option), so such a path is refused rather than passed."""
+    parses (another mount option), so such a path is refused rather than passed; so is one with a newline
+    or another unprintable character (the summary's shell-quoted command would show another folder)."""
     for path in (source, target):
-        if ":" in path or "," in path or not path.startswith("/"):
-            raise ScriptError(f"cannot mount {path!r}: a container mount needs an absolute path without ':' or ','",
+        if ":" in path or "," in path or not path.startswith("/") or not path.isprintable():
+            raise ScriptError(f"cannot mount {path!r}: a container mount needs an absolute path of printable "
+                              "characters, without ':' or ','",
                               "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)")
     if system_folder(source):
         raise ScriptError(f"cannot mount {source!r} into the container: it is a system folder (the HF cache is "

@@ -68,6 +68,9 @@ def venv_refusal(venv: Path, default: Path) -> str | None:
     own default folder when a venv is already there (made by an earlier version of this bundle). A
     careless --venv /usr/local, a conda prefix or the bundle's own .venv is someone else's interpreter."""
     try:
+        if Path(os.path.realpath(venv)) == common.ROOT / ".venv":  # bootstrap.py's, made or not yet made
+            return (f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and "
+                    "tests): the vLLM stack goes into a venv of its own")
         if not venv.exists() and not venv.is_symlink():
             return None
         if not venv.is_dir():

@@ -201,11 +201,12 @@ def _hf_cache_at(home: Path) -> dict:
     real = Path(os.path.realpath(home))
     there = next(p for p in (real, *real.parents) if p.exists())  # what is there now, or the folder it goes in
     if not there.is_dir():  # a file as the cache (or HF_HOME): the runtime cannot mount it, downloads fail
-        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is a file)",
+        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is "
+                          f"{'a file' if there.is_file() else 'not a folder: a pipe, socket or device'})",
                           "export HF_HUB_CACHE (or HF_HOME) to a folder, or leave both unset for ~/.cache/huggingface")
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS
-    if real != Path(os.path.abspath(home)):
+    if real != Path(os.path.abspath(home).replace("//", "/")):  # "//x" is no link: POSIX keeps a leading //
         notes.append(f"{home} is a link to {real}; the real path is mounted")
     if not real.exists():
         notes.append(f"{real} does not exist yet; it is created on first download")

@@ -1194,3 +1194,52 @@ def test_a_revision_git_would_refuse_is_refused(script, tmp_path):
     for rev in ("x.lock", "a/.hidden", "a//b", "release.lock/1"):
         r = script("check_model.py", "--model", str(folder), "--revision", rev)
         assert r.code == 1 and "malformed --revision" in r.doc["error"], (rev, r.doc)
+
+
+def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+    """A note of the twenty-first audit: a signal landing after start_or_stop returned and before
+    verify_or_stop's guard left the server up. The server is real (the fake venv's); the signal's landing
+    in that gap is simulated by a verify_or_stop that raises it before doing anything (a real signal cannot
+    be aimed at those bytecodes)."""
+    import psutil
+    import launch
+    import serve_life
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+
+    def interrupted_before_its_guard(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(launch, "verify_or_stop", interrupted_before_its_guard)
+    from common import ScriptError
+    with pytest.raises(ScriptError) as err:
+        launch.serve_verified(plan, plan_file, 30, 10)
+    assert "up stopped the server it had started" in err.value.error and err.value.extra["stopped"]["stopped"]
+    assert serve_life.read_state(plan) is None
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(plan["port"]) in (p.info["cmdline"] or [])]
+
+
+def test_the_bundles_own_venv_is_never_the_stack_venv(tmp_path):
+    """A note of the twenty-first audit: `--venv <bundle>/.venv` was accepted while it did not exist yet
+    (a fresh checkout), and the vLLM stack went into the tools' interpreter."""
+    import setup_host_stack as shs
+    from common import ROOT as BUNDLE
+    assert "the bundle's own .venv" in shs.venv_refusal(BUNDLE / ".venv", tmp_path / "default")
+    (tmp_path / "link").symlink_to(BUNDLE / ".venv")
+    assert "the bundle's own .venv" in shs.venv_refusal(tmp_path / "link", tmp_path / "default")
+    assert shs.venv_refusal(tmp_path / "elsewhere", tmp_path / "default") is None
+
+
+def test_an_hf_cache_path_the_summary_cannot_show_is_not_mounted(tmp_path):
+    """Notes of the twenty-first audit: a cache path with a newline was mounted (the summary's quoted
+    command read as another folder); a FIFO as the cache was "a file"; `//x` was "a link to /x"."""
+    import validate
+    from common import ScriptError
+    from serve_plan import bind_mount
+    with pytest.raises(ScriptError) as err:
+        bind_mount(str(tmp_path / "new\nline"), "/root/.cache/huggingface/hub")
+    assert "printable" in err.value.error
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ScriptError) as err:
+        validate._hf_cache_at(tmp_path / "fifo")
+    assert "not a folder: a pipe, socket or device" in err.value.error
+    (tmp_path / "hub").mkdir()
+    assert validate._hf_cache_at(Path("/" + str(tmp_path / "hub")))["note"] is None
