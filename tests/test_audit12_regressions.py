@@ -463,8 +463,8 @@ def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, 
             return common.RunResult(list(argv), None, "x" * 10, "printed more than", "output_limit")
         return common.RunResult(list(argv), 0, "", "")
     monkeypatch.setattr(common, "run", fake_run)
-    plan = {"path": "container", "runtime": "docker", "container_name": "vllm-epyc-8000", "argv": ["serve", "org/m"],
-            "model": "org/m", "api_key_env": None, "primary_endpoint": "completions",
+    plan = {"path": "container", "runtime": "docker", "container_name": "vllm-epyc-8000", "model": "org/m",
+            "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"], "api_key_env": None, "primary_endpoint": "completions",
             "base_url": "http://127.0.0.1:8000/v1", "served_model_name": "org/m"}
     args = argparse.Namespace(input_lens=[128], concurrency=[1], repeats=1, output_len=8, seed=1)
     with pytest.raises(common.ScriptError, match="is over 67,108,864 bytes"):
