@@ -287,8 +287,11 @@ def write_out(path: Path, text: str) -> None:
     """A file of bench's own in its result folder, never written through a link planted there (a
     summary.json linked elsewhere overwrote the link's target)."""
     import serve_life
-    with os.fdopen(serve_life.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w") as f:
-        f.write(text)
+    try:
+        with os.fdopen(serve_life.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w") as f:
+            f.write(text)
+    except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
+        raise common.os_error(exc, f"cannot write {path}")
 
 
 def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
@@ -306,7 +309,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                 common.log(f"bench: run {done}/{total}: input {input_len}, concurrency {conc}, repeat {rep + 1}")
                 res = common.run(bench_argv(target["vllm"], plan["base_url"], plan["served_model_name"],
                                             target["tokenizer"], endpoint, input_len,
-                                            args.output_len, conc, str((out / "raw").resolve())
+                                            args.output_len, conc, str(common.real_path(out / "raw"))
                                             if plan["path"] == "host" else "/tmp", name, seed=args.seed + done),
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
@@ -416,7 +419,7 @@ def compare(plan: dict, args, out: Path, env: dict):
     not_run: dict[str, str] = {}
     for name in serve_plan.SIZINGS:
         sub = out / name
-        opts = {**plan["options"], "sizing": name, "state_dir": str((sub / "run").resolve())}
+        opts = {**plan["options"], "sizing": name, "state_dir": str(common.real_path(sub / "run"))}
         try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
             variant = serve_plan.build_plan(plan["inputs"], opts, epyc,
                                             serve_life.host_facts(opts, plan["inputs"]))

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None):
         python = str(venv_python)
         versions = installed_versions(python, dists) if venv_python.exists() else {d: None for d in dists}
     missing = [d for d, v in versions.items() if not v]
-    in_venv = Path(python).parent.parent.resolve() == common.BUNDLE_VENV.resolve()
+    in_venv = common.real_path(Path(python).parent.parent) == common.real_path(common.BUNDLE_VENV)
     doc = {"ready": not missing, "python": python, "venv": str(common.BUNDLE_VENV) if in_venv else None, "packages": versions, "missing": missing, "actions": actions}
     if missing:
         raise ScriptError(f"missing: {', '.join(missing)}", "run python3 scripts/bootstrap.py without --check"

@@ -345,6 +345,12 @@ def executable(text: str) -> str:
     return text
 
 
+def real_path(path: str | Path) -> Path:
+    """The path with every link followed, as far as it goes. Path.resolve() raises RuntimeError on a link
+    loop (Python 3.10 and 3.11); realpath stops at the loop, and the next open names it (ELOOP)."""
+    return Path(os.path.realpath(path))
+
+
 def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -> Path:
     """A path with `~` / `~user` expanded; an unknown user is a clear error (Path.expanduser raises
     RuntimeError for it). `expand_vars`: then $VARS, in huggingface_hub's order (a variable holding a `~`
@@ -483,6 +489,8 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         doc, code, ok = exc.as_json(), exc.code, False
     except KeyboardInterrupt:
         doc, code, ok = {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL, False
+    except OSError as exc:  # the machine's refusal (a full disk, a read-only folder, a link loop), not a bug
+        doc, code, ok = os_error(exc, "the system refused an operation").as_json(), EXIT_FAIL, False
     except ModuleNotFoundError as exc:  # run with an interpreter that lacks the bundle's dependencies
         doc = {"error": f"missing Python package {exc.name!r} in {sys.executable}",
                "fix": "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use "
@@ -495,20 +503,40 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
                "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"}
         code, ok = EXIT_FAIL, False
     finally:
+        # the work is done: a signal now must not cut the document that says what was done (a start that
+        # recorded its server), so it is ignored until the document is out
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+    try:
+        if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
+            doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
+        if render is None:
+            if not emit(doc):
+                code = EXIT_FAIL
+        else:  # cpu_tune --format env: shell lines, masked as any text we print
+            try:
+                sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
+                sys.stdout.flush()
+            except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
+                code = EXIT_FAIL
+    finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
-        doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
-    if render is None:
-        if not emit(doc):
-            code = EXIT_FAIL
-    else:  # cpu_tune --format env: shell lines, masked as any text we print
-        try:
-            sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
-            sys.stdout.flush()
-        except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
-            code = EXIT_FAIL
     return code
+
+
+def os_error(exc: OSError, doing: str) -> "ScriptError":
+    """The machine's refusal (a full disk, a folder we may not write, a link loop) in words a user acts on,
+    naming the file where the error does."""
+    import errno
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free space on that disk (or raise the file-size limit, ulimit -f), then run it again"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "check that folder's permissions, or use another folder, then run it again"
+    else:
+        fix = "check the file or folder it names, then run it again"
+    return ScriptError(f"{doing}: {exc.strerror or exc or type(exc).__name__}{where}", fix)
 
 
 # ---------------------------------------------------------------- subprocesses
@@ -748,7 +776,7 @@ class Sysroot:
 
     @property
     def is_live(self) -> bool:
-        return self.root.resolve() == Path("/")
+        return real_path(self.root) == Path("/")
 
     def path(self, p: str) -> Path:
         return self.root / p.lstrip("/")
@@ -760,7 +788,7 @@ class Sysroot:
         import stat
         try:
             path = self.path(p)
-            if not self.is_live and not path.resolve().is_relative_to(self.root.resolve()):
+            if not self.is_live and not real_path(path).is_relative_to(real_path(self.root)):
                 return None  # a captured tree's link to /proc/kmsg or another host file is not its content
             if not stat.S_ISREG(path.stat().st_mode):
                 return None

@@ -522,9 +522,11 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
                               "pass a new or empty folder for the rendered host files")
     else:  # read once, then gone: a spec leaves nothing behind unless asked to
         root = scratch_dir("epyc-spec-")
-    host_spec.write_files(root, files)
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
-    (root / TARGET_FILE).write_text(target + "\n")
+    try:
+        host_spec.write_files(root, {**files, TARGET_FILE: target + "\n"})
+    except OSError as exc:  # a full disk: the rendered tree is incomplete, and read as it is it would lie
+        raise common.os_error(exc, f"cannot write the rendered host files under {root}")
     facts = gather(common.check_sysroot(str(root)), target, live=False)
     spec = {"sku": sku, "source": table["sources"][sku["source"]], "sysroot": str(root) if args.save_sysroot else None,
             "assumptions": [

@@ -343,7 +343,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"--model {ref[:80]!r}{'...' if len(ref) > 80 else ''} is not a usable path: "
                           f"{exc.strerror or exc}", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
     if is_dir:
-        return ModelFiles(ref, "local", None, p.resolve())
+        return ModelFiles(ref, "local", None, common.real_path(p))
     if exists:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:

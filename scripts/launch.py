@@ -94,7 +94,7 @@ def state_dir_arg(spec: str) -> str:
     only). start writes and stop removes files there: never '/', a home or a system folder by mistake."""
     path = common.user_path(spec, "--state-dir")
     try:
-        path = path.resolve()
+        path = common.real_path(path)
     except OSError as exc:  # a name too long, a loop of links
         raise ScriptError(f"--state-dir {spec[:200]!r}: {exc.strerror or exc}", "pass a usable folder path")
     problem = serve_life.state_dir_problem(path)
@@ -164,6 +164,19 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             stopped = stop(plan)
         raise ScriptError("interrupted during verify: up stopped the server it had started", "run up again",
                           phase="verify", plan_file=str(plan_file), stopped=stopped)
+    except Exception as exc:  # a full disk as verify records its verdict: nothing unverified is left running
+        with common.signals_deferred():
+            stopped = stop(plan)
+        raise stopped_after(exc, "verify", plan_file, stopped) from None
+
+
+def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict) -> ScriptError:
+    """What up says when a step failed on something other than its own verdict (the machine refused a
+    write): the failure in words a user acts on, and that up stopped the server it had started."""
+    err = common.os_error(exc, f"{phase} could not go on") if isinstance(exc, OSError) else \
+        ScriptError(f"{phase} could not go on ({type(exc).__name__}: {exc})", "run up again")
+    return ScriptError(err.error + ": up stopped the server it had started", err.fix, phase=phase,
+                       plan_file=str(plan_file), stopped=stopped)
 
 
 def up(a, epyc: dict) -> dict:
@@ -202,7 +215,7 @@ def up(a, epyc: dict) -> dict:
     opts = {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"], "expose": a.expose,
             "served_model_name": a.served_model_name,
             "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags, "kernel_log": a.kernel_log,
-            "dtype": a.dtype, "state_dir": str(run_dir.resolve())}
+            "dtype": a.dtype, "state_dir": str(common.real_path(run_dir))}
     inputs = {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
     plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
@@ -217,9 +230,12 @@ def up(a, epyc: dict) -> dict:
 def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
     """up's start and verify: each step stops the server on its own failure or interrupt, and a signal that
     lands between them, or after them, stops it too (up ends with a handoff or with nothing running)."""
+    phase = "start"
     try:
         started = start_or_stop(plan, plan_file)
+        phase = "verify"
         result = verify_or_stop(plan, plan_file, timeout, smoke_timeout)
+        phase = "handoff"
         return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
                 "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
                 "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
@@ -229,6 +245,12 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             stopped = stop(plan)
         raise ScriptError("interrupted after start: up stopped the server it had started", "run up again",
                           phase="verify", plan_file=str(plan_file), stopped=stopped)
+    except ScriptError:  # each step's own: it stopped the server already, or nothing was started
+        raise
+    except Exception as exc:  # the handoff after a passed verify, say: the same rule
+        with common.signals_deferred():
+            stopped = stop(plan)
+        raise stopped_after(exc, phase, plan_file, stopped) from None
 
 
 # ---------------------------------------------------------------- CLI

@@ -66,8 +66,11 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
 
 def write_own_file(path: str | Path, text: str) -> None:
     """Write (or overwrite) a file of the state dir, 0600, through open_own_file: never a link's target."""
-    with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
-        f.write(text)
+    try:
+        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+            f.write(text)
+    except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
+        raise common.os_error(exc, f"cannot write {path}")
 
 
 def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:

@@ -141,8 +141,8 @@ def site_packages_of(python: str, venv: Path) -> Path:
     if found is None:
         raise ScriptError(f"cannot query {python}: {common.clip(why, 200, tail=True)}", "recreate the venv (delete it)")
     try:
-        purelib = Path(found["purelib"]).resolve()
-        inside = purelib.is_relative_to(venv.resolve())
+        purelib = common.real_path(found["purelib"])
+        inside = purelib.is_relative_to(common.real_path(venv))
     except (OSError, ValueError):
         inside = False
     if not inside:

@@ -246,7 +246,7 @@ def find_libs(names: list[str], python: str | None) -> dict[str, str]:
     """Real paths of the allocator / OpenMP libraries worth preloading: system dirs, then the env."""
     dirs = list(LIB_DIRS)
     if python:
-        env = Path(python).resolve().parent.parent
+        env = common.real_path(python).parent.parent
         dirs += [str(env / "lib")] + [str(p) for p in (env / "lib").glob("python3*/site-packages/*/lib")]
     found: dict[str, str] = {}
     for name in names:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import lzma
+import os
 import re
 import sys
 import zipfile
@@ -194,7 +195,14 @@ def main(argv: Sequence[str] | None = None):
         SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
         snap = {"vllm_version": version, "generated_from": reg["source"].split(":", 1)[0],
                 "architectures": reg["architectures"]}
-        (SNAPSHOT_DIR / f"{version}.json").write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
+        target = SNAPSHOT_DIR / f"{version}.json"
+        scratch = target.with_name(f".{target.name}.tmp")
+        try:  # whole or not at all: a full disk must not leave the bundle's snapshot cut short
+            scratch.write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
+            os.replace(scratch, target)
+        except OSError as exc:
+            scratch.unlink(missing_ok=True)
+            raise common.os_error(exc, f"cannot write {target} (the snapshot there is unchanged)")
         common.log(f"wrote data/vllm_registry/{version}.json ({len(reg['architectures'])} architectures)")
     counts: dict[str, int] = {}
     for kind in reg["architectures"].values():

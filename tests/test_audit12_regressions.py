@@ -1243,3 +1243,82 @@ def test_an_hf_cache_path_the_summary_cannot_show_is_not_mounted(tmp_path):
     assert "not a folder: a pipe, socket or device" in err.value.error
     (tmp_path / "hub").mkdir()
     assert validate._hf_cache_at(Path("/" + str(tmp_path / "hub")))["note"] is None
+
+
+# ---- the twenty-second audit
+
+def test_a_full_disk_during_verify_is_a_clear_error_and_up_stops_its_server(inputs, live_tune, tmp_path):  # noqa: F811
+    """F4: verify's state write on a full disk was `internal error: OSError`, and up, which stops its server
+    only on its own errors and interrupts, left the unverified server running. The full disk is real
+    enough: RLIMIT_FSIZE 0 (ulimit -f 0) makes every write fail with EFBIG, set as verify begins."""
+    import subprocess
+    import psutil
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    code = ("import sys, resource; sys.path.insert(0, sys.argv[1]); import common, json, launch\n"
+            "plan = json.load(open(sys.argv[2]))\n"
+            "real_verify = launch.verify\n"
+            "def verify_on_a_full_disk(*args):\n"
+            "    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+            "    return real_verify(*args)\n"
+            "launch.verify = verify_on_a_full_disk\n"
+            "sys.exit(common.run_main(lambda argv: (launch.serve_verified(plan, sys.argv[2], 60, 10), 0)))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "scripts"), str(plan_file)], capture_output=True,
+                       text=True, timeout=180)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and "internal error" not in doc["error"], doc
+    assert "cannot write" in doc["error"] and "File too large" in doc["error"] and "ulimit -f" in doc["fix"], doc
+    assert doc["stopped"]["stopped"] and doc["plan_file"]  # up's rule: a failed verify stops the server
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(plan["port"]) in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.parametrize("tool,args", [
+    ("detect.py", ["--spec", "9654", "--sockets", "1", "--ram-gb-per-socket", "384", "--save-sysroot", "{out}"]),
+    ("launch.py", ["plan", "--detect=-"]),  # reads stdin, prints: the write is stdout's, already exit 1
+])
+def test_a_full_disk_is_named_never_an_internal_error(script, tmp_path, tool, args):
+    """F4: each write path gave `internal error: OSError [Errno 27]` under ulimit -f 0."""
+    import resource
+    import subprocess
+    out = tmp_path / "out"
+    argv = [sys.executable, str(ROOT / "scripts" / tool), *[a.format(out=out) for a in args]]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, input="{}",
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    if r.stdout:
+        assert "internal error" not in r.stdout, r.stdout
+    if tool == "detect.py":
+        doc = json.loads(r.stdout)
+        assert "cannot write the rendered host files" in doc["error"] and "File too large" in doc["error"]
+
+
+def test_any_failure_of_verify_stops_ups_server(monkeypatch, tmp_path):
+    """F4: only ScriptError and KeyboardInterrupt stopped the server; any other failure left it running.
+    The failing verify and the stop are stand-ins here: the real chain is the test above."""
+    import errno
+    import launch
+    stops = []
+
+    def verify_fails(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(launch, "verify", verify_fails)
+    monkeypatch.setattr(launch, "stop", lambda plan: stops.append(plan) or {"stopped": True})
+    from common import ScriptError
+    with pytest.raises(ScriptError) as err:
+        launch.verify_or_stop({"port": 1}, tmp_path / "plan.json", 5, 5)
+    assert stops and "No space left on device: up stopped the server it had started" in err.value.error
+    assert "free space" in err.value.fix and err.value.extra["phase"] == "verify"
+
+
+def test_a_link_loop_is_a_clear_error(script, tmp_path, make_sysroot):
+    """F6: Path.resolve() raises RuntimeError on a link loop (Python 3.10, 3.11): a --state-dir or a sysroot
+    file that loops was an internal error."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    r = script("launch.py", "up", "--yes", "--state-dir", str(tmp_path / "loop"))
+    assert r.code == 1 and "exists and is not a folder" in r.doc["error"], r.doc
+    root = make_sysroot("genoa_9654_2s_smt")
+    cpulist = Path(root) / "sys/devices/system/node/node0/cpulist"
+    cpulist.unlink()
+    cpulist.symlink_to("cpulist")
+    for tool, args in (("detect.py", []), ("cpu_tune.py", ["--weight-gb", "1", "--kv-needed-gb", "1"])):
+        r = script(tool, "--sysroot", str(root), *args)
+        assert "internal error" not in r.stdout, r.doc
