@@ -200,7 +200,7 @@ def serving_target(plan: dict) -> dict:
     server's own command names it: a local folder by its real path (host) or its mount (container), never
     the name as typed at plan time, which a relative path makes mean another folder from here."""
     from serve_plan import serve_args
-    model_arg = serve_args(plan["argv"])[0]
+    model_arg = serve_args(plan["argv"], container=plan["path"] != "host")[0]
     if plan["path"] == "host":
         vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
         return {"vllm": [vllm_bin], "tokenizer": model_arg, "python": str(Path(vllm_bin).parent / "python")}

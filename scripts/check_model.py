@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/check_model.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
                    help="Hub id or local folder (default: %(default)s); --model-id is the old name, kept for one release")
-    p.add_argument("--revision", default=None, help="branch, tag or commit (Hub ids; default main)")
+    p.add_argument("--revision", type=hf_model.revision_arg, default=None, help="branch, tag or commit (Hub ids; default main)")
     p.add_argument("--vllm-version", type=common.version, default=epyc["vllm_version"],
                    help="vLLM that will serve: stack.vllm from validate.py (default: the pinned %(default)s)")
     p.add_argument("--python", type=common.executable, help="probe the registry of the vLLM installed for this interpreter")

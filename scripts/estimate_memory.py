@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None):
     p = common.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
     p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
                    help="Hub id or local folder; --model-id is the old name, kept for one release")
-    p.add_argument("--revision", default=None, help="branch, tag or commit (Hub ids; default main): the one "
+    p.add_argument("--revision", type=hf_model.revision_arg, default=None, help="branch, tag or commit (Hub ids; default main): the one "
                    "check_model.py checked, which plan serves")
     p.add_argument("--ram-gb", type=common.float_in(0, 1 << 20, lo_open=True), help="RAM to fit in: ram_gb from detect.py or "
                    "socket_ram_gb from cpu_tune.py; without it no verdict is given")

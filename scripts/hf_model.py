@@ -36,6 +36,20 @@ MAX_WEIGHT_BYTES = 1 << 50  # 1 PiB: ~250x the largest open checkpoint; past it 
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
 
 
+def is_revision(text: object) -> bool:
+    """A branch, tag or commit as git allows one: what --revision takes, and what a document may carry."""
+    return isinstance(text, str) and _REVISION_RE.fullmatch(text) is not None
+
+
+def revision_arg(text: str) -> str:
+    """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
+    if not is_revision(text):
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} is not a branch, tag or commit (letters, digits and "
+                                         "._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')")
+    return text
+
+
 class Unreadable(Exception):
     """The files exist but cannot be read here (gated, offline without cache, Hub down)."""
 
@@ -334,7 +348,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
     if not ref or not ref.strip():
         raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
-    if revision is not None and not _REVISION_RE.fullmatch(revision):
+    if revision is not None and not is_revision(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = common.user_path(ref, "--model")
     try:

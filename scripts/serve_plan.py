@@ -13,6 +13,7 @@ from pathlib import Path
 import common
 import quantization
 from common import ScriptError
+from hf_model import is_revision
 from kv_cache import ssm_state_dtype
 from vllm_registry import normalize_version
 
@@ -107,12 +108,12 @@ def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: l
     return argv + ["--entrypoint", "vllm", image, "serve", *serve_args]
 
 
-def serve_args(argv: list[str]) -> list[str]:
+def serve_args(argv: list[str], container: bool) -> list[str]:
     """What `vllm serve` is given (the model first), read from a command this module built, by its shape:
     `--entrypoint vllm IMAGE serve ARGS`, `--entrypoint sh IMAGE -c LOADER vllm ARGS` (the secrets' loader),
     or on the host `[PIN...] /venv/bin/vllm serve ARGS`. Never by looking for the word "serve", which the
-    loader form lacks and an image may be named."""
-    if "--entrypoint" in argv:
+    loader form lacks and an image may be named; the path says which shape (a serve option is no marker)."""
+    if container:
         at = argv.index("--entrypoint")
         return argv[at + 6:] if argv[at + 1] == "sh" else argv[at + 4:]
     at = next(k for k, a in enumerate(argv) if a.endswith("/vllm") and argv[k + 1:k + 2] == ["serve"])
@@ -461,6 +462,9 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                          batched if rules["seqs"] else None)
     # the revision checked and sized is the one served (vLLM takes the tokenizer's from it); a folder has none
     revision = None if facts.get("model_dir") else chk.get("revision")
+    if revision is not None and not is_revision(revision):  # a document's value becomes a vLLM argument
+        raise ScriptError(f"check_model.json's revision {str(revision)[:200]!r} is not a branch, tag or commit",
+                          "run check_model.py (and estimate_memory.py) again with a plain --revision")
     if revision:
         opts += ["--revision", revision]
     pre: list[list[str]] = []

@@ -1193,7 +1193,8 @@ def test_a_revision_git_would_refuse_is_refused(script, tmp_path):
     folder = model_folder("Qwen3-0.6B", tmp_path)
     for rev in ("x.lock", "a/.hidden", "a//b", "release.lock/1"):
         r = script("check_model.py", "--model", str(folder), "--revision", rev)
-        assert r.code == 1 and "malformed --revision" in r.doc["error"], (rev, r.doc)
+        assert r.code == 1 and "argument --revision" in r.doc["error"], (rev, r.doc)
+        assert "not a branch, tag or commit" in r.doc["error"]
 
 
 def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
@@ -1322,3 +1323,28 @@ def test_a_link_loop_is_a_clear_error(script, tmp_path, make_sysroot):
     for tool, args in (("detect.py", []), ("cpu_tune.py", ["--weight-gb", "1", "--kv-needed-gb", "1"])):
         r = script(tool, "--sysroot", str(root), *args)
         assert "internal error" not in r.stdout, r.doc
+
+
+@pytest.mark.parametrize("rev", ["../../../etc/x", "-x", "--trust-remote-code", "a b", "main\n", "x.lock", 7])
+def test_a_revision_from_a_document_is_checked_before_it_becomes_an_argument(inputs, live_tune, tmp_path, rev):  # noqa: F811
+    """F1: only the --revision flag was checked: a check_model.json (and estimate) carrying '--entrypoint'
+    or '../x' put it into the served command as given."""
+    from common import ScriptError
+    with pytest.raises(ScriptError) as err:
+        host_plan(tmp_path, inputs, live_tune, edit=_at_revision(rev, rev))
+    assert "is not a branch, tag or commit" in err.value.error or "wrong type" in err.value.error, err.value.error
+
+
+def test_estimate_checks_its_revision_even_from_a_config_alone(script, tmp_path):
+    """F1: with --config the model is never resolved, and --revision was recorded unchecked."""
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    r = script("estimate_memory.py", "--config", str(folder / "config.json"), "--weight-gb", "1.2", "--ram-gb", "64",
+               "--revision", "../../x")
+    assert r.code == 1 and "argument --revision" in r.doc["error"] and "not a branch, tag or commit" in r.doc["error"]
+
+
+def test_the_served_arguments_are_read_by_the_plans_path():
+    """F1: a host command carrying '--entrypoint' as a value was read as a container's."""
+    from serve_plan import serve_args
+    host = ["numactl", "-N", "0", "/v/bin/vllm", "serve", "org/m", "--revision", "--entrypoint"]
+    assert serve_args(host, container=False)[0] == "org/m"

@@ -99,7 +99,7 @@ def test_a_spec_leaves_no_temporary_tree_behind(script, tmp_path):
     (["check_model.py", "--vllm-version", "0.32.0;id"], "not a version number"),
     (["check_model.py", "--vllm-version", "../../../etc/passwd"], "not a version number"),
     (["check_model.py", "--python", "/nonexistent/python"], "not an executable file"),
-    (["check_model.py", "--revision", "../../x"], "malformed --revision"),
+    (["check_model.py", "--revision", "../../x"], "argument --revision"),
     (["check_model.py", "--model", "x" * 5000], "not a usable path"),
     (["estimate_memory.py", "--model", "x" * 5000], "not a usable path"),
     (["validate.py", "--generation", "$(id)"], "invalid choice"),
