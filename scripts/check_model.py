@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None):
     except hf_model.Unreadable as why:
         tmpl = classify_template(None, None, None, readable=False)
         eps = endpoints_for("undetermined", tmpl["status"], epyc["model_support_policy"])
-        return {**base, "source": "hub", "architectures": [], "kind": "undetermined", "supported": None,
+        return {**base, "source": "hub", "model_dir": None, "architectures": [], "kind": "undetermined", "supported": None,
                 "registry_source": (registry or {}).get("source"), "vllm_version": version, "chat_template": tmpl,
                 **eps, "message": f"{why.message}; support could not be determined -- proceed, the launch confirms",
                 "fix": why.fix, "unreadable_reason": why.reason, "notes": notes}, common.EXIT_OK
@@ -223,7 +223,8 @@ def main(argv: Sequence[str] | None = None):
     kind, arch = classify_kind(model["architectures"], registry)
     eps = endpoints_for(kind, tmpl["status"], epyc["model_support_policy"])
     code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)
-    doc = {**base, "source": files.kind, "architectures": model["architectures"], "kind": kind,
+    doc = {**base, "source": files.kind, "model_dir": str(files.folder) if files.kind == "local" else None,
+           "architectures": model["architectures"], "kind": kind,
            "supported": None if kind == "undetermined" else code == 0,
            "registry_source": (registry or {}).get("source"), "vllm_version": version,
            "chat_template": tmpl, **eps, "message": message, "notes": notes,

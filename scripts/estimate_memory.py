@@ -105,6 +105,8 @@ def main(argv: Sequence[str] | None = None):
     bf16_cpu = args.avx512_bf16 == "yes" if args.avx512_bf16 else detect.this_cpu_has("avx512_bf16")
     ssm_dtype = ssm_state_dtype(bf16_cpu, kv_dtype)
 
+    resolved: dict = {}  # the folder the model named (plan checks it serves the same one); none with --config
+
     def read() -> tuple[dict, int, str]:
         if args.config:  # planning for a model this machine cannot download: its config.json is enough
             cfg = common.read_json_input(args.config, "config.json")
@@ -112,6 +114,7 @@ def main(argv: Sequence[str] | None = None):
                                 "pass the model's unmodified config.json")
         else:
             files = hf_model.resolve(args.model, args.revision)
+            resolved["model_dir"] = str(files.folder) if files.kind == "local" else None
             cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype], KV_BYTES_BY_DTYPE[ssm_dtype])
@@ -171,6 +174,7 @@ def main(argv: Sequence[str] | None = None):
     per_sequence = kv_bytes_for(layout, max_len, block, batched)
     doc = {
         "model": args.model,
+        **resolved,
         "revision": args.revision,
         "dtype": args.dtype,
         "weight_gb": common.gb(weights),

@@ -461,6 +461,15 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     opts = serve_options(served, host, port, dtype, max_len, device, capacity["max_num_seqs"] if rules["seqs"] else None,
                          batched if rules["seqs"] else None)
     # the revision checked and sized is the one served (vLLM takes the tokenizer's from it); a folder has none
+    for reader, said in (("check_model.py", chk), ("estimate_memory.py", est)):
+        # the model as typed is found again here, from this folder: a relative path, or a folder named like a
+        # Hub id, can mean another model than the one checked and sized (an older document has no model_dir)
+        if "model_dir" in said and said["model_dir"] != facts.get("model_dir"):
+            read = said["model_dir"] or f"the Hub id {said.get('model')}"
+            here = facts.get("model_dir") or "a Hub id (no such folder here)"
+            raise ScriptError(f"{reader} read {read}, but {model} is {here} from where plan runs",
+                              "run check_model.py, estimate_memory.py and plan from the same folder, or pass the "
+                              "model folder as an absolute path")
     revision = None if facts.get("model_dir") else chk.get("revision")
     if revision is not None and not is_revision(revision):  # a document's value becomes a vLLM argument
         raise ScriptError(f"check_model.json's revision {str(revision)[:200]!r} is not a branch, tag or commit",

@@ -1146,7 +1146,8 @@ def test_an_old_process_with_an_empty_environ_is_not_waited_for(monkeypatch):
 def _at_revision(rev_checked, rev_sized):
     def edit(docs):
         for name, rev in (("check_model", rev_checked), ("estimate_memory", rev_sized)):
-            docs[name].update(model="Qwen/Qwen3-0.6B", revision=rev)
+            docs[name].update(model="Qwen/Qwen3-0.6B", revision=rev, model_dir=None)
+        docs["check_model"]["source"] = "hub"
     return edit
 
 
@@ -1348,3 +1349,26 @@ def test_the_served_arguments_are_read_by_the_plans_path():
     from serve_plan import serve_args
     host = ["numactl", "-N", "0", "/v/bin/vllm", "serve", "org/m", "--revision", "--entrypoint"]
     assert serve_args(host, container=False)[0] == "org/m"
+
+
+
+def test_plan_serves_the_folder_that_was_checked_and_sized(script, inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+    """F2: plan found the model as typed again from its own folder: a relative path (or a folder named like
+    the Hub id) served another model than the one checked and sized, with their fit, endpoint and revision."""
+    import shutil
+    from test_launch import plan_args
+    (tmp_path / "elsewhere" / "models").mkdir(parents=True)
+    shutil.copytree(inputs["model"], tmp_path / "elsewhere" / "models" / "m")
+    docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("check", "estimate")}
+    for name, doc in docs.items():  # typed as a relative path where it meant the fixture's folder
+        doc["model"] = "models/m"
+        (tmp_path / f"rel-{name}.json").write_text(json.dumps(doc))
+    args = [a if not a.startswith(("--check=", "--estimate=")) else
+            a.split("=")[0] + "=" + str(tmp_path / f"rel-{a[2:].split('=')[0]}.json") for a in plan_args(inputs)]
+    import subprocess
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "launch.py"), *args, "--state-dir",
+                        str(tmp_path / "st")], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
+                       env={**os.environ, **rt[1]}, timeout=120)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and f"check_model.py read {os.path.realpath(inputs['model'])}" in doc["error"], doc
+    assert str(tmp_path / "elsewhere" / "models" / "m") in doc["error"] and "absolute path" in doc["fix"]

@@ -22,9 +22,11 @@ NO_FACTS = {"hf_token_set": False, "hf_offline": False, "api_key_set": False, "m
 
 
 def facts_for(docs: dict, **more) -> dict:
-    """NO_FACTS, with the HF cache the documents name as it is on this disk (a container plan checks it)."""
+    """NO_FACTS, with the HF cache the documents name as it is on this disk (a container plan checks it) and
+    the model folder check_model read (plan serves only that one)."""
     import validate
-    return {**NO_FACTS, "hf_cache": validate.cache_listing(docs["validate"]["hf_cache"]["path"]), **more}
+    return {**NO_FACTS, "hf_cache": validate.cache_listing(docs["validate"]["hf_cache"]["path"]),
+            "model_dir": docs["check_model"].get("model_dir"), **more}
 FAKE_SERVER = ROOT / "tests" / "fakes" / "openai_server.py"
 SECRET = "hf_plan_secret_5678"
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
@@ -558,7 +560,8 @@ def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(scr
     est = run_script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg), "--weight-gb", "1.11",
                      "--ram-gb", "384", "--max-model-len", "4096", env={"HF_HUB_OFFLINE": "1"})
     chk = run_script("check_model.py", "--model", str(cfg.parent), "--vllm-version", "0.25.1")
-    chk_doc = {**chk.doc, "model": "Qwen/Qwen3-0.6B"}  # the folder holds the same config as the Hub id
+    # the folder holds the same config as the Hub id: the document check_model gives for that id
+    chk_doc = {**chk.doc, "model": "Qwen/Qwen3-0.6B", "source": "hub", "model_dir": None}
     tune = run_script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", str(est.doc["weight_gb"]),
                       "--kv-needed-gb", str(est.doc["fit"]["kv_needed_gb"]))
     for name, r in (("validate", val), ("estimate", est), ("tune", tune)):
