@@ -251,10 +251,8 @@ def main(argv: Sequence[str] | None = None):
     # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
                              "bench")
+    serve_life.require_api_key(plan, "bench")
     key_env = plan.get("api_key_env")
-    if key_env and not os.environ.get(key_env):  # the server asks for it: every request would be refused
-        raise ScriptError(f"the plan's server wants its API key, and {key_env} is not set in this shell",
-                          f"export {key_env}=<key> (the one the server was started with), then bench")
     problem = None if args.out else serve_life.state_dir_problem(Path(plan["state_dir"]))
     if problem:  # the default folder is in the state dir: only one start would write into
         raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
@@ -296,7 +294,11 @@ def write_out(path: Path, text: str) -> None:
 
 def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
-    (out / "raw").mkdir(parents=True, exist_ok=True)
+    raw = out / "raw"
+    if os.path.lexists(raw) and (raw.is_symlink() or not raw.is_dir()):  # results never through a link
+        raise ScriptError(f"{raw} exists and is not a folder of bench's own (a file, or a link)",
+                          "pass --out a new or empty folder")
+    raw.mkdir(parents=True, exist_ok=True)
     target, endpoint = serving_target(plan), endpoint_of(plan)
     cells, total = [], len(args.input_lens) * len(args.concurrency) * args.repeats
     done = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import threading
@@ -250,6 +251,15 @@ def group_members(state: dict) -> list:
         pass  # the leader is gone (or a zombie); its workers may not be
     if leader_marked is False:
         return []
+    out = group_scan(pgid, started)
+    if leader_marked is None and not any(marked(p) for p in out):
+        return []
+    return out
+
+
+def group_scan(pgid: int, started: float) -> list:
+    """The live processes in process group `pgid` started since `started`: the candidates, unproven."""
+    import psutil
     out = []
     for proc in psutil.process_iter(["pid", "create_time", "status"]):
         try:
@@ -258,8 +268,6 @@ def group_members(state: dict) -> list:
                 out.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
-    if leader_marked is None and not any(marked(p) for p in out):
-        return []
     return out
 
 
@@ -413,6 +421,16 @@ def known_secrets(plan: dict) -> list[str]:
     return [os.environ.get(src, "") for src in (plan.get("secrets") or {}).values()]
 
 
+def require_api_key(plan: dict, verb: str) -> None:
+    """A server started with an API key refuses every request without it: a shell that lacks the variable
+    is named before anything is sent (verify would judge a healthy server failed, and clear its pass)."""
+    key_env = plan.get("api_key_env")
+    if key_env and not os.environ.get(key_env):
+        raise ScriptError(f"the plan's server wants its API key, and {key_env} is not set in this shell",
+                          f"export {key_env}=<key> (the one the server was started with), then {verb} again",
+                          phase=verb)
+
+
 def auth_headers(plan: dict) -> dict:
     key = os.environ.get(plan["api_key_env"]) if plan.get("api_key_env") else None
     return {"Authorization": f"Bearer {key}"} if key else {}
@@ -546,7 +564,8 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                       "check that program (reinstall it), then start again", phase="start")
                 raise
             if not recorded:  # launched, and no state names it (a full disk, a hard-linked file): not left running
-                common.kill_group(proc)
+                with common.signals_deferred():  # a second signal must not skip the kill
+                    common.kill_group(proc)
                 raise unrecorded(plan, exc, f"server (pid {proc.pid})", "stopped") from None
             if isinstance(exc, KeyboardInterrupt):  # held until both were done: it runs and its state names it
                 raise ScriptError("interrupted, after the server was launched and recorded: it is running",
@@ -595,8 +614,15 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             # no state names the container (`run` failed, was interrupted -- the engine may have started it
             # anyway -- or its state could not be written): removed by name, with the key files it would read
             with common.signals_deferred():
-                common.run(rm, timeout=60)
+                removed = common.run(rm, timeout=60)
                 remove_secret_files(plan)
+            if not removed.ok and "no such container" not in (removed.stderr or "").lower():
+                # it may run, and no state names it: say so, and how to take it down, never "removed"
+                raise ScriptError(f"start launched {plan['container_name']} and could not record it, nor remove "
+                                  f"it ({common.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}"
+                                  f"): it may be running", f"{shlex.join(rm)} once the runtime answers "
+                                  f"({plan['runtime']} info)", phase="start",
+                                  interrupted=isinstance(exc, KeyboardInterrupt)) from None
             if isinstance(exc, ScriptError):
                 raise
             raise unrecorded(plan, exc, f"container {plan['container_name']}", "removed") from None
@@ -657,6 +683,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     t0 = time.monotonic()
     if state is None:
         raise failed(plan, "process", "nothing was started from this plan (no state file)", t0)
+    require_api_key(plan, "verify")
     if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
         state = {k: v for k, v in state.items() if k != "verified_at"}
         write_state(plan, state)
@@ -761,6 +788,16 @@ def stop(plan: dict) -> dict:
                 "detail": common.clip((res.stdout or res.stderr).strip(), 200)}
     group = group_members(state) if state else []
     if not group:
+        # the leader gone, and what is left of its group cannot show the run's marker (vLLM's renamed workers
+        # read an empty environ): not provably ours, so not killed, and the only state naming them is kept
+        left = group_scan(state["pgid"], state["create_time"]) if state and isinstance(state.get("pgid"), int) \
+            and state["pgid"] > 1 and isinstance(state.get("create_time"), (int, float)) else []
+        if left:
+            pids = [p.pid for p in left][:10]
+            raise ScriptError(f"the server's leader is gone, and {len(left)} process(es) of its group "
+                              f"{state['pgid']} remain that cannot be proven this run's (pids {pids})",
+                              f"look at them (ps -o pid,args -g {state['pgid']}); if they are the server's, "
+                              f"kill -- -{state['pgid']}, then run stop again (the state file is kept)", phase="stop")
         remove_state(plan)
         return {"stopped": False, "reason": "not running"}
     import psutil

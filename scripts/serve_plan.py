@@ -311,7 +311,8 @@ def mismatches(inp: dict) -> list[str]:
     out = []
     if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
         out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
-    if "revision" in est and est["revision"] != chk.get("revision"):  # (an older bundle's estimate has none)
+    # (an older bundle's estimate has none; no revision is main, as the Hub client reads it)
+    if "revision" in est and (est["revision"] or "main") != (chk.get("revision") or "main"):
         out.append(f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
                    f"{est['revision'] or 'main'}")
     if tune.get("weight_gb") is not None and tune["weight_gb"] != est.get("weight_gb"):

@@ -888,8 +888,9 @@ def test_bench_compare_looks_at_the_disk_as_start_does(script, inputs, rt, tmp_p
     link.symlink_to(v2)
     b = script("bench.py", "--plan", str(plan_file), "--compare", "--input-lens", "16", "--concurrency", "1",
                "--repeats", "1", "--out", str(tmp_path / "cmp"), env=rt[1], timeout=120)
-    assert b.code == 1 and "differs" in b.doc["error"] and b.doc["phase"] == "bench", b.doc
-    assert not any(c["argv"][0] == "run" for c in _calls(rt[0]))
+    # refused as reading another folder than the one checked (twenty-second audit), before any comparison
+    assert b.code == 1 and f"check_model.py read {v1}" in b.doc["error"] and str(v2) in b.doc["error"], b.doc
+    assert b.doc["phase"] == "bench" and not any(c["argv"][0] == "run" for c in _calls(rt[0]))
 
 
 def test_bench_tokenizes_with_the_model_the_server_runs():
@@ -1372,3 +1373,101 @@ def test_plan_serves_the_folder_that_was_checked_and_sized(script, inputs, rt, t
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and f"check_model.py read {os.path.realpath(inputs['model'])}" in doc["error"], doc
     assert str(tmp_path / "elsewhere" / "models" / "m") in doc["error"] and "absolute path" in doc["fix"]
+
+
+
+def test_a_container_start_that_cannot_remove_what_it_launched_says_so(script, inputs, rt, tmp_path):  # noqa: F811
+    """F3: the clean-up's `rm` result was ignored: with the daemon gone quiet, start said it removed the
+    container while it ran on with no state naming it."""
+    import signal
+    import subprocess
+    from test_launch import calls, container_plan
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    (d / "run_hang").touch()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "start", "--plan", str(plan_file),
+                             "--confirm"], env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not [c for c in calls(d) if c["argv"][:1] == ["run"]]:
+        time.sleep(0.1)
+    (d / "rm_fails").touch()
+    proc.send_signal(signal.SIGTERM)
+    doc = json.loads(proc.communicate(timeout=90)[0])
+    assert proc.returncode == 1 and "could not record it, nor remove it" in doc["error"], doc
+    assert "it may be running" in doc["error"] and "removed" not in doc["error"]
+    assert doc["fix"].startswith(f"docker rm -f {plan['container_name']}") and doc["interrupted"]
+
+
+
+def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_remain(inputs, live_tune, tmp_path):  # noqa: F811
+    """F5: the API server died (OOM-killed), its renamed workers lived (their environ shows no marker): stop
+    said "not running" and removed the only state that named them. It keeps it now, names them, and kills
+    nothing it cannot prove is this run's."""
+    import signal
+    import psutil
+    import serve_life
+    from common import ScriptError
+    from test_launch import server_mode
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    server_mode(tmp_path, "renamed_worker")
+    serve_life.start(plan, confirm=True)
+    pgid = serve_life.read_state(plan)["pgid"]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(serve_life.group_scan(pgid, 0)) < 2:
+            time.sleep(0.2)
+        os.kill(pgid, signal.SIGKILL)  # the leader only
+        time.sleep(1)
+        with pytest.raises(ScriptError) as err:
+            serve_life.stop(plan)
+        assert "cannot be proven this run's" in err.value.error and f"kill -- -{pgid}" in err.value.fix
+        assert serve_life.read_state(plan) is not None
+        assert [p for p in serve_life.group_scan(pgid, 0) if p.name() == "sleep"]  # not killed
+    finally:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.5)
+    assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
+    assert serve_life.read_state(plan) is None
+
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_bench_never_writes_its_raw_results_through_a_planted_name(tmp_path, kind):
+    """F7: an --out folder holding a file named raw was an internal error (FileExistsError); a link named raw
+    had the results written into its target."""
+    import argparse
+    import bench
+    from common import ScriptError
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "victim").mkdir()
+    (out / "raw").write_text("x") if kind == "file" else (out / "raw").symlink_to(tmp_path / "victim")
+    plan = {"path": "host", "argv": ["/v/bin/vllm", "serve", "m"]}
+    args = argparse.Namespace(input_lens=[16], concurrency=[1], repeats=1, output_len=8, seed=1)
+    with pytest.raises(ScriptError, match="is not a folder of bench's own"):
+        bench.run_matrix(plan, args, out, {})
+    assert not list((tmp_path / "victim").iterdir())
+
+
+
+def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+    """Note of the twenty-second audit: verify in a shell without the key judged a healthy server failed
+    (HTTP 401) and cleared its last pass, so handoff refused it. It names the variable first now."""
+    import serve_life
+    from common import ScriptError
+    monkeypatch.setenv("MYK", "k" * 24)
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, api_key_env="MYK")
+    serve_life.start(plan, confirm=True)
+    try:
+        serve_life.write_state(plan, {**serve_life.read_state(plan), "verified_at": 1.0})
+        monkeypatch.delenv("MYK")
+        with pytest.raises(ScriptError) as err:
+            serve_life.verify(plan, 30, 10)
+        assert "MYK is not set in this shell" in err.value.error and err.value.extra["phase"] == "verify"
+        assert serve_life.read_state(plan)["verified_at"] == 1.0
+    finally:
+        serve_life.stop(plan)

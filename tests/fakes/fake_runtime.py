@@ -13,6 +13,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   images           one locally present image per line
   pull_fails       `pull` fails
   run_hang         `run` (of the server) never returns: a slow `docker run` to interrupt
+  rm_fails         `rm` fails like a daemon that stopped answering
   cpuset_rejected  `run` with --cpuset-* fails like rootless podman without cpuset delegation
   exited           `inspect` reports the container not running
   logs_flood       `logs` prints without end (one line that never ends)
@@ -83,6 +84,8 @@ elif cmd == "logs":
         while True:
             sys.stdout.write(block)
     print("INFO fake log line 1\nERROR fake engine failure")
+elif cmd == "rm" and flag("rm_fails"):
+    sys.exit(print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr) or 1)
 elif cmd in ("rm", "ps", "stop"):
     print(args[-1] if cmd in ("rm", "stop") else "")
 else:

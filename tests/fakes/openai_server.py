@@ -22,6 +22,7 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   redirect_health  /health redirects (302) to a path that answers 200: a client following it is fooled
   slow_term       as never_healthy, and takes 3 s to exit on SIGTERM (a stop that is still waiting)
   fork_on_term    on SIGTERM forks a `sleep 300` into its group, then exits (a worker respawned on the way down)
+  renamed_worker  as good, with a `sleep 300` in its group whose environ is empty (vLLM's setproctitle'd worker)
 """
 import argparse
 import json
@@ -58,6 +59,9 @@ if a.mode == "fork_on_term":
         subprocess.Popen(["sleep", "300"])  # same group and environment (the run's marker) as the server
         os._exit(0)
     signal.signal(signal.SIGTERM, _fork_and_exit)
+if a.mode == "renamed_worker":
+    import subprocess
+    subprocess.Popen(["sleep", "300"], env={})  # same group; no marker to be read, as a renamed worker
 if a.mode == "exit_early":
     time.sleep(0.5)
     print("fatal: engine core failed to start", flush=True)
