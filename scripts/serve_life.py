@@ -257,6 +257,15 @@ def group_members(state: dict) -> list:
     return out
 
 
+def leader_gone(pgid: int) -> bool:
+    """The process that led group `pgid` has exited (gone, or a zombie nobody reaped)."""
+    import psutil
+    try:
+        return psutil.Process(pgid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def group_scan(pgid: int, started: float) -> list:
     """The live processes in process group `pgid` started since `started`: the candidates, unproven."""
     import psutil
@@ -791,7 +800,8 @@ def stop(plan: dict) -> dict:
         # the leader gone, and what is left of its group cannot show the run's marker (vLLM's renamed workers
         # read an empty environ): not provably ours, so not killed, and the only state naming them is kept
         left = group_scan(state["pgid"], state["create_time"]) if state and isinstance(state.get("pgid"), int) \
-            and state["pgid"] > 1 and isinstance(state.get("create_time"), (int, float)) else []
+            and state["pgid"] > 1 and isinstance(state.get("create_time"), (int, float)) \
+            and leader_gone(state["pgid"]) else []  # a live leader without the marker: another group, not ours
         if left:
             pids = [p.pid for p in left][:10]
             raise ScriptError(f"the server's leader is gone, and {len(left)} process(es) of its group "
