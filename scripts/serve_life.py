@@ -511,6 +511,11 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
         return _start_locked(plan, pull_policy)
 
 
+def container_gone(removal: common.RunResult) -> bool:
+    """`RT rm -f NAME` removed it, or there was none: a runtime that did not answer leaves it maybe running."""
+    return removal.ok or "no such container" in (removal.stderr or "").lower()
+
+
 def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> ScriptError:
     """start launched a server and no state names it (interrupted, or state.json could not be written):
     start has taken it down again, and says why in words a user acts on (not an internal error)."""
@@ -625,7 +630,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             with common.signals_deferred():
                 removed = common.run(rm, timeout=60)
                 remove_secret_files(plan)
-            if not removed.ok and "no such container" not in (removed.stderr or "").lower():
+            if not container_gone(removed):
                 # it may run, and no state names it: say so, and how to take it down, never "removed"
                 raise ScriptError(f"start launched {plan['container_name']} and could not record it, nor remove "
                                   f"it ({common.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}"
@@ -784,9 +789,8 @@ def stop(plan: dict) -> dict:
         graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
                               timeout=STOP_GRACE_S + 60)
         res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)
-        gone = res.ok or "no such container" in (res.stderr or "").lower()
-        if not gone:  # the runtime is unreachable (daemon down, not in PATH): the container may still run, so
-            # the state and the key files it reads stay until it is gone
+        if not container_gone(res):  # the runtime is unreachable (daemon down, not in PATH): the container may
+            # still run, so the state and the key files it reads stay until it is gone
             raise ScriptError(f"{plan['runtime']} could not remove {plan['container_name']}: "
                               f"{common.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
                               f"check the runtime ({plan['runtime']} info), then run stop again; the state and "
