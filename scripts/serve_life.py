@@ -5,6 +5,7 @@ decisions come from serve_plan.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -692,6 +693,16 @@ def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:
                        elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan))
 
 
+def time_since_start(state: dict) -> float | None:
+    """Seconds from the server's launch (the state's wall clock, written by another process) to now. It is
+    the server's start-up time when verify saw it turn healthy, and only a bound when it was healthy at
+    verify's first look; a clock set back never makes it negative. None for a state without a usable time."""
+    started = state.get("started_at")
+    if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
+        return None
+    return round(max(0.0, time.time() - started), 1)
+
+
 def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     state = read_state(plan)
     t0 = time.monotonic()
@@ -704,22 +715,24 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     base = f"http://127.0.0.1:{plan['port']}"
     headers = auth_headers(plan)
     last_note = 0.0
-    healthy_after = None
+    healthy_after, polls = None, 0
     while healthy_after is None:
         elapsed = time.monotonic() - t0
         if not alive(plan, state):
             raise failed(plan, "process", "the server process exited before it became healthy", t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:
-            healthy_after = round(elapsed, 1)
+            healthy_after = time_since_start(state)
+            first_poll = polls == 0
             break
+        polls += 1
         if elapsed > timeout:
             raise failed(plan, "health", f"not healthy after {timeout:g}s (last: {status or 'no answer'})", t0)
         if elapsed - last_note >= 10:
             common.log(f"verify: health: waiting ({elapsed:.0f}s elapsed, last {status or 'no answer'})")
             last_note = elapsed
         time.sleep(2)
-    common.log(f"verify: healthy after {healthy_after}s")
+    common.log(f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else ""))
     status, text = http("GET", base + "/v1/models", 30, headers)
     try:
         ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
@@ -761,7 +774,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     shown = [plan["served_model_name"], *[m for m in ids if m != plan["served_model_name"]][:MODELS_SHOWN - 1]]
     return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": shown,
             "models_listed": len(ids),
-            "time_to_healthy_s": healthy_after, "primary_endpoint": endpoint,
+            "time_to_healthy_s": healthy_after, "healthy_at_first_poll": first_poll, "primary_endpoint": endpoint,
             "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
             "base_url": plan["base_url"]}
 

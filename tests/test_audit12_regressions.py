@@ -1471,3 +1471,27 @@ def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs
         assert serve_life.read_state(plan)["verified_at"] == 1.0
     finally:
         serve_life.stop(plan)
+
+
+# ---- a CI run on EPYC Rome: time_to_healthy_s counted from verify's own start read 0.0 when the two starts
+# before it took longer than the fake's 1 s start-up. It counts from the launch now, and says when it is a bound.
+
+def test_time_to_healthy_counts_from_the_launch_and_says_when_it_is_only_a_bound(inputs, live_tune, tmp_path):  # noqa: F811
+    import serve_life
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    try:
+        first = serve_life.verify(plan, 30, 10)  # right after start: verify waits for the fake's 1 s
+        assert first["time_to_healthy_s"] >= 1 and not first["healthy_at_first_poll"]
+        time.sleep(2)
+        late = serve_life.verify(plan, 30, 10)  # the server was up before this verify looked: a bound
+        assert late["healthy_at_first_poll"] and late["time_to_healthy_s"] >= first["time_to_healthy_s"] + 2
+    finally:
+        serve_life.stop(plan)
+
+
+@pytest.mark.parametrize("started_at", [None, "12", True, float("nan"), float("inf")])
+def test_time_since_start_of_a_state_without_a_usable_time_is_unknown(started_at):
+    import serve_life
+    assert serve_life.time_since_start({"started_at": started_at}) is None
+    assert serve_life.time_since_start({"started_at": time.time() + 3600}) == 0.0  # a clock set back

@@ -350,6 +350,7 @@ def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script,
         assert r.code == 0 and r.doc["ok"] and r.doc["smoke"]["endpoint_path"] == "/v1/chat/completions"
         bind = live_tune["vllm_cpu_omp_threads_bind"]
         assert f"VLLM_CPU_OMP_THREADS_BIND={bind}" in Path(plan["log_file"]).read_text()  # the sizing env arrived
+        # counted from the launch (the fake answers /health 1 s after its own start), whenever verify began
         assert r.doc["smoke"]["output"] == "hello there" and r.doc["time_to_healthy_s"] >= 1
         h = script("launch.py", "handoff", "--plan", str(plan_file)).doc
         assert h["base_url"].endswith("/v1") and "chat.completions.create" in h["python_example"]
