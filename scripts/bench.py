@@ -186,7 +186,7 @@ def endpoint_of(plan: dict) -> str:
     if plan["primary_endpoint"] != "unknown":
         return plan["primary_endpoint"]
     import serve_life
-    settled = (serve_life.read_state(plan) or {}).get("primary_endpoint")
+    settled = (serve_life.own_state(plan, "bench") or {}).get("primary_endpoint")
     if settled not in ("chat_completions", "completions"):
         raise ScriptError("the plan's endpoint is unknown and verify has not settled it on the running server",
                           "run launch.py verify --plan PLAN first (it tries both endpoints and records the one that "
@@ -410,7 +410,7 @@ def compare(plan: dict, args, out: Path, env: dict):
     import serve_life
     import serve_plan
     epyc = common.load_epyc()
-    state = serve_life.read_state(plan)
+    state = serve_life.own_state(plan, "bench")
     if state and serve_life.alive(plan, state):
         raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
                           "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")

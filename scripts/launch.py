@@ -133,6 +133,18 @@ def refuse_before_up(a, model: str) -> None:
                           f"export {a.api_key_env}=<your key> first (its value is never printed)")
 
 
+def refuse_a_busy_run_dir(run_dir: Path) -> None:
+    """up writes its five documents and plan.json into its folder before it starts: over a running server's
+    (a second `up` with the default folder), the plan that stops that server would be gone, and the server
+    named by nothing. A folder whose state names a running server is refused before anything is written."""
+    held = serve_life.read_state({"state_file": str(run_dir / "state.json")})
+    running = serve_life.state_server(held) if held else None
+    if running:
+        stop_cmd = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(run_dir / "plan.json")])
+        raise ScriptError(f"{run_dir} holds a running server ({running}): up would write its plan over the one "
+                          "that stops it", f"{stop_cmd} first, or run up with another --state-dir")
+
+
 def start_or_stop(plan: dict, plan_file: Path) -> dict:
     """up's start: a Ctrl-C or SIGTERM that start held while it launched (it then says the server runs)
     stops that server, as an interrupted verify does: nothing unverified is left running."""
@@ -183,6 +195,7 @@ def up(a, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
     run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
+    refuse_a_busy_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     import detect
     det = step("detect.py", [], "detect", run_dir)
@@ -209,7 +222,8 @@ def up(a, epyc: dict) -> dict:
     chk = step("check_model.py", cargs, "check_model", run_dir)
     max_len = str(a.max_model_len or epyc["serve"]["default_max_model_len"])
     est = step("estimate_memory.py", ["--model", model, "--ram-gb", str(det["ram_gb"]), "--max-model-len",
-                                      max_len, "--num-prompts", str(a.num_prompts)], "estimate_memory", run_dir)
+                                      max_len, "--num-prompts", str(a.num_prompts)]
+               + (["--dtype", a.dtype] if a.dtype else []), "estimate_memory", run_dir)  # sized as it is served
     tune = step("cpu_tune.py", ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb",
                                 str(est["fit"]["kv_needed_gb"])], "cpu_tune", run_dir)
     opts = {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"], "expose": a.expose,

@@ -4,6 +4,7 @@ decisions come from serve_plan.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -128,6 +129,7 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
             # the folder start served (its state records it): not the plan's field, which an edit could change
             # along with the argv; no state (nothing started, or an older bundle's): the disk, as before
             served = read_state(plan) or {}
+            served = {} if foreign_state(plan, served) else served  # another plan's start: not what this one served
             if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))):
                 facts["model_dir"] = served["model_dir"]
         # a plan of an older bundle served no --revision: the verbs that act on its server render it so (stop
@@ -188,11 +190,24 @@ def read_state(plan: dict) -> dict | None:
 
 
 def write_state(plan: dict, state: dict) -> None:
-    """Atomically: a reader sees the old state or the new one, never half of it."""
+    """Atomically: a reader sees the old state or the new one, never half of it. Each write has a temp file
+    of its own (created, never reused): with one shared name, two writers at once (two verifies) truncated
+    the file the other had just renamed into place, and a reader saw half a state."""
+    import tempfile
     target = Path(plan["state_file"])
-    tmp = target.with_name(".state.json.tmp")
-    write_own_file(tmp, json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, target)  # replaces a link named state.json itself, never its target
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=target.parent)  # O_EXCL, 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, target)  # replaces a link named state.json itself, never its target
+    except BaseException as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(exc, OSError):  # a full disk, a read-only folder: named, never an internal error
+            raise common.os_error(exc, f"cannot write {target}") from None
+        raise
 
 
 EXEC_SETTLE_S = 2.0  # how long an empty environ (a process inside execve) is asked again
@@ -281,8 +296,72 @@ def group_scan(pgid: int, started: float) -> list:
     return out
 
 
+def orphaned_workers(state: dict) -> list:
+    """The processes left in a host state's group whose leader is gone and that cannot show the run's marker
+    (vLLM's renamed workers read an empty environ): not provably ours, so never killed, and never forgotten
+    (the state that names them is kept). A live leader without the marker is another group: none."""
+    pgid, started = state.get("pgid"), state.get("create_time")
+    if not isinstance(pgid, int) or pgid <= 1 or isinstance(started, bool) or not isinstance(started, (int, float)):
+        return []
+    return group_scan(pgid, started) if leader_gone(pgid) else []
+
+
 def process_alive(state: dict) -> bool:
     return bool(group_members(state))
+
+
+CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # the engines' rule for a container name
+
+
+def state_server(state: dict) -> str | None:
+    """What a state file names that still runs, in words (None: nothing). Judged by the state itself, not
+    by the plan at hand: the state dir is one server's, whichever plan started it, and a start that wrote
+    over a running server's state left that server named by nothing."""
+    if state.get("path") == "container":
+        name, runtime = state.get("container_name"), state.get("runtime")
+        if runtime not in common.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name):
+            return None  # not a state start wrote: it names nothing we could ask about
+        return f"container {name}" if container_running(runtime, name) else None
+    if group_members(state):
+        return f"process group {state['pgid']}"
+    left = orphaned_workers(state)
+    if left:
+        return (f"{len(left)} process(es) of group {state['pgid']}, whose leader is gone, that cannot be proven "
+                f"its run's (pids {[p.pid for p in left][:10]})")
+    return None
+
+
+def foreign_state(plan: dict, state: dict) -> str | None:
+    """How a state in the plan's state dir shows it was written by a start of another plan (another path,
+    port or container), or None when it is this plan's. An older bundle's state recorded no port (and a
+    hand-made one may lack more): judged on what it has."""
+    why = []
+    if "path" in state and state["path"] != plan["path"]:
+        why.append(f"the {common.clip(str(state.get('path')), 40)} path")
+    if "port" in state and state["port"] != plan["port"]:
+        why.append(f"port {common.clip(str(state['port']), 40)}")
+    if plan["path"] != "host" and state.get("path") == plan["path"] \
+            and state.get("container_name") != plan.get("container_name"):
+        why.append(f"container {common.clip(str(state.get('container_name')), 140)}")
+    return ", ".join(why) or None
+
+
+def own_state(plan: dict, verb: str) -> dict | None:
+    """The state of this plan's server, or None (nothing started). A state another plan's start wrote in the
+    same state dir is refused while its server runs (verify, stop or hand off another plan's server by this
+    plan's port and name would judge, kill or describe the wrong one), and is no state of ours once it is dead."""
+    state = read_state(plan)
+    if state is None:
+        return None
+    other = foreign_state(plan, state)
+    if other is None:
+        return state
+    running = state_server(state)
+    if running:
+        raise ScriptError(f"the state dir {plan['state_dir']} records the running server of another plan ({other}: "
+                          f"{running}), not this plan's", f"{verb} it with the plan that started it; give this plan "
+                          "a state dir of its own (plan again with --state-dir)", phase=verb)
+    return None
 
 
 def container_running(runtime: str, name: str) -> bool:
@@ -361,6 +440,7 @@ SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")  # the only files start ever writes 
 OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json",
              *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
                                              "estimate_memory", "cpu_tune"))}
+STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")  # write_state's own temp file (a killed writer's stays)
 
 
 def state_dir_problem(state_dir: Path) -> str | None:
@@ -384,7 +464,8 @@ def state_dir_problem(state_dir: Path) -> str | None:
         if not state_dir.is_dir():
             return "exists and is not a folder"
         foreign = sorted(p.name for p in state_dir.iterdir()  # bench's folders are folders, never links
-                         if p.name not in OWN_FILES and not (p.name.startswith("bench-") and p.is_dir()
+                         if p.name not in OWN_FILES and not STATE_TEMP.fullmatch(p.name)
+                         and not (p.name.startswith("bench-") and p.is_dir()
                                                               and not p.is_symlink()))
         if foreign:
             return f"already holds other files ({', '.join(foreign[:5])})"
@@ -420,6 +501,8 @@ def remove_secret_files(plan: dict) -> None:
 def remove_state(plan: dict) -> None:
     """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name."""
     state = read_state(plan) or {}
+    if foreign_state(plan, state):  # another plan's (stale) state: not this stop's to remove
+        return
     host_state = {"path", "pgid", "create_time"} <= state.keys()
     container_state = state.get("path") == "container" and "container_name" in state
     if host_state or container_state:
@@ -439,6 +522,10 @@ def require_api_key(plan: dict, verb: str) -> None:
         raise ScriptError(f"the plan's server wants its API key, and {key_env} is not set in this shell",
                           f"export {key_env}=<key> (the one the server was started with), then {verb} again",
                           phase=verb)
+    if key_env and not SECRET_VALUE.fullmatch(os.environ[key_env]):  # no header carries it: every request
+        # would fail before it is sent, and verify would wait out its timeout calling a healthy server dead
+        raise ScriptError(secret_unsendable(key_env), f"export {key_env} again with the key alone (the one the "
+                          f"server was started with), then {verb} again", phase=verb)
 
 
 def auth_headers(plan: dict) -> dict:
@@ -533,7 +620,7 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
 
 def _start_locked(plan: dict, pull_policy: str) -> dict:
     import stat
-    for own in (plan["state_file"], plan["log_file"], Path(plan["state_file"]).with_name(".state.json.tmp")):
+    for own in (plan["state_file"], plan["log_file"]):
         if os.path.lexists(own) and not stat.S_ISREG(os.lstat(own).st_mode):  # checked before anything runs
             raise ScriptError(f"{own} is not a regular file (a link, pipe, device or folder of that name)",
                               "remove it, or plan with a fresh --state-dir", phase="start")
@@ -541,9 +628,15 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             raise ScriptError(f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir",
                               phase="start")
     state = read_state(plan)
-    if state and alive(plan, state):
-        raise ScriptError(f"a server from this plan is already running ({plan['state_file']})",
-                          "python3 scripts/launch.py stop --plan <plan.json> first")
+    running = state_server(state) if state else None
+    if running:  # whichever plan started it: a new state written over it would leave it named by nothing
+        other = foreign_state(plan, state)
+        if other is None:
+            raise ScriptError(f"a server from this plan is already running ({running}; {plan['state_file']})",
+                              "python3 scripts/launch.py stop --plan <plan.json> first", phase="start")
+        raise ScriptError(f"a server of another plan ({other}) is already running from the state dir "
+                          f"{plan['state_dir']} ({running})", "stop it with the plan that started it, or plan "
+                          "this one with a state dir of its own (--state-dir)", phase="start")
     if port_in_use(plan["port"]):
         raise ScriptError(f"port {plan['port']} is already in use", "re-run validate.py (it picks a free port) "
                           "and plan again; with --network=host a busy port cannot be remapped", phase="start")
@@ -567,7 +660,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
                     proc = subprocess.Popen(plan["argv"], executable=program, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-                state = {"path": "host", "pid": proc.pid, "pgid": proc.pid,
+                state = {"path": "host", "port": plan["port"], "pid": proc.pid, "pgid": proc.pid,
                          "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
                          "log_file": plan["log_file"], "started_at": time.time(), "model_dir": plan.get("model_dir")}
                 write_state(plan, state)
@@ -621,7 +714,8 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 raise ScriptError(f"{plan['runtime']} run failed: "
                                   f"{common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
                                   NO_RETRY_FIX, phase="start")
-            state = {"path": plan["path"], "runtime": plan["runtime"], "container_name": plan["container_name"],
+            state = {"path": plan["path"], "port": plan["port"], "runtime": plan["runtime"],
+                     "container_name": plan["container_name"],
                      "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
                      "model_dir": plan.get("model_dir")}
             write_state(plan, state)
@@ -704,7 +798,7 @@ def time_since_start(state: dict) -> float | None:
 
 
 def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
-    state = read_state(plan)
+    state = own_state(plan, "verify")
     t0 = time.monotonic()
     if state is None:
         raise failed(plan, "process", "nothing was started from this plan (no state file)", t0)
@@ -782,7 +876,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
 def verified_state(plan: dict) -> dict:
     """The state of a server from this plan that is running and passed its last verify: the only one
     there is something true to hand off about (an endpoint that failed verify is not given to a user)."""
-    state = read_state(plan)
+    state = own_state(plan, "handoff")
     fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
     if state is None:
         raise ScriptError("no server from this plan is running (no state file: not started yet, or stopped)",
@@ -796,7 +890,7 @@ def verified_state(plan: dict) -> dict:
 
 
 def stop(plan: dict) -> dict:
-    state = read_state(plan)
+    state = own_state(plan, "stop")
     if plan["path"] != "host":
         rt = common.runtime_argv(plan["runtime"])
         graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
@@ -814,11 +908,7 @@ def stop(plan: dict) -> dict:
                 "detail": common.clip((res.stdout or res.stderr).strip(), 200)}
     group = group_members(state) if state else []
     if not group:
-        # the leader gone, and what is left of its group cannot show the run's marker (vLLM's renamed workers
-        # read an empty environ): not provably ours, so not killed, and the only state naming them is kept
-        left = group_scan(state["pgid"], state["create_time"]) if state and isinstance(state.get("pgid"), int) \
-            and state["pgid"] > 1 and isinstance(state.get("create_time"), (int, float)) \
-            and leader_gone(state["pgid"]) else []  # a live leader without the marker: another group, not ours
+        left = orphaned_workers(state) if state else []  # not killed, and the only state naming them is kept
         if left:
             pids = [p.pid for p in left][:10]
             raise ScriptError(f"the server's leader is gone, and {len(left)} process(es) of its group "

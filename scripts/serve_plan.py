@@ -395,6 +395,11 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         raise ScriptError(f"{dtype} is not a compute dtype of the zentorch CPU platform: "
                           + epyc["precision"]["host_stack_note"],
                           f"use {' or '.join(epyc['precision']['host_stack_supported'])}")
+    if est.get("dtype") is not None and est["dtype"] != dtype:  # weights and KV bytes are per dtype: float32
+        # sized as bfloat16 is twice the memory the summary would call a fit
+        raise ScriptError(f"estimate_memory.py sized the model at {common.clip(str(est['dtype']), 40)}, the plan "
+                          f"serves {dtype}", f"run estimate_memory.py with --dtype {dtype} (then cpu_tune.py with its "
+                          "figures), or plan with the dtype it sized; then plan again")
     max_len = int(opt.get("max_model_len") or (fit or {}).get("max_model_len")
                   or epyc["serve"]["default_max_model_len"])
     sized = (fit or {}).get("max_model_len")

@@ -1011,7 +1011,7 @@ def test_a_hard_linked_state_file_is_refused_before_the_server_is_launched(scrip
     Path(plan["state_dir"]).mkdir(parents=True)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
-    os.link(victim, Path(plan["state_dir"]) / ".state.json.tmp")
+    os.link(victim, Path(plan["state_dir"]) / "state.json")
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     assert r.code == 1 and "has other names (a hard link)" in r.doc["error"] and r.doc["phase"] == "start", r.doc
     assert not Path(plan["log_file"]).exists() and victim.read_text() == "keep me\n"  # nothing was launched
@@ -1495,3 +1495,202 @@ def test_time_since_start_of_a_state_without_a_usable_time_is_unknown(started_at
     import serve_life
     assert serve_life.time_since_start({"started_at": started_at}) is None
     assert serve_life.time_since_start({"started_at": time.time() + 3600}) == 0.0  # a clock set back
+
+
+# ---- the twenty-third audit (2026-12-02, ~290 cases on the twenty-second's fixes: 5 findings)
+
+def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs, live_tune, tmp_path):  # noqa: F811
+    """F1: stop kept the state of a dead leader's unprovable workers; the next start wrote over it, and the
+    workers were named by nothing (the tool could never show them again)."""
+    import signal
+    import serve_life
+    from common import ScriptError
+    from test_launch import server_mode
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    server_mode(tmp_path, "renamed_worker")
+    serve_life.start(plan, confirm=True)
+    pgid = serve_life.read_state(plan)["pgid"]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(serve_life.group_scan(pgid, 0)) < 2:
+            time.sleep(0.2)
+        os.kill(pgid, signal.SIGKILL)  # the leader only
+        time.sleep(1)
+        with pytest.raises(ScriptError, match="cannot be proven"):
+            serve_life.stop(plan)
+        kept = serve_life.read_state(plan)
+        server_mode(tmp_path, "good")
+        with pytest.raises(ScriptError) as err:
+            serve_life.start(plan, confirm=True)
+        assert "already running" in err.value.error and "whose leader is gone" in err.value.error
+        assert serve_life.read_state(plan) == kept  # still names the workers
+    finally:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.5)
+    assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
+
+
+def test_verify_refuses_a_key_no_header_can_carry_at_once(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+    """F2: a key variable holding a newline made every request fail before it was sent: verify waited out its
+    whole timeout (600 s by default), then called a healthy server dead and cleared its last pass."""
+    import serve_life
+    from common import ScriptError
+    monkeypatch.setenv("MYK", "k" * 24)
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, api_key_env="MYK")
+    serve_life.start(plan, confirm=True)
+    try:
+        serve_life.verify(plan, 30, 10)
+        passed = serve_life.read_state(plan)["verified_at"]
+        for bad in ("part1xxxxxxx\npart2yyyyyy", "k" * 24 + "\r", "with space"):
+            monkeypatch.setenv("MYK", bad)
+            t0 = time.monotonic()
+            with pytest.raises(ScriptError) as err:
+                serve_life.verify(plan, 600, 10)
+            assert time.monotonic() - t0 < 5 and "MYK holds characters" in err.value.error
+            assert bad not in err.value.error + err.value.fix and err.value.extra["phase"] == "verify"
+            assert serve_life.read_state(plan)["verified_at"] == passed
+    finally:
+        serve_life.stop(plan)
+
+
+def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live_tune):  # noqa: F811
+    """F3: plan --dtype float32 on an estimate of bfloat16 served float32 with half its memory counted: the
+    summary called a fit what could run out of memory, and --max-num-seqs was twice what the KV cache holds."""
+    from common import ScriptError
+    from test_launch import load_docs
+    import serve_life
+    import serve_plan
+    docs = load_docs(inputs)
+    docs["validate"].update(backend="stock")  # a stack that serves float32 (zentorch's platform does not)
+    assert docs["estimate_memory"]["dtype"] == "bfloat16"
+    opt = {"port": 8000, "state_dir": str(tmp_path / "st"), "dtype": "float32"}
+    with pytest.raises(ScriptError) as err:
+        serve_plan.build_plan(docs, opt, load_epyc_doc(), serve_life.host_facts(opt, docs))
+    assert "sized the model at bfloat16, the plan serves float32" in err.value.error
+    assert "--dtype float32" in err.value.fix
+
+
+def load_epyc_doc():
+    from common import load_epyc
+    return load_epyc()
+
+
+def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """F3, up's half: its estimate_memory step sized bfloat16 whatever --dtype up served. The steps before it
+    are the fixtures' real documents (detect of a Genoa tree, validate, check_model); up stops at the estimate."""
+    import argparse
+    import launch
+    from common import ScriptError
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    seen = {}
+
+    def step(script, args, phase, run_dir, allow_fail=False):
+        seen[phase] = args
+        if phase == "estimate_memory":
+            raise ScriptError("the test stops here", "-")
+        return docs[phase]
+    monkeypatch.setattr(launch, "step", step)
+    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False,
+                           python=None, yes=True, max_model_len=None, num_prompts=4, port=None, expose=False,
+                           served_model_name="m", api_key_env=None, throughput_flags=False, kernel_log=False,
+                           timeout=30, dtype="float32")
+    with pytest.raises(ScriptError, match="the test stops here"):
+        launch.up(a, load_epyc_doc())
+    assert seen["estimate_memory"][-2:] == ["--dtype", "float32"]
+    a.dtype = None  # the default: the estimate's own default, the same as plan's
+    with pytest.raises(ScriptError, match="the test stops here"):
+        launch.up(a, load_epyc_doc())
+    assert "--dtype" not in seen["estimate_memory"]
+
+
+def test_concurrent_state_writes_never_show_a_reader_half_a_state(tmp_path):
+    """F5: write_state used one temp name: two writers at once (two verifies) truncated the file the other had
+    just renamed into place, and a reader (a stop) saw junk, said "not running" and left the server up."""
+    import subprocess
+    import serve_life
+    plan = {"state_file": str(tmp_path / "state.json")}
+    serve_life.write_state(plan, {"path": "host", "n": 0})
+    writer = ("import sys; sys.path.insert(0, sys.argv[1]); import serve_life\n"
+              "for i in range(1500): serve_life.write_state({'state_file': sys.argv[2]}, "
+              "{'path': 'host', 'pad': 'x' * 4000, 'n': i})")
+    procs = [subprocess.Popen([sys.executable, "-c", writer, str(ROOT / "scripts"), plan["state_file"]],
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    reads = torn = 0
+    while any(p.poll() is None for p in procs):
+        reads += 1
+        torn += serve_life.read_state(plan) is None
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors  # no writer failed on the other's temp file
+    assert reads > 100 and torn == 0
+    assert serve_life.read_state(plan)["n"] == 1499
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no temp file left behind
+
+
+def test_a_state_dir_holds_one_server_whichever_plan_started_it(script, inputs, rt, tmp_path):  # noqa: F811
+    """F4: two plans in one state dir (two ports): the second start wrote its state over the running first's,
+    the first plan's stop then removed the second's state, and a container ran that nothing named."""
+    from test_launch import free_port, plan_args
+    d, env = rt
+    plans = []
+    for tag in "AB":
+        r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--port", str(free_port())),
+                   env=env)
+        assert r.code == 0, r.doc
+        (tmp_path / f"plan{tag}.json").write_text(r.stdout)
+        plans.append((tmp_path / f"plan{tag}.json", r.doc))
+    (a_file, a), (b_file, b) = plans
+    assert script("launch.py", "start", "--plan", str(a_file), "--confirm", env=env).code == 0
+    r = script("launch.py", "start", "--plan", str(b_file), "--confirm", env=env)
+    assert r.code == 1 and "already running" in r.doc["error"] and a["container_name"] in r.doc["error"], r.doc
+    for verb in ("verify", "stop", "handoff"):  # B's verbs never judge, stop or describe A's server
+        r = script("launch.py", verb, "--plan", str(b_file), env=env)
+        assert r.code == 1 and "of another plan" in r.doc["error"] and f"port {a['port']}" in r.doc["error"], r.doc
+    assert json.loads((tmp_path / "st" / "state.json").read_text())["container_name"] == a["container_name"]
+    (d / "exited").write_text("")  # A's container is gone: its state is stale, and no refusal of B's
+    r = script("launch.py", "stop", "--plan", str(b_file), env=env)
+    assert r.code == 0 and (tmp_path / "st" / "state.json").exists()  # B's stop leaves A's state to A's stop
+    r = script("launch.py", "verify", "--plan", str(b_file), "--timeout", "2", env=env)
+    assert r.code == 1 and "nothing was started from this plan" in r.doc["error"], r.doc
+    assert script("launch.py", "stop", "--plan", str(a_file), env=env).code == 0
+    assert not (tmp_path / "st" / "state.json").exists()
+
+
+def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tune, tmp_path):  # noqa: F811
+    """F4 on the host path: start refused already, but stop with the other plan would have killed the running
+    server (the state names a process group, not a plan)."""
+    import serve_life
+    from common import ScriptError
+    _, a = host_plan(tmp_path, inputs, live_tune)
+    _, b = host_plan(tmp_path, inputs, live_tune)  # the same state dir, another port
+    assert a["state_dir"] == b["state_dir"] and a["port"] != b["port"]
+    serve_life.start(a, confirm=True)
+    try:
+        for act in (lambda: serve_life.start(b, confirm=True), lambda: serve_life.stop(b),
+                    lambda: serve_life.verify(b, 5, 5)):
+            with pytest.raises(ScriptError) as err:
+                act()
+            assert f"port {a['port']}" in err.value.error, err.value.error
+        assert serve_life.process_alive(serve_life.read_state(a))
+        serve_life.verify(a, 30, 10)
+    finally:
+        serve_life.stop(a)
+
+
+def test_up_refuses_a_folder_whose_server_runs_before_writing_anything(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """F4, up's half: a second `up` with the same (default) folder wrote its documents and plan.json over the
+    running server's, so the printed stop command stopped the wrong server and the first was named by nothing."""
+    import serve_life
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    try:
+        before = sorted(os.listdir(plan["state_dir"]))
+        t0 = time.monotonic()
+        r = script("launch.py", "up", "--yes", "--state-dir", plan["state_dir"])
+        assert r.code == 1 and "holds a running server" in r.doc["error"] and "stop --plan" in r.doc["fix"], r.doc
+        assert time.monotonic() - t0 < 30 and sorted(os.listdir(plan["state_dir"])) == before
+    finally:
+        serve_life.stop(plan)

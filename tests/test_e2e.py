@@ -383,7 +383,7 @@ def test_readme_main_job_up(stack, models, tmp_path):
         for phase in ("detect", "validate", "check_model", "estimate_memory", "cpu_tune", "plan"):
             assert (tmp_path / "up" / f"{phase}.json").exists()
         assert json.loads((tmp_path / "up" / "plan.json").read_text())["backend"] == stack["backend"]
-        assert "up: validate" in r.stderr and "verify: healthy after" in r.stderr  # progress on stderr
+        assert "up: validate" in r.stderr and "verify: healthy " in r.stderr and "s after start" in r.stderr  # progress on stderr
     finally:
         run_script("launch.py", "stop", "--plan", str(tmp_path / "up" / "plan.json"))
     assert vllm_processes(model) == []
