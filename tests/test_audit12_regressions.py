@@ -1,6 +1,7 @@
 """Regressions from the twelfth independent bad-input audit (2026-12-02, a fresh helper on the eleventh
 audit's fixes: 1,309 cases, 10 findings) and the lesser cases it noted, and from the thirteenth (the same
 day, on the twelfth's fixes: 1,242 cases, 5 findings; at the end). Classes: tests/BAD_INPUT.md."""
+import contextlib
 import json
 import os
 import struct
@@ -1404,12 +1405,27 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
     """F5: the API server died (OOM-killed), its renamed workers lived (their environ shows no marker): stop
     said "not running" and removed the only state that named them. It keeps it now, names them, and kills
     nothing it cannot prove is this run's."""
-    import signal
-    import psutil
     import serve_life
     from common import ScriptError
-    from test_launch import server_mode
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    with leader_killed_workers_left(tmp_path, plan) as pgid:
+        with pytest.raises(ScriptError) as err:
+            serve_life.stop(plan)
+        assert "cannot be proven this run's" in err.value.error and f"kill -- -{pgid}" in err.value.fix
+        assert serve_life.read_state(plan) is not None
+        assert [p for p in serve_life.group_scan(pgid, 0) if p.name() == "sleep"]  # not killed
+    assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
+    assert serve_life.read_state(plan) is None
+
+
+@contextlib.contextmanager
+def leader_killed_workers_left(tmp_path, plan):
+    """A real start of the fake server in its renamed-worker mode, its leader then SIGKILLed (an OOM kill)
+    while the workers, renamed and without the run's marker in view, live on. Yields the group; the
+    whole group is killed on the way out."""
+    import signal
+    import serve_life
+    from test_launch import server_mode
     server_mode(tmp_path, "renamed_worker")
     serve_life.start(plan, confirm=True)
     pgid = serve_life.read_state(plan)["pgid"]
@@ -1419,19 +1435,13 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
             time.sleep(0.2)
         os.kill(pgid, signal.SIGKILL)  # the leader only
         time.sleep(1)
-        with pytest.raises(ScriptError) as err:
-            serve_life.stop(plan)
-        assert "cannot be proven this run's" in err.value.error and f"kill -- -{pgid}" in err.value.fix
-        assert serve_life.read_state(plan) is not None
-        assert [p for p in serve_life.group_scan(pgid, 0) if p.name() == "sleep"]  # not killed
+        yield pgid
     finally:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    time.sleep(0.5)
-    assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
-    assert serve_life.read_state(plan) is None
+        time.sleep(0.5)
 
 
 
@@ -1502,20 +1512,11 @@ def test_time_since_start_of_a_state_without_a_usable_time_is_unknown(started_at
 def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs, live_tune, tmp_path):  # noqa: F811
     """F1: stop kept the state of a dead leader's unprovable workers; the next start wrote over it, and the
     workers were named by nothing (the tool could never show them again)."""
-    import signal
     import serve_life
     from common import ScriptError
     from test_launch import server_mode
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
-    server_mode(tmp_path, "renamed_worker")
-    serve_life.start(plan, confirm=True)
-    pgid = serve_life.read_state(plan)["pgid"]
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(serve_life.group_scan(pgid, 0)) < 2:
-            time.sleep(0.2)
-        os.kill(pgid, signal.SIGKILL)  # the leader only
-        time.sleep(1)
+    with leader_killed_workers_left(tmp_path, plan):
         with pytest.raises(ScriptError, match="cannot be proven"):
             serve_life.stop(plan)
         kept = serve_life.read_state(plan)
@@ -1524,12 +1525,6 @@ def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs,
             serve_life.start(plan, confirm=True)
         assert "already running" in err.value.error and "whose leader is gone" in err.value.error
         assert serve_life.read_state(plan) == kept  # still names the workers
-    finally:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    time.sleep(0.5)
     assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
 
 
