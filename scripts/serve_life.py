@@ -889,7 +889,29 @@ def verified_state(plan: dict) -> dict:
     return state
 
 
+def start_in_progress(plan: dict) -> bool:
+    """A start holds the state dir's .lock from its checks until its state is written (and, on the container
+    path, through a pull and `run`): a stop then would find no state and say "not running" while the
+    server comes up, or remove a container that start is about to record."""
+    import fcntl
+    try:  # read-only and never created: stop makes no files; no lock file, no start ever ran here
+        fd = os.open(Path(plan["state_dir"]) / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def stop(plan: dict) -> dict:
+    if start_in_progress(plan):
+        raise ScriptError(f"a start for {plan['state_dir']} is in progress: its server is not recorded yet",
+                          "wait for start to finish (or interrupt it: it takes down what it launched), then run "
+                          "stop again", phase="stop")
     state = own_state(plan, "stop")
     if plan["path"] != "host":
         rt = common.runtime_argv(plan["runtime"])

@@ -1689,3 +1689,25 @@ def test_up_refuses_a_folder_whose_server_runs_before_writing_anything(script, i
         assert time.monotonic() - t0 < 30 and sorted(os.listdir(plan["state_dir"])) == before
     finally:
         serve_life.stop(plan)
+
+
+def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """A note of the twenty-third audit: stop took no lock, so while a start held the state dir (a container
+    pull and run can take minutes) stop found no state, said "not running", and the server came up after.
+    Here another process holds the lock exactly as start does."""
+    import subprocess
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(Path(plan["state_dir"]) / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = script("launch.py", "stop", "--plan", str(plan_file))
+        assert r.code == 1 and "start for" in r.doc["error"] and "in progress" in r.doc["error"], r.doc
+        assert "wait for start" in r.doc["fix"] and r.doc["phase"] == "stop"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    r = script("launch.py", "stop", "--plan", str(plan_file))
+    assert r.code == 0 and r.doc["stopped"] is False, r.doc
