@@ -191,6 +191,13 @@ def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict) ->
                        plan_file=str(plan_file), stopped=stopped)
 
 
+def host_path_args(python: str | None) -> list[str]:
+    """validate.py's arguments for up's --python: that interpreter AND the host path. --python names the
+    host path's interpreter, so a user who gives one means to serve from it; validate's own order would
+    pick a container whenever docker answers, and the interpreter given would be probed for nothing."""
+    return ["--python", python, "--runtime", "host"] if python else []
+
+
 def up(a, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
@@ -204,15 +211,14 @@ def up(a, epyc: dict) -> dict:
         raise ScriptError(f"FAILED in phase detect: {route['reason']}", route["fix"], phase="detect",
                           route=route["route"], started=False)
     vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
-    val = step("validate.py", vargs + (["--python", a.python] if a.python else []), "validate", run_dir,
-               allow_fail=True)
+    val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
     if not val.get("ready") and only_runtime_missing(val) and not a.python:
         if not (a.yes or ask(setup_question(epyc, a.stock))):
             raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
                               "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
                               + ") or make docker usable, then run up again", phase="validate")
         setup = step("setup_host_stack.py", ["--stock"] if a.stock else [], "setup_host_stack", run_dir)
-        val = step("validate.py", vargs + ["--python", setup["python"]], "validate", run_dir, allow_fail=True)
+        val = step("validate.py", vargs + host_path_args(setup["python"]), "validate", run_dir, allow_fail=True)
     if not val.get("ready"):
         raise phase_failed("validate", val)
     vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
@@ -330,7 +336,8 @@ def main(argv: Sequence[str] | None = None):
                    "or a folder's name)")
     u.add_argument("--max-model-len", type=common.int_in(16, 1 << 24))
     u.add_argument("--num-prompts", type=common.int_in(1, 65536), default=1)
-    u.add_argument("--python", type=common.nonempty, help="host-path interpreter (default: the setup_host_stack.py venv if present)")
+    u.add_argument("--python", type=common.nonempty, help="serve on the host path with this interpreter (default: a container when "
+                   "docker answers, else the setup_host_stack.py venv)")
     u.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch): only on an explicit "
                    "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC")
     u.add_argument("--dtype", choices=epyc["precision"]["supported"])

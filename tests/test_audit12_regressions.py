@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_script
 from hub_server import Hub
 from model_fixtures import FIXTURES, model_folder
 from test_launch import container_plan, host_plan, inputs, live_tune, rt  # noqa: F401  (fixtures)
@@ -1711,3 +1711,38 @@ def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script
         holder.wait(timeout=10)
     r = script("launch.py", "stop", "--plan", str(plan_file))
     assert r.code == 0 and r.doc["stopped"] is False, r.doc
+
+
+def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+    """A note of the twenty-third audit: `up --python VENV` on a host whose docker answered planned a container,
+    and the interpreter the user named was probed for nothing. up now asks validate for the host path. The
+    validate step here is the real validate.py, with the fake docker on PATH answering `docker info`."""
+    import argparse
+    import launch
+    from common import ScriptError
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    _, env = rt
+    seen = {}
+
+    def step(script, args, phase, run_dir, allow_fail=False):
+        if phase != "validate":
+            return docs[phase]
+        args = [str(inputs["detect"]) if a.endswith("detect.json") else a for a in args]
+        seen["args"] = args
+        seen["doc"] = run_script("validate.py", *args, env=env).doc
+        raise ScriptError("the test stops here", "-")
+    monkeypatch.setattr(launch, "step", step)
+    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False,
+                           python=sys.executable, yes=True, max_model_len=None, num_prompts=1, port=None,
+                           expose=False, served_model_name="m", api_key_env=None, throughput_flags=False,
+                           kernel_log=False, timeout=30, dtype=None)
+    with pytest.raises(ScriptError, match="the test stops here"):
+        launch.up(a, load_epyc_doc())
+    assert seen["args"][-4:] == ["--python", sys.executable, "--runtime", "host"]
+    assert seen["doc"]["path"] != "container" and "docker" not in seen["doc"]["runtime_detail"], seen["doc"]
+    # without --python, the documented order: the fake docker answers, so the container path
+    a.python = None
+    with pytest.raises(ScriptError, match="the test stops here"):
+        launch.up(a, load_epyc_doc())
+    assert "--runtime" not in seen["args"] and seen["doc"]["path"] == "container", seen["doc"]
