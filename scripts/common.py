@@ -981,15 +981,35 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json_object(text: str, what: str, fix: str) -> dict:
-    """Text that must hold one JSON object; anything else is a ScriptError naming `what`."""
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """An object whose keys are all different. A document with a key twice reads as its last value in
+    Python, as its first in other readers, and the human reviewing a plan file may see either one."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(f"the key {clip(repr(twice), 80)} appears twice in one object")
+    return doc
+
+
+def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False) -> dict:
+    """Text that must hold one JSON object; anything else is a ScriptError naming `what`. unique_keys for
+    this bundle's own documents (a plan, a step's output): one of them with a key twice was edited by hand
+    or cut and pasted together. A model's config.json is read as vLLM reads it (the last value wins)."""
     if text.startswith("\ufeff"):  # a byte-order mark: Python's message ("decode using utf-8-sig") helps no user
         raise ScriptError(f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
                           f"save it as UTF-8 without a BOM; {fix}")
     try:
-        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                         object_pairs_hook=_unique_keys if unique_keys else None)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
+    except DuplicateKey as exc:
+        raise ScriptError(f"{what} is ambiguous: {exc}", fix)
     except RecursionError:
         raise ScriptError(f"{what} is nested too deeply to be one of this bundle's documents", fix)
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
@@ -1012,7 +1032,8 @@ def read_json_input(spec: str, what: str) -> dict:
         text = decode_input(data, f"{what} on stdin", fix)
     else:
         text = read_input_text(spec, f"{what} JSON", fix)
-    doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step")
+    doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step",
+                            unique_keys=what != "config.json")  # a model's config: read as vLLM reads it
     if "error" in doc:  # its words are passed on only when they are what our contract says: text
         upstream, upstream_fix = doc.get("error"), doc.get("fix")
         raise ScriptError(f"the {what} step failed: " + (clip(upstream, 500) if isinstance(upstream, str)

@@ -185,3 +185,35 @@ def test_stdin_that_cannot_be_read_is_an_error(tmp_path, how):
     doc = json.loads(res.stdout)
     assert res.returncode == 1 and "stdin cannot be read" in doc["error"] and doc["fix"], res.stdout + res.stderr
 
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+                           max_leaves=12)
+
+
+@given(st.dictionaries(st.text(max_size=6), json_values, min_size=1, max_size=5), st.data())
+def test_a_document_with_a_key_twice_is_refused_and_one_without_reads_as_written(doc, data):
+    """This bundle's documents (a plan the human reviewed, a step's output) must mean one thing: Python reads
+    a key given twice as its last value, other readers as the first, a reviewer as whichever they saw."""
+    text = json.dumps(doc)
+    assert common.parse_json_object(text, "plan", "fix", unique_keys=True) == doc
+    key = data.draw(st.sampled_from(sorted(doc)))
+    twice = text[:-1] + ", " + json.dumps(key) + ": " + json.dumps(data.draw(json_values)) + "}"
+    with pytest.raises(common.ScriptError) as err:
+        common.parse_json_object(twice, "plan", "fix", unique_keys=True)
+    assert "appears twice" in err.value.error and err.value.fix == "fix"
+    nested = json.dumps({"outer": doc})[:-2] + ", " + json.dumps(key) + ": 1}}"
+    with pytest.raises(common.ScriptError, match="appears twice"):
+        common.parse_json_object(nested, "plan", "fix", unique_keys=True)
+    assert common.parse_json_object(twice, "config.json", "fix") == json.loads(twice)  # read as vLLM reads it
+
+
+def test_a_plan_with_a_key_twice_is_refused_by_every_verb(script, tmp_path):
+    """A plan file edited by hand to say `"port": 8000, ..., "port": 9000`: the summary the human read and the
+    port a verb would use could differ. Every verb refuses the file before anything runs."""
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"path": "host", "port": 8000, "port": 9000}')
+    for verb in ("start", "verify", "stop", "handoff"):
+        r = script("launch.py", verb, "--plan", str(plan), *(["--confirm"] if verb == "start" else []))
+        assert r.code == 1 and "appears twice" in r.doc["error"] and "'port'" in r.doc["error"], r.doc
