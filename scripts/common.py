@@ -369,6 +369,37 @@ def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -
     return path
 
 
+def hub_cache_env_problem(env: dict) -> str | None:
+    """Why the Hugging Face cache this shell names is not one folder, or None. huggingface_hub takes an empty
+    or relative HF_HUB_CACHE / HF_HOME (and, for its default HF_HOME, XDG_CACHE_HOME) as a path relative to
+    wherever it runs: check_model, validate's mount and the server would each find the model in another
+    folder. Judged on the hub path as the client builds it (~ then $VARS, twice for HF_HOME's: a
+    variable holding `~/x` is the home's). (This bundle's cache_root follows the XDG spec and ignores a
+    relative XDG_CACHE_HOME; the Hub client does not, so the hub's folder must not depend on it.)"""
+    def expand(value: str) -> str:
+        return os.path.expandvars(os.path.expanduser(value))
+
+    def said(name: str) -> str:
+        return f"{name} is {'empty' if not env[name] else 'a relative path ' + repr(clip(env[name], 80))}"
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if name in env:  # the first one set decides, even empty (the client's os.getenv default chain)
+            return None if os.path.isabs(expand(env[name])) else said(name)
+    if "HF_HOME" in env:
+        return None if os.path.isabs(expand(os.path.join(expand(env["HF_HOME"]), "hub"))) else said("HF_HOME")
+    if "XDG_CACHE_HOME" in env and not os.path.isabs(
+            expand(os.path.join(expand(os.path.join(env["XDG_CACHE_HOME"], "huggingface")), "hub"))):
+        return said("XDG_CACHE_HOME") + " and HF_HOME is unset"
+    return None
+
+
+def refuse_a_relative_hub_cache(env: dict) -> None:
+    problem = hub_cache_env_problem(env)
+    if problem:
+        raise ScriptError(f"{problem}: the Hugging Face client would use a cache folder relative to wherever it "
+                          "runs, so the model would be looked for in a different folder by each step",
+                          "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it")
+
+
 def cache_root() -> Path:
     """The user's cache folder, as the XDG base-directory spec defines it: $XDG_CACHE_HOME when it is an
     absolute path (an empty or relative one "is invalid and should be ignored"), else ~/.cache. The host

@@ -254,6 +254,7 @@ def import_hub() -> None:
     imported here with its prints sent to stderr, a bad value is a clear error. The exception's text is
     not shown: it can quote part of a URL's password."""
     import contextlib
+    common.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
     try:
         with contextlib.redirect_stdout(sys.stderr):
             import huggingface_hub.file_download  # noqa: F401

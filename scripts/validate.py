@@ -180,6 +180,7 @@ def resolve_hf_cache(env: dict) -> dict:
     container lacks), NFS flagged. Only the hub cache: the rest of HF_HOME holds other tools' files
     (Gradio's, a sandbox, tokens), none of which the server needs, and an HF_HUB_CACHE's parent could be
     anything (HF_HUB_CACHE=$HOME/hub had mounted the home)."""
+    common.refuse_a_relative_hub_cache(env)
     named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     # ~ then $VARS, as huggingface_hub's constants expand them (HF_HUB_CACHE='$HOME/hub' is the home's hub,
     # not ./$HOME): once for a named hub cache, twice for HF_HOME's (HF_HOME, then the hub path built on it)

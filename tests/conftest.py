@@ -52,11 +52,14 @@ def validate(script: str, doc) -> None:
 
 
 def run_script(script: str, *args: str, env: dict | None = None, timeout: float = 120,
-               stdin: str | None = None, check_schema: bool = True) -> Result:
-    """Run `python3 scripts/NAME.py ARGS` and parse its stdout, which must be exactly one JSON document."""
+               stdin: str | None = None, check_schema: bool = True, unset: tuple[str, ...] = ()) -> Result:
+    """Run `python3 scripts/NAME.py ARGS` and parse its stdout, which must be exactly one JSON document.
+    `env` is laid over this environment; the variables in `unset` are taken out of it."""
     # a file, pipe or socket a script leaves unclosed is an error here (some CI shells set PYTHONWARNINGS=error;
     # the leak then printed a traceback on stderr): every run of the suite checks it
     full_env = {"PYTHONWARNINGS": "error::ResourceWarning", **os.environ, **(env or {})}
+    for name in unset:
+        full_env.pop(name, None)
     proc = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, input=stdin, cwd=ROOT)
     # our scripts never crash with a traceback (a quoted server log inside the JSON is fine)

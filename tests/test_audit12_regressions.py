@@ -277,12 +277,8 @@ def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
         validate.resolve_hf_cache({"HF_HOME": str(f)})  # its hub would be inside a file
     with pytest.raises(ScriptError, match="is not a folder"):
         validate.resolve_hf_cache({"HF_HUB_CACHE": str(f)})
-    os.chdir(tmp_path)
-    try:
-        got = validate.resolve_hf_cache({"HF_HOME": "rel-hf"})  # relative: no "is a link" note
-    finally:
-        os.chdir(ROOT)
-    assert got["path"] == str(tmp_path / "rel-hf" / "hub") and "link" not in (got["note"] or "")
+    with pytest.raises(ScriptError, match="HF_HOME is a relative path 'rel-hf'"):
+        validate.resolve_hf_cache({"HF_HOME": "rel-hf"})  # each step would find its own folder
 
 
 def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, inputs, rt, tmp_path):  # noqa: F811
@@ -958,12 +954,19 @@ def test_a_secret_no_header_carries_is_refused_at_plan_and_at_start(script, inpu
 def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
     """A note left by the nineteenth audit: $VARS were expanded before `~`, the reverse of the Hub client,
     so a variable holding a `~` named another folder than the one the server downloads into. (The client
-    expands an HF_HOME twice, a named hub cache once: compared here with the client itself.)"""
+    expands an HF_HOME twice, a named hub cache once: compared here with the client itself.) Where the
+    client's answer is a relative path (a variable holding a `~`, an unset variable), each step would look
+    in another folder: refused, as a test below asserts."""
     import subprocess
     import validate
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_"))}
     hub = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
                          env={**clean, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    if not os.path.isabs(hub.stdout.strip()):
+        from common import ScriptError
+        with pytest.raises(ScriptError, match="relative path"):
+            validate.resolve_hf_cache({**clean, **env})
+        return
     cwd = os.getcwd()
     os.chdir(tmp_path)  # a relative result (a variable holding `~`) is relative here, as for the Hub client
     try:
@@ -1746,3 +1749,31 @@ def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs,
     with pytest.raises(ScriptError, match="the test stops here"):
         launch.up(a, load_epyc_doc())
     assert "--runtime" not in seen["args"] and seen["doc"]["path"] == "container", seen["doc"]
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"HF_HOME": ""}, "HF_HOME is empty"), ({"HF_HUB_CACHE": "cache/hub"}, "HF_HUB_CACHE is a relative path"),
+    ({"HUGGINGFACE_HUB_CACHE": ""}, "HUGGINGFACE_HUB_CACHE is empty"),
+    ({"XDG_CACHE_HOME": ""}, "XDG_CACHE_HOME is empty and HF_HOME is unset"),
+    ({"XDG_CACHE_HOME": "rel"}, "XDG_CACHE_HOME is a relative path"),
+])
+def test_a_hub_cache_relative_to_where_a_step_runs_is_refused_by_every_step_that_reads_it(script, tmp_path, env, needle):
+    """A note left by the twenty-second audit: an empty HF_HOME (or XDG_CACHE_HOME) read as unset here, while
+    the Hub client takes it as a folder relative to where it runs (an empty HF_HOME: ./hub). check_model,
+    validate's container mount and the server would each have looked for the model in another folder.
+    The Hub client's own reading is asked first, so the test follows it if it ever changes."""
+    import subprocess
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_"))}
+    hub = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
+                         env={**clean, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert not os.path.isabs(hub.stdout.strip()), hub.stdout  # the client: a folder relative to its cwd
+    others = tuple(k for k in os.environ if k.startswith(("HF_", "HUGGINGFACE_", "XDG_")) and k not in env)
+    for tool, args in (("check_model.py", ["--model", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0"]),
+                       ("estimate_memory.py", ["--model", "Qwen/Qwen3-0.6B"]),
+                       ("validate.py", ["--runtime", "docker"])):
+        r = script(tool, *args, env=env, unset=others)
+        assert r.code == 1 and needle in r.doc["error"] and "absolute path" in r.doc["fix"], (tool, r.doc)
+    if "XDG" in needle:  # an absolute HF_HOME decides: the XDG folder is then not the Hub's
+        r = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", env={**env, "HF_HOME": str(tmp_path / "hf"),
+                   "HF_HUB_OFFLINE": "1"}, unset=others)
+        assert "relative path" not in r.stdout and " is empty" not in r.stdout, r.doc

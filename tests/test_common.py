@@ -1,5 +1,6 @@
 """The shared module: cpulists, argv running, host specs, error documents."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,28 @@ def test_a_plan_with_a_key_twice_is_refused_by_every_verb(script, tmp_path):
     for verb in ("start", "verify", "stop", "handoff"):
         r = script("launch.py", verb, "--plan", str(plan), *(["--confirm"] if verb == "start" else []))
         assert r.code == 1 and "appears twice" in r.doc["error"] and "'port'" in r.doc["error"], r.doc
+
+
+hub_path_values = st.sampled_from(["", "/abs/hf", "rel", "~/hf", "~", "$HUBTEST_ABS", "$HUBTEST_TILDE", "$HUBTEST_REL",
+                                   "$HUBTEST_UNSET/x", "${HUBTEST_ABS}/y", "./x", "~nosuchuser_zz/x"])
+
+
+@given(st.dictionaries(st.sampled_from(["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"]),
+                       hub_path_values, max_size=4))
+def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relative_one(env):
+    """hub_cache_env_problem judges the folder as huggingface_hub itself builds it: its constants module is
+    reloaded under each environment and asked."""
+    import importlib
+    from unittest import mock
+    import huggingface_hub.constants as constants
+    names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
+    full = {**{k: v for k, v in os.environ.items() if k not in names}, "HUBTEST_ABS": "/srv/hf",
+            "HUBTEST_TILDE": "~/x", "HUBTEST_REL": "rel", **env}
+    full.pop("HUBTEST_UNSET", None)
+    try:
+        with mock.patch.dict(os.environ, full, clear=True):
+            client = importlib.reload(constants).HF_HUB_CACHE
+            problem = common.hub_cache_env_problem(dict(os.environ))
+    finally:
+        importlib.reload(constants)
+    assert (problem is None) == os.path.isabs(client), (env, client, problem)
