@@ -204,7 +204,7 @@ def serving_target(plan: dict) -> dict:
     if plan["path"] == "host":
         vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
         return {"vllm": [vllm_bin], "tokenizer": model_arg, "python": str(Path(vllm_bin).parent / "python")}
-    rt = common.runtime_argv(plan["runtime"])
+    rt = common.runtime_of(plan)
     # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
     # value never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
@@ -252,6 +252,7 @@ def main(argv: Sequence[str] | None = None):
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
                              "bench")
     serve_life.require_api_key(plan, "bench")
+    serve_life.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
     key_env = plan.get("api_key_env")
     problem = None if args.out else serve_life.state_dir_problem(Path(plan["state_dir"]))
     if problem:  # the default folder is in the state dir: only one start would write into
@@ -316,7 +317,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
                     # bounded as every document we read: a result past the limit is no result of its run
-                    got = common.run([*common.runtime_argv(plan["runtime"]), "exec", plan["container_name"],
+                    got = common.run([*common.runtime_of(plan), "exec", plan["container_name"],
                                       "cat", f"/tmp/{name}"], timeout=60, limit=common.MAX_INPUT_BYTES)
                     if got.failure == "output_limit":
                         raise ScriptError(f"the result /tmp/{name} in the container is over "

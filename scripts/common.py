@@ -736,14 +736,57 @@ def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
 CONTAINER_RUNTIMES = {"docker": ["docker"], "podman": ["podman"], "sudo docker": ["sudo", "-n", "docker"]}
 
 
-def runtime_argv(runtime: str) -> list[str]:
+# an address docker's --host takes for a daemon on this machine: printable ASCII without spaces
+DOCKER_ENGINE = re.compile(r"(unix|tcp)://[!-~]{1,1000}", re.ASCII)
+LOOPBACK_ENGINE = re.compile(r"tcp://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?/?", re.ASCII)
+
+
+def docker_engine_problem(engine: object) -> str | None:
+    """Why a DOCKER_HOST value cannot be the engine of a plan, or None. Only a daemon on this machine: the
+    plan's CPUs, memory node, port and cache are this machine's (detect.py read them here), and verify
+    asks 127.0.0.1; a remote engine would run the server elsewhere, sized for the wrong host."""
+    if isinstance(engine, str) and engine.startswith(("ssh://", "tcp://")) and not LOOPBACK_ENGINE.fullmatch(engine):
+        return ("is another machine's docker: this plan is sized for this one (its CPUs, memory and port), and "
+                "verify asks 127.0.0.1")
+    if not isinstance(engine, str) or not DOCKER_ENGINE.fullmatch(engine):
+        return "is not the address of a docker daemon on this machine (unix:///PATH, tcp://127.0.0.1:PORT)"
+    return None
+
+
+def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
     """The argv prefix of a container runtime: one of the known engines, never free text run as a
     program. 'sudo docker' is only ever used non-interactively (validate.py picks it when `sudo -n`
-    works), so it never waits at a password prompt."""
+    works), so it never waits at a password prompt. `engine` is the docker daemon validate.py probed
+    (this shell's DOCKER_HOST): named in the argv itself, so the command the human approves says which
+    machine runs the server, and every later verb reaches that one whatever its own shell exports."""
     if runtime not in CONTAINER_RUNTIMES:
         raise ScriptError(f"unknown container runtime {runtime!r}",
                           f"use one of: {', '.join(CONTAINER_RUNTIMES)} (validate.py picks it)")
-    return list(CONTAINER_RUNTIMES[runtime])
+    if engine is None:
+        return list(CONTAINER_RUNTIMES[runtime])
+    problem = docker_engine_problem(engine) if runtime == "docker" else "is named only for plain docker"
+    if problem:
+        raise ScriptError(f"the docker engine {clip(repr(engine), 120)} (DOCKER_HOST, or the current docker "
+                          f"context) {problem}", "unset DOCKER_HOST and use the default context (docker context use "
+                          "default) for the local socket, or export this machine's daemon address; then run "
+                          "validate.py and plan again; to serve on another machine, run the chain on it "
+                          "(detect.py --host user@box plans it from here)")
+    return [*CONTAINER_RUNTIMES[runtime], f"--host={engine}"]
+
+
+def runtime_of(doc: dict) -> list[str]:
+    """The runtime argv prefix a plan (or the state its start wrote) names: its runtime, on its engine."""
+    return runtime_argv(doc["runtime"], doc.get("engine"))
+
+
+def docker_engine(env: dict) -> str | None:
+    """The docker daemon this shell's `docker` talks to when it is not the default: DOCKER_HOST, checked
+    (an empty one is docker's default too). `sudo -n docker` drops the variable (sudo resets the
+    environment), so it is asked only for plain docker."""
+    value = env.get("DOCKER_HOST") or None
+    if value is not None:
+        runtime_argv("docker", value)  # refuses what cannot be named
+    return value
 
 
 # ---------------------------------------------------------------- cpulists

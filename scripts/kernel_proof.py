@@ -25,7 +25,7 @@ from typing import IO, Iterable, Iterator, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
-from serve_life import known_secrets, open_own_file, read_plan  # noqa: E402
+from serve_life import foreign_state, known_secrets, open_own_file, read_plan, read_state  # noqa: E402
 from serve_plan import mask_server_text  # noqa: E402
 
 
@@ -121,8 +121,14 @@ def log_lines(args) -> tuple[Iterable[str], str]:
     else:
         plan = read_plan(args.plan, "kernel_proof", common.load_epyc())  # as launch.py's verbs read a plan
         secrets += known_secrets(plan)
+        state = read_state(plan)
+        other = foreign_state(plan, state) if state else None
+        if other:  # the log (and the container) there are another plan's run: no proof for this one
+            raise ScriptError(f"the state dir {plan['state_dir']} holds the run of another plan ({other}): its "
+                              "log proves nothing about this plan's server", "run kernel_proof.py with the plan "
+                              "that started it, or give this plan a state dir of its own (plan --state-dir)")
         if plan["path"] != "host":
-            argv = [*common.runtime_argv(plan["runtime"]), "logs", plan["container_name"]]
+            argv = [*common.runtime_of(plan), "logs", plan["container_name"]]
             return container_log_lines(argv, secrets), f"{plan['runtime']} logs {plan['container_name']}"
         # the log start wrote, never a link planted in its place: another file's lines are no proof
         path = Path(plan["log_file"])

@@ -16,6 +16,7 @@ No retries: on failure, report and stop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -90,8 +91,9 @@ def setup_question(epyc: dict, stock: bool) -> str:
 
 
 def state_dir_arg(spec: str) -> str:
-    """--state-dir: an absolute folder that is new, empty, or one this bundle already keeps (its own files
-    only). start writes and stop removes files there: never '/', a home or a system folder by mistake."""
+    """--state-dir: a folder that is new, empty, or one this bundle already keeps (its own files only),
+    recorded by its real absolute path (a relative one is taken from the current folder, once, here).
+    start writes and stop removes files there: never '/', a home or a system folder by mistake."""
     path = common.user_path(spec, "--state-dir")
     try:
         path = common.real_path(path)
@@ -198,12 +200,39 @@ def host_path_args(python: str | None) -> list[str]:
     return ["--python", python, "--runtime", "host"] if python else []
 
 
+@contextlib.contextmanager
+def holding_the_run_dir(run_dir: Path):
+    """up holds its folder from its first step document to its last verb: a second up (or a start of a
+    plan there) while the first one's steps run, its start pulls or its verify polls would write its own
+    documents and plan.json over the first one's, and the server that run launches would be named by a plan
+    file that no longer exists. (start's own .lock covers only the start itself.)"""
+    import fcntl
+    if serve_life.start_in_progress({"state_dir": str(run_dir)}):
+        raise ScriptError(f"a start for {run_dir} is in progress", "wait for it, or run up with another --state-dir")
+    fd = serve_life.open_own_file(run_dir / ".up.lock", os.O_WRONLY | os.O_CREAT, phase="up")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ScriptError(f"another up is running in {run_dir}", "wait for it to finish, or run up with "
+                              "another --state-dir") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def up(a, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
     run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
     refuse_a_busy_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with holding_the_run_dir(run_dir):
+        return up_in(run_dir, model, a, epyc)
+
+
+def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
+    """up's steps, in its folder, which it holds."""
     import detect
     det = step("detect.py", [], "detect", run_dir)
     route = detect.route_host(det, epyc["supported_generations"], stock=a.stock)

@@ -141,8 +141,9 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         if legacy:
             fresh.pop("revision", None)
             fresh["inputs"] = plan["inputs"]
-        if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
-            fresh.pop("model_dir", None)
+        for newer in ("model_dir", "engine"):  # a plan of an older bundle: compared on all it has
+            if newer not in plan:
+                fresh.pop(newer, None)
         return fresh
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
         exc.extra.setdefault("phase", phase)
@@ -318,10 +319,11 @@ def state_server(state: dict) -> str | None:
     by the plan at hand: the state dir is one server's, whichever plan started it, and a start that wrote
     over a running server's state left that server named by nothing."""
     if state.get("path") == "container":
-        name, runtime = state.get("container_name"), state.get("runtime")
-        if runtime not in common.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name):
+        name, runtime, engine = state.get("container_name"), state.get("runtime"), state.get("engine")
+        if runtime not in common.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name) \
+                or (engine is not None and (runtime != "docker" or common.docker_engine_problem(engine))):
             return None  # not a state start wrote: it names nothing we could ask about
-        return f"container {name}" if container_running(runtime, name) else None
+        return f"container {name}" if container_running(common.runtime_argv(runtime, engine), name) else None
     if group_members(state):
         return f"process group {state['pgid']}"
     left = orphaned_workers(state)
@@ -331,18 +333,53 @@ def state_server(state: dict) -> str | None:
     return None
 
 
+def plan_identity(plan: dict) -> str:
+    """What tells one plan's server from another's: the command, its environment, where it runs. Two plans
+    on one port and folder (another --served-model-name, --max-model-len, sizing) differ here; the same
+    plan rendered again does not. start records it in the state."""
+    import hashlib
+    basis = {key: plan.get(key) for key in ("path", "argv", "env", "container_name", "engine")}
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def served_port(state: dict) -> int | None:
+    """The --port on the command line of the run's live processes (a state of an older bundle recorded no
+    port): None when nothing of the run lives, or none says."""
+    import psutil
+    for proc in group_members(state):
+        try:
+            args = proc.cmdline()
+        except psutil.Error:
+            continue
+        for flag, value in zip(args, args[1:]):
+            if flag == "--port" and value.isdigit():
+                return int(value)
+    return None
+
+
 def foreign_state(plan: dict, state: dict) -> str | None:
-    """How a state in the plan's state dir shows it was written by a start of another plan (another path,
-    port or container), or None when it is this plan's. An older bundle's state recorded no port (and a
-    hand-made one may lack more): judged on what it has."""
+    """How a state in the plan's state dir shows it was written by a start of another plan (another command,
+    path, port or container), or None when it is this plan's. A state of an older bundle recorded neither
+    the plan's identity nor its port: the port is then read from the run's command line, and a run whose
+    port cannot be read is not this plan's (stop must not kill what it cannot tell apart)."""
     why = []
     if "path" in state and state["path"] != plan["path"]:
         why.append(f"the {common.clip(str(state.get('path')), 40)} path")
-    if "port" in state and state["port"] != plan["port"]:
-        why.append(f"port {common.clip(str(state['port']), 40)}")
+    if "port" in state:
+        port = state["port"]
+    elif state.get("path") == "host":
+        port = served_port(state)
+    else:
+        port = plan["port"]  # a container's name carries its port: compared below
+    if port != plan["port"]:
+        why.append(f"port {common.clip(str(port if port is not None else 'unknown'), 40)}")
+    if "plan_id" in state and state["plan_id"] != plan_identity(plan) and not why:
+        why.append("another command on the same port (another served name, length or sizing)")
     if plan["path"] != "host" and state.get("path") == plan["path"] \
             and state.get("container_name") != plan.get("container_name"):
         why.append(f"container {common.clip(str(state.get('container_name')), 140)}")
+    if plan["path"] != "host" and (state.get("engine") or None) != (plan.get("engine") or None):
+        why.append(f"the engine {common.clip(str(state.get('engine') or 'the default socket'), 140)}")
     return ", ".join(why) or None
 
 
@@ -364,13 +401,13 @@ def own_state(plan: dict, verb: str) -> dict | None:
     return None
 
 
-def container_running(runtime: str, name: str) -> bool:
-    res = common.run([*common.runtime_argv(runtime), "inspect", "-f", "{{.State.Running}}", name], timeout=30)
+def container_running(rt: list[str], name: str) -> bool:
+    res = common.run([*rt, "inspect", "-f", "{{.State.Running}}", name], timeout=30)
     return res.ok and res.stdout.strip() == "true"
 
 
 def alive(plan: dict, state: dict) -> bool:
-    return process_alive(state) if plan["path"] == "host" else container_running(plan["runtime"], plan["container_name"])
+    return process_alive(state) if plan["path"] == "host" else container_running(common.runtime_of(plan), plan["container_name"])
 
 
 def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
@@ -389,7 +426,7 @@ def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
             return []
     else:
         # bounded as the host log is: a runtime whose last lines never end fills no memory
-        res = common.run([*common.runtime_argv(plan["runtime"]), "logs", "--tail", str(n), plan["container_name"]],
+        res = common.run([*common.runtime_of(plan), "logs", "--tail", str(n), plan["container_name"]],
                          timeout=30, limit=LOG_TAIL_BYTES)
         lines = res.stdout.splitlines()[:-1 if res.failure else None]  # cut at the limit, or by the timeout
         lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
@@ -437,7 +474,7 @@ def write_secret_files(directory: Path, values: dict) -> None:
 STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")  # the only files start ever writes into secrets/
 # what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
-OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", "secrets", "plan.json",
+OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", ".up.lock", "secrets", "plan.json",
              *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
                                              "estimate_memory", "cpu_tune"))}
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")  # write_state's own temp file (a killed writer's stays)
@@ -482,31 +519,47 @@ def state_dir_problem(state_dir: Path) -> str | None:
     return None
 
 
-def remove_secret_files(plan: dict) -> None:
+def remove_secret_files(plan: dict) -> str | None:
     """Remove what start wrote, by name, and the folder if that leaves it empty: never a whole tree a
-    plan file happens to point at, never a folder or a link's target. It never fails: stop must go on."""
+    plan file happens to point at, never a folder or a link's target. It never fails (stop must go on);
+    a key file it could not remove is said (a secret left on disk), a foreign entry left is not."""
     directory = Path(plan["state_dir"]) / "secrets"
     try:
         if directory.is_symlink() or not directory.is_dir():  # not a folder start made: not ours to touch
-            return
+            return None
         for name in SECRET_NAMES:
             entry = directory / name
             if entry.is_symlink() or entry.is_file():
                 entry.unlink(missing_ok=True)
+    except OSError as exc:  # a read-only state dir: the key files stay, and the user must know
+        return f"could not remove the key files in {directory} ({exc.strerror or exc}): delete them by hand"
+    with contextlib.suppress(OSError):  # a folder under a secret's name, a foreign file: left where it is
         directory.rmdir()
-    except OSError:  # a folder under a secret's name, a foreign file left in secrets/: left where it is
-        pass
+    return None
 
 
-def remove_state(plan: dict) -> None:
-    """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name."""
+def remove_state(plan: dict) -> str | None:
+    """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name.
+    Called once the server is gone: a state dir that refuses the removal (read-only, its disk gone) does
+    not undo that, so the problem is returned for stop's document, never raised."""
     state = read_state(plan) or {}
     if foreign_state(plan, state):  # another plan's (stale) state: not this stop's to remove
-        return
+        return None
     host_state = {"path", "pgid", "create_time"} <= state.keys()
     container_state = state.get("path") == "container" and "container_name" in state
     if host_state or container_state:
-        Path(plan["state_file"]).unlink(missing_ok=True)
+        try:
+            Path(plan["state_file"]).unlink(missing_ok=True)
+        except OSError as exc:
+            return (f"the server is stopped, but {plan['state_file']} could not be removed ({exc.strerror or exc}); "
+                    "it names a server that no longer runs: remove it when the folder is writable")
+    return None
+
+
+def stopped(doc: dict, *problems: str | None) -> dict:
+    """stop's document, with what it could not tidy up after the server was gone."""
+    said = [p for p in problems if p]
+    return {**doc, "warnings": said} if said else doc
 
 
 def known_secrets(plan: dict) -> list[str]:
@@ -660,7 +713,8 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
                     proc = subprocess.Popen(plan["argv"], executable=program, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-                state = {"path": "host", "port": plan["port"], "pid": proc.pid, "pgid": proc.pid,
+                state = {"path": "host", "port": plan["port"], "plan_id": plan_identity(plan),
+                         "pid": proc.pid, "pgid": proc.pid,
                          "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
                          "log_file": plan["log_file"], "started_at": time.time(), "model_dir": plan.get("model_dir")}
                 write_state(plan, state)
@@ -692,13 +746,14 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
         rm, pull = plan["pre_argv"]
         common.run(rm, timeout=60)  # a leftover container of the same name would block `run`
         import validate
-        if pull_policy == "always" or not validate.image_is_local(plan["runtime"], plan["image"]):
+        if pull_policy == "always" or not validate.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
             common.log(f"start: pulling {plan['image']}")
             res = common.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
             if not res.ok:
                 raise ScriptError(f"pull failed: {common.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
                                   "check registry access and the image name (data/epyc.json, or --image)",
                                   phase="pull")
+        launched = False
         try:
             if secrets:
                 write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
@@ -714,8 +769,9 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 raise ScriptError(f"{plan['runtime']} run failed: "
                                   f"{common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
                                   NO_RETRY_FIX, phase="start")
-            state = {"path": plan["path"], "port": plan["port"], "runtime": plan["runtime"],
-                     "container_name": plan["container_name"],
+            launched = True
+            state = {"path": plan["path"], "port": plan["port"], "plan_id": plan_identity(plan), "runtime": plan["runtime"],
+                     "engine": plan.get("engine"), "container_name": plan["container_name"],
                      "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
                      "model_dir": plan.get("model_dir")}
             write_state(plan, state)
@@ -732,7 +788,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                   f"): it may be running", f"{shlex.join(rm)} once the runtime answers "
                                   f"({plan['runtime']} info)", phase="start",
                                   interrupted=isinstance(exc, KeyboardInterrupt)) from None
-            if isinstance(exc, ScriptError):
+            if isinstance(exc, ScriptError) and not launched:  # `run` failed: its own words
                 raise
             raise unrecorded(plan, exc, f"container {plan['container_name']}", "removed") from None
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
@@ -797,11 +853,18 @@ def time_since_start(state: dict) -> float | None:
     return round(max(0.0, time.time() - started), 1)
 
 
+def no_state_said(plan: dict) -> str:
+    """Why own_state found nothing, in words: no state file, or one of another plan's run that has ended."""
+    state = read_state(plan)
+    other = foreign_state(plan, state) if state else None
+    return f"the state there is of another plan's ended run: {other}" if other else "no state file"
+
+
 def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     state = own_state(plan, "verify")
     t0 = time.monotonic()
     if state is None:
-        raise failed(plan, "process", "nothing was started from this plan (no state file)", t0)
+        raise failed(plan, "process", f"nothing was started from this plan ({no_state_said(plan)})", t0)
     require_api_key(plan, "verify")
     if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
         state = {k: v for k, v in state.items() if k != "verified_at"}
@@ -879,7 +942,8 @@ def verified_state(plan: dict) -> dict:
     state = own_state(plan, "handoff")
     fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
     if state is None:
-        raise ScriptError("no server from this plan is running (no state file: not started yet, or stopped)",
+        raise ScriptError(f"no server from this plan is running ({no_state_said(plan)}: not started yet, or "
+                          "stopped)",
                           "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify")
     if not alive(plan, state):
         raise ScriptError("the server from this plan is not running (it exited)",
@@ -914,7 +978,7 @@ def stop(plan: dict) -> dict:
                           "stop again", phase="stop")
     state = own_state(plan, "stop")
     if plan["path"] != "host":
-        rt = common.runtime_argv(plan["runtime"])
+        rt = common.runtime_of(plan)
         graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
                               timeout=STOP_GRACE_S + 60)
         res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)
@@ -924,10 +988,9 @@ def stop(plan: dict) -> dict:
                               f"{common.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
                               f"check the runtime ({plan['runtime']} info), then run stop again; the state and "
                               "secret files are kept until the container is gone", phase="stop")
-        remove_secret_files(plan)
-        remove_state(plan)
-        return {"stopped": True, "container_name": plan["container_name"], "graceful": graceful.ok,
-                "detail": common.clip((res.stdout or res.stderr).strip(), 200)}
+        return stopped({"stopped": True, "container_name": plan["container_name"], "graceful": graceful.ok,
+                        "detail": common.clip((res.stdout or res.stderr).strip(), 200)},
+                       remove_secret_files(plan), remove_state(plan))
     group = group_members(state) if state else []
     if not group:
         left = orphaned_workers(state) if state else []  # not killed, and the only state naming them is kept
@@ -937,8 +1000,7 @@ def stop(plan: dict) -> dict:
                               f"{state['pgid']} remain that cannot be proven this run's (pids {pids})",
                               f"look at them (ps -o pid,args -g {state['pgid']}); if they are the server's, "
                               f"kill -- -{state['pgid']}, then run stop again (the state file is kept)", phase="stop")
-        remove_state(plan)
-        return {"stopped": False, "reason": "not running"}
+        return stopped({"stopped": False, "reason": "not running"}, remove_state(plan))
     import psutil
     for proc in group:  # SIGTERM to our own group only (checked by pgid and start time), then wait
         try:
@@ -970,7 +1032,6 @@ def stop(plan: dict) -> dict:
                               f"after SIGKILL (pids {stuck[:10]}; stuck in the kernel)", "look at them (ps -o "
                               "pid,stat,wchan -p PID), then run stop again; the state file is kept until they are "
                               "gone", phase="stop")
-    remove_state(plan)
-    return {"stopped": True, "pid": state.get("pid"), "processes": len(group) + len(late),
-            "killed_after_timeout": len(left) + len(late)}
+    return stopped({"stopped": True, "pid": state.get("pid"), "processes": len(group) + len(late),
+                    "killed_after_timeout": len(left) + len(late)}, remove_state(plan))
 

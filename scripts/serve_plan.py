@@ -495,7 +495,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         runtime = "host"
         stop_cmd = "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"
     else:
-        rt = common.runtime_argv(val["runtime"])
+        rt = common.runtime_argv(val["runtime"], val.get("engine"))  # the daemon validate probed
         image = val["image"]
         model_arg, mount = model, []
         if facts.get("model_dir"):  # a local folder goes into the container read-only
@@ -531,7 +531,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     plan = {
         "target": det.get("target", "localhost"), "deferred": val.get("deferred", []),
         "path": path, "backend": backend, "platform": (val.get("stack") or {}).get("platform"),
-        "runtime": runtime, "image": val.get("image"), "model": model, "served_model_name": served,
+        "runtime": runtime, "engine": val.get("engine") if path != "host" else None,
+        "image": val.get("image"), "model": model, "served_model_name": served,
         "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "unknown",
         "supported_endpoints": chk.get("supported_endpoints") or [],
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
@@ -588,7 +589,8 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     backend = (f"stock vLLM CPU ({platform}), no zentorch: unaccelerated" if plan["backend"] == "stock"
                else "zentorch-accelerated (ZenCpuPlatform)")
     where = ("host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")" if plan["path"] == "host"
-             else f"container ({plan['runtime']}, {plan['image']})")
+             else f"container ({plan['runtime']}, {plan['image']}"
+             + (f", on the engine at {plan['engine']})" if plan.get("engine") else ")"))
     s = plan["sizing"]
     rows = [
         ["Model / kind", f"{plan['model']}" + (f" at revision {plan['revision']}" if plan.get("revision") else "")

@@ -161,6 +161,23 @@ def docker_answers(prefix: list[str]) -> tuple[bool, str]:
     return False, common.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
 
 
+def shell_docker_engine() -> str | None:
+    """The daemon this shell's `docker` reaches when it is not the default socket: DOCKER_HOST, else the
+    endpoint of the current docker context when that is not `default` (DOCKER_CONTEXT, or `docker context
+    use`). Recorded as the plan's engine; a context is never left to decide later, from another shell."""
+    engine = common.docker_engine(dict(os.environ))
+    if engine is not None:
+        return engine
+    shown = common.run(["docker", "context", "show"], timeout=RUNTIME_TIMEOUT_S)
+    if not shown.ok or shown.stdout.strip() in ("", "default"):
+        return None  # a CLI without contexts, or the default one: the default socket
+    host = common.run(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"],
+                      timeout=RUNTIME_TIMEOUT_S)
+    address = host.stdout.strip() if host.ok else ""
+    common.runtime_argv("docker", address)  # refused unless a daemon on this machine, named as DOCKER_HOST is
+    return address
+
+
 def podman_can_run() -> tuple[bool, str]:
     """podman counts only if it can start a container: run the host's own root as one, no image needed."""
     res = common.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
@@ -169,8 +186,9 @@ def podman_can_run() -> tuple[bool, str]:
     return False, common.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
 
 
-def image_is_local(runtime: str, image: str) -> bool:
-    return common.run([*common.runtime_argv(runtime), "image", "inspect", image], timeout=RUNTIME_TIMEOUT_S).ok
+def image_is_local(runtime: str, image: str, engine: str | None = None) -> bool:
+    return common.run([*common.runtime_argv(runtime, engine), "image", "inspect", image],
+                      timeout=RUNTIME_TIMEOUT_S).ok
 
 
 def resolve_hf_cache(env: dict) -> dict:
@@ -458,6 +476,7 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
         "backend": "stock" if args.stock else "zentorch",
         "path": None if runtime is None else ("host" if runtime == "host" else "container"),
         "runtime": runtime,
+        "engine": gathered.get("engine"),  # the docker daemon probed, when not the default (DOCKER_HOST)
         "runtime_detail": detail,
         "host_path_available": gathered["host_ok"],
         "python": python if runtime == "host" else None,
@@ -501,7 +520,8 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     container = runtime in ("docker", "podman", "sudo docker")
     hf_cache = resolve_hf_cache(dict(os.environ))
     return {
-        "runtime": runtime, "runtime_detail": detail, "python": python, "host_stack": host_stack,
+        "runtime": runtime, "engine": shell_docker_engine() if runtime == "docker" else None,
+        "runtime_detail": detail, "python": python, "host_stack": host_stack,
         "host_ok": host_ok, "image": image,
         "image_probe": probe_image(runtime, image) if container else None,
         "hf_cache": hf_cache,

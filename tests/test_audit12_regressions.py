@@ -4,6 +4,7 @@ day, on the twelfth's fixes: 1,242 cases, 5 findings; at the end). Classes: test
 import contextlib
 import json
 import os
+import signal
 import struct
 import sys
 import time
@@ -1777,3 +1778,140 @@ def test_a_hub_cache_relative_to_where_a_step_runs_is_refused_by_every_step_that
         r = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", env={**env, "HF_HOME": str(tmp_path / "hf"),
                    "HF_HUB_OFFLINE": "1"}, unset=others)
         assert "relative path" not in r.stdout and " is empty" not in r.stdout, r.doc
+
+
+# ---- the twenty-fourth audit (2026-12-03, ~165 cases on the twenty-third's fixes: 6 findings)
+
+def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs, live_tune, tmp_path):  # noqa: F811
+    """F1: plan B (same port and state dir, another --served-model-name) was taken for plan A: B's verify
+    judged A's server with B's model name and cleared its pass, B's stop killed it. The state records the
+    plan's identity (command, env, where) now."""
+    import serve_life
+    from common import ScriptError
+    _, a = host_plan(tmp_path, inputs, live_tune)
+    _, b = host_plan(tmp_path, inputs, live_tune, port=a["port"], served_model_name="other-model")
+    assert (a["state_dir"], a["port"]) == (b["state_dir"], b["port"]) and a["argv"] != b["argv"]
+    serve_life.start(a, confirm=True)
+    try:
+        serve_life.verify(a, 30, 10)
+        for act in (lambda: serve_life.stop(b), lambda: serve_life.verify(b, 5, 5),
+                    lambda: serve_life.verified_state(b), lambda: serve_life.start(b, confirm=True)):
+            with pytest.raises(ScriptError) as err:
+                act()
+            assert "another command on the same port" in err.value.error, err.value.error
+        assert serve_life.process_alive(serve_life.read_state(a)) and serve_life.verified_state(a)
+    finally:
+        assert serve_life.stop(a)["stopped"] is True
+
+
+def test_a_state_without_port_or_identity_is_judged_by_the_port_its_run_serves(inputs, live_tune, tmp_path):  # noqa: F811
+    """F2: a state of an older bundle (no port, no identity) made any host plan with that folder its owner:
+    a plan for another port stopped the running server. The port is read from the run's command line now."""
+    import serve_life
+    from common import ScriptError
+    _, a = host_plan(tmp_path, inputs, live_tune)
+    _, c = host_plan(tmp_path, inputs, live_tune)  # the same folder, another port
+    serve_life.start(a, confirm=True)
+    try:
+        legacy = {k: v for k, v in serve_life.read_state(a).items() if k not in ("port", "plan_id")}
+        serve_life.write_state(a, legacy)
+        with pytest.raises(ScriptError) as err:
+            serve_life.stop(c)
+        assert f"port {a['port']}" in err.value.error, err.value.error
+        assert serve_life.process_alive(legacy)
+    finally:
+        assert serve_life.stop(a)["stopped"] is True  # its own plan: the port on the command line is its
+
+
+def test_up_holds_its_folder_so_a_second_up_cannot_rewrite_the_first_ones_plan(script, tmp_path):
+    """F3: a second up into a folder whose first up was still pulling (no state yet, start's .lock not
+    taken) rewrote every step document and plan.json, and the first run's server was left with no plan file
+    that could stop it. Here another process holds the folder as up does."""
+    import subprocess
+    run_dir = tmp_path / "up"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(run_dir / ".up.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = script("launch.py", "up", "--yes", "--state-dir", str(run_dir))
+        assert r.code == 1 and "another up is running" in r.doc["error"], r.doc
+        assert sorted(p.name for p in run_dir.iterdir()) == [".up.lock"]  # nothing written
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+    """F4: on a read-only state dir stop killed the server, then failed on the state's unlink ("the system
+    refused an operation") with no word that the server was gone, and every later stop failed the same way.
+    The server is real; the read-only folder is simulated in-process (an unlink raising EROFS), as a
+    read-only mount needs privileges a CI shell may lack."""
+    import errno
+    import pathlib
+    import serve_life
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    state = serve_life.read_state(plan)
+    real_unlink = pathlib.Path.unlink
+
+    def read_only(self, missing_ok=False):
+        if str(self) == plan["state_file"]:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_unlink(self, missing_ok=missing_ok)
+    monkeypatch.setattr(pathlib.Path, "unlink", read_only)
+    doc = serve_life.stop(plan)
+    assert doc["stopped"] is True and not serve_life.group_members(state)
+    assert "could not be removed" in doc["warnings"][0] and "Read-only file system" in doc["warnings"][0]
+    again = serve_life.stop(plan)  # the state names a server that is gone: "not running", still no error
+    assert again["stopped"] is False and again["reason"] == "not running" and again["warnings"]
+
+
+def test_bench_and_kernel_proof_refuse_another_plans_run_in_the_state_dir(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """F6: bench (with the plan's endpoint known) loaded whatever answered on its port and wrote its
+    bench-* folder into the other server's state dir; kernel_proof --plan read the other run's log as
+    this plan's proof."""
+    import serve_life
+    _, a = host_plan(tmp_path, inputs, live_tune)
+    c_file, c = host_plan(tmp_path, inputs, live_tune)  # the same folder, another port
+    assert c["primary_endpoint"] != "unknown"
+    serve_life.start(a, confirm=True)
+    try:
+        before = sorted(os.listdir(a["state_dir"]))
+        r = script("bench.py", "--plan", str(c_file), "--repeats", "1", "--no-bandwidth")
+        assert r.code == 1 and "another plan" in r.doc["error"] and f"port {a['port']}" in r.doc["error"], r.doc
+        assert sorted(os.listdir(a["state_dir"])) == before
+        k = script("kernel_proof.py", "--plan", str(c_file))
+        assert k.code == 1 and "another plan" in k.doc["error"] and "proves nothing" in k.doc["error"], k.doc
+        os.killpg(serve_life.read_state(a)["pgid"], signal.SIGKILL)  # A crashes: its state stays, stale
+        time.sleep(0.5)
+        v = script("launch.py", "verify", "--plan", str(c_file), "--timeout", "5")
+        assert v.code == 1 and "another plan's ended run" in v.doc["error"], v.doc
+    finally:
+        serve_life.stop(a)
+
+
+def test_a_container_whose_state_cannot_be_written_is_said_removed(script, inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+    """A note of the twenty-fourth audit: a container start on a full disk said only "cannot write
+    state.json"; the container had been launched and removed, and the host path says so. The runtime is the
+    fake docker; the full disk is simulated in-process (write_state raising what it raises on ENOSPC: a
+    file-size limit would also stop the runtime's own writes)."""
+    import errno
+    import common
+    import serve_life
+    from common import ScriptError
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+    def full_disk(plan, state):
+        raise common.os_error(OSError(errno.ENOSPC, "No space left on device"), f"cannot write {plan['state_file']}")
+    monkeypatch.setattr(serve_life, "write_state", full_disk)
+    with pytest.raises(ScriptError) as err:
+        serve_life.start(plan, confirm=True)
+    assert "was launched, but its state could not be written" in err.value.error, err.value.error
+    assert "start removed it" in err.value.error and "No space left" in err.value.error
+    made = [c["argv"][0] for c in _calls(d)]
+    assert made[-1] == "rm" and "run" in made

@@ -127,6 +127,10 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
     name = plan["container_name"]
     cpuset = next(a for a in plan["argv"] if a.startswith("--cpuset-cpus=")).split("=", 1)[1]
     assert "--ipc=host" in plan["argv"] and "HF_HUB_OFFLINE=1" in plan["argv"]
+    # the engine validate probed is named in the command: verify, handoff, kernel_proof and stop below run
+    # in a shell without DOCKER_HOST and still reach the engine (here a private socket tests/run.sh started)
+    assert plan["engine"] == env["DOCKER_HOST"] and plan["argv"][:3] == ["docker", f"--host={env['DOCKER_HOST']}", "run"]
+    shell = {k: v for k, v in env.items() if k != "DOCKER_HOST"}
     assert plan["env_by_name"] == ["HF_TOKEN", "VLLM_API_KEY"] and "--env" not in plan["argv"][-12:]
     # a leftover container of the same name: start removes it
     assert docker(env, "create", "--name", name, image, "true").returncode == 0
@@ -136,9 +140,9 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
         assert "pulling" not in start.stderr  # the image is local: pull policy "missing" does not pull
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=30).stdout
         assert SECRET_TOKEN not in ps and SECRET_KEY not in ps
-        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "400", env=env, timeout=500)
+        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "400", env=shell, timeout=500)
         assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
-        hand = run_script("launch.py", "handoff", "--plan", str(plan_file), env=env)
+        hand = run_script("launch.py", "handoff", "--plan", str(plan_file), env=shell)
         assert hand.code == 0 and SECRET_KEY not in hand.stdout
 
         from openai import AuthenticationError, OpenAI
@@ -172,7 +176,7 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
                 assert SECRET_TOKEN not in text and SECRET_KEY not in text, f
         assert SECRET_TOKEN not in logs and SECRET_KEY not in logs
 
-        proof = run_script("kernel_proof.py", "--plan", str(plan_file), env=env, timeout=300)
+        proof = run_script("kernel_proof.py", "--plan", str(plan_file), env=shell, timeout=300)
         if zen:
             assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0, proof.doc
         else:
@@ -180,7 +184,7 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
         print(f"\ncontainer ({stack['backend']} path, {info['Config']['Image']}): healthy after "
               f"{ver.doc['time_to_healthy_s']} s, cpuset {cpuset}, {proof.doc['zentorch_matmuls']} zentorch matmuls")
     finally:
-        stop = run_script("launch.py", "stop", "--plan", str(plan_file), env=env, timeout=200)
+        stop = run_script("launch.py", "stop", "--plan", str(plan_file), env=shell, timeout=200)
     assert stop.code == 0 and stop.doc["stopped"] is True and stop.doc["graceful"] is True
     assert no_container(env, name) and port_closed(plan["port"])
     assert not (Path(plan["state_dir"]) / "secrets").exists()

@@ -5,8 +5,8 @@ The container path is proven on a real Docker engine (tests/test_e2e_container.p
 starts one). This stand-in covers only what a real engine cannot show on these machines: rootless
 podman refusing --cpuset-* (no cpuset delegation), podman present but unable to start containers,
 a daemon that is down, and `sudo docker`; plus the exact argv of each call, cheaply, in the fast
-suite. It records every argv to $FAKE_RT_DIR/calls.jsonl -- plus which secret NAMES were present in
-its environment, never their values -- and simulates: info, run (incl. podman's --rootfs probe),
+suite. It records every argv to $FAKE_RT_DIR/calls.jsonl (a leading --host=ADDRESS apart, as `engine`)
+-- plus which secret NAMES were present in its environment, never their values -- and simulates: info, run (incl. podman's --rootfs probe),
 image inspect, pull, inspect -f, logs, stop, rm, ps.
 Behaviour is set by files in $FAKE_RT_DIR:
   daemon_down      `info` fails like a stopped daemon
@@ -20,6 +20,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   logs_lines       `logs` prints that many zentorch kernel lines (a long --kernel-log run)
   logs_hang        `logs` closes its output, then never exits
   logs_text        `logs` prints exactly this file's text, and exits with the number in logs_exit (default 0)
+  context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
 """
 import json
 import os
@@ -30,8 +31,12 @@ d = Path(os.environ["FAKE_RT_DIR"])
 d.mkdir(parents=True, exist_ok=True)
 name = Path(sys.argv[0]).name
 args = sys.argv[1:]
+engine = None  # docker's global --host=ADDRESS (the plan's engine), taken off as the real CLI does
+if args and args[0].startswith("--host="):
+    engine, args = args[0].removeprefix("--host="), args[1:]
 with open(d / "calls.jsonl", "a") as f:
-    f.write(json.dumps({"runtime": name, "argv": args,
+    f.write(json.dumps({"runtime": name, "argv": args, "engine": engine,
+                        "docker_host_env": os.environ.get("DOCKER_HOST"),
                         "secret_names_in_env": sorted(k for k in ("HF_TOKEN", "VLLM_API_KEY") if os.environ.get(k))})
             + "\n")
 flag = lambda n: (d / n).exists()  # noqa: E731
@@ -84,6 +89,10 @@ elif cmd == "logs":
         while True:
             sys.stdout.write(block)
     print("INFO fake log line 1\nERROR fake engine failure")
+elif cmd == "context":  # `context show` / `context inspect`: the file `context` holds "NAME ADDRESS"
+    ctx_name, ctx_host = ((d / "context").read_text().split() + ["", ""])[:2] if flag("context") else ("default", "")
+    ctx_host = ctx_host or "unix:///var/run/docker.sock"
+    print(ctx_name if args[1:2] == ["show"] else ctx_host)
 elif cmd == "rm" and flag("rm_fails"):
     sys.exit(print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr) or 1)
 elif cmd in ("rm", "ps", "stop"):

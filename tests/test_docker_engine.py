@@ -1,0 +1,101 @@
+"""The docker daemon a plan names: the one validate.py probed (DOCKER_HOST), written into every runtime
+argv as `--host=ADDRESS`, so the human approves which engine runs the server and every later verb reaches
+that one whatever its own shell exports. Only a daemon on this machine: the plan is sized for it.
+
+The fake docker (tests/fakes/bin/docker) records the --host each call carried; the real engine is
+exercised by tests/test_e2e_container.py, whose daemon is on a private socket named by DOCKER_HOST."""
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+import common
+from conftest import run_script
+from test_launch import calls, inputs, plan_args, rt  # noqa: F401  (fixtures)
+
+SOCK = "unix:///run/private-engine/docker.sock"
+
+
+@pytest.mark.parametrize("engine", ["unix:///var/run/docker.sock", SOCK, "tcp://127.0.0.1:2375", "tcp://localhost",
+                                    "tcp://[::1]:2376"])
+def test_an_engine_on_this_machine_is_named_as_one_argv_element(engine):
+    assert common.docker_engine_problem(engine) is None
+    assert common.runtime_argv("docker", engine) == ["docker", f"--host={engine}"]
+    assert common.runtime_argv("docker") == ["docker"]
+
+
+@pytest.mark.parametrize("engine,needle", [
+    ("tcp://10.0.0.5:2376", "another machine's docker"), ("ssh://me@box", "another machine's docker"),
+    ("tcp://127.0.0.1.evil:1", "another machine's docker"), ("--config=/tmp/x", "not the address"),
+    ("unix:///a b", "not the address"), ("", "not the address"), ("npipe:////./pipe/x", "not the address"),
+    ("unix:///x\n--debug", "not the address"),
+])
+def test_an_engine_elsewhere_or_malformed_is_refused(engine, needle):
+    assert needle in common.docker_engine_problem(engine)
+    with pytest.raises(common.ScriptError) as err:
+        common.runtime_argv("docker", engine)
+    assert "DOCKER_HOST" in err.value.error and "unset DOCKER_HOST" in err.value.fix and "docker engine" in err.value.error
+    with pytest.raises(common.ScriptError):
+        common.runtime_argv("sudo docker", SOCK)  # sudo resets the environment: never named for it
+
+
+@given(st.text(max_size=60) | st.builds(lambda t: "unix://" + t, st.text(max_size=40)))
+def test_any_engine_text_is_one_printable_argv_element_or_a_clear_error(text):
+    try:
+        argv = common.runtime_argv("docker", text)
+    except common.ScriptError as err:
+        assert err.error and err.fix
+        return
+    assert argv == ["docker", f"--host={text}"] and text.isprintable() and " " not in text
+    assert text.startswith("unix://") or common.LOOPBACK_ENGINE.fullmatch(text)
+
+
+def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs, rt, tmp_path):  # noqa: F811
+    """validate in a shell with DOCKER_HOST; plan, start, handoff and stop in one without it: each docker call
+    reaches the engine the human approved (the fake records the --host each call carried)."""
+    d, env = rt
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, "DOCKER_HOST": SOCK})
+    assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["engine"] == SOCK, val.doc
+    probes = [c for c in calls(d) if c["argv"][:1] == ["info"]]
+    assert probes[-1]["docker_host_env"] == SOCK  # what was probed is the engine recorded
+    vfile = tmp_path / "validate-engine.json"
+    vfile.write_text(val.stdout)
+    r = run_script("launch.py", *plan_args({**inputs, "validate": vfile}, "--state-dir", str(tmp_path / "st")), env=env)
+    plan = r.doc
+    assert r.code == 0 and plan["engine"] == SOCK, plan
+    assert plan["argv"][:3] == ["docker", f"--host={SOCK}", "run"]
+    assert plan["pre_argv"] == [["docker", f"--host={SOCK}", "rm", "-f", plan["container_name"]],
+                                ["docker", f"--host={SOCK}", "pull", plan["image"]]]
+    assert f"--host={SOCK}" in plan["command"] and f"--host={SOCK}" in plan["stop_command"]
+    assert f"on the engine at {SOCK}" in plan["summary_markdown"]
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(r.stdout)
+    before = len(calls(d))
+    started = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
+    assert started.code == 0, started.doc
+    assert json.loads((tmp_path / "st" / "state.json").read_text())["engine"] == SOCK
+    assert run_script("launch.py", "stop", "--plan", str(pfile), env={**env, "DOCKER_HOST": "unix:///elsewhere.sock"}).code == 0
+    made = calls(d)[before:]
+    assert {c["argv"][0] for c in made} >= {"rm", "run", "stop"}
+    assert all(c["engine"] == SOCK for c in made), [(c["argv"][:2], c["engine"]) for c in made]
+
+
+def test_validate_refuses_a_docker_on_another_machine(inputs, rt):  # noqa: F811
+    d, env = rt
+    r = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, "DOCKER_HOST": "tcp://10.9.8.7:2376"})
+    assert r.code == 1 and "another machine's docker" in r.doc["error"] and "detect.py --host" in r.doc["fix"], r.doc
+
+
+def test_a_docker_context_names_the_engine_as_docker_host_would(inputs, rt, tmp_path):  # noqa: F811
+    """With DOCKER_HOST unset, `docker` talks to the current context's endpoint (DOCKER_CONTEXT, or `docker
+    context use`): validate records that address, and refuses a context on another machine."""
+    d, env = rt
+    (d / "context").write_text(f"private {SOCK}\n")
+    r = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert r.code == 0 and r.doc["engine"] == SOCK, r.doc
+    (d / "context").write_text("prod tcp://10.1.2.3:2376\n")
+    r = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert r.code == 1 and "another machine's docker" in r.doc["error"] and "docker context use default" in r.doc["fix"]
+    (d / "context").unlink()  # the default context: the default socket, named by nothing
+    r = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert r.code == 0 and r.doc["engine"] is None
