@@ -253,6 +253,8 @@ def main(argv: Sequence[str] | None = None):
                              "bench")
     serve_life.require_api_key(plan, "bench")
     serve_life.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
+    if plan["path"] == "host":  # `vllm bench serve` loads the tokenizer from the Hub cache this shell names
+        common.refuse_a_relative_hub_cache(dict(os.environ))
     key_env = plan.get("api_key_env")
     problem = None if args.out else serve_life.state_dir_problem(Path(plan["state_dir"]))
     if problem:  # the default folder is in the state dir: only one start would write into

@@ -158,8 +158,10 @@ def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
 
 def pick_registry(args, notes: list[str]) -> dict | None:
     """The registry of the vLLM that will serve: probe it live when we can, else a saved snapshot."""
-    if args.python or (args.image and validate.image_is_local(args.runtime, args.image)):
-        prefix, label = vllm_registry.probe_argv(args.python, args.image, args.runtime)
+    # an image is asked on the engine this shell's docker names (as validate.py records it for the plan)
+    engine = common.shell_docker_engine() if args.image and not args.python and args.runtime == "docker" else None
+    if args.python or (args.image and validate.image_is_local(args.runtime, args.image, engine)):
+        prefix, label = vllm_registry.probe_argv(args.python, args.image, args.runtime, engine)
         try:
             return vllm_registry.probe_live(prefix, label)
         except ScriptError as exc:

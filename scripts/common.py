@@ -610,6 +610,7 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     answered by an interpreter that prints without end). Output is decoded leniently: a byte that is not
     UTF-8 is shown as U+FFFD, never an exception."""
     argv = [str(a) for a in argv]
+    env = run_env(argv, env)
     program = find_program(argv[0], env)
     if program is None:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
@@ -736,20 +737,26 @@ def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
 CONTAINER_RUNTIMES = {"docker": ["docker"], "podman": ["podman"], "sudo docker": ["sudo", "-n", "docker"]}
 
 
-# an address docker's --host takes for a daemon on this machine: printable ASCII without spaces
-DOCKER_ENGINE = re.compile(r"(unix|tcp)://[!-~]{1,1000}", re.ASCII)
-LOOPBACK_ENGINE = re.compile(r"tcp://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?/?", re.ASCII)
+# an address docker's --host takes for a daemon on this machine: printable ASCII without spaces; a unix
+# socket by its absolute path (unix://rel.sock is resolved against the folder each command runs in)
+DOCKER_ENGINE = re.compile(r"(unix:///|tcp://)[!-~]{1,1000}", re.ASCII)
+LOOPBACK_ENGINE = re.compile(r"tcp://(127\.0\.0\.1|localhost|\[::1\])(:(?P<port>[0-9]{1,5}))?/?", re.ASCII)
 
 
 def docker_engine_problem(engine: object) -> str | None:
     """Why a DOCKER_HOST value cannot be the engine of a plan, or None. Only a daemon on this machine: the
     plan's CPUs, memory node, port and cache are this machine's (detect.py read them here), and verify
     asks 127.0.0.1; a remote engine would run the server elsewhere, sized for the wrong host."""
-    if isinstance(engine, str) and engine.startswith(("ssh://", "tcp://")) and not LOOPBACK_ENGINE.fullmatch(engine):
-        return ("is another machine's docker: this plan is sized for this one (its CPUs, memory and port), and "
-                "verify asks 127.0.0.1")
+    if isinstance(engine, str) and engine.startswith(("ssh://", "tcp://")):
+        loopback = LOOPBACK_ENGINE.fullmatch(engine)
+        if not loopback:
+            return ("is another machine's docker: this plan is sized for this one (its CPUs, memory and port), "
+                    "and verify asks 127.0.0.1")
+        if loopback["port"] and not 1 <= int(loopback["port"]) <= 65535:
+            return "names no port (1-65535)"
     if not isinstance(engine, str) or not DOCKER_ENGINE.fullmatch(engine):
-        return "is not the address of a docker daemon on this machine (unix:///PATH, tcp://127.0.0.1:PORT)"
+        return ("is not the address of a docker daemon on this machine (unix:///ABSOLUTE/PATH, "
+                "tcp://127.0.0.1:PORT)")
     return None
 
 
@@ -787,6 +794,36 @@ def docker_engine(env: dict) -> str | None:
     if value is not None:
         runtime_argv("docker", value)  # refuses what cannot be named
     return value
+
+
+def shell_docker_engine(timeout: float = 20) -> str | None:
+    """The daemon this shell's `docker` reaches when it is not the default socket: DOCKER_HOST, else the
+    endpoint of the current docker context when that is not `default` (DOCKER_CONTEXT, or `docker context
+    use`). Read before anything is asked of docker (a remote one is refused unasked), and recorded: the
+    plan names it as --host=, and a call that names none runs on the default socket (run_env)."""
+    engine = docker_engine(dict(os.environ))
+    if engine is not None:
+        return engine
+    shell = dict(os.environ)  # as given: the shell's own context is the question here
+    shown = run(["docker", "context", "show"], timeout=timeout, env=shell)
+    if not shown.ok or shown.stdout.strip() in ("", "default"):
+        return None  # a CLI without contexts, or the default one: the default socket
+    host = run(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout, env=shell)
+    address = host.stdout.strip() if host.ok else ""
+    runtime_argv("docker", address)  # refused unless a daemon on this machine, named as DOCKER_HOST is
+    return address
+
+
+def run_env(argv: list[str], env: dict | None) -> dict | None:
+    """The environment of a command: a docker call that names no engine (--host=) runs on the default
+    socket whatever this shell exports, so a plan made for the default engine never starts, verifies or
+    stops on the daemon a later shell's DOCKER_HOST or docker context names. A caller that passes `env`
+    asks for exactly that environment (the engine question itself, a test harness)."""
+    if env is not None or argv[:1] != ["docker"] or (len(argv) > 1 and argv[1].startswith("--host=")):
+        return env
+    plain = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    plain["DOCKER_CONTEXT"] = "default"
+    return plain
 
 
 # ---------------------------------------------------------------- cpulists
@@ -1059,7 +1096,7 @@ class DuplicateKey(ValueError):
     pass
 
 
-def _unique_keys(pairs: list) -> dict:
+def refuse_duplicate_keys(pairs: list) -> dict:
     """An object whose keys are all different. A document with a key twice reads as its last value in
     Python, as its first in other readers, and the human reviewing a plan file may see either one."""
     doc = dict(pairs)
@@ -1079,7 +1116,7 @@ def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False)
                           f"save it as UTF-8 without a BOM; {fix}")
     try:
         doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
-                         object_pairs_hook=_unique_keys if unique_keys else None)
+                         object_pairs_hook=refuse_duplicate_keys if unique_keys else None)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
     except DuplicateKey as exc:

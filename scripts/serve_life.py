@@ -141,9 +141,10 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         if legacy:
             fresh.pop("revision", None)
             fresh["inputs"] = plan["inputs"]
-        for newer in ("model_dir", "engine"):  # a plan of an older bundle: compared on all it has
-            if newer not in plan:
-                fresh.pop(newer, None)
+        if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
+            fresh.pop("model_dir", None)
+        if "engine" not in plan and fresh.get("engine") is None:  # older plans ran on the default engine only:
+            fresh.pop("engine", None)  # a plan whose engine key was deleted still differs from its rendering
         return fresh
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
         exc.extra.setdefault("phase", phase)
@@ -184,7 +185,11 @@ def read_plan(path: str, verb: str, epyc: dict) -> dict:
 def read_state(plan: dict) -> dict | None:
     try:
         with os.fdopen(open_own_file(plan["state_file"], os.O_RDONLY), "rb") as f:
-            state = json.loads(f.read(1 << 20).decode("utf-8"))
+            state = json.loads(f.read(1 << 20).decode("utf-8"), object_pairs_hook=common.refuse_duplicate_keys)
+    except common.DuplicateKey as exc:  # edited by hand: which pid or port it names is anyone's guess
+        raise ScriptError(f"{plan['state_file']} is ambiguous ({exc}): it was edited, and what it names cannot "
+                          "be trusted", "look at the server it meant (ps, docker ps) and stop it by hand; then "
+                          "remove the file and start again") from None
     except (OSError, ValueError, RecursionError, ScriptError):  # none, a link, a FIFO, junk: no state of ours
         return None
     return state if isinstance(state, dict) else None
@@ -696,6 +701,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
     secrets = secret_values(plan)
     warnings: list[str] = []
     if plan["path"] == "host":
+        common.refuse_a_relative_hub_cache(dict(os.environ))  # the server reads the Hub from start's folder
         # unbuffered: the log tail a failed verify shows is the server's last words, not a stale buffer
         import secrets as tokens
         token = tokens.token_hex(16)
@@ -824,6 +830,12 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
                 box["result"] = (r.status_code, data.decode(r.encoding or "utf-8", errors="replace"))
         except requests.Timeout:  # requests' per-read timeout can beat the join below by a hair: one wording
             box["result"] = (None, deadline_missed)
+        except requests.ConnectionError as exc:
+            from urllib3.exceptions import ReadTimeoutError
+            # a read timeout while the body streams reaches us as a ConnectionError wrapping urllib3's
+            # ReadTimeoutError (iter_content re-raises it so): the same deadline, the same words
+            late = bool(exc.args) and isinstance(exc.args[0], ReadTimeoutError)
+            box["result"] = (None, deadline_missed if late else f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
             # whole: its caller masks and then shortens it (a cut made here could end inside the key a
             # server reflected in its status line, where no mask would know it any more)
@@ -988,6 +1000,10 @@ def stop(plan: dict) -> dict:
                               f"{common.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
                               f"check the runtime ({plan['runtime']} info), then run stop again; the state and "
                               "secret files are kept until the container is gone", phase="stop")
+        if not graceful.ok and "no such container" in (graceful.stderr or "").lower():  # nothing to stop: never
+            # started, or gone (`rm -f` of a missing container is quiet on a recent engine, `stop` is not)
+            return stopped({"stopped": False, "reason": "not running", "container_name": plan["container_name"]},
+                           remove_secret_files(plan), remove_state(plan))
         return stopped({"stopped": True, "container_name": plan["container_name"], "graceful": graceful.ok,
                         "detail": common.clip((res.stdout or res.stderr).strip(), 200)},
                        remove_secret_files(plan), remove_state(plan))

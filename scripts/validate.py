@@ -161,23 +161,6 @@ def docker_answers(prefix: list[str]) -> tuple[bool, str]:
     return False, common.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
 
 
-def shell_docker_engine() -> str | None:
-    """The daemon this shell's `docker` reaches when it is not the default socket: DOCKER_HOST, else the
-    endpoint of the current docker context when that is not `default` (DOCKER_CONTEXT, or `docker context
-    use`). Recorded as the plan's engine; a context is never left to decide later, from another shell."""
-    engine = common.docker_engine(dict(os.environ))
-    if engine is not None:
-        return engine
-    shown = common.run(["docker", "context", "show"], timeout=RUNTIME_TIMEOUT_S)
-    if not shown.ok or shown.stdout.strip() in ("", "default"):
-        return None  # a CLI without contexts, or the default one: the default socket
-    host = common.run(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"],
-                      timeout=RUNTIME_TIMEOUT_S)
-    address = host.stdout.strip() if host.ok else ""
-    common.runtime_argv("docker", address)  # refused unless a daemon on this machine, named as DOCKER_HOST is
-    return address
-
-
 def podman_can_run() -> tuple[bool, str]:
     """podman counts only if it can start a container: run the host's own root as one, no image needed."""
     res = common.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
@@ -357,12 +340,13 @@ def default_python(epyc: dict, stock: bool) -> str:
     return str(venv_py) if venv_py.exists() else sys.executable
 
 
-def probe_runtimes(want: str) -> tuple[dict[str, bool], dict[str, str]]:
-    """Which container runtimes answer, in the documented order; each probe has a timeout."""
+def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict[str, str]]:
+    """Which container runtimes answer, in the documented order; each probe has a timeout. docker is
+    asked on the engine this shell names (read first: a remote one is refused before it is reached)."""
     ok = {"docker": False, "podman": False, "sudo docker": False}
     detail: dict[str, str] = {}
     if want in ("auto", "docker"):
-        ok["docker"], detail["docker"] = docker_answers(["docker"])
+        ok["docker"], detail["docker"] = docker_answers(common.runtime_argv("docker", engine))
     if want in ("auto", "podman") and not ok["docker"]:
         ok["podman"], detail["podman"] = podman_can_run()
     if want in ("auto", "sudo docker") and not (ok["docker"] or ok["podman"]):
@@ -370,11 +354,12 @@ def probe_runtimes(want: str) -> tuple[dict[str, bool], dict[str, str]]:
     return ok, detail
 
 
-def probe_image(runtime: str, image: str) -> dict:
+def probe_image(runtime: str, image: str, engine: str | None = None) -> dict:
     """Is the image local, and what stack does it hold (a python3 -c run inside it, no network)."""
-    if not image_is_local(runtime, image):
+    if not image_is_local(runtime, image, engine):
         return {"local": False, "found": None}
-    return {"local": True, "found": setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime)[0])}
+    return {"local": True,
+            "found": setup_host_stack.probe_stack(vllm_registry.probe_argv(None, image, runtime, engine)[0])}
 
 
 def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[dict, list[dict]]:
@@ -510,7 +495,8 @@ def verdict(cpu: dict, detected: dict, args, epyc: dict, gathered: dict) -> dict
 def gather(args, epyc: dict, image: str, python: str) -> dict:
     """All the probing (I/O), in the documented order; the runtime choice between the two rounds is
     the pure choose_runtime, because what to probe next depends on it."""
-    rt_ok, detail = probe_runtimes(args.runtime)
+    engine = common.shell_docker_engine(RUNTIME_TIMEOUT_S) if args.runtime in ("auto", "docker") else None
+    rt_ok, detail = probe_runtimes(args.runtime, engine)
     host_stack = setup_host_stack.probe_stack([python])
     host_ok = host_runtime_ok(host_stack, args.stock)
     detail["host"] = (f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
@@ -520,10 +506,10 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     container = runtime in ("docker", "podman", "sudo docker")
     hf_cache = resolve_hf_cache(dict(os.environ))
     return {
-        "runtime": runtime, "engine": shell_docker_engine() if runtime == "docker" else None,
+        "runtime": runtime, "engine": engine if runtime == "docker" else None,
         "runtime_detail": detail, "python": python, "host_stack": host_stack,
         "host_ok": host_ok, "image": image,
-        "image_probe": probe_image(runtime, image) if container else None,
+        "image_probe": probe_image(runtime, image, engine if runtime == "docker" else None) if container else None,
         "hf_cache": hf_cache,
         "hf_cache_listing": cache_listing(hf_cache["path"]) if container else None,
         "preload_libs": find_libs(epyc["host_stack"]["ld_preload_libs"], python) if runtime == "host" else {},

@@ -162,10 +162,11 @@ def load_snapshot(version: str | None) -> dict | None:
     return doc
 
 
-def probe_argv(python: str | None, image: str | None, runtime: str | None) -> tuple[list[str], str]:
-    """argv prefix that runs `python -c` in the runtime that will serve."""
+def probe_argv(python: str | None, image: str | None, runtime: str | None,
+               engine: str | None = None) -> tuple[list[str], str]:
+    """argv prefix that runs `python -c` in the runtime that will serve (docker on `engine`: validate's)."""
     if image:
-        rt = common.runtime_argv(runtime or "docker")
+        rt = common.runtime_argv(runtime or "docker", engine)
         return [*rt, "run", "--rm", "--network=none", "--entrypoint", "python3", image], f"image:{image}"
     return [python or sys.executable], f"python:{python or sys.executable}"
 
@@ -182,7 +183,8 @@ def main(argv: Sequence[str] | None = None):
     if args.wheel:
         reg = from_wheel(args.wheel)
     else:
-        prefix, label = probe_argv(args.python, args.image, args.runtime)
+        engine = common.shell_docker_engine() if args.image and args.runtime == "docker" else None
+        prefix, label = probe_argv(args.python, args.image, args.runtime, engine)
         reg = probe_live(prefix, label)
     version = normalize_version(reg["vllm_version"])
     if args.write:

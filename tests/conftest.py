@@ -87,6 +87,26 @@ def script():
     return run_script
 
 
+def answer_once(raw: bytes, linger: float = 0.0):
+    """A listening socket on 127.0.0.1 whose one connection gets `raw` as is (a broken or slow HTTP answer no
+    server library would send), after the request is read; closed `linger` s later. The caller closes it."""
+    import socket
+    import threading
+    import time
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(raw)
+        time.sleep(linger)
+        conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
 @pytest.fixture
 def make_sysroot(tmp_path):
     def _make(name: str, **overrides) -> Path:

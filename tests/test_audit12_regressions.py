@@ -651,22 +651,11 @@ def test_nothing_under_run_is_mounted_or_a_state_dir():
 def test_a_reflected_key_in_a_broken_status_line_is_masked_before_any_cut(monkeypatch):
     """F3: http() cut the exception text at 300 characters before anything masked it; with earlier copies
     shrunk to ***, the cut copy fell inside redact's limit and 29 of the key's 35 characters showed."""
-    import socket
-    import threading
     import serve_life
+    from conftest import answer_once
     from serve_plan import redact
     key = "sk-Zq7Wm4Rt9Yp2Lx8Nc5Vb3Hj6Kd1Fg0Se"
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-
-    def serve():
-        conn, _ = srv.accept()
-        conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 2x0 " + key.encode() * 4 + b"A" * 80 + key.encode() + b"\r\n\r\n")
-        conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
+    srv = answer_once(b"HTTP/1.1 2x0 " + key.encode() * 4 + b"A" * 80 + key.encode() + b"\r\n\r\n")
     status, why = serve_life.http("GET", f"http://127.0.0.1:{srv.getsockname()[1]}/", 10)
     srv.close()
     assert status is None and key in why  # whole, for the caller's mask
@@ -1915,3 +1904,36 @@ def test_a_container_whose_state_cannot_be_written_is_said_removed(script, input
     assert "start removed it" in err.value.error and "No space left" in err.value.error
     made = [c["argv"][0] for c in _calls(d)]
     assert made[-1] == "rm" and "run" in made
+
+
+# ---- the twenty-fifth audit (2026-12-03, ~1,290 cases, 1,125 of them forged states: 4 findings, 3 notes;
+# the engine ones are in tests/test_docker_engine.py)
+
+def test_start_and_bench_refuse_a_relative_hub_cache_the_server_would_read(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """F4: validate and the Hub reads refused a relative HF_HOME, but start passed it on to the host server,
+    which would have looked for (and downloaded) the model under start's own folder."""
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"HF_HOME": "relcache"})
+    assert r.code == 1 and "HF_HOME is a relative path 'relcache'" in r.doc["error"], r.doc
+    assert not os.path.exists(plan["state_file"])  # nothing started
+    b = script("bench.py", "--plan", str(plan_file), "--repeats", "1", "--no-bandwidth", env={"HF_HOME": ""})
+    assert b.code == 1 and "HF_HOME is empty" in b.doc["error"], b.doc
+
+
+def test_a_state_with_a_key_twice_is_refused_not_read_as_its_last_value(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """C1: a state.json edited to name a key twice was read as its last value by every verb (plans and step
+    documents refuse that since the twenty-third). Which pid or port it means is anyone's guess: refused, and
+    nothing is killed."""
+    import serve_life
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    try:
+        text = Path(plan["state_file"]).read_text()
+        Path(plan["state_file"]).write_text(text.replace("{", '{"pgid": 1, ', 1))
+        for verb in ("stop", "verify", "handoff"):
+            r = script("launch.py", verb, "--plan", str(plan_file))
+            assert r.code == 1 and "is ambiguous" in r.doc["error"] and "appears twice" in r.doc["error"], r.doc
+        Path(plan["state_file"]).write_text(text)
+        assert serve_life.process_alive(serve_life.read_state(plan))
+    finally:
+        serve_life.stop(plan)

@@ -102,6 +102,21 @@ def test_http_gives_up_on_a_body_past_its_limit_or_its_deadline():
     srv.close()
 
 
+def test_a_read_timeout_that_beats_the_deadline_is_named_as_the_deadline(monkeypatch):
+    """A CI run on EPYC Rome failed the test above once: requests' own read timeout fired inside the body
+    stream before verify's join gave up, and it surfaces there as a ConnectionError wrapping urllib3's
+    ReadTimeoutError ("Read timed out."), not as requests.Timeout. Made certain here: the join waits longer."""
+    import threading
+    from conftest import answer_once
+    srv = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\nxxxxx", linger=4)
+    real_join = threading.Thread.join
+    monkeypatch.setattr(threading.Thread, "join", lambda self, timeout=None: real_join(
+        self, None if timeout is None else timeout + 2))
+    status, why = serve_life.http("GET", f"http://127.0.0.1:{srv.getsockname()[1]}/", 1)
+    srv.close()
+    assert status is None and why == "no complete answer within 1s", why
+
+
 # ---- A5, A6, A7: the state dir a plan names, checked where start writes
 
 def test_start_never_writes_into_a_folder_an_edited_plan_names(script, tmp_path, inputs, live_tune):  # noqa: F811

@@ -28,7 +28,8 @@ def test_an_engine_on_this_machine_is_named_as_one_argv_element(engine):
     ("tcp://10.0.0.5:2376", "another machine's docker"), ("ssh://me@box", "another machine's docker"),
     ("tcp://127.0.0.1.evil:1", "another machine's docker"), ("--config=/tmp/x", "not the address"),
     ("unix:///a b", "not the address"), ("", "not the address"), ("npipe:////./pipe/x", "not the address"),
-    ("unix:///x\n--debug", "not the address"),
+    ("unix:///x\n--debug", "not the address"), ("unix://rel.sock", "not the address"),
+    ("tcp://127.0.0.1:99999", "names no port"),
 ])
 def test_an_engine_elsewhere_or_malformed_is_refused(engine, needle):
     assert needle in common.docker_engine_problem(engine)
@@ -47,7 +48,7 @@ def test_any_engine_text_is_one_printable_argv_element_or_a_clear_error(text):
         assert err.error and err.fix
         return
     assert argv == ["docker", f"--host={text}"] and text.isprintable() and " " not in text
-    assert text.startswith("unix://") or common.LOOPBACK_ENGINE.fullmatch(text)
+    assert text.startswith("unix:///") or common.LOOPBACK_ENGINE.fullmatch(text)
 
 
 def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs, rt, tmp_path):  # noqa: F811
@@ -99,3 +100,66 @@ def test_a_docker_context_names_the_engine_as_docker_host_would(inputs, rt, tmp_
     (d / "context").unlink()  # the default context: the default socket, named by nothing
     r = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
     assert r.code == 0 and r.doc["engine"] is None
+
+
+def test_a_plan_on_the_default_engine_never_follows_a_later_shells_docker_host_or_context(inputs, rt, tmp_path):  # noqa: F811
+    """The twenty-fifth audit, F1: a plan made for the default socket (engine null) started, and was stopped,
+    on whatever daemon the later shell's DOCKER_HOST or docker context named (a remote one included): stop
+    then found "no such container" there, said stopped, and dropped the state of a server still running.
+    A docker call that names no engine runs with DOCKER_HOST removed and the default context forced."""
+    d, env = rt
+    r = run_script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=env)
+    plan = r.doc
+    assert r.code == 0 and plan["engine"] is None and plan["argv"][:2] == ["docker", "run"]
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(r.stdout)
+    elsewhere = {**env, "DOCKER_HOST": "ssh://root@elsewhere.example", "DOCKER_CONTEXT": "prod"}
+    before = len(calls(d))
+    assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=elsewhere).code == 0
+    assert run_script("launch.py", "stop", "--plan", str(pfile), env=elsewhere).code == 0
+    made = calls(d)[before:]
+    assert {c["argv"][0] for c in made} >= {"rm", "run", "stop"}
+    assert all(c["engine"] is None and c["docker_host_env"] is None and c["docker_context_env"] == "default"
+               for c in made), [(c["argv"][:2], c["docker_host_env"], c["docker_context_env"]) for c in made]
+
+
+def test_validate_refuses_a_remote_engine_before_asking_it_anything(inputs, rt):  # noqa: F811
+    """F1's cousin (C3): `docker info` went to the ssh engine (a connection, up to the probe's timeout)
+    before the refusal."""
+    d, env = rt
+    before = len(calls(d))  # the inputs fixture's own validate ran already
+    r = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, "DOCKER_HOST": "ssh://me@box"})
+    assert r.code == 1 and "another machine's docker" in r.doc["error"]
+    assert calls(d)[before:] == []  # not even `docker info`
+
+
+def test_a_plan_whose_engine_key_was_deleted_is_refused_as_edited(inputs, rt, tmp_path):  # noqa: F811
+    """F3: with `engine` deleted, the plan passed as "an older bundle's": start ran on the argv's engine and
+    recorded none, and stop then asked the default daemon, said stopped, and dropped the state."""
+    d, env = rt
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, "DOCKER_HOST": SOCK})
+    vfile = tmp_path / "validate-engine.json"
+    vfile.write_text(val.stdout)
+    r = run_script("launch.py", *plan_args({**inputs, "validate": vfile}, "--state-dir", str(tmp_path / "st")), env=env)
+    edited = {k: v for k, v in r.doc.items() if k != "engine"}
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(json.dumps(edited))
+    before = len(calls(d))
+    for verb in ("start", "stop", "verify"):
+        out = run_script("launch.py", verb, "--plan", str(pfile), *(["--confirm"] if verb == "start" else []), env=env)
+        assert out.code == 1 and "engine" in out.doc["error"], (verb, out.doc)
+    assert not [c for c in calls(d)[before:] if c["argv"][0] in ("run", "stop", "rm")]
+
+
+def test_container_stop_with_nothing_to_stop_says_not_running(inputs, rt, tmp_path):  # noqa: F811
+    """C2: a second stop (or one before any start) said `stopped: true` with the daemon's "No such
+    container" as its detail; the host path says "not running"."""
+    d, env = rt
+    r = run_script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=env)
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(r.stdout)
+    assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
+    first = run_script("launch.py", "stop", "--plan", str(pfile), env=env)
+    assert first.code == 0 and first.doc["stopped"] is True
+    second = run_script("launch.py", "stop", "--plan", str(pfile), env=env)
+    assert second.code == 0 and second.doc["stopped"] is False and second.doc["reason"] == "not running", second.doc

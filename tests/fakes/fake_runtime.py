@@ -21,6 +21,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   logs_hang        `logs` closes its output, then never exits
   logs_text        `logs` prints exactly this file's text, and exits with the number in logs_exit (default 0)
   context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
+  removed-NAME     written by `rm NAME`, removed by `run --name NAME`: `stop NAME` then says "No such container"
 """
 import json
 import os
@@ -37,6 +38,7 @@ if args and args[0].startswith("--host="):
 with open(d / "calls.jsonl", "a") as f:
     f.write(json.dumps({"runtime": name, "argv": args, "engine": engine,
                         "docker_host_env": os.environ.get("DOCKER_HOST"),
+                        "docker_context_env": os.environ.get("DOCKER_CONTEXT"),
                         "secret_names_in_env": sorted(k for k in ("HF_TOKEN", "VLLM_API_KEY") if os.environ.get(k))})
             + "\n")
 flag = lambda n: (d / n).exists()  # noqa: E731
@@ -66,6 +68,8 @@ elif cmd == "run":
     if flag("run_hang"):
         import time
         time.sleep(120)
+    if "--name" in args:  # a container of that name exists again
+        (d / f"removed-{args[args.index('--name') + 1]}").unlink(missing_ok=True)
     print("f" * 64)
 elif cmd == "inspect":
     print("false" if flag("exited") else "true")
@@ -95,7 +99,11 @@ elif cmd == "context":  # `context show` / `context inspect`: the file `context`
     print(ctx_name if args[1:2] == ["show"] else ctx_host)
 elif cmd == "rm" and flag("rm_fails"):
     sys.exit(print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr) or 1)
+elif cmd == "stop" and flag(f"removed-{args[-1]}"):  # as the engine answers for a container it removed
+    sys.exit(print(f"Error response from daemon: No such container: {args[-1]}", file=sys.stderr) or 1)
 elif cmd in ("rm", "ps", "stop"):
+    if cmd == "rm" and args[-1] and not args[-1].startswith("-"):
+        (d / f"removed-{args[-1]}").touch()
     print(args[-1] if cmd in ("rm", "stop") else "")
 else:
     sys.exit(print(f"fake runtime: unsupported {args}", file=sys.stderr) or 2)

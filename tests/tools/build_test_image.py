@@ -128,7 +128,7 @@ def main() -> int:
     stack = common.load_epyc()["host_stack"]
     name = image_name(stack)
     t0 = time.monotonic()
-    reused = common.run(["docker", "image", "inspect", name], timeout=60).ok
+    reused = common.run(["docker", "image", "inspect", name], timeout=60, env=dict(os.environ)).ok  # its engine
     if not reused:
         build(name, stack)
     print(json.dumps({"image": name, "reused": reused, "seconds": round(time.monotonic() - t0, 1)}))
