@@ -600,7 +600,7 @@ def find_program(name: str, env: dict | None = None) -> str | None:
 
 def run(argv: Sequence[str], timeout: float, env: dict | None = None,
         stdin: str | None = None, progress: str | None = None, progress_every: float = 15.0,
-        stderr_through: bool = False, limit: int | None = None) -> RunResult:
+        stderr_through: bool = False, limit: int | None = None, engine_query: bool = False) -> RunResult:
     """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
 
     ``progress`` names what a long command does: every ``progress_every`` seconds a line with the
@@ -610,7 +610,7 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     answered by an interpreter that prints without end). Output is decoded leniently: a byte that is not
     UTF-8 is shown as U+FFFD, never an exception."""
     argv = [str(a) for a in argv]
-    env = run_env(argv, env)
+    env = env if engine_query else run_env(argv, env)  # engine_query: which daemon does this shell name?
     program = find_program(argv[0], env)
     if program is None:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
@@ -773,7 +773,8 @@ def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
         return list(CONTAINER_RUNTIMES[runtime])
     problem = docker_engine_problem(engine) if runtime == "docker" else "is named only for plain docker"
     if problem:
-        raise ScriptError(f"the docker engine {clip(repr(engine), 120)} (DOCKER_HOST, or the current docker "
+        shown = re.sub(r"//[^/@]*@", "//***@", engine) if isinstance(engine, str) else engine  # user:password@
+        raise ScriptError(f"the docker engine {clip(repr(shown), 120)} (DOCKER_HOST, or the current docker "
                           f"context) {problem}", "unset DOCKER_HOST and use the default context (docker context use "
                           "default) for the local socket, or export this machine's daemon address; then run "
                           "validate.py and plan again; to serve on another machine, run the chain on it "
@@ -804,24 +805,24 @@ def shell_docker_engine(timeout: float = 20) -> str | None:
     engine = docker_engine(dict(os.environ))
     if engine is not None:
         return engine
-    shell = dict(os.environ)  # as given: the shell's own context is the question here
-    shown = run(["docker", "context", "show"], timeout=timeout, env=shell)
+    shown = run(["docker", "context", "show"], timeout=timeout, engine_query=True)  # the shell's own context
     if not shown.ok or shown.stdout.strip() in ("", "default"):
         return None  # a CLI without contexts, or the default one: the default socket
-    host = run(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout, env=shell)
+    host = run(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout,
+               engine_query=True)
     address = host.stdout.strip() if host.ok else ""
     runtime_argv("docker", address)  # refused unless a daemon on this machine, named as DOCKER_HOST is
     return address
 
 
 def run_env(argv: list[str], env: dict | None) -> dict | None:
-    """The environment of a command: a docker call that names no engine (--host=) runs on the default
-    socket whatever this shell exports, so a plan made for the default engine never starts, verifies or
-    stops on the daemon a later shell's DOCKER_HOST or docker context names. A caller that passes `env`
-    asks for exactly that environment (the engine question itself, a test harness)."""
-    if env is not None or argv[:1] != ["docker"] or (len(argv) > 1 and argv[1].startswith("--host=")):
+    """The environment of a command (`env`, or this process's): a docker call that names no engine
+    (--host=) runs on the default socket whatever that environment exports, so a plan made for the default
+    engine never starts, verifies, execs or stops on the daemon a later shell's DOCKER_HOST or docker
+    context names. Every docker call goes through here (run, and the log streams that Popen)."""
+    if argv[:1] != ["docker"] or (len(argv) > 1 and argv[1].startswith("--host=")):
         return env
-    plain = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    plain = {k: v for k, v in (os.environ if env is None else env).items() if k != "DOCKER_HOST"}
     plain["DOCKER_CONTEXT"] = "default"
     return plain
 

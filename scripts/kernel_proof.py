@@ -156,7 +156,8 @@ def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
         raise ScriptError(f"cannot read the container's log: {argv[0]} is not in PATH", fix)
     try:
         proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=common.run_env(argv, None))  # the plan's engine, never the shell's
     except OSError as exc:  # not a program this system can run (no #! line, a missing interpreter)
         raise ScriptError(f"cannot read the container's log: {program} cannot be run: {exc.strerror or exc}",
                           f"put a working {argv[0]} CLI first in PATH")

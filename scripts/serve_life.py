@@ -107,6 +107,18 @@ def check_inputs(inputs: dict, where: str, fix: str) -> None:
         common.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
 
 
+def refuse_an_older_plan_elsewhere(phase: str) -> None:
+    """A container plan of an older bundle recorded no engine: it ran on the daemon its shell named then.
+    Its calls now go to the default socket; when this shell names another daemon, the container may be
+    there, and a stop on the default socket would find nothing, say "not running" and drop the state."""
+    shell = common.shell_docker_engine()
+    if shell is not None:
+        raise ScriptError(f"this plan is from an older version that did not record its docker engine, and this "
+                          f"shell names {common.clip(shell, 120)}: its container may be on either daemon",
+                          f"stop it with docker itself (docker --host={shell} ps, or docker ps on the default "
+                          "socket; docker rm -f NAME), then plan again", phase=phase)
+
+
 def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start",
              disk_from_plan: bool = False) -> dict:
     """The plan its own inputs and options give in this shell now (start compares it with the file).
@@ -137,10 +149,20 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         legacy = "revision" not in plan and (env_from_plan or disk_from_plan)
         inputs = plan["inputs"] if not legacy else {
             **plan["inputs"], "check_model": {**plan["inputs"]["check_model"], "revision": None}}
+        # an older bundle's `up --dtype float32` sized the model at bfloat16 (it did not pass the dtype on):
+        # plan refuses that now, start too; the verbs that act on its running server render it as it was
+        served_dtype = (plan["options"].get("dtype") or epyc["precision"]["default"])
+        sized_dtype = (inputs["estimate_memory"] or {}).get("dtype")
+        older_dtype = (env_from_plan or disk_from_plan) and sized_dtype not in (None, served_dtype)
+        if older_dtype:
+            inputs = {**inputs, "estimate_memory": {**inputs["estimate_memory"], "dtype": served_dtype}}
         fresh = build_plan(inputs, plan["options"], epyc, facts)
-        if legacy:
-            fresh.pop("revision", None)
+        if legacy or older_dtype:
+            if legacy:
+                fresh.pop("revision", None)
             fresh["inputs"] = plan["inputs"]
+        if "engine" not in plan and plan.get("path") != "host" and (env_from_plan or disk_from_plan):
+            refuse_an_older_plan_elsewhere(phase)
         if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
             fresh.pop("model_dir", None)
         if "engine" not in plan and fresh.get("engine") is None:  # older plans ran on the default engine only:
@@ -374,6 +396,8 @@ def foreign_state(plan: dict, state: dict) -> str | None:
         port = state["port"]
     elif state.get("path") == "host":
         port = served_port(state)
+        if port is None and not state_server(state):  # nothing of that run lives: a stale state, ours to clear
+            port = plan["port"]
     else:
         port = plan["port"]  # a container's name carries its port: compared below
     if port != plan["port"]:

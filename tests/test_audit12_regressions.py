@@ -1937,3 +1937,33 @@ def test_a_state_with_a_key_twice_is_refused_not_read_as_its_last_value(script, 
         assert serve_life.process_alive(serve_life.read_state(plan))
     finally:
         serve_life.stop(plan)
+
+
+def test_an_older_plan_sized_at_another_dtype_still_stops_but_never_starts(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """The review of the twenty-fifth's fixes: an older `up --dtype float32` sized the model at bfloat16 (it
+    did not pass the dtype on). plan refuses that pair now; the verbs acting on its running server must
+    still read it (stop most of all), and start must not run it again."""
+    _, plan = host_plan(tmp_path, inputs, live_tune, dtype="float32",
+                        edit=lambda docs: docs["estimate_memory"].update(dtype="float32"))
+    older = json.loads(json.dumps(plan))
+    older["inputs"]["estimate_memory"]["dtype"] = "bfloat16"  # what the older up recorded
+    pfile = tmp_path / "older-plan.json"
+    pfile.write_text(json.dumps(older))
+    stop = script("launch.py", "stop", "--plan", str(pfile))
+    assert stop.code == 0 and stop.doc["reason"] == "not running", stop.doc
+    start = script("launch.py", "start", "--plan", str(pfile), "--confirm")
+    assert start.code == 1 and "sized the model at bfloat16, the plan serves float32" in start.doc["error"], start.doc
+
+
+def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, live_tune, tmp_path):  # noqa: F811
+    """The review's fourth finding: a state with neither port nor plan_id whose server has exited was
+    "another plan's" (its port unreadable): stop never removed it, verify called it foreign."""
+    import serve_life
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    state = serve_life.read_state(plan)
+    serve_life.write_state(plan, {k: v for k, v in state.items() if k not in ("port", "plan_id")})
+    os.killpg(state["pgid"], signal.SIGKILL)
+    time.sleep(0.5)
+    assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
+    assert serve_life.read_state(plan) is None

@@ -163,3 +163,43 @@ def test_container_stop_with_nothing_to_stop_says_not_running(inputs, rt, tmp_pa
     assert first.code == 0 and first.doc["stopped"] is True
     second = run_script("launch.py", "stop", "--plan", str(pfile), env=env)
     assert second.code == 0 and second.doc["stopped"] is False and second.doc["reason"] == "not running", second.doc
+
+
+def test_every_docker_call_without_an_engine_is_pinned_to_the_default_socket_even_with_its_own_env():
+    """The review of the twenty-fifth's fixes: a call that passed its own env (bench's `docker exec`, the
+    image probe) or bypassed common.run (kernel_proof's `docker logs` stream) still followed DOCKER_HOST."""
+    pinned = common.run_env(["docker", "exec", "c", "vllm"], {"DOCKER_HOST": "tcp://10.0.0.5:2375", "KEEP": "1"})
+    assert pinned == {"KEEP": "1", "DOCKER_CONTEXT": "default"}
+    named = {"DOCKER_HOST": SOCK}
+    assert common.run_env(["docker", f"--host={SOCK}", "ps"], named) is named  # the plan names its engine
+    assert common.run_env(["podman", "ps"], named) is named and common.run_env(["sh"], None) is None
+
+
+def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, rt, tmp_path):  # noqa: F811
+    d, env = rt
+    r = run_script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--kernel-log"), env=env)
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(r.stdout)
+    assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
+    before = len(calls(d))
+    proof = run_script("kernel_proof.py", "--plan", str(pfile), env={**env, "DOCKER_HOST": "unix:///elsewhere.sock"})
+    assert proof.doc["source"] == f"docker logs {r.doc['container_name']}", proof.doc  # read (the fake's log)
+    logs = [c for c in calls(d)[before:] if c["argv"][0] == "logs"]
+    assert logs and all(c["docker_host_env"] is None and c["docker_context_env"] == "default" for c in logs)
+    run_script("launch.py", "stop", "--plan", str(pfile), env=env)
+
+
+def test_an_older_container_plan_is_refused_where_this_shell_names_another_daemon(inputs, rt, tmp_path):  # noqa: F811
+    """The review's third finding: a container plan from before `engine` was recorded ran on whatever daemon
+    its shell named then. Sent to the default socket now, a stop would find nothing there, say "not
+    running" and drop the state of a container running elsewhere: refused while this shell names another
+    daemon; from a plain shell it stops as before."""
+    d, env = rt
+    r = run_script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=env)
+    older = {k: v for k, v in r.doc.items() if k != "engine"}
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(json.dumps(older))
+    refused = run_script("launch.py", "stop", "--plan", str(pfile), env={**env, "DOCKER_HOST": SOCK})
+    assert refused.code == 1 and "did not record its docker engine" in refused.doc["error"], refused.doc
+    assert SOCK in refused.doc["fix"]
+    assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).code == 0

@@ -128,7 +128,8 @@ def main() -> int:
     stack = common.load_epyc()["host_stack"]
     name = image_name(stack)
     t0 = time.monotonic()
-    reused = common.run(["docker", "image", "inspect", name], timeout=60, env=dict(os.environ)).ok  # its engine
+    engine = common.runtime_argv("docker", os.environ.get("DOCKER_HOST") or None)  # the engine it was given
+    reused = common.run([*engine, "image", "inspect", name], timeout=60).ok
     if not reused:
         build(name, stack)
     print(json.dumps({"image": name, "reused": reused, "seconds": round(time.monotonic() - t0, 1)}))
