@@ -986,6 +986,13 @@ def verified_state(plan: dict) -> dict:
                           "read its log (the plan's log_file), start it again (launch.py start), then verify")
     if not isinstance(state.get("verified_at"), (int, float)):
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
+    # a pass is of the server as it was: its engine can have died since (vLLM's API process then lives on and
+    # answers /health 503), and a verify that could not write its state could not clear the pass it found
+    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5, auth_headers(plan))
+    if status != 200:
+        said = f"HTTP {status}" if status else redact(text, known_secrets(plan), 200)
+        raise ScriptError(f"the server from this plan passed verify but is not healthy now (/health: {said})",
+                          "read its log (the plan's log_file); stop it, start it again, then verify")
     return state
 
 

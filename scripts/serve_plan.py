@@ -754,14 +754,16 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
               f"client = OpenAI(base_url=\"{base}\", api_key={key})\n"
               f"model = {json.dumps(served)}  # the served model name\n" + py_call)
     s = plan["sizing"]
+    runs_on = f"{plan['runtime']} / {plan['port']}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     rows = [["Base URL", f"{base} (the trailing /v1 matters)"], ["Served model", served],
-            ["Endpoint", path], ["Why", why], ["Runtime / port", f"{plan['runtime']} / {plan['port']}"],
+            ["Endpoint", path], ["Why", why], ["Runtime / port", runs_on],
             ["Sizing", f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
                        f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
                        f"{','.join(map(str, s['numa_nodes']))}"],
             ["Stop", plan["stop_command"]]]
     return {"base_url": base, "served_model_name": served, "endpoint_path": path, "why": why, "runtime": plan["runtime"],
-            "port": plan["port"], "sizing": s, "stop_command": plan["stop_command"], "curl_example": curl,
+            # the daemon the container runs on (docker --host=...): the one `docker logs` or `exec` must name
+            "engine": plan.get("engine"), "port": plan["port"], "sizing": s, "stop_command": plan["stop_command"], "curl_example": curl,
             "python_example": python, "table_markdown": markdown_table(["Field", "Value"], rows),
             "guidance": ["max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len "
                          f"({s['max_model_len']})",

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -1967,3 +1968,27 @@ def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, liv
     time.sleep(0.5)
     assert serve_life.stop(plan) == {"stopped": False, "reason": "not running"}
     assert serve_life.read_state(plan) is None
+
+
+def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """The twenty-fourth's F5: a verify that could not write its state (read-only folder, `ulimit -f 0`) could
+    not clear the pass it found, so handoff gave out a server whose engine had died since. handoff now asks
+    /health itself: vLLM's API process outlives a dead engine and answers 503 (the fake does so on SIGUSR1)."""
+    import serve_life
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    try:
+        assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").code == 0
+        assert script("launch.py", "handoff", "--plan", str(plan_file)).code == 0
+        os.kill(serve_life.read_state(plan)["pid"], signal.SIGUSR1)
+        # verify with no room to write (as root a read-only folder would not stop it) cannot clear the pass...
+        again = subprocess.run(["bash", "-c", 'ulimit -f 0; exec "$0" "$@"', sys.executable,
+                                str(ROOT / "scripts" / "launch.py"), "verify", "--plan", str(plan_file), "--timeout", "5"],
+                               capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1 and json.loads(again.stdout)["error"], again.stdout
+        assert "verified_at" in serve_life.read_state(plan)
+        hand = script("launch.py", "handoff", "--plan", str(plan_file))  # ...and handoff does not trust it
+        assert hand.code == 1 and "not healthy now (/health: HTTP 503)" in hand.doc["error"], hand.doc
+        assert "stop it, start it again, then verify" in hand.doc["fix"] and "base_url" not in hand.doc
+    finally:
+        serve_life.stop(plan)

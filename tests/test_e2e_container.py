@@ -144,6 +144,7 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
         assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
         hand = run_script("launch.py", "handoff", "--plan", str(plan_file), env=shell)
         assert hand.code == 0 and SECRET_KEY not in hand.stdout
+        assert hand.doc["engine"] == env["DOCKER_HOST"] and f"(engine {env['DOCKER_HOST']})" in hand.doc["table_markdown"]
 
         from openai import AuthenticationError, OpenAI
         client = OpenAI(base_url=hand.doc["base_url"], api_key=SECRET_KEY, timeout=120)

@@ -23,10 +23,12 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   slow_term       as never_healthy, and takes 3 s to exit on SIGTERM (a stop that is still waiting)
   fork_on_term    on SIGTERM forks a `sleep 300` into its group, then exits (a worker respawned on the way down)
   renamed_worker  as good, with a `sleep 300` in its group whose environ is empty (vLLM's setproctitle'd worker)
+  (any mode)      SIGUSR1 marks the engine dead: /health answers 503 from then on, the process lives on
 """
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -44,15 +46,14 @@ a, _ignored = ap.parse_known_args(argv)
 t0 = time.monotonic()
 print(f"fake server: mode={a.mode} port={a.port} VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND')} "
       f"api_key_set={bool(os.environ.get('VLLM_API_KEY'))}", flush=True)
+engine_dead = threading.Event()  # any mode: SIGUSR1 kills the "engine", the API process lives on as vLLM's does
+signal.signal(signal.SIGUSR1, lambda signum, frame: engine_dead.set())
 if a.mode == "slow_term":
-    import signal
-
     def _slow_exit(signum, frame):
         time.sleep(3)
         os._exit(0)
     signal.signal(signal.SIGTERM, _slow_exit)
 if a.mode == "fork_on_term":
-    import signal
     import subprocess
 
     def _fork_and_exit(signum, frame):
@@ -110,7 +111,7 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/elsewhere":
             return self.send(200, {})
         if self.path == "/health":
-            ready = a.mode != "never_healthy" and time.monotonic() - t0 >= a.delay
+            ready = a.mode != "never_healthy" and time.monotonic() - t0 >= a.delay and not engine_dead.is_set()
             return self.send(200 if ready else 503, {})
         if not self.authorized():
             return
