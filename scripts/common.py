@@ -141,8 +141,27 @@ def secret_forms(values: list[str]) -> list[str]:
             if form:
                 # and as a URL carries it percent-encoded (a proxy's password, a key in a query string)
                 url_form = urllib.parse.quote(form, safe="", errors="surrogateescape")
-                forms.update((form, json.dumps(form)[1:-1], url_form))
+                # %2f is as valid as %2F (RFC 3986 calls them the same): some clients write it so
+                url_lower = re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), url_form)
+                forms.update((form, json.dumps(form)[1:-1], url_form, url_lower))
+        forms.update(base64_forms(value.strip()))
     return sorted(forms, key=len, reverse=True)
+
+
+def base64_forms(value: str) -> list[str]:
+    """The characters of value's base64 that it alone decides, at each of the three places it can start
+    in a 3-byte group: an HTTP Basic header carries `user:SECRET` so (a proxy's or a mirror's password
+    echoed by a server), and so does a Kubernetes-style secret dump. The characters a neighbour's bits
+    share are left out: each form is found whatever comes before and after."""
+    import base64
+    raw = value.encode("utf-8", "surrogateescape")
+    forms = []
+    for k in range(3):
+        text = base64.b64encode(b"\0" * k + raw + b"\0\0").decode()
+        first, end = -(-8 * k // 6), 8 * (k + len(raw)) // 6  # chars whose 6 bits all lie in value's bytes
+        if end - first >= 8:  # as short a run as a word would be masked everywhere
+            forms.append(text[first:end])
+    return forms
 
 
 def mask_forms(text: str, forms: list[str]) -> str:
