@@ -201,14 +201,47 @@ def serving_target(plan: dict) -> dict:
     the name as typed at plan time, which a relative path makes mean another folder from here."""
     from serve_plan import serve_args
     model_arg = serve_args(plan["argv"], container=plan["path"] != "host")[0]
+    snapshot = revision_snapshot(plan)  # in the hub cache: the host's, or where the container mounts it
     if plan["path"] == "host":
         vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
-        return {"vllm": [vllm_bin], "tokenizer": model_arg, "python": str(Path(vllm_bin).parent / "python")}
+        if snapshot:
+            snapshot = f"{plan['inputs']['validate']['hf_cache']['path']}/{snapshot}"
+        return {"vllm": [vllm_bin], "tokenizer": snapshot or model_arg, "python": str(Path(vllm_bin).parent / "python")}
     rt = common.runtime_of(plan)
+    if snapshot:
+        subdir = plan["inputs"]["validate"]["hf_cache"].get("mount_subdir")
+        snapshot = (common.load_epyc()["container"]["hf_cache_mount_target"] + (f"/{subdir}" if subdir else "")
+                    + f"/{snapshot}")
     # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
     # value never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
-    return {"vllm": [*rt, "exec", *key, plan["container_name"], "vllm"], "tokenizer": model_arg, "python": None}
+    return {"vllm": [*rt, "exec", *key, plan["container_name"], "vllm"], "tokenizer": snapshot or model_arg,
+            "python": None}
+
+
+def revision_snapshot(plan: dict) -> str | None:
+    """The hub cache's folder (models--ORG--NAME/snapshots/COMMIT, relative to the cache) of the revision the
+    server runs (`--revision`), or None for the default
+    branch, a local folder, or a revision not in the cache. `vllm bench serve` takes no revision: given the
+    repo id it tokenizes with the default branch's tokenizer, which may differ, and which an offline
+    cache that holds only the served revision does not have at all (HF_HUB_OFFLINE: the bench fails)."""
+    revision = plan.get("revision")
+    if not revision or plan.get("model_dir"):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+    cache = plan["inputs"]["validate"]["hf_cache"]["path"]  # the cache the plan serves from (validate's)
+    try:  # reads refs/<revision> and the snapshot's config.json on disk: never the network
+        found = try_to_load_from_cache(plan["model"], "config.json", cache_dir=cache, revision=revision)
+    except (OSError, ValueError) as exc:
+        common.log(f"bench: the cache's snapshot of {plan['model']} at {revision} is unreadable ({exc}); "
+                   "tokenizing with the repo id (its default branch)")
+        return None
+    folder = Path(found).parent if isinstance(found, str) else None
+    if folder is None or folder.parent.name != "snapshots" or not folder.is_relative_to(cache):
+        common.log(f"bench: no snapshot of {plan['model']} at {revision} in {cache}; tokenizing with the repo id "
+                   "(its default branch)")
+        return None
+    return folder.relative_to(cache).as_posix()
 
 
 # a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)

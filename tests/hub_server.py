@@ -24,6 +24,7 @@ class Repo:
     commit: str = "0" * 40
     gated: bool = False
     allowed_tokens: set[str] = field(default_factory=set)
+    branches: set[str] = field(default_factory=set)  # names besides main that resolve to the same commit
 
 
 class Hub:
@@ -118,7 +119,7 @@ class Hub:
             repo = self._access(h, m.group(1), head)
             if repo is None:
                 return
-            if m.group(2) not in (None, "main", repo.commit):
+            if m.group(2) not in (None, "main", repo.commit, *repo.branches):
                 return self._error(h, 404, "RevisionNotFound", "Invalid rev id", head)
             info = {"id": m.group(1), "modelId": m.group(1), "sha": repo.commit, "private": False,
                     "gated": "manual" if repo.gated else False, "tags": [],
@@ -130,7 +131,7 @@ class Hub:
         repo = self._access(h, m.group(1), head)
         if repo is None:
             return
-        if m.group(2) not in ("main", repo.commit):
+        if m.group(2) not in ("main", repo.commit, *repo.branches):
             return self._error(h, 404, "RevisionNotFound", "Invalid rev id", head)
         body = repo.files.get(m.group(3))
         if body is None:

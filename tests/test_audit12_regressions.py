@@ -2013,3 +2013,38 @@ def test_a_secret_in_base64_or_lowercase_percent_encoding_is_masked(wrap, monkey
     masked = common.mask_secrets(f"server said: {text} end")
     assert "***" in masked and text not in masked, masked
     assert common.mask_secrets("Basic dXNlcjpwYXNzd29yZA== and words") == "Basic dXNlcjpwYXNzd29yZA== and words"
+
+
+def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatch):
+    """Noted since the twenty-fourth: `vllm bench serve` takes no revision, so given the repo id it took
+    the default branch's tokenizer; in an offline cache holding only the served revision, none at all.
+    The cache below is filled by huggingface_hub itself from the local Hub (branch v1 only)."""
+    import bench
+    from huggingface_hub import hf_hub_download
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((FIXTURES / "Qwen3-0.6B" / name).read_bytes())
+    hub = Hub().start()
+    cache = tmp_path / "hf" / "hub"
+    try:
+        repo = hub.add_folder("t/rev", folder, branches={"v1"})
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        got = [hf_hub_download("t/rev", name, revision="v1", cache_dir=str(cache), endpoint=hub.url)
+               for name in ("config.json", "tokenizer_config.json")]
+    finally:
+        hub.stop()
+    assert not (cache / "models--t--rev" / "refs" / "main").exists()  # only the served revision is cached
+    snap = f"models--t--rev/snapshots/{repo.commit}"
+    assert {Path(g).parent for g in got} == {cache / snap}
+    validate = {"hf_cache": {"path": str(cache), "mount_subdir": "hub"}}
+    host = {"path": "host", "model": "t/rev", "revision": "v1", "model_dir": None, "inputs": {"validate": validate},
+            "argv": ["/v/bin/vllm", "serve", "t/rev", "--revision", "v1", "--port", "8000"]}
+    assert bench.serving_target(host)["tokenizer"] == f"{cache}/{snap}"
+    box = {**host, "path": "container", "runtime": "docker", "engine": None, "container_name": "epyc-x",
+           "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "t/rev", "--revision", "v1"]}
+    assert bench.serving_target(box)["tokenizer"] == f"/root/.cache/huggingface/hub/{snap}"
+    # the commit itself names the same folder; a revision the cache lacks, or none, leaves the repo id
+    assert bench.serving_target({**host, "revision": repo.commit})["tokenizer"] == f"{cache}/{snap}"
+    assert bench.serving_target({**host, "revision": "v2"})["tokenizer"] == "t/rev"
+    assert bench.serving_target({**host, "revision": None})["tokenizer"] == "t/rev"
