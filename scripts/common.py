@@ -408,6 +408,10 @@ def hub_cache_env_problem(env: dict) -> str | None:
     if "XDG_CACHE_HOME" in env and not os.path.isabs(
             expand(os.path.join(expand(os.path.join(env["XDG_CACHE_HOME"], "huggingface")), "hub"))):
         return said("XDG_CACHE_HOME") + " and HF_HOME is unset"
+    if "XDG_CACHE_HOME" not in env and "HOME" in env and not os.path.isabs(env["HOME"]):
+        # ~/.cache/huggingface/hub: an empty HOME makes it /.cache/... for the client (cache_root, as a login
+        # would, takes the account's home instead), a relative one a folder relative to wherever it runs
+        return said("HOME") + " and HF_HOME, HF_HUB_CACHE and XDG_CACHE_HOME are unset"
     return None
 
 

@@ -188,8 +188,10 @@ def resolve_hf_cache(env: dict) -> dict:
     if named:
         hub = common.user_path(named, "HF_HUB_CACHE", expand_vars=True)
     else:
-        home = common.user_path(env.get("HF_HOME") or common.cache_root() / "huggingface", "HF_HOME",
-                                expand_vars=True)
+        # the client's default, not this bundle's cache_root: it takes XDG_CACHE_HOME=~/x or $VAR/x as it
+        # expands, where the XDG spec (cache_root) ignores any value not already absolute
+        default = os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+        home = common.user_path(env.get("HF_HOME") or default, "HF_HOME", expand_vars=True)
         hub = common.user_path(home / "hub", "the Hugging Face cache (HF_HOME/hub)", expand_vars=True)
     try:
         return _hf_cache_at(hub)

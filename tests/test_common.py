@@ -225,21 +225,32 @@ hub_path_values = st.sampled_from(["", "/abs/hf", "rel", "~/hf", "~", "$HUBTEST_
 
 
 @given(st.dictionaries(st.sampled_from(["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"]),
-                       hub_path_values, max_size=4))
-def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relative_one(env):
+                       hub_path_values, max_size=4),
+       st.sampled_from([None, "", "/root", "/srv/home", "relhome"]))
+def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relative_one(env, home):
     """hub_cache_env_problem judges the folder as huggingface_hub itself builds it: its constants module is
-    reloaded under each environment and asked."""
+    reloaded under each environment and asked. And where it finds no problem, validate names the very
+    folder the client reads (an empty HOME had validate name /root/.cache/... and the client /.cache/...)."""
     import importlib
     from unittest import mock
     import huggingface_hub.constants as constants
-    names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
+    import validate
+    names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME")
     full = {**{k: v for k, v in os.environ.items() if k not in names}, "HUBTEST_ABS": "/srv/hf",
-            "HUBTEST_TILDE": "~/x", "HUBTEST_REL": "rel", **env}
+            "HUBTEST_TILDE": "~/x", "HUBTEST_REL": "rel", **env, **({} if home is None else {"HOME": home})}
     full.pop("HUBTEST_UNSET", None)
     try:
         with mock.patch.dict(os.environ, full, clear=True):
             client = importlib.reload(constants).HF_HUB_CACHE
             problem = common.hub_cache_env_problem(dict(os.environ))
+            try:
+                named = None if problem else validate.resolve_hf_cache(dict(os.environ))["path"]
+            except common.ScriptError:  # another refusal (a user ~nosuchuser names no home): no folder named
+                named = None
     finally:
         importlib.reload(constants)
-    assert (problem is None) == os.path.isabs(client), (env, client, problem)
+    home_decides = not any(k in env for k in names)
+    assert (problem is None) == (os.path.isabs(client) and not (home_decides and home is not None
+                                                                 and not os.path.isabs(home))), (env, home, client, problem)
+    if named is not None:
+        assert named == os.path.realpath(client), (env, home, client, named)
