@@ -244,7 +244,9 @@ def main(argv: Sequence[str] | None = None):
     }
     if not ready:
         why = found.get("import_error") or "wrong versions or platform: " + json.dumps(doc["stack"])
-        fix = ("run without --check to install it" if args.check and not actions else
+        refusal = venv_refusal(venv, default_venv(stack, args.stock)) if args.check else None
+        fix = (f"install into a new folder (or leave --venv out for the default): {refusal}" if refusal else
+               "run without --check to install it" if args.check and not actions else
                "delete the venv and run again; if it persists, report the versions above")
         raise ScriptError(f"the host stack in {venv} is not ready: {why}", fix, **doc)
     return doc, common.EXIT_OK

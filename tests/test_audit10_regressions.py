@@ -2,6 +2,7 @@
 fixes), and the lesser cases earlier audits had left, closed in the same session. Classes: tests/BAD_INPUT.md."""
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +130,10 @@ def test_setup_host_stack_installs_only_into_a_folder_it_made(script, tmp_path):
     assert "pip" not in calls.read_text() and not list(prefix.rglob("*.dist-info"))
     checked = script("setup_host_stack.py", "--stock", "--check", "--venv", str(prefix))
     assert checked.code == 1 and "not ready" in checked.doc["error"]  # --check inspects any interpreter
+    # and its fix never advises the install that would be refused there
+    assert "run without --check" not in checked.doc["fix"] and "did not create" in checked.doc["fix"], checked.doc
+    own = script("setup_host_stack.py", "--stock", "--check", "--venv", str(Path(__file__).parents[1] / ".venv"))
+    assert own.code == 1 and "the bundle's own .venv" in own.doc["fix"] and "new folder" in own.doc["fix"], own.doc
 
 
 def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
