@@ -842,7 +842,12 @@ def run_env(argv: list[str], env: dict | None) -> dict | None:
     """The environment of a command (`env`, or this process's): a docker call that names no engine
     (--host=) runs on the default socket whatever that environment exports, so a plan made for the default
     engine never starts, verifies, execs or stops on the daemon a later shell's DOCKER_HOST or docker
-    context names. Every docker call goes through here (run, and the log streams that Popen)."""
+    context names. Every docker call goes through here (run, and the log streams that Popen). podman
+    names no engine in a plan: it always runs on this machine's, never where a CONTAINER_HOST or
+    CONTAINER_CONNECTION (podman's remote client) of this shell or a later one points."""
+    if argv[:1] == ["podman"]:
+        return {k: v for k, v in (os.environ if env is None else env).items()
+                if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")}
     if argv[:1] != ["docker"] or (len(argv) > 1 and argv[1].startswith("--host=")):
         return env
     plain = {k: v for k, v in (os.environ if env is None else env).items() if k != "DOCKER_HOST"}

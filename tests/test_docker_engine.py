@@ -207,3 +207,26 @@ def test_an_older_container_plan_is_refused_where_this_shell_names_another_daemo
     assert refused.code == 1 and "did not record its docker engine" in refused.doc["error"], refused.doc
     assert SOCK in refused.doc["fix"]
     assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).code == 0
+
+
+def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inputs, rt, tmp_path):  # noqa: F811
+    """podman's remote client follows CONTAINER_HOST / CONTAINER_CONNECTION: a plan names no podman engine,
+    so every podman call (validate's probes, start, stop) runs on this machine's, never where a shell points.
+    (Podman cannot start containers in this sandbox: the fake records each call's environment.)"""
+    d, env = rt
+    (d / "daemon_down").touch()
+    (d / "podman_can_run").touch()
+    remote = {"CONTAINER_HOST": "ssh://core@10.0.0.9/run/podman/podman.sock", "CONTAINER_CONNECTION": "box"}
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, **remote})
+    assert val.code == 0 and val.doc["runtime"] == "podman", val.doc
+    vfile = tmp_path / "validate-podman.json"
+    vfile.write_text(val.stdout)
+    r = run_script("launch.py", *plan_args({**inputs, "validate": vfile}, "--state-dir", str(tmp_path / "st")), env=env)
+    assert r.code == 0 and r.doc["argv"][0] == "podman", r.doc
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(r.stdout)
+    assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env={**env, **remote}).code == 0
+    assert run_script("launch.py", "stop", "--plan", str(pfile), env={**env, **remote}).code == 0
+    made = [c for c in calls(d) if c["runtime"] == "podman"]
+    assert {c["argv"][0] for c in made} >= {"run", "stop", "rm", "image"}  # validate probes with run --rootfs
+    assert all(c["container_host_env"] is None and c["container_connection_env"] is None for c in made), made

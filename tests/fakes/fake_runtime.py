@@ -39,6 +39,8 @@ with open(d / "calls.jsonl", "a") as f:
     f.write(json.dumps({"runtime": name, "argv": args, "engine": engine,
                         "docker_host_env": os.environ.get("DOCKER_HOST"),
                         "docker_context_env": os.environ.get("DOCKER_CONTEXT"),
+                        "container_host_env": os.environ.get("CONTAINER_HOST"),
+                        "container_connection_env": os.environ.get("CONTAINER_CONNECTION"),
                         "secret_names_in_env": sorted(k for k in ("HF_TOKEN", "VLLM_API_KEY") if os.environ.get(k))})
             + "\n")
 flag = lambda n: (d / n).exists()  # noqa: E731
