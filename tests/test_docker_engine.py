@@ -176,7 +176,8 @@ def test_every_docker_call_without_an_engine_is_pinned_to_the_default_socket_eve
     assert pinned == {"KEEP": "1", "DOCKER_CONTEXT": "default"}
     named = {"DOCKER_HOST": SOCK}
     assert common.run_env(["docker", f"--host={SOCK}", "ps"], named) is named  # the plan names its engine
-    assert common.run_env(["podman", "ps"], named) is named and common.run_env(["sh"], None) is None
+    assert common.run_env(["sh"], None) is None
+    assert common.run_env(["podman", "ps"], {**named, "CONTAINER_HOST": "ssh://x/sock"}) == named  # podman's own
 
 
 def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, rt, tmp_path):  # noqa: F811
