@@ -205,7 +205,8 @@ def holding_the_run_dir(run_dir: Path):
     """up holds its folder from its first step document to its last verb: a second up (or a start of a
     plan there) while the first one's steps run, its start pulls or its verify polls would write its own
     documents and plan.json over the first one's, and the server that run launches would be named by a plan
-    file that no longer exists. (start's own .lock covers only the start itself.)"""
+    file that no longer exists (start refuses while another process holds it: serve_life.up_in_progress).
+    (start's own .lock covers only the start itself.)"""
     import fcntl
     if serve_life.start_in_progress({"state_dir": str(run_dir)}):
         raise ScriptError(f"a start for {run_dir} is in progress", "wait for it, or run up with another --state-dir")
@@ -216,7 +217,12 @@ def holding_the_run_dir(run_dir: Path):
         except OSError:
             raise ScriptError(f"another up is running in {run_dir}", "wait for it to finish, or run up with "
                               "another --state-dir") from None
-        yield
+        held = {str(run_dir), str(common.real_path(run_dir))}  # the plan names the folder by its real path
+        serve_life.UP_HOLDS.update(held)  # this up's own start is not another's
+        try:
+            yield
+        finally:
+            serve_life.UP_HOLDS.difference_update(held)
     finally:
         os.close(fd)
 

@@ -115,8 +115,10 @@ def refuse_an_older_plan_elsewhere(phase: str) -> None:
     if shell is not None:
         raise ScriptError(f"this plan is from an older version that did not record its docker engine, and this "
                           f"shell names {common.clip(shell, 120)}: its container may be on either daemon",
-                          f"stop it with docker itself (docker --host={shell} ps, or docker ps on the default "
-                          "socket; docker rm -f NAME), then plan again", phase=phase)
+                          f"if its container runs on the default socket (docker ps), run {phase} again from a "
+                          "shell that names no daemon (unset DOCKER_HOST; docker context use default); if it runs "
+                          f"on {common.clip(shell, 120)} (docker --host={common.clip(shell, 120)} ps), stop it there "
+                          "with docker itself (docker stop NAME; docker rm NAME); then plan again", phase=phase)
 
 
 def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start",
@@ -350,7 +352,7 @@ def state_server(state: dict) -> str | None:
         if runtime not in common.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name) \
                 or (engine is not None and (runtime != "docker" or common.docker_engine_problem(engine))):
             return None  # not a state start wrote: it names nothing we could ask about
-        return f"container {name}" if container_running(common.runtime_argv(runtime, engine), name) else None
+        return f"container {name}" if container_running(common.runtime_argv(runtime, engine), name, state) else None
     if group_members(state):
         return f"process group {state['pgid']}"
     left = orphaned_workers(state)
@@ -430,13 +432,40 @@ def own_state(plan: dict, verb: str) -> dict | None:
     return None
 
 
-def container_running(rt: list[str], name: str) -> bool:
-    res = common.run([*rt, "inspect", "-f", "{{.State.Running}}", name], timeout=30)
-    return res.ok and res.stdout.strip() == "true"
+CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+
+
+def inspect_container(rt: list[str], name: str) -> dict | None:
+    """{"id", "running"} of the container of that name, {} when there is none, None when the runtime did not
+    say (down, not in PATH, an answer of another shape)."""
+    res = common.run([*rt, "inspect", "-f", "{{.Id}} {{.State.Running}}", name], timeout=30)
+    if not res.ok:
+        return {} if "no such" in (res.stderr or "").lower() else None
+    found = res.stdout.split()
+    if len(found) != 2 or not CONTAINER_ID.fullmatch(found[0]) or found[1] not in ("true", "false"):
+        return None
+    return {"id": found[0], "running": found[1] == "true"}
+
+
+def started_here(state: dict | None, found: dict) -> bool:
+    """The container of the plan's name is the one the state's start launched. A name is one per port, not
+    per state dir: after another plan's start on that port (another state dir) removed ours, its container
+    carries the name. A state without a usable id (an older bundle's) is taken by the name, as it was."""
+    recorded = (state or {}).get("container_id")
+    if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
+        return state is not None
+    return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
+
+
+def container_running(rt: list[str], name: str, state: dict | None = None) -> bool:
+    """The container runs, and (with `state`) is the one that state's start launched."""
+    found = inspect_container(rt, name)
+    return bool(found) and found["running"] and (state is None or started_here(state, found))
 
 
 def alive(plan: dict, state: dict) -> bool:
-    return process_alive(state) if plan["path"] == "host" else container_running(common.runtime_of(plan), plan["container_name"])
+    return process_alive(state) if plan["path"] == "host" else \
+        container_running(common.runtime_of(plan), plan["container_name"], state)
 
 
 def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
@@ -671,13 +700,18 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
     except OSError as exc:
         raise ScriptError(f"cannot make the state dir {plan['state_dir']}: {exc.strerror or exc}", STATE_DIR_FIX,
                           phase="start")
+    if up_in_progress(plan):
+        raise ScriptError(f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, "
+                          "would not name the server this start launches", "wait for that up to finish (then "
+                          "verify or stop with the plan.json it wrote), or plan this one with a state dir of its "
+                          "own (--state-dir)", phase="start")
     import fcntl
     with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise ScriptError(f"another start for {plan['state_dir']} is running", "wait for it, then verify",
-                              phase="start")
+            raise ScriptError(f"another start, or a stop, for {plan['state_dir']} is running", "wait for it, then "
+                              "verify (or start again if it was a stop)", phase="start")
         return _start_locked(plan, pull_policy)
 
 
@@ -698,6 +732,14 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
                        f"({common.clip(reason, 300)}): start {undone} it", "free the state dir (disk space, "
                        "permissions, a file with other names), or plan with a fresh --state-dir; then start again",
                        phase="start")
+
+
+def served_folder(plan: dict) -> dict:
+    """What a state records of the local model folder served: the plan's, which start checked against the
+    disk. A plan of an older bundle has no such field: then nothing is recorded, and the verbs render it
+    with the folder on disk as before (a `null` recorded for it would read as "a Hub id" and make every
+    verb refuse the plan, stop included)."""
+    return {"model_dir": plan["model_dir"]} if "model_dir" in plan else {}
 
 
 def _start_locked(plan: dict, pull_policy: str) -> dict:
@@ -746,7 +788,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 state = {"path": "host", "port": plan["port"], "plan_id": plan_identity(plan),
                          "pid": proc.pid, "pgid": proc.pid,
                          "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
-                         "log_file": plan["log_file"], "started_at": time.time(), "model_dir": plan.get("model_dir")}
+                         "log_file": plan["log_file"], "started_at": time.time(), **served_folder(plan)}
                 write_state(plan, state)
                 recorded = True
         except BaseException as exc:
@@ -803,7 +845,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             state = {"path": plan["path"], "port": plan["port"], "plan_id": plan_identity(plan), "runtime": plan["runtime"],
                      "engine": plan.get("engine"), "container_name": plan["container_name"],
                      "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
-                     "model_dir": plan.get("model_dir")}
+                     **served_folder(plan)}
             write_state(plan, state)
         except BaseException as exc:
             # no state names the container (`run` failed, was interrupted -- the engine may have started it
@@ -984,7 +1026,8 @@ def verified_state(plan: dict) -> dict:
     if not alive(plan, state):
         raise ScriptError("the server from this plan is not running (it exited)",
                           "read its log (the plan's log_file), start it again (launch.py start), then verify")
-    if not isinstance(state.get("verified_at"), (int, float)):
+    passed = state.get("verified_at")
+    if isinstance(passed, bool) or not isinstance(passed, (int, float)):  # verify writes a time; `true` is not one
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
     # a pass is of the server as it was: its engine can have died since (vLLM's API process then lives on and
     # answers /health 503), and a verify that could not write its state could not clear the pass it found
@@ -996,13 +1039,12 @@ def verified_state(plan: dict) -> dict:
     return state
 
 
-def start_in_progress(plan: dict) -> bool:
-    """A start holds the state dir's .lock from its checks until its state is written (and, on the container
-    path, through a pull and `run`): a stop then would find no state and say "not running" while the
-    server comes up, or remove a container that start is about to record."""
+def lock_held(path: Path) -> bool:
+    """Another process holds that lock file (flock). Read-only and never created: stop makes no files; no
+    lock file, no such process ever ran here."""
     import fcntl
-    try:  # read-only and never created: stop makes no files; no lock file, no start ever ran here
-        fd = os.open(Path(plan["state_dir"]) / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -1014,14 +1056,68 @@ def start_in_progress(plan: dict) -> bool:
     return False
 
 
+def start_in_progress(plan: dict) -> bool:
+    """A start holds the state dir's .lock from its checks until its state is written (and, on the container
+    path, through a pull and `run`): a stop then would find no state and say "not running" while the
+    server comes up, or remove a container that start is about to record."""
+    return lock_held(Path(plan["state_dir"]) / ".lock")
+
+
+UP_HOLDS: set[str] = set()  # the run dirs whose .up.lock this process holds: its own start is up's
+
+
+def up_in_progress(plan: dict) -> bool:
+    """Another process's `up` holds the folder (.up.lock) through its steps, start and verify: a start of
+    another plan there would launch a server that up's plan.json, written next, no longer names."""
+    return plan["state_dir"] not in UP_HOLDS and lock_held(Path(plan["state_dir"]) / ".up.lock")
+
+
+@contextlib.contextmanager
+def holding_the_start_lock(plan: dict):
+    """stop holds .lock as start does, for its whole run: a start that came in while the server went down
+    would write its state, and stop would then remove it (its server named by nothing). No lock file: no
+    start ever ran here (and stop, which may run on a read-only folder, makes none)."""
+    import fcntl
+    try:
+        fd = os.open(Path(plan["state_dir"]) / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise ScriptError(f"a start (or another stop) for {plan['state_dir']} is in progress: its server "
+                                  "is not recorded yet", "wait for start to finish (or interrupt it: it takes down "
+                                  "what it launched), then run stop again", phase="stop") from None
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def stop(plan: dict) -> dict:
-    if start_in_progress(plan):
-        raise ScriptError(f"a start for {plan['state_dir']} is in progress: its server is not recorded yet",
-                          "wait for start to finish (or interrupt it: it takes down what it launched), then run "
-                          "stop again", phase="stop")
+    with holding_the_start_lock(plan):
+        return _stop_locked(plan)
+
+
+def _stop_locked(plan: dict) -> dict:
     state = own_state(plan, "stop")
     if plan["path"] != "host":
         rt = common.runtime_of(plan)
+        found = inspect_container(rt, plan["container_name"])
+        if found and state is None:  # the name is one per port: another state dir's plan on this port started it
+            raise ScriptError(f"a container named {plan['container_name']} exists ({'running' if found['running'] else 'exited'}, "
+                              f"id {found['id'][:12]}) that the state dir {plan['state_dir']} has no record of: "
+                              "another plan's on the same port (its own state dir), or one whose state was lost",
+                              "stop it with the plan that started it; if it is this plan's, remove it by hand: "
+                              + shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]]) + " && "
+                              + shlex.join([*rt, "rm", plan["container_name"]]), phase="stop")
+        if found and not started_here(state, found):  # ours is gone; the name is another start's now
+            return stopped({"stopped": False, "reason": "not running", "container_name": plan["container_name"]},
+                           f"the container named {plan['container_name']} now is another start's (id "
+                           f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
+                           remove_secret_files(plan), remove_state(plan))
         graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
                               timeout=STOP_GRACE_S + 60)
         res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)

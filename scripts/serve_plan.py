@@ -232,22 +232,49 @@ def is_served_name(text: object) -> bool:
             and "://" not in text)
 
 
-def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None) -> str | None:
+def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None,
+                       bind: list[int] | None = None) -> str | None:
     """cpu_tune's pin prefix and cpuset flags run as part of the command: only the shapes cpu_tune makes
-    (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names,
-    and, given the document's numa_nodes, memory bound to exactly those nodes (the ones it sized)."""
+    (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names;
+    given the document's numa_nodes, memory bound to exactly those nodes (the ones it sized), on the host
+    and in the container alike; given its thread bind, CPUs that hold it (taskset: exactly it)."""
     mems = ",".join(map(str, numa_nodes)) if numa_nodes is not None else None
-    nodes = lambda a, flag: a.startswith(flag) and bool(_CPULIST.fullmatch(a[len(flag):])) and (  # noqa: E731
-        mems is None or "cpus" in flag or a[len(flag):] == mems)
+
+    def listed(arg: str, flag: str) -> str | None:
+        return arg[len(flag):] if arg.startswith(flag) and _CPULIST.fullmatch(arg[len(flag):]) else None
+
+    def nodes(arg: str, flag: str) -> bool:
+        value = listed(arg, flag)
+        return value is not None and (mems is None or value == mems)
+
+    def cpus(value: str | None, exact: bool) -> bool:
+        if value is None or bind is None:
+            return value is not None
+        have = set(common.parse_cpulist(value))
+        return have == set(bind) if exact else set(bind) <= have
     ok_pin = (argv == [] or (len(argv) == 3 and argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=")
                              and nodes(argv[2], "--membind="))
-              or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and bool(_CPULIST.fullmatch(argv[2]))))
+              or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and cpus(argv[2] if _CPULIST.fullmatch(argv[2])
+                                                                            else None, exact=True)))
     if not ok_pin:
-        return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes"
-    if not (cpuset == [] or (len(cpuset) == 2 and nodes(cpuset[0], "--cpuset-cpus=")
+        return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes for its bind"
+    if not (cpuset == [] or (len(cpuset) == 2 and cpus(listed(cpuset[0], "--cpuset-cpus="), exact=False)
                              and nodes(cpuset[1], "--cpuset-mems="))):
-        return f"cpu_tune's container_cpuset_argv {cpuset!r} is not the --cpuset-cpus/--cpuset-mems pair"
+        return (f"cpu_tune's container_cpuset_argv {cpuset!r} is not the --cpuset-cpus/--cpuset-mems pair of the "
+                "CPUs it binds and the NUMA nodes it sized")
     return None
+
+
+def bound_cpus(tune: dict) -> list[int] | None:
+    """The CPUs cpu_tune binds vLLM's OpenMP threads to (VLLM_CPU_OMP_THREADS_BIND), or None when it binds
+    none by list (`nobind`, `auto`)."""
+    value = tune.get("vllm_cpu_omp_threads_bind")
+    if not isinstance(value, str) or not _CPULIST.fullmatch(value):
+        return None
+    try:
+        return common.parse_cpulist(value)
+    except ValueError:
+        return None
 
 
 def preload_value(value: str | None, allowed: list[str]) -> str | None:
@@ -338,6 +365,11 @@ def mismatches(inp: dict) -> list[str]:
             out.append(f"estimate_memory.py sized the recurrent state in {sized}, vLLM keeps it in {served} on the "
                        f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
                        f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
+    vendor = det.get("vendor")
+    if val.get("backend") == "zentorch" and isinstance(vendor, str) and vendor != "AuthenticAMD":
+        # vLLM picks ZenCpuPlatform only on an AMD CPU: elsewhere zentorch is installed and never runs
+        out.append(f"validate.py chose the zentorch backend, which vLLM activates only on AMD CPUs; detect.py read "
+                   f"a {common.clip(vendor, 40)} CPU")
     if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
         out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
@@ -384,7 +416,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         raise ScriptError(f"model {model!r} would be read as an option or is not one argument",
                           "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)")
     problem = pin_prefix_problem(tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []),
-                                 tune.get("numa_nodes"))
+                                 tune.get("numa_nodes"), bound_cpus(tune))
     if problem:
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
     if path == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):

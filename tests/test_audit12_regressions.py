@@ -1701,7 +1701,7 @@ def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script
     try:
         assert holder.stdout.readline().strip() == "held"
         r = script("launch.py", "stop", "--plan", str(plan_file))
-        assert r.code == 1 and "start for" in r.doc["error"] and "in progress" in r.doc["error"], r.doc
+        assert r.code == 1 and "a start (or another stop) for" in r.doc["error"] and "in progress" in r.doc["error"], r.doc
         assert "wait for start" in r.doc["fix"] and r.doc["phase"] == "stop"
     finally:
         holder.kill()
@@ -1990,6 +1990,11 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
                                capture_output=True, text=True, timeout=60)
         assert again.returncode == 1 and json.loads(again.stdout)["error"], again.stdout
         assert "verified_at" in serve_life.read_state(plan)
+        state = serve_life.read_state(plan)
+        serve_life.write_state(plan, {**state, "verified_at": True})  # a forged pass is none (twenty-sixth, note)
+        forged = script("launch.py", "handoff", "--plan", str(plan_file))
+        assert forged.code == 1 and "has not passed verify" in forged.doc["error"], forged.doc
+        serve_life.write_state(plan, state)
         hand = script("launch.py", "handoff", "--plan", str(plan_file))  # ...and handoff does not trust it
         assert hand.code == 1 and "not healthy now (/health: HTTP 503)" in hand.doc["error"], hand.doc
         assert "stop it, start it again, then verify" in hand.doc["fix"] and "base_url" not in hand.doc
@@ -2048,3 +2053,145 @@ def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatc
     assert bench.serving_target({**host, "revision": repo.commit})["tokenizer"] == f"{cache}/{snap}"
     assert bench.serving_target({**host, "revision": "v2"})["tokenizer"] == "t/rev"
     assert bench.serving_target({**host, "revision": None})["tokenizer"] == "t/rev"
+
+
+def _plan_in(script, inputs, rt, folder: Path, port: int) -> tuple[Path, dict]:  # noqa: F811
+    from test_launch import plan_args
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(folder), "--port", str(port)), env=rt[1])
+    assert r.code == 0, r.doc
+    path = folder.parent / f"{folder.name}-plan.json"
+    path.write_text(r.stdout)
+    return path, r.doc
+
+
+def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, inputs, rt, tmp_path):  # noqa: F811
+    """Noted since the twenty-fourth: a container's name is one per port, not per state dir. Plan B (same
+    port, its own state dir, nothing started) stopped plan A's container by that name; and a plan whose
+    container another start had replaced stopped the newcomer. stop now asks the engine for the container's
+    id first: none recorded here, or another id than the state's, and the container is left alone."""
+    d, env = rt
+    a_file, a = _plan_in(script, inputs, rt, tmp_path / "a", 18555)
+    b_file, b = _plan_in(script, inputs, rt, tmp_path / "b", 18555)
+    assert a["container_name"] == b["container_name"]
+    assert script("launch.py", "start", "--plan", str(a_file), "--confirm", env=env).code == 0
+    before = len(_calls(d))
+    r = script("launch.py", "stop", "--plan", str(b_file), env=env)
+    assert r.code == 1 and "has no record of" in r.doc["error"] and str(tmp_path / "b") in r.doc["error"], r.doc
+    assert f"docker stop -t 30 {a['container_name']}" in r.doc["fix"]
+    assert not any(c["argv"][0] in ("stop", "rm") for c in _calls(d)[before:])
+    # another start replaced A's container under the same name (A's own is gone): A's stop leaves it alone
+    (d / f"created-{a['container_name']}").write_text("a" * 64)
+    assert script("launch.py", "verify", "--plan", str(a_file), "--timeout", "3", env=env).doc["phase"] == "process"
+    before = len(_calls(d))
+    r = script("launch.py", "stop", "--plan", str(a_file), env=env)
+    assert r.code == 0 and r.doc["stopped"] is False and r.doc["reason"] == "not running", r.doc
+    assert "now is another start's (id aaaaaaaaaaaa, not ffffffffffff): left alone" in r.doc["warnings"][0]
+    assert not any(c["argv"][0] in ("stop", "rm") for c in _calls(d)[before:])
+    assert not (tmp_path / "a" / "state.json").exists()
+    # its own container, recorded: stopped as before
+    (d / f"created-{a['container_name']}").write_text("f" * 64)
+    assert script("launch.py", "start", "--plan", str(a_file), "--confirm", env=env).code == 0
+    r = script("launch.py", "stop", "--plan", str(a_file), env=env)
+    assert r.code == 0 and r.doc["stopped"] is True, r.doc
+
+
+def test_an_older_plan_without_model_dir_started_now_can_still_be_stopped(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """Twenty-sixth audit, F4: a plan of an older bundle has no `model_dir`; start recorded `null` for it,
+    which the other verbs took as "a Hub id, no folder" and refused the plan, stop included: the server ran
+    on with nothing able to stop it. start records no folder for such a plan; the verbs read the disk."""
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    older = {k: v for k, v in plan.items() if k != "model_dir"}
+    pfile = tmp_path / "older-plan.json"
+    pfile.write_text(json.dumps(older))
+    started = script("launch.py", "start", "--plan", str(pfile), "--confirm")
+    assert started.code == 0, started.doc
+    try:
+        assert "model_dir" not in json.loads(Path(plan["state_file"]).read_text())
+        assert script("launch.py", "verify", "--plan", str(pfile), "--timeout", "20").code == 0
+    finally:
+        stop = script("launch.py", "stop", "--plan", str(pfile))
+    assert stop.code == 0 and stop.doc["stopped"] is True, stop.doc
+
+
+def test_a_start_while_another_up_holds_the_folder_is_refused(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """Twenty-sixth audit, F1: a plain start of an older plan in a folder where an up ran its steps started a
+    server, and up's plan.json, written next, named another: no plan could stop it. start refuses while
+    another process holds .up.lock (up's own start holds it in the same process: not refused)."""
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(Path(plan["state_dir"]) / ".up.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+        assert r.code == 1 and "an up in" in r.doc["error"] and "running its steps" in r.doc["error"], r.doc
+        assert not Path(plan["state_file"]).exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+    assert script("launch.py", "stop", "--plan", str(plan_file)).doc["stopped"] is True
+
+
+def test_a_start_while_stop_waits_for_the_server_is_refused_not_orphaned(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """Twenty-sixth audit, F2: stop held no lock; a start that came in while the server took its time to exit
+    wrote its state, and stop then removed that state: a new server ran, named by nothing. stop now holds
+    .lock for its whole run. (The fake server's slow_term mode takes 3 s to exit on SIGTERM.)"""
+    import serve_life
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    (Path(plan["argv"][next(k for k, a in enumerate(plan["argv"]) if a.endswith("/vllm"))]).parent / "mode").write_text(
+        "slow_term")
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+    stopping = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "stop", "--plan", str(plan_file)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # SIGTERM sent; the server still exiting
+        r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+        assert r.code == 1 and "or a stop" in r.doc["error"], r.doc
+        out, _ = stopping.communicate(timeout=60)
+        assert json.loads(out)["stopped"] is True
+        assert serve_life.read_state(plan) is None and not serve_life.port_in_use(plan["port"])
+    finally:
+        if stopping.poll() is None:
+            stopping.kill()
+        serve_life.stop(plan)
+
+
+def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+    """The other side of F1's fix: up holds .up.lock through its start, in the same process; that start is
+    up's own and runs. The steps here return the host-path documents host_plan uses (a fake venv's server)."""
+    import argparse
+    import launch
+    from test_launch import fake_venv, free_port, load_docs
+    docs = load_docs(inputs)
+    docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)), target="localhost",
+                            ld_preload={"value": None, "note": None})
+    docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
+    docs["detect"] = live_tune["detect"]
+    monkeypatch.setattr(launch, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
+    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=True,
+                           python=None, yes=True, max_model_len=None, num_prompts=1, port=free_port(), expose=False,
+                           served_model_name="m", api_key_env=None, throughput_flags=False, kernel_log=False,
+                           timeout=30, dtype=None)
+    done = launch.up(a, load_epyc_doc())
+    try:
+        assert done["ok"] and done["started"]["started"] and done["verify"]["ok"], done
+    finally:
+        plan = json.loads(Path(done["plan_file"]).read_text())
+        import serve_life
+        assert serve_life.stop(plan)["stopped"] is True
+
+
+@pytest.mark.parametrize("vendor,refused", [("GenuineIntel", True), ("HygonGenuine", True), ("AuthenticAMD", False),
+                                            (None, False)])
+def test_zentorch_on_a_cpu_detect_read_as_not_amd_is_a_mismatch(vendor, refused):
+    """A note of the twenty-sixth audit: a validate.json that chose zentorch planned beside a detect.json of
+    an Intel CPU, and the summary read "zentorch-accelerated" for a platform vLLM never picks there. (None:
+    a spec that named no vendor decides nothing.)"""
+    from serve_plan import mismatches
+    docs = {"detect": {"vendor": vendor}, "validate": {"backend": "zentorch"}, "check_model": {}, "estimate_memory": {},
+            "cpu_tune": {}}
+    assert any("activates only on AMD CPUs" in m for m in mismatches(docs)) == refused
+    docs["validate"]["backend"] = "stock"
+    assert mismatches(docs) == []

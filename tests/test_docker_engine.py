@@ -206,7 +206,7 @@ def test_an_older_container_plan_is_refused_where_this_shell_names_another_daemo
     pfile.write_text(json.dumps(older))
     refused = run_script("launch.py", "stop", "--plan", str(pfile), env={**env, "DOCKER_HOST": SOCK})
     assert refused.code == 1 and "did not record its docker engine" in refused.doc["error"], refused.doc
-    assert SOCK in refused.doc["fix"]
+    assert SOCK in refused.doc["fix"] and "run stop again from a shell that names no daemon" in refused.doc["fix"]
     assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).code == 0
 
 

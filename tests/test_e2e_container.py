@@ -177,6 +177,17 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
                 assert SECRET_TOKEN not in text and SECRET_KEY not in text, f
         assert SECRET_TOKEN not in logs and SECRET_KEY not in logs
 
+        # another plan on this port with a state dir of its own: the container's name is the same, and its
+        # stop must leave this container alone (the engine's id is compared with what the state recorded)
+        other = run_script("launch.py", "plan", *[f"--{k}={tmp_path / (f + '.json')}" for k, f in (
+            ("detect", "detect"), ("validate", "validate"), ("check", "check"), ("estimate", "estimate"),
+            ("tune", "tune"))], "--port", str(plan["port"]), "--state-dir", str(tmp_path / "other"),
+            "--api-key-env", "EPYC_TEST_KEY", env=env)
+        assert other.code == 0 and other.doc["container_name"] == name, other.doc
+        bystander = run_script("launch.py", "stop", "--plan", str(save(tmp_path, "other-plan", other)), env=shell)
+        assert bystander.code == 1 and "has no record of" in bystander.doc["error"], bystander.doc
+        assert json.loads(docker(env, "inspect", name).stdout)[0]["State"]["Running"] is True
+
         proof = run_script("kernel_proof.py", "--plan", str(plan_file), env=shell, timeout=300)
         if zen:
             assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0, proof.doc

@@ -475,7 +475,7 @@ def test_sudo_docker_plan_is_non_interactive(inputs):
     (lambda p: p["argv"].insert(3, "--privileged"), "argv"),
     (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
     (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
-    (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="0-4095"), "argv"),
+    (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv"),  # a bind its cpuset holds
 ])
 def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle):
     """What the human approved is what runs: a plan whose command no longer matches its own inputs
@@ -730,3 +730,24 @@ def test_a_host_plan_preloads_the_library_validate_found(inputs):
                             ld_preload={"value": lib, "note": None})
     assert serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))["env"]["LD_PRELOAD"] == lib
     assert "LD_PRELOAD" not in serve_plan.build_plan(docs, {"sizing": "vllm-default"}, load_epyc(), facts_for(docs))["env"]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=0"]),
+    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=99999"]),
+    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=0-1"]),
+    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=0-95", "--cpuset-mems=1"]),  # socket 0's, bind 96-191
+    lambda t: t.update(host_pin_argv=["taskset", "-c", "0-95"]),
+    lambda t: t.update(host_pin_argv=["numactl", "--cpunodebind=1", "--membind=0"]),
+])
+def test_the_container_is_pinned_to_the_nodes_and_cpus_cpu_tune_sized(inputs, edit):
+    """Twenty-sixth audit, F5: `"cpus" in flag` was true for --cpuset-mems (cpuset), so a container's memory
+    node was never compared with the nodes cpu_tune sized, and its CPUs never with the bind; the host's
+    numactl twin was refused."""
+    docs = load_docs(inputs)
+    assert docs["cpu_tune"]["numa_nodes"] == [1] and docs["cpu_tune"]["vllm_cpu_omp_threads_bind"] == "96-191"
+    serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))  # as cpu_tune made it: planned
+    edit(docs["cpu_tune"])
+    with pytest.raises(ScriptError) as err:
+        serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
+    assert "cpu_tune" in err.value.error and "unmodified output of cpu_tune.py" in err.value.fix

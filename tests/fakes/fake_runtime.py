@@ -22,6 +22,8 @@ Behaviour is set by files in $FAKE_RT_DIR:
   logs_text        `logs` prints exactly this file's text, and exits with the number in logs_exit (default 0)
   context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
   removed-NAME     written by `rm NAME`, removed by `run --name NAME`: `stop NAME` then says "No such container"
+  created-NAME     the id of the container `run --name NAME` made (`inspect` knows no other container)
+  next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
 """
 import json
 import os
@@ -70,11 +72,17 @@ elif cmd == "run":
     if flag("run_hang"):
         import time
         time.sleep(120)
-    if "--name" in args:  # a container of that name exists again
-        (d / f"removed-{args[args.index('--name') + 1]}").unlink(missing_ok=True)
-    print("f" * 64)
-elif cmd == "inspect":
-    print("false" if flag("exited") else "true")
+    if "--name" in args:  # a container of that name exists again, with the id printed (`next_id`, or f...f)
+        cname = args[args.index("--name") + 1]
+        (d / f"removed-{cname}").unlink(missing_ok=True)
+        (d / f"created-{cname}").write_text((d / "next_id").read_text().strip() if flag("next_id") else "f" * 64)
+        print((d / f"created-{cname}").read_text())
+    else:
+        print("f" * 64)
+elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}}" NAME`: of a container `run` made, not removed
+    if not flag(f"created-{args[-1]}") or flag(f"removed-{args[-1]}"):
+        sys.exit(print(f"Error: No such object: {args[-1]}", file=sys.stderr) or 1)
+    print((d / f"created-{args[-1]}").read_text(), "false" if flag("exited") else "true")
 elif cmd == "logs":
     if flag("logs_lines"):  # a long kernel log: that many zentorch lines
         chunk = "[zendnnl] plugin_op=zentorch_linear kernel=brgemm\n" * 10_000
