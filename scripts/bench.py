@@ -480,7 +480,12 @@ def compare(plan: dict, args, out: Path, env: dict):
             common.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
         finally:  # a second signal (`timeout`, a double Ctrl-C) waits until the server is stopped
             with common.signals_deferred():
-                serve_life.stop(variant)
+                try:
+                    serve_life.stop(variant)
+                except ScriptError as exc:  # not this sizing's to stop (another plan's container on the port)
+                    if name not in results:
+                        not_run[name] = f"{not_run.get(name, 'not served')}; its stop: {exc.error}"
+                    common.log(f"bench: --compare: sizing {name}: stop refused: {exc.error}")
     if not results:
         raise ScriptError("no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items()))
     cmp = side_by_side(results)

@@ -848,7 +848,9 @@ def run_env(argv: list[str], env: dict | None) -> dict | None:
     if argv[:1] == ["podman"]:
         return {k: v for k, v in (os.environ if env is None else env).items()
                 if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")}
-    if argv[:1] != ["docker"] or (len(argv) > 1 and argv[1].startswith("--host=")):
+    docker_at = 2 if argv[:3] == ["sudo", "-n", "docker"] else 0  # sudo may keep DOCKER_HOST (env_keep)
+    if argv[docker_at:docker_at + 1] != ["docker"] or (len(argv) > docker_at + 1
+                                                       and argv[docker_at + 1].startswith("--host=")):
         return env
     plain = {k: v for k, v in (os.environ if env is None else env).items() if k != "DOCKER_HOST"}
     plain["DOCKER_CONTEXT"] = "default"
@@ -1110,15 +1112,26 @@ def decode_input(data: bytes, label: str, fix: str, strict: bool = True) -> str:
         raise ScriptError(f"{label} is not UTF-8 text (byte {exc.start})", fix)
 
 
+class NotANumber(ValueError):
+    """A JSON text with a number JSON does not have (NaN, Infinity) or no float can hold (1e400)."""
+
+
 def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")  # Python's reader takes NaN / Infinity; JSON does not
+    raise NotANumber(f"{name} is not a JSON number")  # Python's reader takes NaN / Infinity; JSON does not
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e400: valid JSON syntax, but no finite number
-        raise ValueError(f"{text[:40]} is too large for a number")
+        raise NotANumber(f"{text[:40]} is too large for a number")
     return value
+
+
+def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
+    """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
+    documents. Raises NotANumber, DuplicateKey or another ValueError."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                      object_pairs_hook=refuse_duplicate_keys if unique_keys else None)
 
 
 class DuplicateKey(ValueError):
@@ -1144,8 +1157,7 @@ def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False)
         raise ScriptError(f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
                           f"save it as UTF-8 without a BOM; {fix}")
     try:
-        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
-                         object_pairs_hook=refuse_duplicate_keys if unique_keys else None)
+        doc = strict_json_loads(text, unique_keys)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
     except DuplicateKey as exc:

@@ -217,6 +217,8 @@ def holding_the_run_dir(run_dir: Path):
         except OSError:
             raise ScriptError(f"another up is running in {run_dir}", "wait for it to finish, or run up with "
                               "another --state-dir") from None
+        # start's own lock file, checked now: a link, pipe or folder there is refused before five steps run
+        os.close(serve_life.open_own_file(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, phase="up"))
         held = {str(run_dir), str(common.real_path(run_dir))}  # the plan names the folder by its real path
         serve_life.UP_HOLDS.update(held)  # this up's own start is not another's
         try:

@@ -144,7 +144,10 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
             # along with the argv; no state (nothing started, or an older bundle's): the disk, as before
             served = read_state(plan) or {}
             served = {} if foreign_state(plan, served) else served  # another plan's start: not what this one served
-            if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))):
+            # (a null recorded for an older plan, which has no model_dir, by bundles before served_folder: the
+            # disk, as for that plan's older states)
+            if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))) \
+                    and ("model_dir" in plan or served["model_dir"] is not None):
                 facts["model_dir"] = served["model_dir"]
         # a plan of an older bundle served no --revision: the verbs that act on its server render it so (stop
         # must work), start renders it as it would run now, and refuses it (the revision checked is served)
@@ -209,9 +212,11 @@ def read_plan(path: str, verb: str, epyc: dict) -> dict:
 def read_state(plan: dict) -> dict | None:
     try:
         with os.fdopen(open_own_file(plan["state_file"], os.O_RDONLY), "rb") as f:
-            state = json.loads(f.read(1 << 20).decode("utf-8"), object_pairs_hook=common.refuse_duplicate_keys)
-    except common.DuplicateKey as exc:  # edited by hand: which pid or port it names is anyone's guess
-        raise ScriptError(f"{plan['state_file']} is ambiguous ({exc}): it was edited, and what it names cannot "
+            state = common.strict_json_loads(f.read(1 << 20).decode("utf-8"), unique_keys=True)
+    except (common.DuplicateKey, common.NotANumber) as exc:  # edited by hand: which pid or port it names is
+        # anyone's guess (start writes neither a key twice nor a NaN)
+        said = "is ambiguous" if isinstance(exc, common.DuplicateKey) else "holds a number JSON does not have"
+        raise ScriptError(f"{plan['state_file']} {said} ({exc}): it was edited, and what it names cannot "
                           "be trusted", "look at the server it meant (ps, docker ps) and stop it by hand; then "
                           "remove the file and start again") from None
     except (OSError, ValueError, RecursionError, ScriptError):  # none, a link, a FIFO, junk: no state of ours
@@ -816,7 +821,15 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 proc.returncode = 0
     else:
         rm, pull = plan["pre_argv"]
-        common.run(rm, timeout=60)  # a leftover container of the same name would block `run`
+        found = inspect_container(common.runtime_of(plan), plan["container_name"])
+        if found and found["running"]:  # no state of ours names it (checked above): the name is one per port,
+            # and another plan's container (its own state dir) may not have bound the port yet
+            raise ScriptError(f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that "
+                              f"the state dir {plan['state_dir']} has no record of: another plan's on this port, or "
+                              "one whose state was lost", "stop it with the plan that started it (or by hand: "
+                              + shlex.join([*common.runtime_of(plan), "stop", plan["container_name"]])
+                              + "), or plan this one on another port; then start again", phase="start")
+        common.run(rm, timeout=60)  # a leftover (exited) container of the same name would block `run`
         import validate
         if pull_policy == "always" or not validate.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
             common.log(f"start: pulling {plan['image']}")
@@ -1027,11 +1040,14 @@ def verified_state(plan: dict) -> dict:
         raise ScriptError("the server from this plan is not running (it exited)",
                           "read its log (the plan's log_file), start it again (launch.py start), then verify")
     passed = state.get("verified_at")
-    if isinstance(passed, bool) or not isinstance(passed, (int, float)):  # verify writes a time; `true` is not one
+    # verify writes a time: `true`, a negative number or one past this moment is not one it wrote
+    if isinstance(passed, bool) or not isinstance(passed, (int, float)) or not 0 < passed <= time.time() + 60:
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
     # a pass is of the server as it was: its engine can have died since (vLLM's API process then lives on and
     # answers /health 503), and a verify that could not write its state could not clear the pass it found
-    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5, auth_headers(plan))
+    # without the key: vLLM's /health is outside its API key (only /v1 needs it), and a key this shell holds
+    # wrongly (a newline in it) must not read as a server that is down
+    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
     if status != 200:
         said = f"HTTP {status}" if status else redact(text, known_secrets(plan), 200)
         raise ScriptError(f"the server from this plan passed verify but is not healthy now (/health: {said})",

@@ -1983,6 +1983,8 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
     try:
         assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").code == 0
         assert script("launch.py", "handoff", "--plan", str(plan_file)).code == 0
+        # a key this shell holds wrongly is no server down: /health is asked without it (twenty-seventh, F2)
+        assert script("launch.py", "handoff", "--plan", str(plan_file), env={"MY_API_KEY": "ABCDEFGHIJ\nKLMNOPQ"}).code == 0
         os.kill(serve_life.read_state(plan)["pid"], signal.SIGUSR1)
         # verify with no room to write (as root a read-only folder would not stop it) cannot clear the pass...
         again = subprocess.run(["bash", "-c", 'ulimit -f 0; exec "$0" "$@"', sys.executable,
@@ -1991,9 +1993,10 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
         assert again.returncode == 1 and json.loads(again.stdout)["error"], again.stdout
         assert "verified_at" in serve_life.read_state(plan)
         state = serve_life.read_state(plan)
-        serve_life.write_state(plan, {**state, "verified_at": True})  # a forged pass is none (twenty-sixth, note)
-        forged = script("launch.py", "handoff", "--plan", str(plan_file))
-        assert forged.code == 1 and "has not passed verify" in forged.doc["error"], forged.doc
+        for forged_pass in (True, -1, 1e308, "1"):  # forged passes are none (twenty-sixth and -seventh, notes)
+            serve_life.write_state(plan, {**state, "verified_at": forged_pass})
+            forged = script("launch.py", "handoff", "--plan", str(plan_file))
+            assert forged.code == 1 and "has not passed verify" in forged.doc["error"], (forged_pass, forged.doc)
         serve_life.write_state(plan, state)
         hand = script("launch.py", "handoff", "--plan", str(plan_file))  # ...and handoff does not trust it
         assert hand.code == 1 and "not healthy now (/health: HTTP 503)" in hand.doc["error"], hand.doc
@@ -2079,6 +2082,15 @@ def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, i
     assert r.code == 1 and "has no record of" in r.doc["error"] and str(tmp_path / "b") in r.doc["error"], r.doc
     assert f"docker stop -t 30 {a['container_name']}" in r.doc["fix"]
     assert not any(c["argv"][0] in ("stop", "rm") for c in _calls(d)[before:])
+    # nor does B's start remove it (its port may not be bound yet: vLLM takes a minute to listen)
+    r = script("launch.py", "start", "--plan", str(b_file), "--confirm", env=env)
+    assert r.code == 1 and "is running (id ffffffffffff)" in r.doc["error"] and "no record of" in r.doc["error"], r.doc
+    assert not any(c["argv"][0] in ("stop", "rm", "run") for c in _calls(d)[before:])
+    # and a bench --compare of B reports each sizing not served, never stopping A's container
+    r = script("bench.py", "--plan", str(b_file), "--compare", "--input-lens", "16", "--concurrency", "1",
+               "--repeats", "1", "--no-bandwidth", "--out", str(tmp_path / "cmp"), env=env, timeout=300)
+    assert r.code == 1 and "no sizing could be served" in r.doc["error"] and "its stop" in r.doc["fix"], r.doc
+    assert not any(c["argv"][0] in ("stop", "rm", "run") for c in _calls(d)[before:])
     # another start replaced A's container under the same name (A's own is gone): A's stop leaves it alone
     (d / f"created-{a['container_name']}").write_text("a" * 64)
     assert script("launch.py", "verify", "--plan", str(a_file), "--timeout", "3", env=env).doc["phase"] == "process"
@@ -2088,8 +2100,8 @@ def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, i
     assert "now is another start's (id aaaaaaaaaaaa, not ffffffffffff): left alone" in r.doc["warnings"][0]
     assert not any(c["argv"][0] in ("stop", "rm") for c in _calls(d)[before:])
     assert not (tmp_path / "a" / "state.json").exists()
-    # its own container, recorded: stopped as before
-    (d / f"created-{a['container_name']}").write_text("f" * 64)
+    # once that one is gone, its own container, recorded: stopped as before
+    (d / f"removed-{a['container_name']}").touch()
     assert script("launch.py", "start", "--plan", str(a_file), "--confirm", env=env).code == 0
     r = script("launch.py", "stop", "--plan", str(a_file), env=env)
     assert r.code == 0 and r.doc["stopped"] is True, r.doc
@@ -2108,6 +2120,10 @@ def test_an_older_plan_without_model_dir_started_now_can_still_be_stopped(script
     try:
         assert "model_dir" not in json.loads(Path(plan["state_file"]).read_text())
         assert script("launch.py", "verify", "--plan", str(pfile), "--timeout", "20").code == 0
+        # the null an earlier bundle recorded for such a plan (twenty-seventh, note): read as "not recorded"
+        import serve_life
+        serve_life.write_state(plan, {**serve_life.read_state(plan), "model_dir": None})
+        assert script("launch.py", "handoff", "--plan", str(pfile)).code == 0
     finally:
         stop = script("launch.py", "stop", "--plan", str(pfile))
     assert stop.code == 0 and stop.doc["stopped"] is True, stop.doc
@@ -2195,3 +2211,44 @@ def test_zentorch_on_a_cpu_detect_read_as_not_amd_is_a_mismatch(vendor, refused)
     assert any("activates only on AMD CPUs" in m for m in mismatches(docs)) == refused
     docs["validate"]["backend"] = "stock"
     assert mismatches(docs) == []
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "folder"])
+def test_up_refuses_a_start_lock_that_is_not_its_own_file_before_any_step(script, tmp_path, plant):
+    """A note of the twenty-sixth audit: up ran its five steps and wrote plan.json, and only its start then
+    refused the `.lock` that was a link, a pipe or a folder. up checks start's lock file when it takes its own."""
+    run_dir = tmp_path / "up"
+    run_dir.mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    {"link": lambda p: p.symlink_to(target), "fifo": os.mkfifo, "folder": lambda p: p.mkdir()}[plant](run_dir / ".lock")
+    r = script("launch.py", "up", "--yes", "--state-dir", str(run_dir))
+    assert r.code == 1 and ".lock" in r.doc["error"] and r.doc["phase"] == "up", r.doc
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", ".up.lock"] and target.read_text() == "keep"
+
+
+def test_a_state_with_a_number_json_does_not_have_is_refused_as_edited(script, inputs, live_tune, tmp_path):  # noqa: F811
+    """Twenty-seventh audit, F1: Python's reader took NaN in state.json; stop killed the server, then printed
+    "a result held NaN" and exited 1. A state start never wrote is refused before anything acts on it."""
+    import serve_life
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_life.start(plan, confirm=True)
+    try:
+        text = Path(plan["state_file"]).read_text()
+        for bad in ("NaN", "Infinity", "1e400"):
+            Path(plan["state_file"]).write_text(text.replace("{", f'{{"junk": {bad}, ', 1))
+            r = script("launch.py", "stop", "--plan", str(plan_file))
+            assert r.code == 1 and "holds a number JSON does not have" in r.doc["error"], r.doc
+            assert serve_life.process_alive(json.loads(text))
+        Path(plan["state_file"]).write_text(text)
+    finally:
+        serve_life.stop(plan)
+
+
+def test_sudo_docker_calls_never_follow_a_docker_host_sudo_keeps():
+    """Twenty-seventh audit, note: a sudoers `env_keep += DOCKER_HOST` let `sudo -n docker` reach the daemon
+    the shell named; a plan for sudo docker names no engine (sudo resets the environment otherwise)."""
+    import common
+    pinned = common.run_env(["sudo", "-n", "docker", "run", "x"], {"DOCKER_HOST": "tcp://10.9.9.9:2375", "K": "1"})
+    assert pinned == {"K": "1", "DOCKER_CONTEXT": "default"}
+    assert common.run_env(["sudo", "-n", "true"], {"DOCKER_HOST": "x"}) == {"DOCKER_HOST": "x"}

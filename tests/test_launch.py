@@ -201,9 +201,11 @@ def test_container_start_removes_pulls_runs_with_secret_by_name(script, inputs, 
     name = f"vllm-epyc-{plan['port']}"
     assert r.code == 0 and r.doc["started"] and r.doc["container_name"] == name
     made = calls(d)[before:]
-    assert [c["argv"][0] for c in made] == ["rm", "image", "pull", "run"]  # pulled: the image was not local
-    assert made[0]["argv"] == ["rm", "-f", name]
-    assert ["docker", *made[3]["argv"]] == plan["argv"]
+    # a running container of that name is asked about first (another plan's is never removed), then the
+    # approved commands: pulled, as the image was not local
+    assert [c["argv"][0] for c in made] == ["inspect", "rm", "image", "pull", "run"]
+    assert made[1]["argv"] == ["rm", "-f", name]
+    assert ["docker", *made[4]["argv"]] == plan["argv"]
     assert SECRET not in json.dumps(made) and SECRET not in r.stdout + r.stderr
     secret_file = tmp_path / "st" / "secrets" / "HF_TOKEN"  # what the container mounts read-only
     assert secret_file.read_text() == SECRET and oct(secret_file.stat().st_mode & 0o777) == "0o600"
