@@ -26,6 +26,21 @@ def leaks(text: str, secret: str = TOKEN, run: int = 6) -> list[str]:
     return [secret[i:i + run] for i in range(len(secret) - run + 1) if secret[i:i + run] in text]
 
 
+@contextlib.contextmanager
+def another_process_holding(lock_file: str):
+    """Another process holds that lock file exactly as start (.lock) or up (.up.lock) does."""
+    import subprocess
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               lock_file], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
 # ---- F1: a runtime CLI that cannot be executed, while kernel_proof streams its log
 
 @pytest.mark.parametrize("body", [b"not a program\n", b"", b"#!/nonexistent/interpreter\n"])
@@ -1692,20 +1707,12 @@ def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script
     """A note of the twenty-third audit: stop took no lock, so while a start held the state dir (a container
     pull and run can take minutes) stop found no state, said "not running", and the server came up after.
     Here another process holds the lock exactly as start does."""
-    import subprocess
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-                               str(Path(plan["state_dir"]) / ".lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with another_process_holding(str(Path(plan["state_dir"]) / ".lock")):
         r = script("launch.py", "stop", "--plan", str(plan_file))
         assert r.code == 1 and "a start (or another stop) for" in r.doc["error"] and "in progress" in r.doc["error"], r.doc
         assert "wait for start" in r.doc["fix"] and r.doc["phase"] == "stop"
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
     r = script("launch.py", "stop", "--plan", str(plan_file))
     assert r.code == 0 and r.doc["stopped"] is False, r.doc
 
@@ -1820,20 +1827,12 @@ def test_up_holds_its_folder_so_a_second_up_cannot_rewrite_the_first_ones_plan(s
     """F3: a second up into a folder whose first up was still pulling (no state yet, start's .lock not
     taken) rewrote every step document and plan.json, and the first run's server was left with no plan file
     that could stop it. Here another process holds the folder as up does."""
-    import subprocess
     run_dir = tmp_path / "up"
     run_dir.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-                               str(run_dir / ".up.lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with another_process_holding(str(run_dir / ".up.lock")):
         r = script("launch.py", "up", "--yes", "--state-dir", str(run_dir))
         assert r.code == 1 and "another up is running" in r.doc["error"], r.doc
         assert sorted(p.name for p in run_dir.iterdir()) == [".up.lock"]  # nothing written
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
 
 
 def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
@@ -2135,17 +2134,10 @@ def test_a_start_while_another_up_holds_the_folder_is_refused(script, inputs, li
     another process holds .up.lock (up's own start holds it in the same process: not refused)."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-                               str(Path(plan["state_dir"]) / ".up.lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with another_process_holding(str(Path(plan["state_dir"]) / ".up.lock")):
         r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
         assert r.code == 1 and "an up in" in r.doc["error"] and "running its steps" in r.doc["error"], r.doc
         assert not Path(plan["state_file"]).exists()
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
     assert script("launch.py", "stop", "--plan", str(plan_file)).doc["stopped"] is True
 
