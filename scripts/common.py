@@ -127,7 +127,8 @@ def secret_forms(values: list[str]) -> list[str]:
     """Each secret value as text can carry it, longest first: as is; as it reads inside a JSON string (a
     quote, a backslash escaped); without the spaces or line ends around it (what a client sends: an
     `HF_TOKEN` ending in \\r from a Windows .env); each of its lines (logs are masked a line at a time); and
-    with a byte that is not UTF-8 read as the log reader reads it (U+FFFD); and percent-encoded."""
+    with a byte that is not UTF-8 read as the log reader reads it (U+FFFD); percent-encoded (as a URL quotes
+    it, or every byte); and in base64 or base64url."""
     forms: set[str] = set()
     for value in filter(None, values):
         readable = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -144,8 +145,15 @@ def secret_forms(values: list[str]) -> list[str]:
                 # %2f is as valid as %2F (RFC 3986 calls them the same): some clients write it so
                 url_lower = re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), url_form)
                 forms.update((form, json.dumps(form)[1:-1], url_form, url_lower))
-        forms.update(base64_forms(value.strip()))
+        raw = value.strip().encode("utf-8", "surrogateescape")
+        if raw:  # every byte escaped, letters too (some encoders do): %73%6B... and %73%6b...
+            forms.update(("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw)))
+        for text in base64_forms(value.strip()):  # and base64url's alphabet (a JWT, a URL-safe dump): -_ for +/
+            forms.update((text, text.translate(BASE64URL)))
     return sorted(forms, key=len, reverse=True)
+
+
+BASE64URL = str.maketrans("+/", "-_")
 
 
 def base64_forms(value: str) -> list[str]:
@@ -803,6 +811,42 @@ def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
                           "validate.py and plan again; to serve on another machine, run the chain on it "
                           "(detect.py --host user@box plans it from here)")
     return [*CONTAINER_RUNTIMES[runtime], f"--host={engine}"]
+
+
+def podman_remote_problem(timeout: float = 20) -> str | None:
+    """Why this machine's `podman` would run a container elsewhere, or None. Its environment is cleared of
+    CONTAINER_HOST/CONTAINER_CONNECTION (run_env), but a containers.conf with `[engine] remote = true` (or
+    a podman-remote build, or a podman machine VM) still makes every call a remote one, which no flag
+    overrides: podman itself says so as Host.ServiceIsRemote. A podman that does not answer is left to the
+    call that follows (its own error says why)."""
+    res = run(["podman", "info", "--format", "{{.Host.ServiceIsRemote}}"], timeout=timeout)
+    if res.ok and res.stdout.strip().lower() == "true":
+        return ("podman here is a remote client (containers.conf `[engine] remote = true`, podman-remote, or a "
+                "podman machine VM): its containers run on another machine, not on the CPUs and memory this plan "
+                "is sized for")
+    return None
+
+
+def sudo_docker_context_problem(timeout: float = 20) -> str | None:
+    """Why `sudo -n docker` would reach another daemon than this machine's default socket, or None. sudo
+    resets the environment (and run_env drops DOCKER_HOST besides), but root's docker reads root's own
+    ~/.docker/config.json, whose current context can name any daemon, remote ones included; a plan names
+    no engine for sudo docker, so only the default context is accepted. A CLI without contexts answers
+    nothing here and uses the default socket."""
+    shown = run(["sudo", "-n", "docker", "context", "show"], timeout=timeout)
+    name = shown.stdout.strip()
+    if shown.ok and name not in ("", "default"):
+        return (f"root's current docker context is {clip(repr(name), 80)}, not default: `sudo docker` would run "
+                "the server on the daemon that context names, which this plan (sized for this machine) cannot check")
+    return None
+
+
+SUDO_DOCKER_CONTEXT_FIX = "run `sudo docker context use default`, or use docker or the host path (validate.py --runtime)"
+
+
+PODMAN_REMOTE_FIX = ("set `remote = false` under [engine] in containers.conf (or unset CONTAINERS_CONF), or use "
+                     "docker or the host path (validate.py --runtime docker|host); to serve on another machine, "
+                     "run the chain on it")
 
 
 def runtime_of(doc: dict) -> list[str]:

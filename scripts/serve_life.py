@@ -821,6 +821,12 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 proc.returncode = 0
     else:
         rm, pull = plan["pre_argv"]
+        # since validate: a containers.conf can make podman a remote client, and root's docker context can move
+        remote, fix = ((common.podman_remote_problem(), common.PODMAN_REMOTE_FIX) if plan["runtime"] == "podman" else
+                       (common.sudo_docker_context_problem(), common.SUDO_DOCKER_CONTEXT_FIX)
+                       if plan["runtime"] == "sudo docker" else (None, ""))
+        if remote:
+            raise ScriptError(remote, fix + "; then validate.py and plan again", phase="start")
         found = inspect_container(common.runtime_of(plan), plan["container_name"])
         if found and found["running"]:  # no state of ours names it (checked above): the name is one per port,
             # and another plan's container (its own state dir) may not have bound the port yet

@@ -2010,6 +2010,10 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
     lambda k: "Basic " + __import__("base64").b64encode(f"ab:{k}xy".encode()).decode(),
     lambda k: "q=" + __import__("urllib.parse").parse.quote(k, safe="").replace("%2F", "%2f").replace("%2B", "%2b")
     .replace("%3D", "%3d"),                                                               # %2f, not %2F
+    lambda k: "eyJhbGciOiJub25lIn0." + __import__("base64").urlsafe_b64encode(               # base64url (a JWT)
+        f'{{"key":"{k}"}}'.encode()).decode().rstrip("="),
+    lambda k: "u=" + "".join(f"%{b:02X}" for b in k.encode()),                            # every byte escaped
+    lambda k: "u=" + "".join(f"%{b:02x}" for b in k.encode()),
 ])
 def test_a_secret_in_base64_or_lowercase_percent_encoding_is_masked(wrap, monkeypatch):
     """Noted since the twenty-fourth: a server echoing the Basic header a mirror's password went out in, or
@@ -2020,6 +2024,11 @@ def test_a_secret_in_base64_or_lowercase_percent_encoding_is_masked(wrap, monkey
     masked = common.mask_secrets(f"server said: {text} end")
     assert "***" in masked and text not in masked, masked
     assert common.mask_secrets("Basic dXNlcjpwYXNzd29yZA== and words") == "Basic dXNlcjpwYXNzd29yZA== and words"
+    tilde_key = "sk-~~~~secret~~~~value"  # its base64 has + where base64url has -
+    monkeypatch.setenv("MY_API_KEY", tilde_key)
+    for pre in ("", "a", "ab"):
+        url_safe = __import__("base64").urlsafe_b64encode((pre + tilde_key).encode()).decode()
+        assert "-" in url_safe and url_safe not in common.mask_secrets(f"token {url_safe} end"), url_safe
 
 
 def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 import common
 from conftest import run_script
-from test_launch import calls, inputs, plan_args, rt  # noqa: F401  (fixtures)
+from test_launch import FAKE_BIN, calls, inputs, plan_args, rt  # noqa: F401  (fixtures)
 
 SOCK = "unix:///run/private-engine/docker.sock"
 
@@ -231,3 +231,68 @@ def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inp
     made = [c for c in calls(d) if c["runtime"] == "podman"]
     assert {c["argv"][0] for c in made} >= {"run", "stop", "rm", "image"}  # validate probes with run --rootfs
     assert all(c["container_host_env"] is None and c["container_connection_env"] is None for c in made), made
+
+
+def plan_on(runtime, inputs, env, tmp_path):  # noqa: F811  (inputs is the fixture's value)
+    """validate.py as this environment answers it, asserting it picked `runtime`; then the plan made from it."""
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert val.code == 0 and val.doc["runtime"] == runtime, val.doc
+    vfile = tmp_path / f"validate-{runtime.replace(' ', '-')}.json"
+    vfile.write_text(val.stdout)
+    r = run_script("launch.py", *plan_args({**inputs, "validate": vfile}, "--state-dir", str(tmp_path / "st")), env=env)
+    assert r.code == 0, r.doc
+    pfile = tmp_path / "plan.json"
+    pfile.write_text(r.stdout)
+    return pfile, r.doc
+
+
+def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tmp_path):  # noqa: F811
+    """Noted since the twenty-fifth audit: a containers.conf with `[engine] remote = true` makes every podman
+    call a remote one, whatever its environment. podman says so itself (Host.ServiceIsRemote): validate does
+    not count such a podman, and start refuses if a later shell's podman has become one. (FAKE podman: it
+    cannot start containers in this sandbox.)"""
+    d, env = rt
+    (d / "daemon_down").touch()
+    (d / "podman_can_run").touch()
+    (d / "podman_remote").touch()
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "podman", env=env)
+    assert val.doc["runtime"] != "podman", val.doc
+    assert "remote client" in val.doc["runtime_detail"]["podman"], val.doc
+    assert not [c for c in calls(d) if c["runtime"] == "podman" and c["argv"][0] == "run"]  # nothing ran remotely
+    (d / "podman_remote").unlink()
+    pfile, _ = plan_on("podman", inputs, env, tmp_path)
+    (d / "podman_remote").touch()  # containers.conf changed since validate
+    before = len(calls(d))
+    refused = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
+    assert refused.code == 1 and "remote client" in refused.doc["error"], refused.doc
+    assert "remote = false" in refused.doc["fix"] and "validate.py and plan again" in refused.doc["fix"]
+    assert [c["argv"][0] for c in calls(d)[before:]] == ["info"]  # asked, and nothing else
+    assert not (tmp_path / "st" / "state.json").exists()
+
+
+def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inputs, rt, tmp_path):  # noqa: F811
+    """Noted since the twenty-seventh audit: sudo resets the environment, but root's docker follows root's
+    own current context, which can name a remote daemon. validate does not count sudo docker then, and
+    start refuses if root's context has moved since. (FAKE sudo and docker: there is no sudo here, and
+    root's context is the fake's file.)"""
+    d, env = rt
+    env = {**env, "PATH": f"{FAKE_BIN.parent / 'sudo_bin'}:{env['PATH']}"}
+    (d / "user_denied").touch()
+    (d / "root_context").write_text("build tcp://10.0.0.9:2376")
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert val.doc["runtime"] != "sudo docker", val.doc
+    assert "root's current docker context is 'build'" in val.doc["runtime_detail"]["sudo docker"], val.doc
+    assert not [c for c in calls(d) if c["runtime"] == "sudo docker" and c["argv"][0] == "info"]
+    (d / "root_context").unlink()
+    pfile, plan = plan_on("sudo docker", inputs, env, tmp_path)
+    assert plan["argv"][:3] == ["sudo", "-n", "docker"], plan
+    (d / "root_context").write_text("build tcp://10.0.0.9:2376")  # root switched context since validate
+    before = len(calls(d))
+    refused = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
+    assert refused.code == 1 and "root's current docker context is 'build'" in refused.doc["error"], refused.doc
+    assert "sudo docker context use default" in refused.doc["fix"]
+    assert [c["argv"][:2] for c in calls(d)[before:]] == [["context", "show"]]  # asked, and nothing else
+    assert not (tmp_path / "st" / "state.json").exists()
+    (d / "root_context").unlink()
+    assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
+    assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).code == 0

@@ -10,6 +10,7 @@ suite. It records every argv to $FAKE_RT_DIR/calls.jsonl (a leading --host=ADDRE
 image inspect, pull, inspect -f, logs, stop, rm, ps.
 Behaviour is set by files in $FAKE_RT_DIR:
   daemon_down      `info` fails like a stopped daemon
+  user_denied      `info` of plain docker fails: this user may not use the socket (sudo docker may)
   images           one locally present image per line
   pull_fails       `pull` fails
   run_hang         `run` (of the server) never returns: a slow `docker run` to interrupt
@@ -20,7 +21,9 @@ Behaviour is set by files in $FAKE_RT_DIR:
   logs_lines       `logs` prints that many zentorch kernel lines (a long --kernel-log run)
   logs_hang        `logs` closes its output, then never exits
   logs_text        `logs` prints exactly this file's text, and exits with the number in logs_exit (default 0)
+  podman_remote    `info --format {{.Host.ServiceIsRemote}}` says true (containers.conf remote = true)
   context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
+  root_context     the same, of root: as `sudo -n docker` sees it (tests/fakes/sudo_bin/sudo is this script too)
   removed-NAME     written by `rm NAME`, removed by `run --name NAME`: `stop NAME` then says "No such container"
   created-NAME     the id of the container `run --name NAME` made (`inspect` knows no other container)
   next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
@@ -34,6 +37,10 @@ d = Path(os.environ["FAKE_RT_DIR"])
 d.mkdir(parents=True, exist_ok=True)
 name = Path(sys.argv[0]).name
 args = sys.argv[1:]
+if name == "sudo":  # tests/fakes/sudo_bin only: `sudo -n docker ...` runs this docker as root (root's context)
+    if args[:2] != ["-n", "docker"]:
+        sys.exit(print("sudo: a password is required", file=sys.stderr) or 1)
+    name, args = "sudo docker", args[2:]
 engine = None  # docker's global --host=ADDRESS (the plan's engine), taken off as the real CLI does
 if args and args[0].startswith("--host="):
     engine, args = args[0].removeprefix("--host="), args[1:]
@@ -49,7 +56,12 @@ flag = lambda n: (d / n).exists()  # noqa: E731
 images = (d / "images").read_text().split() if flag("images") else []
 cmd = args[0] if args else ""
 
-if cmd == "info":
+if cmd == "info" and "{{.Host.ServiceIsRemote}}" in args:  # podman: would its containers run elsewhere?
+    print("true" if flag("podman_remote") else "false")
+elif cmd == "info":
+    if flag("user_denied") and name == "docker":  # not in the docker group; root (sudo docker) is let in
+        sys.exit(print("permission denied while trying to connect to the Docker daemon socket at "
+                       "unix:///var/run/docker.sock", file=sys.stderr) or 1)
     if flag("daemon_down"):
         sys.exit(print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr) or 1)
     print("28.2.2")
@@ -104,7 +116,8 @@ elif cmd == "logs":
             sys.stdout.write(block)
     print("INFO fake log line 1\nERROR fake engine failure")
 elif cmd == "context":  # `context show` / `context inspect`: the file `context` holds "NAME ADDRESS"
-    ctx_name, ctx_host = ((d / "context").read_text().split() + ["", ""])[:2] if flag("context") else ("default", "")
+    ctx_file = "root_context" if name == "sudo docker" else "context"
+    ctx_name, ctx_host = ((d / ctx_file).read_text().split() + ["", ""])[:2] if flag(ctx_file) else ("default", "")
     ctx_host = ctx_host or "unix:///var/run/docker.sock"
     print(ctx_name if args[1:2] == ["show"] else ctx_host)
 elif cmd == "rm" and flag("rm_fails"):
