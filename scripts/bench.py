@@ -293,13 +293,30 @@ def main(argv: Sequence[str] | None = None):
     if problem:  # the default folder is in the state dir: only one start would write into
         raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
                           "pass --out FOLDER, or plan again with a --state-dir of this bundle's own")
-    out = common.output_dir(args.out, "--out") if args.out else new_bench_dir(Path(plan["state_dir"]))
+    out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
     if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ[key_env]
     if args.compare:
         return compare(plan, args, out, env)
     return finish(plan, args, out, run_matrix(plan, args, out, env))
+
+
+def result_dir(spec: str) -> Path:
+    """--out: a folder bench makes, or an empty one. Every entry in it is then bench's own: nothing planted
+    there (a link named plot.png, raw/NAME.json or skill/) takes a write elsewhere, and `--out /` or a home
+    folder is never filled with results."""
+    out = common.output_dir(spec, "--out")
+    try:
+        held = sorted(os.listdir(out))
+    except OSError as exc:
+        raise common.os_error(exc, f"cannot read --out {spec!r}")
+    if held:
+        shown = ", ".join(common.clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise ScriptError(f"--out {common.clip(repr(str(spec)), 200)} is not empty (it holds {shown})",
+                          "pass --out a new or empty folder: bench writes summary.json, summary.md, plot.png and "
+                          "raw/ (with --compare, one folder per sizing) there, and nothing else may be in it")
+    return out
 
 
 def new_bench_dir(state_dir: Path) -> Path:
@@ -523,7 +540,10 @@ def plot(cells: list[dict], path: Path) -> str | None:
     a.legend()
     b.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    import serve_life
+    with os.fdopen(serve_life.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "wb") as f:
+        fig.savefig(f, format="png")  # never through a link planted under its name
+    plt.close(fig)
     return str(path)
 
 

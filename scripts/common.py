@@ -128,7 +128,7 @@ def secret_forms(values: list[str]) -> list[str]:
     quote, a backslash escaped); without the spaces or line ends around it (what a client sends: an
     `HF_TOKEN` ending in \\r from a Windows .env); each of its lines (logs are masked a line at a time); and
     with a byte that is not UTF-8 read as the log reader reads it (U+FFFD); percent-encoded (as a URL quotes
-    it, or every byte); and in base64 or base64url."""
+    it, or every byte); in hex; and in base64 or base64url."""
     forms: set[str] = set()
     for value in filter(None, values):
         readable = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -144,10 +144,12 @@ def secret_forms(values: list[str]) -> list[str]:
                 url_form = urllib.parse.quote(form, safe="", errors="surrogateescape")
                 # %2f is as valid as %2F (RFC 3986 calls them the same): some clients write it so
                 url_lower = re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), url_form)
-                forms.update((form, json.dumps(form)[1:-1], url_form, url_lower))
+                json_form = json.dumps(form)[1:-1]  # and with / escaped as \/, as PHP's and some Java encoders write it
+                forms.update((form, json_form, json_form.replace("/", "\\/"), url_form, url_lower))
         raw = value.strip().encode("utf-8", "surrogateescape")
-        if raw:  # every byte escaped, letters too (some encoders do): %73%6B... and %73%6b...
-            forms.update(("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw)))
+        if raw:  # every byte escaped, letters too (some encoders do): %73%6B... and %73%6b...; and in hex
+            forms.update(("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw), raw.hex(),
+                          raw.hex().upper()))
         for text in base64_forms(value.strip()):  # and base64url's alphabet (a JWT, a URL-safe dump): -_ for +/
             forms.update((text, text.translate(BASE64URL)))
     return sorted(forms, key=len, reverse=True)
@@ -849,9 +851,23 @@ PODMAN_REMOTE_FIX = ("set `remote = false` under [engine] in containers.conf (or
                      "run the chain on it")
 
 
+_SEEN_LOCAL: set[str] = set()  # runtimes this process has found on this machine (verify asks on every poll)
+
+
 def runtime_of(doc: dict) -> list[str]:
-    """The runtime argv prefix a plan (or the state its start wrote) names: its runtime, on its engine."""
-    return runtime_argv(doc["runtime"], doc.get("engine"))
+    """The runtime argv prefix a plan (or the state its start wrote) names: its runtime, on its engine. A
+    podman or sudo docker that would reach another machine now (containers.conf, root's docker context:
+    no flag in the argv overrides them) is refused for every verb, as a later shell's DOCKER_HOST is: a
+    stop there would find nothing, say "not running" and drop the state of the server running here."""
+    argv = runtime_argv(doc["runtime"], doc.get("engine"))
+    if doc["runtime"] in ("podman", "sudo docker") and doc["runtime"] not in _SEEN_LOCAL:
+        problem, fix = ((podman_remote_problem(), PODMAN_REMOTE_FIX) if doc["runtime"] == "podman"
+                        else (sudo_docker_context_problem(), SUDO_DOCKER_CONTEXT_FIX))
+        if problem:
+            raise ScriptError(problem, f"{fix}; then run this command again (a plan made while it was remote: "
+                              "validate.py and plan again)")
+        _SEEN_LOCAL.add(doc["runtime"])
+    return argv
 
 
 def docker_engine(env: dict) -> str | None:

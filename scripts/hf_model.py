@@ -358,6 +358,10 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"--model {ref[:80]!r}{'...' if len(ref) > 80 else ''} is not a usable path: "
                           f"{exc.strerror or exc}", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
     if is_dir:
+        if revision is not None:  # a folder has no revisions: the flag would be recorded, then never served
+            raise ScriptError(f"--revision {revision!r} names a Hub branch, tag or commit, and {ref[:200]!r} is a local "
+                              "folder: its files are what is served", "drop --revision, or pass the Hub id "
+                              "(owner/name) to serve that revision")
         return ModelFiles(ref, "local", None, common.real_path(p))
     if exists:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")

@@ -408,6 +408,15 @@ def main(argv: Sequence[str] | None = None):
         return plan, common.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), common.EXIT_OK
+    try:
+        return life_verb(a, epyc)
+    except ScriptError as exc:  # a refusal from below (the runtime, the engine) names the verb it stopped
+        exc.extra.setdefault("phase", a.cmd)
+        raise
+
+
+def life_verb(a, epyc: dict) -> tuple[dict, int]:
+    """start, verify, handoff or stop, on the plan file named."""
     if a.cmd == "start":  # rendered again in this shell: the key and HF_TOKEN must be set here, now
         plan = load_plan(a.plan)
         return start(plan, a.confirm, a.pull, fresh=rerender(plan, epyc) if a.confirm else None), common.EXIT_OK

@@ -720,6 +720,19 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
         return _start_locked(plan, pull_policy)
 
 
+# docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container
+# name "N" is already in use by ID': `run` refused to create ours
+NAME_TAKEN = "is already in use"
+
+
+def runtime_silent(plan: dict, verb: str, undone: str) -> ScriptError:
+    """The runtime did not say whether a container of the plan's name exists (down, slow, an answer of
+    another shape): nothing is done by name then, since the name is one per port and may be another plan's."""
+    return ScriptError(f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
+                       f"(inspect failed): {undone}", f"check the runtime ({plan['runtime']} info), then run {verb} "
+                       "again; the state and secret files are kept", phase=verb)
+
+
 def container_gone(removal: common.RunResult) -> bool:
     """`RT rm -f NAME` removed it, or there was none: a runtime that did not answer leaves it maybe running."""
     return removal.ok or "no such container" in (removal.stderr or "").lower()
@@ -821,13 +834,9 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 proc.returncode = 0
     else:
         rm, pull = plan["pre_argv"]
-        # since validate: a containers.conf can make podman a remote client, and root's docker context can move
-        remote, fix = ((common.podman_remote_problem(), common.PODMAN_REMOTE_FIX) if plan["runtime"] == "podman" else
-                       (common.sudo_docker_context_problem(), common.SUDO_DOCKER_CONTEXT_FIX)
-                       if plan["runtime"] == "sudo docker" else (None, ""))
-        if remote:
-            raise ScriptError(remote, fix + "; then validate.py and plan again", phase="start")
         found = inspect_container(common.runtime_of(plan), plan["container_name"])
+        if found is None:  # nothing is removed by name that the runtime has not said is a leftover
+            raise runtime_silent(plan, "start", "nothing was removed or started")
         if found and found["running"]:  # no state of ours names it (checked above): the name is one per port,
             # and another plan's container (its own state dir) may not have bound the port yet
             raise ScriptError(f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that "
@@ -867,8 +876,17 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                      **served_folder(plan)}
             write_state(plan, state)
         except BaseException as exc:
+            if not launched and isinstance(exc, ScriptError) and NAME_TAKEN in exc.error.lower():
+                # another plan's container took the name since the check above (its start ran during our pull):
+                # ours was never created, and the name is theirs -- removing it by name would end their server
+                remove_secret_files(plan)
+                raise ScriptError(f"{plan['runtime']} run failed: another container took the name "
+                                  f"{plan['container_name']} while this start ran (another plan's start on this port)",
+                                  "stop it with the plan that started it, or plan this one on another port; then "
+                                  "start again", phase="start") from None
             # no state names the container (`run` failed, was interrupted -- the engine may have started it
             # anyway -- or its state could not be written): removed by name, with the key files it would read
+            # (a `run` that failed other than on the name created its container first: the name is ours)
             with common.signals_deferred():
                 removed = common.run(rm, timeout=60)
                 remove_secret_files(plan)
@@ -1128,6 +1146,8 @@ def _stop_locked(plan: dict) -> dict:
     if plan["path"] != "host":
         rt = common.runtime_of(plan)
         found = inspect_container(rt, plan["container_name"])
+        if found is None:  # stop and rm go by name: never on a container the runtime has not shown is ours
+            raise runtime_silent(plan, "stop", "nothing was stopped or removed")
         if found and state is None:  # the name is one per port: another state dir's plan on this port started it
             raise ScriptError(f"a container named {plan['container_name']} exists ({'running' if found['running'] else 'exited'}, "
                               f"id {found['id'][:12]}) that the state dir {plan['state_dir']} has no record of: "

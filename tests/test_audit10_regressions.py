@@ -527,8 +527,13 @@ def test_stop_keeps_the_state_while_the_runtime_cannot_remove_the_container(scri
     no_runtime = tmp_path / "no-runtime"
     no_runtime.mkdir()
     r = script("launch.py", "stop", "--plan", str(plan_file), env={"PATH": str(no_runtime)})
+    assert r.code == 1 and "did not say whether" in r.doc["error"] and "stop again" in r.doc["fix"], r.doc
+    assert (tmp_path / "st" / "state.json").exists()
+    (d / "rm_fails").touch()  # the runtime answers, and cannot remove it
+    r = script("launch.py", "stop", "--plan", str(plan_file), env=env)
     assert r.code == 1 and "could not remove" in r.doc["error"] and "stop again" in r.doc["fix"], r.doc
     assert (tmp_path / "st" / "state.json").exists()
+    (d / "rm_fails").unlink()
     r = script("launch.py", "stop", "--plan", str(plan_file), env=env)
     assert r.code == 0 and r.doc["stopped"] is True and not (tmp_path / "st" / "state.json").exists()
 

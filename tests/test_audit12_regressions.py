@@ -1203,6 +1203,17 @@ def test_an_older_plan_that_served_main_is_stopped_but_never_started(inputs, liv
     assert "differs" in err.value.error and "argv" in err.value.error
 
 
+def test_a_revision_with_a_local_folder_is_refused_not_dropped(script, tmp_path):
+    """A note of the twenty-third and twenty-eighth audits: check_model and estimate_memory recorded the
+    revision of a local folder, and plan served the folder without it (a folder has no revisions)."""
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for name in ("check_model.py", "estimate_memory.py"):
+        r = script(name, "--model", str(folder), "--revision", "v2.0", *(["--ram-gb", "64"] if "estimate" in name else []))
+        assert r.code == 1 and "is a local folder: its files are what is served" in r.doc["error"], (name, r.doc)
+        assert "drop --revision" in r.doc["fix"]
+        assert script(name, "--model", str(folder), *(["--ram-gb", "64"] if "estimate" in name else [])).code == 0
+
+
 def test_a_revision_git_would_refuse_is_refused(script, tmp_path):
     """A note of the twenty-first audit: `x.lock` passed as a revision."""
     folder = model_folder("Qwen3-0.6B", tmp_path)
@@ -2014,6 +2025,8 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
         f'{{"key":"{k}"}}'.encode()).decode().rstrip("="),
     lambda k: "u=" + "".join(f"%{b:02X}" for b in k.encode()),                            # every byte escaped
     lambda k: "u=" + "".join(f"%{b:02x}" for b in k.encode()),
+    lambda k: "hex " + k.encode().hex() + " and " + k.encode().hex().upper(),             # twenty-eighth, F5
+    lambda k: '{"key": "' + k.replace("/", "\\/") + '"}',                                  # JSON with \/
 ])
 def test_a_secret_in_base64_or_lowercase_percent_encoding_is_masked(wrap, monkeypatch):
     """Noted since the twenty-fourth: a server echoing the Basic header a mirror's password went out in, or
@@ -2253,3 +2266,81 @@ def test_sudo_docker_calls_never_follow_a_docker_host_sudo_keeps():
     pinned = common.run_env(["sudo", "-n", "docker", "run", "x"], {"DOCKER_HOST": "tcp://10.9.9.9:2375", "K": "1"})
     assert pinned == {"K": "1", "DOCKER_CONTEXT": "default"}
     assert common.run_env(["sudo", "-n", "true"], {"DOCKER_HOST": "x"}) == {"DOCKER_HOST": "x"}
+
+
+def test_a_start_whose_run_meets_another_plans_container_leaves_it_running(script, inputs, rt, tmp_path):  # noqa: F811
+    """Twenty-eighth audit, F1: another plan's start on this port (its own state dir) made its container while
+    ours pulled; our `run` failed on the name, and its clean-up removed that container by name, ending a
+    verified server. A `run` refused on the name created nothing of ours: nothing is removed."""
+    from test_launch import calls
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    (d / "pull_creates").write_text(plan["container_name"])
+    before = len(calls(d))
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 1 and "another container took the name" in r.doc["error"], r.doc
+    assert r.doc["phase"] == "start" and "another port" in r.doc["fix"]
+    made = [c["argv"][0] for c in calls(d)[before:]]
+    assert made[-2:] == ["pull", "run"] and "rm" not in made[made.index("pull"):], made  # theirs is left alone
+    assert (d / f"created-{plan['container_name']}").read_text() == "a" * 64
+    assert not (d / f"removed-{plan['container_name']}").exists() and not (tmp_path / "st" / "state.json").exists()
+
+
+@pytest.mark.parametrize("verb", ["start", "stop"])
+def test_a_runtime_that_does_not_say_which_container_has_the_name_is_not_acted_on(verb, script, inputs, rt,  # noqa: F811
+                                                                                   tmp_path):
+    """Twenty-eighth audit, F2: an `inspect` that failed once (a slow daemon) read as "no container", and stop
+    (with no state) or start then stopped or removed by name whatever held it: another plan's server."""
+    from test_launch import calls
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    (d / f"created-{plan['container_name']}").write_text("a" * 64)  # another state dir's, running
+    (d / "inspect_fails").touch()
+    before = len(calls(d))
+    args = ["--confirm"] if verb == "start" else []
+    r = script("launch.py", verb, "--plan", str(plan_file), *args, env=env)
+    assert r.code == 1 and "did not say whether a container named" in r.doc["error"], r.doc
+    assert r.doc["phase"] == verb and f"run {verb} again" in r.doc["fix"]
+    assert [c["argv"][0] for c in calls(d)[before:]] == ["inspect"]  # nothing stopped, removed or run
+
+
+def test_bench_writes_only_into_a_new_or_empty_out_folder(script, inputs, rt, tmp_path):  # noqa: F811
+    """Twenty-eighth audit, F4: `--out` took any folder, and what was planted in it took bench's writes
+    elsewhere: a link named plot.png (matplotlib's savefig follows it), raw/NAME.json (vllm bench serve
+    writes it), skill/ under --compare; `--out /` filled the root with results. A non-empty --out is
+    refused before anything runs, and the plot is written as bench's other files are, never via a link."""
+    import bench
+    from common import ScriptError
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plot.png").symlink_to(victim)
+    for args in ([], ["--compare"]):
+        r = script("bench.py", "--plan", str(plan_file), "--out", str(out), *args, env=rt[1], timeout=120)
+        assert r.code == 1 and "is not empty (it holds 'plot.png')" in r.doc["error"], r.doc
+        assert "a new or empty folder" in r.doc["fix"] and victim.read_text() == "keep"
+    with pytest.raises(ScriptError, match="symbolic link"):
+        bench.plot([{"input_len": 16, "concurrency": 1, "output_throughput": 5.0, "median_tpot_ms": 9.0}],
+                   out / "plot.png")
+    assert victim.read_text() == "keep"
+    (out / "plot.png").unlink()
+    written = bench.plot([{"input_len": 16, "concurrency": 1, "output_throughput": 5.0, "median_tpot_ms": 9.0}],
+                         out / "plot.png")
+    assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written == str(out / "plot.png")
+
+
+@pytest.mark.parametrize("field,value", [("kv_bytes_per_sequence", 0), ("kv_bytes_per_sequence", 2 ** 70),
+                                         ("kv_bytes_per_token", 0), ("weight_bytes", 0), ("weight_bytes", 2 ** 70)])
+def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, inputs, rt, tmp_path):  # noqa: F811
+    """A note of the twenty-eighth audit: an edited estimate of 0 KV bytes per sequence was planned with a
+    wrong reason in the summary, 2**70 as a cache that "holds 0 tokens", and 0 or 2**70 weight bytes passed.
+    estimate_memory.py writes none of these (weights are at least vocab x hidden, at most 1 PiB)."""
+    from test_launch import plan_args
+    doc = json.loads(Path(inputs["estimate"]).read_text())
+    doc[field] = value
+    edited = tmp_path / "estimate-edited.json"
+    edited.write_text(json.dumps(doc))
+    r = script("launch.py", *plan_args({**inputs, "estimate": edited}, "--state-dir", str(tmp_path / "st")), env=rt[1])
+    assert r.code == 1 and "is not estimate_memory.py's output" in r.doc["error"] and field in r.doc["error"], r.doc

@@ -265,7 +265,7 @@ def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tm
     before = len(calls(d))
     refused = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
     assert refused.code == 1 and "remote client" in refused.doc["error"], refused.doc
-    assert "remote = false" in refused.doc["fix"] and "validate.py and plan again" in refused.doc["fix"]
+    assert "remote = false" in refused.doc["fix"] and "run this command again" in refused.doc["fix"]
     assert [c["argv"][0] for c in calls(d)[before:]] == ["info"]  # asked, and nothing else
     assert not (tmp_path / "st" / "state.json").exists()
 
@@ -295,4 +295,10 @@ def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inpu
     assert not (tmp_path / "st" / "state.json").exists()
     (d / "root_context").unlink()
     assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
-    assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).code == 0
+    (d / "root_context").write_text("build tcp://10.0.0.9:2376")  # the twenty-eighth audit's F3: after start,
+    for verb in ("stop", "verify", "handoff"):  # a stop there said "not running" and dropped the running one's state
+        refused = run_script("launch.py", verb, "--plan", str(pfile), env=env)
+        assert refused.code == 1 and "root's current docker context" in refused.doc["error"], (verb, refused.doc)
+        assert refused.doc.get("phase") == verb and (tmp_path / "st" / "state.json").exists(), (verb, refused.doc)
+    (d / "root_context").unlink()
+    assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).doc["stopped"] is True

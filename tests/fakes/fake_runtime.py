@@ -13,6 +13,8 @@ Behaviour is set by files in $FAKE_RT_DIR:
   user_denied      `info` of plain docker fails: this user may not use the socket (sudo docker may)
   images           one locally present image per line
   pull_fails       `pull` fails
+  pull_creates     `pull` makes a container of the name this file holds (id a...a): another start during ours
+  inspect_fails    `inspect` fails like a daemon that did not answer in time
   run_hang         `run` (of the server) never returns: a slow `docker run` to interrupt
   rm_fails         `rm` fails like a daemon that stopped answering
   cpuset_rejected  `run` with --cpuset-* fails like rootless podman without cpuset delegation
@@ -25,7 +27,8 @@ Behaviour is set by files in $FAKE_RT_DIR:
   context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
   root_context     the same, of root: as `sudo -n docker` sees it (tests/fakes/sudo_bin/sudo is this script too)
   removed-NAME     written by `rm NAME`, removed by `run --name NAME`: `stop NAME` then says "No such container"
-  created-NAME     the id of the container `run --name NAME` made (`inspect` knows no other container)
+  created-NAME     the id of the container `run --name NAME` made (`inspect` knows no other container); `run
+                   --name NAME` fails on it as the engine does (name in use) until `rm NAME`
   next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
 """
 import json
@@ -68,6 +71,10 @@ elif cmd == "info":
 elif cmd == "image" and args[1:2] == ["inspect"]:
     sys.exit(0 if args[2] in images else 1)
 elif cmd == "pull":
+    if flag("pull_creates"):  # another plan's start, during ours: its container takes the name this file holds
+        taken = (d / "pull_creates").read_text().strip()
+        (d / f"removed-{taken}").unlink(missing_ok=True)
+        (d / f"created-{taken}").write_text("a" * 64)
     if flag("pull_fails"):
         sys.exit(print(f"Error response from daemon: pull access denied for {args[1]}", file=sys.stderr) or 1)
     (d / "images").write_text("\n".join(images + [args[1]]) + "\n")
@@ -86,11 +93,17 @@ elif cmd == "run":
         time.sleep(120)
     if "--name" in args:  # a container of that name exists again, with the id printed (`next_id`, or f...f)
         cname = args[args.index("--name") + 1]
+        if flag(f"created-{cname}") and not flag(f"removed-{cname}"):  # as the engine refuses a name in use
+            sys.exit(print(f'docker: Error response from daemon: Conflict. The container name "/{cname}" is already '
+                           f'in use by container "{(d / f"created-{cname}").read_text().strip()}". You have to remove '
+                           "(or rename) that container to be able to reuse that name.", file=sys.stderr) or 125)
         (d / f"removed-{cname}").unlink(missing_ok=True)
         (d / f"created-{cname}").write_text((d / "next_id").read_text().strip() if flag("next_id") else "f" * 64)
         print((d / f"created-{cname}").read_text())
     else:
         print("f" * 64)
+elif cmd == "inspect" and flag("inspect_fails"):  # a daemon too slow to answer this once
+    sys.exit(print("Error response from daemon: context deadline exceeded", file=sys.stderr) or 1)
 elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}}" NAME`: of a container `run` made, not removed
     if not flag(f"created-{args[-1]}") or flag(f"removed-{args[-1]}"):
         sys.exit(print(f"Error: No such object: {args[-1]}", file=sys.stderr) or 1)
