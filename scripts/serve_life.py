@@ -221,7 +221,17 @@ def read_state(plan: dict) -> dict | None:
                           "remove the file and start again") from None
     except (OSError, ValueError, RecursionError, ScriptError):  # none, a link, a FIFO, junk: no state of ours
         return None
-    return state if isinstance(state, dict) else None
+    return state if written_by_start(state) else None
+
+
+def written_by_start(state: object) -> bool:
+    """A state one start wrote: a host server's group and start time, or a container's name. `{}` or a
+    document of other fields names no server: verify had written its pass into it, handoff handed that
+    off, and stop acted on the plan's container by name as if this state dir had started it."""
+    if not isinstance(state, dict):
+        return False
+    return ({"path", "pgid", "create_time"} <= state.keys()
+            or (state.get("path") == "container" and "container_name" in state))
 
 
 def write_state(plan: dict, state: dict) -> None:
@@ -608,9 +618,7 @@ def remove_state(plan: dict) -> str | None:
     state = read_state(plan) or {}
     if foreign_state(plan, state):  # another plan's (stale) state: not this stop's to remove
         return None
-    host_state = {"path", "pgid", "create_time"} <= state.keys()
-    container_state = state.get("path") == "container" and "container_name" in state
-    if host_state or container_state:
+    if written_by_start(state):
         try:
             Path(plan["state_file"]).unlink(missing_ok=True)
         except OSError as exc:

@@ -2344,3 +2344,22 @@ def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, 
     edited.write_text(json.dumps(doc))
     r = script("launch.py", *plan_args({**inputs, "estimate": edited}, "--state-dir", str(tmp_path / "st")), env=rt[1])
     assert r.code == 1 and "is not estimate_memory.py's output" in r.doc["error"] and field in r.doc["error"], r.doc
+
+
+def test_a_state_file_start_did_not_write_names_no_server(script, inputs, rt, tmp_path):  # noqa: F811
+    """A note of the twenty-eighth audit: state.json replaced by `{}` (fields of no start) was taken as a
+    state: verify wrote its pass into it, handoff handed the server off, and stop acted on the container
+    by name as if this state dir had started it. It names no server now: the container is not recorded."""
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    state_file = tmp_path / "st" / "state.json"
+    for edited in ({}, {"primary_endpoint": "chat_completions", "verified_at": time.time()}, {"path": "container"}):
+        state_file.write_text(json.dumps(edited))
+        v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "5", env=env)
+        assert v.code == 1 and "nothing was started from this plan" in v.doc["error"], (edited, v.doc)
+        h = script("launch.py", "handoff", "--plan", str(plan_file), env=env)
+        assert h.code == 1 and "base_url" not in h.doc, (edited, h.doc)
+        s = script("launch.py", "stop", "--plan", str(plan_file), env=env)
+        assert s.code == 1 and "has no record of" in s.doc["error"], (edited, s.doc)
+        assert json.loads(state_file.read_text()) == edited
