@@ -1123,13 +1123,18 @@ def up_in_progress(plan: dict) -> bool:
 @contextlib.contextmanager
 def holding_the_start_lock(plan: dict):
     """stop holds .lock as start does, for its whole run: a start that came in while the server went down
-    would write its state, and stop would then remove it (its server named by nothing). No lock file: no
-    start ever ran here (and stop, which may run on a read-only folder, makes none)."""
+    would write its state, and stop would then remove it (its server named by nothing). stop makes the lock
+    file where none is yet (a first start could begin while it runs); on a read-only folder it makes none,
+    and no start can write there either. No state dir at all: nothing to hold."""
     import fcntl
-    try:
-        fd = os.open(Path(plan["state_dir"]) / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        fd = None
+    lock = Path(plan["state_dir"]) / ".lock"
+    fd = None
+    for flags in (os.O_RDONLY | os.O_CREAT, os.O_RDONLY):
+        try:
+            fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            break
+        except OSError:
+            continue
     try:
         if fd is not None:
             try:
