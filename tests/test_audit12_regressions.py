@@ -1633,10 +1633,10 @@ def test_concurrent_state_writes_never_show_a_reader_half_a_state(tmp_path):
     import subprocess
     import serve_life
     plan = {"state_file": str(tmp_path / "state.json")}
-    serve_life.write_state(plan, {"path": "host", "n": 0})
+    serve_life.write_state(plan, {"path": "host", "pgid": 1, "create_time": 1.0, "n": 0})  # a start's fields
     writer = ("import sys; sys.path.insert(0, sys.argv[1]); import serve_life\n"
               "for i in range(1500): serve_life.write_state({'state_file': sys.argv[2]}, "
-              "{'path': 'host', 'pad': 'x' * 4000, 'n': i})")
+              "{'path': 'host', 'pgid': 1, 'create_time': 1.0, 'pad': 'x' * 4000, 'n': i})")
     procs = [subprocess.Popen([sys.executable, "-c", writer, str(ROOT / "scripts"), plan["state_file"]],
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     reads = torn = 0

@@ -275,7 +275,8 @@ def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):  
     with pytest.raises(ScriptError, match="verify has not settled it"):
         bench.endpoint_of(plan)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    serve_life.write_state(plan, {"primary_endpoint": "chat_completions"})
+    serve_life.write_state(plan, {"path": "host", "pgid": 1, "create_time": 1.0, "port": plan["port"],  # a start's
+                                  "plan_id": serve_life.plan_identity(plan), "primary_endpoint": "chat_completions"})
     assert bench.endpoint_of(plan) == "chat_completions"
     assert bench.endpoint_of({**plan, "primary_endpoint": "completions"}) == "completions"
 
