@@ -145,7 +145,10 @@ def secret_forms(values: list[str]) -> list[str]:
                 # %2f is as valid as %2F (RFC 3986 calls them the same): some clients write it so
                 url_lower = re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), url_form)
                 json_form = json.dumps(form)[1:-1]  # and with / escaped as \/, as PHP's and some Java encoders write it
-                forms.update((form, json_form, json_form.replace("/", "\\/"), url_form, url_lower))
+                slashed = json_form.replace("/", "\\/")
+                # and each once more inside a JSON string (an error body quoting a JSON request, as a server echoes it)
+                forms.update((form, json_form, slashed, json.dumps(json_form)[1:-1], json.dumps(slashed)[1:-1],
+                              url_form, url_lower))
         raw = value.strip().encode("utf-8", "surrogateescape")
         if raw:  # every byte escaped, letters too (some encoders do): %73%6B... and %73%6b...; and in hex
             forms.update(("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw), raw.hex(),

@@ -147,6 +147,23 @@ def refuse_a_busy_run_dir(run_dir: Path) -> None:
                           "that stops it", f"{stop_cmd} first, or run up with another --state-dir")
 
 
+UP_STOPPED = "up stopped the server it had started"
+
+
+def stop_for_up(plan: dict, plan_file: Path) -> tuple[dict, str]:
+    """up stops what it started when a step fails; stop itself may refuse (a runtime that does not answer
+    which container has the name, one that became remote): then the step's own failure is still what up
+    reports, with the refusal beside it and the command that stops the server once it can."""
+    with common.signals_deferred():  # a signal now waits until the server is stopped (or stop has said no)
+        try:
+            return stop(plan), UP_STOPPED
+        except ScriptError as err:
+            again = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(plan_file)])
+            return ({"stopped": False, "refused": err.error, "fix": f"{err.fix}; then {again}"},
+                    f"up could NOT stop the server it had started ({err.error}); it may be running: {err.fix}, "
+                    f"then {again}")
+
+
 def start_or_stop(plan: dict, plan_file: Path) -> dict:
     """up's start: a Ctrl-C or SIGTERM that start held while it launched (it then says the server runs)
     stops that server, as an interrupted verify does: nothing unverified is left running."""
@@ -157,10 +174,9 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
             raise
     except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
         pass
-    with common.signals_deferred():  # stop acts by container name or the recorded group: safe
-        stopped = stop(plan)                       # whether or not the server got going
-    raise ScriptError("interrupted during start: up stopped the server it had started", "run up again",
-                      phase="start", plan_file=str(plan_file), stopped=stopped)
+    stopped, said = stop_for_up(plan, plan_file)  # by the recorded container or group, whether or not it got going
+    raise ScriptError(f"interrupted during start: {said}", "run up again", phase="start", plan_file=str(plan_file),
+                      stopped=stopped)
 
 
 def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
@@ -169,28 +185,25 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
     try:
         return verify(plan, timeout, smoke_timeout)
     except ScriptError as exc:
-        with common.signals_deferred():  # a signal now waits until the server is stopped
-            stopped = stop(plan)
+        stopped, said = stop_for_up(plan, plan_file)
+        if said != UP_STOPPED:  # verify's verdict stays the error; that the server may still run is said beside it
+            exc.fix = f"{exc.fix}; but {said}"
         exc.extra.update(plan_file=str(plan_file), stopped=stopped)
         raise
-    except KeyboardInterrupt:
-        with common.signals_deferred():  # the second signal of `timeout` or a double Ctrl-C
-            stopped = stop(plan)
-        raise ScriptError("interrupted during verify: up stopped the server it had started", "run up again",
-                          phase="verify", plan_file=str(plan_file), stopped=stopped)
+    except KeyboardInterrupt:  # the second signal of `timeout` or a double Ctrl-C waits in stop_for_up
+        stopped, said = stop_for_up(plan, plan_file)
+        raise ScriptError(f"interrupted during verify: {said}", "run up again", phase="verify",
+                          plan_file=str(plan_file), stopped=stopped)
     except Exception as exc:  # a full disk as verify records its verdict: nothing unverified is left running
-        with common.signals_deferred():
-            stopped = stop(plan)
-        raise stopped_after(exc, "verify", plan_file, stopped) from None
+        raise stopped_after(exc, "verify", plan_file, *stop_for_up(plan, plan_file)) from None
 
 
-def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict) -> ScriptError:
+def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict, said: str) -> ScriptError:
     """What up says when a step failed on something other than its own verdict (the machine refused a
-    write): the failure in words a user acts on, and that up stopped the server it had started."""
+    write): the failure in words a user acts on, and whether up stopped the server it had started."""
     err = common.os_error(exc, f"{phase} could not go on") if isinstance(exc, OSError) else \
         ScriptError(f"{phase} could not go on ({type(exc).__name__}: {exc})", "run up again")
-    return ScriptError(err.error + ": up stopped the server it had started", err.fix, phase=phase,
-                       plan_file=str(plan_file), stopped=stopped)
+    return ScriptError(f"{err.error}: {said}", err.fix, phase=phase, plan_file=str(plan_file), stopped=stopped)
 
 
 def host_path_args(python: str | None) -> list[str]:
@@ -298,16 +311,13 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
                 "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
                                             str(plan_file)])}
     except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
-        with common.signals_deferred():  # up ends with a handoff or with nothing left running
-            stopped = stop(plan)
-        raise ScriptError("interrupted after start: up stopped the server it had started", "run up again",
-                          phase="verify", plan_file=str(plan_file), stopped=stopped)
+        stopped, said = stop_for_up(plan, plan_file)  # up ends with a handoff or with nothing left running
+        raise ScriptError(f"interrupted after start: {said}", "run up again", phase="verify",
+                          plan_file=str(plan_file), stopped=stopped)
     except ScriptError:  # each step's own: it stopped the server already, or nothing was started
         raise
     except Exception as exc:  # the handoff after a passed verify, say: the same rule
-        with common.signals_deferred():
-            stopped = stop(plan)
-        raise stopped_after(exc, phase, plan_file, stopped) from None
+        raise stopped_after(exc, phase, plan_file, *stop_for_up(plan, plan_file)) from None
 
 
 # ---------------------------------------------------------------- CLI

@@ -227,11 +227,14 @@ def read_state(plan: dict) -> dict | None:
 def written_by_start(state: object) -> bool:
     """A state one start wrote: a host server's group and start time, or a container's name. `{}` or a
     document of other fields names no server: verify had written its pass into it, handoff handed that
-    off, and stop acted on the plan's container by name as if this state dir had started it."""
+    off, and stop acted on the plan's container by name as if this state dir had started it. A container's
+    state names its id: one with a name alone was taken "by the name" and stopped another plan's server."""
     if not isinstance(state, dict):
         return False
+    # every start since the first bundle recorded the container's id (start now refuses to record none)
     return ({"path", "pgid", "create_time"} <= state.keys()
-            or (state.get("path") == "container" and "container_name" in state))
+            or (state.get("path") == "container" and "container_name" in state
+                and isinstance(state.get("container_id"), str) and bool(CONTAINER_ID.fullmatch(state["container_id"]))))
 
 
 def write_state(plan: dict, state: dict) -> None:
@@ -878,9 +881,15 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                   f"{common.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
                                   NO_RETRY_FIX, phase="start")
             launched = True
+            printed = (res.stdout.strip().splitlines() or [""])[-1].strip()  # `run -d` prints the new id last
+            if not CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
+                printed = (inspect_container(common.runtime_of(plan), plan["container_name"]) or {}).get("id", "")
+            if not CONTAINER_ID.fullmatch(printed):  # a state without it names no server: not left running unnamed
+                raise ScriptError(f"{plan['runtime']} run printed no container id, and inspect named none",
+                                  "check the runtime (" + plan["runtime"] + " info), then start again", phase="start")
             state = {"path": plan["path"], "port": plan["port"], "plan_id": plan_identity(plan), "runtime": plan["runtime"],
                      "engine": plan.get("engine"), "container_name": plan["container_name"],
-                     "container_id": res.stdout.strip()[:64], "started_at": time.time(), "argv": argv,
+                     "container_id": printed[:64], "started_at": time.time(), "argv": argv,
                      **served_folder(plan)}
             write_state(plan, state)
         except BaseException as exc:

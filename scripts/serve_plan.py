@@ -372,6 +372,9 @@ def mismatches(inp: dict) -> list[str]:
                    f"a {common.clip(vendor, 40)} CPU")
     if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
         out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
+    listed = [s.get("socket") for s in tune.get("sockets") or [] if isinstance(s, dict)]
+    if listed and "chosen_socket" in tune and tune["chosen_socket"] not in listed:  # the summary would name it
+        out.append(f"cpu_tune.py chose socket {tune['chosen_socket']}, which its own sockets ({listed[:8]}) do not list")
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
         out.append(f"detect.py read {det['target']}, cpu_tune.py sized {tune['target']}")
     read, checked_on = det.get("target", "localhost"), val.get("target", "localhost")

@@ -2029,6 +2029,7 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
     lambda k: "u=" + "".join(f"%{b:02x}" for b in k.encode()),
     lambda k: "hex " + k.encode().hex() + " and " + k.encode().hex().upper(),             # twenty-eighth, F5
     lambda k: '{"key": "' + k.replace("/", "\\/") + '"}',                                  # JSON with \/
+    lambda k: __import__("json").dumps({"body": '{"key": "' + k.replace("/", "\\/") + '"}'}),  # and in JSON again
 ])
 def test_a_secret_in_base64_or_lowercase_percent_encoding_is_masked(wrap, monkeypatch):
     """Noted since the twenty-fourth: a server echoing the Basic header a mirror's password went out in, or
@@ -2334,14 +2335,19 @@ def test_bench_writes_only_into_a_new_or_empty_out_folder(script, inputs, rt, tm
 
 
 @pytest.mark.parametrize("field,value", [("kv_bytes_per_sequence", 0), ("kv_bytes_per_sequence", 2 ** 70),
-                                         ("kv_bytes_per_token", 0), ("weight_bytes", 0), ("weight_bytes", 2 ** 70)])
+                                         ("kv_bytes_per_token", 0), ("weight_bytes", 0), ("weight_bytes", 2 ** 70),
+                                         ("fit/max_model_len", 7)])  # the twenty-ninth's F5: below the flags' 16
 def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, inputs, rt, tmp_path):  # noqa: F811
     """A note of the twenty-eighth audit: an edited estimate of 0 KV bytes per sequence was planned with a
     wrong reason in the summary, 2**70 as a cache that "holds 0 tokens", and 0 or 2**70 weight bytes passed.
     estimate_memory.py writes none of these (weights are at least vocab x hidden, at most 1 PiB)."""
     from test_launch import plan_args
     doc = json.loads(Path(inputs["estimate"]).read_text())
-    doc[field] = value
+    *parents, key = field.split("/")
+    at = doc
+    for part in parents:
+        at = at[part]
+    at[key] = value
     edited = tmp_path / "estimate-edited.json"
     edited.write_text(json.dumps(doc))
     r = script("launch.py", *plan_args({**inputs, "estimate": edited}, "--state-dir", str(tmp_path / "st")), env=rt[1])
@@ -2349,14 +2355,18 @@ def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, 
 
 
 def test_a_state_file_start_did_not_write_names_no_server(script, inputs, rt, tmp_path):  # noqa: F811
-    """A note of the twenty-eighth audit: state.json replaced by `{}` (fields of no start) was taken as a
+    """A note of the twenty-eighth audit (and the twenty-ninth's F1): state.json replaced by `{}`, or by a
+    container's name without the id every start records, was taken as a
     state: verify wrote its pass into it, handoff handed the server off, and stop acted on the container
     by name as if this state dir had started it. It names no server now: the container is not recorded."""
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     state_file = tmp_path / "st" / "state.json"
-    for edited in ({}, {"primary_endpoint": "chat_completions", "verified_at": time.time()}, {"path": "container"}):
+    name = plan["container_name"]  # and (the twenty-ninth's F1) a container state of a name and no id of a start
+    for edited in ({}, {"primary_endpoint": "chat_completions", "verified_at": time.time()}, {"path": "container"},
+                   {"path": "container", "container_name": name, "verified_at": time.time()},
+                   *({"path": "container", "container_name": name, "container_id": bad} for bad in ("", "zzzz", 12345))):
         state_file.write_text(json.dumps(edited))
         v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "5", env=env)
         assert v.code == 1 and "nothing was started from this plan" in v.doc["error"], (edited, v.doc)
@@ -2386,3 +2396,63 @@ def test_a_first_start_cannot_slip_in_while_stop_runs(inputs, live_tune, tmp_pat
     start = seen["start"]
     assert start.code == 1 and "another start, or a stop" in start.doc["error"], start.doc
     assert not Path(plan["state_file"]).exists()
+
+
+def test_up_reports_verifys_failure_when_its_own_stop_is_refused(script, inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+    """Twenty-ninth audit, F2: up stops what it started when verify fails; once stop could refuse (a runtime
+    that does not say which container has the name), its refusal replaced verify's verdict, with no plan
+    file and nothing saying the server may still run. Verify's failure stays the error now, with the
+    refusal beside it and the command that stops the server."""
+    import launch
+    from common import ScriptError
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    (d / "inspect_fails").touch()
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ScriptError) as err:
+        launch.verify_or_stop(plan, plan_file, 3, 3)
+    failure = err.value
+    assert failure.extra["phase"] in ("process", "health", "models", "smoke"), failure.as_json()
+    assert failure.extra["plan_file"] == str(plan_file) and failure.extra["stopped"]["stopped"] is False
+    assert "did not say whether a container named" in failure.extra["stopped"]["refused"]
+    assert "up could NOT stop the server it had started" in failure.fix and f"--plan {plan_file}" in failure.fix
+    assert (tmp_path / "st" / "state.json").exists()  # the running server stays named
+
+
+def test_start_records_the_containers_id_even_when_run_does_not_print_it(script, inputs, rt, tmp_path):  # noqa: F811
+    """A state names its container by id (the twenty-ninth's F1: by name alone it could be anyone's). A
+    `run` that printed something else has the id asked of the runtime; none at all is a failed start."""
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    (d / "run_quiet").touch()
+    (d / "next_id").write_text("b" * 64)
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 0 and r.doc["container_id"] == "b" * 64, r.doc
+    assert script("launch.py", "stop", "--plan", str(plan_file), env=env).doc["stopped"] is True
+    (d / "next_id").write_text("not-an-id")
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 1 and "printed no container id, and inspect named none" in r.doc["error"], r.doc
+    assert (d / f"removed-{plan['container_name']}").exists() and not (tmp_path / "st" / "state.json").exists()
+
+
+@pytest.mark.parametrize("edit", [{"chosen_socket": 7}, {"sockets/0/socket": -1}, {"sockets/0/physical_cores": -1},
+                                  {"sockets/0/ram_gb": 2.0 ** 62}])
+def test_a_tune_naming_a_socket_it_does_not_list_is_refused(edit, script, inputs, rt, tmp_path):  # noqa: F811
+    """Twenty-ninth audit, F3: tune.json's chosen_socket edited to 7 planned with "socket 7" in the summary on a
+    two-socket machine (the bind, cpuset and nodes were still socket 1's); a socket of -1, -1 cores or 2**62
+    GB passed."""
+    from test_launch import plan_args
+    doc = json.loads(Path(inputs["tune"]).read_text())
+    (field, value), = edit.items()
+    *parents, key = field.split("/")
+    at = doc
+    for part in parents:
+        at = at[int(part)] if part.isdigit() else at[part]
+    at[key] = value
+    edited = tmp_path / "tune-edited.json"
+    edited.write_text(json.dumps(doc))
+    r = script("launch.py", *plan_args({**inputs, "tune": edited}, "--state-dir", str(tmp_path / "st")), env=rt[1])
+    assert r.code == 1, r.doc
+    assert ("do not list" in r.doc["error"]) if field == "chosen_socket" else ("cpu_tune.py's output" in r.doc["error"])

@@ -30,6 +30,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   created-NAME     the id of the container `run --name NAME` made (`inspect` knows no other container); `run
                    --name NAME` fails on it as the engine does (name in use) until `rm NAME`
   next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
+  run_quiet        `run --name` prints a notice instead of the id it gave (`inspect` still knows it)
 """
 import json
 import os
@@ -99,7 +100,7 @@ elif cmd == "run":
                            "(or rename) that container to be able to reuse that name.", file=sys.stderr) or 125)
         (d / f"removed-{cname}").unlink(missing_ok=True)
         (d / f"created-{cname}").write_text((d / "next_id").read_text().strip() if flag("next_id") else "f" * 64)
-        print((d / f"created-{cname}").read_text())
+        print("WARNING: a runtime's notice" if flag("run_quiet") else (d / f"created-{cname}").read_text())
     else:
         print("f" * 64)
 elif cmd == "inspect" and flag("inspect_fails"):  # a daemon too slow to answer this once
