@@ -101,7 +101,7 @@ def read_result(raw: Path, out: Path) -> dict:
                                                     str(raw), "re-run the benchmark"))
     except (ValueError, ScriptError) as exc:
         raise ScriptError(f"{raw}: not a complete vllm bench serve result ({exc})",
-                          "re-run the benchmark; keep the raw file for the report", out=str(out))
+                          "re-run the benchmark (into a new --out, or none); keep the raw file for the report", out=str(out))
 
 
 def summarise_cell(runs: list[dict]) -> dict:
@@ -374,7 +374,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                     if got.failure == "output_limit":
                         raise ScriptError(f"the result /tmp/{name} in the container is over "
                                           f"{common.MAX_INPUT_BYTES:,} bytes: not what vllm bench serve writes",
-                                          "check the container (launch.py verify), then re-run the benchmark",
+                                          "check the container (launch.py verify), then re-run the benchmark (into a new --out, or none)",
                                           out=str(out))
                     write_out(out / "raw" / name, got.stdout)
                 raw = out / "raw" / name
@@ -390,7 +390,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                     raise ScriptError(f"no request completed at input {input_len}, concurrency {conc} "
                                       f"({runs[-1]['failed']} failed): the endpoint is not answering",
                                       "check the server (launch.py verify --plan <plan.json>, its log), "
-                                      "then re-run the benchmark", out=str(out))
+                                      "then re-run the benchmark (into a new --out, or none)", out=str(out))
             cells.append({"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc,
                           **summarise_cell(runs)})
     return cells
@@ -464,7 +464,7 @@ def compare(plan: dict, args, out: Path, env: dict):
     import serve_plan
     epyc = common.load_epyc()
     state = serve_life.own_state(plan, "bench")
-    if state and serve_life.alive(plan, state):
+    if state and serve_life.alive(plan, state) is not False:  # running, or its runtime did not say
         raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
                           "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")
     # it starts servers, so it looks at the disk as start does: a model folder or cache that is not the one

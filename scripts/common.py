@@ -833,20 +833,30 @@ def podman_remote_problem(timeout: float = 20) -> str | None:
 
 
 def sudo_docker_context_problem(timeout: float = 20) -> str | None:
-    """Why `sudo -n docker` would reach another daemon than this machine's default socket, or None. sudo
-    resets the environment (and run_env drops DOCKER_HOST besides), but root's docker reads root's own
-    ~/.docker/config.json, whose current context can name any daemon, remote ones included; a plan names
-    no engine for sudo docker, so only the default context is accepted. A CLI without contexts answers
-    nothing here and uses the default socket."""
+    """Why `sudo -n docker` would reach a daemon on another machine, or None. sudo resets the environment
+    (and run_env drops DOCKER_HOST besides), but root's docker follows root's own current context (its
+    ~/.docker/config.json), and a DOCKER_HOST that root's login environment sets (pam_env) shows as the
+    default context's endpoint: the endpoint is judged as a plan's engine is. A plan names no engine for
+    sudo docker, so every verb asks again. A CLI without contexts answers nothing here and uses the
+    default socket."""
     shown = run(["sudo", "-n", "docker", "context", "show"], timeout=timeout)
+    if not shown.ok:
+        return None
     name = shown.stdout.strip()
-    if shown.ok and name not in ("", "default"):
-        return (f"root's current docker context is {clip(repr(name), 80)}, not default: `sudo docker` would run "
-                "the server on the daemon that context names, which this plan (sized for this machine) cannot check")
+    host = run(["sudo", "-n", "docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"],
+               timeout=timeout)
+    endpoint = host.stdout.strip() if host.ok else ""
+    problem = (docker_engine_problem(endpoint) if endpoint else
+               None if name in ("", "default") else "could not be read (context inspect failed)")
+    if problem:
+        said = re.sub(r"//[^/@]*@", "//***@", endpoint)  # user:password@ in an address
+        return (f"root's current docker context is {clip(repr(name), 80)}, whose daemon {clip(repr(said), 120)} "
+                f"{problem}: `sudo docker` would run the server there, not on this machine")
     return None
 
 
-SUDO_DOCKER_CONTEXT_FIX = "run `sudo docker context use default`, or use docker or the host path (validate.py --runtime)"
+SUDO_DOCKER_CONTEXT_FIX = ("run `sudo docker context use default` (and drop any DOCKER_HOST from root's login "
+                           "environment), or use docker or the host path (validate.py --runtime)")
 
 
 PODMAN_REMOTE_FIX = ("set `remote = false` under [engine] in containers.conf (or unset CONTAINERS_CONF), or use "

@@ -358,7 +358,9 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"--model {ref[:80]!r}{'...' if len(ref) > 80 else ''} is not a usable path: "
                           f"{exc.strerror or exc}", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
     if is_dir:
-        if revision is not None:  # a folder has no revisions: the flag would be recorded, then never served
+        # a folder has no revisions: another one would be recorded, then never served. `main`, the default
+        # SKILL.md passes whatever MODEL is, means no revision (plan compares them so), and is taken
+        if revision not in (None, "main"):
             raise ScriptError(f"--revision {revision!r} names a Hub branch, tag or commit, and {ref[:200]!r} is a local "
                               "folder: its files are what is served", "drop --revision, or pass the Hub id "
                               "(owner/name) to serve that revision")

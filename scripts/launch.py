@@ -164,6 +164,11 @@ def stop_for_up(plan: dict, plan_file: Path) -> tuple[dict, str]:
                     f"then {again}")
 
 
+def up_fix(fix: str, stopped: dict) -> str:
+    """What to do after up failed: its step's fix, or, when up could not stop its server, first that."""
+    return f"{stopped['fix']}; then {fix}" if "refused" in stopped else fix
+
+
 def start_or_stop(plan: dict, plan_file: Path) -> dict:
     """up's start: a Ctrl-C or SIGTERM that start held while it launched (it then says the server runs)
     stops that server, as an interrupted verify does: nothing unverified is left running."""
@@ -175,8 +180,8 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
     except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
         pass
     stopped, said = stop_for_up(plan, plan_file)  # by the recorded container or group, whether or not it got going
-    raise ScriptError(f"interrupted during start: {said}", "run up again", phase="start", plan_file=str(plan_file),
-                      stopped=stopped)
+    raise ScriptError(f"interrupted during start: {said}", up_fix("run up again", stopped), phase="start",
+                      plan_file=str(plan_file), stopped=stopped)
 
 
 def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
@@ -192,7 +197,7 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         raise
     except KeyboardInterrupt:  # the second signal of `timeout` or a double Ctrl-C waits in stop_for_up
         stopped, said = stop_for_up(plan, plan_file)
-        raise ScriptError(f"interrupted during verify: {said}", "run up again", phase="verify",
+        raise ScriptError(f"interrupted during verify: {said}", up_fix("run up again", stopped), phase="verify",
                           plan_file=str(plan_file), stopped=stopped)
     except Exception as exc:  # a full disk as verify records its verdict: nothing unverified is left running
         raise stopped_after(exc, "verify", plan_file, *stop_for_up(plan, plan_file)) from None
@@ -203,7 +208,8 @@ def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict, sa
     write): the failure in words a user acts on, and whether up stopped the server it had started."""
     err = common.os_error(exc, f"{phase} could not go on") if isinstance(exc, OSError) else \
         ScriptError(f"{phase} could not go on ({type(exc).__name__}: {exc})", "run up again")
-    return ScriptError(f"{err.error}: {said}", err.fix, phase=phase, plan_file=str(plan_file), stopped=stopped)
+    return ScriptError(f"{err.error}: {said}", up_fix(err.fix, stopped), phase=phase, plan_file=str(plan_file),
+                       stopped=stopped)
 
 
 def host_path_args(python: str | None) -> list[str]:
@@ -312,7 +318,7 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
                                             str(plan_file)])}
     except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
         stopped, said = stop_for_up(plan, plan_file)  # up ends with a handoff or with nothing left running
-        raise ScriptError(f"interrupted after start: {said}", "run up again", phase="verify",
+        raise ScriptError(f"interrupted after start: {said}", up_fix("run up again", stopped), phase="verify",
                           plan_file=str(plan_file), stopped=stopped)
     except ScriptError:  # each step's own: it stopped the server already, or nothing was started
         raise

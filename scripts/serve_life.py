@@ -370,7 +370,13 @@ def state_server(state: dict) -> str | None:
         if runtime not in common.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name) \
                 or (engine is not None and (runtime != "docker" or common.docker_engine_problem(engine))):
             return None  # not a state start wrote: it names nothing we could ask about
-        return f"container {name}" if container_running(common.runtime_argv(runtime, engine), name, state) else None
+        try:  # runtime_of: a podman or sudo docker that would ask another machine is not asked
+            running = container_running(common.runtime_of(state), name, state)
+        except ScriptError as exc:
+            return f"container {name} (its runtime cannot be asked from here, so it may run: {exc.error})"
+        if running is None:
+            return f"container {name} (its runtime did not say whether it runs, so it may)"
+        return f"container {name}" if running else None
     if group_members(state):
         return f"process group {state['pgid']}"
     left = orphaned_workers(state)
@@ -475,13 +481,18 @@ def started_here(state: dict | None, found: dict) -> bool:
     return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
 
 
-def container_running(rt: list[str], name: str, state: dict | None = None) -> bool:
-    """The container runs, and (with `state`) is the one that state's start launched."""
+def container_running(rt: list[str], name: str, state: dict | None = None) -> bool | None:
+    """The container runs, and (with `state`) is the one that state's start launched; None when the runtime
+    did not say (a slow daemon): never read as "exited", which made verify fail a healthy server (and up
+    stop it), handoff call it gone, and a start or up write over the state of a server that may run."""
     found = inspect_container(rt, name)
+    if found is None:
+        return None
     return bool(found) and found["running"] and (state is None or started_here(state, found))
 
 
-def alive(plan: dict, state: dict) -> bool:
+def alive(plan: dict, state: dict) -> bool | None:
+    """The plan's server runs (True), has exited (False), or its runtime did not say (None)."""
     return process_alive(state) if plan["path"] == "host" else \
         container_running(common.runtime_of(plan), plan["container_name"], state)
 
@@ -855,7 +866,11 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                               "one whose state was lost", "stop it with the plan that started it (or by hand: "
                               + shlex.join([*common.runtime_of(plan), "stop", plan["container_name"]])
                               + "), or plan this one on another port; then start again", phase="start")
-        common.run(rm, timeout=60)  # a leftover (exited) container of the same name would block `run`
+        leftover = common.run(rm, timeout=60)  # a leftover (exited) container of the name would block `run`
+        if found and not container_gone(leftover):  # ...and then read as another plan's: start stops here
+            raise ScriptError(f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
+                              f"({common.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
+                              f"check the runtime ({plan['runtime']} info), then start again", phase="start")
         import validate
         if pull_policy == "always" or not validate.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
             common.log(f"start: pulling {plan['image']}")
@@ -885,8 +900,9 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
             if not CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
                 printed = (inspect_container(common.runtime_of(plan), plan["container_name"]) or {}).get("id", "")
             if not CONTAINER_ID.fullmatch(printed):  # a state without it names no server: not left running unnamed
-                raise ScriptError(f"{plan['runtime']} run printed no container id, and inspect named none",
-                                  "check the runtime (" + plan["runtime"] + " info), then start again", phase="start")
+                raise ScriptError(f"{plan['runtime']} run printed no container id, and inspect named none: start "
+                                  "removed the container", "check the runtime (" + plan["runtime"] + " info), then "
+                                  "start again", phase="start", own_words=True)
             state = {"path": plan["path"], "port": plan["port"], "plan_id": plan_identity(plan), "runtime": plan["runtime"],
                      "engine": plan.get("engine"), "container_name": plan["container_name"],
                      "container_id": printed[:64], "started_at": time.time(), "argv": argv,
@@ -901,9 +917,18 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                   f"{plan['container_name']} while this start ran (another plan's start on this port)",
                                   "stop it with the plan that started it, or plan this one on another port; then "
                                   "start again", phase="start") from None
+            if not launched and isinstance(exc, ScriptError):  # `run` refused (bad mount, cpuset, image): docker
+                # checks some of those before it takes the name, so a container now of that name may be another
+                # plan's (made during our pull); only one that is not running can be what our refused run left
+                left = inspect_container(common.runtime_of(plan), plan["container_name"])
+                if left is None or (left and left["running"]):
+                    remove_secret_files(plan)
+                    raise ScriptError(exc.error + (f"; a running container named {plan['container_name']} (id "
+                                                   f"{left['id'][:12]}) is not this start's: left alone" if left else
+                                                   f"; {plan['runtime']} did not say whether a container of its name "
+                                                   "exists: nothing was removed"), exc.fix, phase="start") from None
             # no state names the container (`run` failed, was interrupted -- the engine may have started it
             # anyway -- or its state could not be written): removed by name, with the key files it would read
-            # (a `run` that failed other than on the name created its container first: the name is ours)
             with common.signals_deferred():
                 removed = common.run(rm, timeout=60)
                 remove_secret_files(plan)
@@ -914,7 +939,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                   f"): it may be running", f"{shlex.join(rm)} once the runtime answers "
                                   f"({plan['runtime']} info)", phase="start",
                                   interrupted=isinstance(exc, KeyboardInterrupt)) from None
-            if isinstance(exc, ScriptError) and not launched:  # `run` failed: its own words
+            if isinstance(exc, ScriptError) and (not launched or exc.extra.pop("own_words", False)):  # its own words
                 raise
             raise unrecorded(plan, exc, f"container {plan['container_name']}", "removed") from None
     return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
@@ -989,7 +1014,10 @@ def no_state_said(plan: dict) -> str:
     """Why own_state found nothing, in words: no state file, or one of another plan's run that has ended."""
     state = read_state(plan)
     other = foreign_state(plan, state) if state else None
-    return f"the state there is of another plan's ended run: {other}" if other else "no state file"
+    if other:
+        return f"the state there is of another plan's ended run: {other}"
+    # a state.json that no start wrote (edited, junk, a link) is there, and names no server
+    return "its state.json names no server a start recorded" if os.path.lexists(plan["state_file"]) else "no state file"
 
 
 def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
@@ -1007,7 +1035,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     healthy_after, polls = None, 0
     while healthy_after is None:
         elapsed = time.monotonic() - t0
-        if not alive(plan, state):
+        if alive(plan, state) is False:  # None (the runtime did not answer this poll): asked again on the next
             raise failed(plan, "process", "the server process exited before it became healthy", t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:
@@ -1055,7 +1083,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     if plan["primary_endpoint"] == "unknown":
         common.log(f"verify: the endpoint is {path} ({'; '.join(tried[:-1]) or 'first try'})")
     time.sleep(1)  # a server can answer and then die on that same request
-    if not alive(plan, state) or http("GET", base + "/health", 5, headers)[0] != 200:
+    if alive(plan, state) is False or http("GET", base + "/health", 5, headers)[0] != 200:  # /health decides a None
         raise failed(plan, "smoke", "the server died after its first request", t0)
     # handoff and bench read what verify settled and that it passed, on this run of the server
     write_state(plan, {**state, "primary_endpoint": endpoint, "verified_at": time.time()})
@@ -1077,7 +1105,10 @@ def verified_state(plan: dict) -> dict:
         raise ScriptError(f"no server from this plan is running ({no_state_said(plan)}: not started yet, or "
                           "stopped)",
                           "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify")
-    if not alive(plan, state):
+    running = alive(plan, state)
+    if running is None:
+        raise runtime_silent(plan, "handoff", "nothing is handed off")
+    if not running:
         raise ScriptError("the server from this plan is not running (it exited)",
                           "read its log (the plan's log_file), start it again (launch.py start), then verify")
     passed = state.get("verified_at")
@@ -1097,8 +1128,8 @@ def verified_state(plan: dict) -> dict:
 
 
 def lock_held(path: Path) -> bool:
-    """Another process holds that lock file (flock). Read-only and never created: stop makes no files; no
-    lock file, no such process ever ran here."""
+    """Another process holds that lock file (flock). Read-only and never created here (a check makes no
+    files); no lock file, no such process ever ran here."""
     import fcntl
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

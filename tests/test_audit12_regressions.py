@@ -1214,6 +1214,9 @@ def test_a_revision_with_a_local_folder_is_refused_not_dropped(script, tmp_path)
         assert r.code == 1 and "is a local folder: its files are what is served" in r.doc["error"], (name, r.doc)
         assert "drop --revision" in r.doc["fix"]
         assert script(name, "--model", str(folder), *(["--ram-gb", "64"] if "estimate" in name else [])).code == 0
+        # `main` means no revision: SKILL.md passes --revision "$REV" (default main) whatever MODEL is
+        assert script(name, "--model", str(folder), "--revision", "main",
+                      *(["--ram-gb", "64"] if "estimate" in name else [])).code == 0
 
 
 def test_a_revision_git_would_refuse_is_refused(script, tmp_path):
@@ -2334,13 +2337,13 @@ def test_bench_writes_only_into_a_new_or_empty_out_folder(script, inputs, rt, tm
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written == str(out / "plot.png")
 
 
-@pytest.mark.parametrize("field,value", [("kv_bytes_per_sequence", 0), ("kv_bytes_per_sequence", 2 ** 70),
-                                         ("kv_bytes_per_token", 0), ("weight_bytes", 0), ("weight_bytes", 2 ** 70),
+@pytest.mark.parametrize("field,value", [("kv_bytes_per_sequence", 2 ** 70), ("kv_bytes_per_token", 2 ** 50),
+                                         ("weight_bytes", 0), ("weight_bytes", 2 ** 70),
                                          ("fit/max_model_len", 7)])  # the twenty-ninth's F5: below the flags' 16
 def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, inputs, rt, tmp_path):  # noqa: F811
-    """A note of the twenty-eighth audit: an edited estimate of 0 KV bytes per sequence was planned with a
-    wrong reason in the summary, 2**70 as a cache that "holds 0 tokens", and 0 or 2**70 weight bytes passed.
-    estimate_memory.py writes none of these (weights are at least vocab x hidden, at most 1 PiB)."""
+    """A note of the twenty-eighth audit: an edited estimate of 2**70 KV bytes per sequence planned a cache that
+    "holds 0 tokens", and 0 or 2**70 weight bytes passed. estimate_memory.py writes none of these (weights
+    are at least vocab x hidden, at most 1 PiB). 0 KV bytes stays valid: a model of attention-free layers."""
     from test_launch import plan_args
     doc = json.loads(Path(inputs["estimate"]).read_text())
     *parents, key = field.split("/")
@@ -2456,3 +2459,56 @@ def test_a_tune_naming_a_socket_it_does_not_list_is_refused(edit, script, inputs
     r = script("launch.py", *plan_args({**inputs, "tune": edited}, "--state-dir", str(tmp_path / "st")), env=rt[1])
     assert r.code == 1, r.doc
     assert ("do not list" in r.doc["error"]) if field == "chosen_socket" else ("cpu_tune.py's output" in r.doc["error"])
+
+
+def test_a_runtime_that_does_not_answer_is_never_read_as_a_server_that_exited(script, inputs, rt, tmp_path):  # noqa: F811
+    """The review of the twenty-eighth's fixes: an `inspect` that did not answer read as "not running": verify
+    failed a healthy server as "exited" (and up then stopped it), handoff called it gone, and start or up
+    could write over the state of a server that may run. Now verify asks again on its next poll, handoff
+    refuses, and a state whose container cannot be asked about counts as running."""
+    import serve_life
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    (d / "inspect_fails").touch()
+    v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "3", env=env)
+    assert v.code == 1 and v.doc["phase"] != "process" and "exited" not in v.doc["error"], v.doc
+    h = script("launch.py", "handoff", "--plan", str(plan_file), env=env)
+    assert h.code == 1 and "did not say whether a container named" in h.doc["error"], h.doc
+    again = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert again.code == 1 and "did not say whether it runs, so it may" in again.doc["error"], again.doc
+    assert serve_life.read_state(plan)["container_id"] == "f" * 64  # the state is kept
+    (d / "inspect_fails").unlink()
+    assert script("launch.py", "stop", "--plan", str(plan_file), env=env).doc["stopped"] is True
+
+
+def test_a_refused_run_leaves_a_running_container_of_its_name_alone(script, inputs, rt, tmp_path):  # noqa: F811
+    """The review of the twenty-eighth's fixes: docker checks a run's cpusets and mounts before it takes the
+    name, so a run refused so (not on the name) created nothing, and the running container of its name,
+    made by another plan's start during our pull, was removed by the clean-up. It is left alone."""
+    from test_launch import calls
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    (d / "pull_creates").write_text(plan["container_name"])
+    (d / "cpuset_rejected").touch()
+    before = len(calls(d))
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 1 and "cgroup controller `cpuset`" in r.doc["error"], r.doc
+    assert "is not this start's: left alone" in r.doc["error"]
+    made = [c["argv"][0] for c in calls(d)[before:]]
+    assert "rm" not in made[made.index("run"):] and not (d / f"removed-{plan['container_name']}").exists(), made
+
+
+def test_kernel_proof_reads_only_the_log_of_the_container_its_plan_started(script, inputs, rt, tmp_path):  # noqa: F811
+    """The review of the twenty-eighth's fixes: kernel_proof read `docker logs NAME` whoever's container had
+    the name (one per port): another plan's run proved zentorch for this one."""
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    (d / f"created-{plan['container_name']}").write_text("a" * 64)  # another state dir's, on this port
+    (d / "logs_lines").write_text("10000")
+    r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
+    assert r.code == 1 and "is not the one this plan's start recorded" in r.doc["error"], r.doc
+    (d / f"created-{plan['container_name']}").unlink()
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
+    assert r.code == 0 and r.doc["zentorch_matmuls"] == 10000, r.doc

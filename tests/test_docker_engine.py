@@ -270,7 +270,8 @@ def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tm
     assert not (tmp_path / "st" / "state.json").exists()
 
 
-def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inputs, rt, tmp_path):  # noqa: F811
+def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inputs, rt, tmp_path,  # noqa: F811
+                                                                          monkeypatch):
     """Noted since the twenty-seventh audit: sudo resets the environment, but root's docker follows root's
     own current context, which can name a remote daemon. validate does not count sudo docker then, and
     start refuses if root's context has moved since. (FAKE sudo and docker: there is no sudo here, and
@@ -283,6 +284,12 @@ def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inpu
     assert val.doc["runtime"] != "sudo docker", val.doc
     assert "root's current docker context is 'build'" in val.doc["runtime_detail"]["sudo docker"], val.doc
     assert not [c for c in calls(d) if c["runtime"] == "sudo docker" and c["argv"][0] == "info"]
+    (d / "root_context").write_text("default tcp://10.0.0.9:2376")  # DOCKER_HOST from root's pam_env, say
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert "is another machine's docker" in val.doc["runtime_detail"]["sudo docker"], val.doc
+    (d / "root_context").write_text("rootless unix:///run/user/0/docker.sock")  # another local daemon: its own
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    assert val.doc["runtime"] == "sudo docker", val.doc
     (d / "root_context").unlink()
     pfile, plan = plan_on("sudo docker", inputs, env, tmp_path)
     assert plan["argv"][:3] == ["sudo", "-n", "docker"], plan
@@ -291,7 +298,7 @@ def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inpu
     refused = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
     assert refused.code == 1 and "root's current docker context is 'build'" in refused.doc["error"], refused.doc
     assert "sudo docker context use default" in refused.doc["fix"]
-    assert [c["argv"][:2] for c in calls(d)[before:]] == [["context", "show"]]  # asked, and nothing else
+    assert [c["argv"][:2] for c in calls(d)[before:]] == [["context", "show"], ["context", "inspect"]]  # asked only
     assert not (tmp_path / "st" / "state.json").exists()
     (d / "root_context").unlink()
     assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
@@ -300,5 +307,11 @@ def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inpu
         refused = run_script("launch.py", verb, "--plan", str(pfile), env=env)
         assert refused.code == 1 and "root's current docker context" in refused.doc["error"], (verb, refused.doc)
         assert refused.doc.get("phase") == verb and (tmp_path / "st" / "state.json").exists(), (verb, refused.doc)
+    import serve_life  # and a state of it counts as a server that may run (up would write over it otherwise)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(common, "_SEEN_LOCAL", set())
+    said = serve_life.state_server(serve_life.read_state({"state_file": str(tmp_path / "st" / "state.json")}))
+    assert said and "cannot be asked from here, so it may run" in said, said
     (d / "root_context").unlink()
     assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).doc["stopped"] is True
