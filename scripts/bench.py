@@ -303,20 +303,11 @@ def main(argv: Sequence[str] | None = None):
 
 
 def result_dir(spec: str) -> Path:
-    """--out: a folder bench makes, or an empty one. Every entry in it is then bench's own: nothing planted
-    there (a link named plot.png, raw/NAME.json or skill/) takes a write elsewhere, and `--out /` or a home
-    folder is never filled with results."""
-    out = common.output_dir(spec, "--out")
-    try:
-        held = sorted(os.listdir(out))
-    except OSError as exc:
-        raise common.os_error(exc, f"cannot read --out {spec!r}")
-    if held:
-        shown = ", ".join(common.clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
-        raise ScriptError(f"--out {common.clip(repr(str(spec)), 200)} is not empty (it holds {shown})",
-                          "pass --out a new or empty folder: bench writes summary.json, summary.md, plot.png and "
-                          "raw/ (with --compare, one folder per sizing) there, and nothing else may be in it")
-    return out
+    """--out: a folder bench makes, or an empty one: nothing planted there (a link named plot.png,
+    raw/NAME.json or skill/) takes a write elsewhere, and `--out /` is never filled with results."""
+    return common.empty_output_dir(spec, "--out", "pass --out a new or empty folder: bench writes summary.json, "
+                                   "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
+                                   "and nothing else may be in it")
 
 
 def new_bench_dir(state_dir: Path) -> Path:

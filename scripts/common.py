@@ -809,7 +809,7 @@ def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
         return list(CONTAINER_RUNTIMES[runtime])
     problem = docker_engine_problem(engine) if runtime == "docker" else "is named only for plain docker"
     if problem:
-        shown = re.sub(r"//[^/@]*@", "//***@", engine) if isinstance(engine, str) else engine  # user:password@
+        shown = URL_CREDENTIALS.sub(r"\1***@", engine) if isinstance(engine, str) else engine  # user:password@
         raise ScriptError(f"the docker engine {clip(repr(shown), 120)} (DOCKER_HOST, or the current docker "
                           f"context) {problem}", "unset DOCKER_HOST and use the default context (docker context use "
                           "default) for the local socket, or export this machine's daemon address; then run "
@@ -849,7 +849,7 @@ def sudo_docker_context_problem(timeout: float = 20) -> str | None:
     problem = (docker_engine_problem(endpoint) if endpoint else
                None if name in ("", "default") else "could not be read (context inspect failed)")
     if problem:
-        said = re.sub(r"//[^/@]*@", "//***@", endpoint)  # user:password@ in an address
+        said = URL_CREDENTIALS.sub(r"\1***@", endpoint)  # user:password@ in an address
         return (f"root's current docker context is {clip(repr(name), 80)}, whose daemon {clip(repr(said), 120)} "
                 f"{problem}: `sudo docker` would run the server there, not on this machine")
     return None
@@ -864,6 +864,15 @@ PODMAN_REMOTE_FIX = ("set `remote = false` under [engine] in containers.conf (or
                      "run the chain on it")
 
 
+def remote_runtime_problem(runtime: str, timeout: float = 20) -> tuple[str, str] | None:
+    """(why, fix) when this podman or sudo docker would run containers on another machine now, else None
+    (plain docker names its engine in the argv; these two cannot)."""
+    check, fix = {"podman": (podman_remote_problem, PODMAN_REMOTE_FIX),
+                  "sudo docker": (sudo_docker_context_problem, SUDO_DOCKER_CONTEXT_FIX)}.get(runtime, (None, ""))
+    problem = check(timeout) if check else None
+    return (problem, fix) if problem else None
+
+
 _SEEN_LOCAL: set[str] = set()  # runtimes this process has found on this machine (verify asks on every poll)
 
 
@@ -873,12 +882,11 @@ def runtime_of(doc: dict) -> list[str]:
     no flag in the argv overrides them) is refused for every verb, as a later shell's DOCKER_HOST is: a
     stop there would find nothing, say "not running" and drop the state of the server running here."""
     argv = runtime_argv(doc["runtime"], doc.get("engine"))
-    if doc["runtime"] in ("podman", "sudo docker") and doc["runtime"] not in _SEEN_LOCAL:
-        problem, fix = ((podman_remote_problem(), PODMAN_REMOTE_FIX) if doc["runtime"] == "podman"
-                        else (sudo_docker_context_problem(), SUDO_DOCKER_CONTEXT_FIX))
-        if problem:
-            raise ScriptError(problem, f"{fix}; then run this command again (a plan made while it was remote: "
-                              "validate.py and plan again)")
+    if doc["runtime"] not in _SEEN_LOCAL:
+        remote = remote_runtime_problem(doc["runtime"])
+        if remote:
+            raise ScriptError(remote[0], f"{remote[1]}; then run this command again (a plan made while it was "
+                              "remote: validate.py and plan again)")
         _SEEN_LOCAL.add(doc["runtime"])
     return argv
 
@@ -1127,6 +1135,20 @@ def output_dir(spec: str | Path, what: str) -> Path:
                           f"pass a writable folder for {what}")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ScriptError(f"{what} {str(spec)!r} is not writable", f"pass a writable folder for {what}")
+    return path
+
+
+def empty_output_dir(spec: str | Path, what: str, fix: str) -> Path:
+    """output_dir, new or empty: every entry in it is then the script's own, so nothing planted there (a
+    link under one of its file names) takes a write elsewhere, and `/` or a home is never filled."""
+    path = output_dir(spec, what)
+    try:
+        held = sorted(os.listdir(path))
+    except OSError as exc:
+        raise os_error(exc, f"cannot read {what} {str(spec)!r}")
+    if held:
+        shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
     return path
 
 

@@ -516,10 +516,9 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
                                  entry["avx512"], entry["avx512_bf16"], args.sockets, cores, threads,
                                  args.nps, args.ram_gb_per_socket)
     if args.save_sysroot:
-        root = common.output_dir(args.save_sysroot, "--save-sysroot")
-        if any(root.iterdir()):  # the rendered proc/ and sys/ files go in a folder of their own, never over others
-            raise ScriptError(f"--save-sysroot {args.save_sysroot} is not empty",
-                              "pass a new or empty folder for the rendered host files")
+        # the rendered proc/ and sys/ files go in a folder of their own, never over others
+        root = common.empty_output_dir(args.save_sysroot, "--save-sysroot",
+                                       "pass a new or empty folder for the rendered host files")
     else:  # read once, then gone: a spec leaves nothing behind unless asked to
         root = scratch_dir("epyc-spec-")
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"

@@ -629,10 +629,8 @@ def remove_state(plan: dict) -> str | None:
     """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name.
     Called once the server is gone: a state dir that refuses the removal (read-only, its disk gone) does
     not undo that, so the problem is returned for stop's document, never raised."""
-    state = read_state(plan) or {}
-    if foreign_state(plan, state):  # another plan's (stale) state: not this stop's to remove
-        return None
-    if written_by_start(state):
+    state = read_state(plan)  # only a state a start wrote
+    if state is not None and not foreign_state(plan, state):  # another plan's (stale) state: not this stop's
         try:
             Path(plan["state_file"]).unlink(missing_ok=True)
         except OSError as exc:
@@ -909,17 +907,18 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                      **served_folder(plan)}
             write_state(plan, state)
         except BaseException as exc:
-            if not launched and isinstance(exc, ScriptError) and NAME_TAKEN in exc.error.lower():
-                # another plan's container took the name since the check above (its start ran during our pull):
-                # ours was never created, and the name is theirs -- removing it by name would end their server
-                remove_secret_files(plan)
-                raise ScriptError(f"{plan['runtime']} run failed: another container took the name "
-                                  f"{plan['container_name']} while this start ran (another plan's start on this port)",
-                                  "stop it with the plan that started it, or plan this one on another port; then "
-                                  "start again", phase="start") from None
-            if not launched and isinstance(exc, ScriptError):  # `run` refused (bad mount, cpuset, image): docker
-                # checks some of those before it takes the name, so a container now of that name may be another
-                # plan's (made during our pull); only one that is not running can be what our refused run left
+            if not launched and isinstance(exc, ScriptError):  # `run` refused
+                if NAME_TAKEN in exc.error.lower():
+                    # another plan's container took the name since the check above (its start ran during our
+                    # pull): ours was never created, and removing it by name would end their server
+                    remove_secret_files(plan)
+                    raise ScriptError(f"{plan['runtime']} run failed: another container took the name "
+                                      f"{plan['container_name']} while this start ran (another plan's start on this "
+                                      "port)", "stop it with the plan that started it, or plan this one on another "
+                                      "port; then start again", phase="start") from None
+                # a bad mount, cpuset or image: docker checks some of those before it takes the name, so a container
+                # now of that name may be another plan's (made during our pull); only one that is not running can
+                # be what our refused run left
                 left = inspect_container(common.runtime_of(plan), plan["container_name"])
                 if left is None or (left and left["running"]):
                     remove_secret_files(plan)

@@ -163,9 +163,9 @@ def docker_answers(prefix: list[str]) -> tuple[bool, str]:
 
 def podman_can_run() -> tuple[bool, str]:
     """podman counts only if it can start a container: run the host's own root as one, no image needed."""
-    remote = common.podman_remote_problem(timeout=RUNTIME_TIMEOUT_S)
+    remote = common.remote_runtime_problem("podman", timeout=RUNTIME_TIMEOUT_S)
     if remote:
-        return False, f"{remote}; {common.PODMAN_REMOTE_FIX}"
+        return False, "; ".join(remote)
     res = common.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
     if res.ok:
         return True, "podman runs containers"
@@ -355,8 +355,8 @@ def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict
     if want in ("auto", "podman") and not ok["docker"]:
         ok["podman"], detail["podman"] = podman_can_run()
     if want in ("auto", "sudo docker") and not (ok["docker"] or ok["podman"]):
-        context = common.sudo_docker_context_problem(timeout=RUNTIME_TIMEOUT_S)
-        ok["sudo docker"], detail["sudo docker"] = ((False, f"{context}; {common.SUDO_DOCKER_CONTEXT_FIX}") if context
+        remote = common.remote_runtime_problem("sudo docker", timeout=RUNTIME_TIMEOUT_S)
+        ok["sudo docker"], detail["sudo docker"] = ((False, "; ".join(remote)) if remote
                                                     else docker_answers(["sudo", "-n", "docker"]))
     return ok, detail
 
