@@ -142,7 +142,8 @@ def test_the_cache_folder_is_absolute_or_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_no_script_puts_its_venv_or_run_folder_under_the_current_folder(script, tmp_path):
-    r = script("setup_host_stack.py", "--check", env={"XDG_CACHE_HOME": "rel-cache", "HOME": str(tmp_path)})
+    # --stock: the venv's name is the point here, not whether zentorch would run on this runner's CPU
+    r = script("setup_host_stack.py", "--stock", "--check", env={"XDG_CACHE_HOME": "rel-cache", "HOME": str(tmp_path)})
     assert r.code == 1 and f"{tmp_path}/.cache/serving-llms-on-epyc/venv-vllm-" in r.doc["error"], r.doc
     r = script("launch.py", "up", "--model", "Qwen/Qwen3-0.6B", "--yes", env={"XDG_CACHE_HOME": "", "HOME": "rel-home"})
     assert r.code == 1 and "HOME 'rel-home' is not an absolute path" in r.doc["error"], r.doc
@@ -2199,12 +2200,8 @@ def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, 
     up's own and runs. The steps here return the host-path documents host_plan uses (a fake venv's server)."""
     import argparse
     import launch
-    from test_launch import fake_venv, free_port, load_docs
-    docs = load_docs(inputs)
-    docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)), target="localhost",
-                            ld_preload={"value": None, "note": None})
-    docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
-    docs["detect"] = live_tune["detect"]
+    from test_launch import free_port, host_docs
+    docs = host_docs(tmp_path, inputs, live_tune)
     monkeypatch.setattr(launch, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
     a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=True,
                            python=None, yes=True, max_model_len=None, num_prompts=1, port=free_port(), expose=False,

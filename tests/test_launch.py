@@ -303,7 +303,8 @@ def server_mode(tmp_path, mode: str) -> None:
     (tmp_path / "fake-venv" / "bin" / "mode").write_text(mode)
 
 
-def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
+def host_docs(tmp_path, inputs, live_tune, edit=None) -> dict:
+    """The five documents of a host-path serve on this machine, its server the fake venv's."""
     docs = load_docs(inputs)
     if edit:
         edit(docs)
@@ -311,6 +312,14 @@ def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
                             ld_preload={"value": None, "note": None})
     docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
     docs["detect"] = live_tune["detect"]  # one host: the five documents must agree (plan cross-checks)
+    if docs["detect"].get("vendor") != "AuthenticAMD":
+        # vLLM runs zentorch only on AMD CPUs, so on an Intel runner this host is served as `up --stock` does
+        docs["validate"]["backend"] = "stock"
+    return docs
+
+
+def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
+    docs = host_docs(tmp_path, inputs, live_tune, edit)
     opt = {"port": port or free_port(), "state_dir": str(tmp_path / "st-host"), **opts}
     plan = serve_plan.build_plan(docs, opt, load_epyc(), serve_life.host_facts(opt, docs))
     path = tmp_path / "plan-host.json"
