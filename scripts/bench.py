@@ -194,11 +194,23 @@ def endpoint_of(plan: dict) -> str:
     return settled
 
 
-def serving_target(plan: dict) -> dict:
+def recorded_container(plan: dict) -> str:
+    """The id of the container this plan's start recorded: bench runs inside that one. By name, the exec
+    could land in another plan's container on this port (ours exited, and its start took the name)."""
+    import serve_life
+    state = serve_life.own_state(plan, "bench")
+    if state is None:
+        raise ScriptError(f"no server from this plan is running ({serve_life.no_state_said(plan)})",
+                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench")
+    return state["container_id"]
+
+
+def serving_target(plan: dict, container: str | None = None) -> dict:
     """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
     container (it has vllm, the tokenizer's files and the cache mount). The tokenizer is the model as the
     server's own command names it: a local folder by its real path (host) or its mount (container), never
-    the name as typed at plan time, which a relative path makes mean another folder from here."""
+    the name as typed at plan time, which a relative path makes mean another folder from here. `container`:
+    the id to exec into (recorded_container); the plan's name where only the tokenizer is asked for."""
     from serve_plan import serve_args
     model_arg = serve_args(plan["argv"], container=plan["path"] != "host")[0]
     snapshot = revision_snapshot(plan)  # in the hub cache: the host's, or where the container mounts it
@@ -215,8 +227,8 @@ def serving_target(plan: dict) -> dict:
     # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
     # value never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
-    return {"vllm": [*rt, "exec", *key, plan["container_name"], "vllm"], "tokenizer": snapshot or model_arg,
-            "python": None}
+    return {"vllm": [*rt, "exec", *key, container or plan["container_name"], "vllm"],
+            "tokenizer": snapshot or model_arg, "python": None, "container": container or plan["container_name"]}
 
 
 def revision_snapshot(plan: dict) -> str | None:
@@ -293,6 +305,12 @@ def main(argv: Sequence[str] | None = None):
     if problem:  # the default folder is in the state dir: only one start would write into
         raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
                           "pass --out FOLDER, or plan again with a --state-dir of this bundle's own")
+    if args.out and common.real_path(common.user_path(args.out, "--out")).is_relative_to(  # start would then
+            common.real_path(plan["state_dir"])):  # refuse the state dir (a folder not its own there)
+        raise ScriptError(f"--out {common.clip(repr(args.out), 200)} is inside the plan's state dir "
+                          f"{plan['state_dir']}, which holds only start's files and bench's own bench-* folders",
+                          "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
+                          "folder outside the state dir")
     out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
     if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
@@ -343,7 +361,8 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
         raise ScriptError(f"{raw} exists and is not a folder of bench's own (a file, or a link)",
                           "pass --out a new or empty folder")
     raw.mkdir(parents=True, exist_ok=True)
-    target, endpoint = serving_target(plan), endpoint_of(plan)
+    target = serving_target(plan, None if plan["path"] == "host" else recorded_container(plan))
+    endpoint = endpoint_of(plan)
     cells, total = [], len(args.input_lens) * len(args.concurrency) * args.repeats
     done = 0
     for input_len in args.input_lens:
@@ -360,7 +379,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                                  timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
                     # bounded as every document we read: a result past the limit is no result of its run
-                    got = common.run([*common.runtime_of(plan), "exec", plan["container_name"],
+                    got = common.run([*common.runtime_of(plan), "exec", target["container"],
                                       "cat", f"/tmp/{name}"], timeout=60, limit=common.MAX_INPUT_BYTES)
                     if got.failure == "output_limit":
                         raise ScriptError(f"the result /tmp/{name} in the container is over "

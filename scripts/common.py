@@ -1125,6 +1125,8 @@ def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_resul
 def output_dir(spec: str | Path, what: str) -> Path:
     """A folder the script writes into: created if missing; an existing file or an unwritable place is a
     clear error before any work is done."""
+    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a folder named '-' in this folder
+        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
     path = user_path(spec, what)
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from typing import IO, Iterable, Iterator, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import ScriptError  # noqa: E402
-from serve_life import (foreign_state, inspect_container, known_secrets, open_own_file, read_plan,  # noqa: E402
+from serve_life import (foreign_state, inspect_container, known_secrets, open_own_file, read_plan, runtime_silent,  # noqa: E402
                         read_state, started_here)
 from serve_plan import mask_server_text  # noqa: E402
 
@@ -130,11 +130,18 @@ def log_lines(args) -> tuple[Iterable[str], str]:
                               "that started it, or give this plan a state dir of its own (plan --state-dir)")
         if plan["path"] != "host":
             found = inspect_container(common.runtime_of(plan), plan["container_name"])
-            if found and (state is None or not started_here(state, found)):  # the name is one per port
+            if found is None:  # nothing is read by name that the runtime has not said is this plan's
+                raise runtime_silent(plan, "kernel_proof", "no log was read")
+            if not found:
+                raise ScriptError(f"no container named {plan['container_name']}: the plan's server is not running "
+                                  "(never started, or stopped)", "start it first: python3 scripts/launch.py start "
+                                  f"--plan {shlex.quote(args.plan)} --confirm")
+            if state is None or not started_here(state, found):  # the name is one per port
                 raise ScriptError(f"the container named {plan['container_name']} (id {found['id'][:12]}) is not the one "
                                   "this plan's start recorded (another plan's on this port): its log proves nothing "
                                   "about this plan's server", "run kernel_proof.py with the plan that started it")
-            argv = [*common.runtime_of(plan), "logs", plan["container_name"]]
+            # by the id judged above: the name may pass to another plan's container before `logs` runs
+            argv = [*common.runtime_of(plan), "logs", found["id"]]
             return container_log_lines(argv, secrets), f"{plan['runtime']} logs {plan['container_name']}"
         # the log start wrote, never a link planted in its place: another file's lines are no proof
         path = Path(plan["log_file"])

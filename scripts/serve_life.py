@@ -30,19 +30,23 @@ PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need
 
 
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start",
-                  one_name: bool | None = None) -> int:
+                  one_name: bool | None = None, dir_fd: int | None = None) -> int:
     """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
     planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
     folder of that name (a FIFO would block start forever, after the server was launched). With one_name
     (the default for a write) a file with other names (a hard link) is refused too: writing would change a
     file elsewhere, and reading the server log would pass another file's lines off as the server's. A
     state.json read is not refused for it: the process it names is checked anyway, and a refusal there
-    would make stop say "not running" and leave the server up."""
+    would make stop say "not running" and leave the server up. A file written is this user's, and gets
+    `mode` whether it was made now or found: one another user made (0666, readable by them) would keep its
+    owner and mode, and the secret or log written into it with them."""
     import errno
     import stat
     truncate = bool(flags & os.O_TRUNC)  # only once the file is known to be ours alone
     try:
-        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+        # with dir_fd (a folder held open), the name in that folder: never a path looked up again
+        fd = os.open(path if dir_fd is None else os.path.basename(path),
+                     (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ScriptError(f"{path} is a symbolic link: {phase} reads and writes only its own files, never "
@@ -61,16 +65,22 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         os.close(fd)
         raise ScriptError(f"{path} has other names (a hard link): {phase} reads and writes only its own files",
                           "remove it, or use a fresh folder", phase=phase)
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        if st.st_uid != os.geteuid():
+            os.close(fd)
+            raise ScriptError(f"{path} belongs to another user (uid {st.st_uid}): {phase} writes only files of its "
+                              "own", "remove it, or use a fresh folder of your own", phase=phase)
+        os.fchmod(fd, mode)
     if truncate:
         os.ftruncate(fd, 0)
     os.set_blocking(fd, True)
     return fd
 
 
-def write_own_file(path: str | Path, text: str) -> None:
+def write_own_file(path: str | Path, text: str, dir_fd: int | None = None) -> None:
     """Write (or overwrite) a file of the state dir, 0600, through open_own_file: never a link's target."""
     try:
-        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, dir_fd=dir_fd), "w") as f:
             f.write(text)
     except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
         raise common.os_error(exc, f"cannot write {path}")
@@ -550,12 +560,26 @@ def write_secret_files(directory: Path, values: dict) -> None:
                           phase="start")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)
+        # held open from here: a link swapped in for the folder after this check cannot take the writes
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise ScriptError(f"cannot make {directory}: {exc.strerror or exc}", "plan with a fresh --state-dir",
                           phase="start")
-    for name, value in values.items():
-        write_own_file(directory / name, value)
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():  # its owner could read the keys, or swap the files under us
+            raise ScriptError(f"{directory} belongs to another user (uid {owner}): secrets are written only into a "
+                              "folder of your own", "remove it, or plan with a fresh --state-dir", phase="start")
+        os.fchmod(fd, 0o700)
+        for name, value in values.items():
+            # made new: a file found there may be open in another process already, which would read the key
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
+            write_own_file(directory / name, value, dir_fd=fd)
+    except OSError as exc:
+        raise common.os_error(exc, f"cannot write the secret files in {directory}") from None
+    finally:
+        os.close(fd)
 
 
 STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
@@ -587,6 +611,9 @@ def state_dir_problem(state_dir: Path) -> str | None:
             return None
         if not state_dir.is_dir():
             return "exists and is not a folder"
+        owner = state_dir.stat().st_uid
+        if owner != os.geteuid():  # its owner can rename what start checked there, and read what it writes
+            return f"belongs to another user (uid {owner})"
         foreign = sorted(p.name for p in state_dir.iterdir()  # bench's folders are folders, never links
                          if p.name not in OWN_FILES and not STATE_TEMP.fullmatch(p.name)
                          and not (p.name.startswith("bench-") and p.is_dir()
@@ -597,6 +624,8 @@ def state_dir_problem(state_dir: Path) -> str | None:
         if os.path.lexists(secrets):
             if secrets.is_symlink() or not secrets.is_dir():
                 return "holds a secrets entry that is not a folder (a link, file or pipe)"
+            if secrets.stat().st_uid != os.geteuid():
+                return f"holds a secrets folder of another user (uid {secrets.stat().st_uid})"
             odd = sorted(p.name for p in secrets.iterdir()
                          if p.name not in SECRET_NAMES or p.is_symlink() or not p.is_file())
             if odd:
@@ -753,6 +782,13 @@ def runtime_silent(plan: dict, verb: str, undone: str) -> ScriptError:
                        "again; the state and secret files are kept", phase=verb)
 
 
+def by_id(rm: list[str], container_id: str) -> list[str]:
+    """The plan's `RT rm -f NAME`, narrowed to the one container the runtime named: by the time a removal by
+    name runs, another plan's start on this port may have made the container of that name (a slow daemon
+    held our `rm` while theirs ran), and `rm -f` would end their server."""
+    return [*rm[:-1], container_id]
+
+
 def container_gone(removal: common.RunResult) -> bool:
     """`RT rm -f NAME` removed it, or there was none: a runtime that did not answer leaves it maybe running."""
     return removal.ok or "no such container" in (removal.stderr or "").lower()
@@ -864,11 +900,12 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                               "one whose state was lost", "stop it with the plan that started it (or by hand: "
                               + shlex.join([*common.runtime_of(plan), "stop", plan["container_name"]])
                               + "), or plan this one on another port; then start again", phase="start")
-        leftover = common.run(rm, timeout=60)  # a leftover (exited) container of the name would block `run`
-        if found and not container_gone(leftover):  # ...and then read as another plan's: start stops here
-            raise ScriptError(f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
-                              f"({common.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
-                              f"check the runtime ({plan['runtime']} info), then start again", phase="start")
+        if found:  # an exited leftover of the name would block `run`, and then read as another plan's
+            leftover = common.run(by_id(rm, found["id"]), timeout=60)
+            if not container_gone(leftover):
+                raise ScriptError(f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
+                                  f"({common.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
+                                  f"check the runtime ({plan['runtime']} info), then start again", phase="start")
         import validate
         if pull_policy == "always" or not validate.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
             common.log(f"start: pulling {plan['image']}")
@@ -877,7 +914,7 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 raise ScriptError(f"pull failed: {common.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
                                   "check registry access and the image name (data/epyc.json, or --image)",
                                   phase="pull")
-        launched = False
+        launched, printed = False, ""
         try:
             if secrets:
                 write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
@@ -887,7 +924,9 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
                 warnings.append("rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
                                 "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
-                common.run(plan["pre_argv"][0], timeout=60)
+                refused = inspect_container(common.runtime_of(plan), plan["container_name"])
+                if refused and not refused["running"]:  # what the refused run created, if it did
+                    common.run(by_id(rm, refused["id"]), timeout=60)
                 res = common.run(argv, timeout=RUN_TIMEOUT_S)
             if not res.ok:
                 raise ScriptError(f"{plan['runtime']} run failed: "
@@ -927,7 +966,10 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                                    f"; {plan['runtime']} did not say whether a container of its name "
                                                    "exists: nothing was removed"), exc.fix, phase="start") from None
             # no state names the container (`run` failed, was interrupted -- the engine may have started it
-            # anyway -- or its state could not be written): removed by name, with the key files it would read
+            # anyway -- or its state could not be written): removed by the id it was given, by name where
+            # none is known (an interrupted `run`), with the key files it would read
+            if CONTAINER_ID.fullmatch(printed):
+                rm = by_id(rm, printed)
             with common.signals_deferred():
                 removed = common.run(rm, timeout=60)
                 remove_secret_files(plan)
@@ -1019,6 +1061,30 @@ def no_state_said(plan: dict) -> str:
     return "its state.json names no server a start recorded" if os.path.lexists(plan["state_file"]) else "no state file"
 
 
+ALIVE_ASKS = 3  # how often verify's last look asks a runtime that did not answer whether the container runs
+RUN_KEYS = ("path", "pid", "pgid", "create_time", "marker", "container_id", "started_at")
+
+
+def same_run(a: dict, b: dict) -> bool:
+    """Two states record one launch of the server (its process group or container, and when)."""
+    return all(a.get(k) == b.get(k) for k in RUN_KEYS)
+
+
+def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None:
+    """verify's writes of the state: under start's .lock, and only while state.json still records the run
+    verify judged. A stop and a start while verify waited on the server would otherwise get their new state
+    overwritten by the old one: the new server named by nothing (stop then leaves it running, and every start
+    after refuses its port), or a stopped server recorded as verified."""
+    def changed() -> ScriptError:
+        return failed(plan, "process", "the server was stopped or started again while verify ran (a start or stop "
+                                       "holds the state dir): this verdict is of a run state.json no longer records", t0)
+    with holding_the_start_lock(plan, busy=changed):
+        now = read_state(plan)
+        if now is None or not same_run(now, judged):
+            raise changed()
+        write_state(plan, new)
+
+
 def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     state = own_state(plan, "verify")
     t0 = time.monotonic()
@@ -1027,7 +1093,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     require_api_key(plan, "verify")
     if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
         state = {k: v for k, v in state.items() if k != "verified_at"}
-        write_state(plan, state)
+        rewrite_state_of_run(plan, state, state, t0)
     base = f"http://127.0.0.1:{plan['port']}"
     headers = auth_headers(plan)
     last_note = 0.0
@@ -1082,10 +1148,19 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     if plan["primary_endpoint"] == "unknown":
         common.log(f"verify: the endpoint is {path} ({'; '.join(tried[:-1]) or 'first try'})")
     time.sleep(1)  # a server can answer and then die on that same request
-    if alive(plan, state) is False or http("GET", base + "/health", 5, headers)[0] != 200:  # /health decides a None
+    running = alive(plan, state)
+    for _ in range(ALIVE_ASKS - 1):  # a pass needs the runtime's yes: whatever answers on the port is not proof
+        if running is not None:
+            break
+        time.sleep(1)
+        running = alive(plan, state)
+    if running is None:
+        raise failed(plan, "process", f"{plan['runtime']} did not say whether the container runs (inspect failed "
+                                      f"{ALIVE_ASKS} times): verify passes only a server it saw running", t0)
+    if not running or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
     # handoff and bench read what verify settled and that it passed, on this run of the server
-    write_state(plan, {**state, "primary_endpoint": endpoint, "verified_at": time.time()})
+    rewrite_state_of_run(plan, state, {**state, "primary_endpoint": endpoint, "verified_at": time.time()}, t0)
     # a server may list thousands of ids (one listed 40,001): the served one and a few beside it say enough
     shown = [plan["served_model_name"], *[m for m in ids if m != plan["served_model_name"]][:MODELS_SHOWN - 1]]
     return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": shown,
@@ -1160,11 +1235,12 @@ def up_in_progress(plan: dict) -> bool:
 
 
 @contextlib.contextmanager
-def holding_the_start_lock(plan: dict):
+def holding_the_start_lock(plan: dict, busy=None):
     """stop holds .lock as start does, for its whole run: a start that came in while the server went down
     would write its state, and stop would then remove it (its server named by nothing). stop makes the lock
     file where none is yet (a first start could begin while it runs); on a read-only folder it makes none,
-    and no start can write there either. No state dir at all: nothing to hold."""
+    and no start can write there either. No state dir at all: nothing to hold. `busy()` is the error when
+    another holds it (stop's own words by default)."""
     import fcntl
     lock = Path(plan["state_dir"]) / ".lock"
     fd = None
@@ -1179,6 +1255,8 @@ def holding_the_start_lock(plan: dict):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
+                if busy is not None:
+                    raise busy() from None
                 raise ScriptError(f"a start (or another stop) for {plan['state_dir']} is in progress: its server "
                                   "is not recorded yet", "wait for start to finish (or interrupt it: it takes down "
                                   "what it launched), then run stop again", phase="stop") from None
@@ -1212,9 +1290,11 @@ def _stop_locked(plan: dict) -> dict:
                            f"the container named {plan['container_name']} now is another start's (id "
                            f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
                            remove_secret_files(plan), remove_state(plan))
-        graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]],
-                              timeout=STOP_GRACE_S + 60)
-        res = common.run([*rt, "rm", "-f", plan["container_name"]], timeout=120)
+        # by the id judged above: the name may pass to another start's container meanwhile (ours exited, and
+        # its start removed the leftover)
+        ref = found["id"] if found else plan["container_name"]
+        graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), ref], timeout=STOP_GRACE_S + 60)
+        res = common.run([*rt, "rm", "-f", ref], timeout=120)
         if not container_gone(res):  # the runtime is unreachable (daemon down, not in PATH): the container may
             # still run, so the state and the key files it reads stay until it is gone
             raise ScriptError(f"{plan['runtime']} could not remove {plan['container_name']}: "

@@ -387,6 +387,7 @@ def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_pat
     from test_launch import container_plan
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     (d / "logs_lines").write_text("2000000")  # 100 MB of kernel lines
     code, doc, max_rss_kb = _run_measuring_memory("kernel_proof.py", "--plan", str(plan_file), env=env)
     assert code == 0 and doc["zentorch_matmuls"] == 2_000_000, doc
@@ -542,6 +543,7 @@ def test_a_runtime_that_never_exits_after_its_log_is_a_clear_error(script, input
     from test_launch import container_plan
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     (d / "logs_hang").touch()
     t0 = time.monotonic()
     r = script("kernel_proof.py", "--plan", str(plan_file), env=env)

@@ -51,8 +51,11 @@ def test_kernel_proof_names_a_runtime_it_cannot_run(script, inputs, rt, tmp_path
     broken.mkdir()
     (broken / "docker").write_bytes(body)
     (broken / "docker").chmod(0o755)
+    # kernel_proof asks the runtime which container has the name before it reads a log: a CLI that cannot
+    # run answers nothing, and nothing is read (the thirtieth audit)
     r = script("kernel_proof.py", "--plan", str(plan_file), env={**env, "PATH": f"{broken}:/usr/bin:/bin"})
-    assert r.code == 1 and "cannot be run" in r.doc["error"] and "docker" in r.doc["fix"], r.doc
+    assert r.code == 1 and "did not say whether a container named" in r.doc["error"] and "docker" in r.doc["fix"], \
+        r.doc
 
 
 # ---- F2: a secret across the 64 KiB piece a long log line is read in
@@ -92,6 +95,7 @@ def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt,
     from kernel_proof import LINE_READ_CHARS
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     (d / "logs_text").write_text("x" * (LINE_READ_CHARS - 10) + f"{TOKEN} error\n")
     (d / "logs_exit").write_text("1")
     r = script("kernel_proof.py", "--plan", str(plan_file), env={**env, "HF_TOKEN": TOKEN})
@@ -481,6 +485,7 @@ def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, 
             return common.RunResult(list(argv), None, "x" * 10, "printed more than", "output_limit")
         return common.RunResult(list(argv), 0, "", "")
     monkeypatch.setattr(common, "run", fake_run)
+    monkeypatch.setattr(bench, "recorded_container", lambda plan: "c" * 64)  # the id its state would record
     plan = {"path": "container", "runtime": "docker", "container_name": "vllm-epyc-8000", "model": "org/m",
             "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"], "api_key_env": None, "primary_endpoint": "completions",
             "base_url": "http://127.0.0.1:8000/v1", "served_model_name": "org/m"}
@@ -488,6 +493,7 @@ def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, 
     with pytest.raises(common.ScriptError, match="is over 67,108,864 bytes"):
         bench.run_matrix(plan, args, tmp_path / "out", {})
     assert calls[-1][1]["limit"] == common.MAX_INPUT_BYTES and not list((tmp_path / "out" / "raw").iterdir())
+    assert [a[:3] for a, _ in calls] == [["docker", "exec", "c" * 64]] * 2  # into the recorded container
 
 
 # ---- fifteenth audit
@@ -531,6 +537,7 @@ def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inpu
     from kernel_proof import LINE_READ_CHARS
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     (d / "logs_text").write_text("Error: " + "x" * (LINE_READ_CHARS - 40) + "https://someone:OtherPassw0rdXYZ@mirror\n")
     (d / "logs_exit").write_text("1")
     r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
@@ -1091,7 +1098,7 @@ def test_a_plan_with_the_default_state_dir_is_stopped_from_another_shell(script,
     there = {**rt[1], "XDG_CACHE_HOME": str(tmp_path / "xdg2")}
     s = script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"), env=there)
     assert s.code == 0 and s.doc["stopped"], s.doc
-    assert calls(rt[0])[-1]["argv"] == ["rm", "-f", r.doc["container_name"]]
+    assert calls(rt[0])[-1]["argv"] == ["rm", "-f", "f" * 64]  # the container its state records, by id
     assert not Path(r.doc["state_file"]).exists()
 
 

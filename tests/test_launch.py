@@ -193,7 +193,7 @@ def calls(d):
     return [json.loads(line) for line in (d / "calls.jsonl").read_text().splitlines()]
 
 
-def test_container_start_removes_pulls_runs_with_secret_by_name(script, inputs, rt, tmp_path):
+def test_container_start_pulls_runs_with_secret_by_name(script, inputs, rt, tmp_path):
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=SECRET)
     before = len(calls(d))
@@ -201,17 +201,16 @@ def test_container_start_removes_pulls_runs_with_secret_by_name(script, inputs, 
     name = f"vllm-epyc-{plan['port']}"
     assert r.code == 0 and r.doc["started"] and r.doc["container_name"] == name
     made = calls(d)[before:]
-    # a running container of that name is asked about first (another plan's is never removed), then the
-    # approved commands: pulled, as the image was not local
-    assert [c["argv"][0] for c in made] == ["inspect", "rm", "image", "pull", "run"]
-    assert made[1]["argv"] == ["rm", "-f", name]
-    assert ["docker", *made[4]["argv"]] == plan["argv"]
+    # a container of that name is asked about first (none here, so nothing is removed; another plan's is never
+    # removed), then the approved commands: pulled, as the image was not local
+    assert [c["argv"][0] for c in made] == ["inspect", "image", "pull", "run"]
+    assert ["docker", *made[3]["argv"]] == plan["argv"]
     assert SECRET not in json.dumps(made) and SECRET not in r.stdout + r.stderr
     secret_file = tmp_path / "st" / "secrets" / "HF_TOKEN"  # what the container mounts read-only
     assert secret_file.read_text() == SECRET and oct(secret_file.stat().st_mode & 0o777) == "0o600"
     stop = script("launch.py", "stop", "--plan", str(plan_file), env=env)
-    assert stop.doc["stopped"] and [c["argv"] for c in calls(d)[-2:]] == [["stop", "-t", "30", name],
-                                                                           ["rm", "-f", name]]
+    assert stop.doc["stopped"] and [c["argv"] for c in calls(d)[-2:]] == [["stop", "-t", "30", "f" * 64],
+                                                                           ["rm", "-f", "f" * 64]]  # by its id
     assert not secret_file.exists()
 
 

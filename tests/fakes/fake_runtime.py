@@ -27,7 +27,8 @@ Behaviour is set by files in $FAKE_RT_DIR:
   context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
   root_context     the same, of root: as `sudo -n docker` sees it (tests/fakes/sudo_bin/sudo is this script too)
   removed-NAME     written by `rm NAME`, removed by `run --name NAME`: `stop NAME` then says "No such container"
-  created-NAME     the id of the container `run --name NAME` made (`inspect` knows no other container); `run
+  created-NAME     the id of the container `run --name NAME` made (`inspect`, `rm`, `stop` and `logs` take
+                   it by name or by id; inspect knows no other container); `run
                    --name NAME` fails on it as the engine does (name in use) until `rm NAME`
   next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
   run_quiet        `run --name` prints a notice instead of the id it gave (`inspect` still knows it)
@@ -59,6 +60,19 @@ with open(d / "calls.jsonl", "a") as f:
 flag = lambda n: (d / n).exists()  # noqa: E731
 images = (d / "images").read_text().split() if flag("images") else []
 cmd = args[0] if args else ""
+
+
+def by_name(ref: str) -> str:
+    """The container a reference names, as the engine takes one: its name, or its id (12 or more leading hex
+    digits). The fake keeps containers by name (created-NAME holds the id), one not removed first."""
+    if flag(f"created-{ref}") or len(ref) < 12:
+        return ref
+    made = sorted(d.glob("created-*"), key=lambda f: flag("removed-" + f.name.removeprefix("created-")))
+    return next((f.name.removeprefix("created-") for f in made if f.read_text().strip().startswith(ref)), ref)
+
+
+if cmd in ("inspect", "rm", "stop", "logs") and len(args) > 1:
+    args[-1] = by_name(args[-1])
 
 if cmd == "info" and "{{.Host.ServiceIsRemote}}" in args:  # podman: would its containers run elsewhere?
     print("true" if flag("podman_remote") else "false")
