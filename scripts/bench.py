@@ -308,7 +308,8 @@ def main(argv: Sequence[str] | None = None):
     if args.out and common.real_path(common.user_path(args.out, "--out")).is_relative_to(  # start would then
             common.real_path(plan["state_dir"])):  # refuse the state dir (a folder not its own there)
         raise ScriptError(f"--out {common.clip(repr(args.out), 200)} is inside the plan's state dir "
-                          f"{plan['state_dir']}, which holds only start's files and bench's own bench-* folders",
+                          f"{plan['state_dir']}: bench names its own folders there (bench-TIME), and start "
+                          "refuses a state dir holding anything else",
                           "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
                           "folder outside the state dir")
     out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))

@@ -131,18 +131,19 @@ def log_lines(args) -> tuple[Iterable[str], str]:
         if plan["path"] != "host":
             found = inspect_container(common.runtime_of(plan), plan["container_name"])
             if found is None:  # nothing is read by name that the runtime has not said is this plan's
-                raise runtime_silent(plan, "kernel_proof", "no log was read")
+                raise runtime_silent(plan, "kernel_proof", "no log was read", keeps_files=False)
             if not found:
                 raise ScriptError(f"no container named {plan['container_name']}: the plan's server is not running "
                                   "(never started, or stopped)", "start it first: python3 scripts/launch.py start "
                                   f"--plan {shlex.quote(args.plan)} --confirm")
             if state is None or not started_here(state, found):  # the name is one per port
                 raise ScriptError(f"the container named {plan['container_name']} (id {found['id'][:12]}) is not the one "
-                                  "this plan's start recorded (another plan's on this port): its log proves nothing "
-                                  "about this plan's server", "run kernel_proof.py with the plan that started it")
+                                  "this plan's start recorded (another plan's on this port, or one whose state was "
+                                  "lost): its log proves nothing about this plan's server",
+                                  "run kernel_proof.py with the plan that started it")
             # by the id judged above: the name may pass to another plan's container before `logs` runs
             argv = [*common.runtime_of(plan), "logs", found["id"]]
-            return container_log_lines(argv, secrets), f"{plan['runtime']} logs {plan['container_name']}"
+            return container_log_lines(argv, secrets), f"{plan['runtime']} logs {found['id'][:12]} ({plan['container_name']})"
         # the log start wrote, never a link planted in its place: another file's lines are no proof
         path = Path(plan["log_file"])
         if not os.path.lexists(path):

@@ -37,16 +37,27 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
     (the default for a write) a file with other names (a hard link) is refused too: writing would change a
     file elsewhere, and reading the server log would pass another file's lines off as the server's. A
     state.json read is not refused for it: the process it names is checked anyway, and a refusal there
-    would make stop say "not running" and leave the server up. A file written is this user's, and gets
-    `mode` whether it was made now or found: one another user made (0666, readable by them) would keep its
-    owner and mode, and the secret or log written into it with them."""
+    would make stop say "not running" and leave the server up. A file found and written must be this
+    user's, and gets `mode`: one another user made (0666, readable by them) would keep its owner and mode,
+    and the secret or log written into it with them. A file made here is ours whoever the file system says
+    owns it (root-squash NFS). With O_EXCL in `flags`, only a file made here."""
     import errno
     import stat
     truncate = bool(flags & os.O_TRUNC)  # only once the file is known to be ours alone
+    # with dir_fd (a folder held open), the name in that folder: never a path looked up again
+    name = path if dir_fd is None else os.path.basename(path)
+    base = (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK
+    made = False
     try:
-        # with dir_fd (a folder held open), the name in that folder: never a path looked up again
-        fd = os.open(path if dir_fd is None else os.path.basename(path),
-                     (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+        if flags & os.O_CREAT:  # made new here if it can be (O_EXCL never follows a link: a link is EEXIST)
+            try:
+                fd, made = os.open(name, base | os.O_EXCL, mode, dir_fd=dir_fd), True
+            except FileExistsError:
+                if flags & os.O_EXCL:
+                    raise
+                fd = os.open(name, base & ~os.O_CREAT, mode, dir_fd=dir_fd)
+        else:
+            fd = os.open(name, base, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ScriptError(f"{path} is a symbolic link: {phase} reads and writes only its own files, never "
@@ -65,22 +76,29 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         os.close(fd)
         raise ScriptError(f"{path} has other names (a hard link): {phase} reads and writes only its own files",
                           "remove it, or use a fresh folder", phase=phase)
-    if flags & (os.O_WRONLY | os.O_RDWR):
+    if flags & (os.O_WRONLY | os.O_RDWR) and not made:
         if st.st_uid != os.geteuid():
             os.close(fd)
             raise ScriptError(f"{path} belongs to another user (uid {st.st_uid}): {phase} writes only files of its "
                               "own", "remove it, or use a fresh folder of your own", phase=phase)
-        os.fchmod(fd, mode)
+        try:
+            os.fchmod(fd, mode)
+        except OSError as exc:  # a file system without modes (vfat, some CIFS): the file stays as it was
+            os.close(fd)
+            raise ScriptError(f"cannot make {path} mode {mode:o}: {exc.strerror or exc}", "use a state dir on a "
+                              "file system with Unix permissions (not vfat or CIFS)", phase=phase) from None
     if truncate:
         os.ftruncate(fd, 0)
     os.set_blocking(fd, True)
     return fd
 
 
-def write_own_file(path: str | Path, text: str, dir_fd: int | None = None) -> None:
-    """Write (or overwrite) a file of the state dir, 0600, through open_own_file: never a link's target."""
+def write_own_file(path: str | Path, text: str, dir_fd: int | None = None, new: bool = False) -> None:
+    """Write (or overwrite) a file of the state dir, 0600, through open_own_file: never a link's target.
+    `new`: only a file made now (a name taken meanwhile is an error)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_EXCL if new else 0)
     try:
-        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, dir_fd=dir_fd), "w") as f:
+        with os.fdopen(open_own_file(path, flags, dir_fd=dir_fd), "w") as f:
             f.write(text)
     except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
         raise common.os_error(exc, f"cannot write {path}")
@@ -507,8 +525,9 @@ def alive(plan: dict, state: dict) -> bool | None:
         container_running(common.runtime_of(plan), plan["container_name"], state)
 
 
-def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
-    """The server's last lines, with any secret value masked."""
+def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[str]:
+    """The server's last lines, with any secret value masked. A container's by the id its state records:
+    none without one (the container of the name may be another plan's by now)."""
     # Only the end, LOG_TAIL_BYTES of it: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes. The line
     # that window cuts (the first after a seek, the last past the limit) is dropped, not shown: it may begin
     # or end inside a secret, and the mask, matching whole values, would not see the part it holds.
@@ -522,8 +541,11 @@ def log_tail(plan: dict, n: int = LOG_TAIL) -> list[str]:
         except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
             return []
     else:
+        recorded = (state if state is not None else read_state(plan) or {}).get("container_id")
+        if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
+            return []
         # bounded as the host log is: a runtime whose last lines never end fills no memory
-        res = common.run([*common.runtime_of(plan), "logs", "--tail", str(n), plan["container_name"]],
+        res = common.run([*common.runtime_of(plan), "logs", "--tail", str(n), recorded],
                          timeout=30, limit=LOG_TAIL_BYTES)
         lines = res.stdout.splitlines()[:-1 if res.failure else None]  # cut at the limit, or by the timeout
         lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
@@ -575,7 +597,7 @@ def write_secret_files(directory: Path, values: dict) -> None:
             # made new: a file found there may be open in another process already, which would read the key
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=fd)
-            write_own_file(directory / name, value, dir_fd=fd)
+            write_own_file(directory / name, value, dir_fd=fd, new=True)
     except OSError as exc:
         raise common.os_error(exc, f"cannot write the secret files in {directory}") from None
     finally:
@@ -759,11 +781,8 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
                           "would not name the server this start launches", "wait for that up to finish (then "
                           "verify or stop with the plan.json it wrote), or plan this one with a state dir of its "
                           "own (--state-dir)", phase="start")
-    import fcntl
     with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not flock_within(lock.fileno(), LOCK_WAIT_S):
             raise ScriptError(f"another start, or a stop, for {plan['state_dir']} is running", "wait for it, then "
                               "verify (or start again if it was a stop)", phase="start")
         return _start_locked(plan, pull_policy)
@@ -774,12 +793,12 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
 NAME_TAKEN = "is already in use"
 
 
-def runtime_silent(plan: dict, verb: str, undone: str) -> ScriptError:
+def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True) -> ScriptError:
     """The runtime did not say whether a container of the plan's name exists (down, slow, an answer of
     another shape): nothing is done by name then, since the name is one per port and may be another plan's."""
     return ScriptError(f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
                        f"(inspect failed): {undone}", f"check the runtime ({plan['runtime']} info), then run {verb} "
-                       "again; the state and secret files are kept", phase=verb)
+                       "again" + ("; the state and secret files are kept" if keeps_files else ""), phase=verb)
 
 
 def by_id(rm: list[str], container_id: str) -> list[str]:
@@ -925,7 +944,9 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                 warnings.append("rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
                                 "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
                 refused = inspect_container(common.runtime_of(plan), plan["container_name"])
-                if refused and not refused["running"]:  # what the refused run created, if it did
+                if refused is None:  # the retry would meet a container it cannot tell from another plan's
+                    raise runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
+                if refused and not refused["running"]:  # podman leaves the refused run's container, created
                     common.run(by_id(rm, refused["id"]), timeout=60)
                 res = common.run(argv, timeout=RUN_TIMEOUT_S)
             if not res.ok:
@@ -965,6 +986,10 @@ def _start_locked(plan: dict, pull_policy: str) -> dict:
                                                    f"{left['id'][:12]}) is not this start's: left alone" if left else
                                                    f"; {plan['runtime']} did not say whether a container of its name "
                                                    "exists: nothing was removed"), exc.fix, phase="start") from None
+                if not left:  # the refused run made nothing: nothing to remove (a late rm by name could end
+                    remove_secret_files(plan)  # the server another plan's start makes meanwhile)
+                    raise
+                printed = left["id"]  # an exited one: what the refused run left, removed by its id below
             # no state names the container (`run` failed, was interrupted -- the engine may have started it
             # anyway -- or its state could not be written): removed by the id it was given, by name where
             # none is known (an interrupted `run`), with the key files it would read
@@ -1033,12 +1058,15 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
     return box.get("result", (None, deadline_missed))
 
 
-def failed(plan: dict, phase: str, reason: str, t0: float) -> ScriptError:
+def failed(plan: dict, phase: str, reason: str, t0: float, fix: str = NO_RETRY_FIX,
+           state: dict | None = None) -> ScriptError:
     """A verify failure. Its reason may quote the server (ids, a status line): masked like any server text,
-    since a server that reflects the Authorization header would otherwise get the key printed."""
+    since a server that reflects the Authorization header would otherwise get the key printed. `fix`: where
+    the verdict is not the server's (the runtime or the state dir stood in the way), what to do instead of
+    stopping there. `state`: the run judged, whose container's log is shown (not the name's)."""
     reason = redact(reason, known_secrets(plan), limit=2000)
-    return ScriptError(f"FAILED in phase {phase}: {reason}", NO_RETRY_FIX, ok=False, phase=phase,
-                       elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan))
+    return ScriptError(f"FAILED in phase {phase}: {reason}", fix, ok=False, phase=phase,
+                       elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan, state=state))
 
 
 def time_since_start(state: dict) -> float | None:
@@ -1062,6 +1090,8 @@ def no_state_said(plan: dict) -> str:
 
 
 ALIVE_ASKS = 3  # how often verify's last look asks a runtime that did not answer whether the container runs
+VERIFY_LOCK_WAIT_S = 15.0  # a start or stop holding .lock longer is changing the server verify judged
+LOCK_WAIT_S = 2.0  # start and stop: long enough for another verb's brief hold (verify writing its verdict)
 RUN_KEYS = ("path", "pid", "pgid", "create_time", "marker", "container_id", "started_at")
 
 
@@ -1075,13 +1105,16 @@ def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None
     verify judged. A stop and a start while verify waited on the server would otherwise get their new state
     overwritten by the old one: the new server named by nothing (stop then leaves it running, and every start
     after refuses its port), or a stopped server recorded as verified."""
-    def changed() -> ScriptError:
-        return failed(plan, "process", "the server was stopped or started again while verify ran (a start or stop "
-                                       "holds the state dir): this verdict is of a run state.json no longer records", t0)
-    with holding_the_start_lock(plan, busy=changed):
+    def busy() -> ScriptError:
+        return failed(plan, "process", f"a start or stop held the state dir for {VERIFY_LOCK_WAIT_S:g}s as verify "
+                                       "went to record its verdict: the server it judged may be going", t0,
+                      fix="run verify again once that start or stop is done", state=judged)
+    with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_LOCK_WAIT_S):
         now = read_state(plan)
         if now is None or not same_run(now, judged):
-            raise changed()
+            raise failed(plan, "process", "the server was stopped or started again while verify ran: this verdict "
+                                          "is of a run state.json no longer records", t0,
+                         fix="run verify again: it judges the server the state dir records now", state=judged)
         write_state(plan, new)
 
 
@@ -1156,7 +1189,9 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         running = alive(plan, state)
     if running is None:
         raise failed(plan, "process", f"{plan['runtime']} did not say whether the container runs (inspect failed "
-                                      f"{ALIVE_ASKS} times): verify passes only a server it saw running", t0)
+                                      f"{ALIVE_ASKS} times): verify passes only a server it saw running", t0,
+                     fix=f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine",
+                     state=state)
     if not running or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
     # handoff and bench read what verify settled and that it passed, on this run of the server
@@ -1218,6 +1253,21 @@ def lock_held(path: Path) -> bool:
     return False
 
 
+def flock_within(fd: int, seconds: float) -> bool:
+    """Take the exclusive lock on that open file, asking again for up to `seconds`: another verb's brief
+    hold (verify writing its verdict) is waited out, a start's or stop's whole run is not."""
+    import fcntl
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
 def start_in_progress(plan: dict) -> bool:
     """A start holds the state dir's .lock from its checks until its state is written (and, on the container
     path, through a pull and `run`): a stop then would find no state and say "not running" while the
@@ -1235,13 +1285,12 @@ def up_in_progress(plan: dict) -> bool:
 
 
 @contextlib.contextmanager
-def holding_the_start_lock(plan: dict, busy=None):
+def holding_the_start_lock(plan: dict, busy=None, wait_s: float = LOCK_WAIT_S):
     """stop holds .lock as start does, for its whole run: a start that came in while the server went down
     would write its state, and stop would then remove it (its server named by nothing). stop makes the lock
     file where none is yet (a first start could begin while it runs); on a read-only folder it makes none,
     and no start can write there either. No state dir at all: nothing to hold. `busy()` is the error when
-    another holds it (stop's own words by default)."""
-    import fcntl
+    another holds it past `wait_s` (stop's own words by default)."""
     lock = Path(plan["state_dir"]) / ".lock"
     fd = None
     for flags in (os.O_RDONLY | os.O_CREAT, os.O_RDONLY):
@@ -1252,9 +1301,7 @@ def holding_the_start_lock(plan: dict, busy=None):
             continue
     try:
         if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            if not flock_within(fd, wait_s):
                 if busy is not None:
                     raise busy() from None
                 raise ScriptError(f"a start (or another stop) for {plan['state_dir']} is in progress: its server "
@@ -1290,11 +1337,13 @@ def _stop_locked(plan: dict) -> dict:
                            f"the container named {plan['container_name']} now is another start's (id "
                            f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
                            remove_secret_files(plan), remove_state(plan))
+        if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
+            return stopped({"stopped": False, "reason": "not running", "container_name": plan["container_name"]},
+                           remove_secret_files(plan), remove_state(plan))
         # by the id judged above: the name may pass to another start's container meanwhile (ours exited, and
         # its start removed the leftover)
-        ref = found["id"] if found else plan["container_name"]
-        graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), ref], timeout=STOP_GRACE_S + 60)
-        res = common.run([*rt, "rm", "-f", ref], timeout=120)
+        graceful = common.run([*rt, "stop", "-t", str(STOP_GRACE_S), found["id"]], timeout=STOP_GRACE_S + 60)
+        res = common.run([*rt, "rm", "-f", found["id"]], timeout=120)
         if not container_gone(res):  # the runtime is unreachable (daemon down, not in PATH): the container may
             # still run, so the state and the key files it reads stay until it is gone
             raise ScriptError(f"{plan['runtime']} could not remove {plan['container_name']}: "

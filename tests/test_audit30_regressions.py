@@ -3,7 +3,6 @@ findings, on the container life cycle with the fake runtime and the newest outpu
 code). Classes: tests/BAD_INPUT.md."""
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -124,15 +123,37 @@ def test_stop_stops_and_removes_the_container_by_the_id_it_judged(script, inputs
     assert script("launch.py", "stop", "--plan", str(plan_file), env=env).doc["stopped"] is True
     acted = [c["argv"] for c in calls(d)[before:] if c["argv"][0] in ("stop", "rm")]
     assert [a[-1] for a in acted] == ["f" * 64, "f" * 64], acted
+    # gone already (removed by hand): nothing is sent by name, which another start may have taken meanwhile
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    (d / f"removed-{plan['container_name']}").touch()
+    before = len(calls(d))
+    s = script("launch.py", "stop", "--plan", str(plan_file), env=env)
+    assert s.code == 0 and s.doc["stopped"] is False and s.doc["reason"] == "not running", s.doc
+    assert [c["argv"][0] for c in calls(d)[before:]] == ["inspect"] and not Path(plan["state_file"]).exists()
+
+
+def test_a_refused_run_that_made_nothing_removes_nothing(script, inputs, rt, tmp_path):  # noqa: F811
+    """The review of the fixes: after a `run` refused on a cpuset or a mount (docker creates nothing), the
+    clean-up still ran `rm -f NAME`: the same late removal by name the audit found before `run`."""
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=TOKEN)
+    (d / "cpuset_rejected").touch()
+    before = len(calls(d))
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={**env, "HF_TOKEN": TOKEN})
+    assert r.code == 1 and "cgroup controller `cpuset`" in r.doc["error"], r.doc
+    made = [c["argv"][0] for c in calls(d)[before:]]
+    assert "rm" not in made, made
+    assert not (Path(plan["state_dir"]) / "secrets" / "HF_TOKEN").exists()  # the key file goes with it
 
 
 # ---- F3: verify's read-modify-write of state.json overwrote a newer start's state
 
-def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, live_tune):  # noqa: F811
+def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, live_tune, monkeypatch):  # noqa: F811
     """A stop and a start while verify waited on the server: verify's final write put the old run back, and
     the new server was named by nothing (stop left it running; every start after refused its port)."""
     import common
     import serve_life
+    monkeypatch.setattr(serve_life, "VERIFY_LOCK_WAIT_S", 0.5)
     _, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True)
     judged = {"path": "host", "port": plan["port"], "pid": 11, "pgid": 11, "create_time": 1.0, "marker": "a",
@@ -144,10 +165,63 @@ def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, liv
     assert json.loads(Path(plan["state_file"]).read_text()) == newer
     serve_life.write_state(plan, judged)
     with another_process_holding(str(Path(plan["state_dir"]) / ".lock")):  # a start or stop at work
-        with pytest.raises(common.ScriptError, match="a start or stop holds the state dir"):
+        with pytest.raises(common.ScriptError, match="a start or stop held the state dir for 0.5s") as held:
             serve_life.rewrite_state_of_run(plan, judged, {**judged, "verified_at": 1.0}, time.monotonic())
+    assert held.value.fix == "run verify again once that start or stop is done"
     serve_life.rewrite_state_of_run(plan, judged, {**judged, "verified_at": 7.0}, time.monotonic())
     assert json.loads(Path(plan["state_file"]).read_text())["verified_at"] == 7.0
+
+
+def test_a_brief_hold_of_the_lock_is_waited_out_by_verify_and_stop(tmp_path, inputs, live_tune):  # noqa: F811
+    """The review of the fixes: verify's write (milliseconds under .lock) made a stop at that moment refuse,
+    and a verify meeting another verify's write failed a healthy server (up then stopped it)."""
+    import serve_life
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    Path(plan["state_dir"]).mkdir(parents=True)
+    judged = {"path": "host", "port": plan["port"], "pid": 11, "pgid": 11, "create_time": 1.0, "marker": "a",
+              "started_at": 5.0}
+    serve_life.write_state(plan, judged)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1)",
+                               str(Path(plan["state_dir"]) / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        serve_life.rewrite_state_of_run(plan, judged, {**judged, "verified_at": 8.0}, time.monotonic())
+    finally:
+        holder.wait(timeout=10)
+        holder.stdout.close()
+    assert json.loads(Path(plan["state_file"]).read_text())["verified_at"] == 8.0
+
+
+def test_verify_refuses_to_record_a_pass_over_a_state_that_changed_while_it_ran(script, inputs, rt, tmp_path):  # noqa: F811
+    """verify itself, not only its helper: the state is rewritten (another start's) while verify polls."""
+    import serve_life
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    full_env = {**os.environ, **env, "PYTHONWARNINGS": "error::ResourceWarning"}
+    verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
+                               str(plan_file), "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=full_env)
+    server = None
+    try:
+        time.sleep(3)  # verify is polling /health: nothing listens yet
+        newer = {**serve_life.read_state(plan), "started_at": time.time()}  # another start's run of the container
+        serve_life.write_state(plan, newer)
+        server = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(plan["port"]), "--delay", "0",
+                                   "--served-model-name", plan["served_model_name"]],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out, err = verify.communicate(timeout=120)
+    finally:
+        verify.kill()
+        if server:
+            server.kill()
+            server.wait(timeout=10)
+    doc = json.loads(out)
+    assert verify.returncode == 1 and "stopped or started again while verify ran" in doc["error"], doc
+    assert "run verify again" in doc["fix"]
+    assert json.loads(Path(plan["state_file"]).read_text()) == newer  # never the old run put back
+    assert script("launch.py", "stop", "--plan", str(plan_file), env=env).doc["stopped"] is True
 
 
 # ---- F4 and F5: an inspect that did not answer let kernel_proof read another plan's log, and verify pass
@@ -186,7 +260,9 @@ def test_verify_passes_only_a_container_the_runtime_said_runs(script, inputs, rt
         (d / "inspect_fails").touch()
         v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "30", env=env)
         assert v.code == 1 and v.doc["phase"] == "process" and "did not say whether the container runs" \
-            in v.doc["error"], v.doc
+            in v.doc["error"] and "then run verify again" in v.doc["fix"], v.doc
+        tails = [c["argv"] for c in calls(d) if c["argv"][0] == "logs"]
+        assert tails[-1] == ["logs", "--tail", "50", "f" * 64], tails  # the recorded container's, by id
         (d / "inspect_fails").unlink()
         v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "30", env=env)
         assert v.code == 0 and v.doc["ok"], v.doc
@@ -203,14 +279,14 @@ def test_verify_passes_only_a_container_the_runtime_said_runs(script, inputs, rt
 def test_an_output_folder_named_dash_is_refused(script, inputs, rt, tmp_path, tool, args):  # noqa: F811
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
-    made = (ROOT / "-").exists()
-    try:
-        r = script(tool, *[str(plan_file) if a == "PLAN" else a for a in args], env=env)  # run from the bundle
-        assert r.code == 1 and "'-'" in r.doc["error"], r.doc
-        assert made or not (ROOT / "-").exists()
-    finally:
-        if not made and (ROOT / "-").is_dir():
-            shutil.rmtree(ROOT / "-")
+    here = tmp_path / "cwd"
+    here.mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / tool),
+                           *[str(plan_file) if a == "PLAN" else a for a in args]],
+                          capture_output=True, text=True, timeout=120, cwd=here, env={**os.environ, **env})
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and "'-'" in doc["error"] and doc["fix"], doc
+    assert not list(here.iterdir())
 
 
 def test_bench_refuses_an_out_folder_inside_the_plans_state_dir(script, inputs, rt, tmp_path):  # noqa: F811

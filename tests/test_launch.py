@@ -243,6 +243,9 @@ def test_rootless_podman_cpuset_rejection_drops_the_flags(script, inputs, rt, tm
     runs = [c["argv"] for c in calls(d) if c["argv"][0] == "run" and "--rootfs" not in c["argv"]]
     assert any(a.startswith("--cpuset") for a in runs[0]) and not any(a.startswith("--cpuset") for a in runs[-1])
     assert "VLLM_CPU_OMP_THREADS_BIND=96-191" in runs[-1]  # thread binding still applies
+    # podman made the refused run's container (exited): it is removed by its id before the retry takes the name
+    removals = [c["argv"] for c in calls(d) if c["argv"][0] == "rm"]
+    assert removals == [["rm", "-f", "e" * 64]] and r.doc["container_id"] == "f" * 64, removals
 
 
 def test_pull_failure_is_named(script, inputs, rt, tmp_path):

@@ -31,6 +31,8 @@ Behaviour is set by files in $FAKE_RT_DIR:
                    it by name or by id; inspect knows no other container); `run
                    --name NAME` fails on it as the engine does (name in use) until `rm NAME`
   next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
+  stopped-NAME     written by podman's run refused on --cpuset-* (it created the container, e...e, and left
+                   it exited): `inspect` says it does not run
   run_quiet        `run --name` prints a notice instead of the id it gave (`inspect` still knows it)
 """
 import json
@@ -99,6 +101,11 @@ elif cmd == "run":
         sys.exit(0 if flag("podman_can_run") else (print("Error: setrlimit: operation not permitted",
                                                         file=sys.stderr) or 1))
     if flag("cpuset_rejected") and any(a.startswith("--cpuset") for a in args):
+        if name == "podman" and "--name" in args:  # podman has created the container before its start fails:
+            made = args[args.index("--name") + 1]  # it stays, exited, under the name
+            (d / f"removed-{made}").unlink(missing_ok=True)
+            (d / f"created-{made}").write_text("e" * 64)
+            (d / f"stopped-{made}").touch()
         sys.exit(print("Error: OCI runtime error: the requested cgroup controller `cpuset` is not available",
                        file=sys.stderr) or 126)
     if "--rm" in args and "--entrypoint" in args:  # a probe inside the image
@@ -113,6 +120,7 @@ elif cmd == "run":
                            f'in use by container "{(d / f"created-{cname}").read_text().strip()}". You have to remove '
                            "(or rename) that container to be able to reuse that name.", file=sys.stderr) or 125)
         (d / f"removed-{cname}").unlink(missing_ok=True)
+        (d / f"stopped-{cname}").unlink(missing_ok=True)
         (d / f"created-{cname}").write_text((d / "next_id").read_text().strip() if flag("next_id") else "f" * 64)
         print("WARNING: a runtime's notice" if flag("run_quiet") else (d / f"created-{cname}").read_text())
     else:
@@ -122,7 +130,7 @@ elif cmd == "inspect" and flag("inspect_fails"):  # a daemon too slow to answer 
 elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}}" NAME`: of a container `run` made, not removed
     if not flag(f"created-{args[-1]}") or flag(f"removed-{args[-1]}"):
         sys.exit(print(f"Error: No such object: {args[-1]}", file=sys.stderr) or 1)
-    print((d / f"created-{args[-1]}").read_text(), "false" if flag("exited") else "true")
+    print((d / f"created-{args[-1]}").read_text(), "false" if flag("exited") or flag(f"stopped-{args[-1]}") else "true")
 elif cmd == "logs":
     if flag("logs_lines"):  # a long kernel log: that many zentorch lines
         chunk = "[zendnnl] plugin_op=zentorch_linear kernel=brgemm\n" * 10_000
