@@ -123,10 +123,13 @@ def test_the_container_log_tail_drops_the_line_its_limit_cuts(monkeypatch, failu
     import serve_life
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     cut = "INFO ready\n" + "c" * 100 + TOKEN[:10]  # the reader stopped inside the token
-    monkeypatch.setattr(common, "run", lambda argv, **kw: common.RunResult(argv, None, cut, "", failure))
+    asked = []
+    monkeypatch.setattr(common, "run", lambda argv, **kw: asked.append(argv) or common.RunResult(argv, None, cut, "",
+                                                                                                 failure))
     plan = {"path": "container", "runtime": "docker", "container_name": "epyc-test",
             "secrets": {"HF_TOKEN": "HF_TOKEN"}}
-    assert serve_life.log_tail(plan) == ["INFO ready"]
+    assert serve_life.log_tail(plan, state={"container_id": "c" * 64}) == ["INFO ready"]
+    assert asked[0][-1] == "c" * 64  # the recorded container's log, by id (the thirtieth audit's review)
 
 
 # ---- F4: an empty or relative XDG_CACHE_HOME, or a relative HOME

@@ -188,7 +188,8 @@ def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, 
     assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
     before = len(calls(d))
     proof = run_script("kernel_proof.py", "--plan", str(pfile), env={**env, "DOCKER_HOST": "unix:///elsewhere.sock"})
-    assert proof.doc["source"] == f"docker logs {r.doc['container_name']}", proof.doc  # read (the fake's log)
+    # read (the fake's log), of the container start recorded, by its id
+    assert proof.doc["source"] == f"docker logs {'f' * 12} ({r.doc['container_name']})", proof.doc
     logs = [c for c in calls(d)[before:] if c["argv"][0] == "logs"]
     assert logs and all(c["docker_host_env"] is None and c["docker_context_env"] == "default" for c in logs)
     run_script("launch.py", "stop", "--plan", str(pfile), env=env)
