@@ -69,6 +69,14 @@ stop_engine() {
 trap stop_engine EXIT
 
 # pytest: 0 = all passed; anything else (failures, 5 = no tests collected) fails the run.
+# The whole suite (no arguments): the fast part on both cores (pytest-xdist), then, alone, what must not
+# share the machine: the real vLLM runs (they take every core and ~12 GB), the sshd tests, and the mutation
+# tool (it rewrites scripts/ while its tests run). With arguments: one pytest run of exactly those.
 rc=0
-python3 -m pytest "$@" || rc=$?
+if [ "$#" -eq 0 ]; then
+  python3 -m pytest -n 2 -m "not e2e and not ssh and not serial" || rc=$?
+  python3 -m pytest -m "e2e or ssh or serial" || rc=$?
+else
+  python3 -m pytest "$@" || rc=$?
+fi
 exit "$rc"

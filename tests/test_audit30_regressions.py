@@ -13,7 +13,8 @@ import pytest
 
 from conftest import ROOT
 from test_audit12_regressions import another_process_holding
-from test_launch import FAKE_SERVER, calls, container_plan, host_plan, inputs, live_tune, rt  # noqa: F401
+from test_launch import (FAKE_SERVER, calls, container_plan, free_port, host_plan, inputs, live_tune,  # noqa: F401
+                         plan_args, rt)
 
 TOKEN = "hf_AuditThirtyToken12345"
 
@@ -24,6 +25,16 @@ def wait_for_port(port: int, timeout: float = 30) -> None:
     while not serve_life.port_in_use(port):
         assert time.monotonic() < deadline, f"nothing listens on {port}"
         time.sleep(0.1)
+def free_port_plan(script, inputs, rt, tmp_path):  # noqa: F811
+    """A container plan on a port of its own: these tests listen on it (8000 may be another test's)."""
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--port", str(free_port())),
+               env=rt[1])
+    assert r.code == 0, r.doc
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    return path, r.doc
+
+
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another owner needs root (CI runs as root)")
 
 
@@ -197,7 +208,7 @@ def test_verify_refuses_to_record_a_pass_over_a_state_that_changed_while_it_ran(
     """verify itself, not only its helper: the state is rewritten (another start's) while verify polls."""
     import serve_life
     d, env = rt
-    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    plan_file, plan = free_port_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     full_env = {**os.environ, **env, "PYTHONWARNINGS": "error::ResourceWarning"}
     verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
@@ -250,7 +261,7 @@ def test_kernel_proof_reads_no_log_the_runtime_has_not_named_this_plans(script, 
 def test_verify_passes_only_a_container_the_runtime_said_runs(script, inputs, rt, tmp_path):  # noqa: F811
     """Whatever answered on the port passed verify while every inspect failed (and up would hand it off)."""
     d, env = rt
-    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    plan_file, plan = free_port_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     server = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(plan["port"]), "--delay", "0",
                                "--served-model-name", plan["served_model_name"]],

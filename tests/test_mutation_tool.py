@@ -7,9 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tools"))
 import mutation  # noqa: E402
+
+pytestmark = pytest.mark.serial  # it mutates scripts/ in place: no other test may run meanwhile
 
 MODULE = ROOT / "scripts" / "quantization.py"
 
