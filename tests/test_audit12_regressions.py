@@ -465,7 +465,8 @@ def test_a_shell_secret_holding_a_plan_secret_is_masked_whole(monkeypatch, tmp_p
 def test_a_cache_path_too_long_to_hold_a_folder_is_a_clear_error(script, tmp_path):
     """F3: an HF_HOME of 4,092 bytes passed the length check, and HF_HOME/hub did not (an OSError)."""
     deep = str(tmp_path) + "/" + "/".join(["d" * 200] * 25)
-    deep = deep[:4092].rstrip("/")
+    deep = deep[:4091] + "d"  # 4,092 bytes whatever tmp_path's length (xdist's is longer): HF_HOME/hub is 4,096
+    assert len(deep) == 4092 and "//" not in deep
     r = script("validate.py", "--python", sys.executable, env={"HF_HOME": deep})
     assert r.code == 1 and "Hugging Face cache" in r.doc["error"], r.doc
     long_xdg = str(tmp_path) + "/" + "/".join(["x" * 200] * 20)
