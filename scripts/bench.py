@@ -227,8 +227,9 @@ def serving_target(plan: dict, container: str | None = None) -> dict:
     # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
     # value never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
-    return {"vllm": [*rt, "exec", *key, container or plan["container_name"], "vllm"],
-            "tokenizer": snapshot or model_arg, "python": None, "container": container or plan["container_name"]}
+    container = container or plan["container_name"]
+    return {"vllm": [*rt, "exec", *key, container, "vllm"], "tokenizer": snapshot or model_arg, "python": None,
+            "container": container}
 
 
 def revision_snapshot(plan: dict) -> str | None:

@@ -646,8 +646,9 @@ def state_dir_problem(state_dir: Path) -> str | None:
         if os.path.lexists(secrets):
             if secrets.is_symlink() or not secrets.is_dir():
                 return "holds a secrets entry that is not a folder (a link, file or pipe)"
-            if secrets.stat().st_uid != os.geteuid():
-                return f"holds a secrets folder of another user (uid {secrets.stat().st_uid})"
+            owner = secrets.stat().st_uid
+            if owner != os.geteuid():
+                return f"holds a secrets folder of another user (uid {owner})"
             odd = sorted(p.name for p in secrets.iterdir()
                          if p.name not in SECRET_NAMES or p.is_symlink() or not p.is_file())
             if odd:
