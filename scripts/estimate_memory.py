@@ -154,8 +154,8 @@ def main(argv: Sequence[str] | None = None):
     model_max = layout["max_position_embeddings"]
     max_len = args.max_model_len
     if model_max and max_len > model_max:
-        notes.append(f"--max-model-len {max_len} exceeds the model's max_position_embeddings {model_max}; "
-                     f"capped to {model_max}")
+        notes.append(f"--max-model-len {max_len} exceeds the model's maximum length {model_max} (vLLM would "
+                     f"refuse it); capped to {model_max}")
         max_len = model_max
     block = epyc["serve"]["kv_block_size_mla"] if layout["attention"] == "mla" else epyc["serve"]["kv_block_size"]
     batched = args.max_num_batched_tokens

@@ -26,6 +26,12 @@ FULL_TYPES = {"full_attention", "attention", "global_attention"}
 HYBRID_PATTERN_KINDS = "M*-E"
 NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}  # recurrent / convolution layers: state, no KV
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
+FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}  # the last two: the first Falcon checkpoints' own code
+# what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
+MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                  "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# the config classes' defaults where a checkpoint's config.json leaves the length out (falcon-7b does)
+MODEL_LEN_DEFAULTS = {"falcon": 2048, "RefinedWeb": 2048, "RefinedWebModel": 2048, "chatglm": 2048, "dbrx": 2048}
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
@@ -62,6 +68,45 @@ def _req_int(cfg: dict, *keys: str) -> int:
         raise ScriptError(f"config.json lacks {keys[0]} (a positive integer)",
                           "pass a complete transformers config, or --weight-gb plus a model with attention shapes")
     return v
+
+
+def kv_heads_of(cfg: dict, heads: int) -> int:
+    """How many K and V heads one attention layer caches, read as vLLM 0.32's model code reads them (its
+    KV cache is sized from the layers it builds, not from one config key):
+    - Falcon: the 40B/180B "new decoder" groups its heads (num_kv_heads, or n_head_kv in the first
+      checkpoints, whose own config class takes a hidden size of 8192 to mean that decoder) and ignores
+      multi_query; otherwise multi_query (the default) means one KV head, as in Falcon-7B;
+    - ChatGLM: multi_query_group_num heads when multi_query_attention is on;
+    - DBRX: attn_config.kv_n_heads (its config class's default is 1);
+    - the rest: the first of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num,
+      num_attention_groups; else multi_query (GPT-BigCode) means one; else one per query head.
+    Read as full multi-head attention, Falcon-40B's cache came out 16x too big; read through multi_query,
+    8x too small: a model planned as fitting that did not."""
+    kind = cfg.get("model_type")
+    if kind in FALCON_TYPES:
+        grouped = cfg.get("new_decoder_architecture") or (kind != "falcon" and cfg.get("hidden_size") == 8192)
+        if grouped:
+            return _first_int(cfg, "num_kv_heads", "n_head_kv") or (heads if kind == "falcon" else 1)
+        return 1 if cfg.get("multi_query", True) else heads
+    if kind == "chatglm":
+        return (_first_int(cfg, "multi_query_group_num") or 1) if cfg.get("multi_query_attention") else heads
+    if kind == "dbrx":
+        attn = cfg.get("attn_config")
+        return (_first_int(attn, "kv_n_heads") if isinstance(attn, dict) else None) or 1
+    named = _first_int(cfg, "n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
+                       "num_attention_groups")
+    return named or (1 if cfg.get("multi_query") else heads)
+
+
+def model_len_of(cfg: dict) -> int | None:
+    """The longest sequence vLLM will serve this model at without being told to exceed it: the smallest of
+    the length keys the config has (model_max_length, where set, wins), else its config class's default.
+    A --max-model-len past it makes vLLM refuse to start, so the plan caps to it; None: no limit is known."""
+    override = _first_int(cfg, "model_max_length")
+    if override:
+        return override
+    found = [v for k in MODEL_LEN_KEYS if (v := _first_int(cfg, k))]
+    return min(found) if found else MODEL_LEN_DEFAULTS.get(str(cfg.get("model_type")))
 
 
 def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
@@ -174,16 +219,16 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
     MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek): one compressed latent of
     kv_lora_rank + qk_rope_head_dim per layer, no separate K and V."""
     tc = text_config(cfg)
-    layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers")
+    layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     if tc.get("kv_lora_rank"):
         per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
         attention = "mla"
     else:
-        heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads")
-        kv_heads = tc.get("num_key_value_heads") or (1 if tc.get("multi_query") else heads)
+        heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
+        kv_heads = kv_heads_of(tc, heads)
         if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
-            raise ScriptError(f"config.json: num_key_value_heads {kv_heads} does not divide num_attention_heads "
-                              f"{heads}", "check the config: no model has such heads, and vLLM refuses to load it")
+            raise ScriptError(f"config.json: {kv_heads} KV heads do not divide the {heads} attention heads",
+                              "check the config: no model has such heads, and vLLM refuses to load it")
         head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
         if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
             raise ScriptError(f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "
@@ -197,7 +242,7 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
             "bytes_per_token": per_layer * (full + sliding),
             "recurrent_family": state[0] if state else None,
             "recurrent_state_bytes": state[1] if state else None,
-            "max_position_embeddings": tc.get("max_position_embeddings")}
+            "max_position_embeddings": model_len_of(tc)}
 
 
 def page_block(layout: dict, block: int) -> int:

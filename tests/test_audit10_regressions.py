@@ -324,7 +324,7 @@ def test_kv_heads_that_do_not_divide_the_query_heads_are_refused(script, tmp_pat
         cfg = tmp_path / f"config-{kv}.json"
         cfg.write_text(json.dumps({**base, "num_key_value_heads": kv}))
         r = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "14")
-        assert r.code == 1 and f"num_key_value_heads {kv} does not divide num_attention_heads 32" in r.doc["error"]
+        assert r.code == 1 and f"{kv} KV heads do not divide the 32 attention heads" in r.doc["error"]
 
 
 def test_a_single_socket_part_is_not_planned_on_two_sockets(script):

@@ -52,6 +52,10 @@ def test_olmo2_float32_checkpoint_counts_at_serving_dtype(script, tmp_path):
     ("gemma-2-9b-it", 2 * 8 * 256 * 2 * 42, {"full": 21, "sliding": 21}, "gqa"),  # alternating local/global
     ("Qwen2.5-VL-7B-Instruct", 2 * 4 * 128 * 2 * 28, {"full": 28, "sliding": 0}, "gqa"),  # text at top level
     ("OLMo-2-0425-1B", 2 * 16 * 128 * 2 * 16, {"full": 16, "sliding": 0}, "mha"),
+    ("falcon-7b", 2 * 1 * 64 * 2 * 32, {"full": 32, "sliding": 0}, "gqa"),  # multi_query: one KV head
+    ("falcon-40b", 2 * 8 * 64 * 2 * 60, {"full": 60, "sliding": 0}, "gqa"),  # new decoder: 8, multi_query ignored
+    ("chatglm3-6b", 2 * 2 * 128 * 2 * 28, {"full": 28, "sliding": 0}, "gqa"),  # multi_query_group_num
+    ("dbrx-instruct", 2 * 8 * 128 * 2 * 40, {"full": 40, "sliding": 0}, "gqa"),  # attn_config.kv_n_heads
 ])
 def test_kv_per_token(script, model, kv_per_token, layers, attention):
     d = est(script, FIXTURES / model, "--weight-gb", "1").doc
@@ -92,7 +96,8 @@ def test_gemma2_hybrid_local_global(script):
 def test_max_model_len_above_model_limit_is_capped(script):
     d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "32768", "--ram-gb", "64").doc
     assert d["fit"]["max_model_len"] == 8192
-    assert "--max-model-len 32768 exceeds the model's max_position_embeddings 8192; capped to 8192" in d["notes"]
+    assert "--max-model-len 32768 exceeds the model's maximum length 8192 (vLLM would refuse it); capped to 8192" \
+        in d["notes"]
     # exactly the model's limit is not above it: no cap, no note
     d = est(script, FIXTURES / "gemma-2-9b-it", "--max-model-len", "8192", "--ram-gb", "64").doc
     assert d["fit"]["max_model_len"] == 8192 and not any("capped" in n for n in d["notes"])
@@ -349,3 +354,79 @@ def test_state_and_head_size_from_the_other_spellings_of_hidden_size():
         assert em.kv_layout({"num_hidden_layers": 2, key: 4, "hidden_size": 256})["bytes_per_token_per_layer"] == \
             2 * 4 * 64 * 2, key
 
+
+
+def test_kv_heads_as_each_model_family_spells_them():
+    """vLLM sizes the cache from the layers its model code builds; each family spells its KV heads its own way."""
+    falcon = {"model_type": "falcon", "num_attention_heads": 128, "hidden_size": 8192}
+    assert em.kv_heads_of({**falcon, "new_decoder_architecture": True, "multi_query": True, "num_kv_heads": 8}, 128) == 8
+    assert em.kv_heads_of({**falcon, "new_decoder_architecture": True}, 128) == 128  # FalconConfig's default
+    assert em.kv_heads_of({**falcon, "hidden_size": 4544}, 71) == 1  # multi_query is on unless said off
+    assert em.kv_heads_of({**falcon, "multi_query": False}, 128) == 128
+    # the first Falcon checkpoints' own config: n_head_kv, and a hidden size of 8192 means the new decoder
+    assert em.kv_heads_of({"model_type": "RefinedWeb", "hidden_size": 8192, "n_head_kv": 8}, 128) == 8
+    assert em.kv_heads_of({"model_type": "RefinedWeb", "hidden_size": 8192}, 128) == 1
+    assert em.kv_heads_of({"model_type": "RefinedWebModel", "hidden_size": 4544}, 71) == 1
+    glm = {"model_type": "chatglm", "multi_query_group_num": 2}
+    assert em.kv_heads_of({**glm, "multi_query_attention": True}, 32) == 2
+    assert em.kv_heads_of(glm, 32) == 32  # grouping off: one per query head, whatever the group number
+    assert em.kv_heads_of({"model_type": "dbrx", "attn_config": {"kv_n_heads": 8}}, 48) == 8
+    assert em.kv_heads_of({"model_type": "dbrx"}, 48) == 1  # DbrxConfig's default
+    assert em.kv_heads_of({"num_key_value_heads": 4}, 32) == 4
+    assert em.kv_heads_of({"model_type": "gpt_bigcode", "multi_query": True}, 48) == 1
+    assert em.kv_heads_of({"model_type": "glm4", "multi_query_group_num": 2}, 32) == 2
+    assert em.kv_heads_of({}, 32) == 32
+
+
+def test_the_model_length_is_the_smallest_key_vllm_reads():
+    assert em.model_len_of({"max_position_embeddings": 8192}) == 8192
+    assert em.model_len_of({"n_positions": 1024}) == 1024  # GPT-2
+    assert em.model_len_of({"max_position_embeddings": 32768, "seq_length": 8192}) == 8192
+    assert em.model_len_of({"max_position_embeddings": 8192, "model_max_length": 131072}) == 131072  # Cohere's wins
+    assert em.model_len_of({"model_type": "falcon"}) == 2048  # falcon-7b says nothing: its class's default
+    assert em.model_len_of({"model_type": "llama"}) is None
+
+
+def test_a_config_without_max_position_embeddings_is_capped_at_its_real_length(script):
+    """falcon-7b's config.json names no length: vLLM takes FalconConfig's 2048, and refuses to start with more."""
+    d = est(script, FIXTURES / "falcon-7b", "--weight-gb", "14", "--max-model-len", "8192").doc
+    assert d["model_max_seq_len"] == 2048
+    assert "--max-model-len 8192 exceeds the model's maximum length 2048 (vLLM would refuse it); capped to 2048" \
+        in d["notes"]
+    assert d["kv_bytes_per_sequence"] == 2 * 64 * 2 * 32 * 2048  # the capped length, in whole 16-token pages
+
+
+@pytest.mark.e2e
+def test_kv_heads_head_size_and_length_agree_with_vllms_own_reading(stack):
+    """vLLM 0.32's own config reading (the stack venv's), over every fixture config: the KV heads, head size,
+    layer count and model length it derives are the ones our sizing uses."""
+    import json
+    import subprocess
+    names = sorted(p.parent.name for p in FIXTURES.glob("*/config.json")
+                   if em.text_config(json.loads(p.read_text())).get("num_hidden_layers")
+                   or json.loads(p.read_text()).get("num_layers") or json.loads(p.read_text()).get("n_layers"))
+    probe = (
+        "import json, sys\n"
+        "import vllm.config  # first: the convertor module and vllm.config import each other\n"
+        "from vllm.transformers_utils.config import get_config, get_hf_text_config\n"
+        "from vllm.transformers_utils import model_arch_config_convertor as m\n"
+        "out = {}\n"
+        "for folder in sys.argv[1:]:\n"
+        "    cfg = get_config(folder, trust_remote_code=False)\n"
+        "    c = m.MODEL_ARCH_CONFIG_CONVERTORS.get(cfg.model_type, m.ModelArchConfigConvertorBase)(\n"
+        "        cfg, get_hf_text_config(cfg))\n"
+        "    out[folder] = [c.get_total_num_kv_heads(), c.get_head_size(), c.get_num_hidden_layers(),\n"
+        "                   c.derive_max_model_len_and_key()[0], c.is_deepseek_mla()]\n"
+        "print(json.dumps(out))\n")
+    folders = [str(FIXTURES / n) for n in names]
+    res = subprocess.run([stack["python"], "-c", probe, *folders], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    theirs = json.loads(res.stdout.strip().splitlines()[-1])
+    assert {"falcon-7b", "falcon-40b", "chatglm3-6b", "dbrx-instruct", "Llama-3.1-8B-Instruct"} <= set(names)
+    for folder in folders:
+        kv_heads, head_size, layers, length, mla = theirs[folder]
+        layout = em.kv_layout(json.loads((FIXTURES / folder / "config.json").read_text()))
+        per_layer = head_size * 2 if mla else 2 * kv_heads * head_size * 2  # bf16: MLA keeps one latent
+        assert (layout["bytes_per_token_per_layer"], layout["full"] + layout["sliding"] + layout["none"],
+                layout["max_position_embeddings"], layout["attention"] == "mla") == \
+            (per_layer, layers, length, mla), folder

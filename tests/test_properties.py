@@ -134,14 +134,18 @@ def test_safetensors_file_of_any_bytes(tmp_path_factory, data):
 
 config_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**7), st.text(max_size=5),
                           st.lists(st.sampled_from(["full_attention", "sliding_attention", "linear_attention", 3]),
-                                   max_size=6), st.floats(allow_nan=True))
+                                   max_size=6), st.floats(allow_nan=True),
+                          st.sampled_from(["falcon", "RefinedWeb", "chatglm", "dbrx"]),
+                          st.dictionaries(st.just("kv_n_heads"), st.one_of(st.integers(-2, 200), st.text(max_size=2))))
 config_keys = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
                "kv_lora_rank", "qk_rope_head_dim", "max_position_embeddings", "sliding_window", "layer_types",
                "attn_layer_period", "attn_layer_offset", "full_attention_interval", "sliding_window_pattern",
                "use_sliding_window", "hybrid_override_pattern", "model_type", "linear_num_key_heads",
                "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
                "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "mamba_expand",
-               "mamba_d_state", "mamba_d_conv", "state_size", "expand"]
+               "mamba_d_state", "mamba_d_conv", "state_size", "expand", "num_kv_heads", "n_head_kv",
+               "multi_query_group_num", "n_heads", "n_layers", "new_decoder_architecture", "multi_query_attention",
+               "multi_query", "attn_config", "seq_length", "n_positions", "model_max_length"]
 
 
 @FAST
@@ -157,6 +161,7 @@ def test_any_config_is_checked_then_sized_or_refused(cfg):
     except ScriptError:
         return
     assert layout["bytes_per_token"] >= 0 and min(layout["full"], layout["sliding"], layout["none"]) >= 0
+    assert layout["max_position_embeddings"] is None or layout["max_position_embeddings"] >= 16
     assert layout["recurrent_state_bytes"] is None or layout["recurrent_state_bytes"] > 0
     short, long = (kv_cache.kv_bytes_for(layout, n, 128, 2048) for n in (1024, 4096))
     assert 0 <= short <= long  # a longer context never needs less
