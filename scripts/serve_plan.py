@@ -366,10 +366,11 @@ def mismatches(inp: dict) -> list[str]:
                        f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
                        f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
     vendor = det.get("vendor")
-    if val.get("backend") == "zentorch" and isinstance(vendor, str) and vendor != "AuthenticAMD":
-        # vLLM picks ZenCpuPlatform only on an AMD CPU: elsewhere zentorch is installed and never runs
+    if val.get("backend") == "zentorch" and vendor != "AuthenticAMD":
+        # vLLM picks ZenCpuPlatform only on an AMD CPU: elsewhere zentorch is installed and never runs. A CPU
+        # whose vendor detect.py could not read is no AMD one either (it would not call it an EPYC)
         out.append(f"validate.py chose the zentorch backend, which vLLM activates only on AMD CPUs; detect.py read "
-                   f"a {common.clip(vendor, 40)} CPU")
+                   + (f"a {common.clip(vendor, 40)} CPU" if isinstance(vendor, str) else "no CPU vendor"))
     if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
         out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
     listed = [s.get("socket") for s in tune.get("sockets") or [] if isinstance(s, dict)]

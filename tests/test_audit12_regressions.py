@@ -2228,15 +2228,17 @@ def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, 
 
 
 @pytest.mark.parametrize("vendor,refused", [("GenuineIntel", True), ("HygonGenuine", True), ("AuthenticAMD", False),
-                                            (None, False)])
+                                            (None, True)])
 def test_zentorch_on_a_cpu_detect_read_as_not_amd_is_a_mismatch(vendor, refused):
     """A note of the twenty-sixth audit: a validate.json that chose zentorch planned beside a detect.json of
-    an Intel CPU, and the summary read "zentorch-accelerated" for a platform vLLM never picks there. (None:
-    a spec that named no vendor decides nothing.)"""
+    an Intel CPU, and the summary read "zentorch-accelerated" for a platform vLLM never picks there. (None, a
+    note left since the twenty-eighth: a CPU whose vendor detect.py could not read is not called an EPYC, so
+    validate.py is never ready with zentorch for it; a spec writes AuthenticAMD.)"""
     from serve_plan import mismatches
     docs = {"detect": {"vendor": vendor}, "validate": {"backend": "zentorch"}, "check_model": {}, "estimate_memory": {},
             "cpu_tune": {}}
     assert any("activates only on AMD CPUs" in m for m in mismatches(docs)) == refused
+    assert vendor is not None or any("detect.py read no CPU vendor" in m for m in mismatches(docs))
     docs["validate"]["backend"] = "stock"
     assert mismatches(docs) == []
 
