@@ -175,8 +175,32 @@ class ModelFiles:
             return self._hub_weights(serve_dtype, tied_embeddings)
         return self._folder_weights(serve_dtype, tied_embeddings)
 
+    def _index_shards(self) -> set[str] | None:
+        """The shard files model.safetensors.index.json names, or None (no index, or one without a weight map:
+        then every safetensors file is the model's)."""
+        index = self._local("model.safetensors.index.json")
+        if not index:
+            return None
+        try:
+            weight_map = json.loads(common.read_input_text(index, "index", "re-download it")).get("weight_map")
+        except (ValueError, AttributeError, RecursionError, ScriptError):
+            return None
+        if not isinstance(weight_map, dict) or not weight_map:
+            return None
+        return {str(v) for v in weight_map.values()}
+
     def _folder_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
         shards = sorted(self.folder.glob("*.safetensors"))
+        listed = self._index_shards()
+        if shards and listed:
+            # vLLM loads only the shards the index names (filter_duplicate_safetensors_files): Mistral's repos
+            # also ship the same weights as consolidated.safetensors, counted twice they made 13.5 GiB read 27
+            missing = sorted(listed - {s.name for s in shards})
+            if missing:
+                raise ScriptError(f"{self.ref}: model.safetensors.index.json names {len(missing)} shard(s) the folder "
+                                  f"does not have ({common.clip(', '.join(missing), 200)}): a download cut short",
+                                  "re-download the model (or finish the download), or pass --weight-gb N")
+            shards = [s for s in shards if s.name in listed]
         unreadable = None
         if shards:
             try:

@@ -30,8 +30,29 @@ FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}  # the last two: the 
 # what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
 MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                   "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
-# the config classes' defaults where a checkpoint's config.json leaves the length out (falcon-7b does)
-MODEL_LEN_DEFAULTS = {"falcon": 2048, "RefinedWeb": 2048, "RefinedWebModel": 2048, "chatglm": 2048, "dbrx": 2048}
+# What the transformers config classes (5.x, as vLLM 0.32.0 installs them; ChatGLM's is vLLM's own) fill in
+# where a checkpoint's config.json leaves a field out, for the fields this sizing reads. Read as absent,
+# Gemma-3-27B (no sliding_window_pattern: every 6th layer is global) was sized with every layer sliding, its
+# KV need 7x too small, and Gemma-3-4B (no heads at all) was refused. A field the file has, null included,
+# is the file's. Only families whose published configs leave such fields out, and whose class defaults a
+# test compares with vLLM's own reading (tests/test_estimate_memory.py).
+CLASS_DEFAULTS = {
+    "gemma3_text": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_size": 2304, "vocab_size": 262208, "max_position_embeddings": 131072,
+                    "sliding_window": 4096, "sliding_window_pattern": 6},
+    "gemma2": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "hidden_size": 2304, "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096},
+    "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
+              "max_position_embeddings": 2048},  # llava's text_config names little more than its length
+    "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
+              "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
+    "qwen3": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
+              "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
+    "falcon": {"num_hidden_layers": 32, "num_attention_heads": 71, "hidden_size": 4544, "vocab_size": 65024,
+               "max_position_embeddings": 2048},  # falcon-7b names no length
+    "dbrx": {"n_layers": 24, "n_heads": 16, "d_model": 2048, "vocab_size": 32000, "max_seq_len": 2048},
+    "chatglm": {"num_layers": 28, "num_attention_heads": 32, "hidden_size": 4096, "seq_length": 2048},
+}
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
@@ -40,18 +61,24 @@ def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
     return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
 
 
+def with_class_defaults(cfg: dict) -> dict:
+    """The config as its transformers class reads it: the fields it leaves out take the class's defaults."""
+    return {**CLASS_DEFAULTS.get(str(cfg.get("model_type")), {}), **cfg}
+
+
 def text_config(cfg: dict) -> dict:
     """Multimodal configs keep the language model under a sub-key; older ones keep it at the top. A
     text-only architecture (…ForCausalLM) with its own layers is sized from the top: a stray
-    text_config there is not its language model (it sized a model at 4 bytes a token)."""
+    text_config there is not its language model (it sized a model at 4 bytes a token). Either is read
+    with its class's defaults (with_class_defaults)."""
     archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     if cfg.get("num_hidden_layers") and archs and all(str(a).endswith("ForCausalLM") for a in archs):
-        return cfg
+        return with_class_defaults(cfg)
     for key in ("text_config", "llm_config", "language_config"):
         sub = cfg.get(key)
-        if isinstance(sub, dict) and sub.get("num_hidden_layers"):
-            return {**cfg, **sub}
-    return cfg
+        if isinstance(sub, dict) and with_class_defaults(sub).get("num_hidden_layers"):
+            return {**cfg, **with_class_defaults(sub)}
+    return with_class_defaults(cfg)
 
 
 def _first_int(cfg: dict, *keys: str) -> int | None:
@@ -102,11 +129,12 @@ def model_len_of(cfg: dict) -> int | None:
     """The longest sequence vLLM will serve this model at without being told to exceed it: the smallest of
     the length keys the config has (model_max_length, where set, wins), else its config class's default.
     A --max-model-len past it makes vLLM refuse to start, so the plan caps to it; None: no limit is known."""
+    cfg = with_class_defaults(cfg)
     override = _first_int(cfg, "model_max_length")
     if override:
         return override
     found = [v for k in MODEL_LEN_KEYS if (v := _first_int(cfg, k))]
-    return min(found) if found else MODEL_LEN_DEFAULTS.get(str(cfg.get("model_type")))
+    return min(found) if found else None
 
 
 def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
@@ -161,6 +189,12 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
         raise ScriptError("config.json: sliding_window is true, not a window size in tokens", LAYOUT_FIX)
     if not window or cfg.get("use_sliding_window") is False:
         return layers, 0, 0
+    below = cfg.get("max_window_layers")
+    if isinstance(below, int) and not isinstance(below, bool) and cfg.get("use_sliding_window") is True:
+        # Qwen2/Qwen3: only the layers from max_window_layers up slide (transformers' layer_types; vLLM loads
+        # such a mix only when none slides, max_window_layers = layers)
+        sliding = layers - min(max(below, 0), layers)
+        return layers - sliding, sliding, 0
     if cfg.get("model_type") in ("gemma2",):
         sliding = (layers + 1) // 2  # even-indexed layers are local
         return layers - sliding, sliding, 0

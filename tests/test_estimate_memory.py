@@ -1,10 +1,12 @@
 """estimate_memory.py: weights from headers / index / Hub metadata, KV per token for GQA, MLA,
 sliding and hybrid models, the fit verdict and its suggestion. Expected numbers are worked out here."""
+from pathlib import Path
+
 import pytest
 
 import estimate_memory
 import kv_cache as em
-from model_fixtures import FIXTURES, model_folder
+from model_fixtures import FIXTURES, decoder_tensors, model_folder, write_header_only_safetensors
 
 GIB = 2 ** 30
 
@@ -56,6 +58,11 @@ def test_olmo2_float32_checkpoint_counts_at_serving_dtype(script, tmp_path):
     ("falcon-40b", 2 * 8 * 64 * 2 * 60, {"full": 60, "sliding": 0}, "gqa"),  # new decoder: 8, multi_query ignored
     ("chatglm3-6b", 2 * 2 * 128 * 2 * 28, {"full": 28, "sliding": 0}, "gqa"),  # multi_query_group_num
     ("dbrx-instruct", 2 * 8 * 128 * 2 * 40, {"full": 40, "sliding": 0}, "gqa"),  # attn_config.kv_n_heads
+    # Gemma-3's text_config leaves the pattern out (every 6th layer global), 12B its head_dim (256), 4B its heads
+    ("gemma-3-27b-it", 2 * 16 * 128 * 2 * 62, {"full": 10, "sliding": 52}, "gqa"),
+    ("gemma-3-12b-it", 2 * 8 * 256 * 2 * 48, {"full": 8, "sliding": 40}, "gqa"),
+    ("gemma-3-4b-it", 2 * 4 * 256 * 2 * 34, {"full": 5, "sliding": 29}, "gqa"),
+    ("llava-1.5-7b-hf", 2 * 32 * 128 * 2 * 32, {"full": 32, "sliding": 0}, "mha"),  # LlamaConfig's defaults
 ])
 def test_kv_per_token(script, model, kv_per_token, layers, attention):
     d = est(script, FIXTURES / model, "--weight-gb", "1").doc
@@ -384,7 +391,8 @@ def test_the_model_length_is_the_smallest_key_vllm_reads():
     assert em.model_len_of({"max_position_embeddings": 32768, "seq_length": 8192}) == 8192
     assert em.model_len_of({"max_position_embeddings": 8192, "model_max_length": 131072}) == 131072  # Cohere's wins
     assert em.model_len_of({"model_type": "falcon"}) == 2048  # falcon-7b says nothing: its class's default
-    assert em.model_len_of({"model_type": "llama"}) is None
+    assert em.model_len_of({"model_type": "llama"}) == 2048  # LlamaConfig's default
+    assert em.model_len_of({"model_type": "RefinedWeb"}) is None  # no class default: vLLM takes what it is told
 
 
 def test_a_config_without_max_position_embeddings_is_capped_at_its_real_length(script):
@@ -396,15 +404,48 @@ def test_a_config_without_max_position_embeddings_is_capped_at_its_real_length(s
     assert d["kv_bytes_per_sequence"] == 2 * 64 * 2 * 32 * 2048  # the capped length, in whole 16-token pages
 
 
+def test_a_gemma3_27b_that_does_not_fit_is_not_planned_as_fitting(script):
+    """The thirty-first audit: sized with every layer sliding, 131,072 tokens took 1.51 GiB and 51 GiB of
+    weights "fit" in 64 GiB; vLLM keeps 10 global layers whole: 11.27 GiB, 64.3 GiB in all."""
+    d = est(script, FIXTURES / "gemma-3-27b-it", "--weight-gb", "51", "--max-model-len", "131072", "--ram-gb", "64",
+            "--avx512-bf16", "yes")
+    assert d.code == 1 and d.doc["fit"]["fits"] is False and d.doc["kv_needed_gb_per_sequence"] == 11.27
+
+
+def test_qwen2_slides_only_the_layers_from_max_window_layers_up():
+    cfg = {"model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+           "hidden_size": 3584, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 21}
+    assert em.layer_split(em.text_config(cfg), 28) == (21, 7, 0)
+    assert em.layer_split(em.text_config({**cfg, "max_window_layers": 28}), 28) == (28, 0, 0)
+    assert em.layer_split(em.text_config({**cfg, "use_sliding_window": False}), 28) == (28, 0, 0)
+    del cfg["use_sliding_window"]  # Qwen2Config's default: off
+    assert em.layer_split(em.text_config(cfg), 28) == (28, 0, 0)
+
+
+def _variants(tmp: Path) -> list[Path]:
+    """Configs no fixture has, each a field or two away from a real one: what the class defaults decide."""
+    import json
+    out = []
+    qwen = json.loads((FIXTURES / "Qwen2.5-7B-Instruct" / "config.json").read_text())
+    for name, edit in (("qwen-sw-21", {"use_sliding_window": True, "max_window_layers": 21, "sliding_window": 4096}),
+                       ("qwen-sw-28", {"use_sliding_window": True, "max_window_layers": 28, "sliding_window": 4096})):
+        (tmp / name).mkdir()
+        (tmp / name / "config.json").write_text(json.dumps({**qwen, **edit}))
+        out.append(tmp / name)
+    return out
+
+
 @pytest.mark.e2e
-def test_kv_heads_head_size_and_length_agree_with_vllms_own_reading(stack):
-    """vLLM 0.32's own config reading (the stack venv's), over every fixture config: the KV heads, head size,
-    layer count and model length it derives are the ones our sizing uses."""
+def test_kv_heads_head_size_layers_and_length_agree_with_vllms_own_reading(stack, tmp_path):
+    """vLLM 0.32's own config reading (the stack venv's transformers classes and vLLM's convertor), over every
+    fixture config and a few variants: the KV heads, head size, layer kinds and model length it derives
+    are the ones our sizing uses."""
     import json
     import subprocess
-    names = sorted(p.parent.name for p in FIXTURES.glob("*/config.json")
-                   if em.text_config(json.loads(p.read_text())).get("num_hidden_layers")
-                   or json.loads(p.read_text()).get("num_layers") or json.loads(p.read_text()).get("n_layers"))
+    folders = [p.parent for p in FIXTURES.glob("*/config.json")
+               if em.text_config(json.loads(p.read_text())).get("num_hidden_layers")
+               or em.text_config(json.loads(p.read_text())).get("num_layers")
+               or em.text_config(json.loads(p.read_text())).get("n_layers")] + _variants(tmp_path)
     probe = (
         "import json, sys\n"
         "import vllm.config  # first: the convertor module and vllm.config import each other\n"
@@ -415,18 +456,58 @@ def test_kv_heads_head_size_and_length_agree_with_vllms_own_reading(stack):
         "    cfg = get_config(folder, trust_remote_code=False)\n"
         "    c = m.MODEL_ARCH_CONFIG_CONVERTORS.get(cfg.model_type, m.ModelArchConfigConvertorBase)(\n"
         "        cfg, get_hf_text_config(cfg))\n"
+        "    t = get_hf_text_config(cfg)\n"
+        "    kinds = list(getattr(t, 'layer_types', None) or [])\n"
+        "    sliding = sum(k == 'sliding_attention' for k in kinds) if kinds else (\n"
+        "        c.get_num_hidden_layers() if getattr(t, 'sliding_window', None) else 0)\n"
         "    out[folder] = [c.get_total_num_kv_heads(), c.get_head_size(), c.get_num_hidden_layers(),\n"
-        "                   c.derive_max_model_len_and_key()[0], c.is_deepseek_mla()]\n"
+        "                   c.derive_max_model_len_and_key()[0], c.is_deepseek_mla(), sliding]\n"
         "print(json.dumps(out))\n")
-    folders = [str(FIXTURES / n) for n in names]
-    res = subprocess.run([stack["python"], "-c", probe, *folders], capture_output=True, text=True, timeout=600)
+    res = subprocess.run([stack["python"], "-c", probe, *map(str, folders)], capture_output=True, text=True,
+                         timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     theirs = json.loads(res.stdout.strip().splitlines()[-1])
-    assert {"falcon-7b", "falcon-40b", "chatglm3-6b", "dbrx-instruct", "Llama-3.1-8B-Instruct"} <= set(names)
+    assert {"falcon-7b", "falcon-40b", "chatglm3-6b", "dbrx-instruct", "gemma-3-27b-it", "gemma-3-4b-it",
+            "llava-1.5-7b-hf", "Llama-3.1-8B-Instruct"} <= {f.name for f in folders}
     for folder in folders:
-        kv_heads, head_size, layers, length, mla = theirs[folder]
-        layout = em.kv_layout(json.loads((FIXTURES / folder / "config.json").read_text()))
+        kv_heads, head_size, layers, length, mla, sliding = theirs[str(folder)]
+        layout = em.kv_layout(json.loads((folder / "config.json").read_text()))
         per_layer = head_size * 2 if mla else 2 * kv_heads * head_size * 2  # bf16: MLA keeps one latent
         assert (layout["bytes_per_token_per_layer"], layout["full"] + layout["sliding"] + layout["none"],
-                layout["max_position_embeddings"], layout["attention"] == "mla") == \
-            (per_layer, layers, length, mla), folder
+                layout["sliding"], layout["max_position_embeddings"], layout["attention"] == "mla") == \
+            (per_layer, layers, sliding, length, mla), folder.name
+
+
+def _mistral_with_consolidated(tmp: Path) -> tuple[Path, int]:
+    """A Mistral-7B-Instruct-v0.3-shaped folder: two HF shards and their index, and beside them the same
+    weights once more as consolidated.safetensors (Mistral's own format), as the published repo ships them."""
+    import json
+    folder = tmp / "Mistral-7B-Instruct-v0.3"
+    folder.mkdir()
+    cfg = {**json.loads((FIXTURES / "Mistral-7B-v0.1" / "config.json").read_text()), "vocab_size": 32768,
+           "sliding_window": None}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    tensors = decoder_tensors(cfg, "BF16", None, ("input_layernorm", "post_attention_layernorm"))
+    names = list(tensors)
+    weight_map = {}
+    for i, part in enumerate((names[:len(names) // 2], names[len(names) // 2:])):
+        shard = f"model-0000{i + 1}-of-00002.safetensors"
+        write_header_only_safetensors(folder / shard, {k: tensors[k] for k in part})
+        weight_map.update(dict.fromkeys(part, shard))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1},
+                                                                       "weight_map": weight_map}))
+    write_header_only_safetensors(folder / "consolidated.safetensors", {"x." + k: v for k, v in tensors.items()})
+    one_copy = sum(2 * __import__("math").prod(shape) for _, shape in tensors.values())
+    return folder, one_copy
+
+
+def test_a_folder_counts_only_the_shards_its_index_names(script, tmp_path):
+    """The thirty-first audit: Mistral's repos ship consolidated.safetensors beside the HF shards; vLLM loads
+    the shards the index names, and the folder was sized at twice its weights (27 GiB for 13.5)."""
+    folder, one_copy = _mistral_with_consolidated(tmp_path)
+    d = est(script, folder, "--ram-gb", "24", "--avx512-bf16", "yes")
+    assert d.code == 0 and d.doc["weight_bytes"] == one_copy and d.doc["weight_source"] == "safetensors_headers"
+    (folder / "model-00002-of-00002.safetensors").unlink()  # a download cut short: no size from half a model
+    d = est(script, folder, "--ram-gb", "24")
+    assert d.code == 1 and "names 1 shard(s) the folder does not have (model-00002-of-00002.safetensors)" \
+        in d.doc["error"] and "re-download" in d.doc["fix"]
