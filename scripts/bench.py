@@ -180,6 +180,23 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int,
+                            concurrency: list[int]) -> tuple[str | None, list[str]]:
+    """(why the matrix cannot run on this server, what its figures would measure besides the server).
+    A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
+    end blaming a healthy endpoint; a concurrency past --max-num-seqs only queues at the server, so its
+    latencies include the wait, which is worth knowing but not wrong."""
+    longest = max(input_lens) + output_len
+    limit = plan.get("max_model_len")
+    if isinstance(limit, int) and longest > limit:
+        return (f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
+                f"past the plan's --max-model-len {limit}: vLLM refuses every such request"), []
+    seqs = (plan.get("sizing") or {}).get("max_num_seqs")
+    over = [c for c in concurrency if isinstance(seqs, int) and c > seqs]
+    return None, ([f"--concurrency {','.join(map(str, over))} is past the plan's --max-num-seqs {seqs}: the server "
+                   f"runs {seqs} at once and queues the rest, so TTFT and E2EL include that wait"] if over else [])
+
+
 def endpoint_of(plan: dict) -> str:
     """The endpoint to load: the plan's, or, when check_model could not tell, the one verify settled on
     the running server (in its state file) -- never a guess of /v1/completions for a chat-only model."""
@@ -297,6 +314,10 @@ def main(argv: Sequence[str] | None = None):
     # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
                              "bench")
+    too_long, args.warnings = matrix_against_the_plan(plan, args.input_lens, args.output_len, args.concurrency)
+    if too_long:
+        raise ScriptError(too_long, f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
+                          "plan with a larger --max-model-len")
     serve_life.require_api_key(plan, "bench")
     serve_life.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
     if plan["path"] == "host":  # `vllm bench serve` loads the tokenizer from the Hub cache this shell names
@@ -430,7 +451,7 @@ def finish(plan: dict, args, out: Path, cells: list[dict]):
            "output_len": args.output_len, "repeats": args.repeats, "seed": args.seed, "cells": cells,
            "failed": failed,
            "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None, "bandwidth_cpus": bind,
-           "weight_bytes": weights, **bound, "host": host_record(plan)}
+           "weight_bytes": weights, **bound, "host": host_record(plan), "warnings": args.warnings}
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
     write_out(out / "summary.md", markdown(cells))
     doc["plot"] = plot(cells, out / "plot.png")
@@ -522,7 +543,7 @@ def compare(plan: dict, args, out: Path, env: dict):
     failed = sum(c["failed"] for cells in results.values() for c in cells)
     doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
            "output_len": args.output_len, "repeats": args.repeats, "failed": failed, "comparison": cmp,
-           "host": host_record(plan)}
+           "host": host_record(plan), "warnings": args.warnings}
     write_out(out / "compare.json", json.dumps(doc, indent=2) + "\n")
     write_out(out / "compare.md", compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n"
                                                                     for k, v in not_run.items()))

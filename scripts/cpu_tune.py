@@ -235,7 +235,7 @@ def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, arg
     if len(nodes) > 1:
         warnings.append({"check": "nps", "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
                          "is bound across them; one instance per node could add performance", "fix": None})
-    notes = list(truth["notes"])
+    notes = list(truth["notes"]) + detect.merged_note(topo)
     if pins["pin_note"]:
         notes.append(pins["pin_note"])
     if len(usable) < len(topo.socket_cpus(chosen)):

@@ -256,9 +256,12 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
 
 @dataclass
 class Topology:
-    """Online CPUs and where they sit: package (socket), core, NUMA node."""
+    """Online CPUs and where they sit: package (socket), core, NUMA node. `package` is the socket we serve
+    on: packages whose CPUs share a NUMA node are one (sharing_packages); `hw_package` keeps sysfs's own."""
     package: dict[int, int] = field(default_factory=dict)
     core: dict[int, int] = field(default_factory=dict)
+    hw_package: dict[int, int] = field(default_factory=dict)
+    merged: dict[int, list[int]] = field(default_factory=dict)  # served socket -> the packages it joins
     node_of_cpu: dict[int, int] = field(default_factory=dict)
     node_cpus: dict[int, list[int]] = field(default_factory=dict)
     node_mem_bytes: dict[int, int] = field(default_factory=dict)
@@ -276,8 +279,8 @@ class Topology:
         """One CPU per physical core (the lowest-numbered thread): SMT siblings dropped."""
         first: dict[tuple[int, int], int] = {}
         for cpu in sorted(self.cpus if cpus is None else cpus):
-            if cpu in self.package:
-                first.setdefault((self.package[cpu], self.core[cpu]), cpu)
+            if cpu in self.package:  # core ids repeat from one package to the next
+                first.setdefault((self.hw_package.get(cpu, self.package[cpu]), self.core[cpu]), cpu)
         return sorted(first.values())
 
     def socket_cpus(self, socket: int) -> list[int]:
@@ -301,6 +304,27 @@ def sysfs_id(text: str | None, limit: int, where: str, default: int) -> int:
     return int(value)
 
 
+def sharing_packages(package: dict[int, int], node_of_cpu: dict[int, int]) -> dict[int, int]:
+    """package -> the socket it is served as: packages whose CPUs share a NUMA node are one memory domain,
+    named by its lowest package id. A server pinned to one of them gains no locality and loses the others'
+    cores: a VM's N one-core "sockets" in one node (VMware's default, QEMU's -smp N) were served on one vCPU.
+    On a real EPYC each package has nodes of its own, and nothing is joined."""
+    root = {p: p for p in set(package.values())}
+
+    def find(p: int) -> int:
+        while root[p] != p:
+            p = root[p]
+        return p
+    first_in_node: dict[int, int] = {}
+    for cpu, node in sorted(node_of_cpu.items()):
+        if cpu not in package:
+            continue
+        here = find(package[cpu])
+        there = find(first_in_node.setdefault(node, here))
+        root[max(here, there)] = min(here, there)
+    return {p: find(p) for p in root}
+
+
 def read_topology(sr: Sysroot) -> Topology:
     online_text = sr.read("sys/devices/system/cpu/online")
     topo = Topology()
@@ -320,7 +344,10 @@ def read_topology(sr: Sysroot) -> Topology:
                 if c in topo.package]
         topo.node_cpus[node] = cpus
         for c in cpus:
-            topo.node_of_cpu[c] = node
+            if topo.node_of_cpu.setdefault(c, node) != node:  # a kernel lists each CPU in one node
+                raise ScriptError(f"CPU {c} is listed by NUMA nodes {topo.node_of_cpu[c]} and {node} "
+                                  "(sys/devices/system/node/node*/cpulist): no kernel writes that",
+                                  "re-capture sys/devices/system/node from the host (detect.py --capture)")
         meminfo = sr.read(f"{node_dir.relative_to(sr.root)}/meminfo") or ""
         mem, free = parse_meminfo_bytes(meminfo), parse_meminfo_bytes(meminfo, "MemFree")
         if mem is not None:
@@ -333,7 +360,22 @@ def read_topology(sr: Sysroot) -> Topology:
     if not topo.package:
         raise ScriptError("no online CPUs found under sys/devices/system/cpu",
                           "capture /sys/devices/system/cpu (online, cpu*/topology) into the sysroot")
+    served = sharing_packages(topo.package, topo.node_of_cpu)
+    if any(p != s for p, s in served.items()):
+        topo.hw_package = dict(topo.package)
+        topo.package = {cpu: served[p] for cpu, p in topo.package.items()}
+        for p, s in sorted(served.items()):
+            topo.merged.setdefault(s, []).append(p)
+        topo.merged = {s: ps for s, ps in topo.merged.items() if len(ps) > 1}
     return topo
+
+
+def merged_note(topo: Topology) -> list[str]:
+    """What detect.py and cpu_tune.py say when packages were joined (sharing_packages)."""
+    return [f"packages {common.format_cpulist(ps)} share NUMA node(s) "
+            f"{common.format_cpulist(sorted({topo.node_of_cpu[c] for c in topo.cpus if topo.package[c] == s}))}: "
+            f"one memory domain, served as socket {s} (a VM's one-core sockets, or a node spanning packages)"
+            for s, ps in sorted(topo.merged.items())]
 
 
 # ---------------------------------------------------------------- gathering (I/O)
@@ -544,6 +586,11 @@ def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], to
     not add up to MemTotal (sandboxes, some hypervisors), say so: per-socket sizing then takes the
     smaller figure, because vLLM's CPU worker sizes its KV cache check from sysfs."""
     usable = min(mem_total, limit) if limit else mem_total
+    if common.gb(usable) <= 0:  # a figure no machine runs on, which no document can carry as a size of RAM
+        where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
+        raise ScriptError(f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs "
+                          "anything", "check that figure: a cgroup memory.max written in bytes where GiB were "
+                          "meant, or a --sysroot / capture with a broken meminfo")
     notes = []
     sysfs_total = sum(node_mem.values())
     consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
@@ -595,7 +642,7 @@ def report(f: HostFacts, epyc: dict) -> dict:
         "allowed_cpus": common.format_cpulist(f.allowed_cpus),
         "cpu_quota": f.cpu_quota,
         "hypervisor": f.hypervisor,
-        "notes": mem["notes"],
+        "notes": mem["notes"] + merged_note(topo),
     }
     doc["route"] = route_host(doc, epyc["supported_generations"], stock=False)
     return doc
@@ -610,7 +657,8 @@ def main(argv: Sequence[str] | None = None):
     spec = p.add_argument_group("a host you cannot reach yet (--spec)")
     spec.add_argument("--spec", type=common.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
     spec.add_argument("--sockets", type=common.int_in(1, 2), default=1)
-    spec.add_argument("--ram-gb-per-socket", type=common.float_in(0, 1 << 16, lo_open=True))
+    spec.add_argument("--ram-gb-per-socket", type=common.float_in(1, 1 << 16),  # no EPYC socket has less
+                      help="GiB of memory behind each socket (1 to 65536)")
     spec.add_argument("--nps", type=common.int_in(1, 4), choices=[1, 2, 4], help="NUMA nodes per socket (default 1)")
     spec.add_argument("--smt", choices=["on", "off"], help="simultaneous multithreading (default on)")
     spec.add_argument("--save-sysroot", type=common.nonempty, metavar="DIR",
