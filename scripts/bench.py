@@ -180,21 +180,46 @@ def int_list(text: str) -> list[int]:
     return values
 
 
-def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int,
-                            concurrency: list[int]) -> tuple[str | None, list[str]]:
+CHAT_TEMPLATE_TOKENS = 64  # about what a chat template wraps around one user message (role tags, a system line)
+
+
+def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
+    """The --max-num-seqs the plan's server runs with: the flag in its command, else vLLM's own default for
+    a CPU server (a sizing that leaves the flag out runs at that, whatever capacity the plan computed)."""
+    argv = [str(a) for a in plan.get("argv") or []]
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--max-num-seqs" and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None)
+        if value is not None and value.isascii() and value.isdigit():
+            return int(value)
+    return vllm_default
+
+
+def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int, concurrency: list[int],
+                            vllm_default_seqs: int) -> tuple[str | None, list[dict]]:
     """(why the matrix cannot run on this server, what its figures would measure besides the server).
     A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
-    end blaming a healthy endpoint; a concurrency past --max-num-seqs only queues at the server, so its
-    latencies include the wait, which is worth knowing but not wrong."""
+    end blaming a healthy endpoint; a chat endpoint's template adds tokens to each prompt, so a request
+    near the limit may be refused too; a concurrency past --max-num-seqs only queues at the server, so
+    its latencies include the wait, which is worth knowing but not wrong."""
     longest = max(input_lens) + output_len
     limit = plan.get("max_model_len")
     if isinstance(limit, int) and longest > limit:
         return (f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
                 f"past the plan's --max-model-len {limit}: vLLM refuses every such request"), []
-    seqs = (plan.get("sizing") or {}).get("max_num_seqs")
-    over = [c for c in concurrency if isinstance(seqs, int) and c > seqs]
-    return None, ([f"--concurrency {','.join(map(str, over))} is past the plan's --max-num-seqs {seqs}: the server "
-                   f"runs {seqs} at once and queues the rest, so TTFT and E2EL include that wait"] if over else [])
+    warnings = []
+    if isinstance(limit, int) and plan.get("primary_endpoint") == "chat_completions" \
+            and longest > limit - CHAT_TEMPLATE_TOKENS:
+        warnings.append({"check": "length", "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
+                         f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
+                         "refuse those requests", "fix": "bench shorter lengths"})
+    seqs = served_max_num_seqs(plan, vllm_default_seqs)
+    over = [c for c in concurrency if c > seqs]
+    if over:
+        warnings.append({"check": "concurrency", "message": f"--concurrency {','.join(map(str, over))} is past the "
+                         f"--max-num-seqs {seqs} the server runs with: it runs {seqs} at once and queues the rest, "
+                         "so TTFT and E2EL include that wait", "fix": None})
+    return None, warnings
 
 
 def endpoint_of(plan: dict) -> str:
@@ -314,7 +339,8 @@ def main(argv: Sequence[str] | None = None):
     # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
                              "bench")
-    too_long, args.warnings = matrix_against_the_plan(plan, args.input_lens, args.output_len, args.concurrency)
+    too_long, args.warnings = matrix_against_the_plan(plan, args.input_lens, args.output_len, args.concurrency,
+                                                      common.load_epyc()["serve"]["vllm_cpu_default_max_num_seqs"])
     if too_long:
         raise ScriptError(too_long, f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
                           "plan with a larger --max-model-len")
@@ -505,6 +531,7 @@ def compare(plan: dict, args, out: Path, env: dict):
     serve_life.refuse_edited(plan, serve_life.rerender(plan, epyc, phase="bench"), "bench")
     results: dict[str, list[dict]] = {}
     not_run: dict[str, str] = {}
+    args.warnings = [w for w in args.warnings if w["check"] == "length"]  # each sizing's server its own seqs
     for name in serve_plan.SIZINGS:
         sub = out / name
         opts = {**plan["options"], "sizing": name, "state_dir": str(common.real_path(sub / "run"))}
@@ -515,6 +542,10 @@ def compare(plan: dict, args, out: Path, env: dict):
             not_run[name] = exc.error
             common.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
             continue
+        _, own = matrix_against_the_plan(variant, args.input_lens, args.output_len, args.concurrency,
+                                         epyc["serve"]["vllm_cpu_default_max_num_seqs"])
+        args.warnings += [{**w, "message": f"sizing {name}: {w['message']}"} for w in own
+                          if w["check"] != "length"]  # the lengths are the plan's, warned of once
         (sub / "run").mkdir(parents=True, exist_ok=True)
         write_out(sub / "plan.json", json.dumps(variant, indent=2) + "\n")
         common.log(f"bench: --compare: sizing {name}: starting")

@@ -304,12 +304,16 @@ def sysfs_id(text: str | None, limit: int, where: str, default: int) -> int:
     return int(value)
 
 
-def sharing_packages(package: dict[int, int], node_of_cpu: dict[int, int]) -> dict[int, int]:
-    """package -> the socket it is served as: packages whose CPUs share a NUMA node are one memory domain,
-    named by its lowest package id. A server pinned to one of them gains no locality and loses the others'
-    cores: a VM's N one-core "sockets" in one node (VMware's default, QEMU's -smp N) were served on one vCPU.
-    On a real EPYC each package has nodes of its own, and nothing is joined."""
-    root = {p: p for p in set(package.values())}
+def sharing_packages(package: dict[int, int], core: dict[int, int], node_of_cpu: dict[int, int]) -> dict[int, int]:
+    """package -> the socket it is served as. One-core packages that share a NUMA node are one socket (named
+    by the lowest id): a VM's N one-core "sockets" in one node (VMware's default cores-per-socket, QEMU's
+    -smp N) were served on one vCPU of N, with no locality to gain. A package of more cores is a socket of
+    its own whatever its nodes say: a 2P EPYC in NPS0 (one node over both) is still served on one socket,
+    as one OpenMP team across the two would be slower, and a kernel without NUMA sysfs is no sign either."""
+    cores_of: dict[int, set[int]] = {}
+    for cpu, p in package.items():
+        cores_of.setdefault(p, set()).add(core.get(cpu, cpu))
+    root = {p: p for p in cores_of}
 
     def find(p: int) -> int:
         while root[p] != p:
@@ -317,7 +321,7 @@ def sharing_packages(package: dict[int, int], node_of_cpu: dict[int, int]) -> di
         return p
     first_in_node: dict[int, int] = {}
     for cpu, node in sorted(node_of_cpu.items()):
-        if cpu not in package:
+        if cpu not in package or len(cores_of[package[cpu]]) > 1:
             continue
         here = find(package[cpu])
         there = find(first_in_node.setdefault(node, here))
@@ -360,7 +364,7 @@ def read_topology(sr: Sysroot) -> Topology:
     if not topo.package:
         raise ScriptError("no online CPUs found under sys/devices/system/cpu",
                           "capture /sys/devices/system/cpu (online, cpu*/topology) into the sysroot")
-    served = sharing_packages(topo.package, topo.node_of_cpu)
+    served = sharing_packages(topo.package, topo.core, topo.node_of_cpu)
     if any(p != s for p, s in served.items()):
         topo.hw_package = dict(topo.package)
         topo.package = {cpu: served[p] for cpu, p in topo.package.items()}
@@ -374,7 +378,7 @@ def merged_note(topo: Topology) -> list[str]:
     """What detect.py and cpu_tune.py say when packages were joined (sharing_packages)."""
     return [f"packages {common.format_cpulist(ps)} share NUMA node(s) "
             f"{common.format_cpulist(sorted({topo.node_of_cpu[c] for c in topo.cpus if topo.package[c] == s}))}: "
-            f"one memory domain, served as socket {s} (a VM's one-core sockets, or a node spanning packages)"
+            f"one-core packages of one memory domain (a VM's sockets), served as socket {s}"
             for s, ps in sorted(topo.merged.items())]
 
 

@@ -175,10 +175,10 @@ class ModelFiles:
             return self._hub_weights(serve_dtype, tied_embeddings)
         return self._folder_weights(serve_dtype, tied_embeddings)
 
-    def _index_shards(self) -> set[str] | None:
-        """The shard files model.safetensors.index.json names, or None (no index, or one without a weight map:
-        then every safetensors file is the model's)."""
-        index = self._local("model.safetensors.index.json")
+    def _index_shards(self, name: str) -> set[str] | None:
+        """The shard files an index names, or None (no index, or one without a weight map: then every
+        file of the format is the model's)."""
+        index = self._local(name)
         if not index:
             return None
         try:
@@ -189,18 +189,27 @@ class ModelFiles:
             return None
         return {str(v) for v in weight_map.values()}
 
+    def _served_shards(self) -> list[Path]:
+        """The safetensors files vLLM 0.32 loads from this folder (DefaultModelLoader._prepare_weights): any
+        consolidated*.safetensors makes it Mistral's own format, those files alone (Mistral's repos ship
+        the HF shards beside them: counted both, 13.5 GiB read 27); otherwise every *.safetensors. Either
+        is narrowed to the files its index names, and a named file the folder lacks stops vLLM too."""
+        consolidated = sorted(self.folder.glob("consolidated*.safetensors"))
+        shards, index = ((consolidated, "consolidated.safetensors.index.json") if consolidated else
+                         (sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json"))
+        listed = self._index_shards(index) if shards else None
+        if not listed:
+            return shards
+        missing = sorted(listed - {s.name for s in shards})
+        if missing:
+            raise ScriptError(f"{self.ref}: {index} names {len(missing)} shard(s) the folder does not have "
+                              f"({common.clip(', '.join(missing), 200)}): a download cut short, and vLLM "
+                              "would not load it", "re-download the model (or finish the download), or pass "
+                              "--weight-gb N")
+        return [s for s in shards if s.name in listed]
+
     def _folder_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
-        shards = sorted(self.folder.glob("*.safetensors"))
-        listed = self._index_shards()
-        if shards and listed:
-            # vLLM loads only the shards the index names (filter_duplicate_safetensors_files): Mistral's repos
-            # also ship the same weights as consolidated.safetensors, counted twice they made 13.5 GiB read 27
-            missing = sorted(listed - {s.name for s in shards})
-            if missing:
-                raise ScriptError(f"{self.ref}: model.safetensors.index.json names {len(missing)} shard(s) the folder "
-                                  f"does not have ({common.clip(', '.join(missing), 200)}): a download cut short",
-                                  "re-download the model (or finish the download), or pass --weight-gb N")
-            shards = [s for s in shards if s.name in listed]
+        shards = self._served_shards()
         unreadable = None
         if shards:
             try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import common
 from common import ScriptError
 
 KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}  # no fp8 KV on this CPU path
@@ -26,7 +27,8 @@ FULL_TYPES = {"full_attention", "attention", "global_attention"}
 HYBRID_PATTERN_KINDS = "M*-E"
 NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}  # recurrent / convolution layers: state, no KV
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
-FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}  # the last two: the first Falcon checkpoints' own code
+FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
+QWEN2_MODELS = {"qwen2", "qwen3"}  # vLLM's Qwen2Model and the Qwen3Model built on it  # the last two: the first Falcon checkpoints' own code
 # what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
 MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                   "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
@@ -44,6 +46,8 @@ CLASS_DEFAULTS = {
                "hidden_size": 2304, "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096},
     "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
               "max_position_embeddings": 2048},  # llava's text_config names little more than its length
+    "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+                "vocab_size": 32000, "max_position_embeddings": 131072, "sliding_window": 4096},
     "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
               "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
     "qwen3": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
@@ -61,9 +65,15 @@ def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
     return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
 
 
-def with_class_defaults(cfg: dict) -> dict:
-    """The config as its transformers class reads it: the fields it leaves out take the class's defaults."""
-    return {**CLASS_DEFAULTS.get(str(cfg.get("model_type")), {}), **cfg}
+# the language model's class where a multimodal config's text_config names none (transformers' default)
+TEXT_TYPE_OF_PARENT = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama"}
+
+
+def with_class_defaults(cfg: dict, parent_type: object = None) -> dict:
+    """The config as its transformers class reads it: the fields it leaves out take the class's defaults. A
+    text_config without a model_type is its parent's default language model (Gemma-3's, llava's)."""
+    kind = cfg.get("model_type") or TEXT_TYPE_OF_PARENT.get(str(parent_type))
+    return {**CLASS_DEFAULTS.get(str(kind), {}), **cfg}
 
 
 def text_config(cfg: dict) -> dict:
@@ -76,8 +86,8 @@ def text_config(cfg: dict) -> dict:
         return with_class_defaults(cfg)
     for key in ("text_config", "llm_config", "language_config"):
         sub = cfg.get(key)
-        if isinstance(sub, dict) and with_class_defaults(sub).get("num_hidden_layers"):
-            return {**cfg, **with_class_defaults(sub)}
+        if isinstance(sub, dict) and with_class_defaults(sub, cfg.get("model_type")).get("num_hidden_layers"):
+            return {**cfg, **with_class_defaults(sub, cfg.get("model_type"))}
     return with_class_defaults(cfg)
 
 
@@ -189,10 +199,17 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
         raise ScriptError("config.json: sliding_window is true, not a window size in tokens", LAYOUT_FIX)
     if not window or cfg.get("use_sliding_window") is False:
         return layers, 0, 0
-    below = cfg.get("max_window_layers")
-    if isinstance(below, int) and not isinstance(below, bool) and cfg.get("use_sliding_window") is True:
-        # Qwen2/Qwen3: only the layers from max_window_layers up slide (transformers' layer_types; vLLM loads
-        # such a mix only when none slides, max_window_layers = layers)
+    if "max_window_layers" in cfg and cfg.get("use_sliding_window") is True:
+        # Qwen2/Qwen3: only the layers from max_window_layers up slide (transformers' layer_types)
+        below = cfg["max_window_layers"]
+        if not isinstance(below, int) or isinstance(below, bool):
+            raise ScriptError("config.json: use_sliding_window is on and max_window_layers is not a layer count "
+                              f"({common.clip(repr(below), 40)})", LAYOUT_FIX)
+        if 0 < below < layers and cfg.get("model_type") in QWEN2_MODELS:
+            raise ScriptError(f"config.json: use_sliding_window with max_window_layers {below} of {layers} slides "
+                              f"only the layers from {below} up, and vLLM 0.32 loads no such mix (its Qwen2 model "
+                              "asserts max_window_layers = num_hidden_layers)", "serve it with use_sliding_window "
+                              "false, as the published Qwen2, Qwen2.5 and Qwen3 configs set it")
         sliding = layers - min(max(below, 0), layers)
         return layers - sliding, sliding, 0
     if cfg.get("model_type") in ("gemma2",):

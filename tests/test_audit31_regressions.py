@@ -21,12 +21,35 @@ def test_a_bench_matrix_longer_than_the_plan_serves_is_refused_before_anything_r
     assert r.code == 1 and f"is {limit + 1} tokens a request, past the plan's --max-model-len {limit}" in r.doc["error"]
     assert f"within {limit} tokens" in r.doc["fix"] and len(calls(d)) == before  # not even asked about the server
     assert not (tmp_path / "b").exists()
-    assert bench.matrix_against_the_plan(plan, [limit - 1], 1, [1]) == (None, [])
-    error, warnings = bench.matrix_against_the_plan(plan, [16], 16, [1, seqs, seqs + 1, 4 * seqs])
-    assert error is None and warnings == [
-        f"--concurrency {seqs + 1},{4 * seqs} is past the plan's --max-num-seqs {seqs}: the server runs {seqs} at "
-        "once and queues the rest, so TTFT and E2EL include that wait"]
-    assert bench.matrix_against_the_plan({**plan, "sizing": {"max_num_seqs": None}}, [16], 16, [10 ** 6])[1] == []
+    assert bench.matrix_against_the_plan({**plan, "primary_endpoint": "completions"}, [limit - 1], 1, [1], 128) \
+        == (None, [])
+    seqs = bench.served_max_num_seqs(plan, 128)
+    assert f"--max-num-seqs {seqs}" in plan["command"]  # the skill's sizing passes the flag: that is the limit
+    error, warnings = bench.matrix_against_the_plan(plan, [16], 16, [1, seqs, seqs + 1, 4 * seqs], 128)
+    assert error is None and warnings == [{
+        "check": "concurrency", "fix": None,
+        "message": f"--concurrency {seqs + 1},{4 * seqs} is past the --max-num-seqs {seqs} the server runs with: it "
+                   f"runs {seqs} at once and queues the rest, so TTFT and E2EL include that wait"}]
+
+
+def test_bench_reads_the_max_num_seqs_the_server_runs_with(script, inputs, rt, tmp_path):  # noqa: F811
+    """The review of F5's fix: a sizing that leaves --max-num-seqs out (vllm-default) runs at vLLM's CPU server
+    default, 128, whatever capacity the plan computed (256 there): the warning named a flag never passed, and
+    a concurrency of 200 queued unwarned. And a chat endpoint's template adds tokens to the longest request."""
+    _, plan = container_plan(script, inputs, rt, tmp_path)
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st2"), "--sizing", "vllm-default"),
+               env=rt[1])
+    assert r.code == 0 and "--max-num-seqs" not in r.doc["argv"], r.doc
+    assert bench.served_max_num_seqs(r.doc, 128) == 128
+    _, warnings = bench.matrix_against_the_plan(r.doc, [16], 16, [200], 128)
+    assert [w["check"] for w in warnings] == ["concurrency"] and "--max-num-seqs 128 the server" in warnings[0]["message"]
+    assert bench.served_max_num_seqs({"argv": ["vllm", "serve", "--max-num-seqs=7"]}, 128) == 7
+    chat = {**plan, "primary_endpoint": "chat_completions"}
+    limit = plan["max_model_len"]
+    _, warnings = bench.matrix_against_the_plan(chat, [limit - 64], 64, [1], 128)
+    assert warnings[0]["check"] == "length" and "the chat template adds tokens" in warnings[0]["message"]
+    assert bench.matrix_against_the_plan({**chat, "primary_endpoint": "completions"}, [limit - 64], 64, [1], 128) \
+        == (None, [])
 
 
 def test_a_memory_figure_no_machine_runs_on_is_named_at_its_source(script, tmp_path):
@@ -68,7 +91,8 @@ def test_a_vm_of_one_core_sockets_in_one_node_is_served_on_all_its_cpus(script, 
     r = script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", "8", "--kv-needed-gb", "2")
     assert r.code == 0 and r.doc["omp_threads"] == 8 and r.doc["vllm_cpu_omp_threads_bind"] == "0-7"
     assert r.doc["container_cpuset_argv"] == ["--cpuset-cpus=0-7", "--cpuset-mems=0"] and len(r.doc["sockets"]) == 1
-    assert "packages 0-7 share NUMA node(s) 0: one memory domain, served as socket 0" in r.doc["notes"][-1]
+    assert "packages 0-7 share NUMA node(s) 0: one-core packages of one memory domain (a VM's sockets), " \
+        "served as socket 0" in r.doc["notes"][-1]
     d = script("detect.py", "--sysroot", str(root)).doc
     assert (d["socket_count"], d["physical_cores"], d["logical_cores"]) == (1, 8, 8)
     r = script("cpu_tune.py", "--sysroot", str(_vm(tmp_path, 8, 2)), "--weight-gb", "8", "--kv-needed-gb", "2")
@@ -76,13 +100,33 @@ def test_a_vm_of_one_core_sockets_in_one_node_is_served_on_all_its_cpus(script, 
     assert r.doc["numa_nodes"] == [0]
 
 
-def test_packages_are_joined_only_through_a_shared_node():
+def test_only_one_core_packages_are_joined_and_only_through_a_shared_node(script, tmp_path):
+    """The review of F4's fix: a node spanning real packages (a 2P EPYC in NPS0) or no NUMA sysfs at all joined
+    two 96-core sockets into one OpenMP team of 192. Only one-core packages (a VM's) are joined."""
     import detect
-    two_sockets = {0: 0, 1: 0, 2: 1, 3: 1}
-    assert detect.sharing_packages(two_sockets, {0: 0, 1: 0, 2: 1, 3: 1}) == {0: 0, 1: 1}  # a real 2P: apart
-    assert detect.sharing_packages(two_sockets, {0: 0, 1: 1, 2: 1, 3: 2}) == {0: 0, 1: 0}  # node 1 spans both
-    assert detect.sharing_packages({0: 2, 1: 1, 2: 0}, {0: 0, 1: 1, 2: 1}) == {0: 0, 1: 0, 2: 2}
-    assert detect.sharing_packages({0: 0, 1: 1}, {}) == {0: 0, 1: 1}  # no NUMA sysfs read: nothing is joined
+    from sysroots import HOSTS, build
+    one_core = {0: 0, 1: 1, 2: 2, 3: 3}
+    assert detect.sharing_packages(one_core, {c: 0 for c in one_core}, {0: 0, 1: 0, 2: 1, 3: 1}) == \
+        {0: 0, 1: 0, 2: 2, 3: 2}
+    assert detect.sharing_packages({0: 2, 1: 1, 2: 0}, {0: 0, 1: 0, 2: 0}, {0: 0, 1: 1, 2: 1}) == {0: 0, 1: 0, 2: 2}
+    two_cores = {0: 0, 1: 0, 2: 1, 3: 1}
+    assert detect.sharing_packages(two_cores, {0: 0, 1: 1, 2: 0, 3: 1}, {c: 0 for c in two_cores}) == {0: 0, 1: 1}
+    smt = {0: 0, 1: 1, 2: 0, 3: 1}  # one core, two threads each: still a one-core package
+    assert detect.sharing_packages(smt, {c: 0 for c in smt}, {c: 0 for c in smt}) == {0: 0, 1: 0}
+    for edit in ("nps0", "no-numa"):
+        root = build(tmp_path / edit, HOSTS["genoa_9654_2s_smt"])
+        if edit == "nps0":
+            (root / "sys/devices/system/node/node0/cpulist").write_text("0-383\n")
+            (root / "sys/devices/system/node/node0/meminfo").write_text("Node 0 MemTotal: 805306368 kB\n")
+            import shutil
+            shutil.rmtree(root / "sys/devices/system/node/node1")
+        else:
+            import shutil
+            shutil.rmtree(root / "sys/devices/system/node")
+        r = script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", "8", "--kv-needed-gb", "2")
+        assert r.code == 0 and r.doc["omp_threads"] == 96 and r.doc["vllm_cpu_omp_threads_bind"] == "0-95", edit
+        assert r.doc["container_cpuset_argv"][0] == "--cpuset-cpus=0-95,192-287" and len(r.doc["sockets"]) == 2
+        assert not any("one-core packages" in n for n in r.doc["notes"])
 
 
 def test_a_cpu_two_nodes_list_is_refused(script, tmp_path):

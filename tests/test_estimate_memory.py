@@ -412,14 +412,37 @@ def test_a_gemma3_27b_that_does_not_fit_is_not_planned_as_fitting(script):
     assert d.code == 1 and d.doc["fit"]["fits"] is False and d.doc["kv_needed_gb_per_sequence"] == 11.27
 
 
-def test_qwen2_slides_only_the_layers_from_max_window_layers_up():
+def test_qwen2_slides_only_the_layers_from_max_window_layers_up_and_vllm_loads_no_mix():
+    """Transformers slides a Qwen2's layers from max_window_layers up; vLLM 0.32's Qwen2 model asserts that
+    none or all do (the review of the thirty-first audit's fix): a mix is refused, not sized."""
     cfg = {"model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
            "hidden_size": 3584, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 21}
-    assert em.layer_split(em.text_config(cfg), 28) == (21, 7, 0)
+    with pytest.raises(em.ScriptError, match="max_window_layers 21 of 28 slides only the layers from 21 up, and "
+                                             "vLLM 0.32 loads no such mix"):
+        em.layer_split(em.text_config(cfg), 28)
+    assert em.layer_split(em.text_config({**cfg, "model_type": "qwen2_moe"}), 28) == (21, 7, 0)
     assert em.layer_split(em.text_config({**cfg, "max_window_layers": 28}), 28) == (28, 0, 0)
+    assert em.layer_split(em.text_config({**cfg, "max_window_layers": 0}), 28) == (0, 28, 0)
     assert em.layer_split(em.text_config({**cfg, "use_sliding_window": False}), 28) == (28, 0, 0)
+    with pytest.raises(em.ScriptError, match="max_window_layers is not a layer count"):
+        em.layer_split(em.text_config({**cfg, "max_window_layers": None}), 28)
     del cfg["use_sliding_window"]  # Qwen2Config's default: off
     assert em.layer_split(em.text_config(cfg), 28) == (28, 0, 0)
+
+
+def test_a_text_config_without_a_model_type_is_its_parents_language_model():
+    """The review: Gemma-3's text_config with its model_type deleted fell back to all-sliding; llava-next's
+    Mistral text_config names no layers or heads (MistralConfig's defaults)."""
+    import json
+    g3 = json.loads((FIXTURES / "gemma-3-27b-it" / "config.json").read_text())
+    del g3["text_config"]["model_type"]
+    layout = em.kv_layout(g3)
+    assert (layout["full"], layout["sliding"], layout["max_position_embeddings"]) == (10, 52, 131072)
+    mistral_text = {"model_type": "llava_next", "text_config": {"model_type": "mistral", "num_key_value_heads": 8,
+                                                                "max_position_embeddings": 32768, "sliding_window": None,
+                                                                "vocab_size": 32064}}
+    layout = em.kv_layout(mistral_text)
+    assert (layout["bytes_per_token"], layout["full"], layout["sliding"]) == (2 * 8 * 128 * 2 * 32, 32, 0)
 
 
 def _variants(tmp: Path) -> list[Path]:
@@ -427,10 +450,22 @@ def _variants(tmp: Path) -> list[Path]:
     import json
     out = []
     qwen = json.loads((FIXTURES / "Qwen2.5-7B-Instruct" / "config.json").read_text())
-    for name, edit in (("qwen-sw-21", {"use_sliding_window": True, "max_window_layers": 21, "sliding_window": 4096}),
-                       ("qwen-sw-28", {"use_sliding_window": True, "max_window_layers": 28, "sliding_window": 4096})):
+    gemma = json.loads((FIXTURES / "gemma-3-27b-it" / "config.json").read_text())
+    del gemma["text_config"]["model_type"]
+    llava = json.loads((FIXTURES / "llava-1.5-7b-hf" / "config.json").read_text())
+    llava_next_mistral = {**llava, "model_type": "llava_next", "architectures": ["LlavaNextForConditionalGeneration"],
+                          "text_config": {"architectures": ["MistralForCausalLM"], "intermediate_size": 14336,
+                                          "max_position_embeddings": 32768, "model_type": "mistral",
+                                          "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+                                          "sliding_window": None, "vocab_size": 32064}}
+    mistral_no_window = json.loads((FIXTURES / "Mistral-7B-v0.1" / "config.json").read_text())
+    del mistral_no_window["sliding_window"]  # MistralConfig's default: 4096
+    for name, cfg in (("qwen-sw-28", {**qwen, "use_sliding_window": True, "max_window_layers": 28,
+                                      "sliding_window": 4096}),
+                      ("gemma3-text-untyped", gemma), ("llava-next-mistral", llava_next_mistral),
+                      ("mistral-no-window", mistral_no_window)):
         (tmp / name).mkdir()
-        (tmp / name / "config.json").write_text(json.dumps({**qwen, **edit}))
+        (tmp / name / "config.json").write_text(json.dumps(cfg))
         out.append(tmp / name)
     return out
 
@@ -501,13 +536,22 @@ def _mistral_with_consolidated(tmp: Path) -> tuple[Path, int]:
     return folder, one_copy
 
 
-def test_a_folder_counts_only_the_shards_its_index_names(script, tmp_path):
-    """The thirty-first audit: Mistral's repos ship consolidated.safetensors beside the HF shards; vLLM loads
-    the shards the index names, and the folder was sized at twice its weights (27 GiB for 13.5)."""
+def test_a_folder_counts_the_files_vllm_loads(script, tmp_path):
+    """The thirty-first audit: Mistral's repos ship consolidated.safetensors beside the HF shards, and the folder
+    was sized at twice its weights (27 GiB for 13.5). vLLM 0.32 loads Mistral's own format whenever a
+    consolidated*.safetensors is there (those files alone), else the shards model.safetensors.index.json
+    names; a named shard the folder lacks stops vLLM, and is an error here."""
     folder, one_copy = _mistral_with_consolidated(tmp_path)
     d = est(script, folder, "--ram-gb", "24", "--avx512-bf16", "yes")
     assert d.code == 0 and d.doc["weight_bytes"] == one_copy and d.doc["weight_source"] == "safetensors_headers"
-    (folder / "model-00002-of-00002.safetensors").unlink()  # a download cut short: no size from half a model
-    d = est(script, folder, "--ram-gb", "24")
-    assert d.code == 1 and "names 1 shard(s) the folder does not have (model-00002-of-00002.safetensors)" \
-        in d.doc["error"] and "re-download" in d.doc["fix"]
+    for shard in folder.glob("model-0000*.safetensors"):  # vLLM fetched only consolidated.safetensors: still served
+        shard.rename(tmp_path / shard.name)
+    assert est(script, folder, "--ram-gb", "24").doc["weight_bytes"] == one_copy
+    (folder / "consolidated.safetensors").unlink()
+    (tmp_path / "model-00001-of-00002.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    d = est(script, folder, "--ram-gb", "24")  # HF format, half of it: no size from half a model
+    assert d.code == 1 and "model.safetensors.index.json names 1 shard(s) the folder does not have " \
+        "(model-00002-of-00002.safetensors)" in d.doc["error"] and "re-download" in d.doc["fix"]
+    (tmp_path / "model-00002-of-00002.safetensors").rename(folder / "model-00002-of-00002.safetensors")
+    write_header_only_safetensors(folder / "adapter_model.safetensors", {"a": ("BF16", [4096, 4096])})
+    assert est(script, folder, "--ram-gb", "24").doc["weight_bytes"] == one_copy  # not in the index: not loaded
