@@ -196,7 +196,7 @@ def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
 
 
 def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int, concurrency: list[int],
-                            vllm_default_seqs: int) -> tuple[str | None, list[dict]]:
+                            vllm_default_seqs: int, endpoint: str | None = None) -> tuple[str | None, list[dict]]:
     """(why the matrix cannot run on this server, what its figures would measure besides the server).
     A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
     end blaming a healthy endpoint; a chat endpoint's template adds tokens to each prompt, so a request
@@ -208,8 +208,8 @@ def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int, 
         return (f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
                 f"past the plan's --max-model-len {limit}: vLLM refuses every such request"), []
     warnings = []
-    if isinstance(limit, int) and plan.get("primary_endpoint") == "chat_completions" \
-            and longest > limit - CHAT_TEMPLATE_TOKENS:
+    if isinstance(limit, int) and (endpoint or plan.get("primary_endpoint")) == "chat_completions" \
+            and longest > limit - CHAT_TEMPLATE_TOKENS:  # `endpoint`: the one verify settled, when the plan's is unknown
         warnings.append({"check": "length", "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
                          f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
                          "refuse those requests", "fix": "bench shorter lengths"})
@@ -339,8 +339,11 @@ def main(argv: Sequence[str] | None = None):
     # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
     serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
                              "bench")
+    settled = (serve_life.own_state(plan, "bench") or {}).get("primary_endpoint") \
+        if plan["primary_endpoint"] == "unknown" else None  # the endpoint verify settled on the server
     too_long, args.warnings = matrix_against_the_plan(plan, args.input_lens, args.output_len, args.concurrency,
-                                                      common.load_epyc()["serve"]["vllm_cpu_default_max_num_seqs"])
+                                                      common.load_epyc()["serve"]["vllm_cpu_default_max_num_seqs"],
+                                                      settled)
     if too_long:
         raise ScriptError(too_long, f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
                           "plan with a larger --max-model-len")

@@ -86,6 +86,40 @@ def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str,
     return "unsupported", None
 
 
+def _auto_map(doc: dict | None, key: str) -> object:
+    auto = (doc or {}).get("auto_map")
+    return auto.get(key) if isinstance(auto, dict) else None
+
+
+def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | None) -> str | None:
+    """Why vLLM would need --trust-remote-code to load this model, or None. This bundle never passes it
+    (it runs the repository's Python), and vLLM then refuses the model at load, after the human said yes,
+    the pull and the wait. Read as transformers 5 and vLLM 0.32 decide it, from the lists the registry
+    probe took of the serving install (`own`; no lists: not judged):
+    - the config: an auto_map AutoConfig for a model_type neither transformers nor vLLM defines;
+    - the tokenizer: an auto_map AutoTokenizer (tokenizer_config.json or config.json) whose
+      tokenizer_class transformers does not have and whose model_type has no tokenizer of transformers'
+      (ChatGLM3's ChatGLMTokenizer), unless transformers ignores that model type's hub tokenizer."""
+    if not own:
+        return None
+    kind = cfg.get("model_type")
+    if _auto_map(cfg, "AutoConfig") and kind not in own["config_types"]:
+        return (f"its config (model_type {common.clip(repr(kind), 60)}) is the repository's own code "
+                "(auto_map AutoConfig)")
+    if not (_auto_map(tokenizer_config, "AutoTokenizer") or _auto_map(cfg, "AutoTokenizer")):
+        return None
+    if kind in own["remote_tokenizer_ignored"]:
+        return None
+    named = (tokenizer_config or {}).get("tokenizer_class")
+    named = named.removesuffix("Fast") if isinstance(named, str) else None
+    if named and (named in own["tokenizer_classes"] or f"{named}Fast" in own["tokenizer_classes"]):
+        return None
+    if kind in own["tokenizer_model_types"] and kind not in own["vllm_config_types"]:
+        return None  # transformers maps this model type's own config class to a tokenizer of its own
+    return (f"its tokenizer{f' ({common.clip(named, 60)})' if named else ''} is the repository's own code "
+            "(auto_map AutoTokenizer)")
+
+
 DEFAULT_POLICY = {"generation_kinds": ["text", "multimodal"], "refuse_kinds": ["pooling", "unsupported"],
                   "multimodal_needs_chat_template": True, "undetermined_proceeds": True}
 
@@ -184,7 +218,8 @@ def read_model(files: hf_model.ModelFiles) -> dict:
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise ScriptError(f"{files.ref}: config.json has no 'architectures' list",
                           "this is not a transformers model vLLM can load; check the model id")
-    return {"architectures": archs, "quantization": quantization.describe(cfg), "jinja": files.text("chat_template.jinja"),
+    return {"architectures": archs, "config": cfg, "quantization": quantization.describe(cfg),
+            "jinja": files.text("chat_template.jinja"),
             "tokenizer_config": files.json("tokenizer_config.json"), "template_json": files.json("chat_template.json")}
 
 
@@ -233,6 +268,23 @@ def main(argv: Sequence[str] | None = None):
            "quantization": quantization_report(model["quantization"], epyc)}
     if kind in epyc["model_support_policy"]["refuse_kinds"]:
         code = 1
+    own = (registry or {}).get("own_code")
+    remote = None if code else remote_code_needed(model["config"], model["tokenizer_config"], own)
+    if not own and (_auto_map(model["config"], "AutoConfig") or _auto_map(model["tokenizer_config"], "AutoTokenizer")
+                    or _auto_map(model["config"], "AutoTokenizer")):
+        notes.append(f"the repository ships code of its own (auto_map): whether vLLM {version} needs "
+                     "--trust-remote-code for it (never passed here) was not judged, as its registry "
+                     f"({(registry or {}).get('source')}) does not list what it loads by itself")
+    if remote:  # vLLM refuses it at load without --trust-remote-code, which this bundle never passes
+        code = 1
+        doc.update(supported=False, launchable=False, supported_endpoints=[], primary_endpoint=None,
+                   remote_code=remote, message=f"{arch} is in vLLM {version}'s registry, but {remote}: vLLM loads "
+                   "it only with --trust-remote-code, which this bundle does not pass (it would run the "
+                   "repository's Python)")
+        doc.update(error=doc["message"], fix="choose a model vLLM loads with its own code (the same model "
+                   "converted to a transformers architecture, or another), or serve it by hand, having read "
+                   "its code, with vllm serve --trust-remote-code")
+        return doc, code
     if code:  # the one contract: exit 1 carries error and fix
         doc.update(error=message, fix=REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
     return doc, code

@@ -30,7 +30,12 @@ from serve_life import (foreign_state, inspect_container, known_secrets, open_ow
 from serve_plan import mask_server_text  # noqa: E402
 
 
-ZEN_LINE = re.compile(r"plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
+# zendnnl's own record of a matmul (ZENDNNL_API_LOG_LEVEL=4): "LOWOHA matmul_direct: M=…, plugin_op=…, kernel=…".
+# The record's head is required: `plugin_op=… kernel=…` alone is text any client puts in the log (a request
+# for /plugin_op=…,kernel=… is written there by the server's access log, 404 or 401 alike)
+ZEN_LINE = re.compile(r"LOWOHA matmul_direct:.*?plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
+# an HTTP access record (uvicorn's: `"GET /path HTTP/1.1" 404`): a client's words, never a kernel's
+ACCESS_LINE = re.compile(r'"[A-Z]{3,8} \S* HTTP/[0-9.]{1,3}" [0-9]{3}')
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
 FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
 # A kernel log line is a few hundred characters. The patterns above are tried at each `plugin_op=` /
@@ -90,6 +95,8 @@ def count_kernels(lines: Iterable[str]) -> dict:
     sample = None
     for line in lines:
         line = line[:LINE_MATCH_CHARS]
+        if ACCESS_LINE.search(line):
+            continue
         m = ZEN_LINE.search(line)
         if m:
             _tally(by_op, m.group("op"))
@@ -143,7 +150,8 @@ def log_lines(args) -> tuple[Iterable[str], str]:
                                   "run kernel_proof.py with the plan that started it")
             # by the id judged above: the name may pass to another plan's container before `logs` runs
             argv = [*common.runtime_of(plan), "logs", found["id"]]
-            return container_log_lines(argv, secrets), f"{plan['runtime']} logs {found['id'][:12]} ({plan['container_name']})"
+            return (container_log_lines(argv, secrets), f"{plan['runtime']} logs {found['id'][:12]} "
+                    f"({plan['container_name']})", plan.get("backend"))
         # the log start wrote, never a link planted in its place: another file's lines are no proof
         path = Path(plan["log_file"])
         if not os.path.lexists(path):
@@ -158,7 +166,7 @@ def log_lines(args) -> tuple[Iterable[str], str]:
                 yield from line_heads(f, secrets)
         except OSError as exc:
             raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", fix)
-    return lines(), str(path)
+    return lines(), str(path), None if args.log else plan.get("backend")
 
 
 def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
@@ -203,12 +211,18 @@ def main(argv: Sequence[str] | None = None):
     src.add_argument("--plan", type=common.nonempty, help="launch plan JSON: read the log of what it started")
     src.add_argument("--log", type=common.nonempty, help="a server log file")
     args = p.parse_args(argv)
-    lines, source = log_lines(args)  # masked: a log can hold anything the server printed, a token included
+    lines, source, backend = log_lines(args)  # masked: a log can hold anything the server printed, a token included
     doc = {"source": source, **count_kernels(lines)}
     doc["fallback_lines"] = [line[:SHOWN_LINE_CHARS] for line in doc["fallback_lines"]]
     doc["sample"] = doc["sample"][:SHOWN_LINE_CHARS] if doc["sample"] else None
     for key in ("by_plugin_op", "by_kernel", "onednn_primitives"):
         doc[key] = shown_names(doc[key])
+    if doc["zentorch_matmuls"] and backend == "stock":  # vLLM's CpuPlatform never loads zentorch
+        doc["error"] = ("the plan serves stock vLLM, which runs no zentorch: the lines that read as zentorch "
+                        "matmuls in its log are not this server's kernels")
+        doc["fix"] = "plan with the zentorch backend (validate.py without --stock) on an AMD EPYC to prove zentorch"
+        doc["verdict"] = "no zentorch matmul from this server (a stock plan)"
+        return doc, common.EXIT_FAIL
     if not doc["zentorch_matmuls"]:
         doc["error"] = "no zentorch matmul in the server log"
         doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "

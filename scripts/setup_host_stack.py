@@ -209,7 +209,8 @@ def main(argv: Sequence[str] | None = None):
     args = p.parse_args(argv)
     if args.venv is not None and not args.venv.strip():
         raise ScriptError("--venv is empty", "pass a folder, or leave --venv out for the default")
-    venv = common.user_path(args.venv, "--venv") if args.venv else default_venv(stack, args.stock)
+    # absolute: a relative folder named `--help` reached `python -m venv` as its option (and printed help)
+    venv = common.user_path(args.venv, "--venv").absolute() if args.venv else default_venv(stack, args.stock)
     python = venv / "bin" / "python"
     want = wanted(stack, args.stock)
     vendor, brand = cpu_of_this_host()

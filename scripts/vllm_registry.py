@@ -66,6 +66,22 @@ try:
     names = %s
     out["dicts"] = {n: sorted(getattr(r, n, {}) or {}) for n in names}
     out["supported"] = sorted(r.ModelRegistry.get_supported_archs())
+    # what this vLLM loads without --trust-remote-code (check_model.remote_code_needed): the config types
+    # transformers or vLLM itself defines, and the tokenizer classes transformers has
+    try:
+        from transformers.models.auto import configuration_auto as ca, tokenization_auto as ta
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+        out["own_code"] = {
+            "config_types": sorted(set(ca.CONFIG_MAPPING_NAMES) | set(_CONFIG_REGISTRY)),
+            "vllm_config_types": sorted(_CONFIG_REGISTRY),
+            "tokenizer_model_types": sorted(k for k, v in ta.TOKENIZER_MAPPING_NAMES.items() if v),
+            "tokenizer_classes": sorted({v for v in ta.TOKENIZER_MAPPING_NAMES.values() if isinstance(v, str)}
+                                        | set(ta.REGISTERED_TOKENIZER_CLASSES) | set(ta.REGISTERED_FAST_ALIASES)
+                                        | {"TokenizersBackend", "BloomTokenizer", "PreTrainedTokenizerFast"}),
+            "remote_tokenizer_ignored": sorted(getattr(ta, "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS", ())),
+        }
+    except Exception:
+        pass
 except Exception as exc:
     out["error"] = "%%s: %%s" %% (type(exc).__name__, exc)
 print("@@REGISTRY@@" + json.dumps(out))
@@ -73,9 +89,12 @@ print("@@REGISTRY@@" + json.dumps(out))
 
 
 _NAMES = {"type": "array", "maxItems": 100000, "items": {"type": "string", "maxLength": 200}}
+OWN_CODE_KEYS = ["config_types", "vllm_config_types", "tokenizer_model_types", "tokenizer_classes",
+                 "remote_tokenizer_ignored"]
+OWN_CODE_SHAPE = {"type": "object", "required": OWN_CODE_KEYS, "properties": dict.fromkeys(OWN_CODE_KEYS, _NAMES)}
 REGISTRY_SHAPE = {"type": "object", "properties": {
     "vllm_version": {"type": ["string", "null"], "maxLength": 100}, "error": {"type": "string"},
-    "dicts": {"type": "object", "additionalProperties": _NAMES}, "supported": _NAMES},
+    "dicts": {"type": "object", "additionalProperties": _NAMES}, "supported": _NAMES, "own_code": OWN_CODE_SHAPE},
     "if": {"not": {"required": ["error"]}}, "then": {"required": ["dicts", "vllm_version"]}}
 
 
@@ -96,7 +115,8 @@ def probe_live(argv_prefix: list[str], label: str) -> dict:
     kinds = kinds_from_dicts(raw["dicts"])
     for arch in raw.get("supported", []):
         kinds.setdefault(arch, "unknown")
-    return {"vllm_version": raw["vllm_version"], "source": f"probe:{label}", "architectures": kinds}
+    return {"vllm_version": raw["vllm_version"], "source": f"probe:{label}", "architectures": kinds,
+            **({"own_code": raw["own_code"]} if raw.get("own_code") else {})}
 
 
 def dicts_from_source(source: str) -> dict[str, list[str]]:
@@ -196,7 +216,7 @@ def main(argv: Sequence[str] | None = None):
                               "probe a vLLM install or wheel that has its model registry")
         SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
         snap = {"vllm_version": version, "generated_from": reg["source"].split(":", 1)[0],
-                "architectures": reg["architectures"]}
+                "architectures": reg["architectures"], **({"own_code": reg["own_code"]} if "own_code" in reg else {})}
         target = SNAPSHOT_DIR / f"{version}.json"
         scratch = target.with_name(f".{target.name}.tmp")
         try:  # whole or not at all: a full disk must not leave the bundle's snapshot cut short

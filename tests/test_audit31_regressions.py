@@ -1,11 +1,12 @@
 """Regressions from the thirty-first independent audit (2026-12-03, a fresh helper on b40ee60: ~230 cases, 10
-findings, on sizing real model configs, remote planning and hostile sysroot trees, bench's flags). The sizing
+findings, on sizing real model configs, remote planning and hostile sysroot trees, bench's flags) and the
+thirty-second (on 4540549: ~45 cases, on up, check_model, kernel_proof and the newest code). The sizing
 findings (Gemma-3's class defaults, Mistral's consolidated.safetensors, the model length keys, Qwen2's
 max_window_layers) are in test_estimate_memory.py beside the other sizing tests. Classes: tests/BAD_INPUT.md."""
-import json
+from pathlib import Path
 
 import bench
-from test_launch import calls, container_plan, inputs, plan_args, rt  # noqa: F401
+from test_launch import calls, container_plan, host_plan, inputs, live_tune, plan_args, rt  # noqa: F401
 
 
 def test_a_bench_matrix_longer_than_the_plan_serves_is_refused_before_anything_runs(script, inputs, rt, tmp_path):  # noqa: F811
@@ -138,3 +139,62 @@ def test_a_cpu_two_nodes_list_is_refused(script, tmp_path):
         r = script(name, "--sysroot", str(root))
         assert r.code == 1 and r.doc["error"].startswith("CPU 0 is listed by NUMA nodes 0 and 1"), r.doc
         assert "re-capture" in r.doc["fix"]
+
+
+# ---- the thirty-second audit
+
+FORGED = ('INFO:     127.0.0.1:50312 - "GET /plugin_op=zentorch_linear_unary_out,kernel=aocl_dlp_blocked HTTP/1.1" '
+          '404 Not Found\n')
+REAL = ("[API ][info ][0.021464]: LOWOHA matmul_direct: M=256, N=256, K=256, alpha=1, beta=0, transA=false, "
+        "transB=false, input_dtype=bf16, output_dtype=bf16, plugin_op=zentorch_linear_unary_out, "
+        "kernel=aocl_dlp_blocked, time=16.0136ms\n")
+
+
+def test_a_client_cannot_write_a_kernel_line_into_the_proof(script, tmp_path):
+    """F1: vLLM's access log writes each request's path: one unauthenticated GET of
+    /plugin_op=zentorch_linear_unary_out,kernel=aocl_dlp_blocked made kernel_proof say "zentorch kernels
+    executed". A matmul counts only as zendnnl's own record (LOWOHA matmul_direct: ...), never from an access line."""
+    log = tmp_path / "server.log"
+    log.write_text(FORGED + FORGED.replace("GET /", "POST /v1/LOWOHA%20matmul_direct:") + "plugin_op=a kernel=b\n")
+    r = script("kernel_proof.py", "--log", str(log))
+    assert r.code == 1 and r.doc["zentorch_matmuls"] == 0 and r.doc["verdict"] == "no zentorch matmul in the log"
+    log.write_text(FORGED + REAL * 3)
+    r = script("kernel_proof.py", "--log", str(log))
+    assert r.code == 0 and r.doc["zentorch_matmuls"] == 3 and r.doc["by_kernel"] == {"aocl_dlp_blocked": 3}
+    assert r.doc["sample"].startswith("[API ][info ]")
+
+
+def test_a_stock_plan_proves_no_zentorch_whatever_its_log_says(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """F1, the other half: a stock plan's server (vLLM's CpuPlatform) runs no zentorch, so lines that read as
+    its matmuls are not this server's kernels: exit 1, with the reason."""
+    def stock(docs):
+        docs["validate"]["backend"] = "stock"
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, edit=stock, kernel_log=True)
+    assert plan["backend"] == "stock"
+    Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+    Path(plan["log_file"]).write_text(REAL)
+    r = script("kernel_proof.py", "--plan", str(plan_file))
+    assert r.code == 1 and r.doc["error"].startswith("the plan serves stock vLLM, which runs no zentorch")
+    assert r.doc["zentorch_matmuls"] == 1 and "validate.py without --stock" in r.doc["fix"]
+
+
+def test_a_relative_venv_is_made_absolute_never_an_option(tmp_path):
+    """F3: `--venv=--help` reached `python -m venv --help` as its option (help printed, exit 0, "created")."""
+    import json
+    import subprocess
+    import sys
+    from conftest import ROOT
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_host_stack.py"), "--stock", "--venv=--help",
+                          "--check"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1 and doc["venv"] == str(tmp_path / "--help") and doc["python"].startswith(str(tmp_path))
+    assert not (tmp_path / "--help").exists()
+
+
+def test_bench_warns_of_the_chat_template_on_the_endpoint_verify_settled():
+    """F6: a plan whose endpoint check_model could not tell (unknown) skipped the chat warning even after
+    verify had settled it on chat."""
+    plan = {"max_model_len": 4096, "primary_endpoint": "unknown", "argv": []}
+    assert bench.matrix_against_the_plan(plan, [4000], 64, [1], 128) == (None, [])
+    _, warnings = bench.matrix_against_the_plan(plan, [4000], 64, [1], 128, "chat_completions")
+    assert [w["check"] for w in warnings] == ["length"]

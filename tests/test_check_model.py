@@ -23,6 +23,8 @@ def check(script, model, *args, **kw):
     ("bge-base-en-v1.5", "pooling", None, 1),
     ("bert-base-uncased", "pooling", None, 1),             # BertForMaskedLM: pooling in 0.32
     ("resnet-50", "unsupported", None, 1),
+    ("chatglm3-6b", "text", None, 1),                       # its tokenizer is the repo's own code
+    ("falcon-40b", "text", "completions", 0),
 ])
 def test_fixture_models_against_the_host_stack_registry(script, model, kind, primary, code):
     r = check(script, FIXTURES / model, "--vllm-version", "0.32.0")
@@ -194,3 +196,82 @@ def test_an_interpreter_whose_registry_cannot_be_probed_is_an_error_not_a_snapsh
     r = check(script, FIXTURES / "Qwen3-0.6B", "--python", "/bin/true")
     assert r.code == 1 and r.doc["error"].startswith("--python /bin/true: its vLLM registry could not be probed (")
     assert "drop --python" in r.doc["fix"]
+
+
+def test_a_model_only_remote_code_loads_is_refused_before_anything_is_planned(script, tmp_path):
+    """The thirty-second audit, F2: chatglm3-6b (a tokenizer of the repository's own code) and a config whose
+    model_type only its auto_map defines passed as "serves as text generation"; vLLM 0.32 refuses both at load
+    without --trust-remote-code, which this bundle never passes: after the confirmation, the pull and the load."""
+    r = check(script, FIXTURES / "chatglm3-6b", "--vllm-version", "0.32.0")
+    assert r.code == 1 and r.doc["supported"] is False and r.doc["launchable"] is False
+    assert r.doc["remote_code"] == "its tokenizer (ChatGLMTokenizer) is the repository's own code (auto_map AutoTokenizer)"
+    assert "--trust-remote-code, which this bundle does not pass" in r.doc["error"] and "read its code" in r.doc["fix"]
+    folder = tmp_path / "custom"
+    folder.mkdir()
+    cfg = json.loads((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "my_custom_lm",
+                                                    "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    r = check(script, folder, "--vllm-version", "0.32.0")
+    assert r.code == 1 and r.doc["remote_code"].startswith("its config (model_type 'my_custom_lm') is the repository's")
+
+
+def test_remote_code_is_judged_as_transformers_and_vllm_decide():
+    own = {"config_types": ["qwen3", "chatglm", "phi3"], "vllm_config_types": ["chatglm"],
+           "tokenizer_model_types": ["qwen3", "phi3"], "tokenizer_classes": ["Qwen2Tokenizer", "LlamaTokenizer"],
+           "remote_tokenizer_ignored": ["deepseek_v3"]}
+    custom_tok = {"auto_map": {"AutoTokenizer": ["tok.T", None]}, "tokenizer_class": "MyTokenizer"}
+    # an auto_map beside a type transformers has (Phi-3 shipped one): the built-in class loads
+    assert cm.remote_code_needed({"model_type": "phi3", "auto_map": {"AutoConfig": "c.C"}}, None, own) is None
+    assert cm.remote_code_needed({"model_type": "qwen3"}, {**custom_tok, "tokenizer_class": "LlamaTokenizerFast"},
+                                 own) is None  # a class transformers has, its Fast name included
+    assert cm.remote_code_needed({"model_type": "qwen3"}, custom_tok, own) is None  # qwen3's own tokenizer maps
+    assert cm.remote_code_needed({"model_type": "chatglm"}, custom_tok, own).startswith("its tokenizer (MyTokenizer)")
+    assert cm.remote_code_needed({"model_type": "deepseek_v3"}, custom_tok, own) is None  # transformers ignores it
+    assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoTokenizer": ["t.T", None]}}, None, own) \
+        == "its tokenizer is the repository's own code (auto_map AutoTokenizer)"
+    assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoConfig": "c.C"}}, None, None) is None  # no lists
+
+
+@pytest.mark.e2e
+def test_remote_code_verdicts_agree_with_vllms_own_loading(stack, tmp_path):
+    """vLLM 0.32's own reading (get_config, and the AutoTokenizer its HF tokenizer calls, both without
+    trust_remote_code) over every fixture model and two made ones: it refuses for remote code exactly where
+    check_model says so."""
+    import subprocess
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    cfg = json.loads((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    (custom / "config.json").write_text(json.dumps({**cfg, "model_type": "my_custom_lm",
+                                                    "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    phi = tmp_path / "qwen3-with-auto-map"
+    phi.mkdir()
+    (phi / "config.json").write_text(json.dumps({**cfg, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    folders = [p.parent for p in FIXTURES.glob("*/config.json")] + [custom, phi]
+    probe = (
+        "import json, sys\n"
+        "import vllm.config\n"
+        "from vllm.transformers_utils.config import get_config\n"
+        "from transformers import AutoTokenizer\n"
+        "out = {}\n"
+        "for folder in sys.argv[1:]:\n"
+        "    refused = False\n"
+        "    for load in (lambda: get_config(folder, trust_remote_code=False),\n"
+        "                 lambda: AutoTokenizer.from_pretrained(folder, trust_remote_code=False)):\n"
+        "        try:\n"
+        "            load()\n"
+        "        except Exception as exc:\n"
+        "            refused = refused or 'trust_remote_code' in str(exc)\n"
+        "    out[folder] = refused\n"
+        "print(json.dumps(out))\n")
+    res = subprocess.run([stack["python"], "-c", probe, *map(str, folders)], capture_output=True, text=True,
+                         timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    theirs = json.loads(res.stdout.strip().splitlines()[-1])
+    own = json.loads((cm.vllm_registry.SNAPSHOT_DIR / "0.32.0.json").read_text())["own_code"]
+    ours = {}
+    for folder in folders:
+        tok = folder / "tokenizer_config.json"
+        ours[str(folder)] = cm.remote_code_needed(json.loads((folder / "config.json").read_text()),
+                                                  json.loads(tok.read_text()) if tok.exists() else None, own) is not None
+    assert ours == theirs
+    assert theirs[str(FIXTURES / "chatglm3-6b")] and theirs[str(custom)] and not theirs[str(phi)]
