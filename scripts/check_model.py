@@ -96,26 +96,26 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
     (it runs the repository's Python), and vLLM then refuses the model at load, after the human said yes,
     the pull and the wait. Read as transformers 5 and vLLM 0.32 decide it, from the lists the registry
     probe took of the serving install (`own`; no lists: not judged):
-    - the config: an auto_map AutoConfig for a model_type neither transformers nor vLLM defines;
-    - the tokenizer: an auto_map AutoTokenizer (tokenizer_config.json or config.json) whose
-      tokenizer_class transformers does not have and whose model_type has no tokenizer of transformers'
-      (ChatGLM3's ChatGLMTokenizer), unless transformers ignores that model type's hub tokenizer."""
+    - the config: an auto_map AutoConfig for a model_type neither transformers nor vLLM defines (a config
+      without a model_type vLLM may still map by its architecture: not judged);
+    - the tokenizer: tokenizer_config.json's auto_map AutoTokenizer (or its older list form) when
+      transformers has neither the named tokenizer_class nor a tokenizer for the config's class (ChatGLM3's
+      ChatGLMTokenizer), unless transformers or vLLM ignore that model type's hub tokenizer."""
     if not own:
         return None
     kind = cfg.get("model_type")
-    if _auto_map(cfg, "AutoConfig") and kind not in own["config_types"]:
+    if _auto_map(cfg, "AutoConfig") and isinstance(kind, str) and kind and kind not in own["config_types"]:
         return (f"its config (model_type {common.clip(repr(kind), 60)}) is the repository's own code "
                 "(auto_map AutoConfig)")
-    if not (_auto_map(tokenizer_config, "AutoTokenizer") or _auto_map(cfg, "AutoTokenizer")):
+    auto = (tokenizer_config or {}).get("auto_map")
+    if not (auto if isinstance(auto, list) else _auto_map(tokenizer_config, "AutoTokenizer")):
         return None
-    if kind in own["remote_tokenizer_ignored"]:
+    if kind in own["remote_tokenizer_ignored"] or kind in own["tokenizer_config_types"]:
         return None
     named = (tokenizer_config or {}).get("tokenizer_class")
     named = named.removesuffix("Fast") if isinstance(named, str) else None
     if named and (named in own["tokenizer_classes"] or f"{named}Fast" in own["tokenizer_classes"]):
         return None
-    if kind in own["tokenizer_model_types"] and kind not in own["vllm_config_types"]:
-        return None  # transformers maps this model type's own config class to a tokenizer of its own
     return (f"its tokenizer{f' ({common.clip(named, 60)})' if named else ''} is the repository's own code "
             "(auto_map AutoTokenizer)")
 
@@ -270,8 +270,7 @@ def main(argv: Sequence[str] | None = None):
         code = 1
     own = (registry or {}).get("own_code")
     remote = None if code else remote_code_needed(model["config"], model["tokenizer_config"], own)
-    if not own and (_auto_map(model["config"], "AutoConfig") or _auto_map(model["tokenizer_config"], "AutoTokenizer")
-                    or _auto_map(model["config"], "AutoTokenizer")):
+    if not own and (_auto_map(model["config"], "AutoConfig") or (model["tokenizer_config"] or {}).get("auto_map")):
         notes.append(f"the repository ships code of its own (auto_map): whether vLLM {version} needs "
                      "--trust-remote-code for it (never passed here) was not judged, as its registry "
                      f"({(registry or {}).get('source')}) does not list what it loads by itself")

@@ -30,10 +30,12 @@ from serve_life import (foreign_state, inspect_container, known_secrets, open_ow
 from serve_plan import mask_server_text  # noqa: E402
 
 
-# zendnnl's own record of a matmul (ZENDNNL_API_LOG_LEVEL=4): "LOWOHA matmul_direct: M=…, plugin_op=…, kernel=…".
-# The record's head is required: `plugin_op=… kernel=…` alone is text any client puts in the log (a request
-# for /plugin_op=…,kernel=… is written there by the server's access log, 404 or 401 alike)
-ZEN_LINE = re.compile(r"LOWOHA matmul_direct:.*?plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
+# zendnnl's own record of a matmul (ZENDNNL_API_LOG_LEVEL=4), written by its logger at the start of a line:
+# "[API  ][info   ][0.021464]: LOWOHA matmul_direct: M=…, plugin_op=…, kernel=…". Only that counts: the text
+# after it is what any client can put in the log (a request for /plugin_op=…,kernel=… is written there by the
+# access log, a model name in an error line by vLLM's own logger, whose lines start with its own prefix)
+ZEN_LINE = re.compile(r"(?:\([^)\n]{0,80}\)\s*)?\[[A-Z]+\s*\]\[[a-z]+\s*\]\[[^\]\n]{0,40}\]:?\s*"
+                      r"LOWOHA matmul_direct: M=\d+.*?plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
 # an HTTP access record (uvicorn's: `"GET /path HTTP/1.1" 404`): a client's words, never a kernel's
 ACCESS_LINE = re.compile(r'"[A-Z]{3,8} \S* HTTP/[0-9.]{1,3}" [0-9]{3}')
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
@@ -97,7 +99,7 @@ def count_kernels(lines: Iterable[str]) -> dict:
         line = line[:LINE_MATCH_CHARS]
         if ACCESS_LINE.search(line):
             continue
-        m = ZEN_LINE.search(line)
+        m = ZEN_LINE.match(line)  # at the line's start: zendnnl's logger, not a message that quotes it
         if m:
             _tally(by_op, m.group("op"))
             _tally(by_kernel, m.group("kernel"))
@@ -217,9 +219,10 @@ def main(argv: Sequence[str] | None = None):
     doc["sample"] = doc["sample"][:SHOWN_LINE_CHARS] if doc["sample"] else None
     for key in ("by_plugin_op", "by_kernel", "onednn_primitives"):
         doc[key] = shown_names(doc[key])
-    if doc["zentorch_matmuls"] and backend == "stock":  # vLLM's CpuPlatform never loads zentorch
-        doc["error"] = ("the plan serves stock vLLM, which runs no zentorch: the lines that read as zentorch "
-                        "matmuls in its log are not this server's kernels")
+    if backend == "stock":  # vLLM's CpuPlatform never loads zentorch: no --kernel-log can change that
+        doc["error"] = ("the plan serves stock vLLM, which runs no zentorch" + (
+            ": the lines that read as zentorch matmuls in its log are not this server's kernels"
+            if doc["zentorch_matmuls"] else ""))
         doc["fix"] = "plan with the zentorch backend (validate.py without --stock) on an AMD EPYC to prove zentorch"
         doc["verdict"] = "no zentorch matmul from this server (a stock plan)"
         return doc, common.EXIT_FAIL

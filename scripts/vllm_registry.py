@@ -67,18 +67,35 @@ try:
     out["dicts"] = {n: sorted(getattr(r, n, {}) or {}) for n in names}
     out["supported"] = sorted(r.ModelRegistry.get_supported_archs())
     # what this vLLM loads without --trust-remote-code (check_model.remote_code_needed): the config types
-    # transformers or vLLM itself defines, and the tokenizer classes transformers has
+    # transformers or vLLM itself defines; those whose config class (vLLM's where it has one, as its
+    # get_config builds it) transformers maps to a tokenizer of its own; the tokenizer classes transformers
+    # resolves by name; the model types whose hub tokenizer transformers or vLLM ignore
     try:
+        import transformers
         from transformers.models.auto import configuration_auto as ca, tokenization_auto as ta
         from vllm.transformers_utils.config import _CONFIG_REGISTRY
+        try:
+            from vllm.tokenizers.registry import _MODEL_TYPES_WITH_INCORRECT_TOKENIZER_CLASS as vllm_ignored
+        except Exception:
+            vllm_ignored = ()
+        own_config = {}
+        for kind in _CONFIG_REGISTRY:
+            try:
+                own_config[kind] = _CONFIG_REGISTRY[kind] in ta.TOKENIZER_MAPPING
+            except Exception:
+                own_config[kind] = False
         out["own_code"] = {
             "config_types": sorted(set(ca.CONFIG_MAPPING_NAMES) | set(_CONFIG_REGISTRY)),
-            "vllm_config_types": sorted(_CONFIG_REGISTRY),
-            "tokenizer_model_types": sorted(k for k, v in ta.TOKENIZER_MAPPING_NAMES.items() if v),
+            "tokenizer_config_types": sorted({k for k in ca.CONFIG_MAPPING_NAMES if k not in _CONFIG_REGISTRY
+                                              and k in ta.TOKENIZER_MAPPING_NAMES}
+                                             | {k for k, mapped in own_config.items() if mapped}),
             "tokenizer_classes": sorted({v for v in ta.TOKENIZER_MAPPING_NAMES.values() if isinstance(v, str)}
                                         | set(ta.REGISTERED_TOKENIZER_CLASSES) | set(ta.REGISTERED_FAST_ALIASES)
+                                        | {n for n in dir(transformers) if n.endswith(("Tokenizer", "TokenizerFast",
+                                                                                        "Backend"))}
                                         | {"TokenizersBackend", "BloomTokenizer", "PreTrainedTokenizerFast"}),
-            "remote_tokenizer_ignored": sorted(getattr(ta, "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS", ())),
+            "remote_tokenizer_ignored": sorted(set(getattr(ta, "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS", ()))
+                                               | set(vllm_ignored)),
         }
     except Exception:
         pass
@@ -89,8 +106,7 @@ print("@@REGISTRY@@" + json.dumps(out))
 
 
 _NAMES = {"type": "array", "maxItems": 100000, "items": {"type": "string", "maxLength": 200}}
-OWN_CODE_KEYS = ["config_types", "vllm_config_types", "tokenizer_model_types", "tokenizer_classes",
-                 "remote_tokenizer_ignored"]
+OWN_CODE_KEYS = ["config_types", "tokenizer_config_types", "tokenizer_classes", "remote_tokenizer_ignored"]
 OWN_CODE_SHAPE = {"type": "object", "required": OWN_CODE_KEYS, "properties": dict.fromkeys(OWN_CODE_KEYS, _NAMES)}
 REGISTRY_SHAPE = {"type": "object", "properties": {
     "vllm_version": {"type": ["string", "null"], "maxLength": 100}, "error": {"type": "string"},

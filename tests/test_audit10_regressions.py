@@ -45,7 +45,7 @@ def test_cpuinfo_numbers_are_ascii_and_a_brand_is_as_long_as_a_cpus(script, make
 
 def test_kernel_proof_names_at_most_a_few_hundred_distinct_ops(script, tmp_path):
     log = tmp_path / "server.log"
-    log.write_text("".join(f"[zendnnl] LOWOHA matmul_direct: plugin_op=op{i}{'x' * 300} kernel=k{i % 3}\n" for i in range(5000)))
+    log.write_text("".join(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=op{i}{'x' * 300} kernel=k{i % 3}\n" for i in range(5000)))
     r = script("kernel_proof.py", "--log", str(log))
     assert r.code == 0 and r.doc["zentorch_matmuls"] == 5000, r.doc
     ops = r.doc["by_plugin_op"]
@@ -397,8 +397,8 @@ def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_pat
 def test_a_secret_across_a_cut_is_not_printed_in_part(script, tmp_path, monkeypatch):
     token = "hf_SeCrEtToKeN1234567890"
     log = tmp_path / "server.log"
-    log.write_text(f"LOWOHA matmul_direct: plugin_op={'z' * 180}{token} kernel=x\n"
-                   f"LOWOHA matmul_direct: plugin_op=zentorch_linear{'y' * 265}{token} kernel=brgemm\n"
+    log.write_text(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={'z' * 180}{token} kernel=x\n"
+                   f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear{'y' * 265}{token} kernel=brgemm\n"
                    f"fallback {'y' * 280}{token}\n")
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": token})
     assert r.code == 0 and token[:8] not in r.stdout + r.stderr, r.stdout

@@ -65,9 +65,9 @@ def test_a_secret_across_a_long_lines_read_cut_is_never_shown_in_part(script, tm
     log = tmp_path / "server.log"
     pad = LINE_READ_CHARS - 10  # the token begins 10 characters before the cut
     log.write_text("y" * pad + f"{TOKEN} fallback to ref\n"
-                   + "y" * pad + f"{TOKEN} LOWOHA matmul_direct: plugin_op=zentorch_linear kernel=brgemm\n"
+                   + "y" * pad + f"{TOKEN} [API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=brgemm\n"
                    + f"fallback {TOKEN} whole\n"
-                   + "LOWOHA matmul_direct: plugin_op=zentorch_mm kernel=k\n")
+                   + "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n")
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN})
     assert r.code == 0 and r.doc["zentorch_matmuls"] == 1, r.doc
     assert not leaks(r.stdout + r.stderr), leaks(r.stdout + r.stderr)
@@ -241,7 +241,7 @@ def test_kernel_proof_never_takes_a_planted_link_as_the_servers_log(script, tmp_
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     elsewhere = tmp_path / "elsewhere.txt"
-    elsewhere.write_text("LOWOHA matmul_direct: plugin_op=zentorch_linear kernel=from_elsewhere\n")
+    elsewhere.write_text("[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=from_elsewhere\n")
     link = Path(plan["log_file"])
     link.symlink_to(elsewhere) if kind == "symlink" else os.link(elsewhere, link)
     r = script("kernel_proof.py", "--plan", str(plan_file))
@@ -370,7 +370,7 @@ def test_a_key_holding_a_shorter_secret_is_masked_whole(monkeypatch, tmp_path, s
     assert tail_of_a_plan_log(monkeypatch, tmp_path, f"key reflected {key} died", {"MYKEY": key}) == \
         ["key reflected *** died"]
     log = tmp_path / "server.log"
-    log.write_text(f"LOWOHA matmul_direct: plugin_op=zentorch_linear kernel=brgemm fallback {key} here\n")
+    log.write_text(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=brgemm fallback {key} here\n")
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN, "MY_API_KEY": key})
     assert r.code == 0 and "tailOfTheApiKey" not in r.stdout and "***" in r.doc["sample"], r.doc
 
@@ -444,7 +444,7 @@ def test_kernel_proof_masks_a_secrets_json_form_and_url_credentials_before_it_cu
     log = tmp_path / "server.log"
     log.write_text("fallback " + "y" * 280 + escaped + " here\n"
                    + "fallback " + "z" * 270 + "http://someone:OtherPassw0rdXYZ12@mirror/x here\n"
-                   + "LOWOHA matmul_direct: plugin_op=zentorch_mm kernel=k\n")
+                   + "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n")
     r = script("kernel_proof.py", "--log", str(log), env={"DB_PASSWORD": password})
     assert r.code == 0 and len(r.doc["fallback_lines"]) == 2, r.doc
     shown = json.dumps(r.doc["fallback_lines"])

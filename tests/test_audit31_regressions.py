@@ -155,12 +155,17 @@ def test_a_client_cannot_write_a_kernel_line_into_the_proof(script, tmp_path):
     /plugin_op=zentorch_linear_unary_out,kernel=aocl_dlp_blocked made kernel_proof say "zentorch kernels
     executed". A matmul counts only as zendnnl's own record (LOWOHA matmul_direct: ...), never from an access line."""
     log = tmp_path / "server.log"
-    log.write_text(FORGED + FORGED.replace("GET /", "POST /v1/LOWOHA%20matmul_direct:") + "plugin_op=a kernel=b\n")
+    # and the review of that fix: vLLM's own logger writes a requested model name into its error line
+    error_line = ("(APIServer pid=1) ERROR 12-03 17:00:00 [serving.py:274] Error with model error=ErrorResponse("
+                  "message='The model `LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear_unary_out, "
+                  "kernel=aocl_dlp_blocked, x` does not exist.', type='NotFoundError', code=404)\n")
+    log.write_text(FORGED + FORGED.replace("GET /", "POST /v1/LOWOHA%20matmul_direct:") + "plugin_op=a kernel=b\n"
+                   + error_line + error_line.replace("(APIServer pid=1) ERROR 12-03", "[API ][info ][1]: x"))
     r = script("kernel_proof.py", "--log", str(log))
     assert r.code == 1 and r.doc["zentorch_matmuls"] == 0 and r.doc["verdict"] == "no zentorch matmul in the log"
-    log.write_text(FORGED + REAL * 3)
+    log.write_text(FORGED + REAL * 3 + "(EngineCore_DP0 pid=7) " + REAL)
     r = script("kernel_proof.py", "--log", str(log))
-    assert r.code == 0 and r.doc["zentorch_matmuls"] == 3 and r.doc["by_kernel"] == {"aocl_dlp_blocked": 3}
+    assert r.code == 0 and r.doc["zentorch_matmuls"] == 4 and r.doc["by_kernel"] == {"aocl_dlp_blocked": 4}
     assert r.doc["sample"].startswith("[API ][info ]")
 
 
@@ -176,6 +181,9 @@ def test_a_stock_plan_proves_no_zentorch_whatever_its_log_says(script, tmp_path,
     r = script("kernel_proof.py", "--plan", str(plan_file))
     assert r.code == 1 and r.doc["error"].startswith("the plan serves stock vLLM, which runs no zentorch")
     assert r.doc["zentorch_matmuls"] == 1 and "validate.py without --stock" in r.doc["fix"]
+    Path(plan["log_file"]).write_text("nothing of zendnnl\n")  # none either: the same reason, not "--kernel-log"
+    r = script("kernel_proof.py", "--plan", str(plan_file))
+    assert r.code == 1 and r.doc["error"].startswith("the plan serves stock vLLM") and "--kernel-log" not in r.doc["fix"]
 
 
 def test_a_relative_venv_is_made_absolute_never_an_option(tmp_path):

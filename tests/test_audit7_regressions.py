@@ -52,7 +52,7 @@ def test_a_key_under_any_name_the_plan_gives_is_masked_by_every_verb(script, tmp
     monkeypatch.setenv("MYAPI", KEY)
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MYAPI")
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    Path(plan["log_file"]).write_text(f"LOWOHA matmul_direct: plugin_op={KEY} kernel=x\nonednn_verbose,exec,cpu,{KEY},jit,\n"
+    Path(plan["log_file"]).write_text(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={KEY} kernel=x\nonednn_verbose,exec,cpu,{KEY},jit,\n"
                                       f"fallback with {KEY}\n")
     r = script("kernel_proof.py", "--plan", str(plan_file), env={"MYAPI": KEY})
     # a stock plan (an Intel runner's) counts the line and says it is no kernel of its server: exit 1
@@ -69,7 +69,7 @@ def test_a_key_under_any_name_the_plan_gives_is_masked_by_every_verb(script, tmp
 @pytest.mark.parametrize("line", ["plugin_op=a " * 64000, "onednn_verbose," * 64000])
 def test_a_kernel_log_line_of_a_megabyte_is_read_in_seconds(script, tmp_path, line):
     log = tmp_path / "server.log"
-    log.write_text(f"{line}\nLOWOHA matmul_direct: plugin_op=zentorch_mm kernel=k\n")
+    log.write_text(f"{line}\n[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n")
     t0 = time.monotonic()
     r = script("kernel_proof.py", "--log", str(log), timeout=60)
     assert r.code == 0 and r.doc["zentorch_matmuls"] == 1 and time.monotonic() - t0 < 20

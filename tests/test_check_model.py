@@ -1,5 +1,6 @@
 """check_model.py: registry kinds, chat templates, endpoints, exit codes."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -216,47 +217,72 @@ def test_a_model_only_remote_code_loads_is_refused_before_anything_is_planned(sc
 
 
 def test_remote_code_is_judged_as_transformers_and_vllm_decide():
-    own = {"config_types": ["qwen3", "chatglm", "phi3"], "vllm_config_types": ["chatglm"],
-           "tokenizer_model_types": ["qwen3", "phi3"], "tokenizer_classes": ["Qwen2Tokenizer", "LlamaTokenizer"],
-           "remote_tokenizer_ignored": ["deepseek_v3"]}
+    own = {"config_types": ["qwen3", "chatglm", "phi3", "kimi_k2"], "tokenizer_config_types": ["qwen3", "phi3", "kimi_k2"],
+           "tokenizer_classes": ["Qwen2Tokenizer", "LlamaTokenizer"], "remote_tokenizer_ignored": ["deepseek_v3"]}
     custom_tok = {"auto_map": {"AutoTokenizer": ["tok.T", None]}, "tokenizer_class": "MyTokenizer"}
     # an auto_map beside a type transformers has (Phi-3 shipped one): the built-in class loads
     assert cm.remote_code_needed({"model_type": "phi3", "auto_map": {"AutoConfig": "c.C"}}, None, own) is None
-    assert cm.remote_code_needed({"model_type": "qwen3"}, {**custom_tok, "tokenizer_class": "LlamaTokenizerFast"},
+    assert cm.remote_code_needed({"model_type": "chatglm"}, {**custom_tok, "tokenizer_class": "LlamaTokenizerFast"},
                                  own) is None  # a class transformers has, its Fast name included
-    assert cm.remote_code_needed({"model_type": "qwen3"}, custom_tok, own) is None  # qwen3's own tokenizer maps
+    assert cm.remote_code_needed({"model_type": "qwen3"}, custom_tok, own) is None  # qwen3's config maps a tokenizer
+    assert cm.remote_code_needed({"model_type": "kimi_k2"}, custom_tok, own) is None  # vLLM's class, mapped too
     assert cm.remote_code_needed({"model_type": "chatglm"}, custom_tok, own).startswith("its tokenizer (MyTokenizer)")
+    assert cm.remote_code_needed({"model_type": "chatglm"}, {"auto_map": ["tok.T", None]}, own) \
+        == "its tokenizer is the repository's own code (auto_map AutoTokenizer)"  # the older list form
     assert cm.remote_code_needed({"model_type": "deepseek_v3"}, custom_tok, own) is None  # transformers ignores it
-    assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoTokenizer": ["t.T", None]}}, None, own) \
-        == "its tokenizer is the repository's own code (auto_map AutoTokenizer)"
+    # transformers reads the tokenizer's auto_map from tokenizer_config.json only
+    assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoTokenizer": ["t.T", None]}}, None, own) is None
+    assert cm.remote_code_needed({"auto_map": {"AutoConfig": "c.C"}}, None, own) is None  # no model_type: vLLM maps
     assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoConfig": "c.C"}}, None, None) is None  # no lists
+
+
+def _remote_code_variants(tmp: Path) -> list[Path]:
+    """Shapes no fixture has: what the registry lists and the auto_map forms decide (the review of the
+    thirty-second audit's fix: Kimi's configs are vLLM's and map a tokenizer; config.json's AutoTokenizer is
+    not read; the older list form is; a config without model_type is mapped by its architecture)."""
+    cfg = json.loads((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    custom_tok = {"auto_map": {"AutoTokenizer": ["tokenization_x.MyTokenizer", None]}, "tokenizer_class": "MyTokenizer"}
+    shapes = {
+        "custom": ({**cfg, "model_type": "my_custom_lm", "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}, None),
+        "qwen3-with-auto-map": ({**cfg, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}, None),
+        "kimi-k2": ({"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
+                     "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}},
+                    {"auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+                     "tokenizer_class": "TikTokenTokenizer"}),
+        "falcon-config-tokenizer": ({"model_type": "falcon", "architectures": ["FalconForCausalLM"],
+                                     "auto_map": {"AutoTokenizer": ["tok.MyTok", None]}}, {"tokenizer_class": "MyTok"}),
+        "falcon-legacy-list": ({"model_type": "falcon", "architectures": ["FalconForCausalLM"]},
+                               {"auto_map": ["tok.MyTok", None], "tokenizer_class": "MyTok"}),
+        "falcon-custom-tokenizer": ({"model_type": "falcon", "architectures": ["FalconForCausalLM"]}, custom_tok),
+        "falcon-pretrained-tokenizer": ({"model_type": "falcon", "architectures": ["FalconForCausalLM"]},
+                                        {**custom_tok, "tokenizer_class": "PreTrainedTokenizer"}),
+    }
+    out = []
+    for name, (config, tok) in shapes.items():
+        (tmp / name).mkdir()
+        (tmp / name / "config.json").write_text(json.dumps(config))
+        if tok is not None:
+            (tmp / name / "tokenizer_config.json").write_text(json.dumps(tok))
+        out.append(tmp / name)
+    return out
 
 
 @pytest.mark.e2e
 def test_remote_code_verdicts_agree_with_vllms_own_loading(stack, tmp_path):
-    """vLLM 0.32's own reading (get_config, and the AutoTokenizer its HF tokenizer calls, both without
-    trust_remote_code) over every fixture model and two made ones: it refuses for remote code exactly where
-    check_model says so."""
+    """vLLM 0.32's own loading (its get_config, and its get_tokenizer, both without trust_remote_code) over
+    every fixture model and the variants: it refuses for remote code exactly where check_model says so."""
     import subprocess
-    custom = tmp_path / "custom"
-    custom.mkdir()
-    cfg = json.loads((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
-    (custom / "config.json").write_text(json.dumps({**cfg, "model_type": "my_custom_lm",
-                                                    "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
-    phi = tmp_path / "qwen3-with-auto-map"
-    phi.mkdir()
-    (phi / "config.json").write_text(json.dumps({**cfg, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
-    folders = [p.parent for p in FIXTURES.glob("*/config.json")] + [custom, phi]
+    folders = [p.parent for p in FIXTURES.glob("*/config.json")] + _remote_code_variants(tmp_path)
     probe = (
         "import json, sys\n"
         "import vllm.config\n"
         "from vllm.transformers_utils.config import get_config\n"
-        "from transformers import AutoTokenizer\n"
+        "from vllm.tokenizers import get_tokenizer\n"
         "out = {}\n"
         "for folder in sys.argv[1:]:\n"
         "    refused = False\n"
         "    for load in (lambda: get_config(folder, trust_remote_code=False),\n"
-        "                 lambda: AutoTokenizer.from_pretrained(folder, trust_remote_code=False)):\n"
+        "                 lambda: get_tokenizer(folder, trust_remote_code=False)):\n"
         "        try:\n"
         "            load()\n"
         "        except Exception as exc:\n"
@@ -274,4 +300,6 @@ def test_remote_code_verdicts_agree_with_vllms_own_loading(stack, tmp_path):
         ours[str(folder)] = cm.remote_code_needed(json.loads((folder / "config.json").read_text()),
                                                   json.loads(tok.read_text()) if tok.exists() else None, own) is not None
     assert ours == theirs
-    assert theirs[str(FIXTURES / "chatglm3-6b")] and theirs[str(custom)] and not theirs[str(phi)]
+    refused = {Path(f).name for f, r in theirs.items() if r}
+    assert {"chatglm3-6b", "custom", "falcon-legacy-list", "falcon-custom-tokenizer"} <= refused
+    assert not {"qwen3-with-auto-map", "kimi-k2", "falcon-config-tokenizer"} & refused

@@ -133,7 +133,7 @@ elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}}" NAME`: of a c
     print((d / f"created-{args[-1]}").read_text(), "false" if flag("exited") or flag(f"stopped-{args[-1]}") else "true")
 elif cmd == "logs":
     if flag("logs_lines"):  # a long kernel log: that many zentorch lines
-        chunk = "[zendnnl] LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear, kernel=brgemm\n" * 10_000
+        chunk = "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear, kernel=brgemm\n" * 10_000
         for _ in range(int((d / "logs_lines").read_text()) // 10_000):
             sys.stdout.write(chunk)
         sys.exit(0)
