@@ -31,7 +31,7 @@ from serve_plan import mask_server_text  # noqa: E402
 
 
 # zendnnl's own record of a matmul (ZENDNNL_API_LOG_LEVEL=4), written by its logger at the start of a line:
-# "[API  ][info   ][0.021464]: LOWOHA matmul_direct: M=…, plugin_op=…, kernel=…". Only that counts: the text
+# "[API    ][info   ][0.023305]:LOWOHA matmul_direct: M=…, plugin_op=…, kernel=…". Only that counts: the text
 # after it is what any client can put in the log (a request for /plugin_op=…,kernel=… is written there by the
 # access log, a model name in an error line by vLLM's own logger, whose lines start with its own prefix)
 ZEN_LINE = re.compile(r"(?:\([^)\n]{0,80}\)\s*)?\[[A-Z]+\s*\]\[[a-z]+\s*\]\[[^\]\n]{0,40}\]:?\s*"
