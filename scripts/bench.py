@@ -337,13 +337,12 @@ def main(argv: Sequence[str] | None = None):
     # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one. It
     # starts nothing (--compare checks again as start does), so it renders as verify does: with the secrets,
     # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
-    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench", env_from_plan=True),
-                             "bench")
+    epyc = common.load_epyc()
+    serve_life.refuse_edited(plan, serve_life.rerender(plan, epyc, phase="bench", env_from_plan=True), "bench")
     settled = (serve_life.own_state(plan, "bench") or {}).get("primary_endpoint") \
         if plan["primary_endpoint"] == "unknown" else None  # the endpoint verify settled on the server
     too_long, args.warnings = matrix_against_the_plan(plan, args.input_lens, args.output_len, args.concurrency,
-                                                      common.load_epyc()["serve"]["vllm_cpu_default_max_num_seqs"],
-                                                      settled)
+                                                      epyc["serve"]["vllm_cpu_default_max_num_seqs"], settled)
     if too_long:
         raise ScriptError(too_long, f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
                           "plan with a larger --max-model-len")

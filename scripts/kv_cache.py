@@ -27,8 +27,8 @@ FULL_TYPES = {"full_attention", "attention", "global_attention"}
 HYBRID_PATTERN_KINDS = "M*-E"
 NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}  # recurrent / convolution layers: state, no KV
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
-FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
-QWEN2_MODELS = {"qwen2", "qwen3"}  # vLLM's Qwen2Model and the Qwen3Model built on it  # the last two: the first Falcon checkpoints' own code
+FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}  # the last two: the first Falcon checkpoints' own code
+QWEN2_MODELS = {"qwen2", "qwen3"}  # vLLM's Qwen2Model and the Qwen3Model built on it
 # what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
 MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                   "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
@@ -86,8 +86,9 @@ def text_config(cfg: dict) -> dict:
         return with_class_defaults(cfg)
     for key in ("text_config", "llm_config", "language_config"):
         sub = cfg.get(key)
-        if isinstance(sub, dict) and with_class_defaults(sub, cfg.get("model_type")).get("num_hidden_layers"):
-            return {**cfg, **with_class_defaults(sub, cfg.get("model_type"))}
+        sub = with_class_defaults(sub, cfg.get("model_type")) if isinstance(sub, dict) else None
+        if sub and sub.get("num_hidden_layers"):
+            return {**cfg, **sub}
     return with_class_defaults(cfg)
 
 

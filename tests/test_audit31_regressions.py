@@ -104,6 +104,8 @@ def test_a_vm_of_one_core_sockets_in_one_node_is_served_on_all_its_cpus(script, 
 def test_only_one_core_packages_are_joined_and_only_through_a_shared_node(script, tmp_path):
     """The review of F4's fix: a node spanning real packages (a 2P EPYC in NPS0) or no NUMA sysfs at all joined
     two 96-core sockets into one OpenMP team of 192. Only one-core packages (a VM's) are joined."""
+    import shutil
+
     import detect
     from sysroots import HOSTS, build
     one_core = {0: 0, 1: 1, 2: 2, 3: 3}
@@ -119,10 +121,8 @@ def test_only_one_core_packages_are_joined_and_only_through_a_shared_node(script
         if edit == "nps0":
             (root / "sys/devices/system/node/node0/cpulist").write_text("0-383\n")
             (root / "sys/devices/system/node/node0/meminfo").write_text("Node 0 MemTotal: 805306368 kB\n")
-            import shutil
             shutil.rmtree(root / "sys/devices/system/node/node1")
         else:
-            import shutil
             shutil.rmtree(root / "sys/devices/system/node")
         r = script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", "8", "--kv-needed-gb", "2")
         assert r.code == 0 and r.doc["omp_threads"] == 96 and r.doc["vllm_cpu_omp_threads_bind"] == "0-95", edit
