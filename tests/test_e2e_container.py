@@ -257,3 +257,29 @@ def test_an_image_that_is_not_local_is_not_trusted_by_its_tag(stack, engine, tmp
     err = next(e for e in r.doc["errors"] if e["check"] == "image")
     assert "not a local image" in err["message"] and "docker pull localhost/no-such-image:1" in err["fix"]
 
+
+
+# zentorch's own matmuls in float32 (bf16 needs AVX-512 BF16, which not every runner has): the image's build
+ZEN_OPS = """
+import torch, zentorch
+x, w, b = torch.randn(4, 64), torch.randn(32, 64), torch.randn(32)
+torch.ops.zentorch.zentorch_linear_unary(x, w, b)
+torch.ops.zentorch.zentorch_linear_unary(x, w)
+torch.ops.zentorch.zentorch_mm(x, w.t().contiguous())
+"""
+
+
+def test_kernel_proof_counts_what_the_images_zentorch_writes(image, engine, tmp_path):
+    """kernel_proof's pattern against zendnnl's live output on this runner, not only the captured fixture
+    (tests/fixtures/zendnnl): the image's zentorch runs three matmuls with ZENDNNL_API_LOG_LEVEL=4, and
+    the proof counts exactly those three, by op and kernel. A zentorch release that changes its record's
+    shape fails here before it makes a real server's proof say "no zentorch matmul"."""
+    res = docker(engine, "run", "--rm", "--network=none", "-e", "ZENDNNL_API_LOG_LEVEL=4", image,
+                 "python3", "-c", ZEN_OPS, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    log = tmp_path / "zendnnl.log"
+    log.write_text(res.stdout + res.stderr)
+    r = run_script("kernel_proof.py", "--log", str(log))
+    assert r.code == 0 and r.doc["verdict"] == "zentorch kernels executed", r.doc
+    assert r.doc["by_plugin_op"] == {"zentorch::zentorch_linear_unary": 2, "zentorch::zentorch_mm": 1}, r.doc
+    assert r.doc["zentorch_matmuls"] == 3 and sum(r.doc["by_kernel"].values()) == 3
