@@ -29,6 +29,19 @@ NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}  # recurrent / con
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}  # the last two: the first Falcon checkpoints' own code
 QWEN2_MODELS = {"qwen2", "qwen3"}  # vLLM's Qwen2Model and the Qwen3Model built on it
+# The model types whose KV cache vLLM 0.32 keeps as one compressed latent (MLA): its is_deepseek_mla list, and
+# Sarvam's, whose model code always builds the latent cache. Another config with a kv_lora_rank is not MLA to
+# vLLM: MiniCPM3 decompresses the latent and caches K and V of every head (qk_nope + qk_rope wide). Sized as
+# MLA, its cache came out 27x too small and a model needing 39 GiB "fit" in 24.
+MLA_MODEL_TYPES = {"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note",
+                   "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa", "glm4_moe_lite",
+                   "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "pangu_ultra_moe",
+                   "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "hy_v4",
+                   "hy_v4_mtp", "sarvam_mla"}
+# Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache.
+# Read as attention, Mamba-Codestral's SSM heads were sized as 64 attention layers (8 GiB per 4k tokens, for a
+# state of 0.5 GiB a sequence) and FalconMamba was refused for lacking attention heads it does not have.
+ATTENTION_FREE_TYPES = {"mamba", "mamba2", "falcon_mamba"}
 # what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
 MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                   "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
@@ -235,9 +248,11 @@ def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE
     if nk and nv and dk and dv and kernel:
         conv = (dk * nk * 2 + dv * nv) * (kernel - 1)
         return "gated_deltanet", conv * conv_bytes + nv * dv * dk * ssm_bytes
-    # Mamba-2 (NemotronH, Bamba, Granite-4 hybrid, Falcon-H1, Mamba2): heads x head_dim x state
-    heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads")
-    head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head")
+    # Mamba-2 (NemotronH, Bamba, Granite-4 hybrid, Falcon-H1, Mamba2): heads x head_dim x state. A pure
+    # Mamba-2 config names its SSM heads num_heads / head_dim (elsewhere those are attention heads)
+    pure = ("num_heads", "head_dim") if cfg.get("model_type") == "mamba2" else ()
+    heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads", *pure[:1])
+    head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head", *pure[1:])
     state = _first_int(cfg, "ssm_state_size", "mamba_d_state", "state_size")
     groups = _first_int(cfg, "n_groups", "mamba_n_groups") or 1
     kernel = _first_int(cfg, "conv_kernel", "mamba_d_conv")
@@ -248,7 +263,7 @@ def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE
     # Mamba-1 (Jamba, Mamba): an inner x state SSM state, inner = expand x hidden
     expand = _first_int(cfg, "mamba_expand", "expand")
     inner = _first_int(cfg, "mamba_intermediate_size") or (expand * hidden if expand and hidden else None)
-    if cfg.get("model_type") == "mamba":
+    if cfg.get("model_type") in ("mamba", "falcon_mamba"):
         inner = _first_int(cfg, "intermediate_size") or inner
     if inner and state and kernel:
         return "mamba1", inner * (kernel - 1) * conv_bytes + inner * state * ssm_bytes
@@ -268,13 +283,33 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
     """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a
     recurrent layer keeps per sequence.
 
-    MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek): one compressed latent of
-    kv_lora_rank + qk_rope_head_dim per layer, no separate K and V."""
+    MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek and the MLA_MODEL_TYPES): one compressed
+    latent of kv_lora_rank + qk_rope_head_dim per layer, no separate K and V. Another config with a
+    kv_lora_rank (MiniCPM3): K and V of every head, qk_nope + qk_rope wide (V padded to it), as vLLM builds
+    its attention. Attention-free (Mamba): no KV at all, a recurrent state per layer and sequence."""
     tc = text_config(cfg)
     layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    if tc.get("kv_lora_rank"):
+    kind = tc.get("model_type")
+    if kind in ATTENTION_FREE_TYPES:
+        state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes)
+        if state is None:
+            raise ScriptError(f"config.json: a {kind} model whose recurrent state this config does not size (it "
+                              "needs the state size, conv kernel and inner size or heads)", LAYOUT_FIX)
+        return {"attention": "none", "bytes_per_token_per_layer": 0, "full": 0, "sliding": 0, "none": layers,
+                "sliding_window": None, "bytes_per_token": 0, "recurrent_family": state[0],
+                "recurrent_state_bytes": state[1], "max_position_embeddings": model_len_of(tc)}
+    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES:
         per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
         attention = "mla"
+    elif tc.get("kv_lora_rank"):
+        heads = _req_int(tc, "num_attention_heads")
+        width = _first_int(tc, "qk_nope_head_dim") or 0
+        width += _first_int(tc, "qk_rope_head_dim") or 0
+        if not width:
+            raise ScriptError("config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
+                              "of the heads vLLM caches is unknown", LAYOUT_FIX)
+        per_layer = 2 * heads * width * kv_dtype_bytes
+        attention = "mha"
     else:
         heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
         kv_heads = kv_heads_of(tc, heads)

@@ -1,0 +1,64 @@
+"""Regressions from the thirty-third independent audit (2026-12-03, a fresh helper on 105db79: the life cycle
+under a real Docker engine, SKILL.md followed as written, and vLLM 0.32's own config reading compared with
+ours over transformers' default config of every causal-LM type vLLM registers; 8 findings). Classes:
+tests/BAD_INPUT.md."""
+import json
+
+import pytest
+
+import kv_cache
+
+# the published shapes of openbmb/MiniCPM3-4B, mistralai/Mamba-Codestral-7B-v0.1 and tiiuae/falcon-mamba-7b
+MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 2560,
+            "num_hidden_layers": 62, "num_attention_heads": 40, "num_key_value_heads": 40, "q_lora_rank": 768,
+            "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "max_position_embeddings": 32768,
+            "vocab_size": 73448, "torch_dtype": "bfloat16"}
+CODESTRAL = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "conv_kernel": 4, "expand": 2,
+             "head_dim": 64, "hidden_size": 4096, "n_groups": 8, "num_heads": 128, "num_hidden_layers": 64,
+             "state_size": 128, "vocab_size": 32768}
+FALCON_MAMBA = {"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba", "hidden_size": 4096,
+                "num_hidden_layers": 64, "intermediate_size": 8192, "vocab_size": 65024, "state_size": 16,
+                "conv_kernel": 4, "expand": 16}
+
+
+def estimate(script, tmp_path, name, config, *args):
+    cfg = tmp_path / f"{name}.json"
+    cfg.write_text(json.dumps(config))
+    return script("estimate_memory.py", "--model", f"org/{name}", "--config", str(cfg), "--ram-gb", "24",
+                  "--avx512-bf16", "yes", *args)
+
+
+def test_minicpm3_caches_every_heads_k_and_v_not_a_latent(script, tmp_path):
+    """F2: any kv_lora_rank was sized as DeepSeek's MLA latent (576 B a token and layer). vLLM 0.32 keeps the
+    latent only for its MLA model types; MiniCPM3's model decompresses it and caches K and V of its 40 heads,
+    96 wide: 27x the bytes. A 4B model at 32k context "fit" in 24 GiB needing 39."""
+    r = estimate(script, tmp_path, "MiniCPM3-4B", MINICPM3, "--weight-gb", "7.6", "--max-model-len", "32768")
+    assert r.code == 1 and r.doc["error"].startswith("does not fit: 38.66 GiB required"), r.doc
+    assert r.doc["kv_attention"] == "mha" and r.doc["kv_bytes_per_token"] == 2 * 40 * 96 * 2 * 62
+    # a DeepSeek type with the same fields is still the latent: kv_lora_rank + qk_rope_head_dim
+    lay = kv_cache.kv_layout({**MINICPM3, "model_type": "deepseek_v3"})
+    assert (lay["attention"], lay["bytes_per_token_per_layer"]) == ("mla", (256 + 32) * 2)
+    # a kv_lora_rank with no head widths is refused, never sized as 0 bytes
+    with pytest.raises(kv_cache.ScriptError, match="kv_lora_rank without qk_nope_head_dim"):
+        kv_cache.kv_layout({k: v for k, v in MINICPM3.items() if not k.startswith("qk_")})
+
+
+def test_attention_free_mamba_models_keep_a_state_per_sequence_not_a_kv_cache(script, tmp_path):
+    """F3: Mamba-2's SSM heads (num_heads, head_dim) were read as attention heads: 64 layers of 2 MiB a
+    token, a fitting model refused at 4096; FalconMamba was refused for lacking attention heads. Both are
+    attention-free to vLLM: each layer keeps one recurrent state per sequence, whatever its length."""
+    r = estimate(script, tmp_path, "Mamba-Codestral-7B-v0.1", CODESTRAL, "--weight-gb", "14.6",
+                 "--max-model-len", "32768")
+    assert r.code == 0 and r.doc["kv_attention"] == "none" and r.doc["kv_bytes_per_token"] == 0, r.doc
+    inner, conv_dim = 128 * 64, 128 * 64 + 2 * 8 * 128  # vLLM's mamba2 shapes: conv (kernel-1) x conv_dim
+    state = conv_dim * 3 * 2 + inner * 128 * 4           # bf16 conv state, float32 SSM state (AVX-512 BF16)
+    assert r.doc["kv_layers"] == {"full": 0, "sliding": 0, "none": 64, "sliding_window": None,
+                                  "recurrent_family": "mamba2", "recurrent_state_bytes": state,
+                                  "ssm_state_dtype": "float32"}
+    assert r.doc["kv_needed_gb_per_sequence"] == round(64 * 2 * state / 2**30, 3)  # the same at 32k as at 4k
+    r = estimate(script, tmp_path, "falcon-mamba-7b", FALCON_MAMBA, "--weight-gb", "14.5", "--max-model-len", "4096")
+    assert r.code == 0 and r.doc["kv_layers"]["recurrent_family"] == "mamba1", r.doc
+    assert r.doc["kv_layers"]["recurrent_state_bytes"] == 8192 * 3 * 2 + 8192 * 16 * 4
+    broken = {k: v for k, v in FALCON_MAMBA.items() if k != "state_size"}
+    r = estimate(script, tmp_path, "broken-mamba", broken, "--weight-gb", "14.5")
+    assert r.code == 1 and "falcon_mamba model whose recurrent state this config does not size" in r.doc["error"]
