@@ -546,7 +546,9 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         doc, code = main(argv)
         ok = True
         name = Path(main.__code__.co_filename).stem
-        if code == EXIT_OK and isinstance(doc, dict) and name in PLAN_INPUTS:
+        # (not detect --capture's receipt: it is no fact for the next script, and it runs on the host to plan
+        # for with the standard library only, where jsonschema is not installed)
+        if code == EXIT_OK and isinstance(doc, dict) and name in PLAN_INPUTS and "capture" not in doc:
             # what we print is what the next script reads: a fact past what the schema allows (a socket
             # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
             check_schema(doc, name, f"{name}.py read facts it cannot describe",

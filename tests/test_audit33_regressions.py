@@ -62,3 +62,24 @@ def test_attention_free_mamba_models_keep_a_state_per_sequence_not_a_kv_cache(sc
     broken = {k: v for k, v in FALCON_MAMBA.items() if k != "state_size"}
     r = estimate(script, tmp_path, "broken-mamba", broken, "--weight-gb", "14.5")
     assert r.code == 1 and "falcon_mamba model whose recurrent state this config does not size" in r.doc["error"]
+
+
+def test_capture_runs_with_the_standard_library_alone(tmp_path):
+    """F4: SKILL.md sends `detect.py --capture` to the host to plan for, "standard library only". It wrote the
+    archive, then exit 1 "missing Python package 'jsonschema'": the receipt was checked as detect's facts.
+    The bundle is copied without its venv and run with no site-packages (-S), as on a bare server."""
+    import shutil
+    import subprocess
+    import sys
+    from conftest import ROOT
+    bundle = tmp_path / "bundle"
+    for part in ("scripts", "data"):
+        shutil.copytree(ROOT / part, bundle / part)
+    archive = tmp_path / "host.tar.gz"
+    res = subprocess.run([sys.executable, "-I", "-S", str(bundle / "scripts" / "detect.py"), "--capture",
+                          str(archive)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout) == {"ok": True, "capture": str(archive), "files": json.loads(res.stdout)["files"]}
+    probe = subprocess.run([sys.executable, "-I", "-S", "-c", "import jsonschema"], capture_output=True, timeout=60)
+    assert probe.returncode != 0  # the run above really had no jsonschema
+    assert archive.stat().st_size > 0
