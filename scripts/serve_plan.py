@@ -558,7 +558,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
                                   epyc["container"]["shm_size_if_ipc_isolated"])
         pre = [[*rt, "rm", "-f", name], [*rt, "pull", image]]
         runtime = val["runtime"]
-        stop_cmd = shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), name]) + " && " + shlex.join([*rt, "rm", name])
+        # launch.py stop first: it also removes the key files start wrote (the runtime's pair leaves them)
+        by_hand = " && ".join(shlex.join(c) for c in ([*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name],
+                                                      ["rm", "-rf", str(state_dir / "secrets")]))
+        stop_cmd = f"python3 scripts/launch.py stop --plan <plan.json>  (by hand: {by_hand})"
     quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
     if quant and quant["served_on_cpu"] is False:
         raise ScriptError(f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "

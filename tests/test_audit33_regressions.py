@@ -7,6 +7,7 @@ import json
 import pytest
 
 import kv_cache
+from test_launch import inputs, rt  # noqa: F401
 
 # the published shapes of openbmb/MiniCPM3-4B, mistralai/Mamba-Codestral-7B-v0.1 and tiiuae/falcon-mamba-7b
 MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 2560,
@@ -83,3 +84,17 @@ def test_capture_runs_with_the_standard_library_alone(tmp_path):
     probe = subprocess.run([sys.executable, "-I", "-S", "-c", "import jsonschema"], capture_output=True, timeout=60)
     assert probe.returncode != 0  # the run above really had no jsonschema
     assert archive.stat().st_size > 0
+
+
+def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):  # noqa: F811
+    """F6: the handoff's Stop row for a container was the runtime's `stop && rm`, which leaves HF_TOKEN and the
+    API key in <state>/secrets (reference.md says stop removes them: launch.py stop does). The row names
+    launch.py stop first, and the by-hand form removes the folder too."""
+    import serve_plan
+    from common import load_epyc
+    from test_launch import facts_for, load_docs
+    plan = serve_plan.build_plan(load_docs(inputs), {}, load_epyc(), facts_for(load_docs(inputs)))
+    stop = plan["stop_command"]
+    assert stop.startswith("python3 scripts/launch.py stop --plan <plan.json>")
+    assert stop.endswith(f"&& rm -rf {plan['state_dir']}/secrets)")
+    assert f"| Stop | {stop} |" in serve_plan.handoff_doc(plan)["table_markdown"]

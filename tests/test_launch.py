@@ -686,7 +686,8 @@ def test_the_handoff_is_the_table_and_examples_a_user_pastes(inputs):
         "| Why | a chat template is present |",
         f"| Runtime / port | docker / {port} |",
         "| Sizing | 96 OMP threads (96-191), KV 190 GiB, --max-model-len 4096, socket 1, NUMA 1 |",
-        f"| Stop | docker stop -t 30 {name} && docker rm {name} |"])
+        f"| Stop | python3 scripts/launch.py stop --plan <plan.json>  (by hand: docker stop -t 30 {name} && "
+        f"docker rm {name} && rm -rf {plan['state_dir']}/secrets) |"])
     assert h["curl_example"] == (
         f"curl -s http://127.0.0.1:{port}/v1/chat/completions -H 'Content-Type: application/json' \\\n"
         "  -d '{\"model\": \"Qwen3-0.6B\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
