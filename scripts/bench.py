@@ -247,6 +247,20 @@ def recorded_container(plan: dict) -> str:
     return state["container_id"]
 
 
+def require_own_host_server(plan: dict, state: dict | None) -> None:
+    """bench measures this plan's server: the process group its start recorded, alive. Whatever answered on
+    the port was measured before, and another plan's server (its own state dir, the same port) was filed
+    under this plan's name, costed with this plan's weights. A container plan gets the same from
+    recorded_container."""
+    import serve_life
+    if state is None:
+        raise ScriptError(f"no server from this plan is running ({serve_life.no_state_said(plan)})",
+                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench")
+    if serve_life.alive(plan, state) is False:
+        raise ScriptError("the server this plan started has exited",
+                          "python3 scripts/launch.py stop --plan <plan.json>, then start, verify and bench again")
+
+
 def serving_target(plan: dict, container: str | None = None) -> dict:
     """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
     container (it has vllm, the tokenizer's files and the cache mount). The tokenizer is the model as the
@@ -347,7 +361,7 @@ def main(argv: Sequence[str] | None = None):
         raise ScriptError(too_long, f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
                           "plan with a larger --max-model-len")
     serve_life.require_api_key(plan, "bench")
-    serve_life.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
+    state = serve_life.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
     if plan["path"] == "host":  # `vllm bench serve` loads the tokenizer from the Hub cache this shell names
         common.refuse_a_relative_hub_cache(dict(os.environ))
     key_env = plan.get("api_key_env")
@@ -362,7 +376,10 @@ def main(argv: Sequence[str] | None = None):
                           "refuses a state dir holding anything else",
                           "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
                           "folder outside the state dir")
-    out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))
+    out = result_dir(args.out) if args.out else None
+    if plan["path"] == "host" and not args.compare:  # (--compare starts its own; a container: recorded_container)
+        require_own_host_server(plan, state)
+    out = out or new_bench_dir(Path(plan["state_dir"]))  # made once the run is sure to go on
     env = loopback_env(dict(os.environ))
     if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
         env["OPENAI_API_KEY"] = os.environ[key_env]

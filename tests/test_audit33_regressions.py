@@ -7,7 +7,7 @@ import json
 import pytest
 
 import kv_cache
-from test_launch import inputs, rt  # noqa: F401
+from test_launch import host_plan, inputs, live_tune, rt  # noqa: F401
 
 # the published shapes of openbmb/MiniCPM3-4B, mistralai/Mamba-Codestral-7B-v0.1 and tiiuae/falcon-mamba-7b
 MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 2560,
@@ -98,3 +98,22 @@ def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):  # no
     assert stop.startswith("python3 scripts/launch.py stop --plan <plan.json>")
     assert stop.endswith(f"&& rm -rf {plan['state_dir']}/secrets)")
     assert f"| Stop | {stop} |" in serve_plan.handoff_doc(plan)["table_markdown"]
+
+
+def test_host_bench_measures_only_this_plans_own_server(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """F1: a host plan that started nothing benched whatever answered on its port (another plan's server, its
+    own state dir) and filed the figures under this plan, costed with this plan's weights. bench now needs
+    the server this plan's start recorded, as a container plan needs its recorded container."""
+    import socket
+    from pathlib import Path
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    with socket.socket() as s:  # someone's server on the plan's port
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", plan["port"]))
+        s.listen()
+        r = script("bench.py", "--plan", str(plan_file), "--repeats", "1", "--input-lens", "16", "--concurrency", "1",
+                   "--output-len", "4", "--no-bandwidth")
+    assert r.code == 1 and r.doc["error"] == "no server from this plan is running (no state file)", r.doc
+    assert "launch.py start --plan <plan.json> --confirm, then verify, then bench" in r.doc["fix"]
+    state_dir = Path(plan["state_dir"])
+    assert not state_dir.exists() or not list(state_dir.glob("bench-*"))  # nothing measured, nothing filed
