@@ -91,8 +91,7 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     want = "ZenCpuPlatform" if not stock else "CpuPlatform"
     assert val.doc["stack"]["platform"].rsplit(".", 1)[-1] == want and val.doc["backend"] == stack["backend"]
     assert SECRET_TOKEN not in val.stdout + val.stderr
-    chk = run_script("check_model.py", "--model", model, "--vllm-version", val.doc["stack"]["vllm"],
-                     "--image", image, "--runtime", "docker", env=env, timeout=300)
+    chk = skill_check_model(tmp, env, model, val.doc)
     assert chk.code == 0 and chk.doc["registry_source"] == f"probe:image:{image}", chk.doc
     assert chk.doc["primary_endpoint"] == "chat_completions"
     est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
@@ -107,6 +106,20 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     assert plan.code == 0, plan.doc
     assert SECRET_TOKEN not in plan.stdout and SECRET_KEY not in plan.stdout
     return save(tmp, "plan", plan), plan.doc
+
+
+def skill_check_model(tmp: Path, env: dict, model: str, validate: dict):
+    """SKILL.md's Step 3 for the container path, run by bash as written, its variables set from validate.json
+    as the step says: the registry is read inside the image validate chose."""
+    from docs import commands
+    from conftest import Result
+    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
+    shell_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUN": str(tmp),
+                 "MODEL": model, "REV": "main", "VLLM": validate["stack"]["vllm"], "IMAGE": validate["image"],
+                 "RUNTIME": validate["runtime"]}
+    res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = (tmp / "check.json").read_text()
+    return Result(res.returncode, json.loads(out), out, res.stderr)
 
 
 def no_container(env: dict, name: str) -> bool:
