@@ -258,6 +258,34 @@ def up(a, epyc: dict) -> dict:
         return up_in(run_dir, model, a, epyc)
 
 
+def what_runs(plan: dict) -> dict:
+    """What a yes starts: the commands (the runtime's pre-steps and the server's) and the environment."""
+    return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"]}
+
+
+def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
+    """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
+    it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
+    moved in between made the yes launch a plan nobody read. Without an earlier showing (--yes given up front),
+    there is nothing to hold it to."""
+    try:
+        before = json.loads(shown.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        before = None
+    now = what_runs(plan)
+    if before == now:
+        shown.unlink(missing_ok=True)
+        return
+    write_own_file(shown, json.dumps(now, indent=2) + "\n")
+    changed = [k for k in now if not isinstance(before, dict) or before.get(k) != now[k]]
+    raise ScriptError(f"not launched: the plan changed since up showed it ({', '.join(changed)}); it now runs: "
+                      f"{common.clip(plan['command'], 600)}",
+                      "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
+                      phase="confirm", plan_file=str(shown.with_name("plan.json")), started=False)
+
+
 def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     """up's steps, in its folder, which it holds."""
     import detect
@@ -297,9 +325,15 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     plan_file = run_dir / "plan.json"
     write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
     common.log(plan["summary_markdown"])
+    shown = run_dir / "shown-plan.json"
+    if a.yes:
+        refuse_a_plan_changed_since_shown(plan, shown)
+    else:
+        write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")  # shown: a --yes later runs only it
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
+    shown.unlink(missing_ok=True)  # answered: the showing is used up
     return serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
 
 

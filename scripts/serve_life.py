@@ -607,7 +607,7 @@ def write_secret_files(directory: Path, values: dict) -> None:
 STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")  # the only files start ever writes into secrets/
 # what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
-OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", ".up.lock", "secrets", "plan.json",
+OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", ".up.lock", "secrets", "plan.json", "shown-plan.json",
              *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
                                              "estimate_memory", "cpu_tune"))}
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")  # write_state's own temp file (a killed writer's stays)

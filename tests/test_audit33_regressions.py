@@ -154,3 +154,40 @@ def test_verify_says_a_stop_while_it_waited_is_a_stop_not_a_crash(script, inputs
     doc = json.loads(out)
     assert doc["error"] == "FAILED in phase process: the server process exited before it became healthy", doc
     script("launch.py", "stop", "--plan", str(plan_file), env=env)
+
+
+def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """F5: `up` with no terminal shows its plan and stops ("re-run with --yes"); the --yes run planned again and
+    launched whatever that said (the port taken in between: 8000 shown, 8001 run). What a --yes launches
+    after a showing is held to what was shown; a changed plan is shown again, not run. The steps before the
+    plan are the fixtures' real documents (a Genoa tree); the launch itself is recorded, not run."""
+    import argparse
+    import launch
+    from common import ScriptError, load_epyc
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    launched = []
+
+    def no_terminal(question):
+        raise ScriptError("confirmation needed and there is no terminal", "re-run with --yes")
+    monkeypatch.setattr(launch, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
+    monkeypatch.setattr(launch, "ask", no_terminal)
+    monkeypatch.setattr(launch, "serve_verified", lambda plan, plan_file, *rest: launched.append(plan) or {"ok": True})
+    run_dir = tmp_path / "up"
+    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(run_dir), stock=False, python=None,
+                           yes=False, max_model_len=None, num_prompts=4, port=18601, expose=False,
+                           served_model_name=None, api_key_env=None, throughput_flags=False, kernel_log=False,
+                           timeout=30, dtype=None)
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())
+    shown = json.loads((run_dir / "shown-plan.json").read_text())
+    assert "--port 18601" in shown["command"] and not launched
+    a.yes, a.port = True, 18602  # what the second run plans is not what was shown
+    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(pre_argv, command\)") as changed:
+        launch.up(a, load_epyc())
+    assert "--port 18602" in changed.value.error and changed.value.extra["started"] is False and not launched
+    launch.up(a, load_epyc())  # the changed plan was shown (stderr, plan.json): a yes now runs exactly it
+    assert len(launched) == 1 and launched[0]["port"] == 18602 and not (run_dir / "shown-plan.json").exists()
+    a.state_dir = str(tmp_path / "fresh")  # --yes up front, nothing shown before: as it always was
+    launch.up(a, load_epyc())
+    assert len(launched) == 2
