@@ -163,8 +163,9 @@ def main(argv: Sequence[str] | None = None):
         notes.append(f"{layout['none']} {layout['recurrent_family']} layers keep a recurrent state of "
                      f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in {ssm_dtype}, as vLLM keeps it "
                      f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix "
-                     f"caching keeps a copy); attention pages grow to "
-                     f"{page_block(layout, block)} tokens to hold it")
+                     f"caching keeps a copy)" + (f"; attention pages grow to {page_block(layout, block)} tokens to "
+                                                   "hold it" if layout["full"] + layout["sliding"] else
+                                                   "; no attention layer: nothing grows with the length"))
     elif layout["none"]:
         notes.append(f"{layout['none']} layers keep a recurrent state per sequence that this config does not size "
                      "(no mamba / linear-attention state fields): it is not counted")

@@ -38,6 +38,9 @@ MLA_MODEL_TYPES = {"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepse
                    "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "pangu_ultra_moe",
                    "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "hy_v4",
                    "hy_v4_mtp", "sarvam_mla"}
+# Multimodal wrappers whose language model is one of those: a text_config that names no model_type is read
+# under the parent's, and vLLM's config class gives it its DeepSeek type (checked with vLLM's get_config)
+MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl"}
 # Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache.
 # Read as attention, Mamba-Codestral's SSM heads were sized as 64 attention layers (8 GiB per 4k tokens, for a
 # state of 0.5 GiB a sequence) and FalconMamba was refused for lacking attention heads it does not have.
@@ -298,7 +301,7 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
         return {"attention": "none", "bytes_per_token_per_layer": 0, "full": 0, "sliding": 0, "none": layers,
                 "sliding_window": None, "bytes_per_token": 0, "recurrent_family": state[0],
                 "recurrent_state_bytes": state[1], "max_position_embeddings": model_len_of(tc)}
-    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES:
+    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
         per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
         attention = "mla"
     elif tc.get("kv_lora_rank"):

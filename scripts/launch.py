@@ -268,20 +268,23 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
     it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
     moved in between made the yes launch a plan nobody read. Without an earlier showing (--yes given up front),
     there is nothing to hold it to."""
-    try:
-        before = json.loads(shown.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(shown):
         return
-    except (OSError, ValueError):
+    try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
+        with os.fdopen(serve_life.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
+            before = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, ScriptError):
         before = None
     now = what_runs(plan)
     if before == now:
         shown.unlink(missing_ok=True)
         return
     write_own_file(shown, json.dumps(now, indent=2) + "\n")
-    changed = [k for k in now if not isinstance(before, dict) or before.get(k) != now[k]]
-    raise ScriptError(f"not launched: the plan changed since up showed it ({', '.join(changed)}); it now runs: "
-                      f"{common.clip(plan['command'], 600)}",
+    if not isinstance(before, dict) or "command" not in before:  # it asked about the host stack, or unreadable
+        said = "up had not shown this plan (its last question was the host stack's)"
+    else:
+        said = f"the plan changed since up showed it ({', '.join(k for k in now if before.get(k) != now[k])})"
+    raise ScriptError(f"not launched: {said}; it now runs: {common.clip(plan['command'], 600)}",
                       "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
                       phase="confirm", plan_file=str(shown.with_name("plan.json")), started=False)
 
@@ -297,6 +300,8 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
     val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
     if not val.get("ready") and only_runtime_missing(val) and not a.python:
+        if not a.yes:  # what a --yes after this answers: the build, not a plan nobody has seen yet
+            write_own_file(run_dir / "shown-plan.json", json.dumps({"question": "build the host stack"}) + "\n")
         if not (a.yes or ask(setup_question(epyc, a.stock))):
             raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
                               "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")

@@ -196,6 +196,13 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
             fresh["inputs"] = plan["inputs"]
         if "engine" not in plan and plan.get("path") != "host" and (env_from_plan or disk_from_plan):
             refuse_an_older_plan_elsewhere(phase)
+        # an older bundle's container plan handed over the runtime's stop pair (which left the key files): the
+        # verbs that act on its server read it as it was; start renders it as it would run now, and refuses it
+        if (env_from_plan or disk_from_plan) and fresh.get("container_name") and "run" in fresh["argv"]:
+            from serve_plan import runtime_stop_pair
+            older_stop = runtime_stop_pair(fresh["argv"][:fresh["argv"].index("run")], fresh["container_name"])
+            if plan.get("stop_command") == older_stop:
+                fresh["stop_command"] = older_stop
         if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
             fresh.pop("model_dir", None)
         if "engine" not in plan and fresh.get("engine") is None:  # older plans ran on the default engine only:

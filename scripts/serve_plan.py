@@ -66,6 +66,12 @@ def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, d
     return opts + (["--device", "cpu"] if device_flag else [])
 
 
+def runtime_stop_pair(rt: list[str], name: str) -> str:
+    """The runtime's own graceful stop and removal of the container (plans before 6d345f9 handed over only
+    this as their stop_command)."""
+    return " && ".join(shlex.join(c) for c in ([*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name]))
+
+
 def kv_capacity(granted_gb: int, bytes_per_token: int | None, bytes_per_sequence: int | None,
                 cap: int, batched_tokens: int | None = None) -> dict:
     """What the granted KV cache holds: tokens, and full-length requests at once. --max-num-seqs
@@ -559,8 +565,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         pre = [[*rt, "rm", "-f", name], [*rt, "pull", image]]
         runtime = val["runtime"]
         # launch.py stop first: it also removes the key files start wrote (the runtime's pair leaves them)
-        by_hand = " && ".join(shlex.join(c) for c in ([*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name],
-                                                      ["rm", "-rf", str(state_dir / "secrets")]))
+        by_hand = runtime_stop_pair(rt, name) + " && " + shlex.join(["rm", "-rf", str(state_dir / "secrets")])
         stop_cmd = f"python3 scripts/launch.py stop --plan <plan.json>  (by hand: {by_hand})"
     quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
     if quant and quant["served_on_cpu"] is False:
@@ -650,6 +655,9 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                       + (f", --max-num-batched-tokens {s['max_num_batched_tokens']}"
                          if s.get("max_num_batched_tokens") else ""))
          if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
+         else (f"holds {s['kv_full_length_requests']} requests at once (a recurrent state per sequence, no "
+               f"per-token KV); --max-num-seqs {s['max_num_seqs']}")
+         if s.get("kv_full_length_requests") is not None
          else "capacity not computed (max_model_len differs from the estimate's)"],
         *([["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"]]
            if s["sizing_rule"] != "skill" else []),

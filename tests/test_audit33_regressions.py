@@ -191,3 +191,94 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     a.state_dir = str(tmp_path / "fresh")  # --yes up front, nothing shown before: as it always was
     launch.up(a, load_epyc())
     assert len(launched) == 2
+
+
+def test_a_container_plan_of_the_older_bundle_still_stops(script, inputs, rt, tmp_path):  # noqa: F811
+    """The review of F6: a container plan made before it handed over the runtime's `stop && rm` as its
+    stop_command; every verb compares a plan with its rendering, so stop, verify and handoff refused it as
+    edited. The verbs that act on its server read that older form as it was; start refuses it (plan again)."""
+    import serve_plan
+    from test_launch import container_plan
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    rt_argv = plan["argv"][:plan["argv"].index("run")]
+    older = {**plan, "stop_command": serve_plan.runtime_stop_pair(rt_argv, plan["container_name"])}
+    assert older["stop_command"] == f"docker stop -t 30 {plan['container_name']} && docker rm {plan['container_name']}"
+    plan_file.write_text(json.dumps(older))
+    r = script("launch.py", "handoff", "--plan", str(plan_file), env=env)
+    assert "edited" not in json.dumps(r.doc), r.doc
+    r = script("launch.py", "stop", "--plan", str(plan_file), env=env)
+    assert r.code == 0 and r.doc["stopped"] is True, r.doc
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 1 and "stop_command" in r.doc["error"], r.doc
+    plan_file.write_text(json.dumps({**plan, "stop_command": older["stop_command"] + " ; rm -rf ~"}))
+    r = script("launch.py", "stop", "--plan", str(plan_file), env=env)  # any other edit is still refused
+    assert r.code == 1 and "stop_command" in r.doc["error"], r.doc
+
+
+def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """The review of F5: with no runtime, up's first question (no terminal) is the host stack's; the --yes run
+    then built it and launched a plan nobody had seen. The yes answers the build; the plan is shown and held."""
+    import argparse
+    import launch
+    from common import ScriptError, load_epyc
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    launched, built = [], []
+    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
+
+    def step(script, args, phase, run_dir, allow_fail=False):
+        if script == "setup_host_stack.py":
+            built.append(True)
+            return {"python": "/usr/bin/python3"}
+        if phase == "validate":
+            return docs["validate"] if built else no_runtime
+        return docs[phase]
+
+    def no_terminal(question):
+        raise ScriptError("confirmation needed and there is no terminal", "re-run with --yes")
+    monkeypatch.setattr(launch, "step", step)
+    monkeypatch.setattr(launch, "ask", no_terminal)
+    monkeypatch.setattr(launch, "serve_verified", lambda plan, plan_file, *rest: launched.append(plan) or {"ok": True})
+    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False, python=None,
+                           yes=False, max_model_len=None, num_prompts=4, port=18603, expose=False,
+                           served_model_name=None, api_key_env=None, throughput_flags=False, kernel_log=False,
+                           timeout=30, dtype=None)
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())
+    assert not built and not launched
+    a.yes = True
+    with pytest.raises(ScriptError, match=r"up had not shown this plan \(its last question was the host stack's\)"):
+        launch.up(a, load_epyc())
+    assert built and not launched  # the build was the question answered
+    launch.up(a, load_epyc())
+    assert len(launched) == 1 and launched[0]["port"] == 18603
+
+
+def test_the_review_of_the_sizing_fixes(script, tmp_path):
+    """The review: a multimodal wrapper whose text_config names no model_type (Kimi-K2.5's shape) is read
+    under the parent's type, and vLLM gives its language model the DeepSeek type: the latent, not 85x more.
+    A Mamba model's notes speak of no attention page it does not have."""
+    kimi = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+            "text_config": {"num_hidden_layers": 61, "num_attention_heads": 64, "hidden_size": 7168,
+                            "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                            "max_position_embeddings": 262144}}
+    lay = kv_cache.kv_layout(kimi)
+    assert (lay["attention"], lay["bytes_per_token_per_layer"]) == ("mla", (512 + 64) * 2)
+    r = estimate(script, tmp_path, "Mamba-Codestral-7B-v0.1", CODESTRAL, "--weight-gb", "14.6")
+    note = next(n for n in r.doc["notes"] if "mamba2 layers keep a recurrent state" in n)
+    assert note.endswith("no attention layer: nothing grows with the length") and "attention pages" not in note
+
+
+def test_an_attention_free_plan_says_how_many_requests_it_holds(inputs):  # noqa: F811
+    """The review: a Mamba plan (no per-token KV: kv_tokens null) said "capacity not computed (max_model_len
+    differs from the estimate's)", though the lengths matched and the capacity was computed."""
+    import serve_plan
+    from common import load_epyc
+    from test_launch import facts_for, load_docs
+    plan = serve_plan.build_plan(load_docs(inputs), {}, load_epyc(), facts_for(load_docs(inputs)))
+    plan["sizing"] = {**plan["sizing"], "kv_tokens": None, "kv_full_length_requests": 360, "max_num_seqs": 256}
+    rows = dict(serve_plan.summary_rows(plan, load_docs(inputs)["detect"], None))
+    assert rows["KV cache"] == ("holds 360 requests at once (a recurrent state per sequence, no per-token KV); "
+                                "--max-num-seqs 256")
