@@ -282,3 +282,30 @@ def test_an_attention_free_plan_says_how_many_requests_it_holds(inputs):  # noqa
     rows = dict(serve_plan.summary_rows(plan, load_docs(inputs)["detect"], None))
     assert rows["KV cache"] == ("holds 360 requests at once (a recurrent state per sequence, no per-token KV); "
                                 "--max-num-seqs 256")
+
+
+def test_bench_stops_at_the_first_run_no_request_completed(tmp_path, monkeypatch):
+    """F1 moved the e2e proof of this (a stopped plan's bench now refuses before it runs): an endpoint that
+    goes away once bench is running (vllm bench serve writes a result of 0 completed requests) ends the matrix
+    at that first run, loudly, not after every cell. The one fake here is vllm bench serve's run: a server
+    dying between bench's check and its first request is a race a real test cannot hold still."""
+    import types
+    from pathlib import Path
+    import bench
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "bench" / "in128_c1_r1.json").read_text())
+    runs = []
+
+    def run(argv, **kw):
+        runs.append(argv)
+        folder, name = argv[argv.index("--result-dir") + 1], argv[argv.index("--result-filename") + 1]
+        Path(folder, name).write_text(json.dumps({**recorded, "completed": 0, "failed": 10}))
+        return types.SimpleNamespace(ok=True, stdout="", stderr="", failure=None, returncode=0)
+    monkeypatch.setattr(bench.common, "run", run)
+    monkeypatch.setattr(bench, "serving_target", lambda plan, container=None: {"vllm": ["/venv/bin/vllm"],
+                                                                             "tokenizer": "/models/m"})
+    plan = {"path": "host", "primary_endpoint": "completions", "base_url": "http://127.0.0.1:8000/v1",
+            "served_model_name": "m"}
+    args = types.SimpleNamespace(input_lens=[128, 256], concurrency=[1, 4], repeats=2, output_len=8, seed=0)
+    with pytest.raises(kv_cache.ScriptError, match=r"no request completed at input 128, concurrency 1 \(10 failed\)"):
+        bench.run_matrix(plan, args, tmp_path / "out", {})
+    assert len(runs) == 1 and [p.name for p in (tmp_path / "out" / "raw").iterdir()] == ["in128_c1_r1.json"]
