@@ -236,15 +236,21 @@ def endpoint_of(plan: dict) -> str:
     return settled
 
 
+def started_state(plan: dict, state: dict | None) -> dict:
+    """The state this plan's start recorded (own_state's), or the error that nothing was started from it:
+    bench measures only a server of its own plan, on either path."""
+    if state is None:
+        import serve_life
+        raise ScriptError(f"no server from this plan is running ({serve_life.no_state_said(plan)})",
+                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench")
+    return state
+
+
 def recorded_container(plan: dict) -> str:
     """The id of the container this plan's start recorded: bench runs inside that one. By name, the exec
     could land in another plan's container on this port (ours exited, and its start took the name)."""
     import serve_life
-    state = serve_life.own_state(plan, "bench")
-    if state is None:
-        raise ScriptError(f"no server from this plan is running ({serve_life.no_state_said(plan)})",
-                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench")
-    return state["container_id"]
+    return started_state(plan, serve_life.own_state(plan, "bench"))["container_id"]
 
 
 def require_own_host_server(plan: dict, state: dict | None) -> None:
@@ -253,10 +259,7 @@ def require_own_host_server(plan: dict, state: dict | None) -> None:
     under this plan's name, costed with this plan's weights. A container plan gets the same from
     recorded_container."""
     import serve_life
-    if state is None:
-        raise ScriptError(f"no server from this plan is running ({serve_life.no_state_said(plan)})",
-                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench")
-    if serve_life.alive(plan, state) is False:
+    if serve_life.alive(plan, started_state(plan, state)) is False:
         raise ScriptError("the server this plan started has exited",
                           "python3 scripts/launch.py stop --plan <plan.json>, then start, verify and bench again")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import common
 from common import ScriptError
 from serve_plan import (MARKER_ENV, SECRET_VALUE, STOP_GRACE_S, in_system_tree, judge_smoke, redact,
-                        secret_unsendable, server_env, smoke_request)
+                        runtime_stop_pair, secret_unsendable, server_env, smoke_request)
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
@@ -198,9 +198,9 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
             refuse_an_older_plan_elsewhere(phase)
         # an older bundle's container plan handed over the runtime's stop pair (which left the key files): the
         # verbs that act on its server read it as it was; start renders it as it would run now, and refuses it
-        if (env_from_plan or disk_from_plan) and fresh.get("container_name") and "run" in fresh["argv"]:
-            from serve_plan import runtime_stop_pair
-            older_stop = runtime_stop_pair(fresh["argv"][:fresh["argv"].index("run")], fresh["container_name"])
+        if (env_from_plan or disk_from_plan) and fresh["path"] == "container":
+            older_stop = runtime_stop_pair(common.runtime_argv(fresh["runtime"], fresh.get("engine")),
+                                           fresh["container_name"])
             if plan.get("stop_command") == older_stop:
                 fresh["stop_command"] = older_stop
         if "model_dir" not in plan:  # a plan of an older bundle: compared on all it has
