@@ -379,16 +379,20 @@ def main(argv: Sequence[str] | None = None):
                           "refuses a state dir holding anything else",
                           "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
                           "folder outside the state dir")
-    out = result_dir(args.out) if args.out else None
-    if plan["path"] == "host" and not args.compare:  # (--compare starts its own; a container: recorded_container)
-        require_own_host_server(plan, state)
-    out = out or new_bench_dir(Path(plan["state_dir"]))  # made once the run is sure to go on
-    env = loopback_env(dict(os.environ))
-    if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
-        env["OPENAI_API_KEY"] = os.environ[key_env]
-    if args.compare:
-        return compare(plan, args, out, env)
-    return finish(plan, args, out, run_matrix(plan, args, out, env))
+    with common.made_dirs_removed_if_refused(common.missing_dirs(common.user_path(args.out, "--out"))
+                                             if args.out else []) as made:
+        out = result_dir(args.out) if args.out else None  # checked before the server: the first fix to make
+        if plan["path"] == "host" and not args.compare:  # (--compare starts its own; a container: recorded_container)
+            require_own_host_server(plan, state)
+        if out is None:  # made once the run is sure to go on
+            out = new_bench_dir(Path(plan["state_dir"]))
+            made.insert(0, out)
+        env = loopback_env(dict(os.environ))
+        if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
+            env["OPENAI_API_KEY"] = os.environ[key_env]
+        if args.compare:
+            return compare(plan, args, out, env)
+        return finish(plan, args, out, run_matrix(plan, args, out, env))
 
 
 def result_dir(spec: str) -> Path:

@@ -1142,6 +1142,31 @@ def output_dir(spec: str | Path, what: str) -> Path:
     return path
 
 
+def missing_dirs(path: Path) -> list[Path]:
+    """path and those of its ancestors that do not exist yet, deepest first: what making it creates."""
+    missing, p = [], Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+@contextlib.contextmanager
+def made_dirs_removed_if_refused(made: list[Path]):
+    """A run that refuses after making its output folder takes the folders it made back, while they are
+    empty: a refusal leaves nothing behind to pass for a result, or to make the next `--out` "not empty".
+    `made` (deepest first) may grow inside the block."""
+    try:
+        yield made
+    except BaseException:
+        for d in list(made):
+            try:
+                os.rmdir(d)
+            except OSError:  # not empty (results, raw runs): kept, and its parents with it
+                break
+        raise
+
+
 def empty_output_dir(spec: str | Path, what: str, fix: str) -> Path:
     """output_dir, new or empty: every entry in it is then the script's own, so nothing planted there (a
     link under one of its file names) takes a write elsewhere, and `/` or a home is never filled."""

@@ -263,11 +263,22 @@ def what_runs(plan: dict) -> dict:
     return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"]}
 
 
-def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
+UP_REQUEST_FLAGS = ("model", "port", "served_model_name", "max_model_len", "num_prompts", "python", "stock", "dtype",
+                    "expose", "api_key_env", "throughput_flags", "kernel_log")
+
+
+def up_request(a, model: str) -> dict:
+    """What up was asked for (its flags, not --yes/--timeout/--state-dir): a showing binds only a --yes that asks
+    for the same. Another request is new, and its --yes is one given up front."""
+    return {**{k: getattr(a, k) for k in UP_REQUEST_FLAGS}, "model": model}
+
+
+def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
     """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
     it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
-    moved in between made the yes launch a plan nobody read. Without an earlier showing (--yes given up front),
-    there is nothing to hold it to."""
+    moved in between made the yes launch a plan nobody read. Without an earlier showing of this request
+    (--yes given up front, or an old showing of another model or flags left in the folder), there is nothing
+    to hold it to."""
     if not os.path.lexists(shown):
         return
     try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
@@ -276,10 +287,13 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
     except (OSError, ValueError, ScriptError):
         before = None
     now = what_runs(plan)
-    if before == now:
+    if isinstance(before, dict) and before.get("request") != request:  # a showing of another request
         shown.unlink(missing_ok=True)
         return
-    write_own_file(shown, json.dumps(now, indent=2) + "\n")
+    if isinstance(before, dict) and {k: before.get(k) for k in now} == now:
+        shown.unlink(missing_ok=True)
+        return
+    write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
     if not isinstance(before, dict) or "command" not in before:  # it asked about the host stack, or unreadable
         said = "up had not shown this plan (its last question was the host stack's)"
     else:
@@ -301,7 +315,8 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
     if not val.get("ready") and only_runtime_missing(val) and not a.python:
         if not a.yes:  # what a --yes after this answers: the build, not a plan nobody has seen yet
-            write_own_file(run_dir / "shown-plan.json", json.dumps({"question": "build the host stack"}) + "\n")
+            write_own_file(run_dir / "shown-plan.json", json.dumps({"request": up_request(a, model),
+                                                                    "question": "build the host stack"}) + "\n")
         if not (a.yes or ask(setup_question(epyc, a.stock))):
             raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
                               "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
@@ -332,9 +347,9 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     common.log(plan["summary_markdown"])
     shown = run_dir / "shown-plan.json"
     if a.yes:
-        refuse_a_plan_changed_since_shown(plan, shown)
-    else:
-        write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")  # shown: a --yes later runs only it
+        refuse_a_plan_changed_since_shown(plan, shown, up_request(a, model))
+    else:  # shown: a --yes of the same request later runs only it
+        write_own_file(shown, json.dumps({"request": up_request(a, model), **what_runs(plan)}, indent=2) + "\n")
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)

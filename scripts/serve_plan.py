@@ -802,7 +802,10 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
               f"model = {json.dumps(served)}  # the served model name\n" + py_call)
     s = plan["sizing"]
     runs_on = f"{plan['runtime']} / {plan['port']}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
-    rows = [["Base URL", f"{base} (the trailing /v1 matters)"], ["Served model", served],
+    # an exposed server listens on every address: the base URL is this machine's; others use its address
+    reach = (f"; it listens on every address ({plan['host']}:{plan['port']}): from another machine use this "
+             f"host's address, with the key in ${key_env}") if plan.get("expose") else ""
+    rows = [["Base URL", f"{base} (the trailing /v1 matters{reach})"], ["Served model", served],
             ["Endpoint", path], ["Why", why], ["Runtime / port", runs_on],
             ["Sizing", f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
                        f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "

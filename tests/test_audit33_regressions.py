@@ -156,16 +156,12 @@ def test_verify_says_a_stop_while_it_waited_is_a_stop_not_a_crash(script, inputs
     script("launch.py", "stop", "--plan", str(plan_file), env=env)
 
 
-def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):  # noqa: F811
-    """F5: `up` with no terminal shows its plan and stops ("re-run with --yes"); the --yes run planned again and
-    launched whatever that said (the port taken in between: 8000 shown, 8001 run). What a --yes launches
-    after a showing is held to what was shown; a changed plan is shown again, not run. The steps before the
-    plan are the fixtures' real documents (a Genoa tree); the launch itself is recorded, not run."""
+def up_with_no_terminal(monkeypatch, docs: dict, run_dir, port):
+    """launch.up on the fixtures' real documents (each step returns its document), with no terminal to ask on
+    and the launch recorded, not run -> (the up arguments, the list of plans launched)."""
     import argparse
     import launch
-    from common import ScriptError, load_epyc
-    from test_launch import load_docs
-    docs = load_docs(inputs)
+    from common import ScriptError
     launched = []
 
     def no_terminal(question):
@@ -173,16 +169,30 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
     monkeypatch.setattr(launch, "ask", no_terminal)
     monkeypatch.setattr(launch, "serve_verified", lambda plan, plan_file, *rest: launched.append(plan) or {"ok": True})
-    run_dir = tmp_path / "up"
     a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(run_dir), stock=False, python=None,
-                           yes=False, max_model_len=None, num_prompts=4, port=18601, expose=False,
+                           yes=False, max_model_len=None, num_prompts=4, port=port, expose=False,
                            served_model_name=None, api_key_env=None, throughput_flags=False, kernel_log=False,
                            timeout=30, dtype=None)
+    return a, launched
+
+
+def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """F5: `up` with no terminal shows its plan and stops ("re-run with --yes"); the --yes run planned again and
+    launched whatever that said (the port taken in between: 8000 shown, 8001 run). What a --yes launches
+    after a showing is held to what was shown; a changed plan is shown again, not run. The steps before the
+    plan are the fixtures' real documents (a Genoa tree); the launch itself is recorded, not run."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    run_dir = tmp_path / "up"
+    docs["validate"]["port"] = 18601  # no --port: the first free port validate found
+    a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, None)
     with pytest.raises(ScriptError, match="no terminal"):
         launch.up(a, load_epyc())
     shown = json.loads((run_dir / "shown-plan.json").read_text())
     assert "--port 18601" in shown["command"] and not launched
-    a.yes, a.port = True, 18602  # what the second run plans is not what was shown
+    a.yes, docs["validate"]["port"] = True, 18602  # 18601 taken in between: the second run plans another port
     with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(pre_argv, command\)") as changed:
         launch.up(a, load_epyc())
     assert "--port 18602" in changed.value.error and changed.value.extra["started"] is False and not launched
@@ -220,12 +230,11 @@ def test_a_container_plan_of_the_older_bundle_still_stops(script, inputs, rt, tm
 def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inputs, tmp_path, monkeypatch):  # noqa: F811
     """The review of F5: with no runtime, up's first question (no terminal) is the host stack's; the --yes run
     then built it and launched a plan nobody had seen. The yes answers the build; the plan is shown and held."""
-    import argparse
     import launch
     from common import ScriptError, load_epyc
     from test_launch import load_docs
     docs = load_docs(inputs)
-    launched, built = [], []
+    built = []
     no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
 
     def step(script, args, phase, run_dir, allow_fail=False):
@@ -236,15 +245,8 @@ def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inpu
             return docs["validate"] if built else no_runtime
         return docs[phase]
 
-    def no_terminal(question):
-        raise ScriptError("confirmation needed and there is no terminal", "re-run with --yes")
+    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18603)
     monkeypatch.setattr(launch, "step", step)
-    monkeypatch.setattr(launch, "ask", no_terminal)
-    monkeypatch.setattr(launch, "serve_verified", lambda plan, plan_file, *rest: launched.append(plan) or {"ok": True})
-    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False, python=None,
-                           yes=False, max_model_len=None, num_prompts=4, port=18603, expose=False,
-                           served_model_name=None, api_key_env=None, throughput_flags=False, kernel_log=False,
-                           timeout=30, dtype=None)
     with pytest.raises(ScriptError, match="no terminal"):
         launch.up(a, load_epyc())
     assert not built and not launched

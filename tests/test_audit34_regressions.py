@@ -1,0 +1,69 @@
+"""Regressions from the thirty-fourth round (2026-12-04): the items the thirty-third left open, and what a
+fresh audit of them found. Classes: tests/BAD_INPUT.md."""
+import json
+
+import pytest
+
+from test_launch import host_plan, inputs, live_tune, rt  # noqa: F401
+
+
+def test_a_refused_bench_takes_back_the_out_folder_it_made(script, tmp_path, inputs, live_tune):  # noqa: F811
+    """bench --out NEW made NEW (and its missing parents) before it found no server of this plan's own, and
+    left them: an empty folder that passes for a result, and whose next --out use worked only because it
+    was empty. A refusal now removes what it made; a folder the user made beforehand stays."""
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    new = tmp_path / "results" / "run1"
+    args = ["--repeats", "1", "--input-lens", "16", "--concurrency", "1", "--output-len", "4", "--no-bandwidth"]
+    r = script("bench.py", "--plan", str(plan_file), "--out", str(new), *args)
+    assert r.code == 1 and r.doc["error"] == "no server from this plan is running (no state file)", r.doc
+    assert not (tmp_path / "results").exists()  # run1 and the parent it made
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    r = script("bench.py", "--plan", str(plan_file), "--out", str(mine), *args)
+    assert r.code == 1 and mine.is_dir()  # the user's own (empty) folder is not bench's to remove
+
+
+def test_an_exposed_handoff_says_it_listens_on_every_address(inputs, monkeypatch):  # noqa: F811
+    """The handoff of an --expose'd server gave only http://127.0.0.1:PORT/v1: true on this machine, but the
+    user exposed it to reach it from another one, and nothing said the server listens on every address or
+    that those clients need the key. The Base URL row says both; a loopback plan's row is unchanged."""
+    import serve_plan
+    from common import load_epyc
+    from test_launch import facts_for, load_docs
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    docs = load_docs(inputs)
+    exposed = serve_plan.build_plan(docs, {"expose": True, "api_key_env": "MY_KEY"}, load_epyc(),
+                                       facts_for(docs, api_key_set=True))
+    row = next(line for line in serve_plan.handoff_doc(exposed)["table_markdown"].splitlines() if "Base URL" in line)
+    assert f"listens on every address (0.0.0.0:{exposed['port']})" in row and "$MY_KEY" in row, row
+    local = serve_plan.build_plan(docs, {}, load_epyc(), facts_for(docs))
+    assert f"| Base URL | http://127.0.0.1:{local['port']}/v1 (the trailing /v1 matters) |" in \
+        serve_plan.handoff_doc(local)["table_markdown"]
+
+
+def test_an_old_showing_binds_only_a_yes_of_the_same_request(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """The 33rd left it: shown-plan.json never expired, so an old showing in the shared default up folder (one
+    model, no terminal) made a later, unrelated `up --model OTHER --yes` refuse and show its plan once more,
+    saying "the plan changed since up showed it" of a plan never shown. A showing records what up was asked
+    for; a --yes of another request is one given up front. The same request is still held to what it showed."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    run_dir = tmp_path / "up"
+    a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18611)
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())  # shown, left in the folder
+    assert json.loads((run_dir / "shown-plan.json").read_text())["request"]["port"] == 18611
+    a.yes, a.port = True, 18612  # another request, --yes up front: runs at once, the old showing dropped
+    launch.up(a, load_epyc())
+    assert [p["port"] for p in launched] == [18612] and not (run_dir / "shown-plan.json").exists()
+    a.yes, a.port = False, 18611  # the same request shown again, then a changed plan: still held
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())
+    docs["estimate_memory"]["fit"]["max_model_len"] //= 2
+    a.yes = True
+    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(command\)"):
+        launch.up(a, load_epyc())
+    assert len(launched) == 1
