@@ -259,8 +259,9 @@ def up(a, epyc: dict) -> dict:
 
 
 def what_runs(plan: dict) -> dict:
-    """What a yes starts: the commands (the runtime's pre-steps and the server's) and the environment."""
-    return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"]}
+    """What a yes starts: the commands (the runtime's pre-steps and the server's), the environment, and the
+    secrets it is given (each by the variable it is read from: a token set since the showing is a change)."""
+    return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"], "secrets": plan["secrets"]}
 
 
 UP_REQUEST_FLAGS = ("model", "port", "served_model_name", "max_model_len", "num_prompts", "python", "stock", "dtype",
@@ -268,36 +269,46 @@ UP_REQUEST_FLAGS = ("model", "port", "served_model_name", "max_model_len", "num_
 
 
 def up_request(a, model: str) -> dict:
-    """What up was asked for (its flags, not --yes/--timeout/--state-dir): a showing binds only a --yes that asks
-    for the same. Another request is new, and its --yes is one given up front."""
+    """What up was asked for (its flags as typed, not --yes/--timeout/--state-dir): recorded with a showing
+    only to say, when a --yes asks for something else, that the plan it holds was shown for another request."""
     return {**{k: getattr(a, k) for k in UP_REQUEST_FLAGS}, "model": model}
+
+
+def showing_differs(before: object, now: dict, request: dict) -> str | None:
+    """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown).
+    Any difference holds it, however the request was spelled: the same folder typed another way, a default
+    given explicitly, or another model altogether is not proof that the human read this plan."""
+    if not isinstance(before, dict) or "command" not in before:  # it asked about the host stack, or unreadable
+        return "up had not shown this plan (its last question was the host stack's)"
+    changed = [k for k in now if before.get(k) != now[k]]
+    if not changed:
+        return None
+    asked = before.get("request")
+    if isinstance(asked, dict) and asked != request:  # an older showing (another model, other flags)
+        flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)]
+        return (f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
+                f"differ), not this one")
+    return f"the plan changed since up showed it ({', '.join(changed)})"
 
 
 def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
     """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
     it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
-    moved in between made the yes launch a plan nobody read. Without an earlier showing of this request
-    (--yes given up front, or an old showing of another model or flags left in the folder), there is nothing
-    to hold it to."""
+    moved, a token set in between made the yes launch a plan nobody read. Without an earlier showing
+    (--yes given up front), there is nothing to hold it to."""
     if not os.path.lexists(shown):
         return
     try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
         with os.fdopen(serve_life.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
             before = json.loads(f.read(1 << 20))
-    except (OSError, ValueError, ScriptError):
+    except (OSError, ValueError, RecursionError, ScriptError):
         before = None
     now = what_runs(plan)
-    if isinstance(before, dict) and before.get("request") != request:  # a showing of another request
-        shown.unlink(missing_ok=True)
-        return
-    if isinstance(before, dict) and {k: before.get(k) for k in now} == now:
+    said = showing_differs(before, now, request)
+    if said is None:
         shown.unlink(missing_ok=True)
         return
     write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
-    if not isinstance(before, dict) or "command" not in before:  # it asked about the host stack, or unreadable
-        said = "up had not shown this plan (its last question was the host stack's)"
-    else:
-        said = f"the plan changed since up showed it ({', '.join(k for k in now if before.get(k) != now[k])})"
     raise ScriptError(f"not launched: {said}; it now runs: {common.clip(plan['command'], 600)}",
                       "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
                       phase="confirm", plan_file=str(shown.with_name("plan.json")), started=False)

@@ -41,11 +41,12 @@ def test_an_exposed_handoff_says_it_listens_on_every_address(inputs, monkeypatch
         serve_plan.handoff_doc(local)["table_markdown"]
 
 
-def test_an_old_showing_binds_only_a_yes_of_the_same_request(inputs, tmp_path, monkeypatch):  # noqa: F811
-    """The 33rd left it: shown-plan.json never expired, so an old showing in the shared default up folder (one
-    model, no terminal) made a later, unrelated `up --model OTHER --yes` refuse and show its plan once more,
-    saying "the plan changed since up showed it" of a plan never shown. A showing records what up was asked
-    for; a --yes of another request is one given up front. The same request is still held to what it showed."""
+def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """The 33rd left an old showing in the shared default up folder saying "the plan changed since up showed
+    it" to an unrelated `up --model OTHER --yes`. Binding a showing to its request (34th round) let any other
+    spelling of the same request (the folder typed relative, a default given explicitly) launch a plan
+    nobody saw (the 34th audit's F1). A showing holds every --yes after it whose plan differs; the request it
+    records only names the flags that differ, so the message is true."""
     import launch
     from common import ScriptError, load_epyc
     from test_audit33_regressions import up_with_no_terminal
@@ -56,14 +57,54 @@ def test_an_old_showing_binds_only_a_yes_of_the_same_request(inputs, tmp_path, m
     with pytest.raises(ScriptError, match="no terminal"):
         launch.up(a, load_epyc())  # shown, left in the folder
     assert json.loads((run_dir / "shown-plan.json").read_text())["request"]["port"] == 18611
-    a.yes, a.port = True, 18612  # another request, --yes up front: runs at once, the old showing dropped
-    launch.up(a, load_epyc())
+    a.yes, a.port = True, 18612  # another request: its plan was never shown -> shown now, not run
+    with pytest.raises(ScriptError, match=r"up last showed a plan for another request \(--port differ\), not this "
+                                          r"one; it now runs: .*--port 18612") as held:
+        launch.up(a, load_epyc())
+    assert held.value.extra["started"] is False and not launched
+    launch.up(a, load_epyc())  # this request's plan is the one shown now: the yes runs it
     assert [p["port"] for p in launched] == [18612] and not (run_dir / "shown-plan.json").exists()
-    a.yes, a.port = False, 18611  # the same request shown again, then a changed plan: still held
+    a.yes, a.max_model_len = False, None
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())  # shown again
+    a.yes, a.max_model_len = True, docs["estimate_memory"]["fit"]["max_model_len"]  # the default, typed out:
+    launch.up(a, load_epyc())  # another request, the same plan: what runs is what was shown, so it runs
+    assert len(launched) == 2
+
+
+def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypatch, live_tune):  # noqa: F811
+    """The 34th audit's F2: what a --yes compared was the command, env and pre-steps; on the host path a
+    token set between the showing and the yes changes neither (the server reads it at start), so a server
+    got HF_TOKEN that the shown Environment row never named. The secrets (by variable) are part of what runs."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import host_docs
+    docs = host_docs(tmp_path, inputs, live_tune, None)  # the host path: the token changes no argv or env
+    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18613)
+    a.stock = True  # this runner's own detect document: any CPU takes the stock path on request
+    monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(ScriptError, match="no terminal"):
         launch.up(a, load_epyc())
-    docs["estimate_memory"]["fit"]["max_model_len"] //= 2
+    monkeypatch.setenv("HF_TOKEN", "hf_set_after_the_showing")
     a.yes = True
-    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(command\)"):
+    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(secrets\)"):
         launch.up(a, load_epyc())
-    assert len(launched) == 1
+    assert not launched
+
+
+def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """The 34th audit's F7: a shown-plan.json nested 200,000 deep ended as `internal error: RecursionError`."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    run_dir = tmp_path / "up"
+    run_dir.mkdir()
+    (run_dir / "shown-plan.json").write_text("[" * 200_000)
+    a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18614)
+    a.yes = True
+    with pytest.raises(ScriptError, match="not launched: up had not shown this plan"):
+        launch.up(a, load_epyc())
+    assert not launched

@@ -2,6 +2,7 @@
 (the real engine runs in test_e2e_container.py; the fake is for what it cannot show here: rootless podman,
 a daemon that is down, sudo docker), and start/verify/stop on real processes with a misbehaving HTTP server."""
 import json
+import re
 import os
 import socket
 import subprocess
@@ -488,7 +489,9 @@ def test_sudo_docker_plan_is_non_interactive(inputs):
     (lambda p: p["argv"].insert(3, "--privileged"), "argv"),
     (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
     (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
-    (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv"),  # a bind its cpuset holds
+    # a bind its cpuset holds: with numactl the pin prefix still fits and the rendered argv differs; without it
+    # (taskset -c, exactly the bind) the pin prefix itself no longer fits the bind
+    (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv|taskset prefix"),
 ])
 def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle):
     """What the human approved is what runs: a plan whose command no longer matches its own inputs
@@ -499,7 +502,8 @@ def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle
     plan_file.write_text(json.dumps(plan))
     before = len(calls(d))
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
-    assert r.code == 1 and r.doc["phase"] == "start" and "differs" in r.doc["error"] and needle in r.doc["error"]
+    assert r.code == 1 and r.doc["phase"] == "start"
+    assert re.search(needle, r.doc["error"]) and ("differs" in r.doc["error"] or "taskset prefix" in r.doc["error"])
     assert not any(c["argv"][0] in ("run", "pull", "rm") for c in calls(d)[before:])
 
 
