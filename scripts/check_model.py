@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None):
     base = {"model": args.model, "revision": args.revision}
     try:
         files = hf_model.resolve(args.model, args.revision)
-        model = hf_model.with_deadline(lambda: read_model(files), args.hub_timeout)
+        model = hf_model.with_deadline(lambda: read_model(files), args.hub_timeout, online=files.kind == "hub")
     except hf_model.Unreadable as why:
         tmpl = classify_template(None, None, None, readable=False)
         eps = endpoints_for("undetermined", tmpl["status"], epyc["model_support_policy"])

@@ -535,6 +535,16 @@ def signals_deferred():
             raise KeyboardInterrupt
 
 
+_ABANDONED: list[bool] = []
+
+
+def abandon_thread() -> None:
+    """A worker thread is left running (a Hub call past its deadline): at the end run_main leaves with
+    os._exit once its document is out, since a thread still inside C code while the interpreter tears down
+    can crash it (exit 139 was seen after a correct document)."""
+    _ABANDONED.append(True)
+
+
 def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
              argv: Sequence[str] | None = None,
              render: Callable[[dict, bool], str] | None = None) -> int:
@@ -591,6 +601,13 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if _ABANDONED:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     return code
 
 

@@ -107,13 +107,17 @@ def main(argv: Sequence[str] | None = None):
 
     resolved: dict = {}  # the folder the model named (plan checks it serves the same one); none with --config
 
+    try:  # (no Hub traffic: a folder, the offline cache, or an id to ask the Hub about under the deadline)
+        files = None if args.config else hf_model.resolve(args.model, args.revision)
+    except hf_model.Unreadable as why:
+        raise ScriptError(why.message, why.fix)
+
     def read() -> tuple[dict, int, str]:
-        if args.config:  # planning for a model this machine cannot download: its config.json is enough
+        if files is None:  # planning for a model this machine cannot download: its config.json is enough
             cfg = common.read_json_input(args.config, "config.json")
             common.check_schema(cfg, "model_config", f"{args.config} has a value of the wrong type or range",
                                 "pass the model's unmodified config.json")
         else:
-            files = hf_model.resolve(args.model, args.revision)
             resolved["model_dir"] = str(files.folder) if files.kind == "local" else None
             cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
@@ -140,7 +144,7 @@ def main(argv: Sequence[str] | None = None):
         return layout, *found
 
     try:
-        layout, weights, source = hf_model.with_deadline(read, args.hub_timeout)
+        layout, weights, source = hf_model.with_deadline(read, args.hub_timeout, online=files is not None and files.kind == "hub")
     except hf_model.Unreadable as why:
         raise ScriptError(why.message, why.fix)
     if source == "safetensors_index_total_size":

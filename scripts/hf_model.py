@@ -349,11 +349,14 @@ class _LastWarning(logging.Handler):
             self.last = common.clip(msg, 300)  # masked, then cut: a cut first can end inside a URL's password
 
 
-def with_deadline(fn, seconds: float):
-    """Run fn (all of a script's Hub traffic) with one overall deadline.
+def with_deadline(fn, seconds: float, online: bool = True):
+    """Run fn (all of a script's Hub traffic) with one overall deadline; `online` False (a local folder, the
+    offline cache): no Hub is asked, so fn just runs, and a slow disk is never called a Hub that did not answer.
 
     huggingface_hub retries 5xx answers and timeouts with backoff on its own, so a failing Hub can
     hold a single call for minutes; the script must answer in bounded time regardless."""
+    if not online:
+        return fn()
     watcher = _LastWarning()
     logging.getLogger("huggingface_hub").addHandler(watcher)
     result: dict = {}
@@ -369,6 +372,7 @@ def with_deadline(fn, seconds: float):
     worker.join(seconds)
     logging.getLogger("huggingface_hub").removeHandler(watcher)
     if worker.is_alive():
+        common.abandon_thread()  # still in the Hub client: the process ends without waiting for it
         why = f" (last: {watcher.last})" if watcher.last else ""
         raise Unreadable("timeout", f"the Hub did not answer within {seconds:g}s{why}",
                          "check network access to the Hub (HF_ENDPOINT / proxy), raise --hub-timeout, "

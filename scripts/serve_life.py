@@ -1185,6 +1185,11 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         ids = []
     # what the server lists is its text: a server echoing the Authorization header gets it masked here too
     ids = [m if m == plan["served_model_name"] else redact(str(m), known_secrets(plan), 200) for m in ids]
+    if status in (401, 403) and plan.get("api_key_env"):  # the server's key is not the one in this shell
+        raise failed(plan, "auth", f"/v1/models with the key in ${plan['api_key_env']} answered HTTP {status}: "
+                                   "the server was started with another key", t0,
+                     fix=f"set {plan['api_key_env']} to the key the server was started with, then run verify again "
+                         "(or stop it and start it with this key): the server itself may be fine")
     if plan["served_model_name"] not in ids:
         raise failed(plan, "models", f"/v1/models does not list {plan['served_model_name']!r} "
                                      f"(HTTP {status}, ids {ids})", t0)

@@ -563,7 +563,9 @@ def main(argv: Sequence[str] | None = None):
         what = "does not exist" if not Path(args.python).exists() else "is not an executable file"
         raise ScriptError(f"--python {args.python} {what}", "pass the interpreter of the env that has "
                           "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
-    python = args.python or default_python(epyc, args.stock)
+    # absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's python is a
+    # link to the base interpreter, and only the link's path finds the venv's packages
+    python = os.path.abspath(args.python) if args.python else default_python(epyc, args.stock)
     if args.detect:
         detected = common.read_json_input(args.detect, "detect")
         common.check_schema(detected, "detect", f"--detect {args.detect} is not detect.py's output",

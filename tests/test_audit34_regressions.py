@@ -108,3 +108,63 @@ def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path
     with pytest.raises(ScriptError, match="not launched: up had not shown this plan"):
         launch.up(a, load_epyc())
     assert not launched
+
+
+def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, inputs):  # noqa: F811
+    """validate.py --python .venv/bin/python answered with that relative path, which launch plan and up then
+    refused ("pass the unmodified output of validate.py": it was unmodified). It now answers with the absolute
+    path, not resolved: a venv's python is a link, and only the link's path finds the venv's packages."""
+    import os
+    import sys
+    from conftest import ROOT
+    rel = os.path.relpath(sys.executable, ROOT)  # the scripts run in the bundle's folder
+    r = script("validate.py", "--detect", str(inputs["detect"]), "--python", rel, "--runtime", "host")
+    want = os.path.join(str(ROOT), rel)  # (this interpreter has no vLLM: the probe names it, and no "python")
+    assert r.doc["runtime_detail"]["host"].startswith(want + ": ") and os.path.isabs(want), r.doc["runtime_detail"]
+
+
+def test_verify_with_another_key_in_the_shell_says_auth_and_names_the_variable(script, tmp_path, inputs, live_tune,
+                                                                                monkeypatch):  # noqa: F811
+    """A server started with one key, verified from a shell whose variable holds another: verify said
+    "FAILED in phase models ... (HTTP 401)" and "do not retry, do not debug", as if the server were broken.
+    It is phase auth, and the fix names the variable that must hold the server's key."""
+    monkeypatch.setenv("MY_API_KEY", "sk-started-with")
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    try:
+        assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20",
+                   env={"MY_API_KEY": "sk-another-one"})
+        assert r.code == 1 and r.doc["phase"] == "auth" and "HTTP 401" in r.doc["error"], r.doc
+        assert "MY_API_KEY" in r.doc["fix"] and "do not retry" not in r.doc["fix"], r.doc
+        assert "sk-started-with" not in r.stdout + r.stderr and "sk-another-one" not in r.stdout + r.stderr
+        assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").code == 0  # the right key
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_a_local_folder_is_never_timed_as_a_hub_request(script, tmp_path):
+    """--hub-timeout bounded the reading of a local folder too: at 0.0001 s a folder on this disk was "the Hub
+    did not answer". Only a Hub id is timed; a folder is read however long it takes."""
+    from model_fixtures import model_folder
+    folder = str(model_folder("Qwen3-0.6B", tmp_path))  # config, tokenizer, a header-only checkpoint
+    r = script("check_model.py", "--model", folder, "--vllm-version", "0.32.0", "--hub-timeout", "0.0001")
+    assert r.code == 0 and r.doc["kind"] == "text" and "unreadable_reason" not in r.doc, r.doc
+    e = script("estimate_memory.py", "--model", folder, "--ram-gb", "64", "--hub-timeout", "0.0001")
+    assert e.code == 0 and e.doc["weight_source"] == "safetensors_headers", e.doc
+
+
+def test_a_hub_past_its_deadline_ends_the_script_cleanly_every_time(script, tmp_path, monkeypatch):
+    """A Hub call past --hub-timeout leaves its thread inside the Hub client; the interpreter's teardown with
+    that thread still in C code crashed once in a while (exit 139 after a correct document). The script now
+    leaves at once when its document is out: exit 1 and one document, each of several tries."""
+    from hub_server import Hub
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    hub = Hub().start()
+    try:
+        hub.hang_seconds = 30
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "20"}
+        for _ in range(3):
+            e = script("estimate_memory.py", "--model", "err/hang", "--ram-gb", "64", "--hub-timeout", "0.5", env=env)
+            assert e.code == 1 and "did not answer within 0.5s" in e.doc["error"], (e.code, e.doc)
+    finally:
+        hub.stop()
