@@ -379,28 +379,31 @@ def main(argv: Sequence[str] | None = None):
                           "refuses a state dir holding anything else",
                           "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
                           "folder outside the state dir")
-    with common.made_dirs_removed_if_refused(common.missing_dirs(common.user_path(args.out, "--out"))
-                                             if args.out else []) as made:
-        out = result_dir(args.out) if args.out else None  # checked before the server: the first fix to make
-        if plan["path"] == "host" and not args.compare:  # (--compare starts its own; a container: recorded_container)
+    # every refusal comes before anything is made: a refused bench leaves no folder to pass for a result
+    if args.out:
+        result_dir(args.out, make=False)  # the first fix to make
+    if args.compare:
+        refuse_to_compare(plan)
+    else:
+        if plan["path"] == "host":
             require_own_host_server(plan, state)
-        if out is None:  # made once the run is sure to go on
-            out = new_bench_dir(Path(plan["state_dir"]))
-            made.insert(0, out)
-        env = loopback_env(dict(os.environ))
-        if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
-            env["OPENAI_API_KEY"] = os.environ[key_env]
-        if args.compare:
-            return compare(plan, args, out, env)
-        return finish(plan, args, out, run_matrix(plan, args, out, env))
+        else:
+            recorded_container(plan)
+    out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))
+    env = loopback_env(dict(os.environ))
+    if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only
+        env["OPENAI_API_KEY"] = os.environ[key_env]
+    if args.compare:
+        return compare(plan, args, out, env)
+    return finish(plan, args, out, run_matrix(plan, args, out, env))
 
 
-def result_dir(spec: str) -> Path:
+def result_dir(spec: str, make: bool = True) -> Path:
     """--out: a folder bench makes, or an empty one: nothing planted there (a link named plot.png,
     raw/NAME.json or skill/) takes a write elsewhere, and `--out /` is never filled with results."""
     return common.empty_output_dir(spec, "--out", "pass --out a new or empty folder: bench writes summary.json, "
                                    "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
-                                   "and nothing else may be in it")
+                                   "and nothing else may be in it", make=make)
 
 
 def new_bench_dir(state_dir: Path) -> Path:
@@ -543,18 +546,23 @@ def compare_markdown(cmp: dict) -> str:
     return "\n".join(lines) + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
 
 
-def compare(plan: dict, args, out: Path, env: dict):
-    """Serve the plan's model once per sizing on the plan's port, bench each, stop each."""
+def refuse_to_compare(plan: dict) -> None:
+    """--compare starts servers of its own on the plan's port: not while the plan's server runs, and only
+    from a plan the disk still renders as start would (a model folder or cache moved since is not served)."""
     import serve_life
-    import serve_plan
-    epyc = common.load_epyc()
     state = serve_life.own_state(plan, "bench")
     if state and serve_life.alive(plan, state) is not False:  # running, or its runtime did not say
         raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
                           "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")
-    # it starts servers, so it looks at the disk as start does: a model folder or cache that is not the one
-    # planned (a link moved since) refuses the plan, rather than serving what nobody confirmed
-    serve_life.refuse_edited(plan, serve_life.rerender(plan, epyc, phase="bench"), "bench")
+    serve_life.refuse_edited(plan, serve_life.rerender(plan, common.load_epyc(), phase="bench"), "bench")
+
+
+def compare(plan: dict, args, out: Path, env: dict):
+    """Serve the plan's model once per sizing on the plan's port, bench each, stop each (refuse_to_compare
+    has passed)."""
+    import serve_life
+    import serve_plan
+    epyc = common.load_epyc()
     results: dict[str, list[dict]] = {}
     not_run: dict[str, str] = {}
     args.warnings = [w for w in args.warnings if w["check"] == "length"]  # each sizing's server its own seqs

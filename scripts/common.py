@@ -1159,35 +1159,27 @@ def output_dir(spec: str | Path, what: str) -> Path:
     return path
 
 
-def missing_dirs(path: Path) -> list[Path]:
-    """path and those of its ancestors that do not exist yet, deepest first: what making it creates."""
-    missing, p = [], Path(os.path.abspath(path))
-    while not os.path.lexists(p) and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    return missing
-
-
-@contextlib.contextmanager
-def made_dirs_removed_if_refused(made: list[Path]):
-    """A run that refuses after making its output folder takes the folders it made back, while they are
-    empty: a refusal leaves nothing behind to pass for a result, or to make the next `--out` "not empty".
-    `made` (deepest first) may grow inside the block."""
-    try:
-        yield made
-    except BaseException:
-        for d in list(made):
-            try:
-                os.rmdir(d)
-            except OSError:  # not empty (results, raw runs): kept, and its parents with it
-                break
-        raise
-
-
-def empty_output_dir(spec: str | Path, what: str, fix: str) -> Path:
+def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -> Path:
     """output_dir, new or empty: every entry in it is then the script's own, so nothing planted there (a
-    link under one of its file names) takes a write elsewhere, and `/` or a home is never filled."""
-    path = output_dir(spec, what)
+    link under one of its file names) takes a write elsewhere, and `/` or a home is never filled.
+    make=False checks it and makes nothing: a run that may still refuse (no server to measure) checks its
+    output first and makes it only once it goes on, so a refusal leaves no folder behind."""
+    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a folder named '-' in this folder
+        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
+    path = user_path(spec, what)
+    if not os.path.lexists(path):
+        parent = path
+        while not os.path.lexists(parent) and parent != parent.parent:
+            if parent.name == "..":  # `new/../x`: the kernel needs `new` to exist; making it leaves it behind
+                raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
+                                  "and back out of it ('..')", f"spell {what} without '..' past a new folder")
+            parent = parent.parent
+        if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+            raise ScriptError(f"cannot create {what} {clip(repr(str(spec)), 200)}: {str(parent)[:200]} is not a "
+                              "folder this user may write in", f"pass a writable folder for {what}")
+        return output_dir(spec, what) if make else path
+    if not path.is_dir():
+        raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
     try:
         held = sorted(os.listdir(path))
     except OSError as exc:
@@ -1195,7 +1187,7 @@ def empty_output_dir(spec: str | Path, what: str, fix: str) -> Path:
     if held:
         shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
         raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
-    return path
+    return output_dir(spec, what) if make else path  # (a folder that is there: the writable check)
 
 
 def output_file(spec: str | Path, what: str) -> Path:

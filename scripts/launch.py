@@ -62,13 +62,19 @@ def phase_failed(phase: str, doc: dict) -> ScriptError:
     return ScriptError(f"FAILED in phase {phase}: {msg}", fix, phase=phase, result=doc)
 
 
-def ask(question: str) -> bool:
-    """A yes/no question on the terminal (never on stdout, which carries the JSON)."""
+TERMINAL = "/dev/tty"
+
+
+def ask(question: str, unanswered: ScriptError, shown: bool = False) -> bool:
+    """A yes/no question on the terminal (never on stdout, which carries the JSON). With no terminal (an
+    agent's shell) it raises `unanswered`, which says what a --yes then does; the question goes to stderr
+    first unless it is there already (`shown`), so what a --yes answers is what was read."""
     try:
-        tty = open("/dev/tty", "r+")
+        tty = open(TERMINAL, "r+")
     except OSError:
-        raise ScriptError("confirmation needed and there is no terminal", "re-run with --yes once you have read "
-                          "the question (the plan: python3 scripts/launch.py plan ...)")
+        if not shown:
+            common.log(question)
+        raise unanswered
     with tty:
         tty.write(question + " [y/N] ")
         tty.flush()
@@ -328,7 +334,11 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
         if not a.yes:  # what a --yes after this answers: the build, not a plan nobody has seen yet
             write_own_file(run_dir / "shown-plan.json", json.dumps({"request": up_request(a, model),
                                                                     "question": "build the host stack"}) + "\n")
-        if not (a.yes or ask(setup_question(epyc, a.stock))):
+        unanswered = ScriptError(
+            "confirmation needed and there is no terminal: up asks to build the host stack (the question is on "
+            "stderr)", "if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and "
+            "stops before it launches anything", phase="validate", started=False)
+        if not (a.yes or ask(setup_question(epyc, a.stock), unanswered)):
             raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
                               "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
                               + ") or make docker usable, then run up again", phase="validate")
@@ -361,7 +371,12 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
         refuse_a_plan_changed_since_shown(plan, shown, up_request(a, model))
     else:  # shown: a --yes of the same request later runs only it
         write_own_file(shown, json.dumps({"request": up_request(a, model), **what_runs(plan)}, indent=2) + "\n")
-    if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?"):
+    unanswered = ScriptError("confirmation needed and there is no terminal: up showed its plan (the summary on "
+                             f"stderr; {plan_file}) and launched nothing",
+                             "read the plan with the user and run up again with --yes to launch it: it launches only "
+                             "what was shown, else it shows the new plan and stops again",
+                             phase="confirm", plan_file=str(plan_file), started=False)
+    if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered, shown=True):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
     shown.unlink(missing_ok=True)  # answered: the showing is used up

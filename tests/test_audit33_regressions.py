@@ -161,13 +161,10 @@ def up_with_no_terminal(monkeypatch, docs: dict, run_dir, port):
     and the launch recorded, not run -> (the up arguments, the list of plans launched)."""
     import argparse
     import launch
-    from common import ScriptError
     launched = []
 
-    def no_terminal(question):
-        raise ScriptError("confirmation needed and there is no terminal", "re-run with --yes")
     monkeypatch.setattr(launch, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
-    monkeypatch.setattr(launch, "ask", no_terminal)
+    monkeypatch.setattr(launch, "TERMINAL", str(run_dir) + "-no-such-terminal")  # launch.ask's own no-terminal path
     monkeypatch.setattr(launch, "serve_verified", lambda plan, plan_file, *rest: launched.append(plan) or {"ok": True})
     a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(run_dir), stock=False, python=None,
                            yes=False, max_model_len=None, num_prompts=4, port=port, expose=False,

@@ -168,3 +168,94 @@ def test_a_hub_past_its_deadline_ends_the_script_cleanly_every_time(script, tmp_
             assert e.code == 1 and "did not answer within 0.5s" in e.doc["error"], (e.code, e.doc)
     finally:
         hub.stop()
+
+
+def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulled(tmp_path, inputs, rt):  # noqa: F811
+    """validate is ready on the stock container path with the image not pulled, and its stack.vllm is null (the
+    `latest` tag names no version): SKILL.md's Step 3 then ran check_model --vllm-version None, exit 1. Step 3
+    says what VLLM is then (data/epyc.json's vllm_version, as up uses), and its container line runs as written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from common import load_epyc
+    from conftest import ROOT, run_script
+    from docs import commands
+    _, env = rt  # a docker that answers, with no image pulled
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--stock", env=env)
+    assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["stack"]["vllm"] is None, val.doc
+    skill = (ROOT / "SKILL.md").read_text()
+    assert "null when the stock image is not pulled yet" in skill and "`vllm_version` from `data/epyc.json`" in skill
+    vllm = val.doc["stack"]["vllm"] or load_epyc()["vllm_version"]  # the rule SKILL.md states
+    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
+    shell_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}", "RUN": str(tmp_path),
+                 "MODEL": str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B"), "REV": "main", "VLLM": vllm,
+                 "IMAGE": val.doc["image"], "RUNTIME": val.doc["runtime"]}
+    res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    doc = json.loads((tmp_path / "check.json").read_text())
+    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == vllm, doc
+    assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch,
+                                                                          capsys):  # noqa: F811
+    """With no terminal, up's host-stack question was never shown (ask failed before it wrote), and both of
+    up's no-terminal errors pointed to "launch.py plan ..." with no phase or plan file: an agent was told to
+    answer --yes to a question it had not read. The question now goes to stderr; each error names its phase,
+    says what a --yes does, and the plan's names the up folder's plan.json."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
+    built = []
+
+    def step(script, args, phase, run_dir, allow_fail=False):
+        if script == "setup_host_stack.py":
+            built.append(True)
+            return {"python": "/usr/bin/python3"}
+        return (docs["validate"] if built else no_runtime) if phase == "validate" else docs[phase]
+
+    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18621)
+    monkeypatch.setattr(launch, "step", step)
+    with pytest.raises(ScriptError, match="no terminal") as asked:
+        launch.up(a, load_epyc())
+    err = capsys.readouterr().err
+    assert "Build the host venv now?" in err and "pip install" in err, err  # the question a --yes answers
+    doc = asked.value.as_json()
+    assert doc["phase"] == "validate" and doc["started"] is False and "--yes" in doc["fix"], doc
+    assert "launch.py plan" not in doc["fix"] and not built
+    a.yes = True
+    with pytest.raises(ScriptError, match="up had not shown this plan"):  # built; the plan shown, held
+        launch.up(a, load_epyc())
+    a.yes = False
+    with pytest.raises(ScriptError, match="no terminal") as asked:
+        launch.up(a, load_epyc())
+    doc = asked.value.as_json()
+    assert doc["phase"] == "confirm" and doc["plan_file"] == str(tmp_path / "up" / "plan.json"), doc
+    assert "launch.py plan" not in doc["fix"] and "--yes" in doc["fix"] and not launched
+    assert capsys.readouterr().err.count("Launch this?") == 0  # the summary was logged once, not the prompt too
+
+
+@pytest.mark.parametrize("out", ["new/run1", None, "a/../b/c", "afile/sub"])
+def test_a_refused_container_bench_makes_nothing(script, tmp_path, inputs, rt, out):  # noqa: F811
+    """The container path made --out and its raw/ before it found no container of this plan's own (and left
+    them, as did the default bench-TIME folder, and `new/../x` left `new`). Every refusal now comes before
+    anything is made; an --out that cannot be made is refused by name, before the server is even asked."""
+    from test_launch import container_plan
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    _, env = rt
+    (tmp_path / "afile").write_text("x")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    args = ["--repeats", "1", "--input-lens", "16", "--concurrency", "1", "--output-len", "4", "--no-bandwidth"]
+    where = ["--out", str(tmp_path) + "/" + out] if out else []
+    r = script("bench.py", "--plan", str(plan_file), *where, *args, env=env)
+    assert r.code == 1, r.doc
+    if out == "a/../b/c":
+        assert "'..'" in r.doc["error"], r.doc
+    elif out == "afile/sub":
+        assert "not a folder this user may write in" in r.doc["error"], r.doc
+    else:
+        assert r.doc["error"].startswith("no server from this plan is running"), r.doc
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not list(tmp_path.glob("st/bench-*"))
