@@ -389,6 +389,7 @@ def main(argv: Sequence[str] | None = None):
             require_own_host_server(plan, state)
         else:
             recorded_container(plan)
+        endpoint_of(plan)  # an unknown endpoint verify has not settled yet
     out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
     if key_env:  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only

@@ -232,7 +232,8 @@ if sys.stderr is not None and not isinstance(sys.stderr, _MaskedStream) and _run
 
 def log(msg: str) -> None:
     """Progress and diagnostics go to stderr; stdout carries only the JSON document."""
-    print(mask_secrets(msg), file=sys.stderr, flush=True)
+    if sys.stderr is not None:  # (None: started with stderr closed; print would then write to stdout)
+        print(mask_secrets(msg), file=sys.stderr, flush=True)
 
 
 # the keys our documents are made of: snake_case words, never masked (a key `error` masked because an API
@@ -265,6 +266,8 @@ def emit(doc: Any) -> bool:
         text, printed = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none "
                                     "is shown", "fix": "check the input documents and flags for non-finite numbers"},
                                    indent=2), False
+    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
+        return False
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
@@ -604,8 +607,9 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     if _ABANDONED:
         for stream in (sys.stdout, sys.stderr):
             try:
-                stream.flush()
-            except (OSError, ValueError):
+                if stream is not None:  # (None: the stream was closed when the script started, `2>&-`)
+                    stream.flush()
+            except Exception:  # whatever the stream says, the exit below must happen
                 pass
         os._exit(code)
     return code

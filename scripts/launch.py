@@ -284,17 +284,31 @@ def showing_differs(before: object, now: dict, request: dict) -> str | None:
     """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown).
     Any difference holds it, however the request was spelled: the same folder typed another way, a default
     given explicitly, or another model altogether is not proof that the human read this plan."""
-    if not isinstance(before, dict) or "command" not in before:  # it asked about the host stack, or unreadable
+    if isinstance(before, dict) and "command" not in before and before.get("question"):
         return "up had not shown this plan (its last question was the host stack's)"
-    changed = [k for k in now if before.get(k) != now[k]]
+    if not isinstance(before, dict) or "command" not in before:  # too large, too deep, not JSON, not ours
+        return "up could not read the plan it showed last (shown-plan.json is not a showing of this bundle's)"
+    unrecorded = [k for k in now if k not in before]
+    if unrecorded:  # a showing of an older bundle: what it did not record was not shown
+        return f"up's last showing does not record the plan's {', '.join(unrecorded)} (an older bundle wrote it)"
+    changed = [k for k in now if before[k] != now[k]]
     if not changed:
         return None
     asked = before.get("request")
-    if isinstance(asked, dict) and asked != request:  # an older showing (another model, other flags)
-        flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)]
+    flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)] if isinstance(asked, dict) else []
+    if flags:  # an older showing (another model, other flags)
         return (f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
                 f"differ), not this one")
     return f"the plan changed since up showed it ({', '.join(changed)})"
+
+
+def read_showing(shown: Path) -> object:
+    """What up last showed (shown-plan.json), or None where it cannot be read as a showing."""
+    try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
+        with os.fdopen(serve_life.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
+            return json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError, ScriptError):
+        return None
 
 
 def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
@@ -304,15 +318,10 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) ->
     (--yes given up front), there is nothing to hold it to."""
     if not os.path.lexists(shown):
         return
-    try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
-        with os.fdopen(serve_life.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
-            before = json.loads(f.read(1 << 20))
-    except (OSError, ValueError, RecursionError, ScriptError):
-        before = None
+    before = read_showing(shown)
     now = what_runs(plan)
     said = showing_differs(before, now, request)
     if said is None:
-        shown.unlink(missing_ok=True)
         return
     write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
     raise ScriptError(f"not launched: {said}; it now runs: {common.clip(plan['command'], 600)}",
@@ -331,14 +340,22 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
     val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
     if not val.get("ready") and only_runtime_missing(val) and not a.python:
-        if not a.yes:  # what a --yes after this answers: the build, not a plan nobody has seen yet
-            write_own_file(run_dir / "shown-plan.json", json.dumps({"request": up_request(a, model),
-                                                                    "question": "build the host stack"}) + "\n")
+        question, shown = setup_question(epyc, a.stock), run_dir / "shown-plan.json"
+        # a --yes answers the question up showed last: after a plan (the runtime gone since), not this build
+        held = a.yes and os.path.lexists(shown) and (read_showing(shown) or {}).get("question") != question
+        if not a.yes or held:  # what a --yes after this answers: the build, not a plan nobody has seen yet
+            write_own_file(shown, json.dumps({"request": up_request(a, model), "question": question}) + "\n")
+        if held:
+            common.log(question)
+            raise ScriptError("not built: up last showed another question (a plan to launch), and there is no "
+                              "runtime now: up asks to build the host stack (the question is on stderr)",
+                              "if the user agrees, run up again with --yes: it builds the host venv, then shows the "
+                              "plan and stops before it launches anything", phase="validate", started=False)
         unanswered = ScriptError(
             "confirmation needed and there is no terminal: up asks to build the host stack (the question is on "
             "stderr)", "if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and "
             "stops before it launches anything", phase="validate", started=False)
-        if not (a.yes or ask(setup_question(epyc, a.stock), unanswered)):
+        if not (a.yes or ask(question, unanswered)):
             raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
                               "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
                               + ") or make docker usable, then run up again", phase="validate")
@@ -379,8 +396,11 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered, shown=True):
         raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
                           f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
-    shown.unlink(missing_ok=True)  # answered: the showing is used up
-    return serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
+    result = serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
+    # used up only by a serve that went through: after a failed start (its port taken meanwhile) the next
+    # --yes is still held to what was shown, and launches only that
+    shown.unlink(missing_ok=True)
+    return result
 
 
 def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:

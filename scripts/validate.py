@@ -565,7 +565,7 @@ def main(argv: Sequence[str] | None = None):
                           "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
     # absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's python is a
     # link to the base interpreter, and only the link's path finds the venv's packages
-    python = os.path.abspath(args.python) if args.python else default_python(epyc, args.stock)
+    python = os.path.abspath(common.user_path(args.python, "--python")) if args.python else default_python(epyc, args.stock)
     if args.detect:
         detected = common.read_json_input(args.detect, "detect")
         common.check_schema(detected, "detect", f"--detect {args.detect} is not detect.py's output",

@@ -105,7 +105,7 @@ def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path
     (run_dir / "shown-plan.json").write_text("[" * 200_000)
     a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18614)
     a.yes = True
-    with pytest.raises(ScriptError, match="not launched: up had not shown this plan"):
+    with pytest.raises(ScriptError, match="not launched: up could not read the plan it showed last"):
         launch.up(a, load_epyc())
     assert not launched
 
@@ -197,6 +197,19 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
     assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
 
 
+def no_runtime_until_built(docs: dict):
+    """up's steps on a machine with no runtime until the host stack is built -> (step, the builds made)."""
+    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
+    built: list[bool] = []
+
+    def step(script, args, phase, run_dir, allow_fail=False):
+        if script == "setup_host_stack.py":
+            built.append(True)
+            return {"python": "/usr/bin/python3"}
+        return (docs["validate"] if built else no_runtime) if phase == "validate" else docs[phase]
+    return step, built
+
+
 def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch,
                                                                           capsys):  # noqa: F811
     """With no terminal, up's host-stack question was never shown (ask failed before it wrote), and both of
@@ -208,15 +221,7 @@ def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs
     from test_audit33_regressions import up_with_no_terminal
     from test_launch import load_docs
     docs = load_docs(inputs)
-    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
-    built = []
-
-    def step(script, args, phase, run_dir, allow_fail=False):
-        if script == "setup_host_stack.py":
-            built.append(True)
-            return {"python": "/usr/bin/python3"}
-        return (docs["validate"] if built else no_runtime) if phase == "validate" else docs[phase]
-
+    step, built = no_runtime_until_built(docs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18621)
     monkeypatch.setattr(launch, "step", step)
     with pytest.raises(ScriptError, match="no terminal") as asked:
@@ -259,3 +264,125 @@ def test_a_refused_container_bench_makes_nothing(script, tmp_path, inputs, rt, o
     else:
         assert r.doc["error"].startswith("no server from this plan is running"), r.doc
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not list(tmp_path.glob("st/bench-*"))
+
+
+# ---- the review of the fixes above
+
+def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """The showing was used up before the serve: a start that failed (its port taken, the case the showing
+    guards against) left nothing to hold the next --yes to, and validate's next free port launched unseen.
+    Only a serve that went through uses it up."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", None)
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())
+    shown_port = docs["validate"]["port"]
+
+    def port_busy(plan, plan_file, *rest):
+        launched.append(plan)
+        raise ScriptError("FAILED in phase start: port busy", "-", phase="start")
+    monkeypatch.setattr(launch, "serve_verified", port_busy)
+    a.yes = True
+    with pytest.raises(ScriptError, match="port busy"):
+        launch.up(a, load_epyc())  # what was shown: launched (and failed)
+    docs["validate"] = {**docs["validate"], "port": shown_port + 1}  # validate's next free port
+    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(pre_argv, command\)"):
+        launch.up(a, load_epyc())
+    assert [p["port"] for p in launched] == [shown_port]
+
+
+def test_a_yes_after_a_plan_was_shown_does_not_build_the_host_stack_unasked(inputs, tmp_path, monkeypatch,
+                                                                            capsys):  # noqa: F811
+    """A plan shown (a runtime then), the runtime gone before the --yes: the yes built the host stack (a
+    90-130 s install) that no question had shown. It answers the plan only: the build's question is shown and
+    held, and the --yes after it builds."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18631)
+    with pytest.raises(ScriptError, match="no terminal"):
+        launch.up(a, load_epyc())  # a plan shown
+    step, built = no_runtime_until_built(docs)
+    monkeypatch.setattr(launch, "step", step)
+    a.yes = True
+    capsys.readouterr()
+    with pytest.raises(ScriptError, match="not built: up last showed another question") as held:
+        launch.up(a, load_epyc())
+    assert held.value.extra["phase"] == "validate" and not built and not launched
+    assert "Build the host venv now?" in capsys.readouterr().err
+    with pytest.raises(ScriptError, match="up had not shown this plan"):
+        launch.up(a, load_epyc())  # the question shown: this yes builds, then shows the plan
+    assert built and not launched
+
+
+def test_what_a_held_showing_says_is_true():
+    """A showing up could not read was called "the host stack's question"; one an older bundle wrote (no
+    `secrets`) was "changed (secrets)" though nothing changed; a request with a key this bundle does not
+    record named no flag ("(-- differ)")."""
+    from launch import showing_differs, up_request
+    import argparse
+    now = {"pre_argv": [], "command": "vllm serve m --port 1", "env": {}, "secrets": []}
+    req = up_request(argparse.Namespace(**{k: None for k in __import__("launch").UP_REQUEST_FLAGS}), "m")
+    assert showing_differs(None, now, req).startswith("up could not read the plan it showed last")
+    assert showing_differs({"x": 1}, now, req).startswith("up could not read the plan it showed last")
+    assert "host stack" in showing_differs({"question": "Build the host venv now?"}, now, req)
+    old = {k: v for k, v in now.items() if k != "secrets"}
+    assert showing_differs(old, now, req) == "up's last showing does not record the plan's secrets (an older bundle wrote it)"
+    other = {**now, "command": "vllm serve m --port 2", "request": {**req, "old_flag": 1}}
+    assert showing_differs(other, now, req) == "the plan changed since up showed it (command)"
+    assert showing_differs({**now, "request": {**req, "old_flag": 1}}, now, req) is None
+
+
+def test_bench_refuses_an_unsettled_endpoint_before_it_makes_the_out_folder(tmp_path, inputs, live_tune,
+                                                                             monkeypatch):  # noqa: F811
+    """An unknown endpoint that verify has not settled was refused inside the runs, after --out/raw was made."""
+    import bench
+    from common import ScriptError
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune, edit=lambda d: d["check_model"].update(primary_endpoint=None))
+    monkeypatch.setattr(bench, "require_own_host_server", lambda plan, state: None)  # (a server of its own: stood in)
+    out = tmp_path / "newout"
+    with pytest.raises(ScriptError, match="the plan's endpoint is unknown and verify has not settled it"):
+        bench.main(["--plan", str(plan_file), "--out", str(out), "--repeats", "1", "--input-lens", "16",
+                    "--concurrency", "1", "--output-len", "4", "--no-bandwidth"])
+    assert not out.exists()
+
+
+def test_the_exit_after_an_abandoned_hub_call_happens_even_with_stderr_closed(monkeypatch, capsys):
+    """A Hub call past its deadline leaves its thread: run_main must then leave by os._exit once the document
+    is out (a thread in C code at teardown crashed the interpreter now and then), with the document's exit
+    code, and a closed stderr (`2>&-`, sys.stderr None) neither skips that nor turns a success into exit 1."""
+    import os
+    import sys
+    import time
+    import common
+    import hf_model
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    monkeypatch.setattr(common, "_ABANDONED", [])
+
+    def main(argv):
+        try:
+            hf_model.with_deadline(lambda: time.sleep(2), 0.05)
+        except hf_model.Unreadable as why:
+            return {"said": why.message}, common.EXIT_OK
+        return {"said": "no deadline"}, common.EXIT_FAIL
+    monkeypatch.setattr(sys, "stderr", None)
+    common.run_main(main, [])
+    doc = json.loads(capsys.readouterr().out)
+    assert exits == [0] and doc["ok"] is True and "did not answer within 0.05s" in doc["said"], (exits, doc)
+
+
+def test_validate_expands_a_tilde_in_python(script, inputs, tmp_path):  # noqa: F811
+    """`--python=~/venv/bin/python` (bash leaves that ~ alone) passed the existence check, which expands it,
+    and came back as CWD/~/venv/bin/python."""
+    import sys
+    (tmp_path / "py").symlink_to(sys.executable)
+    r = script("validate.py", "--detect", str(inputs["detect"]), "--python=~/py", "--runtime", "host",
+               env={"HOME": str(tmp_path)})
+    assert r.doc["runtime_detail"]["host"].startswith(f"{tmp_path}/py: "), r.doc["runtime_detail"]
