@@ -232,8 +232,12 @@ if sys.stderr is not None and not isinstance(sys.stderr, _MaskedStream) and _run
 
 def log(msg: str) -> None:
     """Progress and diagnostics go to stderr; stdout carries only the JSON document."""
-    if sys.stderr is not None:  # (None: started with stderr closed; print would then write to stdout)
+    if sys.stderr is None:  # started with stderr closed: print would then write to stdout
+        return
+    try:
         print(mask_secrets(msg), file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stderr full (`2>/dev/full`) or closed: progress is lost, not the run
+        pass
 
 
 # the keys our documents are made of: snake_case words, never masked (a key `error` masked because an API
@@ -1219,8 +1223,8 @@ def output_file(spec: str | Path, what: str) -> Path:
 
 def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of an input file, refusing what is not a regular file and anything over `limit` bytes:
-    an input is data, never a stream."""
-    path = Path(spec)
+    an input is data, never a stream. A `~` is expanded, as in every path the scripts write."""
+    path = user_path(spec, what)
     st = require_regular_file(path, what, fix)
     try:
         if st.st_size > limit:

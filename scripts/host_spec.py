@@ -186,6 +186,10 @@ def unpack(archive: Path, dest: Path) -> Path:
                 if why:
                     raise ScriptError(f"cannot read the capture {archive}: {why}", fix)
                 write_member(dest, member.name, tar.extractfile(member).read())
+    except tarfile.ReadError:  # tarfile's own words list each compression it tried: not one says what is wrong
+        raise ScriptError(f"{archive} is neither a folder nor a capture archive (not a tar file, compressed or not, "
+                          "or a damaged one)",
+                          "pass a sysroot folder, or an archive made by detect.py --capture")
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ScriptError(f"cannot read the capture {archive}: {exc}", "pass an archive made by detect.py --capture")
     except (ValueError, UnicodeError):  # a NUL in a pax path, a sparse map that is not numbers

@@ -101,6 +101,12 @@ def state_dir_arg(spec: str) -> str:
     recorded by its real absolute path (a relative one is taken from the current folder, once, here).
     start writes and stop removes files there: never '/', a home or a system folder by mistake."""
     path = common.user_path(spec, "--state-dir")
+    there = Path(os.path.abspath(path))
+    while not os.path.lexists(there):
+        there = there.parent
+    if there.is_symlink() and not there.exists():  # start would make the link's target, wherever it points
+        raise ScriptError(f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
+                          f"{os.readlink(there)[:200]!r})", "pass a folder path that is not through a dangling link")
     try:
         path = common.real_path(path)
     except OSError as exc:  # a name too long, a loop of links
@@ -454,7 +460,7 @@ def main(argv: Sequence[str] | None = None):
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=common.JsonArgumentParser)
     pl = sub.add_parser("plan", help="render the exact command and the summary to confirm")
     for name in ("detect", "validate", "check", "estimate", "tune"):
-        pl.add_argument(f"--{name}", required=True, help=f"{name} JSON file ('-' for stdin)")
+        pl.add_argument(f"--{name}", required=True, type=common.nonempty, help=f"{name} JSON file ('-' for stdin)")
     pl.add_argument("--model", type=common.nonempty, help="model to serve (default: the one check_model.py checked)")
     pl.add_argument("--port", type=common.int_in(1, 65535))
     pl.add_argument("--max-model-len", type=common.int_in(16, 1 << 24))

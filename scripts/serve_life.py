@@ -163,7 +163,7 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         facts = host_facts(plan["options"], plan["inputs"], list_cache=not (env_from_plan or disk_from_plan))
         if env_from_plan:
             facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
-                         api_key_set=bool(plan.get("api_key_env")), api_key_length=None, unsendable_secrets=[],
+                         api_key_set=bool(plan["options"].get("api_key_env")), api_key_length=None, unsendable_secrets=[],
                          hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
         if env_from_plan or disk_from_plan:
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
