@@ -96,6 +96,17 @@ def setup_question(epyc: dict, stock: bool) -> str:
             f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
 
 
+def dangling(link: Path) -> bool:
+    """A link whose target is not there (a loop of links is no dangling link: real_path names it)."""
+    try:
+        os.stat(link)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def state_dir_arg(spec: str) -> str:
     """--state-dir: a folder that is new, empty, or one this bundle already keeps (its own files only),
     recorded by its real absolute path (a relative one is taken from the current folder, once, here).
@@ -104,7 +115,7 @@ def state_dir_arg(spec: str) -> str:
     there = Path(os.path.abspath(path))
     while not os.path.lexists(there):
         there = there.parent
-    if there.is_symlink() and not there.exists():  # start would make the link's target, wherever it points
+    if there.is_symlink() and dangling(there):  # start would make the link's target, wherever it points
         raise ScriptError(f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
                           f"{os.readlink(there)[:200]!r})", "pass a folder path that is not through a dangling link")
     try:
