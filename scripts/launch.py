@@ -297,7 +297,7 @@ def up_request(a, model: str) -> dict:
     return {**{k: getattr(a, k) for k in UP_REQUEST_FLAGS}, "model": model}
 
 
-def showing_differs(before: object, now: dict, request: dict) -> str | None:
+def showing_differs(before: dict | None, now: dict, request: dict) -> str | None:
     """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown).
     Any difference holds it, however the request was spelled: the same folder typed another way, a default
     given explicitly, or another model altogether is not proof that the human read this plan."""
@@ -319,13 +319,14 @@ def showing_differs(before: object, now: dict, request: dict) -> str | None:
     return f"the plan changed since up showed it ({', '.join(changed)})"
 
 
-def read_showing(shown: Path) -> object:
+def read_showing(shown: Path) -> dict | None:
     """What up last showed (shown-plan.json), or None where it cannot be read as a showing."""
     try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
         with os.fdopen(serve_life.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
-            return json.loads(f.read(1 << 20))
+            before = json.loads(f.read(1 << 20))
     except (OSError, ValueError, RecursionError, ScriptError):
         return None
+    return before if isinstance(before, dict) else None  # a list, a number: no showing of this bundle's
 
 
 def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
@@ -364,8 +365,9 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
             write_own_file(shown, json.dumps({"request": up_request(a, model), "question": question}) + "\n")
         if held:
             common.log(question)
-            raise ScriptError("not built: up last showed another question (a plan to launch), and there is no "
-                              "runtime now: up asks to build the host stack (the question is on stderr)",
+            raise ScriptError("not built: what up showed last was not this question (a plan to launch, or a "
+                              "file it cannot read), and there is no runtime now: up asks to build the host stack "
+                              "(the question is on stderr)",
                               "if the user agrees, run up again with --yes: it builds the host venv, then shows the "
                               "plan and stops before it launches anything", phase="validate", started=False)
         unanswered = ScriptError(

@@ -312,7 +312,7 @@ def test_a_yes_after_a_plan_was_shown_does_not_build_the_host_stack_unasked(inpu
     monkeypatch.setattr(launch, "step", step)
     a.yes = True
     capsys.readouterr()
-    with pytest.raises(ScriptError, match="not built: up last showed another question") as held:
+    with pytest.raises(ScriptError, match="not built: what up showed last was not this question") as held:
         launch.up(a, load_epyc())
     assert held.value.extra["phase"] == "validate" and not built and not launched
     assert "Build the host venv now?" in capsys.readouterr().err
@@ -386,3 +386,23 @@ def test_validate_expands_a_tilde_in_python(script, inputs, tmp_path):  # noqa: 
     r = script("validate.py", "--detect", str(inputs["detect"]), "--python=~/py", "--runtime", "host",
                env={"HOME": str(tmp_path)})
     assert r.doc["runtime_detail"]["host"].startswith(f"{tmp_path}/py: "), r.doc["runtime_detail"]
+
+
+def test_a_showing_that_is_no_object_holds_the_build_with_a_clear_error(inputs, tmp_path, monkeypatch):  # noqa: F811
+    """Found re-reading the change: a shown-plan.json holding a JSON list made `up --yes` with no runtime end
+    as `internal error: AttributeError` (the build's check read it as an object). It is no showing: held."""
+    import launch
+    from common import ScriptError, load_epyc
+    from test_audit33_regressions import up_with_no_terminal
+    from test_launch import load_docs
+    docs = load_docs(inputs)
+    run_dir = tmp_path / "up"
+    run_dir.mkdir()
+    (run_dir / "shown-plan.json").write_text("[1]")
+    a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18641)
+    step, built = no_runtime_until_built(docs)
+    monkeypatch.setattr(launch, "step", step)
+    a.yes = True
+    with pytest.raises(ScriptError, match="not built: what up showed last was not this question"):
+        launch.up(a, load_epyc())
+    assert not built and not launched
