@@ -383,12 +383,12 @@ def main(argv: Sequence[str] | None = None):
     if args.out:
         result_dir(args.out, make=False)  # the first fix to make
     if args.compare:
-        refuse_to_compare(plan)
+        refuse_to_compare(plan, state)
     else:
         if plan["path"] == "host":
             require_own_host_server(plan, state)
         else:
-            recorded_container(plan)
+            started_state(plan, state)  # (recorded_container's check, on the state read above)
         endpoint_of(plan)  # an unknown endpoint verify has not settled yet
     out = result_dir(args.out) if args.out else new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
@@ -547,11 +547,11 @@ def compare_markdown(cmp: dict) -> str:
     return "\n".join(lines) + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
 
 
-def refuse_to_compare(plan: dict) -> None:
-    """--compare starts servers of its own on the plan's port: not while the plan's server runs, and only
-    from a plan the disk still renders as start would (a model folder or cache moved since is not served)."""
+def refuse_to_compare(plan: dict, state: dict | None) -> None:
+    """--compare starts servers of its own on the plan's port: not while the plan's server (`state`, its
+    own_state) runs, and only from a plan the disk still renders as start would (a model folder or cache
+    moved since is not served)."""
     import serve_life
-    state = serve_life.own_state(plan, "bench")
     if state and serve_life.alive(plan, state) is not False:  # running, or its runtime did not say
         raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
                           "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")

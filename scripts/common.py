@@ -1149,12 +1149,28 @@ def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_resul
     return st
 
 
+def output_folder_path(spec: str | Path, what: str) -> Path:
+    """The path of a folder a script writes into, `~` expanded; never '-' (elsewhere a stream, here it would
+    be a folder named '-' in this folder)."""
+    if str(spec) == "-":
+        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
+    return user_path(spec, what)
+
+
+def nearest_existing(path: Path) -> tuple[Path, list[str]]:
+    """path's nearest ancestor that is there (by its name, as the kernel walks it; a link is not followed),
+    and the names below it, deepest first: what making path would create."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path.name)
+        path = path.parent
+    return path, missing
+
+
 def output_dir(spec: str | Path, what: str) -> Path:
     """A folder the script writes into: created if missing; an existing file or an unwritable place is a
     clear error before any work is done."""
-    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a folder named '-' in this folder
-        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
-    path = user_path(spec, what)
+    path = output_folder_path(spec, what)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -1172,30 +1188,26 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
     link under one of its file names) takes a write elsewhere, and `/` or a home is never filled.
     make=False checks it and makes nothing: a run that may still refuse (no server to measure) checks its
     output first and makes it only once it goes on, so a refusal leaves no folder behind."""
-    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a folder named '-' in this folder
-        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
-    path = user_path(spec, what)
-    if not os.path.lexists(path):
-        parent = path
-        while not os.path.lexists(parent) and parent != parent.parent:
-            if parent.name == "..":  # `new/../x`: the kernel needs `new` to exist; making it leaves it behind
-                raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
-                                  "and back out of it ('..')", f"spell {what} without '..' past a new folder")
-            parent = parent.parent
+    path = output_folder_path(spec, what)
+    parent, missing = nearest_existing(path)
+    if missing:
+        if ".." in missing:  # `new/../x`: the kernel needs `new` to exist; making it leaves it behind
+            raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
+                              "and back out of it ('..')", f"spell {what} without '..' past a new folder")
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
             raise ScriptError(f"cannot create {what} {clip(repr(str(spec)), 200)}: {str(parent)[:200]} is not a "
                               "folder this user may write in", f"pass a writable folder for {what}")
-        return output_dir(spec, what) if make else path
-    if not path.is_dir():
+    elif not path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
-    try:
-        held = sorted(os.listdir(path))
-    except OSError as exc:
-        raise os_error(exc, f"cannot read {what} {str(spec)!r}")
-    if held:
-        shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
-        raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
-    return output_dir(spec, what) if make else path  # (a folder that is there: the writable check)
+    else:
+        try:
+            held = sorted(os.listdir(path))
+        except OSError as exc:
+            raise os_error(exc, f"cannot read {what} {str(spec)!r}")
+        if held:
+            shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
+    return output_dir(spec, what) if make else path  # (making it checks a folder that is there is writable)
 
 
 def output_file(spec: str | Path, what: str) -> Path:

@@ -87,6 +87,10 @@ def only_runtime_missing(val: dict) -> bool:
     return bool(errors) and all(e["check"] == "runtime" for e in errors)
 
 
+BUILD_ON_YES = ("if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and stops "
+                "before it launches anything")
+
+
 def setup_question(epyc: dict, stock: bool) -> str:
     hs = epyc["host_stack"]
     pins = hs["stock"]["pip"] if stock else hs["pip"]
@@ -112,9 +116,7 @@ def state_dir_arg(spec: str) -> str:
     recorded by its real absolute path (a relative one is taken from the current folder, once, here).
     start writes and stop removes files there: never '/', a home or a system folder by mistake."""
     path = common.user_path(spec, "--state-dir")
-    there = Path(os.path.abspath(path))
-    while not os.path.lexists(there):
-        there = there.parent
+    there, _ = common.nearest_existing(Path(os.path.abspath(path)))
     if there.is_symlink() and dangling(there):  # start would make the link's target, wherever it points
         raise ScriptError(f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
                           f"{os.readlink(there)[:200]!r})", "pass a folder path that is not through a dangling link")
@@ -367,13 +369,9 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
             common.log(question)
             raise ScriptError("not built: what up showed last was not this question (a plan to launch, or a "
                               "file it cannot read), and there is no runtime now: up asks to build the host stack "
-                              "(the question is on stderr)",
-                              "if the user agrees, run up again with --yes: it builds the host venv, then shows the "
-                              "plan and stops before it launches anything", phase="validate", started=False)
-        unanswered = ScriptError(
-            "confirmation needed and there is no terminal: up asks to build the host stack (the question is on "
-            "stderr)", "if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and "
-            "stops before it launches anything", phase="validate", started=False)
+                              "(the question is on stderr)", BUILD_ON_YES, phase="validate", started=False)
+        unanswered = ScriptError("confirmation needed and there is no terminal: up asks to build the host stack "
+                                 "(the question is on stderr)", BUILD_ON_YES, phase="validate", started=False)
         if not (a.yes or ask(question, unanswered)):
             raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
                               "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")

@@ -559,13 +559,16 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--port-start", type=common.int_in(1, 65535), default=epyc["serve"]["default_port"])
     args = p.parse_args(argv)
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
-    if args.python is not None and not common.is_executable(args.python):
-        what = "does not exist" if not Path(args.python).exists() else "is not an executable file"
-        raise ScriptError(f"--python {args.python} {what}", "pass the interpreter of the env that has "
-                          "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
-    # absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's python is a
-    # link to the base interpreter, and only the link's path finds the venv's packages
-    python = os.path.abspath(common.user_path(args.python, "--python")) if args.python else default_python(epyc, args.stock)
+    if args.python is not None:
+        # absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's python
+        # is a link to the base interpreter, and only the link's path finds the venv's packages
+        python = os.path.abspath(common.user_path(args.python, "--python"))
+        if not common.is_executable(python):
+            what = "does not exist" if not Path(python).exists() else "is not an executable file"
+            raise ScriptError(f"--python {args.python} {what}", "pass the interpreter of the env that has "
+                              "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
+    else:
+        python = default_python(epyc, args.stock)
     if args.detect:
         detected = common.read_json_input(args.detect, "detect")
         common.check_schema(detected, "detect", f"--detect {args.detect} is not detect.py's output",
