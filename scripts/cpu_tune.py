@@ -11,290 +11,41 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-import detect  # noqa: E402
-from common import ScriptError  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-# ---------------------------------------------------------------- pure decisions
-
-
-def roomiest(sockets: list[int], free_bytes: dict[int, int] | None, margin: float = 0.10) -> tuple[int, bool]:
-    """Among equally idle sockets, the one with clearly more free memory (by `margin`), else the lowest id:
-    the KV cache and the weights must fit in the chosen socket's memory, not the host's."""
-    first = sockets[0]
-    if not free_bytes or any(s not in free_bytes for s in sockets):
-        return first, False
-    best = max(sockets, key=lambda s: (free_bytes[s], -s))
-    return (best, True) if free_bytes[best] > free_bytes[first] * (1 + margin) else (first, False)
-
-
-def choose_socket(candidates: list[int], all_sockets: list[int], busy: dict[int, float] | None,
-                  threshold: float, forced: int | None,
-                  free_bytes: dict[int, int] | None = None) -> tuple[int, str, str | None]:
-    """Pick the socket to serve on -> (socket, reason, warning).
-
-    A forced socket wins if it exists and this process may run there. Otherwise prefer a free
-    socket (busy% below threshold), lowest id first, because a neighbour's load halves our
-    decode speed; when every socket is busy take the least busy one and say so. Without a
-    load sample (sysroot, remote) the lowest usable socket is taken and the reason says why."""
-    if forced is not None:
-        if forced not in all_sockets:
-            raise ScriptError(f"--socket {forced} does not exist on this host",
-                              f"use one of the sockets: {', '.join(map(str, all_sockets))}",
-                              valid_sockets=all_sockets)
-        if forced not in candidates:
-            raise ScriptError(f"--socket {forced} has no CPU this process may use (affinity/cgroup cpuset)",
-                              f"use one of: {', '.join(map(str, candidates))}", valid_sockets=candidates)
-        return forced, "forced by --socket", None
-    if not candidates:
-        raise ScriptError("no socket has a CPU this process may use",
-                          "check the process affinity and cgroup cpuset (taskset -p $$)")
-    if busy is None:
-        return candidates[0], "load unknown (no live sample); lowest usable socket", None
-    if len(candidates) == 1:
-        return candidates[0], "single usable socket", None
-    free = [s for s in candidates if busy[s] < threshold]
-    if free:
-        pick, by_memory = roomiest(free, free_bytes)
-        how = "the most free memory" if by_memory else "lowest id"
-        if len(free) == len(candidates):
-            return pick, f"all sockets free (< {threshold:g}% busy); {how}", None
-        return pick, f"socket {pick} free (< {threshold:g}% busy), others busy; {how}", None
-    least = min(candidates, key=lambda s: (busy[s], s))
-    return least, "all sockets busy; least busy", (
-        f"every socket is at least {threshold:g}% busy (socket {least}: {busy[least]:.0f}%); "
-        "serving will compete with that load")
-
-
-def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]]:
-    """Hold back the last `reserve` physical cores (for vLLM's frontend / the OS) -> (bind, reserved).
-
-    Default 0: on this 2-vCPU runner binding every core gave 18.0 vs 13.5 output tok/s (c=1) and
-    63.9 vs 37.2 (c=4) against vLLM's own one-core reserve; on a 96-core socket a reserve costs ~1%."""
-    if reserve < 0:
-        raise ScriptError(f"--reserve-cores {reserve} is negative", "use --reserve-cores 0 or more")
-    if reserve >= len(cores):
-        raise ScriptError(f"--reserve-cores {reserve} leaves no core to bind (the socket has {len(cores)} usable)",
-                          f"use --reserve-cores below {len(cores)}")
-    return (cores[:len(cores) - reserve], cores[len(cores) - reserve:]) if reserve else (cores, [])
-
-
-def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: int) -> int:
-    """RAM local to the socket: the smaller of its nodes' sysfs totals and the usable total
-    (MemTotal / cgroup limit). Smaller wins even when sysfs looks wrong: vLLM's CPU worker reads
-    the node's sysfs meminfo and refuses a KV cache larger than what that file says is free."""
-    if not node_mem:  # no per-node meminfo at all (no NUMA sysfs): the host's total is the socket's
-        return usable_total
-    missing = [n for n in nodes if n not in node_mem]
-    if missing:  # never the whole host's RAM for one socket: that over-grants a KV cache by the sockets' count
-        raise ScriptError(f"no sysfs meminfo for NUMA node(s) {missing} of the chosen socket",
-                          "check /sys/devices/system/node/node*/meminfo on the host (a sysroot must capture it)")
-    return min(sum(node_mem[n] for n in nodes), usable_total)
-
-
-def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float | None,
-                  kv_needed_gb: float | None, headroom: float, default_fraction: float) -> dict:
-    """The KV cache to grant, in whole GiB (VLLM_CPU_KVCACHE_SPACE is parsed as an int).
-
-    With the model's need (estimate_memory.py): the need x headroom, capped by what the socket has
-    left after weights and the OS -- and a socket that cannot hold weights + need + reserve is a
-    refusal, not a warning (the server would fail or swap). Serving, not one prompt: the grant is at least
-    `default_fraction` of what is left (vLLM's own auto sizing also takes a share of the node, not one
-    request's worth), so a big socket holds many concurrent full-length requests; the need is the floor,
-    and the other share stays free for the OS and other processes."""
-    left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
-    warning = None
-    if kv_needed_gb is not None:
-        if left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb):
-            raise ScriptError(f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
-                              f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
-                              "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
-                              "model (or another socket with --socket)")
-        need = max(1, math.ceil(kv_needed_gb * headroom))
-        share = math.floor(left * default_fraction)
-        kv = min(max(need, share), math.floor(left))
-        basis = (f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
-                 if share >= need else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom") + \
-            "; at least the need, at most what the socket has left"
-    else:
-        kv = math.floor(left * default_fraction)
-        basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
-    if kv < 1:
-        kv = 1
-        warning = (f"only {left:.1f} GiB left on the socket after weights and OS reserve; "
-                   "KV cache set to the 1 GiB minimum")
-    return {"kv_gb": int(kv), "basis": basis, "warning": warning}
-
-
-def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict | None]:
-    """A cgroup CPU quota is a hard budget: more OMP threads than it allows only time-slice against each
-    other. Bind at most floor(quota) cores (at least one)."""
-    if quota is None or len(bind) <= max(1, math.floor(quota)):
-        return bind, None
-    keep = max(1, math.floor(quota))
-    return bind[:keep], {"check": "cpu_quota", "message": f"the cgroup CPU quota allows {quota:g} CPUs: binding "
-                         f"{keep} of the socket's {len(bind)} physical cores", "fix": None}
-
-
-def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: dict[str, bool]) -> dict:
-    """How to pin the chosen socket: cgroup cpuset flags for containers, a launch prefix for the host.
-
-    numactl binds CPU and memory; taskset binds CPU only (memory then follows first touch);
-    with neither, the launch is unpinned and the note says so."""
-    bind_s, mems = common.format_cpulist(bind), ",".join(map(str, nodes))
-    container = [f"--cpuset-cpus={common.format_cpulist(cpuset)}", f"--cpuset-mems={mems}"]
-    note = None
-    if tools.get("numactl"):
-        prefix, tool = ["numactl", f"--cpunodebind={mems}", f"--membind={mems}"], "numactl"
-    elif tools.get("taskset"):
-        prefix, tool = ["taskset", "-c", bind_s], "taskset"
-        note = "numactl not found: CPU pinned with taskset, memory not bound (install numactl)"
-    else:
-        prefix, tool = [], None
-        note = "neither numactl nor taskset found: the host launch is unpinned (install numactl)"
-    return {"container_cpuset": " ".join(container), "container_cpuset_argv": container,
-            "host_pin_prefix": shlex.join(prefix), "host_pin_argv": prefix, "host_pin_tool": tool, "pin_note": note}
-
-
-def env_lines(plan: dict) -> str:
-    """Shell text safe to eval: every value quoted."""
-    out = [f"# cpu_tune: socket {plan['chosen_socket']} ({plan['socket_choice_reason']})"]
-    for key, value in plan["env"].items():
-        out.append(f"export {key}={shlex.quote(str(value))}")
-    for w in plan.get("warnings") or []:
-        out.append(f"echo {shlex.quote('cpu_tune warning: ' + w['message'])} >&2")
-    return "\n".join(out)
-
-
-# ---------------------------------------------------------------- gathering (I/O)
-
-def busy_by_socket(per_cpu: list[float], online: list[int], topo: detect.Topology, allowed: list[int]) -> dict:
-    """Per-socket busy %, averaged over the CPUs we could bind there. psutil lists the online CPUs in
-    id order, so entry i is the i-th online CPU id -- not CPU i when some CPUs are offline."""
-    by_id = dict(zip(sorted(online), per_cpu))
-    busy = {}
-    for s in topo.sockets:
-        cpus = [c for c in topo.socket_cpus(s) if c in allowed and c in by_id]
-        busy[s] = round(sum(by_id[c] for c in cpus) / len(cpus), 1) if cpus else 100.0
-    return busy
-
-
-def sample_busy(topo: detect.Topology, allowed: list[int], seconds: float) -> dict[int, float]:
-    import psutil
-    return busy_by_socket(psutil.cpu_percent(interval=seconds, percpu=True), topo.cpus, topo, allowed)
-
-
-# ---------------------------------------------------------------- the plan
-
-def plan(facts: detect.HostFacts, epyc: dict, busy: dict[int, float] | None, args) -> dict:
-    topo, allowed = facts.topology, set(facts.allowed_cpus)
-    mem_cfg = epyc["memory"]
-    truth = detect.memory_truth(facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes,
-                                mem_cfg["sysfs_disagreement_tolerance"])
-    sockets = []
-    for s in topo.sockets:
-        usable = [c for c in topo.socket_cpus(s) if c in allowed]
-        nodes = topo.socket_nodes(s)
-        ram = socket_ram_bytes(nodes, topo.node_mem_bytes, truth["usable_bytes"])
-        sockets.append({"socket": s, "cpus": common.format_cpulist(topo.socket_cpus(s)),
-                        "allowed_cpus": common.format_cpulist(usable),
-                        "physical_cores": len(topo.physical_cores(usable)),
-                        "numa_nodes": nodes, "ram_gb": common.gb(ram),
-                        "busy_pct": busy.get(s) if busy else None})
-    by_id = {d["socket"]: d for d in sockets}
-    candidates = [d["socket"] for d in sockets if d["allowed_cpus"]]
-    free_mem = {s: sum(topo.node_free_bytes.get(n, 0) for n in topo.socket_nodes(s)) for s in topo.sockets} \
-        if busy is not None and topo.node_free_bytes else None  # live only: a capture's free memory is stale
-    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket,
-                                            free_mem)
-    usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
-    cores = topo.physical_cores(usable)
-    bind, reserved = split_reserved(cores, args.reserve_cores)
-    bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
-    nodes = topo.socket_nodes(chosen)
-    if not nodes:  # nothing to bind memory to: '--membind=' with no node, or 0 GiB of socket RAM
-        raise ScriptError(f"socket {chosen} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
-                          "re-capture sys/devices/system/node from the host (detect.py --capture)")
-    ram_gb = by_id[chosen]["ram_gb"]
-    kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weight_gb, args.kv_needed_gb,
-                       mem_cfg["kv_headroom_factor"], mem_cfg["kv_default_fraction"])
-    tools = {"numactl": bool(common.find_program("numactl")), "taskset": bool(common.find_program("taskset"))}
-    pins = pin_commands(bind, usable, nodes, tools)
-    warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
-    if quota_warning:
-        warnings.append(quota_warning)
-    if kv["warning"]:
-        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
-    if len(nodes) > 1:
-        warnings.append({"check": "nps", "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
-                         "is bound across them; one instance per node could add performance", "fix": None})
-    notes = list(truth["notes"]) + detect.merged_note(topo)
-    if pins["pin_note"]:
-        notes.append(pins["pin_note"])
-    if len(usable) < len(topo.socket_cpus(chosen)):
-        notes.append(f"this process may use {common.format_cpulist(usable)} of socket {chosen}'s "
-                     f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound")
-    bind_s = common.format_cpulist(bind)
-    return {
-        "target": facts.target,
-        "chosen_socket": chosen,
-        "socket_choice_reason": reason,
-        "sockets": sockets,
-        "socket_busy_pct": {str(k): v for k, v in busy.items()} if busy else None,
-        "busy_threshold": args.busy_threshold,
-        "vllm_cpu_omp_threads_bind": bind_s,
-        "omp_threads": len(bind),
-        "cpu_quota": facts.cpu_quota,
-        "reserved_cpus": common.format_cpulist(reserved),
-        "kv_granted_gb": kv["kv_gb"],
-        "kv_basis": kv["basis"],
-        "weight_gb": args.weight_gb,
-        "kv_needed_gb": args.kv_needed_gb,
-        "os_reserve_gb": args.os_reserve_gb,
-        "socket_ram_gb": ram_gb,
-        "numa_nodes": nodes,
-        "container_cpuset": pins["container_cpuset"],
-        "container_cpuset_argv": pins["container_cpuset_argv"],
-        "host_pin_prefix": pins["host_pin_prefix"],
-        "host_pin_argv": pins["host_pin_argv"],
-        "host_pin_tool": pins["host_pin_tool"],
-        "warnings": warnings,
-        "notes": notes,
-        "env": {"VLLM_CPU_OMP_THREADS_BIND": bind_s, "VLLM_CPU_KVCACHE_SPACE": kv["kv_gb"]},
-    }
+from epyc import argtypes, bundle, cli, errors, remote_host
+from epyc.sizing import env_lines, plan, sample_busy
 
 
 def main(argv: Sequence[str] | None = None):
-    epyc = common.load_epyc()
+    epyc = bundle.load_epyc()
     cfg = epyc["cpu"]
-    p = common.JsonArgumentParser(prog="scripts/cpu_tune.py", description=__doc__.split("\n")[0])
+    p = cli.JsonArgumentParser(prog="scripts/cpu_tune.py", description=__doc__.split("\n")[0])
     p.add_argument("--format", choices=["json", "env"], default="json")
-    p.add_argument("--socket", type=common.int_in(0, 4095), help="force this socket")
-    p.add_argument("--busy-threshold", type=common.float_in(0, 100, lo_open=True), default=cfg["busy_threshold_pct"],
+    p.add_argument("--socket", type=argtypes.int_in(0, 4095), help="force this socket")
+    p.add_argument("--busy-threshold", type=argtypes.float_in(0, 100, lo_open=True), default=cfg["busy_threshold_pct"],
                    help="a socket at or above this busy %% counts as busy (default %(default)s)")
-    p.add_argument("--reserve-cores", type=common.int_in(0, 4096), default=cfg["default_reserved_cores"],
+    p.add_argument("--reserve-cores", type=argtypes.int_in(0, 4096), default=cfg["default_reserved_cores"],
                    help="physical cores to leave unbound (default %(default)s: bind all)")
-    p.add_argument("--weight-gb", type=common.float_in(0, 65536), help="model weights, from estimate_memory.py")
-    p.add_argument("--kv-needed-gb", type=common.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py")
-    p.add_argument("--os-reserve-gb", type=common.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
-    p.add_argument("--sysroot", type=common.nonempty, help="plan for a captured host tree (load is then unknown)")
-    p.add_argument("--host", type=common.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)")
+    p.add_argument("--weight-gb", type=argtypes.float_in(0, 65536), help="model weights, from estimate_memory.py")
+    p.add_argument("--kv-needed-gb", type=argtypes.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py")
+    p.add_argument("--os-reserve-gb", type=argtypes.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
+    p.add_argument("--sysroot", type=argtypes.nonempty, help="plan for a captured host tree (load is then unknown)")
+    p.add_argument("--host", type=argtypes.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)")
     args = p.parse_args(argv)
-    facts = detect.gather_from_args(args.sysroot, args.host)
+    facts = remote_host.gather_from_args(args.sysroot, args.host)
     live = not (args.sysroot or args.host)
     busy = None
     if live:  # a short sample when it cannot change the choice: it is only reported then
         decides = args.socket is None and len(facts.topology.sockets) > 1
         busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if decides else 0.1)
     result = plan(facts, epyc, busy, args)
-    return result, common.EXIT_OK
+    return result, errors.EXIT_OK
 
 
 def render_env(doc: dict, ok: bool) -> str:
@@ -304,12 +55,12 @@ def render_env(doc: dict, ok: bool) -> str:
     return env_lines(doc)
 
 
-def cli(argv: Sequence[str] | None = None) -> int:
+def entry(argv: Sequence[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--format")
     fmt = pre.parse_known_args(argv)[0].format
-    return common.run_main(main, argv, render=render_env if fmt == "env" else None)
+    return cli.run_main(main, argv, render=render_env if fmt == "env" else None)
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    sys.exit(entry())

@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Plan, start, verify, hand off and stop one vLLM endpoint, from the other scripts' JSON.
 
-    python3 scripts/launch.py plan --detect d.json --validate v.json --check c.json --estimate e.json \
-        --tune t.json > plan.json                        # the exact command + the summary to confirm
+    python3 scripts/launch.py plan --detect d.json --validate v.json --check c.json --estimate e.json         --tune t.json > plan.json                        # the exact command + the summary to confirm
     python3 scripts/launch.py start --plan plan.json --confirm   # only after the human said go
     python3 scripts/launch.py verify --plan plan.json            # health, model listed, one real request
     python3 scripts/launch.py handoff --plan plan.json           # connection table + examples
@@ -15,471 +14,36 @@ No retries: on failure, report and stop.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import os
-import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from common import ScriptError  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-import serve_life  # noqa: E402
-from serve_life import (NO_RETRY_FIX, host_facts, load_plan, read_plan, rerender, start,  # noqa: E402
-                        stop, verify, write_own_file)
-from serve_plan import (SIZINGS, build_plan, handoff_doc, is_served_name, served_model_name,  # noqa: E402
-                        state_root)
+from epyc import argtypes, bundle, cli, errors, jsonio
+from epyc.errors import ScriptError
+from epyc.planfile import host_facts
+from epyc.planner import SIZINGS, build_plan
+from epyc.up import check_default_state_dir, life_verb, state_dir_arg, up
 
+INPUT_FLAGS = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory",
+               "tune": "cpu_tune"}  # plan's flag -> the script whose output it takes
+PLAN_OPTIONS = ("model", "port", "max_model_len", "served_model_name", "state_dir", "dtype", "expose", "api_key_env",
+                "throughput_flags", "kernel_log", "sizing")
 
-# ---------------------------------------------------------------- up: the whole chain
 
-def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bool = False) -> dict:
-    """Run one of the bundle's scripts (its progress lines pass through to stderr), keep its JSON in the
-    run folder, and stop on failure unless the caller wants to look at a failed verdict itself."""
-    common.log(f"up: {phase}")
-    res = common.run([sys.executable, str(Path(__file__).parent / script), *args], timeout=3600,
-                     stderr_through=True)
-    try:
-        doc = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        raise ScriptError(f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})",
-                          NO_RETRY_FIX, phase=phase)
-    write_own_file(run_dir / f"{phase}.json", json.dumps(doc, indent=2) + "\n")  # never through a planted link
-    if res.returncode != 0 and not allow_fail:
-        raise phase_failed(phase, doc)
-    return doc
-
-
-def phase_failed(phase: str, doc: dict) -> ScriptError:
-    errors = doc.get("errors") or []
-    msg = (doc.get("error") or "; ".join(e["message"] for e in errors) or doc.get("message")
-           or (doc.get("fit") or {}).get("action") or "failed")
-    fix = doc.get("fix") or next((e["fix"] for e in errors if e.get("fix")), None) or NO_RETRY_FIX
-    return ScriptError(f"FAILED in phase {phase}: {msg}", fix, phase=phase, result=doc)
-
-
-TERMINAL = "/dev/tty"
-
-
-def ask(question: str, unanswered: ScriptError, shown: bool = False) -> bool:
-    """A yes/no question on the terminal (never on stdout, which carries the JSON). With no terminal (an
-    agent's shell) it raises `unanswered`, which says what a --yes then does; the question goes to stderr
-    first unless it is there already (`shown`), so what a --yes answers is what was read."""
-    try:
-        tty = open(TERMINAL, "r+")
-    except OSError:
-        if not shown:
-            common.log(question)
-        raise unanswered
-    with tty:
-        tty.write(question + " [y/N] ")
-        tty.flush()
-        return tty.readline().strip().lower() in ("y", "yes")
-
-
-def only_runtime_missing(val: dict) -> bool:
-    """validate said no because nothing can run vLLM yet -- the one gap `up` may fill itself."""
-    errors = val.get("errors") or []
-    return bool(errors) and all(e["check"] == "runtime" for e in errors)
-
-
-BUILD_ON_YES = ("if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and stops "
-                "before it launches anything")
-
-
-def setup_question(epyc: dict, stock: bool) -> str:
-    hs = epyc["host_stack"]
-    pins = hs["stock"]["pip"] if stock else hs["pip"]
-    import setup_host_stack
-    return (f"No container runtime and no host stack. Build the host venv now?\n"
-            f"  what:  pip install {' '.join(pins)} into {setup_host_stack.default_venv(hs, stock)}\n"
-            f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
-
-
-def dangling(link: Path) -> bool:
-    """A link whose target is not there (a loop of links is no dangling link: real_path names it)."""
-    try:
-        os.stat(link)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def state_dir_arg(spec: str) -> str:
-    """--state-dir: a folder that is new, empty, or one this bundle already keeps (its own files only),
-    recorded by its real absolute path (a relative one is taken from the current folder, once, here).
-    start writes and stop removes files there: never '/', a home or a system folder by mistake."""
-    path = common.user_path(spec, "--state-dir")
-    there, _ = common.nearest_existing(Path(os.path.abspath(path)))
-    if there.is_symlink() and dangling(there):  # start would make the link's target, wherever it points
-        raise ScriptError(f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
-                          f"{os.readlink(there)[:200]!r})", "pass a folder path that is not through a dangling link")
-    try:
-        path = common.real_path(path)
-    except OSError as exc:  # a name too long, a loop of links
-        raise ScriptError(f"--state-dir {spec[:200]!r}: {exc.strerror or exc}", "pass a usable folder path")
-    problem = serve_life.state_dir_problem(path)
-    if problem:
-        raise ScriptError(f"--state-dir {spec[:200]} {problem}: start writes its log and state there and stop "
-                          "removes them", "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME")
-    return str(path)
-
-
-def check_default_state_dir(plan: dict) -> None:
-    """The state dir a plan names when --state-dir was not given (~/.cache/.../run/host-PORT) obeys the
-    same rule as one that was: new, or holding only this bundle's files."""
-    problem = serve_life.state_dir_problem(Path(plan["state_dir"]))
-    if problem:
-        raise ScriptError(f"the state dir {plan['state_dir']} {problem}: start writes its log and state there "
-                          "and stop removes them", "pass --state-dir with a new or empty folder, or clear that one")
-
-
-def refuse_before_up(a, model: str) -> None:
-    """What plan would refuse after five scripts ran (minutes, a Hub download) is refused first."""
-    if model.startswith("-"):  # passed on to check_model it read as an option ("expected one argument")
-        raise ScriptError(f"--model {model[:100]!r} starts with '-': not a model name or folder",
-                          "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)")
-    if a.expose and not a.api_key_env:
-        raise ScriptError("--expose serves on all interfaces: an API key is required",
-                          "export a key in an env var and pass --api-key-env NAME")
-    # a folder is served by its name: one that is not a plain name needs --served-model-name (plan would say so
-    # after five scripts ran)
-    local = os.path.isdir(model)
-    served = a.served_model_name or served_model_name(model, os.path.realpath(model) if local else None)
-    if not is_served_name(served):
-        raise ScriptError(f"the model would be served as {served[:100]!r}, not a plain name (letters, digits and "
-                          "._:@+/-, not starting with '-', at most 200)", "pass --served-model-name NAME")
-    if a.api_key_env and not os.environ.get(a.api_key_env):
-        raise ScriptError(f"--api-key-env {a.api_key_env}: that variable is not set in this shell",
-                          f"export {a.api_key_env}=<your key> first (its value is never printed)")
-
-
-def refuse_a_busy_run_dir(run_dir: Path) -> None:
-    """up writes its five documents and plan.json into its folder before it starts: over a running server's
-    (a second `up` with the default folder), the plan that stops that server would be gone, and the server
-    named by nothing. A folder whose state names a running server is refused before anything is written."""
-    held = serve_life.read_state({"state_file": str(run_dir / "state.json")})
-    running = serve_life.state_server(held) if held else None
-    if running:
-        stop_cmd = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(run_dir / "plan.json")])
-        raise ScriptError(f"{run_dir} holds a running server ({running}): up would write its plan over the one "
-                          "that stops it", f"{stop_cmd} first, or run up with another --state-dir")
-
-
-UP_STOPPED = "up stopped the server it had started"
-
-
-def stop_for_up(plan: dict, plan_file: Path) -> tuple[dict, str]:
-    """up stops what it started when a step fails; stop itself may refuse (a runtime that does not answer
-    which container has the name, one that became remote): then the step's own failure is still what up
-    reports, with the refusal beside it and the command that stops the server once it can."""
-    with common.signals_deferred():  # a signal now waits until the server is stopped (or stop has said no)
-        try:
-            return stop(plan), UP_STOPPED
-        except ScriptError as err:
-            again = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(plan_file)])
-            return ({"stopped": False, "refused": err.error, "fix": f"{err.fix}; then {again}"},
-                    f"up could NOT stop the server it had started ({err.error}); it may be running: {err.fix}, "
-                    f"then {again}")
-
-
-def up_fix(fix: str, stopped: dict) -> str:
-    """What to do after up failed: its step's fix, or, when up could not stop its server, first that."""
-    return f"{stopped['fix']}; then {fix}" if "refused" in stopped else fix
-
-
-def start_or_stop(plan: dict, plan_file: Path) -> dict:
-    """up's start: a Ctrl-C or SIGTERM that start held while it launched (it then says the server runs)
-    stops that server, as an interrupted verify does: nothing unverified is left running."""
-    try:
-        return start(plan, confirm=True)
-    except ScriptError as exc:
-        if not exc.extra.get("interrupted"):
-            raise
-    except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
-        pass
-    stopped, said = stop_for_up(plan, plan_file)  # by the recorded container or group, whether or not it got going
-    raise ScriptError(f"interrupted during start: {said}", up_fix("run up again", stopped), phase="start",
-                      plan_file=str(plan_file), stopped=stopped)
-
-
-def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
-    """up started the server, so up stops it when verify fails, and when verify is interrupted (Ctrl-C,
-    or the SIGTERM of an agent's tool timeout): an endpoint nobody verified is not left running."""
-    try:
-        return verify(plan, timeout, smoke_timeout)
-    except ScriptError as exc:
-        stopped, said = stop_for_up(plan, plan_file)
-        if said != UP_STOPPED:  # verify's verdict stays the error; that the server may still run is said beside it
-            exc.fix = f"{exc.fix}; but {said}"
-        exc.extra.update(plan_file=str(plan_file), stopped=stopped)
-        raise
-    except KeyboardInterrupt:  # the second signal of `timeout` or a double Ctrl-C waits in stop_for_up
-        stopped, said = stop_for_up(plan, plan_file)
-        raise ScriptError(f"interrupted during verify: {said}", up_fix("run up again", stopped), phase="verify",
-                          plan_file=str(plan_file), stopped=stopped)
-    except Exception as exc:  # a full disk as verify records its verdict: nothing unverified is left running
-        raise stopped_after(exc, "verify", plan_file, *stop_for_up(plan, plan_file)) from None
-
-
-def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict, said: str) -> ScriptError:
-    """What up says when a step failed on something other than its own verdict (the machine refused a
-    write): the failure in words a user acts on, and whether up stopped the server it had started."""
-    err = common.os_error(exc, f"{phase} could not go on") if isinstance(exc, OSError) else \
-        ScriptError(f"{phase} could not go on ({type(exc).__name__}: {exc})", "run up again")
-    return ScriptError(f"{err.error}: {said}", up_fix(err.fix, stopped), phase=phase, plan_file=str(plan_file),
-                       stopped=stopped)
-
-
-def host_path_args(python: str | None) -> list[str]:
-    """validate.py's arguments for up's --python: that interpreter AND the host path. --python names the
-    host path's interpreter, so a user who gives one means to serve from it; validate's own order would
-    pick a container whenever docker answers, and the interpreter given would be probed for nothing."""
-    return ["--python", python, "--runtime", "host"] if python else []
-
-
-@contextlib.contextmanager
-def holding_the_run_dir(run_dir: Path):
-    """up holds its folder from its first step document to its last verb: a second up (or a start of a
-    plan there) while the first one's steps run, its start pulls or its verify polls would write its own
-    documents and plan.json over the first one's, and the server that run launches would be named by a plan
-    file that no longer exists (start refuses while another process holds it: serve_life.up_in_progress).
-    (start's own .lock covers only the start itself.)"""
-    import fcntl
-    if serve_life.start_in_progress({"state_dir": str(run_dir)}):
-        raise ScriptError(f"a start for {run_dir} is in progress", "wait for it, or run up with another --state-dir")
-    fd = serve_life.open_own_file(run_dir / ".up.lock", os.O_WRONLY | os.O_CREAT, phase="up")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise ScriptError(f"another up is running in {run_dir}", "wait for it to finish, or run up with "
-                              "another --state-dir") from None
-        # start's own lock file, checked now: a link, pipe or folder there is refused before five steps run
-        os.close(serve_life.open_own_file(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, phase="up"))
-        held = {str(run_dir), str(common.real_path(run_dir))}  # the plan names the folder by its real path
-        serve_life.UP_HOLDS.update(held)  # this up's own start is not another's
-        try:
-            yield
-        finally:
-            serve_life.UP_HOLDS.difference_update(held)
-    finally:
-        os.close(fd)
-
-
-def up(a, epyc: dict) -> dict:
-    model = a.model or epyc["default_model"]
-    refuse_before_up(a, model)
-    run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
-    refuse_a_busy_run_dir(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with holding_the_run_dir(run_dir):
-        return up_in(run_dir, model, a, epyc)
-
-
-def what_runs(plan: dict) -> dict:
-    """What a yes starts: the commands (the runtime's pre-steps and the server's), the environment, and the
-    secrets it is given (each by the variable it is read from: a token set since the showing is a change)."""
-    return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"], "secrets": plan["secrets"]}
-
-
-UP_REQUEST_FLAGS = ("model", "port", "served_model_name", "max_model_len", "num_prompts", "python", "stock", "dtype",
-                    "expose", "api_key_env", "throughput_flags", "kernel_log")
-
-
-def up_request(a, model: str) -> dict:
-    """What up was asked for (its flags as typed, not --yes/--timeout/--state-dir): recorded with a showing
-    only to say, when a --yes asks for something else, that the plan it holds was shown for another request."""
-    return {**{k: getattr(a, k) for k in UP_REQUEST_FLAGS}, "model": model}
-
-
-def showing_differs(before: dict | None, now: dict, request: dict) -> str | None:
-    """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown).
-    Any difference holds it, however the request was spelled: the same folder typed another way, a default
-    given explicitly, or another model altogether is not proof that the human read this plan."""
-    if isinstance(before, dict) and "command" not in before and before.get("question"):
-        return "up had not shown this plan (its last question was the host stack's)"
-    if not isinstance(before, dict) or "command" not in before:  # too large, too deep, not JSON, not ours
-        return "up could not read the plan it showed last (shown-plan.json is not a showing of this bundle's)"
-    unrecorded = [k for k in now if k not in before]
-    if unrecorded:  # a showing of an older bundle: what it did not record was not shown
-        return f"up's last showing does not record the plan's {', '.join(unrecorded)} (an older bundle wrote it)"
-    changed = [k for k in now if before[k] != now[k]]
-    if not changed:
-        return None
-    asked = before.get("request")
-    flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)] if isinstance(asked, dict) else []
-    if flags:  # an older showing (another model, other flags)
-        return (f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
-                f"differ), not this one")
-    return f"the plan changed since up showed it ({', '.join(changed)})"
-
-
-def read_showing(shown: Path) -> dict | None:
-    """What up last showed (shown-plan.json), or None where it cannot be read as a showing."""
-    try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
-        with os.fdopen(serve_life.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
-            before = json.loads(f.read(1 << 20))
-    except (OSError, ValueError, RecursionError, ScriptError):
-        return None
-    return before if isinstance(before, dict) else None  # a list, a number: no showing of this bundle's
-
-
-def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
-    """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
-    it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
-    moved, a token set in between made the yes launch a plan nobody read. Without an earlier showing
-    (--yes given up front), there is nothing to hold it to."""
-    if not os.path.lexists(shown):
-        return
-    before = read_showing(shown)
-    now = what_runs(plan)
-    said = showing_differs(before, now, request)
-    if said is None:
-        return
-    write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
-    raise ScriptError(f"not launched: {said}; it now runs: {common.clip(plan['command'], 600)}",
-                      "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
-                      phase="confirm", plan_file=str(shown.with_name("plan.json")), started=False)
-
-
-def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
-    """up's steps, in its folder, which it holds."""
-    import detect
-    det = step("detect.py", [], "detect", run_dir)
-    route = detect.route_host(det, epyc["supported_generations"], stock=a.stock)
-    if route["route"] in ("stop", "stock_offer"):
-        raise ScriptError(f"FAILED in phase detect: {route['reason']}", route["fix"], phase="detect",
-                          route=route["route"], started=False)
-    vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
-    val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
-    if not val.get("ready") and only_runtime_missing(val) and not a.python:
-        question, shown = setup_question(epyc, a.stock), run_dir / "shown-plan.json"
-        # a --yes answers the question up showed last: after a plan (the runtime gone since), not this build
-        held = a.yes and os.path.lexists(shown) and (read_showing(shown) or {}).get("question") != question
-        if not a.yes or held:  # what a --yes after this answers: the build, not a plan nobody has seen yet
-            write_own_file(shown, json.dumps({"request": up_request(a, model), "question": question}) + "\n")
-        if held:
-            common.log(question)
-            raise ScriptError("not built: what up showed last was not this question (a plan to launch, or a "
-                              "file it cannot read), and there is no runtime now: up asks to build the host stack "
-                              "(the question is on stderr)", BUILD_ON_YES, phase="validate", started=False)
-        unanswered = ScriptError("confirmation needed and there is no terminal: up asks to build the host stack "
-                                 "(the question is on stderr)", BUILD_ON_YES, phase="validate", started=False)
-        if not (a.yes or ask(question, unanswered)):
-            raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
-                              "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
-                              + ") or make docker usable, then run up again", phase="validate")
-        setup = step("setup_host_stack.py", ["--stock"] if a.stock else [], "setup_host_stack", run_dir)
-        val = step("validate.py", vargs + host_path_args(setup["python"]), "validate", run_dir, allow_fail=True)
-    if not val.get("ready"):
-        raise phase_failed("validate", val)
-    vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
-    cargs = ["--model", model, "--vllm-version", vllm_version]
-    cargs += ["--python", val["python"]] if val.get("python") else (["--image", val["image"], "--runtime",
-                                                                   val["runtime"]] if val.get("image") else [])
-    chk = step("check_model.py", cargs, "check_model", run_dir)
-    max_len = str(a.max_model_len or epyc["serve"]["default_max_model_len"])
-    est = step("estimate_memory.py", ["--model", model, "--ram-gb", str(det["ram_gb"]), "--max-model-len",
-                                      max_len, "--num-prompts", str(a.num_prompts)]
-               + (["--dtype", a.dtype] if a.dtype else []), "estimate_memory", run_dir)  # sized as it is served
-    tune = step("cpu_tune.py", ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb",
-                                str(est["fit"]["kv_needed_gb"])], "cpu_tune", run_dir)
-    opts = {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"], "expose": a.expose,
-            "served_model_name": a.served_model_name,
-            "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags, "kernel_log": a.kernel_log,
-            "dtype": a.dtype, "state_dir": str(common.real_path(run_dir))}
-    inputs = {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
-    plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
-    plan_file = run_dir / "plan.json"
-    write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
-    common.log(plan["summary_markdown"])
-    shown = run_dir / "shown-plan.json"
-    if a.yes:
-        refuse_a_plan_changed_since_shown(plan, shown, up_request(a, model))
-    else:  # shown: a --yes of the same request later runs only it
-        write_own_file(shown, json.dumps({"request": up_request(a, model), **what_runs(plan)}, indent=2) + "\n")
-    unanswered = ScriptError("confirmation needed and there is no terminal: up showed its plan (the summary on "
-                             f"stderr; {plan_file}) and launched nothing",
-                             "read the plan with the user and run up again with --yes to launch it: it launches only "
-                             "what was shown, else it shows the new plan and stops again",
-                             phase="confirm", plan_file=str(plan_file), started=False)
-    if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered, shown=True):
-        raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
-                          f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
-    result = serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
-    # used up only by a serve that went through: after a failed start (its port taken meanwhile) the next
-    # --yes is still held to what was shown, and launches only that
-    shown.unlink(missing_ok=True)
-    return result
-
-
-def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
-    """up's start and verify: each step stops the server on its own failure or interrupt, and a signal that
-    lands between them, or after them, stops it too (up ends with a handoff or with nothing running)."""
-    phase = "start"
-    try:
-        started = start_or_stop(plan, plan_file)
-        phase = "verify"
-        result = verify_or_stop(plan, plan_file, timeout, smoke_timeout)
-        phase = "handoff"
-        return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
-                "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
-                "stop_command": shlex.join([sys.executable, str(Path(__file__).resolve()), "stop", "--plan",
-                                            str(plan_file)])}
-    except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
-        stopped, said = stop_for_up(plan, plan_file)  # up ends with a handoff or with nothing left running
-        raise ScriptError(f"interrupted after start: {said}", up_fix("run up again", stopped), phase="verify",
-                          plan_file=str(plan_file), stopped=stopped)
-    except ScriptError:  # each step's own: it stopped the server already, or nothing was started
-        raise
-    except Exception as exc:  # the handoff after a passed verify, say: the same rule
-        raise stopped_after(exc, phase, plan_file, *stop_for_up(plan, plan_file)) from None
-
-
-# ---------------------------------------------------------------- CLI
-
-def served_name_arg(text: str) -> str:
-    if not is_served_name(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not "
-                                         "starting with '-', at most 200)")
-    return text
-
-
-NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
-
-
-def api_key_env_arg(text: str) -> str:
-    """The variable holding the API key: a name (it is pasted into shell examples), and not one that holds
-    something else (HF_TOKEN would make the Hub token the server's key)."""
-    name = common.env_name(text)
-    if name in NOT_A_KEY:
-        raise argparse.ArgumentTypeError(f"{name} holds something else than an API key: export the key in its "
-                                         "own variable (e.g. VLLM_API_KEY) and name that")
-    return name
-
-
-def main(argv: Sequence[str] | None = None):
-    epyc = common.load_epyc()
-    p = common.JsonArgumentParser(prog="scripts/launch.py", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=common.JsonArgumentParser)
+def add_plan(sub, epyc: dict) -> None:
     pl = sub.add_parser("plan", help="render the exact command and the summary to confirm")
-    for name in ("detect", "validate", "check", "estimate", "tune"):
-        pl.add_argument(f"--{name}", required=True, type=common.nonempty, help=f"{name} JSON file ('-' for stdin)")
-    pl.add_argument("--model", type=common.nonempty, help="model to serve (default: the one check_model.py checked)")
-    pl.add_argument("--port", type=common.int_in(1, 65535))
-    pl.add_argument("--max-model-len", type=common.int_in(16, 1 << 24))
-    pl.add_argument("--served-model-name", type=served_name_arg)
-    pl.add_argument("--state-dir", type=common.nonempty, help="where start keeps its log and state")
+    for name in INPUT_FLAGS:
+        pl.add_argument(f"--{name}", required=True, type=argtypes.nonempty, help=f"{name} JSON file ('-' for stdin)")
+    pl.add_argument("--model", type=argtypes.nonempty, help="model to serve (default: the one check_model.py checked)")
+    pl.add_argument("--port", type=argtypes.int_in(1, 65535))
+    pl.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
+    pl.add_argument("--served-model-name", type=argtypes.served_name_arg)
+    pl.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
     pl.add_argument("--dtype", choices=epyc["precision"]["supported"])
     pl.add_argument("--expose", action="store_true", help="listen on all interfaces (needs --api-key-env)")
-    pl.add_argument("--api-key-env", type=api_key_env_arg,
+    pl.add_argument("--api-key-env", type=argtypes.api_key_env_arg,
                     help="name of the env var holding the API key (its value is never shown)")
     pl.add_argument("--throughput-flags", action="store_true",
                     help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)")
@@ -488,59 +52,73 @@ def main(argv: Sequence[str] | None = None):
                          "skill+throughput")
     pl.add_argument("--kernel-log", action="store_true",
                     help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)")
+
+
+def add_life_verbs(sub, epyc: dict) -> None:
     for name in ("start", "verify", "handoff", "stop"):
         sp = sub.add_parser(name)
-        sp.add_argument("--plan", required=True, type=common.nonempty, help="the plan JSON file")
+        sp.add_argument("--plan", required=True, type=argtypes.nonempty, help="the plan JSON file")
         if name == "start":
             sp.add_argument("--confirm", action="store_true", help="the human approved the plan")
             sp.add_argument("--pull", choices=["missing", "always"], default="missing",
                             help="pull the image only when it is not local (default), or always")
         if name == "verify":
-            sp.add_argument("--timeout", type=common.float_in(0, 86400, lo_open=True),
+            sp.add_argument("--timeout", type=argtypes.float_in(0, 86400, lo_open=True),
                             default=epyc["serve"]["health_timeout_s"])
+
+
+def add_up(sub, epyc: dict) -> None:
     u = sub.add_parser("up", help="detect -> validate -> check -> estimate -> tune -> plan -> confirm -> start "
                                   "-> verify -> handoff")
-    u.add_argument("--model", type=common.nonempty, help=f"default: {epyc['default_model']}")
-    u.add_argument("--port", type=common.int_in(1, 65535))
-    u.add_argument("--served-model-name", type=served_name_arg, help="the id clients send (default: the Hub id, "
-                   "or a folder's name)")
-    u.add_argument("--max-model-len", type=common.int_in(16, 1 << 24))
-    u.add_argument("--num-prompts", type=common.int_in(1, 65536), default=1)
-    u.add_argument("--python", type=common.nonempty, help="serve on the host path with this interpreter (default: a container when "
-                   "docker answers, else the setup_host_stack.py venv)")
+    u.add_argument("--model", type=argtypes.nonempty, help=f"default: {epyc['default_model']}")
+    u.add_argument("--port", type=argtypes.int_in(1, 65535))
+    u.add_argument("--served-model-name", type=argtypes.served_name_arg,
+                   help="the id clients send (default: the Hub id, or a folder's name)")
+    u.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
+    u.add_argument("--num-prompts", type=argtypes.int_in(1, 65536), default=1)
+    u.add_argument("--python", type=argtypes.nonempty, help="serve on the host path with this interpreter (default: "
+                   "a container when docker answers, else the setup_host_stack.py venv)")
     u.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch): only on an explicit "
                    "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC")
     u.add_argument("--dtype", choices=epyc["precision"]["supported"])
     u.add_argument("--expose", action="store_true")
-    u.add_argument("--api-key-env", type=api_key_env_arg)
+    u.add_argument("--api-key-env", type=argtypes.api_key_env_arg)
     u.add_argument("--throughput-flags", action="store_true")
     u.add_argument("--kernel-log", action="store_true")
     u.add_argument("--yes", action="store_true", help="answer yes to its questions (build the host stack, launch "
                    "the plan): only after a human has read them")
-    u.add_argument("--timeout", type=common.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"])
-    u.add_argument("--state-dir", type=common.nonempty)
-    a = p.parse_args(argv)
+    u.add_argument("--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"])
+    u.add_argument("--state-dir", type=argtypes.nonempty)
 
+
+def plan_from_files(a, epyc: dict) -> dict:
+    """launch.py plan: the five documents read and checked, then the plan."""
+    if sum(getattr(a, k) == "-" for k in INPUT_FLAGS) > 1:
+        raise ScriptError("only one input can come from stdin", "save the others to files")
+    inputs = {v: jsonio.read_json_input(getattr(a, k), v) for k, v in INPUT_FLAGS.items()}  # keyed by script
+    for k, v in INPUT_FLAGS.items():
+        jsonio.check_schema(inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output",
+                            f"pass the unmodified stdout of {v}.py")
+    opts = {k: getattr(a, k) for k in PLAN_OPTIONS}
+    if opts["state_dir"]:
+        opts["state_dir"] = state_dir_arg(opts["state_dir"])
+    plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
+    check_default_state_dir(plan)
+    return plan
+
+
+def main(argv: Sequence[str] | None = None):
+    epyc = bundle.load_epyc()
+    p = cli.JsonArgumentParser(prog="scripts/launch.py", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=cli.JsonArgumentParser)
+    add_plan(sub, epyc)
+    add_life_verbs(sub, epyc)
+    add_up(sub, epyc)
+    a = p.parse_args(argv)
     if a.cmd == "plan":
-        stdin_uses = [n for n in ("detect", "validate", "check", "estimate", "tune") if getattr(a, n) == "-"]
-        if len(stdin_uses) > 1:
-            raise ScriptError("only one input can come from stdin", "save the others to files")
-        names = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory",
-                 "tune": "cpu_tune"}
-        inputs = {v: common.read_json_input(getattr(a, k), v) for k, v in names.items()}  # keyed by script
-        for k, v in names.items():
-            common.check_schema(inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output",
-                                f"pass the unmodified stdout of {v}.py")
-        opts = {k: getattr(a, k) for k in ("model", "port", "max_model_len", "served_model_name", "state_dir",
-                                           "dtype", "expose", "api_key_env", "throughput_flags", "kernel_log",
-                                           "sizing")}
-        if opts["state_dir"]:
-            opts["state_dir"] = state_dir_arg(opts["state_dir"])
-        plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
-        check_default_state_dir(plan)
-        return plan, common.EXIT_OK
+        return plan_from_files(a, epyc), errors.EXIT_OK
     if a.cmd == "up":
-        return up(a, epyc), common.EXIT_OK
+        return up(a, epyc), errors.EXIT_OK
     try:
         return life_verb(a, epyc)
     except ScriptError as exc:  # a refusal from below (the runtime, the engine) names the verb it stopped
@@ -548,19 +126,5 @@ def main(argv: Sequence[str] | None = None):
         raise
 
 
-def life_verb(a, epyc: dict) -> tuple[dict, int]:
-    """start, verify, handoff or stop, on the plan file named."""
-    if a.cmd == "start":  # rendered again in this shell: the key and HF_TOKEN must be set here, now
-        plan = load_plan(a.plan)
-        return start(plan, a.confirm, a.pull, fresh=rerender(plan, epyc) if a.confirm else None), common.EXIT_OK
-    # the other verbs act on, and show, only what the plan's own inputs still render
-    plan = read_plan(a.plan, a.cmd, epyc)
-    if a.cmd == "verify":
-        return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), common.EXIT_OK
-    if a.cmd == "handoff":
-        return handoff_doc(plan, settled=serve_life.verified_state(plan).get("primary_endpoint")), common.EXIT_OK
-    return stop(plan), common.EXIT_OK
-
-
 if __name__ == "__main__":
-    sys.exit(common.run_main(main))
+    sys.exit(cli.run_main(main))

@@ -45,7 +45,7 @@ class Hub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "Hub":
+    def start(self) -> Hub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):

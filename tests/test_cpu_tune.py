@@ -1,94 +1,98 @@
 """cpu_tune.py: socket choice, core binding, KV sizing, pinning commands, env output, bad input."""
 import subprocess
 
-import pytest
-
-import common
 import cpu_tune
-from common import ScriptError
-
+import pytest
+from conftest import _vm
+from epyc import (
+    bundle,
+    errors,
+    hostfacts,
+    sizing,
+)
+from epyc.errors import ScriptError
 
 # ---- pure decisions
 
 def test_choose_socket_by_load():
     # both free -> lowest id
-    assert cpu_tune.choose_socket([0, 1], [0, 1], {0: 3.0, 1: 1.0}, 15, None)[0] == 0
+    assert sizing.choose_socket([0, 1], [0, 1], {0: 3.0, 1: 1.0}, 15, None)[0] == 0
     # one free -> that one, no warning
-    s, reason, warn = cpu_tune.choose_socket([0, 1], [0, 1], {0: 60.0, 1: 2.0}, 15, None)
+    s, reason, warn = sizing.choose_socket([0, 1], [0, 1], {0: 60.0, 1: 2.0}, 15, None)
     assert (s, warn) == (1, None) and "free" in reason
     # all busy -> least busy, with a warning
-    s, reason, warn = cpu_tune.choose_socket([0, 1], [0, 1], {0: 80.0, 1: 40.0}, 15, None)
+    s, reason, warn = sizing.choose_socket([0, 1], [0, 1], {0: 80.0, 1: 40.0}, 15, None)
     assert s == 1 and "busy" in warn
     # threshold is inclusive: 15% counts as busy
-    assert cpu_tune.choose_socket([0, 1], [0, 1], {0: 15.0, 1: 14.9}, 15, None)[0] == 1
+    assert sizing.choose_socket([0, 1], [0, 1], {0: 15.0, 1: 14.9}, 15, None)[0] == 1
     # no sample -> lowest usable, and the reason says load is unknown
-    s, reason, _ = cpu_tune.choose_socket([1], [0, 1], None, 15, None)
+    s, reason, _ = sizing.choose_socket([1], [0, 1], None, 15, None)
     assert s == 1 and "unknown" in reason
 
 
 def test_choose_socket_forced_and_invalid():
-    assert cpu_tune.choose_socket([0, 1], [0, 1], {0: 90.0, 1: 0.0}, 15, 0)[:2] == (0, "forced by --socket")
+    assert sizing.choose_socket([0, 1], [0, 1], {0: 90.0, 1: 0.0}, 15, 0)[:2] == (0, "forced by --socket")
     with pytest.raises(ScriptError) as e:
-        cpu_tune.choose_socket([0, 1], [0, 1], None, 15, 7)
+        sizing.choose_socket([0, 1], [0, 1], None, 15, 7)
     assert e.value.extra["valid_sockets"] == [0, 1]
     with pytest.raises(ScriptError):
-        cpu_tune.choose_socket([1], [0, 1], None, 15, 0)  # exists, but no allowed CPU there
+        sizing.choose_socket([1], [0, 1], None, 15, 0)  # exists, but no allowed CPU there
 
 
 def test_split_reserved():
-    assert cpu_tune.split_reserved([0, 1, 2, 3], 0) == ([0, 1, 2, 3], [])
-    assert cpu_tune.split_reserved([0, 1, 2, 3], 1) == ([0, 1, 2], [3])
+    assert sizing.split_reserved([0, 1, 2, 3], 0) == ([0, 1, 2, 3], [])
+    assert sizing.split_reserved([0, 1, 2, 3], 1) == ([0, 1, 2], [3])
     with pytest.raises(ScriptError, match=r"^--reserve-cores -1 is negative$") as exc:
-        cpu_tune.split_reserved([0, 1, 2, 3], -1)
+        sizing.split_reserved([0, 1, 2, 3], -1)
     assert exc.value.fix == "use --reserve-cores 0 or more"
     with pytest.raises(ScriptError, match=r"^--reserve-cores 4 leaves no core to bind \(the socket has 4 usable\)$") as exc:
-        cpu_tune.split_reserved([0, 1, 2, 3], 4)
+        sizing.split_reserved([0, 1, 2, 3], 4)
     assert exc.value.fix == "use --reserve-cores below 4"  # the flag the user typed, by its name
 
 
 def test_socket_ram_takes_the_smaller_truth():
     gib = 2 ** 30
     # sysfs says 8 GiB on the only node, MemTotal 24: vLLM checks sysfs, so 8
-    assert cpu_tune.socket_ram_bytes([0], {0: 8 * gib}, 24 * gib) == 8 * gib
+    assert sizing.socket_ram_bytes([0], {0: 8 * gib}, 24 * gib) == 8 * gib
     # NPS4 socket: its four nodes
-    assert cpu_tune.socket_ram_bytes([4, 5, 6, 7], {n: 192 * gib for n in range(8)}, 1536 * gib) == 768 * gib
+    assert sizing.socket_ram_bytes([4, 5, 6, 7], {n: 192 * gib for n in range(8)}, 1536 * gib) == 768 * gib
     # a cgroup limit below the socket's RAM wins
-    assert cpu_tune.socket_ram_bytes([1], {0: 384 * gib, 1: 384 * gib}, 64 * gib) == 64 * gib
+    assert sizing.socket_ram_bytes([1], {0: 384 * gib, 1: 384 * gib}, 64 * gib) == 64 * gib
     # no sysfs node memory at all: the usable total
-    assert cpu_tune.socket_ram_bytes([0], {}, 24 * gib) == 24 * gib
+    assert sizing.socket_ram_bytes([0], {}, 24 * gib) == 24 * gib
 
 
 def test_size_kv_cache():
     # no model need: half of (8 - 2 reserve) = 3
-    assert cpu_tune.size_kv_cache(8, 2, None, None, 1.25, 0.5)["kv_gb"] == 3
+    assert sizing.size_kv_cache(8, 2, None, None, 1.25, 0.5)["kv_gb"] == 3
     # serving, not one prompt: a 0.5 GiB need on 8 GiB gets half of the 4.8 left -> 2 (need x 1.25 = 1 is the floor)
-    out = cpu_tune.size_kv_cache(8, 2, 1.2, 0.5, 1.25, 0.5)
+    out = sizing.size_kv_cache(8, 2, 1.2, 0.5, 1.25, 0.5)
     assert out["kv_gb"] == 2 and out["warning"] is None
     # a 384 GiB socket with 16 GiB of weights and a 7 GiB need: half of the 366 left = 183, not 9
-    assert cpu_tune.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 183
+    assert sizing.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 183
     # a big need on a small socket: the need x headroom wins over the share, capped by what is left
-    assert cpu_tune.size_kv_cache(16, 2, 2, 8, 1.25, 0.5)["kv_gb"] == 10
-    assert cpu_tune.size_kv_cache(16, 2, 2, 11, 1.25, 0.5)["kv_gb"] == 12
+    assert sizing.size_kv_cache(16, 2, 2, 8, 1.25, 0.5)["kv_gb"] == 10
+    assert sizing.size_kv_cache(16, 2, 2, 11, 1.25, 0.5)["kv_gb"] == 12
     # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> refused, never a silent under-grant
-    with pytest.raises(cpu_tune.ScriptError, match=r"^socket RAM 8 GiB cannot hold weights 5 GiB \+ KV 4 GiB \+ "
+    with pytest.raises(errors.ScriptError, match=r"^socket RAM 8 GiB cannot hold weights 5 GiB \+ KV 4 GiB \+ "
                                                    r"OS reserve 2 GiB$"):
-        cpu_tune.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
-    with pytest.raises(cpu_tune.ScriptError, match=r"cannot hold weights 0 GiB \+ KV 7 GiB"):  # no weights given
-        cpu_tune.size_kv_cache(8, 2, None, 7, 1.25, 0.5)
+        sizing.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
+    with pytest.raises(errors.ScriptError, match=r"cannot hold weights 0 GiB \+ KV 7 GiB"):  # no weights given
+        sizing.size_kv_cache(8, 2, None, 7, 1.25, 0.5)
     # 3.95 left for a 3.9 GiB need: vLLM takes whole GiB, so 3 would be granted -- refused too
-    with pytest.raises(cpu_tune.ScriptError, match="cannot hold"):
-        cpu_tune.size_kv_cache(7.95, 2, 2, 3.9, 1.25, 0.5)
+    with pytest.raises(errors.ScriptError, match="cannot hold"):
+        sizing.size_kv_cache(7.95, 2, 2, 3.9, 1.25, 0.5)
     # exactly enough: the grant is never below the need
-    assert cpu_tune.size_kv_cache(8, 2, 2, 4, 1.25, 0.5)["kv_gb"] == 4
+    assert sizing.size_kv_cache(8, 2, 2, 4, 1.25, 0.5)["kv_gb"] == 4
 
 
 def test_pin_commands_fallbacks():
-    both = cpu_tune.pin_commands([0, 1, 2], [0, 1, 2, 96], [0, 1], {"numactl": True, "taskset": True})
+    both = sizing.pin_commands([0, 1, 2], [0, 1, 2, 96], [0, 1], {"numactl": True, "taskset": True})
     assert both["host_pin_prefix"] == "numactl --cpunodebind=0,1 --membind=0,1"
     assert both["container_cpuset"] == "--cpuset-cpus=0-2,96 --cpuset-mems=0,1"
-    ts = cpu_tune.pin_commands([0, 1, 2], [0, 1, 2], [0], {"numactl": False, "taskset": True})
+    ts = sizing.pin_commands([0, 1, 2], [0, 1, 2], [0], {"numactl": False, "taskset": True})
     assert ts["host_pin_argv"] == ["taskset", "-c", "0-2"] and "numactl" in ts["pin_note"]
-    none = cpu_tune.pin_commands([0], [0], [0], {})
+    none = sizing.pin_commands([0], [0], [0], {})
     assert none["host_pin_prefix"] == "" and none["host_pin_tool"] is None and "unpinned" in none["pin_note"]
 
 
@@ -185,8 +189,8 @@ def test_env_format_failure_stops_eval_and_reports_json_on_stderr(make_sysroot):
 def test_live_binding_is_within_allowed_cpus(script):
     det = script("detect.py").doc
     d = script("cpu_tune.py").doc
-    bind = set(common.parse_cpulist(d["vllm_cpu_omp_threads_bind"]))
-    assert bind and bind <= set(common.parse_cpulist(det["allowed_cpus"]))
+    bind = set(hostfacts.parse_cpulist(d["vllm_cpu_omp_threads_bind"]))
+    assert bind and bind <= set(hostfacts.parse_cpulist(det["allowed_cpus"]))
     assert d["socket_busy_pct"] is not None and d["kv_granted_gb"] >= 1
     assert d["socket_ram_gb"] <= det["ram_gb"]
 
@@ -204,60 +208,60 @@ def test_a_cgroup_cpu_quota_caps_the_threads(script, make_sysroot, files, quota,
     det = script("detect.py", "--sysroot", root).doc
     d = script("cpu_tune.py", "--sysroot", root).doc
     assert det["cpu_quota"] == quota and d["cpu_quota"] == quota
-    assert d["omp_threads"] == threads and len(common.parse_cpulist(d["vllm_cpu_omp_threads_bind"])) == threads
+    assert d["omp_threads"] == threads and len(hostfacts.parse_cpulist(d["vllm_cpu_omp_threads_bind"])) == threads
     assert any(w["check"] == "cpu_quota" for w in d["warnings"]) == (quota is not None)
 
 
 def test_a_socket_without_its_node_meminfo_is_not_given_the_whole_hosts_ram():
     gib = 1024 ** 3
-    with pytest.raises(cpu_tune.ScriptError, match=r"node\(s\) \[1\]"):
-        cpu_tune.socket_ram_bytes([1], {0: 384 * gib}, 768 * gib)
+    with pytest.raises(errors.ScriptError, match=r"node\(s\) \[1\]"):
+        sizing.socket_ram_bytes([1], {0: 384 * gib}, 768 * gib)
 
 
 def test_per_cpu_load_is_indexed_by_cpu_id_with_offline_cpus(make_sysroot):
     """CPUs 0-1 on socket 0 and 4-5 on socket 1, with 2-3 offline: psutil's four entries are CPUs 0,1,4,5."""
-    import detect
-    topo = detect.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
+    from epyc import hostfacts
+    topo = hostfacts.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
                            node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
-    busy = cpu_tune.busy_by_socket([90.0, 90.0, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5])
+    busy = sizing.busy_by_socket([90.0, 90.0, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5])
     assert busy == {0: 90.0, 1: 5.0}
 
 
 def test_equally_idle_sockets_prefer_the_one_with_clearly_more_free_memory():
     gib = 2 ** 30
-    s, reason, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 40 * gib, 1: 300 * gib})
+    s, reason, _ = sizing.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 40 * gib, 1: 300 * gib})
     assert s == 1 and "most free memory" in reason
-    s, reason, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 290 * gib, 1: 300 * gib})
+    s, reason, _ = sizing.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 290 * gib, 1: 300 * gib})
     assert s == 0 and "lowest id" in reason  # within 10 %: no reason to move
-    s, _, _ = cpu_tune.choose_socket([0, 1], [0, 1], {0: 50.0, 1: 3.0}, 15, None, {0: 300 * gib, 1: 40 * gib})
+    s, _, _ = sizing.choose_socket([0, 1], [0, 1], {0: 50.0, 1: 3.0}, 15, None, {0: 300 * gib, 1: 40 * gib})
     assert s == 1  # load first: a busy socket is not chosen for its memory
 
 
 def test_socket_load_is_the_mean_of_its_usable_cpus_and_a_socket_with_none_counts_as_busy():
     """Mutation survivors of busy_by_socket: the mean (not max, not sum), one decimal, and 100 % for a
     socket where this process may bind no CPU (so it is never the idle choice)."""
-    import detect
-    topo = detect.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
+    from epyc import hostfacts
+    topo = hostfacts.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
                            node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
-    assert cpu_tune.busy_by_socket([10.0, 40.05, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5]) == {0: 25.0, 1: 5.0}
-    assert cpu_tune.busy_by_socket([10.0, 40.0, 0.0, 0.0], [0, 1, 4, 5], topo, [0, 1]) == {0: 25.0, 1: 100.0}
+    assert sizing.busy_by_socket([10.0, 40.05, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5]) == {0: 25.0, 1: 5.0}
+    assert sizing.busy_by_socket([10.0, 40.0, 0.0, 0.0], [0, 1, 4, 5], topo, [0, 1]) == {0: 25.0, 1: 100.0}
 
 
 def test_roomiest_moves_only_past_the_margin():
     """More free memory by exactly the margin is not 'clearly more'; past it is."""
-    assert cpu_tune.roomiest([0, 1], {0: 100, 1: 110}) == (0, False)
-    assert cpu_tune.roomiest([0, 1], {0: 100, 1: 111}) == (1, True)
-    assert cpu_tune.roomiest([0, 1], {0: 100, 1: 150}, margin=0.5) == (0, False)
-    assert cpu_tune.roomiest([0, 1], {0: 100}) == (0, False)  # a socket without a figure: no move
-    assert cpu_tune.roomiest([2, 3], {2: 100, 3: 100}) == (2, False)
+    assert sizing.roomiest([0, 1], {0: 100, 1: 110}) == (0, False)
+    assert sizing.roomiest([0, 1], {0: 100, 1: 111}) == (1, True)
+    assert sizing.roomiest([0, 1], {0: 100, 1: 150}, margin=0.5) == (0, False)
+    assert sizing.roomiest([0, 1], {0: 100}) == (0, False)  # a socket without a figure: no move
+    assert sizing.roomiest([2, 3], {2: 100, 3: 100}) == (2, False)
 
 
 def test_a_quota_equal_to_the_cores_bound_changes_nothing_and_says_nothing():
-    assert cpu_tune.cap_to_quota([0, 1], 2.0) == ([0, 1], None)
-    assert cpu_tune.cap_to_quota([0, 1], None) == ([0, 1], None)
-    bind, warning = cpu_tune.cap_to_quota([0, 1, 2], 2.5)
+    assert sizing.cap_to_quota([0, 1], 2.0) == ([0, 1], None)
+    assert sizing.cap_to_quota([0, 1], None) == ([0, 1], None)
+    bind, warning = sizing.cap_to_quota([0, 1, 2], 2.5)
     assert bind == [0, 1] and warning["message"].endswith("binding 2 of the socket's 3 physical cores")
-    assert cpu_tune.cap_to_quota([4, 5], 0.5)[0] == [4]  # at least one core
+    assert sizing.cap_to_quota([4, 5], 0.5)[0] == [4]  # at least one core
 
 
 def test_env_format_echoes_each_warning_to_stderr(make_sysroot):
@@ -273,11 +277,12 @@ def test_env_format_echoes_each_warning_to_stderr(make_sysroot):
 
 def _plan_in_process(root, busy, **over):
     import argparse
-    import detect
-    epyc = common.load_epyc()
+
+    from epyc import remote_host
+    epyc = bundle.load_epyc()
     args = argparse.Namespace(**{"socket": None, "busy_threshold": 15.0, "reserve_cores": 0, "weight_gb": None,
                                  "kv_needed_gb": None, "os_reserve_gb": 2.0, **over})
-    return cpu_tune.plan(detect.gather_from_args(str(root), None), epyc, busy, args)
+    return sizing.plan(remote_host.gather_from_args(str(root), None), epyc, busy, args)
 
 
 def test_every_socket_busy_is_a_socket_warning_and_a_tiny_grant_a_kv_warning(make_sysroot):
@@ -325,11 +330,63 @@ def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_s
 def test_the_live_load_sample_is_long_only_when_it_chooses_the_socket(make_sysroot, monkeypatch):
     """A 2-socket host sampled live: the full sample when it decides the socket, a glance when --socket already
     did (only reported then). This runner has one socket: a captured 2-socket host stands in for a live one."""
-    import detect
-    two = detect.gather_from_args(str(make_sysroot("genoa_9654_2s_smt")), None)
-    monkeypatch.setattr(cpu_tune.detect, "gather_from_args", lambda sysroot, host: two)
+    from epyc import remote_host
+    two = remote_host.gather_from_args(str(make_sysroot("genoa_9654_2s_smt")), None)
+    monkeypatch.setattr(remote_host, "gather_from_args", lambda sysroot, host: two)
     seconds = []
     monkeypatch.setattr(cpu_tune, "sample_busy", lambda topo, allowed, s: seconds.append(s) or {0: 1.0, 1: 1.0})
     cpu_tune.main([])
     cpu_tune.main(["--socket", "1"])
-    assert seconds == [common.load_epyc()["cpu"]["sample_seconds"], 0.1]
+    assert seconds == [bundle.load_epyc()["cpu"]["sample_seconds"], 0.1]
+
+
+def test_a_vm_of_one_core_sockets_in_one_node_is_served_on_all_its_cpus(script, tmp_path):
+    """F4: 8 one-core "sockets" in one NUMA node were served on socket 0 alone: one vCPU of eight, no warning.
+    Packages that share a node are one memory domain, served as one socket; with two nodes, two sockets."""
+    root = _vm(tmp_path, 8, 1)
+    r = script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", "8", "--kv-needed-gb", "2")
+    assert r.code == 0 and r.doc["omp_threads"] == 8 and r.doc["vllm_cpu_omp_threads_bind"] == "0-7"
+    assert r.doc["container_cpuset_argv"] == ["--cpuset-cpus=0-7", "--cpuset-mems=0"] and len(r.doc["sockets"]) == 1
+    assert "packages 0-7 share NUMA node(s) 0: one-core packages of one memory domain (a VM's sockets), " \
+        "served as socket 0" in r.doc["notes"][-1]
+    d = script("detect.py", "--sysroot", str(root)).doc
+    assert (d["socket_count"], d["physical_cores"], d["logical_cores"]) == (1, 8, 8)
+    r = script("cpu_tune.py", "--sysroot", str(_vm(tmp_path, 8, 2)), "--weight-gb", "8", "--kv-needed-gb", "2")
+    assert r.code == 0 and [s["cpus"] for s in r.doc["sockets"]] == ["0-3", "4-7"] and r.doc["omp_threads"] == 4
+    assert r.doc["numa_nodes"] == [0]
+
+
+def test_only_one_core_packages_are_joined_and_only_through_a_shared_node(script, tmp_path):
+    """The review of F4's fix: a node spanning real packages (a 2P EPYC in NPS0) or no NUMA sysfs at all joined
+    two 96-core sockets into one OpenMP team of 192. Only one-core packages (a VM's) are joined."""
+    import shutil
+
+    from epyc import hostfacts
+    from sysroots import HOSTS, build
+    one_core = {0: 0, 1: 1, 2: 2, 3: 3}
+    assert hostfacts.sharing_packages(one_core, {c: 0 for c in one_core}, {0: 0, 1: 0, 2: 1, 3: 1}) == \
+        {0: 0, 1: 0, 2: 2, 3: 2}
+    assert hostfacts.sharing_packages({0: 2, 1: 1, 2: 0}, {0: 0, 1: 0, 2: 0}, {0: 0, 1: 1, 2: 1}) == {0: 0, 1: 0, 2: 2}
+    two_cores = {0: 0, 1: 0, 2: 1, 3: 1}
+    assert hostfacts.sharing_packages(two_cores, {0: 0, 1: 1, 2: 0, 3: 1}, {c: 0 for c in two_cores}) == {0: 0, 1: 1}
+    smt = {0: 0, 1: 1, 2: 0, 3: 1}  # one core, two threads each: still a one-core package
+    assert hostfacts.sharing_packages(smt, {c: 0 for c in smt}, {c: 0 for c in smt}) == {0: 0, 1: 0}
+    for edit in ("nps0", "no-numa"):
+        root = build(tmp_path / edit, HOSTS["genoa_9654_2s_smt"])
+        if edit == "nps0":
+            (root / "sys/devices/system/node/node0/cpulist").write_text("0-383\n")
+            (root / "sys/devices/system/node/node0/meminfo").write_text("Node 0 MemTotal: 805306368 kB\n")
+            shutil.rmtree(root / "sys/devices/system/node/node1")
+        else:
+            shutil.rmtree(root / "sys/devices/system/node")
+        r = script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", "8", "--kv-needed-gb", "2")
+        assert r.code == 0 and r.doc["omp_threads"] == 96 and r.doc["vllm_cpu_omp_threads_bind"] == "0-95", edit
+        assert r.doc["container_cpuset_argv"][0] == "--cpuset-cpus=0-95,192-287" and len(r.doc["sockets"]) == 2
+        assert not any("one-core packages" in n for n in r.doc["notes"])
+
+
+def test_a_socket_whose_nodes_list_no_cpu_is_refused(script, make_sysroot):
+    root = make_sysroot("runner")
+    (root / "sys/devices/system/node/node0/cpulist").write_text("")
+    r = script("cpu_tune.py", "--sysroot", str(root))
+    assert r.code == 1 and "no NUMA node listing its CPUs" in r.doc["error"]

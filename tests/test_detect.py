@@ -1,13 +1,37 @@
 """detect.py: generation from brand or CPUID, topology, memory truth, bad input, and the live host."""
+import gzip
+import json
+import os
+import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
+from conftest import (
+    LONG_NAME,
+    REAL_DUMP,
+    ROOT,
+    _header,
+    _header_9,
+    _hostile_ssh,
+    _pax,
+    _run_measuring_memory,
+    load_docs,
+    plan_from,
+    plan_from_4,
+    run_script,
+)
+from epyc import (
+    bundle,
+    cpuid,
+    hostfacts,
+    jsonio,
+    remote_host,
+)
+from epyc.errors import ScriptError
 
-import common
-import detect
-from common import ScriptError
-
-GENS = common.load_epyc()["generations"]
+GENS = bundle.load_epyc()["generations"]
 
 
 @pytest.mark.parametrize("brand,family,model,gen,arch,source", [
@@ -38,19 +62,19 @@ GENS = common.load_epyc()["generations"]
     ("AMD EPYC", 25, 0x30, "unknown", "unknown", "unknown"),
 ])
 def test_classify_generation(brand, family, model, gen, arch, source):
-    out = detect.classify_generation(brand, family, model, GENS)
+    out = cpuid.classify_generation(brand, family, model, GENS)
     assert (out["epyc_generation"], out["zen_arch"], out["generation_source"]) == (gen, arch, source)
 
 
 def test_masked_amd_brand_counts_as_epyc_only_with_cpuid_match():
-    assert detect.is_amd_epyc("AuthenticAMD", "AMD EPYC", "unknown")
-    assert detect.is_amd_epyc("AuthenticAMD", "AMD Eng Sample", "cpuid")
-    assert not detect.is_amd_epyc("AuthenticAMD", "AMD Ryzen 9 7950X", "cpuid")
-    assert not detect.is_amd_epyc("GenuineIntel", "Intel(R) Xeon(R) EPYC-lookalike", "model_number")
+    assert cpuid.is_amd_epyc("AuthenticAMD", "AMD EPYC", "unknown")
+    assert cpuid.is_amd_epyc("AuthenticAMD", "AMD Eng Sample", "cpuid")
+    assert not cpuid.is_amd_epyc("AuthenticAMD", "AMD Ryzen 9 7950X", "cpuid")
+    assert not cpuid.is_amd_epyc("GenuineIntel", "Intel(R) Xeon(R) EPYC-lookalike", "model_number")
 
 
 def test_cgroup_dirs_v1_and_v2():
-    dirs = detect.cgroup_dirs("4:memory:/process_api/abc\n3:cpuset:/\n0::/user.slice/x\n")
+    dirs = hostfacts.cgroup_dirs("4:memory:/process_api/abc\n3:cpuset:/\n0::/user.slice/x\n")
     assert dirs["memory"][0] == "/sys/fs/cgroup/user.slice/x/memory.max"
     assert "/sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes" in dirs["memory"]
     assert dirs["cpuset"][0] == "/sys/fs/cgroup/user.slice/x/cpuset.cpus.effective"
@@ -59,7 +83,7 @@ def test_cgroup_dirs_v1_and_v2():
 @pytest.mark.parametrize("text,expected", [("max\n", None), ("9223372036854771712", None),
                                            (str(64 * 2 ** 30), 64 * 2 ** 30), ("junk", None), (None, None)])
 def test_parse_cgroup_limit(text, expected):
-    assert detect.parse_cgroup_limit(text) == expected
+    assert hostfacts.parse_cgroup_limit(text) == expected
 
 
 # ---- whole hosts, through the CLI, from sysroots
@@ -159,10 +183,10 @@ def test_sysroot_and_host_are_exclusive(script, tmp_path):
 def test_unpack_capture_refuses_path_escape(tmp_path):
     root = tmp_path / "a" / "root"  # an escape lands in this test's own tmp_path, never in a shared folder
     root.mkdir(parents=True)
-    detect.unpack_capture("@@EPYC-SKILL-FILE@@ /proc/cpuinfo\nok\n", root, "box")
+    remote_host.unpack_capture("@@EPYC-SKILL-FILE@@ /proc/cpuinfo\nok\n", root, "box")
     assert (root / "proc/cpuinfo").read_text() == "ok\n"
     with pytest.raises(ScriptError, match="is not a plain captured file"):
-        detect.unpack_capture("@@EPYC-SKILL-FILE@@ /../../etc/evil\nx\n", root, "box")
+        remote_host.unpack_capture("@@EPYC-SKILL-FILE@@ /../../etc/evil\nx\n", root, "box")
     assert not (tmp_path / "etc/evil").exists()
 
 
@@ -171,14 +195,14 @@ def test_unpack_capture_refuses_path_escape(tmp_path):
 
 def test_live_host_matches_proc_cpuinfo(script):
     d = script("detect.py").doc
-    cpu = detect.parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    cpu = hostfacts.parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     assert d["cpu_family"] == cpu["family"] and d["cpu_model_number"] == cpu["model"]
     assert d["avx512"] == ("avx512f" in cpu["flags"])
-    expect = detect.classify_generation(cpu["brand"], cpu["family"], cpu["model"], GENS)
+    expect = cpuid.classify_generation(cpu["brand"], cpu["family"], cpu["model"], GENS)
     if d["is_amd_epyc"]:
         assert d["epyc_generation"] == expect["epyc_generation"]
     assert d["logical_cores"] >= d["physical_cores"] >= 1
-    assert set(common.parse_cpulist(d["allowed_cpus"])) <= set(range(d["logical_cores"] * 8))
+    assert set(hostfacts.parse_cpulist(d["allowed_cpus"])) <= set(range(d["logical_cores"] * 8))
 
 
 def test_a_host_described_by_sku_plans_like_a_real_one(script, tmp_path):
@@ -245,11 +269,11 @@ def test_a_capture_never_writes_outside_its_folder(script, tmp_path):
 def test_the_stock_route_names_the_cpu_it_was_asked_for():
     """An explicit stock request on a CPU zentorch does not serve says which CPU, and why; unknown fields
     still give a sentence (mutation survivors of route_host)."""
-    gens = common.load_epyc()["supported_generations"]
+    gens = bundle.load_epyc()["supported_generations"]
     intel = {"cpu_model": "Intel(R) Xeon(R) Platinum 8581C", "vendor": "GenuineIntel", "is_amd_epyc": False}
-    r = detect.route_host(intel, gens, stock=True)
+    r = cpuid.route_host(intel, gens, stock=True)
     assert r["route"] == "stock" and r["reason"].startswith("zentorch does not apply to Intel(R) Xeon(R) Platinum 8581C")
-    r = detect.route_host({"is_amd_epyc": False}, gens, stock=False)
+    r = cpuid.route_host({"is_amd_epyc": False}, gens, stock=False)
     assert r["route"] == "stop" and "unknown CPU" in r["reason"] and r["fix"].startswith("stop here")
 
 
@@ -278,7 +302,7 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
 ])
 def test_each_route_says_what_to_do_in_words(facts, stock, route, reason, fix):
     """The route is what SKILL.md's agent reads aloud: the sentence and the next step, exactly."""
-    assert detect.route_host(facts, VALIDATED, stock) == {"route": route, "reason": reason, "fix": fix}
+    assert cpuid.route_host(facts, VALIDATED, stock) == {"route": route, "reason": reason, "fix": fix}
 
 
 def test_the_cpu_facts_a_plan_is_built_on(script, make_sysroot):
@@ -309,24 +333,366 @@ def _tree(root, files: dict):
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    return common.Sysroot(str(root))
+    return hostfacts.Sysroot(str(root))
 
 
 def test_topology_without_numa_or_package_ids_is_one_socket_one_node(tmp_path):
     """A kernel without NUMA (no node dirs) and a hypervisor hiding physical_package_id (or writing -1):
     every CPU is socket 0 and node 0 -- not socket 1, not a node that does not exist."""
-    import detect
+    from epyc import hostfacts
     base = "sys/devices/system/cpu"
     sr = _tree(tmp_path, {f"{base}/online": "0-3", f"{base}/cpu1/topology/physical_package_id": "-1",
                           f"{base}/cpu2/topology/physical_package_id": "x",
                           f"{base}/cpu3/topology/physical_package_id": "0", f"{base}/cpu3/topology/core_id": "7"})
-    topo = detect.read_topology(sr)
+    topo = hostfacts.read_topology(sr)
     assert topo.package == {0: 0, 1: 0, 2: 0, 3: 0} and topo.core == {0: 0, 1: 1, 2: 2, 3: 7}
     assert topo.node_cpus == {0: [0, 1, 2, 3]} and topo.node_of_cpu == {0: 0, 1: 0, 2: 0, 3: 0}
 
 
 def test_a_cgroup_quota_without_a_period_uses_the_kernels_default():
-    import detect
-    assert detect.parse_cpu_quota("150000") == 1.5  # cpu.max with the period left out: 100000
-    assert detect.parse_cpu_quota(None, "250000", None) == 2.5  # v1 without cfs_period_us
-    assert detect.parse_cpu_quota("max 100000") is None and detect.parse_cpu_quota("200000 50000") == 4.0
+    from epyc import hostfacts
+    assert hostfacts.parse_cpu_quota("150000") == 1.5  # cpu.max with the period left out: 100000
+    assert hostfacts.parse_cpu_quota(None, "250000", None) == 2.5  # v1 without cfs_period_us
+    assert hostfacts.parse_cpu_quota("max 100000") is None and hostfacts.parse_cpu_quota("200000 50000") == 4.0
+
+
+def test_cpuinfo_numbers_are_ascii_and_a_brand_is_as_long_as_a_cpus(script, make_sysroot):
+    root = make_sysroot("masked_genoa")
+    cpuinfo = root / "proc" / "cpuinfo"
+    text = cpuinfo.read_text()
+    cpuinfo.write_text(text.replace("cpu family\t: 25", "cpu family\t: \u0662\u0665"))  # Arabic-Indic 25
+    r = script("detect.py", "--sysroot", str(root))
+    assert r.code == 0 and r.doc["cpu_family"] is None and r.doc["epyc_generation"] != "Genoa", r.doc
+    cpuinfo.write_text(text.replace("model name\t: AMD EPYC", "model name\t: AMD EPYC " + "a." * 30_000))
+    r = script("detect.py", "--sysroot", str(root))
+    assert r.code == 1 and "model name of 60,009 characters" in r.doc["error"], r.doc
+    cpuinfo.write_text(text.replace("model name\t: AMD EPYC", "model name\t: AMD EPYC " + "x" * 200))
+    assert script("detect.py", "--sysroot", str(root)).code == 0  # long, but a hypervisor may say so
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ("@@EPYC-SKILL-FILE@@ /\nx", "is not a plain captured file"),
+    ("@@EPYC-SKILL-FILE@@ /proc/cpuinfo/inner\nx", "File exists"),  # a file and a folder at once
+    ("@@EPYC-SKILL-FILE@@ /proc/a\x00b\nx", "is not a plain captured file"),
+    ("@@EPYC-SKILL-FILE@@ /proc/" + "a" * 300 + "\nx", "is not a plain captured file"),
+    ("@@EPYC-SKILL-FILE@@ proc/relative\nx", "is not an absolute path"),
+])
+@pytest.mark.parametrize("tool", ["detect.py", "cpu_tune.py"])
+def test_a_hosts_ssh_answer_is_checked_as_a_capture_is(script, tmp_path, tool, extra, needle):
+    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint({extra!r})")
+    r = script(tool, "--host", "root@box", env=env)
+    assert r.code == 1 and "over ssh" in r.doc["error"] and needle in r.doc["error"], r.doc
+
+
+def test_a_host_that_prints_without_end_fills_no_memory(script, tmp_path):
+    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nblock = 'x' * (1 << 20)\nwhile True:\n    sys.stdout.write(block)")
+    t0 = time.monotonic()
+    r = script("detect.py", "--host", "root@box", env=env, timeout=120)
+    assert r.code == 1 and "printed more than" in r.doc["error"] and time.monotonic() - t0 < 60, r.doc
+
+
+@pytest.mark.parametrize("opts", ["'unclosed", "-o ProxyCommand=\"x", "trailing\\"])
+def test_ssh_options_that_are_not_shell_words_are_a_clear_error(script, opts):
+    r = script("detect.py", "--host", "root@box", env={"EPYC_SKILL_SSH_OPTS": opts})
+    assert r.code == 1 and "EPYC_SKILL_SSH_OPTS is not shell words" in r.doc["error"], r.doc
+
+
+def test_a_single_socket_part_is_not_planned_on_two_sockets(script):
+    r = script("detect.py", "--spec", "9654P", "--sockets", "2", "--ram-gb-per-socket", "384")
+    assert r.code == 1 and "single-socket part" in r.doc["error"] and "--sockets 1" in r.doc["fix"], r.doc
+    assert script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384").code == 0
+
+
+def test_a_host_answer_of_short_lines_costs_no_more_than_its_size(tmp_path):
+
+    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint('@@EPYC-SKILL-FILE@@ /proc/big')\n"
+                                 "sys.stdout.write('xy\\n' * (12 << 20))")  # 36 MiB of 3-byte lines
+    code, doc, max_rss_kb = _run_measuring_memory("detect.py", "--host", "root@box", env=env)
+    assert code == 1 and "makes the capture larger" in doc["error"], doc
+    assert max_rss_kb < 400_000, f"{max_rss_kb} KB for a 36 MiB answer (a list of its lines took ~1 GB)"
+
+
+def test_a_memory_figure_no_machine_runs_on_is_named_at_its_source(script, tmp_path):
+    """F7: `--ram-gb-per-socket 0.001` (inside the flag's range then) and a cgroup memory.max of 4096 bytes
+    ended in "detect.py read facts it cannot describe: field ram_gb: 0.0 ...", a fix about model files. The
+    flag's range is a socket's (1 GiB and up); the cgroup figure is named where it comes from."""
+    import dataclasses
+
+    from sysroots import HOSTS, build
+    r = script("detect.py", "--spec", "9654", "--ram-gb-per-socket", "0.001")
+    assert r.code == 1 and "--ram-gb-per-socket: 0.001 is out of range (expected from 1 to 65536)" in r.doc["error"]
+    build(tmp_path / "sr", dataclasses.replace(HOSTS["genoa_9654_2s_smt"], cgroup_memory_max="4096"))
+    r = script("detect.py", "--sysroot", str(tmp_path / "sr"))
+    assert r.code == 1 and r.doc["error"].startswith("usable RAM reads 4,096 bytes (the cgroup memory limit)")
+    assert "memory.max" in r.doc["fix"] and "field ram_gb" not in r.doc["error"]
+
+
+def test_a_cpu_two_nodes_list_is_refused(script, tmp_path):
+    """F8: node1 claiming CPUs node0 lists made the later node win, and the plan bound memory to it."""
+    from sysroots import HOSTS, build
+    root = build(tmp_path / "sr", HOSTS["genoa_9654_2s_smt"])
+    (root / "sys/devices/system/node/node1/cpulist").write_text("0-15\n")
+    for name in ("detect.py", "cpu_tune.py"):
+        r = script(name, "--sysroot", str(root))
+        assert r.code == 1 and r.doc["error"].startswith("CPU 0 is listed by NUMA nodes 0 and 1"), r.doc
+        assert "re-capture" in r.doc["fix"]
+
+
+def test_capture_runs_with_the_standard_library_alone(tmp_path):
+    """F4: SKILL.md sends `detect.py --capture` to the host to plan for, "standard library only". It wrote the
+    archive, then exit 1 "missing Python package 'jsonschema'": the receipt was checked as detect's facts.
+    The bundle is copied without its venv and run with no site-packages (-S), as on a bare server."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    bundle = tmp_path / "bundle"
+    for part in ("scripts", "data"):
+        shutil.copytree(ROOT / part, bundle / part)
+    archive = tmp_path / "host.tar.gz"
+    res = subprocess.run([sys.executable, "-I", "-S", str(bundle / "scripts" / "detect.py"), "--capture",
+                          str(archive)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout) == {"ok": True, "capture": str(archive), "files": json.loads(res.stdout)["files"]}
+    probe = subprocess.run([sys.executable, "-I", "-S", "-c", "import jsonschema"], capture_output=True, timeout=60)
+    assert probe.returncode != 0  # the run above really had no jsonschema
+    assert archive.stat().st_size > 0
+
+
+def test_a_sysroot_file_that_is_no_capture_says_so(script, tmp_path):
+    """`detect.py --sysroot some.json` answered with tarfile's list of the compressions it tried."""
+    (tmp_path / "some.json").write_text("{}")
+    r = script("detect.py", "--sysroot", str(tmp_path / "some.json"))
+    assert r.code == 1 and "is neither a folder nor a capture archive" in r.doc["error"], r.doc
+    assert "\n" not in r.doc["error"] and "detect.py --capture" in r.doc["fix"]
+
+
+# ---- F6: hangs
+def test_a_fifo_in_a_sysroot_or_as_the_capture_does_not_hang(script, make_sysroot, tmp_path):
+    root = make_sysroot("runner")
+    (root / "proc" / "cpuinfo").unlink()
+    os.mkfifo(root / "proc" / "cpuinfo")
+    for name in ("detect.py", "cpu_tune.py"):
+        r = script(name, "--sysroot", str(root), timeout=30)
+        assert r.code == 1 and "proc/cpuinfo" in r.doc["error"]
+    os.mkfifo(tmp_path / "capture")
+    r = script("detect.py", "--capture", str(tmp_path / "capture"), timeout=30)
+    assert r.code == 1 and "not a regular file" in r.doc["error"]
+
+
+def test_save_sysroot_writes_only_into_a_new_or_empty_folder(script, tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "proc").symlink_to(tmp_path)
+    r = script("detect.py", "--spec", "9654", "--ram-gb-per-socket", "384", "--save-sysroot", str(tmp_path / "full"))
+    assert r.code == 1 and "not empty" in r.doc["error"]
+
+
+def test_the_summary_says_what_a_host_server_takes_from_the_shell(inputs):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
+                            ld_preload={"value": None, "note": None})
+    plan = plan_from(docs)
+    env_row = dict(plan["summary"])["Environment"]
+    assert "PYTHONUNBUFFERED=1" in env_row and plan["env"]["PYTHONUNBUFFERED"] == "1"
+    assert env_row.endswith("; from this shell only PATH, HOME, USER, LOGNAME, LANG, LANGUAGE, TZ, TMPDIR, HF_HOME, "
+                            "HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME, HF_ENDPOINT, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT, "
+                            "SSL_CERT_FILE, SSL_CERT_DIR, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, LC_* and the proxy "
+                            "variables")
+
+
+# ---- F11, F12, F15: flags that would be ignored, numbers that overflow, dubious values
+@pytest.mark.parametrize("args", [["--host", "box.example"], ["--sysroot", "/tmp"], ["--spec", "9654"],
+                                  ["--nps", "4"]])
+def test_capture_takes_no_other_target(script, tmp_path, args):
+    r = script("detect.py", "--capture", str(tmp_path / "c.tar.gz"), *args)
+    assert r.code == 1 and "would be ignored" in r.doc["error"] and not (tmp_path / "c.tar.gz").exists()
+
+
+def test_an_empty_value_after_an_equals_sign_is_not_this_host(script):
+    r = script("detect.py", "--host=--")
+    assert r.code == 1 and "expected one value" in r.doc["error"]
+
+
+# ---- A1, A2, A3: internal errors on a long name, a huge index size, a 5000-digit number
+@pytest.mark.parametrize("name", ["detect.py", "cpu_tune.py"])
+def test_a_sysroot_name_too_long_is_a_clear_error(script, name):
+    r = script(name, "--sysroot", LONG_NAME)
+    assert r.code == 1 and "File name too long" in r.doc["error"] and "sysroot" in r.doc["error"]
+
+
+# ---- lower severity: silent accepts
+def test_nps_takes_plain_digits_only(script):
+    r = script("detect.py", "--spec", "9654", "--ram-gb-per-socket", "64", "--nps", "٤")
+    assert r.code == 1 and "--nps" in r.doc["error"]
+    assert script("detect.py", "--spec", "9654", "--ram-gb-per-socket", "64", "--nps", "4").code == 0
+
+
+def test_capture_to_dash_writes_no_file_named_dash(script, tmp_path):
+    r = script("detect.py", "--capture", "-")
+    assert r.code == 1 and "stdout" in r.doc["error"]
+    assert not (Path(__file__).resolve().parents[1] / "-").exists()
+
+
+def test_a_capture_archive_is_refused_at_a_member_larger_than_any_capture(script, tmp_path):
+    import io
+    import tarfile
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("proc/cpuinfo")
+        info.size = hostfacts.SYS_FILE_LIMIT + 1
+        tar.addfile(info, io.BytesIO(b"\0" * info.size))
+    assert bomb.stat().st_size < 1 << 20
+    r = script("detect.py", "--sysroot", str(bomb))
+    assert r.code == 1 and "larger than any detect.py --capture" in r.doc["error"]
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("chosen_socket", 10 ** 9, "chosen_socket"), ("numa_nodes", [-1], "numa_nodes"),
+    ("omp_threads", 10 ** 12, "omp_threads"), ("vllm_cpu_omp_threads_bind", "0--,,", "vllm_cpu_omp_threads_bind"),
+    ("vllm_cpu_omp_threads_bind", "9" * 20, "vllm_cpu_omp_threads_bind"), ("kv_granted_gb", 65536, "on a socket of"),
+    ("host_pin_argv", ["numactl", "--cpunodebind=0", "--membind=99999"], "host_pin_argv")])
+def test_cpu_tune_numbers_no_host_has_never_reach_the_plan(inputs, field, value, needle):  # noqa: F811
+    docs = load_docs(inputs)
+    docs["cpu_tune"][field] = value
+    with pytest.raises(ScriptError, match=needle):
+        jsonio.check_schema(docs["cpu_tune"], "cpu_tune", "cpu_tune", "x")
+        plan_from_4(docs)
+
+
+# ---- F1: a plan of another host, checked by validate.py on this one
+def test_a_plan_for_another_host_needs_validate_from_that_host(inputs):  # noqa: F811
+    docs = load_docs(inputs)
+    spec = "spec:EPYC 9124 (1 socket, 64 GiB a socket)"
+    docs["detect"]["target"] = docs["cpu_tune"]["target"] = spec  # detect and cpu_tune agree; validate ran here
+    with pytest.raises(ScriptError, match="validate.py checked sysroot:"):
+        plan_from(docs)
+    docs["detect"]["target"] = docs["cpu_tune"]["target"] = "localhost"  # the tree of another host, validated here
+    with pytest.raises(ScriptError, match="detect.py read localhost, validate.py checked sysroot:"):
+        plan_from(docs)
+
+
+# ---- F5: an extended tar header declaring gigabytes
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_a_capture_with_a_huge_extended_header_is_refused_before_it_is_read(script, tmp_path, kind):
+    bomb = tmp_path / "capture.tar.gz"
+    info = tarfile.TarInfo("././@LongHeader")
+    info.size, info.type = 300 << 20, kind
+    with gzip.open(bomb, "wb") as f:
+        f.write(info.tobuf(format=tarfile.USTAR_FORMAT))
+        for _ in range(300):
+            f.write(b"0" * (1 << 20))
+    assert bomb.stat().st_size < 1 << 20
+    r = script("detect.py", "--sysroot", str(bomb))
+    assert r.code == 1 and "extended header of 314,572,800 bytes" in r.doc["error"]
+
+
+# ---- F6, F11: sysfs numbers no machine has
+def test_cpu_ids_past_linux_limit_are_refused_not_counted(script, make_sysroot):
+    root = make_sysroot("genoa_9654_2s_smt")
+    (root / "sys/devices/system/cpu/online").write_text(",".join(f"{i * 70000}-{i * 70000 + 65535}" for i in range(30)))
+    t0 = time.monotonic()
+    r = script("detect.py", "--sysroot", str(root), timeout=60)
+    assert r.code == 1 and "Linux numbers CPUs 0-8191" in r.doc["error"] and time.monotonic() - t0 < 20
+    with pytest.raises(ValueError, match="0-8191"):
+        hostfacts.parse_cpulist("8192")
+    assert hostfacts.parse_cpulist("8190-8191") == [8190, 8191]
+
+
+def test_a_socket_id_or_quota_past_the_schema_never_leaves_detect(script, make_sysroot):
+    root = make_sysroot("genoa_9654_2s_smt")
+    (root / "sys/devices/system/cpu/cpu0/topology/physical_package_id").write_text("5000\n")
+    r = script("detect.py", "--sysroot", str(root))
+    assert r.code == 1 and "physical_package_id is 5000, past 1023" in r.doc["error"]
+    from epyc import hostfacts
+    assert hostfacts.parse_cpu_quota("1 1000000") == 0.01 and hostfacts.parse_cpu_quota("400000 100000") == 4.0
+    assert hostfacts.parse_cpu_quota("\u0664\u0660\u0660\u0660\u0660\u0660 100000") is None  # Arabic-Indic digits
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_a_capture_with_a_chain_of_extended_headers_is_a_clear_error(script, tmp_path, kind):
+    record = b"13 comment=x\n" if kind == tarfile.XHDTYPE else b"proc/cpuinfo\0"
+    body = b"".join(_header("././@Header", kind, record) for _ in range(2000))
+    body += _header("proc/cpuinfo", tarfile.REGTYPE, b"processor : 0\n") + b"\0" * 1024
+    archive = tmp_path / "capture.tar.gz"
+    archive.write_bytes(gzip.compress(body))
+    r = script("detect.py", "--sysroot", str(archive))
+    assert r.code == 1 and "a chain of extended headers" in r.doc["error"]
+
+
+def test_detect_names_a_tree_however_it_was_spelled(script, make_sysroot):
+    root = make_sysroot("genoa_9654_2s_smt")
+    a = script("detect.py", "--sysroot", os.path.relpath(root, bundle.ROOT)).doc["target"]  # scripts run in ROOT
+    b = script("detect.py", "--sysroot", str(root) + "/").doc["target"]
+    assert a == b == f"sysroot:{os.path.realpath(root)}"
+
+
+@pytest.mark.parametrize("case", ["nul-path", "sparse-0.1-bad-map", "sparse-1.0-huge-map"])
+def test_a_capture_with_a_header_no_capture_has_is_a_clear_error(script, tmp_path, case):
+    data = b"processor : 0\n"
+    if case == "nul-path":
+        body = _pax({"path": "proc/cpu\0info"}) + _header_9("proc/cpuinfo", tarfile.REGTYPE, data)
+    elif case == "sparse-0.1-bad-map":
+        body = _pax({"GNU.sparse.map": "a,b", "GNU.sparse.size": "14"}) + _header_9("proc/cpuinfo", tarfile.REGTYPE, data)
+    else:  # a map of 40 M entries in the member's data: read whole before any cap (3.5 GB)
+        body = _pax({"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "14"})
+        body += _header_9("proc/cpuinfo", tarfile.REGTYPE, b"40000000\n" + b"0\n" * 200)
+    archive = tmp_path / "capture.tar.gz"
+    archive.write_bytes(gzip.compress(body + b"\0" * 1024))
+    t0 = time.monotonic()
+    r = script("detect.py", "--sysroot", str(archive), timeout=60)
+    assert r.code == 1 and "cannot read the capture" in r.doc["error"] and time.monotonic() - t0 < 30, r.doc
+
+
+def test_output_paths_are_checked_before_any_work(script, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    for args, needle in ((["--capture", str(tmp_path / "adir")], "is a folder"),
+                         (["--capture", str(tmp_path / "no" / "such" / "c.tar.gz")], "does not exist"),
+                         (["--spec", "9654", "--ram-gb-per-socket", "64", "--save-sysroot", str(tmp_path / "afile")],
+                          "not a folder")):
+        r = script("detect.py", *args)
+        assert r.code == 1 and needle in r.doc["error"], r.doc
+
+
+def test_a_spec_leaves_no_temporary_tree_behind(script, tmp_path):
+    before = set(Path("/tmp").glob("epyc-spec-*"))
+    assert script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384").code == 0
+    assert set(Path("/tmp").glob("epyc-spec-*")) == before
+
+
+def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(script, tmp_path):
+    """The 9654 request from the issue, with the skill's own commands only: spec -> validate (deferred)
+    -> estimate from a config file -> cpu_tune on the rendered host -> plan. The plan shows the exact
+    container command and what was assumed; start refuses to run it on this machine."""
+    root = tmp_path / "s9654"
+    det = run_script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384",
+                     "--save-sysroot", str(root))
+    files = {"detect": tmp_path / "d.json"}
+    files["detect"].write_text(det.stdout)
+    val = run_script("validate.py", "--detect", str(files["detect"]))
+    cfg = ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"
+    est = run_script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg), "--weight-gb", "1.11",
+                     "--ram-gb", "384", "--max-model-len", "4096", env={"HF_HUB_OFFLINE": "1"})
+    chk = run_script("check_model.py", "--model", str(cfg.parent), "--vllm-version", "0.25.1")
+    # the folder holds the same config as the Hub id: the document check_model gives for that id
+    chk_doc = {**chk.doc, "model": "Qwen/Qwen3-0.6B", "source": "hub", "model_dir": None}
+    tune = run_script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", str(est.doc["weight_gb"]),
+                      "--kv-needed-gb", str(est.doc["fit"]["kv_needed_gb"]))
+    for name, r in (("validate", val), ("estimate", est), ("tune", tune)):
+        assert r.code == 0, r.doc
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(r.stdout)
+    files["check"] = tmp_path / "check.json"
+    files["check"].write_text(json.dumps(chk_doc))
+    plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--state-dir", str(tmp_path / "st"))
+    assert plan.code == 0, plan.doc
+    p = plan.doc
+    assert p["target"].startswith("spec:EPYC 9654") and "port" in p["deferred"]
+    assert "--cpuset-cpus=0-95,192-287" in p["argv"] and "VLLM_CPU_OMP_THREADS_BIND=0-95" in p["argv"]
+    assert p["sizing"]["kv_full_length_requests"] >= 64  # a 384 GiB socket serves many 4k requests at once
+    assert "| Planned for | spec:EPYC 9654" in p["summary_markdown"]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.stdout)
+    r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+    assert r.code == 1 and "not this machine" in r.doc["error"]

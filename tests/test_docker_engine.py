@@ -7,11 +7,10 @@ exercised by tests/test_e2e_container.py, whose daemon is on a private socket na
 import json
 
 import pytest
-from hypothesis import given, strategies as st
-
-import common
-from conftest import run_script
-from test_launch import FAKE_BIN, calls, inputs, plan_args, rt  # noqa: F401  (fixtures)
+from conftest import FAKE_BIN, calls, inputs, plan_args, rt, run_script  # noqa: F401  (fixtures)
+from epyc import errors, jsonio, runtimes, subproc
+from hypothesis import given
+from hypothesis import strategies as st
 
 SOCK = "unix:///run/private-engine/docker.sock"
 
@@ -19,9 +18,9 @@ SOCK = "unix:///run/private-engine/docker.sock"
 @pytest.mark.parametrize("engine", ["unix:///var/run/docker.sock", SOCK, "tcp://127.0.0.1:2375", "tcp://localhost",
                                     "tcp://[::1]:2376"])
 def test_an_engine_on_this_machine_is_named_as_one_argv_element(engine):
-    assert common.docker_engine_problem(engine) is None
-    assert common.runtime_argv("docker", engine) == ["docker", f"--host={engine}"]
-    assert common.runtime_argv("docker") == ["docker"]
+    assert runtimes.docker_engine_problem(engine) is None
+    assert runtimes.runtime_argv("docker", engine) == ["docker", f"--host={engine}"]
+    assert runtimes.runtime_argv("docker") == ["docker"]
 
 
 @pytest.mark.parametrize("engine,needle", [
@@ -32,23 +31,23 @@ def test_an_engine_on_this_machine_is_named_as_one_argv_element(engine):
     ("tcp://127.0.0.1:99999", "names no port"),
 ])
 def test_an_engine_elsewhere_or_malformed_is_refused(engine, needle):
-    assert needle in common.docker_engine_problem(engine)
-    with pytest.raises(common.ScriptError) as err:
-        common.runtime_argv("docker", engine)
+    assert needle in runtimes.docker_engine_problem(engine)
+    with pytest.raises(errors.ScriptError) as err:
+        runtimes.runtime_argv("docker", engine)
     assert "DOCKER_HOST" in err.value.error and "unset DOCKER_HOST" in err.value.fix and "docker engine" in err.value.error
-    with pytest.raises(common.ScriptError):
-        common.runtime_argv("sudo docker", SOCK)  # sudo resets the environment: never named for it
+    with pytest.raises(errors.ScriptError):
+        runtimes.runtime_argv("sudo docker", SOCK)  # sudo resets the environment: never named for it
 
 
 @given(st.text(max_size=60) | st.builds(lambda t: "unix://" + t, st.text(max_size=40)))
 def test_any_engine_text_is_one_printable_argv_element_or_a_clear_error(text):
     try:
-        argv = common.runtime_argv("docker", text)
-    except common.ScriptError as err:
+        argv = runtimes.runtime_argv("docker", text)
+    except errors.ScriptError as err:
         assert err.error and err.fix
         return
     assert argv == ["docker", f"--host={text}"] and text.isprintable() and " " not in text
-    assert text.startswith("unix:///") or common.LOOPBACK_ENGINE.fullmatch(text)
+    assert text.startswith("unix:///") or runtimes.LOOPBACK_ENGINE.fullmatch(text)
 
 
 def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs, rt, tmp_path):  # noqa: F811
@@ -69,10 +68,12 @@ def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs
                                 ["docker", f"--host={SOCK}", "pull", plan["image"]]]
     assert f"--host={SOCK}" in plan["command"] and f"--host={SOCK}" in plan["stop_command"]
     assert f"on the engine at {SOCK}" in plan["summary_markdown"]
-    import serve_plan  # the handoff names it too: `docker logs` or `exec` of that container must reach that daemon
-    hand = serve_plan.handoff_doc(plan)
+    from epyc import (  # the handoff names it too: `docker logs` or `exec` of that container must reach that daemon
+        handoff,
+    )
+    hand = handoff.handoff_doc(plan)
     assert hand["engine"] == SOCK and f"docker / {plan['port']} (engine {SOCK})" in hand["table_markdown"]
-    common.check_schema(hand, "launch", "handoff", "fix")
+    jsonio.check_schema(hand, "launch", "handoff", "fix")
     pfile = tmp_path / "plan.json"
     pfile.write_text(r.stdout)
     before = len(calls(d))
@@ -172,12 +173,12 @@ def test_container_stop_with_nothing_to_stop_says_not_running(inputs, rt, tmp_pa
 def test_every_docker_call_without_an_engine_is_pinned_to_the_default_socket_even_with_its_own_env():
     """The review of the twenty-fifth's fixes: a call that passed its own env (bench's `docker exec`, the
     image probe) or bypassed common.run (kernel_proof's `docker logs` stream) still followed DOCKER_HOST."""
-    pinned = common.run_env(["docker", "exec", "c", "vllm"], {"DOCKER_HOST": "tcp://10.0.0.5:2375", "KEEP": "1"})
+    pinned = subproc.run_env(["docker", "exec", "c", "vllm"], {"DOCKER_HOST": "tcp://10.0.0.5:2375", "KEEP": "1"})
     assert pinned == {"KEEP": "1", "DOCKER_CONTEXT": "default"}
     named = {"DOCKER_HOST": SOCK}
-    assert common.run_env(["docker", f"--host={SOCK}", "ps"], named) is named  # the plan names its engine
-    assert common.run_env(["sh"], None) is None
-    assert common.run_env(["podman", "ps"], {**named, "CONTAINER_HOST": "ssh://x/sock"}) == named  # podman's own
+    assert subproc.run_env(["docker", f"--host={SOCK}", "ps"], named) is named  # the plan names its engine
+    assert subproc.run_env(["sh"], None) is None
+    assert subproc.run_env(["podman", "ps"], {**named, "CONTAINER_HOST": "ssh://x/sock"}) == named  # podman's own
 
 
 def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, rt, tmp_path):  # noqa: F811
@@ -195,20 +196,6 @@ def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, 
     run_script("launch.py", "stop", "--plan", str(pfile), env=env)
 
 
-def test_an_older_container_plan_is_refused_where_this_shell_names_another_daemon(inputs, rt, tmp_path):  # noqa: F811
-    """The review's third finding: a container plan from before `engine` was recorded ran on whatever daemon
-    its shell named then. Sent to the default socket now, a stop would find nothing there, say "not
-    running" and drop the state of a container running elsewhere: refused while this shell names another
-    daemon; from a plain shell it stops as before."""
-    d, env = rt
-    r = run_script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=env)
-    older = {k: v for k, v in r.doc.items() if k != "engine"}
-    pfile = tmp_path / "plan.json"
-    pfile.write_text(json.dumps(older))
-    refused = run_script("launch.py", "stop", "--plan", str(pfile), env={**env, "DOCKER_HOST": SOCK})
-    assert refused.code == 1 and "did not record its docker engine" in refused.doc["error"], refused.doc
-    assert SOCK in refused.doc["fix"] and "run stop again from a shell that names no daemon" in refused.doc["fix"]
-    assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).code == 0
 
 
 def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inputs, rt, tmp_path):  # noqa: F811
@@ -236,7 +223,8 @@ def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inp
 
 def plan_on(runtime, inputs, env, tmp_path):  # noqa: F811  (inputs is the fixture's value)
     """validate.py as this environment answers it, asserting it picked `runtime`; then the plan made from it."""
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    asked = ["--runtime", runtime] if runtime == "sudo docker" else []  # sudo only when the user asks for it
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), *asked, env=env)
     assert val.code == 0 and val.doc["runtime"] == runtime, val.doc
     vfile = tmp_path / f"validate-{runtime.replace(' ', '-')}.json"
     vfile.write_text(val.stdout)
@@ -274,23 +262,25 @@ def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tm
 def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inputs, rt, tmp_path,  # noqa: F811
                                                                           monkeypatch):
     """Noted since the twenty-seventh audit: sudo resets the environment, but root's docker follows root's
-    own current context, which can name a remote daemon. validate does not count sudo docker then, and
+    own current context, which can name a remote daemon. validate (asked for sudo docker) refuses it then, and
     start refuses if root's context has moved since. (FAKE sudo and docker: there is no sudo here, and
     root's context is the fake's file.)"""
     d, env = rt
     env = {**env, "PATH": f"{FAKE_BIN.parent / 'sudo_bin'}:{env['PATH']}"}
     (d / "user_denied").touch()
     (d / "root_context").write_text("build tcp://10.0.0.9:2376")
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "sudo docker", env=env)
     assert val.doc["runtime"] != "sudo docker", val.doc
     assert "root's current docker context is 'build'" in val.doc["runtime_detail"]["sudo docker"], val.doc
     assert not [c for c in calls(d) if c["runtime"] == "sudo docker" and c["argv"][0] == "info"]
     (d / "root_context").write_text("default tcp://10.0.0.9:2376")  # DOCKER_HOST from root's pam_env, say
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "sudo docker", env=env)
     assert "is another machine's docker" in val.doc["runtime_detail"]["sudo docker"], val.doc
     (d / "root_context").write_text("rootless unix:///run/user/0/docker.sock")  # another local daemon: its own
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "sudo docker", env=env)
     assert val.doc["runtime"] == "sudo docker", val.doc
+    auto = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)  # sudo only when asked for
+    assert auto.doc["runtime"] != "sudo docker" and "sudo docker" not in auto.doc["runtime_detail"], auto.doc
     (d / "root_context").unlink()
     pfile, plan = plan_on("sudo docker", inputs, env, tmp_path)
     assert plan["argv"][:3] == ["sudo", "-n", "docker"], plan
@@ -308,11 +298,14 @@ def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inpu
         refused = run_script("launch.py", verb, "--plan", str(pfile), env=env)
         assert refused.code == 1 and "root's current docker context" in refused.doc["error"], (verb, refused.doc)
         assert refused.doc.get("phase") == verb and (tmp_path / "st" / "state.json").exists(), (verb, refused.doc)
-    import serve_life  # and a state of it counts as a server that may run (up would write over it otherwise)
+    from epyc import (  # and a state of it counts as a server that may run (up would write over it otherwise)
+        serve_procs,
+        serve_state,
+    )
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr(common, "_SEEN_LOCAL", set())
-    said = serve_life.state_server(serve_life.read_state({"state_file": str(tmp_path / "st" / "state.json")}))
+    monkeypatch.setattr(runtimes, "_SEEN_LOCAL", set())
+    said = serve_procs.state_server(serve_state.read_state({"state_file": str(tmp_path / "st" / "state.json")}))
     assert said and "cannot be asked from here, so it may run" in said, said
     (d / "root_context").unlink()
     assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).doc["stopped"] is True

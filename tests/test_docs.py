@@ -5,11 +5,10 @@ import json
 import re
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SCHEMAS, run_script
 from docs import commands
 
@@ -45,7 +44,7 @@ def test_docs_have_commands_for_every_step():
         assert want in skill, want
 
 
-@lru_cache(maxsize=None)
+@cache
 def help_text(script: str, sub: str | None) -> str:
     argv = [sys.executable, str(ROOT / "scripts" / script), *([sub] if sub else []), "--help"]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -118,7 +117,7 @@ def test_reference_hardware_table_matches_data():
                     and g["zen_arch"] + " |" in ln), None)
         assert row, f"no reference.md row for {g['name']} {g['zen_arch']}"
         assert ("yes / yes" in row) == (g["avx512"] and g["avx512_bf16"])
-        for fam, lo, hi in g["cpuid"]:
+        for fam, lo, _hi in g["cpuid"]:
             assert f"0x{fam:X} / 0x{lo:02X}" in row
         supported = g["name"] in data["supported_generations"]
         assert ("validated" in row and "unvalidated" not in row) == supported, row
@@ -179,7 +178,7 @@ def test_every_pinned_fact_is_read_by_a_script():
     """data/epyc.json is the single source: each of its keys is read by the scripts (maps whose keys are
     data -- environment variables, a pip list -- count as one key)."""
     epyc = json.loads((ROOT / "data" / "epyc.json").read_text())
-    source = "\n".join(p.read_text() for p in (ROOT / "scripts").glob("*.py"))
+    source = "\n".join(p.read_text() for p in (ROOT / "scripts").rglob("*.py"))
     source += (ROOT / "tests" / "tools" / "build_test_image.py").read_text()
     keys: set[str] = set()
 

@@ -23,10 +23,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-import common
-
-from conftest import E2E_KV_GB, ROOT, free_port, run_script, save, small_kv_tune, vllm_processes
+from conftest import (
+    E2E_KV_GB,
+    ROOT,
+    free_port,
+    run_script,
+    save,
+    small_kv_tune,
+    vllm_processes,
+)
+from epyc import hostfacts
 
 pytestmark = pytest.mark.e2e
 
@@ -59,8 +65,8 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = 
     assert est.code == 0 and est.doc["fit"]["fits"]
     tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"])
     assert tune.code == 0 and tune.doc["kv_granted_gb"] <= E2E_KV_GB, tune.doc
-    bind = set(common.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
-    allowed = set(common.parse_cpulist(det.doc["allowed_cpus"]))
+    bind = set(hostfacts.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
+    allowed = set(hostfacts.parse_cpulist(det.doc["allowed_cpus"]))
     assert bind and bind <= allowed
     files = {n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk), ("estimate", est),
                                              ("tune", tune))}

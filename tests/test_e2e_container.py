@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-import common
 from conftest import E2E_KV_GB, ROOT, free_port, run_script, save, small_kv_tune
+from epyc import bundle, hostfacts
 
 pytestmark = pytest.mark.e2e
 BUILD_IMAGE = ROOT / "tests" / "tools" / "build_test_image.py"
@@ -87,7 +86,7 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
                      env=env, timeout=300)
     assert val.code == 0 and val.doc["path"] == "container" and val.doc["runtime"] == "docker", val.doc
     assert val.doc["stack"]["source"] == f"probe:image:{image}"  # read inside the image, not from its tag
-    assert val.doc["stack"]["vllm"].startswith(common.load_epyc()["host_stack"]["vllm_version"])
+    assert val.doc["stack"]["vllm"].startswith(bundle.load_epyc()["host_stack"]["vllm_version"])
     want = "ZenCpuPlatform" if not stock else "CpuPlatform"
     assert val.doc["stack"]["platform"].rsplit(".", 1)[-1] == want and val.doc["backend"] == stack["backend"]
     assert SECRET_TOKEN not in val.stdout + val.stderr
@@ -111,8 +110,8 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
 def skill_check_model(tmp: Path, env: dict, model: str, validate: dict):
     """SKILL.md's Step 3 for the container path, run by bash as written, its variables set from validate.json
     as the step says: the registry is read inside the image validate chose."""
-    from docs import commands
     from conftest import Result
+    from docs import commands
     line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
     shell_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUN": str(tmp),
                  "MODEL": model, "REV": "main", "VLLM": validate["stack"]["vllm"], "IMAGE": validate["image"],
@@ -180,7 +179,7 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
         assert f"VLLM_API_KEY={SECRET_KEY}" in environ and f"HF_TOKEN={SECRET_TOKEN}" in environ
         status = docker(env, "exec", name, "cat", "/proc/1/status").stdout
         inside = next(ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Cpus_allowed_list"))
-        assert common.parse_cpulist(inside) == common.parse_cpulist(cpuset)
+        assert hostfacts.parse_cpulist(inside) == hostfacts.parse_cpulist(cpuset)
         logs = docker(env, "logs", name).stdout + docker(env, "logs", name).stderr
         secrets_dir = Path(plan["state_dir"]) / "secrets"  # the one place a value is on disk: 0700, removed by stop
         assert oct(secrets_dir.stat().st_mode & 0o777) == "0o700"

@@ -1,12 +1,31 @@
 """estimate_memory.py: weights from headers / index / Hub metadata, KV per token for GQA, MLA,
 sliding and hybrid models, the fit verdict and its suggestion. Expected numbers are worked out here."""
+import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
-
-import estimate_memory
-import kv_cache as em
-from model_fixtures import FIXTURES, decoder_tensors, model_folder, write_header_only_safetensors
+from conftest import (
+    CODESTRAL,
+    FALCON_MAMBA,
+    _safetensors,
+    _safetensors_4,
+    config_only_model,
+    estimate,
+)
+from epyc import (
+    errors,
+    kv_cache,
+    sizing,
+)
+from hub_server import Hub
+from model_fixtures import (
+    FIXTURES,
+    decoder_tensors,
+    model_folder,
+    write_header_only_safetensors,
+)
 
 GIB = 2 ** 30
 
@@ -139,7 +158,7 @@ def test_weight_override(script):
 
 def test_hybrid_linear_attention_full_attention_interval():
     # Qwen3-Next shape: 48 layers, every 4th full attention, 2 KV heads of 256
-    lay = em.kv_layout({"num_hidden_layers": 48, "full_attention_interval": 4, "num_attention_heads": 16,
+    lay = kv_cache.kv_layout({"num_hidden_layers": 48, "full_attention_interval": 4, "num_attention_heads": 16,
                         "num_key_value_heads": 2, "head_dim": 256, "hidden_size": 2048})
     assert (lay["full"], lay["sliding"], lay["none"]) == (12, 0, 36)
     assert lay["bytes_per_token"] == 2 * 2 * 256 * 2 * 12
@@ -153,15 +172,15 @@ QWEN3_NEXT = {"model_type": "qwen3_next", "num_hidden_layers": 48, "full_attenti
 
 
 def test_gated_deltanet_state_is_counted_per_sequence_and_pads_the_attention_page():
-    lay = em.kv_layout(QWEN3_NEXT)
+    lay = kv_cache.kv_layout(QWEN3_NEXT)
     # vLLM's gated_delta_net_state_shape: conv (2*16*128 + 32*128) x (4-1) in bf16, recurrent 32 x 128 x 128 in fp32
     state = (2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4
     assert (lay["recurrent_family"], lay["recurrent_state_bytes"]) == ("gated_deltanet", state) and state == 2_146_304
     # one attention page (2 KV heads x 256 x K,V x 2 B = 2048 B/token) must hold it: 128 * ceil(2146304 / 262144) = 1152
-    assert em.page_block(lay, 128) == 1152
+    assert kv_cache.page_block(lay, 128) == 1152
     # 4096 tokens: 12 full layers x cdiv(4096, 1152) = 4 pages + 36 linear layers x 2 pages (state + the copy
     # prefix caching keeps), pages of 1152 x 2048 B
-    assert em.kv_bytes_for(lay, 4096, 128, 2048) == (12 * 4 + 36 * 2) * 1152 * 2048
+    assert kv_cache.kv_bytes_for(lay, 4096, 128, 2048) == (12 * 4 + 36 * 2) * 1152 * 2048
 
 
 def test_mamba2_and_mamba1_state_shapes():
@@ -169,24 +188,24 @@ def test_mamba2_and_mamba1_state_shapes():
     nemo = {"num_hidden_layers": 4, "hybrid_override_pattern": "M*M-", "num_attention_heads": 8,
             "num_key_value_heads": 2, "head_dim": 128, "mamba_num_heads": 64, "mamba_head_dim": 64,
             "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4}
-    lay = em.kv_layout(nemo)
+    lay = kv_cache.kv_layout(nemo)
     assert (lay["full"], lay["none"]) == (1, 2)
     assert lay["recurrent_state_bytes"] == (64 * 64 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4
     # Bamba / Granite-4 names for the same family
     bamba = {"num_hidden_layers": 2, "layer_types": ["mamba", "attention"], "num_attention_heads": 8,
              "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 512, "mamba_n_heads": 16, "mamba_d_head": 64,
              "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2}
-    assert em.kv_layout(bamba)["recurrent_family"] == "mamba2"
+    assert kv_cache.kv_layout(bamba)["recurrent_family"] == "mamba2"
     # Jamba: mamba-1, inner = expand x hidden; conv inner x 3 bf16 + ssm inner x state fp32
     jamba = {"num_hidden_layers": 8, "attn_layer_period": 8, "attn_layer_offset": 4, "num_attention_heads": 32,
              "num_key_value_heads": 8, "hidden_size": 4096, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}
-    lay = em.kv_layout(jamba)
+    lay = kv_cache.kv_layout(jamba)
     assert (lay["recurrent_family"], lay["recurrent_state_bytes"]) == ("mamba1", 8192 * 3 * 2 + 8192 * 16 * 4)
     # a pure recurrent model has no attention page to pad: each layer keeps exactly its state
     pure = {"model_type": "mamba", "num_hidden_layers": 2, "layer_types": ["mamba", "mamba"], "num_attention_heads": 1,
             "hidden_size": 64, "intermediate_size": 128, "state_size": 16, "conv_kernel": 4}
-    lay = em.kv_layout(pure)
-    assert em.kv_bytes_for(lay, 4096, 128, 2048) == 2 * 2 * (128 * 3 * 2 + 128 * 16 * 4)
+    lay = kv_cache.kv_layout(pure)
+    assert kv_cache.kv_bytes_for(lay, 4096, 128, 2048) == 2 * 2 * (128 * 3 * 2 + 128 * 16 * 4)
 
 
 def test_recurrent_layers_without_state_fields_are_said_not_sized(script, tmp_path):
@@ -222,13 +241,13 @@ def test_notes_say_what_the_sizing_assumed(script, tmp_path):
 
 def test_layer_types_list_gemma3_and_jamba_period():
     types = (["sliding_attention"] * 5 + ["full_attention"]) * 4 + ["sliding_attention"] * 2  # 26 layers
-    lay = em.kv_layout({"num_hidden_layers": 26, "layer_types": types, "sliding_window": 512,
+    lay = kv_cache.kv_layout({"num_hidden_layers": 26, "layer_types": types, "sliding_window": 512,
                         "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256})
     assert (lay["full"], lay["sliding"], lay["sliding_window"]) == (4, 22, 512)
-    jamba = em.kv_layout({"num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4,
+    jamba = kv_cache.kv_layout({"num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4,
                           "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096})
     assert (jamba["full"], jamba["none"]) == (4, 28)
-    nemo = em.kv_layout({"num_hidden_layers": 8, "hybrid_override_pattern": "M-M*-M*-", "num_attention_heads": 8,
+    nemo = kv_cache.kv_layout({"num_hidden_layers": 8, "hybrid_override_pattern": "M-M*-M*-", "num_attention_heads": 8,
                          "num_key_value_heads": 2, "head_dim": 128})
     assert (nemo["full"], nemo["none"]) == (2, 3)
 
@@ -237,7 +256,7 @@ def test_gemma3_sliding_window_pattern_and_text_config():
     cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
         "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024, "sliding_window_pattern": 6,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}}
-    lay = em.kv_layout(cfg)
+    lay = kv_cache.kv_layout(cfg)
     assert (lay["full"], lay["sliding"]) == (5, 29)
 
 
@@ -303,19 +322,19 @@ def test_layer_type_names_dtypes_and_empty_fields_as_vllm_reads_them():
     base = {"num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64, "sliding_window": 128}
     types = ["attention", "global_attention", "full_attention", "chunked_attention", "local_attention",
              "sliding_attention", "linear_attention"]
-    lay = em.kv_layout({**base, "num_hidden_layers": 7, "layer_types": types})
+    lay = kv_cache.kv_layout({**base, "num_hidden_layers": 7, "layer_types": types})
     assert (lay["full"], lay["sliding"], lay["none"]) == (3, 3, 1)
-    assert em.kv_layout({**base, "num_hidden_layers": 2}, em.KV_BYTES_BY_DTYPE["float16"])["bytes_per_token_per_layer"] \
+    assert kv_cache.kv_layout({**base, "num_hidden_layers": 2}, kv_cache.KV_BYTES_BY_DTYPE["float16"])["bytes_per_token_per_layer"] \
         == 2 * 1 * 64 * 2
-    assert (em.kv_dtype_for("float16"), em.kv_dtype_for("int8")) == ("float16", "bfloat16")
+    assert (kv_cache.kv_dtype_for("float16"), kv_cache.kv_dtype_for("int8")) == ("float16", "bfloat16")
     # empty list / pattern: not a layout, the model-wide sliding_window decides (Mistral-style: all local)
     for empty in ({"layer_types": []}, {"hybrid_override_pattern": ""}):
-        lay = em.kv_layout({**base, "num_hidden_layers": 4, **empty})
+        lay = kv_cache.kv_layout({**base, "num_hidden_layers": 4, **empty})
         assert (lay["full"], lay["sliding"], lay["none"]) == (0, 4, 0)
-    jamba = em.kv_layout({**base, "num_hidden_layers": 8, "attn_layer_period": 4, "attn_layer_offset": 1})
+    jamba = kv_cache.kv_layout({**base, "num_hidden_layers": 8, "attn_layer_period": 4, "attn_layer_offset": 1})
     assert (jamba["full"], jamba["sliding"], jamba["none"]) == (2, 0, 6)
-    with pytest.raises(em.ScriptError, match="num_hidden_layers"):
-        em.kv_layout({**base, "num_hidden_layers": 0})
+    with pytest.raises(errors.ScriptError, match="num_hidden_layers"):
+        kv_cache.kv_layout({**base, "num_hidden_layers": 0})
 
 
 def test_fit_boundary_is_inclusive_and_the_suggestion_is_the_largest_block_that_fits():
@@ -323,21 +342,21 @@ def test_fit_boundary_is_inclusive_and_the_suggestion_is_the_largest_block_that_
     lay = {"full": 2, "sliding": 0, "none": 0, "bytes_per_token_per_layer": 1024, "sliding_window": None,
            "recurrent_state_bytes": 0}
     gib = 2 ** 30
-    kv_4096 = em.kv_bytes_for(lay, 4096, 128, 2048)
+    kv_4096 = kv_cache.kv_bytes_for(lay, 4096, 128, 2048)
     assert kv_4096 == 2 * 32 * 128 * 1024  # 2 layers x 32 pages of 128 tokens x 1 KiB
     weights = 3 * gib - kv_4096  # weights + KV + 1 GiB reserve == 4 GiB exactly
-    exact = estimate_memory.fit(weights, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    exact = sizing.fit(weights, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert exact["fits"] is True and "suggested_max_model_len" not in exact
-    one_byte_over = estimate_memory.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    one_byte_over = sizing.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     # one byte too many: 31 pages (3968 tokens) still fit, 32 do not
     assert one_byte_over["fits"] is False and one_byte_over["suggested_max_model_len"] == 3968
     # the model's own limit caps the search, and no block at all gives None with the reason
-    assert estimate_memory.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
-    nothing = estimate_memory.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    assert sizing.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
+    nothing = sizing.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert nothing["suggested_max_model_len"] is None and nothing["action"].startswith("weights alone exceed RAM")
-    exactly_full = estimate_memory.fit(3 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)  # budget 0: no KV at all
+    exactly_full = sizing.fit(3 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)  # budget 0: no KV at all
     assert exactly_full["action"].startswith("weights alone exceed RAM")
-    tight = estimate_memory.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    tight = sizing.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert tight["suggested_max_model_len"] is None and tight["action"].startswith("not even 128 tokens")
 
 
@@ -346,19 +365,19 @@ def test_state_and_head_size_from_the_other_spellings_of_hidden_size():
     state needs all five of its fields (one missing: not sized, no guess)."""
     mamba1 = {"num_hidden_layers": 2, "model_type": "mamba", "d_model": 768, "state_size": 16, "conv_kernel": 4,
               "expand": 2, "layer_types": ["mamba", "mamba"]}
-    fam, state = em.recurrent_state_bytes(mamba1, 2) or (None, None)
+    fam, state = kv_cache.recurrent_state_bytes(mamba1, 2) or (None, None)
     assert fam == "mamba1" and state == 2 * 768 * 3 * 2 + 2 * 768 * 16 * 4  # conv (inner x (k-1)) bf16 + ssm fp32
     deltanet = {"hidden_size": 2048, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
                 "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}
-    assert em.recurrent_state_bytes(deltanet, 2)[0] == "gated_deltanet"
+    assert kv_cache.recurrent_state_bytes(deltanet, 2)[0] == "gated_deltanet"
     for missing in ("linear_num_key_heads", "linear_value_head_dim", "linear_conv_kernel_dim"):
         partial = {k: v for k, v in deltanet.items() if k != missing}
-        assert (em.recurrent_state_bytes(partial, 2) or ("none",))[0] != "gated_deltanet", missing
+        assert (kv_cache.recurrent_state_bytes(partial, 2) or ("none",))[0] != "gated_deltanet", missing
     gpt = {"num_hidden_layers": 2, "num_attention_heads": 8, "d_model": 512}  # head_dim from d_model / heads
-    assert em.kv_layout(gpt)["bytes_per_token_per_layer"] == 2 * 8 * 64 * 2
+    assert kv_cache.kv_layout(gpt)["bytes_per_token_per_layer"] == 2 * 8 * 64 * 2
     # the head-count spellings vLLM's configs use: GPT-2's n_head, some remote-code models' num_heads
     for key in ("n_head", "num_heads"):
-        assert em.kv_layout({"num_hidden_layers": 2, key: 4, "hidden_size": 256})["bytes_per_token_per_layer"] == \
+        assert kv_cache.kv_layout({"num_hidden_layers": 2, key: 4, "hidden_size": 256})["bytes_per_token_per_layer"] == \
             2 * 4 * 64 * 2, key
 
 
@@ -366,33 +385,33 @@ def test_state_and_head_size_from_the_other_spellings_of_hidden_size():
 def test_kv_heads_as_each_model_family_spells_them():
     """vLLM sizes the cache from the layers its model code builds; each family spells its KV heads its own way."""
     falcon = {"model_type": "falcon", "num_attention_heads": 128, "hidden_size": 8192}
-    assert em.kv_heads_of({**falcon, "new_decoder_architecture": True, "multi_query": True, "num_kv_heads": 8}, 128) == 8
-    assert em.kv_heads_of({**falcon, "new_decoder_architecture": True}, 128) == 128  # FalconConfig's default
-    assert em.kv_heads_of({**falcon, "hidden_size": 4544}, 71) == 1  # multi_query is on unless said off
-    assert em.kv_heads_of({**falcon, "multi_query": False}, 128) == 128
+    assert kv_cache.kv_heads_of({**falcon, "new_decoder_architecture": True, "multi_query": True, "num_kv_heads": 8}, 128) == 8
+    assert kv_cache.kv_heads_of({**falcon, "new_decoder_architecture": True}, 128) == 128  # FalconConfig's default
+    assert kv_cache.kv_heads_of({**falcon, "hidden_size": 4544}, 71) == 1  # multi_query is on unless said off
+    assert kv_cache.kv_heads_of({**falcon, "multi_query": False}, 128) == 128
     # the first Falcon checkpoints' own config: n_head_kv, and a hidden size of 8192 means the new decoder
-    assert em.kv_heads_of({"model_type": "RefinedWeb", "hidden_size": 8192, "n_head_kv": 8}, 128) == 8
-    assert em.kv_heads_of({"model_type": "RefinedWeb", "hidden_size": 8192}, 128) == 1
-    assert em.kv_heads_of({"model_type": "RefinedWebModel", "hidden_size": 4544}, 71) == 1
+    assert kv_cache.kv_heads_of({"model_type": "RefinedWeb", "hidden_size": 8192, "n_head_kv": 8}, 128) == 8
+    assert kv_cache.kv_heads_of({"model_type": "RefinedWeb", "hidden_size": 8192}, 128) == 1
+    assert kv_cache.kv_heads_of({"model_type": "RefinedWebModel", "hidden_size": 4544}, 71) == 1
     glm = {"model_type": "chatglm", "multi_query_group_num": 2}
-    assert em.kv_heads_of({**glm, "multi_query_attention": True}, 32) == 2
-    assert em.kv_heads_of(glm, 32) == 32  # grouping off: one per query head, whatever the group number
-    assert em.kv_heads_of({"model_type": "dbrx", "attn_config": {"kv_n_heads": 8}}, 48) == 8
-    assert em.kv_heads_of({"model_type": "dbrx"}, 48) == 1  # DbrxConfig's default
-    assert em.kv_heads_of({"num_key_value_heads": 4}, 32) == 4
-    assert em.kv_heads_of({"model_type": "gpt_bigcode", "multi_query": True}, 48) == 1
-    assert em.kv_heads_of({"model_type": "glm4", "multi_query_group_num": 2}, 32) == 2
-    assert em.kv_heads_of({}, 32) == 32
+    assert kv_cache.kv_heads_of({**glm, "multi_query_attention": True}, 32) == 2
+    assert kv_cache.kv_heads_of(glm, 32) == 32  # grouping off: one per query head, whatever the group number
+    assert kv_cache.kv_heads_of({"model_type": "dbrx", "attn_config": {"kv_n_heads": 8}}, 48) == 8
+    assert kv_cache.kv_heads_of({"model_type": "dbrx"}, 48) == 1  # DbrxConfig's default
+    assert kv_cache.kv_heads_of({"num_key_value_heads": 4}, 32) == 4
+    assert kv_cache.kv_heads_of({"model_type": "gpt_bigcode", "multi_query": True}, 48) == 1
+    assert kv_cache.kv_heads_of({"model_type": "glm4", "multi_query_group_num": 2}, 32) == 2
+    assert kv_cache.kv_heads_of({}, 32) == 32
 
 
 def test_the_model_length_is_the_smallest_key_vllm_reads():
-    assert em.model_len_of({"max_position_embeddings": 8192}) == 8192
-    assert em.model_len_of({"n_positions": 1024}) == 1024  # GPT-2
-    assert em.model_len_of({"max_position_embeddings": 32768, "seq_length": 8192}) == 8192
-    assert em.model_len_of({"max_position_embeddings": 8192, "model_max_length": 131072}) == 131072  # Cohere's wins
-    assert em.model_len_of({"model_type": "falcon"}) == 2048  # falcon-7b says nothing: its class's default
-    assert em.model_len_of({"model_type": "llama"}) == 2048  # LlamaConfig's default
-    assert em.model_len_of({"model_type": "RefinedWeb"}) is None  # no class default: vLLM takes what it is told
+    assert kv_cache.model_len_of({"max_position_embeddings": 8192}) == 8192
+    assert kv_cache.model_len_of({"n_positions": 1024}) == 1024  # GPT-2
+    assert kv_cache.model_len_of({"max_position_embeddings": 32768, "seq_length": 8192}) == 8192
+    assert kv_cache.model_len_of({"max_position_embeddings": 8192, "model_max_length": 131072}) == 131072  # Cohere's wins
+    assert kv_cache.model_len_of({"model_type": "falcon"}) == 2048  # falcon-7b says nothing: its class's default
+    assert kv_cache.model_len_of({"model_type": "llama"}) == 2048  # LlamaConfig's default
+    assert kv_cache.model_len_of({"model_type": "RefinedWeb"}) is None  # no class default: vLLM takes what it is told
 
 
 def test_a_config_without_max_position_embeddings_is_capped_at_its_real_length(script):
@@ -417,17 +436,17 @@ def test_qwen2_slides_only_the_layers_from_max_window_layers_up_and_vllm_loads_n
     none or all do (the review of the thirty-first audit's fix): a mix is refused, not sized."""
     cfg = {"model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
            "hidden_size": 3584, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 21}
-    with pytest.raises(em.ScriptError, match="max_window_layers 21 of 28 slides only the layers from 21 up, and "
+    with pytest.raises(errors.ScriptError, match="max_window_layers 21 of 28 slides only the layers from 21 up, and "
                                              "vLLM 0.32 loads no such mix"):
-        em.layer_split(em.text_config(cfg), 28)
-    assert em.layer_split(em.text_config({**cfg, "model_type": "qwen2_moe"}), 28) == (21, 7, 0)
-    assert em.layer_split(em.text_config({**cfg, "max_window_layers": 28}), 28) == (28, 0, 0)
-    assert em.layer_split(em.text_config({**cfg, "max_window_layers": 0}), 28) == (0, 28, 0)
-    assert em.layer_split(em.text_config({**cfg, "use_sliding_window": False}), 28) == (28, 0, 0)
-    with pytest.raises(em.ScriptError, match="max_window_layers is not a layer count"):
-        em.layer_split(em.text_config({**cfg, "max_window_layers": None}), 28)
+        kv_cache.layer_split(kv_cache.text_config(cfg), 28)
+    assert kv_cache.layer_split(kv_cache.text_config({**cfg, "model_type": "qwen2_moe"}), 28) == (21, 7, 0)
+    assert kv_cache.layer_split(kv_cache.text_config({**cfg, "max_window_layers": 28}), 28) == (28, 0, 0)
+    assert kv_cache.layer_split(kv_cache.text_config({**cfg, "max_window_layers": 0}), 28) == (0, 28, 0)
+    assert kv_cache.layer_split(kv_cache.text_config({**cfg, "use_sliding_window": False}), 28) == (28, 0, 0)
+    with pytest.raises(errors.ScriptError, match="max_window_layers is not a layer count"):
+        kv_cache.layer_split(kv_cache.text_config({**cfg, "max_window_layers": None}), 28)
     del cfg["use_sliding_window"]  # Qwen2Config's default: off
-    assert em.layer_split(em.text_config(cfg), 28) == (28, 0, 0)
+    assert kv_cache.layer_split(kv_cache.text_config(cfg), 28) == (28, 0, 0)
 
 
 def test_a_text_config_without_a_model_type_is_its_parents_language_model():
@@ -436,12 +455,12 @@ def test_a_text_config_without_a_model_type_is_its_parents_language_model():
     import json
     g3 = json.loads((FIXTURES / "gemma-3-27b-it" / "config.json").read_text())
     del g3["text_config"]["model_type"]
-    layout = em.kv_layout(g3)
+    layout = kv_cache.kv_layout(g3)
     assert (layout["full"], layout["sliding"], layout["max_position_embeddings"]) == (10, 52, 131072)
     mistral_text = {"model_type": "llava_next", "text_config": {"model_type": "mistral", "num_key_value_heads": 8,
                                                                 "max_position_embeddings": 32768, "sliding_window": None,
                                                                 "vocab_size": 32064}}
-    layout = em.kv_layout(mistral_text)
+    layout = kv_cache.kv_layout(mistral_text)
     assert (layout["bytes_per_token"], layout["full"], layout["sliding"]) == (2 * 8 * 128 * 2 * 32, 32, 0)
 
 
@@ -478,9 +497,9 @@ def test_kv_heads_head_size_layers_and_length_agree_with_vllms_own_reading(stack
     import json
     import subprocess
     folders = [p.parent for p in FIXTURES.glob("*/config.json")
-               if em.text_config(json.loads(p.read_text())).get("num_hidden_layers")
-               or em.text_config(json.loads(p.read_text())).get("num_layers")
-               or em.text_config(json.loads(p.read_text())).get("n_layers")] + _variants(tmp_path)
+               if kv_cache.text_config(json.loads(p.read_text())).get("num_hidden_layers")
+               or kv_cache.text_config(json.loads(p.read_text())).get("num_layers")
+               or kv_cache.text_config(json.loads(p.read_text())).get("n_layers")] + _variants(tmp_path)
     probe = (
         "import json, sys\n"
         "import vllm.config  # first: the convertor module and vllm.config import each other\n"
@@ -506,7 +525,7 @@ def test_kv_heads_head_size_layers_and_length_agree_with_vllms_own_reading(stack
             "llava-1.5-7b-hf", "Llama-3.1-8B-Instruct"} <= {f.name for f in folders}
     for folder in folders:
         kv_heads, head_size, layers, length, mla, sliding = theirs[str(folder)]
-        layout = em.kv_layout(json.loads((folder / "config.json").read_text()))
+        layout = kv_cache.kv_layout(json.loads((folder / "config.json").read_text()))
         per_layer = head_size * 2 if mla else 2 * kv_heads * head_size * 2  # bf16: MLA keeps one latent
         assert (layout["bytes_per_token_per_layer"], layout["full"] + layout["sliding"] + layout["none"],
                 layout["sliding"], layout["max_position_embeddings"], layout["attention"] == "mla") == \
@@ -555,3 +574,254 @@ def test_a_folder_counts_the_files_vllm_loads(script, tmp_path):
     (tmp_path / "model-00002-of-00002.safetensors").rename(folder / "model-00002-of-00002.safetensors")
     write_header_only_safetensors(folder / "adapter_model.safetensors", {"a": ("BF16", [4096, 4096])})
     assert est(script, folder, "--ram-gb", "24").doc["weight_bytes"] == one_copy  # not in the index: not loaded
+
+
+@pytest.mark.parametrize("weight_gb", ["0.001", "0.05"])
+def test_a_weight_override_below_the_configs_own_embedding_is_refused(script, weight_gb):
+    # Mistral-7B: 32000 x 4096 at 4 bits is 65.5 MB (0.061 GiB); 1 MB of weights would "fit" anywhere
+    r = script("estimate_memory.py", "--config", str(FIXTURES / "Mistral-7B-v0.1" / "config.json"),
+               "--model", "mistralai/Mistral-7B-v0.1", "--weight-gb", weight_gb, "--ram-gb", "16")
+    assert r.code == 1 and "below this config's token embedding" in r.doc["error"] and "GiB" in r.doc["fix"], r.doc
+    ok = script("estimate_memory.py", "--config", str(FIXTURES / "Mistral-7B-v0.1" / "config.json"),
+                "--model", "mistralai/Mistral-7B-v0.1", "--weight-gb", "0.07", "--ram-gb", "16")
+    assert ok.code == 0 and ok.doc["weight_source"] == "override"
+
+
+def test_a_document_with_a_byte_order_mark_is_named_as_such(script, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "Mistral-7B-v0.1" / "config.json").read_bytes())
+    r = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "14")
+    assert r.code == 1 and "byte-order mark" in r.doc["error"] and "without a BOM" in r.doc["fix"], r.doc
+    assert "utf-8-sig" not in json.dumps(r.doc)
+
+
+def test_kv_heads_that_do_not_divide_the_query_heads_are_refused(script, tmp_path):
+    base = json.loads((FIXTURES / "Mistral-7B-v0.1" / "config.json").read_text())  # 32 heads, 8 KV heads
+    for kv in (64, 5):
+        cfg = tmp_path / f"config-{kv}.json"
+        cfg.write_text(json.dumps({**base, "num_key_value_heads": kv}))
+        r = script("estimate_memory.py", "--config", str(cfg), "--weight-gb", "14")
+        assert r.code == 1 and f"{kv} KV heads do not divide the 32 attention heads" in r.doc["error"]
+
+
+# ---- F6: a memory size with hundreds of digits
+@pytest.mark.parametrize("where", ["proc", "node"])
+@pytest.mark.parametrize("digits", [25, 400, 5000])
+@pytest.mark.parametrize("tool", ["detect.py", "cpu_tune.py"])
+def test_a_memory_size_past_any_host_is_a_malformed_file(script, make_sysroot, tool, where, digits):
+    root = make_sysroot("masked_genoa")
+    meminfo = root / "proc" / "meminfo" if where == "proc" else next(root.glob("sys/devices/system/node/node0/meminfo"))
+    text = meminfo.read_text()
+    meminfo.write_text(text.replace("MemTotal:", "MemTotal: " + "9" * digits + " kB\nOld:", 1))
+    r = script(tool, "--sysroot", str(root))
+    assert r.code == 1 and "malformed topology file: MemTotal" in r.doc["error"], r.doc
+
+
+def test_a_host_with_no_memory_is_refused(script, make_sysroot):
+    root = make_sysroot("masked_genoa")
+    meminfo = root / "proc" / "meminfo"
+    meminfo.write_text(meminfo.read_text().replace("MemTotal:", "MemTotal: 0 kB\nOld:", 1))
+    for tool in ("detect.py", "cpu_tune.py"):
+        r = script(tool, "--sysroot", str(root))
+        assert r.code == 1 and "no MemTotal above 0" in r.doc["error"], r.doc
+
+
+# ---- F8: a vocab_size past any model
+def test_a_vocab_size_past_any_model_is_a_schema_error(script, tmp_path):
+    cfg = json.loads((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    cfg["vocab_size"] = int("9" * 400)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(path.read_text())
+    for where in (["--config", str(path), "--model", "x/y", "--weight-gb", "2"], ["--model", str(folder)],
+                  ["--model", str(folder), "--weight-gb", "2"]):
+        r = script("estimate_memory.py", *where, "--ram-gb", "64")
+        assert r.code == 1 and "field vocab_size" in r.doc["error"], r.doc
+
+
+@pytest.mark.parametrize("header,needle", [
+    ({"a.weight": {"dtype": "Q99", "shape": [151936, 1024], "data_offsets": [0, 2]}}, "unknown dtype 'Q99'"),
+    ({"a.weight": {"dtype": "BF16", "shape": [1.5, 10 ** 9], "data_offsets": [0, 2]}}, "invalid shape"),
+    ({"a.weight": {"dtype": "BF16", "shape": [10 ** 200, 10 ** 200], "data_offsets": [0, 2]}}, ""),
+])
+def test_a_hub_checkpoints_header_is_checked_as_a_local_one(script, tmp_path, header, needle):
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((FIXTURES / "Qwen3-0.6B" / "config.json").read_bytes())
+    (folder / "model.safetensors").write_bytes(_safetensors(header))
+    hub = Hub().start()
+    try:
+        hub.add_folder("t/odd", folder)
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "3",
+               "HF_HUB_DOWNLOAD_TIMEOUT": "3", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
+        r = script("estimate_memory.py", "--model", "t/odd", "--ram-gb", "64", "--hub-timeout", "20", env=env)
+    finally:
+        hub.stop()
+    assert r.code == 1 and "t/odd" in r.doc["error"] and "network" not in r.doc["fix"], r.doc
+    assert needle in r.doc["error"] and "--weight-gb" in r.doc["fix"], r.doc
+
+
+def test_estimate_checks_its_revision_even_from_a_config_alone(script, tmp_path):
+    """F1: with --config the model is never resolved, and --revision was recorded unchecked."""
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    r = script("estimate_memory.py", "--config", str(folder / "config.json"), "--weight-gb", "1.2", "--ram-gb", "64",
+               "--revision", "../../x")
+    assert r.code == 1 and "argument --revision" in r.doc["error"] and "not a branch, tag or commit" in r.doc["error"]
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"HF_HOME": ""}, "HF_HOME is empty"), ({"HF_HUB_CACHE": "cache/hub"}, "HF_HUB_CACHE is a relative path"),
+    ({"HUGGINGFACE_HUB_CACHE": ""}, "HUGGINGFACE_HUB_CACHE is empty"),
+    ({"XDG_CACHE_HOME": ""}, "XDG_CACHE_HOME is empty and HF_HOME is unset"),
+    ({"XDG_CACHE_HOME": "rel"}, "XDG_CACHE_HOME is a relative path"),
+])
+def test_a_hub_cache_relative_to_where_a_step_runs_is_refused_by_every_step_that_reads_it(script, tmp_path, env, needle):
+    """A note left by the twenty-second audit: an empty HF_HOME (or XDG_CACHE_HOME) read as unset here, while
+    the Hub client takes it as a folder relative to where it runs (an empty HF_HOME: ./hub). check_model,
+    validate's container mount and the server would each have looked for the model in another folder.
+    The Hub client's own reading is asked first, so the test follows it if it ever changes."""
+    import subprocess
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_"))}
+    hub = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
+                         env={**clean, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert not os.path.isabs(hub.stdout.strip()), hub.stdout  # the client: a folder relative to its cwd
+    others = tuple(k for k in os.environ if k.startswith(("HF_", "HUGGINGFACE_", "XDG_")) and k not in env)
+    for tool, args in (("check_model.py", ["--model", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0"]),
+                       ("estimate_memory.py", ["--model", "Qwen/Qwen3-0.6B"]),
+                       ("validate.py", ["--runtime", "docker"])):
+        r = script(tool, *args, env=env, unset=others)
+        assert r.code == 1 and needle in r.doc["error"] and "absolute path" in r.doc["fix"], (tool, r.doc)
+    if "XDG" in needle:  # an absolute HF_HOME decides: the XDG folder is then not the Hub's
+        r = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", env={**env, "HF_HOME": str(tmp_path / "hf"),
+                   "HF_HUB_OFFLINE": "1"}, unset=others)
+        assert "relative path" not in r.stdout and " is empty" not in r.stdout, r.doc
+
+
+def test_attention_free_mamba_models_keep_a_state_per_sequence_not_a_kv_cache(script, tmp_path):
+    """F3: Mamba-2's SSM heads (num_heads, head_dim) were read as attention heads: 64 layers of 2 MiB a
+    token, a fitting model refused at 4096; FalconMamba was refused for lacking attention heads. Both are
+    attention-free to vLLM: each layer keeps one recurrent state per sequence, whatever its length."""
+    r = estimate(script, tmp_path, "Mamba-Codestral-7B-v0.1", CODESTRAL, "--weight-gb", "14.6",
+                 "--max-model-len", "32768")
+    assert r.code == 0 and r.doc["kv_attention"] == "none" and r.doc["kv_bytes_per_token"] == 0, r.doc
+    inner, conv_dim = 128 * 64, 128 * 64 + 2 * 8 * 128  # vLLM's mamba2 shapes: conv (kernel-1) x conv_dim
+    state = conv_dim * 3 * 2 + inner * 128 * 4           # bf16 conv state, float32 SSM state (AVX-512 BF16)
+    assert r.doc["kv_layers"] == {"full": 0, "sliding": 0, "none": 64, "sliding_window": None,
+                                  "recurrent_family": "mamba2", "recurrent_state_bytes": state,
+                                  "ssm_state_dtype": "float32"}
+    assert r.doc["kv_needed_gb_per_sequence"] == round(64 * 2 * state / 2**30, 3)  # the same at 32k as at 4k
+    r = estimate(script, tmp_path, "falcon-mamba-7b", FALCON_MAMBA, "--weight-gb", "14.5", "--max-model-len", "4096")
+    assert r.code == 0 and r.doc["kv_layers"]["recurrent_family"] == "mamba1", r.doc
+    assert r.doc["kv_layers"]["recurrent_state_bytes"] == 8192 * 3 * 2 + 8192 * 16 * 4
+    broken = {k: v for k, v in FALCON_MAMBA.items() if k != "state_size"}
+    r = estimate(script, tmp_path, "broken-mamba", broken, "--weight-gb", "14.5")
+    assert r.code == 1 and "falcon_mamba model whose recurrent state this config does not size" in r.doc["error"]
+
+
+def test_a_hub_past_its_deadline_ends_the_script_cleanly_every_time(script, tmp_path, monkeypatch):
+    """A Hub call past --hub-timeout leaves its thread inside the Hub client; the interpreter's teardown with
+    that thread still in C code crashed once in a while (exit 139 after a correct document). The script now
+    leaves at once when its document is out: exit 1 and one document, each of several tries."""
+    from hub_server import Hub
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    hub = Hub().start()
+    try:
+        hub.hang_seconds = 30
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "20"}
+        for _ in range(3):
+            e = script("estimate_memory.py", "--model", "err/hang", "--ram-gb", "64", "--hub-timeout", "0.5", env=env)
+            assert e.code == 1 and "did not answer within 0.5s" in e.doc["error"], (e.code, e.doc)
+    finally:
+        hub.stop()
+
+
+def test_a_corrupt_or_overflowing_safetensors_header_is_an_error_not_a_tiny_model(script, tmp_path):
+    import struct
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for f in folder.glob("*.safetensors.index.json"):
+        f.unlink()
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2 ** 39] * 30, "data_offsets": [0, 0]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "64")
+    assert r.code == 1 and "safetensors headers cannot be read" in r.doc["error"] and "--weight-gb" in r.doc["fix"]
+    (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\n")
+    r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "64")
+    assert r.code == 1 and "safetensors headers cannot be read" in r.doc["error"]
+
+
+def test_a_header_longer_than_its_file_is_an_error(script, tmp_path):
+    import struct
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    for f in folder.glob("*.safetensors.index.json"):
+        f.unlink()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 0x03200000) + b"{}")
+    r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "16")
+    assert r.code == 1 and "safetensors headers cannot be read" in r.doc["error"]
+
+
+@pytest.mark.parametrize("total", ["1" + "0" * 1000, str(1 << 51), "-5"])
+def test_an_index_total_size_no_model_has_is_an_error(script, tmp_path, total):
+    m = config_only_model(tmp_path)
+    (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %s}}' % total)
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and ("total_size" in r.doc["error"] or "no weights" in r.doc["error"]), r.doc
+    (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %d}}' % (1 << 30))
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 0 and r.doc["weight_gb"] == 1.0 and r.doc["weight_source"] == "safetensors_index_total_size"
+
+
+@pytest.mark.parametrize("header", [{"__metadata__": {"format": "pt"}}, {"w": {"dtype": "Q7", "shape": [8, 8]}},
+                                    {"w": [1, 2]}])
+def test_weights_that_add_up_to_nothing_are_an_error_not_a_fit(script, tmp_path, header):
+    m = config_only_model(tmp_path)
+    _safetensors_4(m / "model.safetensors", header)
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "safetensors" in r.doc["error"] and "--weight-gb" in r.doc["fix"], r.doc
+    (m / "model.safetensors").unlink()
+    (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 0}}')
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "total_size 0" in r.doc["error"]
+
+
+def test_a_context_below_the_flag_floor_is_refused(script, tmp_path):
+    m = model_folder("Qwen3-0.6B", tmp_path / "models")
+    cfg = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**cfg, "max_position_embeddings": 1}))
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "max_position_embeddings" in r.doc["error"]
+
+
+@pytest.mark.parametrize("total", [1, 1000])
+def test_weights_smaller_than_the_embedding_are_not_a_model(script, tmp_path, total):
+    m = config_only_model(tmp_path)
+    (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %d}}' % total)
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "the embedding alone" in r.doc["error"] and "--weight-gb" in r.doc["fix"]
+    from epyc import sizing
+    assert sizing.weight_floor({"vocab_size": 1000, "hidden_size": 64}) == 32000
+    assert sizing.weight_floor({"vocab_size": "x"}) == 1
+
+
+# ---- F7: a dangling weight link
+@pytest.mark.parametrize("kind", ["dangling", "loop", "folder"])
+def test_a_weight_file_that_is_not_a_file_is_a_clear_error(script, tmp_path, kind):
+    m = config_only_model(tmp_path)
+    target = m / "pytorch_model.bin"
+    if kind == "dangling":
+        target.symlink_to(tmp_path / "blobs" / "gone")
+    elif kind == "loop":
+        target.symlink_to(target)
+    else:
+        target.mkdir()
+    r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
+    assert r.code == 1 and "pytorch_model.bin is not a readable file" in r.doc["error"] and "--weight-gb" in r.doc["fix"]
+
+
+def test_a_safetensors_fifo_does_not_hang_the_estimate(script, tmp_path):
+    folder = model_folder("Qwen3-0.6B", tmp_path)
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "model.safetensors")
+    r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "64", timeout=30)
+    assert r.code in (0, 1)  # sized from file sizes or refused, never blocked

@@ -8,9 +8,8 @@ import importlib
 import re
 
 import pytest
-
-from common import ScriptError
 from conftest import ROOT
+from epyc.errors import ScriptError
 
 ROW = re.compile(r"^\| `(?P<script>\w+)\.py (?:(?P<sub>[a-z]+) )?(?P<flag>--[a-z-]+)` \| (?P<kind>whole number|number) "
                  r"\| (?P<open>[\[(])(?P<lo>\d+), (?P<hi>\d+)\] \|$")

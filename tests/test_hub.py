@@ -3,7 +3,6 @@ code runs, including its error mapping. No weights are downloaded."""
 import time
 
 import pytest
-
 from hub_server import Hub
 from model_fixtures import model_folder
 from test_estimate_memory import QWEN3_06B_PARAMS

@@ -15,22 +15,30 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_script
+from epyc import (
+    argtypes,
+    bundle,
+    cpuid,
+    errors,
+    handoff,
+    hf_model,
+    hostfacts,
+    jsonio,
+    kv_cache,
+    masking,
+    remote_host,
+    serve_procs,
+    serve_state,
+)
+from epyc.errors import ScriptError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import common
-import detect
-import kv_cache
-import hf_model
-import serve_life
-import serve_plan
-from common import ScriptError
-from conftest import run_script
 
 FAST = settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
-EPYC = common.load_epyc()
+EPYC = bundle.load_epyc()
 
 json_scalars = st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=20)
 json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4) |
@@ -43,7 +51,7 @@ json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4)
 @given(st.text(max_size=2000))
 def test_cpuinfo_parser_returns_facts_or_valueerror(text):
     try:
-        cpu = detect.parse_cpuinfo(text)
+        cpu = hostfacts.parse_cpuinfo(text)
     except ValueError:
         return
     assert set(cpu) == {"vendor", "brand", "family", "model", "flags"}
@@ -54,22 +62,22 @@ def test_cpuinfo_parser_returns_facts_or_valueerror(text):
 @given(st.text(alphabet="0123456789,- \n", max_size=60))
 def test_cpulist_parser_round_trips_or_refuses(text):
     try:
-        cpus = common.parse_cpulist(text)
+        cpus = hostfacts.parse_cpulist(text)
     except ValueError:
         return
     assert cpus == sorted(set(cpus)) and all(c >= 0 for c in cpus)
-    assert common.parse_cpulist(common.format_cpulist(cpus)) == cpus
+    assert hostfacts.parse_cpulist(hostfacts.format_cpulist(cpus)) == cpus
 
 
 @FAST
 @given(st.text(max_size=300), st.text(max_size=300))
 def test_meminfo_and_cgroup_parsers_never_raise(meminfo, cgroup):
-    value = detect.parse_meminfo_bytes(meminfo)
+    value = hostfacts.parse_meminfo_bytes(meminfo)
     assert value is None or (isinstance(value, int) and value >= 0)
-    limit = detect.parse_cgroup_limit(cgroup)
+    limit = hostfacts.parse_cgroup_limit(cgroup)
     assert limit is None or (isinstance(limit, int) and limit > 0)
     try:
-        allowed = detect.parse_status_allowed(cgroup)
+        allowed = hostfacts.parse_status_allowed(cgroup)
     except ValueError:
         return
     assert allowed is None or all(isinstance(c, int) for c in allowed)
@@ -84,9 +92,9 @@ def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
     """The ssh dump of detect.py --host is the remote host's text: written as a capture, or a clear error."""
     dest = tmp_path_factory.mktemp("unpack") / "tree"
     dest.mkdir()
-    text = "\n".join(f"{detect._MARK} {path}\n{body}" for path, body in parts)
+    text = "\n".join(f"{remote_host._MARK} {path}\n{body}" for path, body in parts)
     try:
-        detect.unpack_capture(text, dest, "box")
+        remote_host.unpack_capture(text, dest, "box")
     except ScriptError as exc:
         assert "cannot read box over ssh" in exc.error and exc.fix
     for p in dest.parent.rglob("*"):
@@ -99,7 +107,7 @@ def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
     "is_amd_epyc": st.booleans(), "avx512": st.booleans(), "avx512_bf16": st.booleans(),
     "epyc_generation": st.sampled_from(["Genoa", "Turin", "Milan", "Bergamo", "unknown", None])}), st.booleans())
 def test_routing_always_gives_one_of_the_documented_routes(facts, stock):
-    r = detect.route_host(facts, EPYC["supported_generations"], stock)
+    r = cpuid.route_host(facts, EPYC["supported_generations"], stock)
     assert r["route"] in ("zentorch", "confirm", "stock", "stock_offer", "stop") and r["reason"]
     if not facts.get("is_amd_epyc") and not stock:
         assert r["route"] == "stop"  # never zentorch, never a silent stock path
@@ -153,7 +161,7 @@ config_keys = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads"
 def test_any_config_is_checked_then_sized_or_refused(cfg):
     """What passes the config schema is sized without another exception, with whole non-negative counts."""
     try:
-        common.check_schema(cfg, "model_config", "config.json", "fix it")
+        jsonio.check_schema(cfg, "model_config", "config.json", "fix it")
     except ScriptError:
         return
     try:
@@ -185,7 +193,7 @@ def test_estimate_memory_script_on_any_config(tmp_path_factory, cfg):
 @given(json_values)
 def test_plan_schema_check_accepts_or_names_the_field(doc):
     try:
-        common.check_schema(doc, "plan", "plan", "plan again")
+        jsonio.check_schema(doc, "plan", "plan", "plan again")
     except ScriptError as exc:
         assert exc.error.startswith("plan: field ")
 
@@ -218,13 +226,13 @@ def test_state_file_of_any_content_is_not_trusted(tmp_path_factory, doc):
     (d / "state.json").write_text(text)
     plan = {"state_file": str(d / "state.json")}
     try:
-        state = serve_life.read_state(plan)
-    except common.ScriptError as err:  # a number JSON does not have: start never writes one, so it was edited
+        state = serve_state.read_state(plan)
+    except errors.ScriptError as err:  # a number JSON does not have: start never writes one, so it was edited
         assert "it was edited" in err.error and ("NaN" in text or "Infinity" in text), (text, err.error)
         return
     assert state is None or isinstance(state, dict)
     if state is not None:  # whatever it says, only a live group started at its recorded time is ours
-        members = serve_life.group_members(state)
+        members = serve_procs.group_members(state)
         assert members == [] or (isinstance(state.get("pgid"), int) and state["pgid"] > 1)
 
 
@@ -236,14 +244,14 @@ def test_judge_smoke_never_raises_and_never_echoes_the_key(status, body, endpoin
     secret = "sk-property-secret-123"
     text = body if isinstance(body, str) else json.dumps(body)
     text = text.replace("x", secret)  # put the key wherever a server might reflect it
-    ok, detail = serve_plan.judge_smoke(status, text, endpoint, [secret])
+    ok, detail = handoff.judge_smoke(status, text, endpoint, [secret])
     assert isinstance(ok, bool) and isinstance(detail, str) and secret not in detail
 
 
 @FAST
 @given(st.text(max_size=300))
 def test_redact_masks_bearer_tokens(text):
-    out = serve_plan.redact(f"{text} Authorization: Bearer sk-abc123 {text}", [])
+    out = masking.redact(f"{text} Authorization: Bearer sk-abc123 {text}", [])
     assert "sk-abc123" not in out
 
 
@@ -252,7 +260,7 @@ def test_redact_masks_bearer_tokens(text):
 @FAST
 @given(st.text(max_size=30))
 def test_numeric_flag_types_give_a_finite_value_in_range_or_refuse(text):
-    for parse, lo, hi in ((common.int_in(1, 65535), 1, 65535), (common.float_in(0, 100), 0, 100)):
+    for parse, lo, hi in ((argtypes.int_in(1, 65535), 1, 65535), (argtypes.float_in(0, 100), 0, 100)):
         try:
             v = parse(text)
         except argparse.ArgumentTypeError:
@@ -263,14 +271,14 @@ def test_numeric_flag_types_give_a_finite_value_in_range_or_refuse(text):
 @FAST
 @given(st.text(max_size=40))
 def test_names_that_reach_argv_or_shell_never_look_like_options(text):
-    for check in (common.image_ref, common.env_name):
+    for check in (argtypes.image_ref, argtypes.env_name):
         try:
             v = check(text)
         except argparse.ArgumentTypeError:
             continue
         assert not v.startswith("-") and " " not in v and "$" not in v and "`" not in v
     try:
-        target = common.parse_host(text)
+        target = remote_host.parse_host(text)
     except ScriptError:
         return
     assert not target.host.startswith("-")

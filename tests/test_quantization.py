@@ -6,12 +6,13 @@ is measured in the e2e (the server's load log names the kernel)."""
 import json
 
 import pytest
-
-import common
-import quantization
+from epyc import (
+    bundle,
+    quantization,
+)
 from model_fixtures import write_header_only_safetensors
 
-KERNELS = common.load_epyc()["quantization"]["kernels"]
+KERNELS = bundle.load_epyc()["quantization"]["kernels"]
 
 CT_W4_SYM = {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
              "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
@@ -101,10 +102,28 @@ def test_an_int4_kernel_vllm_builds_only_for_avx512_is_not_served_without_it(avx
     """vLLM 0.32.0's AVX2 library (_C_AVX2) has no cpu_gemm_wna16 (measured on an EPYC Rome guest,
     2026-12-02): on a CPU without AVX-512 the checkpoint is quantized and not served; with the CPU
     unknown (check_model) it is served, with the need named."""
-    needs = common.load_epyc()["quantization"]["stock_needs_avx512"]
+    needs = bundle.load_epyc()["quantization"]["stock_needs_avx512"]
     got = quantization.cpu_kernel({"method": "awq", "bits": 4}, "stock", "bfloat16", KERNELS, avx512, needs)
     assert got["quantized"] is True and got["served_on_cpu"] is served
     assert (got["kernel"] or "").startswith(kernel or "") and (got["kernel"] is None) == (kernel is None)
     assert ("_C_AVX2" in got["note"]) == (avx512 is not True)
     assert got["source"] == (needs["source"] if avx512 is False else next(
         r for r in KERNELS if r["match"] == {"method": "awq"})["source"])
+
+
+def test_check_model_says_an_int4_kernel_needs_avx512(script, tmp_path):
+    """F7: check_model called AWQ served on the stock path where plan (rightly) refuses it on an AVX2 CPU."""
+    from epyc import quantization
+    from epyc.bundle import load_epyc
+    epyc = load_epyc()
+    got = quantization.cpu_kernel({"method": "awq", "bits": 4}, "stock", "bfloat16", epyc["quantization"]["kernels"],
+                                  None, epyc["quantization"]["stock_needs_avx512"])
+    assert got["served_on_cpu"] and "needs AVX-512" in got["note"] and "_C_AVX2" in got["note"]
+
+
+def test_a_quantization_value_no_checkpoint_has_is_not_said():
+    q = quantization.describe({"quantization_config": {"quant_method": "gptq", "bits": 10 ** 9, "group_size": -1,
+                                                       "format": {"a": 1}}})
+    assert (q["bits"], q["group_size"], q["format"]) == (None, -1, None)
+    assert quantization.describe({"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": -2}}) \
+        ["group_size"] is None

@@ -1,15 +1,28 @@
 """validate.py: runtime order, CPU gate, stack compatibility, HF cache, ports, ELF execstack.
 The container runtimes here are the FAKE in tests/fakes, for runtime choices a real engine cannot show here
 (podman, sudo docker, a daemon that is down); test_e2e_container.py validates against the real engine."""
+import json
 import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-
-import validate as v
-from conftest import ROOT, detect_file
+from conftest import (
+    ROOT,
+    calls,
+    container_plan,
+    detect_file,
+    load_epyc_doc,
+    run_script,
+)
+from epyc import (
+    hubcache,
+    preload,
+    runtimes,
+    validation,
+)
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
@@ -98,20 +111,20 @@ def test_venice_on_another_vllm_needs_confirmation(script, fake_rt):
 
 def test_stack_compatibility_rules():
     zen = "vllm.platforms.zen_cpu.ZenCpuPlatform"
-    assert v.stack_compatibility({"vllm": "0.32.0+cpu", "platform": zen}, "Turin", "0.32.0", False)["status"] == "proceed"
+    assert validation.stack_compatibility({"vllm": "0.32.0+cpu", "platform": zen}, "Turin", "0.32.0", False)["status"] == "proceed"
     stock = {"vllm": "0.32.0", "platform": "vllm.platforms.cpu.CpuPlatform"}
-    assert v.stack_compatibility(stock, "Genoa", "0.32.0", False)["status"] == "blocked"
-    assert v.stack_compatibility(stock, "Milan", "0.32.0", True)["status"] == "proceed"
-    assert v.stack_compatibility({"vllm": "0.31.0", "platform": zen}, "Venice", "0.32.0", False)["status"] == \
+    assert validation.stack_compatibility(stock, "Genoa", "0.32.0", False)["status"] == "blocked"
+    assert validation.stack_compatibility(stock, "Milan", "0.32.0", True)["status"] == "proceed"
+    assert validation.stack_compatibility({"vllm": "0.31.0", "platform": zen}, "Venice", "0.32.0", False)["status"] == \
         "confirmation_required"
 
 
 def test_runtime_order():
-    assert v.choose_runtime(True, True, True, True) == "docker"
-    assert v.choose_runtime(False, True, True, True) == "podman"
-    assert v.choose_runtime(False, False, True, True) == "sudo docker"
-    assert v.choose_runtime(False, False, False, True) == "host"
-    assert v.choose_runtime(False, False, False, False) is None
+    assert runtimes.choose_runtime(True, True, True, True) == "docker"
+    assert runtimes.choose_runtime(False, True, True, True) == "podman"
+    assert runtimes.choose_runtime(False, False, True, True) == "sudo docker"
+    assert runtimes.choose_runtime(False, False, False, True) == "host"
+    assert runtimes.choose_runtime(False, False, False, False) is None
 
 
 def test_hf_cache_follows_links_and_honours_env(tmp_path):
@@ -119,10 +132,10 @@ def test_hf_cache_follows_links_and_honours_env(tmp_path):
     real.mkdir()
     link = tmp_path / "hf-link"
     link.symlink_to(real)
-    out = v.resolve_hf_cache({"HF_HOME": str(link)})
+    out = hubcache.resolve_hf_cache({"HF_HOME": str(link)})
     assert out["path"] == str(real / "hub")  # the hub cache only
     assert "link" in out["note"] and out["nfs"] is False
-    assert v.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(real / "hub")  # itself, not its parent
+    assert hubcache.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(real / "hub")  # itself, not its parent
 
 
 def test_port_skips_a_busy_one(script, fake_rt):
@@ -145,9 +158,9 @@ def _so(tmp_path, name, execstack):
 
 
 def test_elf_execstack_on_real_shared_objects(tmp_path):
-    assert v.elf_has_execstack(_so(tmp_path, "rwe.so", True)) is True
-    assert v.elf_has_execstack(_so(tmp_path, "rw.so", False)) is False
-    assert v.elf_has_execstack(b"not an elf at all" * 8) is None
+    assert preload.elf_has_execstack(_so(tmp_path, "rwe.so", True)) is True
+    assert preload.elf_has_execstack(_so(tmp_path, "rw.so", False)) is False
+    assert preload.elf_has_execstack(b"not an elf at all" * 8) is None
 
 
 def test_execstack_scan_finds_vllm_C_in_an_env(tmp_path):
@@ -159,7 +172,7 @@ def test_execstack_scan_finds_vllm_C_in_an_env(tmp_path):
     py = tmp_path / "python"
     py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
     py.chmod(0o755)
-    assert v.execstack_libs(str(py)) == [str(pkg / "_C.abi3.so")]
+    assert preload.execstack_libs(str(py)) == [str(pkg / "_C.abi3.so")]
 
 
 def test_hf_token_presence_only(script, fake_rt):
@@ -199,3 +212,185 @@ def test_validate_for_a_host_that_is_not_this_one_defers_what_only_the_host_can_
     assert m.code == 1 and "no AVX-512" in m.doc["error"]  # the CPU gate still applies
     s = script("validate.py", "--detect", str(milan), "--runtime", "host", "--stock")
     assert s.code == 0 and s.doc["stack"]["zentorch"] is None and s.doc["stack"]["source"].startswith("assumed:")
+
+
+def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_path):
+    """validate.py asked the user's --python where vllm lives and opened every _C*.so there: a FIFO named
+    _C.so blocked it forever; a 300-character name was an internal error."""
+    import os
+    import subprocess
+    import sys
+
+    from epyc import bundle
+    pkg = tmp_path / "site" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    os.mkfifo(pkg / "_C.abi3.so")
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    py.chmod(0o755)
+    liar = tmp_path / "liar"  # answers the probe with a folder no file system holds
+    liar.write_text("#!/bin/sh\necho '@@VLLMDIR@@{\"folder\": \"/tmp/" + "n" * 300 + "\"}'\n")
+    liar.chmod(0o755)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from epyc import preload; "
+            "print(preload.execstack_libs(sys.argv[2]), preload.execstack_libs(sys.argv[3]))")
+    r = subprocess.run([sys.executable, "-c", code, str(bundle.ROOT / "scripts"), str(py), str(liar)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[] []", r.stdout + r.stderr
+
+
+def test_a_cache_path_too_long_to_hold_a_folder_is_a_clear_error(script, tmp_path):
+    """F3: an HF_HOME of 4,092 bytes passed the length check, and HF_HOME/hub did not (an OSError)."""
+    deep = str(tmp_path) + "/" + "/".join(["d" * 200] * 25)
+    deep = deep[:4091] + "d"  # 4,092 bytes whatever tmp_path's length (xdist's is longer): HF_HOME/hub is 4,096
+    assert len(deep) == 4092 and "//" not in deep
+    r = script("validate.py", "--python", sys.executable, env={"HF_HOME": deep})
+    assert r.code == 1 and "Hugging Face cache" in r.doc["error"], r.doc
+    long_xdg = str(tmp_path) + "/" + "/".join(["x" * 200] * 20)
+    for tool, args in (("validate.py", []), ("setup_host_stack.py", ["--check"])):
+        r = script(tool, *args, env={"XDG_CACHE_HOME": long_xdg, "HF_HOME": str(tmp_path / "hf")})
+        assert r.code == 1 and "XDG_CACHE_HOME is" in r.doc["error"] and "shorter" in r.doc["fix"], r.doc
+
+
+def test_validate_refuses_a_home_as_the_containers_hub_cache_and_takes_a_busy_hf_home(script, tmp_path):
+    """Seventeenth F2: HF_HUB_CACHE=/home/alice passed; validate now says why, before any plan. Eighteenth
+    F2: an HF_HOME holding Gradio's, trackio's or a sandbox's files was refused: only its hub is mounted."""
+    from conftest import detect_file
+    home = tmp_path / "alice"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".bashrc").write_text("x")
+    fake = ROOT / "tests" / "fakes" / "bin"
+    rtd = tmp_path / "rt"
+    rtd.mkdir()
+    env = {"FAKE_RT_DIR": str(rtd), "PATH": f"{fake}:{os.environ['PATH']}", "HF_HUB_CACHE": str(home)}
+    det = str(detect_file(tmp_path))
+    r = script("validate.py", "--python", sys.executable, "--detect", det, env=env)
+    assert r.code == 1 and "'.bashrc'" in r.doc["error"] and "read-write" in r.doc["error"], r.doc
+    assert "HF_HUB_CACHE" in r.doc["fix"]
+    hf_home = tmp_path / "hf-home"
+    for entry in ("gradio", "trackio", "sandbox", "lighteval", "token", "xet", "hub/models--a--b"):
+        (hf_home / entry).mkdir(parents=True)
+    env.pop("HF_HUB_CACHE")
+    r = script("validate.py", "--python", sys.executable, "--detect", det, env={**env, "HF_HOME": str(hf_home)})
+    assert r.code == 0 and r.doc["hf_cache"]["path"] == str(hf_home / "hub"), r.doc
+
+
+def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+    """A note of the twenty-third audit: `up --python VENV` on a host whose docker answered planned a container,
+    and the interpreter the user named was probed for nothing. up now asks validate for the host path. The
+    validate step here is the real validate.py, with the fake docker on PATH answering `docker info`."""
+    import argparse
+
+    from conftest import load_docs
+    from epyc import (
+        up,
+    )
+    from epyc.errors import ScriptError
+    docs = load_docs(inputs)
+    _, env = rt
+    seen = {}
+
+    def step(script, args, phase, run_dir, allow_fail=False):
+        if phase != "validate":
+            return docs[phase]
+        args = [str(inputs["detect"]) if a.endswith("detect.json") else a for a in args]
+        seen["args"] = args
+        seen["doc"] = run_script("validate.py", *args, env=env).doc
+        raise ScriptError("the test stops here", "-")
+    monkeypatch.setattr(up, "step", step)
+    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False,
+                           python=sys.executable, yes=True, max_model_len=None, num_prompts=1, port=None,
+                           expose=False, served_model_name="m", api_key_env=None, throughput_flags=False,
+                           kernel_log=False, timeout=30, dtype=None)
+    with pytest.raises(ScriptError, match="the test stops here"):
+        up.up(a, load_epyc_doc())
+    assert seen["args"][-4:] == ["--python", sys.executable, "--runtime", "host"]
+    assert seen["doc"]["path"] != "container" and "docker" not in seen["doc"]["runtime_detail"], seen["doc"]
+    # without --python, the documented order: the fake docker answers, so the container path
+    a.python = None
+    with pytest.raises(ScriptError, match="the test stops here"):
+        up.up(a, load_epyc_doc())
+    assert "--runtime" not in seen["args"] and seen["doc"]["path"] == "container", seen["doc"]
+
+
+def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, inputs):  # noqa: F811
+    """validate.py --python .venv/bin/python answered with that relative path, which launch plan and up then
+    refused ("pass the unmodified output of validate.py": it was unmodified). It now answers with the absolute
+    path, not resolved: a venv's python is a link, and only the link's path finds the venv's packages."""
+    import os
+    import sys
+
+    from conftest import ROOT
+    rel = os.path.relpath(sys.executable, ROOT)  # the scripts run in the bundle's folder
+    r = script("validate.py", "--detect", str(inputs["detect"]), "--python", rel, "--runtime", "host")
+    want = os.path.join(str(ROOT), rel)  # (this interpreter has no vLLM: the probe names it, and no "python")
+    assert r.doc["runtime_detail"]["host"].startswith(want + ": ") and os.path.isabs(want), r.doc["runtime_detail"]
+
+
+def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulled(tmp_path, inputs, rt):  # noqa: F811
+    """validate is ready on the stock container path with the image not pulled, and its stack.vllm is null (the
+    `latest` tag names no version): SKILL.md's Step 3 then ran check_model --vllm-version None, exit 1. Step 3
+    says what VLLM is then (data/epyc.json's vllm_version, as up uses), and its container line runs as written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import ROOT, run_script
+    from docs import commands
+    from epyc.bundle import load_epyc
+    _, env = rt  # a docker that answers, with no image pulled
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--stock", env=env)
+    assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["stack"]["vllm"] is None, val.doc
+    skill = (ROOT / "SKILL.md").read_text()
+    assert "null when the stock image is not pulled yet" in skill and "`vllm_version` from `data/epyc.json`" in skill
+    vllm = val.doc["stack"]["vllm"] or load_epyc()["vllm_version"]  # the rule SKILL.md states
+    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
+    shell_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}", "RUN": str(tmp_path),
+                 "MODEL": str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B"), "REV": "main", "VLLM": vllm,
+                 "IMAGE": val.doc["image"], "RUNTIME": val.doc["runtime"]}
+    res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    doc = json.loads((tmp_path / "check.json").read_text())
+    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == vllm, doc
+    assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_validate_expands_a_tilde_in_python(script, inputs, tmp_path):  # noqa: F811
+    """`--python=~/venv/bin/python` (bash leaves that ~ alone) passed the existence check, which expands it,
+    and came back as CWD/~/venv/bin/python."""
+    import sys
+    (tmp_path / "py").symlink_to(sys.executable)
+    r = script("validate.py", "--detect", str(inputs["detect"]), "--python=~/py", "--runtime", "host",
+               env={"HOME": str(tmp_path)})
+    assert r.doc["runtime_detail"]["host"].startswith(f"{tmp_path}/py: "), r.doc["runtime_detail"]
+
+
+# ---- F4, F5: numbers that are not JSON, upstream errors that are not text
+@pytest.mark.parametrize("body", ['{"ram_gb": NaN}', '{"ram_gb": Infinity}', '{"ram_gb": -Infinity}',
+                                  '{"ram_gb": 1e400}'])
+def test_a_non_finite_number_in_an_input_document_is_refused(script, tmp_path, body):
+    doc = tmp_path / "detect.json"
+    doc.write_text(body)
+    r = script("validate.py", "--detect", str(doc), "--python", sys.executable)
+    assert r.code == 1 and "refuse" in r.doc["error"]
+    json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the output"))  # strict JSON out
+
+
+def test_rootless_podman_cpuset_rejection_drops_the_flags(script, inputs, rt, tmp_path):
+    d, env = rt
+    (d / "daemon_down").touch()
+    (d / "podman_can_run").touch()
+    (d / "cpuset_rejected").touch()
+    val = run_script("validate.py", "--python", sys.executable, "--detect", str(inputs["detect"]), env=env)
+    assert val.doc["runtime"] == "podman"
+    Path(inputs["validate"]).write_text(val.stdout)
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    assert plan["argv"][0] == "podman" and "--cpuset-mems=1" in plan["argv"]
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
+    assert r.code == 0 and "cpuset" in r.doc["warnings"][0]
+    runs = [c["argv"] for c in calls(d) if c["argv"][0] == "run" and "--rootfs" not in c["argv"]]
+    assert any(a.startswith("--cpuset") for a in runs[0]) and not any(a.startswith("--cpuset") for a in runs[-1])
+    assert "VLLM_CPU_OMP_THREADS_BIND=96-191" in runs[-1]  # thread binding still applies
+    # podman made the refused run's container (exited): it is removed by its id before the retry takes the name
+    removals = [c["argv"] for c in calls(d) if c["argv"][0] == "rm"]
+    assert removals == [["rm", "-f", "e" * 64]] and r.doc["container_id"] == "f" * 64, removals

@@ -26,8 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import common  # noqa: E402
-import setup_host_stack  # noqa: E402
+from epyc import bundle, errors, hoststack, runtimes, subproc  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
 VENV = "/opt/vllm"
@@ -40,7 +39,7 @@ def image_name(stack: dict) -> str:
             f"-zentorch-{stack['zentorch_version']}")
 
 
-def must(res: common.RunResult, what: str) -> common.RunResult:
+def must(res: subproc.RunResult, what: str) -> subproc.RunResult:
     if not res.ok:
         tail = (res.stderr or res.stdout or res.failure or "").strip()[-1500:]
         raise SystemExit(json.dumps({"error": f"{what} failed: {tail}", "fix": "see the message; the build "
@@ -52,7 +51,7 @@ def must(res: common.RunResult, what: str) -> common.RunResult:
 def local_dirs_in_pip_config() -> list[str]:
     """Folders this host's pip settings point at (find-links, file:// indexes, constraints): the rootfs
     sees them at the same paths, read-only, so pip inside resolves exactly as pip here does."""
-    res = common.run([sys.executable, "-m", "pip", "config", "list"], timeout=60)
+    res = subproc.run([sys.executable, "-m", "pip", "config", "list"], timeout=60)
     dirs = set()
     for line in res.stdout.splitlines():
         value = line.split("=", 1)[-1].strip().strip("'\"")
@@ -82,19 +81,19 @@ def pip_in_rootfs(rootfs: Path, pins: list[str], uninstall: list[str]) -> None:
         for d in local_dirs_in_pip_config():
             target = rootfs / d.lstrip("/")
             target.mkdir(parents=True, exist_ok=True)
-            must(common.run(["mount", "--bind", "-o", "ro", d, str(target)], timeout=60), f"mount {d}")
+            must(subproc.run(["mount", "--bind", "-o", "ro", d, str(target)], timeout=60), f"mount {d}")
             mounted.append(target)
         env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
         env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8")
-        must(common.run(["chroot", str(rootfs), "python3", "-m", "venv", VENV], timeout=300, env=env), "venv")
-        must(common.run(["chroot", str(rootfs), f"{VENV}/bin/pip", "install", "-q", "--no-cache-dir", *pins],
+        must(subproc.run(["chroot", str(rootfs), "python3", "-m", "venv", VENV], timeout=300, env=env), "venv")
+        must(subproc.run(["chroot", str(rootfs), f"{VENV}/bin/pip", "install", "-q", "--no-cache-dir", *pins],
                         timeout=1800, env=env, progress="build_test_image: pip install in the rootfs"),
              "pip install")
-        common.run(["chroot", str(rootfs), f"{VENV}/bin/pip", "uninstall", "-y", "-q", *uninstall],
+        subproc.run(["chroot", str(rootfs), f"{VENV}/bin/pip", "uninstall", "-y", "-q", *uninstall],
                    timeout=300, env=env)
     finally:
         for target in reversed(mounted):
-            common.run(["umount", "-l", str(target)], timeout=60)
+            subproc.run(["umount", "-l", str(target)], timeout=60)
 
 
 def build(name: str, stack: dict) -> None:
@@ -103,15 +102,15 @@ def build(name: str, stack: dict) -> None:
     rootfs = work / "rootfs"
     rootfs.mkdir(parents=True)
     try:
-        must(common.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm",
+        must(subproc.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm",
                          str(rootfs), "http://deb.debian.org/debian"], timeout=1800,
                         progress="build_test_image: debootstrap"), "debootstrap")
         pip_in_rootfs(rootfs, stack["pip"], stack["pip_uninstall"])
         site = next((rootfs / "opt/vllm/lib").glob("python3*/site-packages"))
-        setup_host_stack.dist_info_shim(site, stack["dist_info_shim"]["version"])
+        hoststack.dist_info_shim(site, stack["dist_info_shim"]["version"])
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "root/.cache"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
-        common.log("build_test_image: docker import")
+        errors.log("build_test_image: docker import")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run(["docker", "import", "-c", f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:"
                               "/usr/sbin:/usr/bin:/sbin:/bin", "-c", "LABEL org.opencontainers.image.description="
@@ -119,17 +118,17 @@ def build(name: str, stack: dict) -> None:
                              stdin=tar.stdout, capture_output=True, text=True, timeout=1800)
         tar.stdout.close()
         tar.wait(timeout=60)
-        must(common.RunResult(imp.args, imp.returncode, imp.stdout, imp.stderr), "docker import")
+        must(subproc.RunResult(imp.args, imp.returncode, imp.stdout, imp.stderr), "docker import")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> int:
-    stack = common.load_epyc()["host_stack"]
+    stack = bundle.load_epyc()["host_stack"]
     name = image_name(stack)
     t0 = time.monotonic()
-    engine = common.runtime_argv("docker", os.environ.get("DOCKER_HOST") or None)  # the engine it was given
-    reused = common.run([*engine, "image", "inspect", name], timeout=60).ok
+    engine = runtimes.runtime_argv("docker", os.environ.get("DOCKER_HOST") or None)  # the engine it was given
+    reused = subproc.run([*engine, "image", "inspect", name], timeout=60).ok
     if not reused:
         build(name, stack)
     print(json.dumps({"image": name, "reused": reused, "seconds": round(time.monotonic() - t0, 1)}))

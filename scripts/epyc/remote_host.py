@@ -1,0 +1,208 @@
+"""Other hosts: ssh targets, capture archives and --spec rows."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import errors, hostfacts, hostspec, jsonio, subproc
+from .errors import ScriptError
+from .hostfacts import HostFacts, Sysroot, gather
+
+
+def is_another_host(target: str) -> bool:
+    """detect.py's target names where its facts came from: this machine ('localhost', or a 'sysroot:' folder
+    standing in for it, as the tests do), or another host -- a spec, a capture, an ssh target."""
+    return target != "localhost" and not target.startswith("sysroot:")
+
+
+# ---------------------------------------------------------------- ssh transport
+
+_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])"
+                      r"(?::(?P<port>[0-9]{1,5}))?$")
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    user: str | None
+    host: str
+    port: int | None
+
+    @property
+    def label(self) -> str:
+        s = f"{self.user}@{self.host}" if self.user else self.host
+        return f"{s}:{self.port}" if self.port else s
+
+
+def parse_host(spec: str) -> SshTarget:
+    """'[user@]box[:port]' -> SshTarget. Rejects anything ssh could read as an option."""
+    m = _HOST_RE.fullmatch(spec or "")
+    if not m or spec.startswith("-"):
+        raise ScriptError(f"not a host: {spec!r}", "use --host [user@]hostname[:port]")
+    port = int(m.group("port")) if m.group("port") else None
+    if port is not None and not 0 < port < 65536:
+        raise ScriptError(f"port out of range in {spec!r}", "use a port between 1 and 65535")
+    return SshTarget(m.group("user"), m.group("host").strip("[]"), port)
+
+
+def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int = 10) -> list[str]:
+    """One non-interactive ssh call; the remote command is quoted word by word."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}",
+            "-o", "StrictHostKeyChecking=accept-new"]
+    extra = os.environ.get("EPYC_SKILL_SSH_OPTS")  # e.g. "-i key -o UserKnownHostsFile=..."
+    if extra:
+        try:  # the user's own ssh options, written as shell words (as GIT_SSH_COMMAND is)
+            argv += shlex.split(extra)
+        except ValueError as exc:
+            raise ScriptError(f"EPYC_SKILL_SSH_OPTS is not shell words ({exc})",
+                              "quote it as on a command line, e.g. EPYC_SKILL_SSH_OPTS='-i ~/.ssh/id_box "
+                              "-o Port=2222', or unset it")
+    if target.port:
+        argv += ["-p", str(target.port)]
+    argv += [f"{target.user}@{target.host}" if target.user else target.host, "--"]
+    argv.append(" ".join(shlex.quote(a) for a in remote_argv))
+    return argv
+
+SSH_TIMEOUT_S = 30
+TARGET_FILE = "EPYC_TARGET"
+
+
+# The remote side of --host: print each file behind a marker, all in one ssh call.
+_REMOTE_FILES = ["/" + pattern for pattern in hostspec.CAPTURE_PATTERNS]
+_MARK = "@@EPYC-SKILL-FILE@@"
+_REMOTE_SCRIPT = (
+    'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + _MARK + '" "$f"; cat "$f"; }; done; }\n'
+    "dump " + " ".join(_REMOTE_FILES) + "\n"
+    'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && dump '
+    + " ".join(f'"/{t.format(p="$p")}"' for t in hostspec.CGROUP_FILES) + "; "
+    "done < /proc/self/cgroup\n"
+    "exit 0\n"
+)
+
+
+_MARK_LINE = re.compile("^" + re.escape(_MARK) + " (.*)$", re.M)
+
+
+def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
+    """The marker-separated remote dump -> (absolute path as the host named it, start, end of its text),
+    one file at a time: the caller checks a file's size before it copies it (a list of every line cost
+    28 times the answer's size)."""
+    marks = _MARK_LINE.finditer(text)
+    here = next(marks, None)
+    while here is not None:
+        after = next(marks, None)
+        yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
+        here = after
+
+
+def unpack_capture(text: str, dest: Path, label: str) -> None:
+    """Write the remote dump into a sysroot folder, with the checks a capture archive gets: the host's
+    answer is data (a hostile or odd host could name '/', a NUL, a file and a folder at once)."""
+    fix = "the host's answer is not what detect.py's remote script prints: check its shell (sh) and /proc"
+    total = 0
+    for count, (path, start, end) in enumerate(split_dump(text), 1):
+        total += max(0, end - start)
+        why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
+        why = why or hostspec.member_problem(path[1:], max(0, end - start), count, total)
+        if not why:
+            data = (text[start:end].rstrip("\n") + "\n").encode("utf-8", "replace")
+            why = hostspec.member_problem(path[1:], len(data), count, total)
+        if why:
+            raise ScriptError(f"cannot read {label} over ssh: {why}", fix, host=label)
+        try:
+            hostspec.write_member(dest, path[1:], data)
+        except OSError as exc:  # a path both a file and a folder, a name the file system refuses
+            raise ScriptError(f"cannot read {label} over ssh: {path[:200]!r}: {exc.strerror or exc}", fix,
+                              host=label)
+
+
+def gather_remote(spec: str) -> HostFacts:
+    target = parse_host(spec)
+    argv = ssh_argv(target, ["sh", "-c", _REMOTE_SCRIPT])
+    errors.log(f"detect: reading {target.label} over ssh")
+    # bounded as a capture archive is: a host printing without end fills no memory
+    res = subproc.run(argv, timeout=SSH_TIMEOUT_S, limit=hostspec.CAPTURE_LIMIT)
+    if not res.ok or _MARK not in res.stdout:
+        why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else (res.failure or "no output")
+        raise ScriptError(f"cannot read {target.label} over ssh: {why}",
+                          "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
+                          host=target.label)
+    tree = scratch_dir("epyc-detect-")
+    unpack_capture(res.stdout, tree, target.label)
+    return gather(Sysroot(str(tree)), target.label, live=False)
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A folder for an unpacked tree, removed when the script exits (an explicit cleanup: a
+    TemporaryDirectory left to its finaliser warns, a traceback under PYTHONWARNINGS=error)."""
+    import atexit
+    import shutil
+    dest = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, dest, True)
+    return dest
+
+
+def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
+    if sysroot and host:
+        raise ScriptError("--sysroot and --host are exclusive", "pass one of them")
+    if host:
+        return gather_remote(host)
+    try:
+        archive = bool(sysroot) and Path(sysroot).is_file()
+    except OSError:  # a name too long: check_sysroot below says so
+        archive = False
+    if archive:  # an archive from detect.py --capture on the host
+        dest = scratch_dir("epyc-capture-")
+        hostspec.unpack(Path(sysroot), dest)
+        return gather(hostfacts.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
+    if sysroot:
+        sr = hostfacts.check_sysroot(sysroot)
+        label = (sr.read(TARGET_FILE) or "").strip()  # a rendered spec names the host it describes
+        # the target names the tree however it was spelled (./cap, /abs/cap/): plan compares targets
+        return gather(sr, label if label.startswith("spec:") else f"sysroot:{os.path.realpath(sysroot)}", live=False)
+    return gather(Sysroot("/"), "localhost", live=True)
+
+
+def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
+    """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
+    assumption, stated in the output), then read like any sysroot."""
+    table = hostspec.load_skus()
+    sku = hostspec.find_sku(table, args.spec)
+    gen = sku["epyc_generation"]
+    entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")),
+                 None) or next(g for g in epyc["generations"] if g["name"] == gen)
+    family, model = (entry["cpuid"][0][0], entry["cpuid"][0][1]) if entry["cpuid"] else (26, 0)
+    cores = sku["cores_per_socket"]
+    threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
+    if cores % args.nps:
+        raise ScriptError(f"{cores} cores do not split into NPS{args.nps}", "pass --nps 1, 2 or 4 as the BIOS has it")
+    if args.sockets > 1 and sku.get("socket_support") == "1P":  # a P part: no two-socket board takes it
+        raise ScriptError(f"EPYC {sku['model']} is a single-socket part (socket support 1P in "
+                          "data/epyc_skus.json)", "pass --sockets 1, or the 2P part of the same core count")
+    files = hostspec.spec_files(f"AMD EPYC {sku['model']} {cores}-Core Processor", family, model,
+                                 entry["avx512"], entry["avx512_bf16"], args.sockets, cores, threads,
+                                 args.nps, args.ram_gb_per_socket)
+    if args.save_sysroot:
+        # the rendered proc/ and sys/ files go in a folder of their own, never over others
+        root = jsonio.empty_output_dir(args.save_sysroot, "--save-sysroot",
+                                       "pass a new or empty folder for the rendered host files")
+    else:  # read once, then gone: a spec leaves nothing behind unless asked to
+        root = scratch_dir("epyc-spec-")
+    target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
+    try:
+        hostspec.write_files(root, {**files, TARGET_FILE: target + "\n"})
+    except OSError as exc:  # a full disk: the rendered tree is incomplete, and read as it is it would lie
+        raise errors.os_error(exc, f"cannot write the rendered host files under {root}")
+    facts = gather(hostfacts.check_sysroot(str(root)), target, live=False)
+    spec = {"sku": sku, "source": table["sources"][sku["source"]], "sysroot": str(root) if args.save_sysroot else None,
+            "assumptions": [
+                "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "
+                "(cpu = thread x sockets x cores + socket x cores + core)",
+                f"NPS{args.nps}: each socket's cores split into {args.nps} consecutive NUMA node(s) with equal memory",
+                f"{args.ram_gb_per_socket:g} GiB per socket, all of it usable (no cgroup limit, no other load)",
+                "re-check on the host before start: detect.py --capture FILE there, then plan from --sysroot FILE"]}
+    return facts, spec

@@ -1,0 +1,248 @@
+"""Which processes and containers belong to a plan's server, and whether it is alive."""
+from __future__ import annotations
+
+import os
+import time
+
+from . import masking, runtimes, subproc
+from .command import MARKER_ENV
+from .errors import ScriptError
+from .masking import redact
+from .serve_state import (
+    CONTAINER_ID,
+    CONTAINER_NAME,
+    known_secrets,
+    open_own_file,
+    plan_identity,
+    read_state,
+)
+
+LOG_TAIL = 50
+LOG_TAIL_BYTES = 256 * 1024
+
+
+EXEC_SETTLE_S = 2.0
+EXEC_YOUNG_S = 30.0
+
+
+def settled_environ(proc) -> dict | None:
+    """A process's environment, or None when it cannot be read (gone, a zombie, not ours to read).
+
+    An empty environ is a process inside execve (the pin program exec'ing vllm, vllm's #! line its
+    python): /proc/PID/environ reads empty until the new image has its stack. Measured on a 2-vCPU
+    guest, 14 of 30 launches read empty at least once, and a verify or stop just after start judged the
+    server "exited", or not ours. It is asked again until the exec is done; still empty then, it is an
+    environ nobody can judge (`env -i`), and None says so. Only a young process is waited for: vLLM's
+    workers, renamed by setproctitle, read empty for good, and stop would wait on each of them."""
+    import psutil
+    try:
+        young = time.time() - proc.create_time() < EXEC_YOUNG_S
+    except psutil.Error:
+        return None
+    deadline = time.monotonic() + (EXEC_SETTLE_S if young else 0.0)
+    while True:
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            return None
+        if env:
+            return env
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def group_members(state: dict) -> list:
+    """The live processes of the server's process group (its session: start made the leader with
+    start_new_session). Judged by the group, not the leader: workers can outlive it.
+
+    Ours only by start's run token (MARKER_ENV) in the environment: the leader's when it lives (vLLM's
+    workers rename themselves with setproctitle, which clobbers their /proc environ, so they cannot be
+    asked), else at least one surviving member's. A state file naming another group matches neither."""
+    import psutil
+    pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
+    if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1 \
+            or not isinstance(token, str) or len(token) < 16:
+        return []
+    def marked(proc) -> bool | None:  # None: its environ cannot be read
+        env = settled_environ(proc)
+        return None if env is None else env.get(MARKER_ENV) == token
+
+    leader_marked = None
+    try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
+        leader = psutil.Process(pgid)
+        if abs(leader.create_time() - started) > 0.01:
+            return []
+        leader_marked = marked(leader)
+    except psutil.Error:
+        pass  # the leader is gone (or a zombie); its workers may not be
+    if leader_marked is False:
+        return []
+    out = group_scan(pgid, started)
+    if leader_marked is None and not any(marked(p) for p in out):
+        return []
+    return out
+
+
+def leader_gone(pgid: int) -> bool:
+    """The process that led group `pgid` has exited (gone, or a zombie nobody reaped)."""
+    import psutil
+    try:
+        return psutil.Process(pgid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def group_scan(pgid: int, started: float) -> list:
+    """The live processes in process group `pgid` started since `started`: the candidates, unproven."""
+    import psutil
+    out = []
+    for proc in psutil.process_iter(["pid", "create_time", "status"]):
+        try:
+            if (os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1
+                    and proc.info["status"] != psutil.STATUS_ZOMBIE):
+                out.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
+def orphaned_workers(state: dict) -> list:
+    """The processes left in a host state's group whose leader is gone and that cannot show the run's marker
+    (vLLM's renamed workers read an empty environ): not provably ours, so never killed, and never forgotten
+    (the state that names them is kept). A live leader without the marker is another group: none."""
+    pgid, started = state.get("pgid"), state.get("create_time")
+    if not isinstance(pgid, int) or pgid <= 1 or isinstance(started, bool) or not isinstance(started, (int, float)):
+        return []
+    return group_scan(pgid, started) if leader_gone(pgid) else []
+
+
+def process_alive(state: dict) -> bool:
+    return bool(group_members(state))
+
+
+def state_server(state: dict) -> str | None:
+    """What a state file names that still runs, in words (None: nothing). Judged by the state itself, not
+    by the plan at hand: the state dir is one server's, whichever plan started it, and a start that wrote
+    over a running server's state left that server named by nothing."""
+    if state.get("path") == "container":
+        name, runtime, engine = state.get("container_name"), state.get("runtime"), state.get("engine")
+        if runtime not in runtimes.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name) \
+                or (engine is not None and (runtime != "docker" or runtimes.docker_engine_problem(engine))):
+            return None  # not a state start wrote: it names nothing we could ask about
+        try:  # runtime_of: a podman or sudo docker that would ask another machine is not asked
+            running = container_running(runtimes.runtime_of(state), name, state)
+        except ScriptError as exc:
+            return f"container {name} (its runtime cannot be asked from here, so it may run: {exc.error})"
+        if running is None:
+            return f"container {name} (its runtime did not say whether it runs, so it may)"
+        return f"container {name}" if running else None
+    if group_members(state):
+        return f"process group {state['pgid']}"
+    left = orphaned_workers(state)
+    if left:
+        return (f"{len(left)} process(es) of group {state['pgid']}, whose leader is gone, that cannot be proven "
+                f"its run's (pids {[p.pid for p in left][:10]})")
+    return None
+
+
+def foreign_state(plan: dict, state: dict) -> str | None:
+    """How a state in the plan's state dir shows it was written by a start of another plan (another command,
+    path, port or container), or None when it is this plan's."""
+    why = []
+    if state.get("path") != plan["path"]:
+        why.append(f"the {masking.clip(str(state.get('path')), 40)} path")
+    if state.get("port") != plan["port"]:
+        why.append(f"port {masking.clip(str(state.get('port')), 40)}")
+    if state.get("plan_id") != plan_identity(plan) and not why:
+        why.append("another command on the same port (another served name, length or sizing)")
+    if plan["path"] != "host" and state.get("path") == plan["path"] \
+            and state.get("container_name") != plan.get("container_name"):
+        why.append(f"container {masking.clip(str(state.get('container_name')), 140)}")
+    if plan["path"] != "host" and (state.get("engine") or None) != (plan.get("engine") or None):
+        why.append(f"the engine {masking.clip(str(state.get('engine') or 'the default socket'), 140)}")
+    return ", ".join(why) or None
+
+
+def own_state(plan: dict, verb: str) -> dict | None:
+    """The state of this plan's server, or None (nothing started). A state another plan's start wrote in the
+    same state dir is refused while its server runs (verify, stop or hand off another plan's server by this
+    plan's port and name would judge, kill or describe the wrong one), and is no state of ours once it is dead."""
+    state = read_state(plan)
+    if state is None:
+        return None
+    other = foreign_state(plan, state)
+    if other is None:
+        return state
+    running = state_server(state)
+    if running:
+        raise ScriptError(f"the state dir {plan['state_dir']} records the running server of another plan ({other}: "
+                          f"{running}), not this plan's", f"{verb} it with the plan that started it; give this plan "
+                          "a state dir of its own (plan again with --state-dir)", phase=verb)
+    return None
+
+
+def inspect_container(rt: list[str], name: str) -> dict | None:
+    """{"id", "running"} of the container of that name, {} when there is none, None when the runtime did not
+    say (down, not in PATH, an answer of another shape)."""
+    res = subproc.run([*rt, "inspect", "-f", "{{.Id}} {{.State.Running}}", name], timeout=30)
+    if not res.ok:
+        return {} if "no such" in (res.stderr or "").lower() else None
+    found = res.stdout.split()
+    if len(found) != 2 or not CONTAINER_ID.fullmatch(found[0]) or found[1] not in ("true", "false"):
+        return None
+    return {"id": found[0], "running": found[1] == "true"}
+
+
+def started_here(state: dict | None, found: dict) -> bool:
+    """The container of the plan's name is the one the state's start launched. A name is one per port, not
+    per state dir: after another plan's start on that port (another state dir) removed ours, its container
+    carries the name. A state without a usable id (an older bundle's) is taken by the name, as it was."""
+    recorded = (state or {}).get("container_id")
+    if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
+        return state is not None
+    return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
+
+
+def container_running(rt: list[str], name: str, state: dict | None = None) -> bool | None:
+    """The container runs, and (with `state`) is the one that state's start launched; None when the runtime
+    did not say (a slow daemon): never read as "exited", which made verify fail a healthy server (and up
+    stop it), handoff call it gone, and a start or up write over the state of a server that may run."""
+    found = inspect_container(rt, name)
+    if found is None:
+        return None
+    return bool(found) and found["running"] and (state is None or started_here(state, found))
+
+
+def alive(plan: dict, state: dict) -> bool | None:
+    """The plan's server runs (True), has exited (False), or its runtime did not say (None)."""
+    return process_alive(state) if plan["path"] == "host" else \
+        container_running(runtimes.runtime_of(plan), plan["container_name"], state)
+
+
+def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[str]:
+    """The server's last lines, with any secret value masked. A container's by the id its state records:
+    none without one (the container of the name may be another plan's by now)."""
+    # Only the end, LOG_TAIL_BYTES of it: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes. The line
+    # that window cuts (the first after a seek, the last past the limit) is dropped, not shown: it may begin
+    # or end inside a secret, and the mask, matching whole values, would not see the part it holds.
+    if plan["path"] == "host":
+        try:
+            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY, one_name=True), "rb") as f:  # ours alone
+                start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES)
+                f.seek(start)
+                lines = f.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()
+                lines = lines[1:] if start else lines
+        except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
+            return []
+    else:
+        recorded = (state if state is not None else read_state(plan) or {}).get("container_id")
+        if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
+            return []
+        # bounded as the host log is: a runtime whose last lines never end fills no memory
+        res = subproc.run([*runtimes.runtime_of(plan), "logs", "--tail", str(n), recorded],
+                         timeout=30, limit=LOG_TAIL_BYTES)
+        lines = res.stdout.splitlines()[:-1 if res.failure else None]  # cut at the limit, or by the timeout
+        lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
+    secrets = known_secrets(plan)
+    return [redact(line, secrets, limit=1000) for line in lines[-n:]]

@@ -1,0 +1,195 @@
+"""Subprocesses: argv lists with a timeout and bounded output, never a shell."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import ScriptError, log
+from .jsonio import best_schema_error, parse_json_object
+
+# ---------------------------------------------------------------- subprocesses
+
+@dataclass
+class RunResult:
+    argv: list[str]
+    returncode: int | None  # None: could not start or timed out
+    stdout: str
+    stderr: str
+    failure: str | None = None  # "not_found" | "timeout" | "os_error"
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def find_program(name: str, env: dict | None = None) -> str | None:
+    """The file a bare program name runs, from PATH's absolute folders only (as Go's exec.LookPath does
+    since 1.19): with PATH="" or ".", a `numactl` or `docker` in the current folder would run instead of
+    the one the human approved. A name with a '/' is itself. -> None when there is none."""
+    if "/" in name:
+        return name
+    for folder in (env if env is not None else os.environ).get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder, name)
+        if os.path.isabs(folder) and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def run(argv: Sequence[str], timeout: float, env: dict | None = None,
+        stdin: str | None = None, progress: str | None = None, progress_every: float = 15.0,
+        stderr_through: bool = False, limit: int | None = None, engine_query: bool = False) -> RunResult:
+    """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
+
+    ``progress`` names what a long command does: every ``progress_every`` seconds a line with the
+    elapsed time goes to stderr, so a person watching knows it is alive (stdout stays the JSON).
+    ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them.
+    ``limit``: keep at most that many bytes of stdout and of stderr, and stop the child past it (a probe
+    answered by an interpreter that prints without end). Output is decoded leniently: a byte that is not
+    UTF-8 is shown as U+FFFD, never an exception."""
+    argv = [str(a) for a in argv]
+    env = env if engine_query else run_env(argv, env)  # engine_query: which daemon does this shell name?
+    program = find_program(argv[0], env)
+    if program is None:
+        return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
+    try:
+        # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
+        # kept our pipe open would otherwise make the read after the kill wait forever
+        proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
+                                text=limit is None, errors="replace" if limit is None else None, env=env,
+                                start_new_session=True,
+                                stdin=subprocess.PIPE if stdin is not None and limit is None else subprocess.DEVNULL)
+    except FileNotFoundError:
+        return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
+    except OSError as exc:
+        return RunResult(argv, None, "", str(exc), "os_error")
+    if limit is not None:
+        return _run_bounded(proc, argv, timeout, limit)
+    t0 = time.monotonic()
+    pending_input = stdin
+    try:
+        while True:
+            left = timeout - (time.monotonic() - t0)
+            wait = min(left, progress_every) if progress else left
+            try:
+                out, err = proc.communicate(input=pending_input, timeout=max(wait, 0.01))
+                return RunResult(argv, proc.returncode, out, err or "")
+            except subprocess.TimeoutExpired:
+                pending_input = None
+                elapsed = time.monotonic() - t0
+                if elapsed >= timeout:
+                    kill_group(proc)
+                    try:
+                        out, _ = proc.communicate(timeout=10)
+                    except subprocess.TimeoutExpired:  # a process that left our group still holds the pipe
+                        out = ""
+                    return RunResult(argv, None, out or "", f"timed out after {timeout:g}s", "timeout")
+                if progress:
+                    log(f"{progress}: {elapsed:.0f}s elapsed")
+    except BaseException:  # Ctrl-C no longer reaches a child in its own session: take it down with us
+        kill_group(proc)
+        raise
+
+
+def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit: int) -> RunResult:
+    """run() with `limit`: each pipe drained in chunks by a thread that stops keeping bytes past the limit."""
+    kept: dict[str, bytearray] = {"out": bytearray(), "err": bytearray()}
+    over = threading.Event()
+
+    def drain(name: str, stream) -> None:
+        while chunk := stream.read1(65536):
+            kept[name] += chunk
+            if len(kept[name]) > limit:
+                over.set()
+                return
+
+    readers = [threading.Thread(target=drain, args=(n, s), daemon=True)
+               for n, s in (("out", proc.stdout), ("err", proc.stderr)) if s is not None]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while any(r.is_alive() for r in readers) and not over.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        failure = "output_limit" if over.is_set() else "timeout" if any(r.is_alive() for r in readers) else None
+        if failure:
+            kill_group(proc)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            failure = failure or "timeout"
+    except BaseException:
+        kill_group(proc)
+        raise
+    finally:  # close what the readers are done with (an unclosed pipe is a ResourceWarning, an error under
+        # PYTHONWARNINGS=error); a reader still blocked -- a process outside the group holds the pipe -- keeps its own
+        for reader, stream in zip(readers, (s for s in (proc.stdout, proc.stderr) if s is not None)):
+            reader.join(timeout=1)
+            if not reader.is_alive():
+                stream.close()
+    text = {n: bytes(b[:limit]).decode("utf-8", errors="replace") for n, b in kept.items()}
+    why = {"output_limit": f"printed more than {limit:,} bytes", "timeout": f"timed out after {timeout:g}s"}
+    return RunResult(argv, None if failure else proc.returncode, text["out"], why.get(failure, text["err"]), failure)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group `proc` leads (it was started with start_new_session) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+PROBE_OUTPUT_LIMIT = 16 << 20
+
+
+def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
+              shape: dict | None = None) -> tuple[dict | None, str]:
+    """Run `python -c code` through prefix ([python] or a container runtime's run ... python3 IMAGE) and
+    read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none). The
+    interpreter is the user's (any absolute path): what it prints is checked against `shape`, a JSON
+    Schema, before anyone reads a field of it."""
+    # the probe sees what the server will see (start passes no PYTHON* variable on): a shell's
+    # PYTHONWARNINGS=error turned torch's import-time DeprecationWarning into "the stack is broken"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    res = run([*prefix, "-c", code], timeout=timeout, limit=PROBE_OUTPUT_LIMIT, env=env)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(marker)), None)
+    if line is None:
+        tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]
+        return None, tail[0] if tail else "no output"
+    try:
+        doc = parse_json_object(line[len(marker):], "probe output", "")
+    except ScriptError as exc:
+        return None, f"malformed probe output ({exc.error[:120]}): {line[:200]}"
+    error = best_schema_error(shape, doc) if shape else None
+    if error is not None:
+        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        return None, f"probe output field {field}: {error.message[:200]}"
+    return doc, ""
+
+
+def run_env(argv: list[str], env: dict | None) -> dict | None:
+    """The environment of a command (`env`, or this process's): a docker call that names no engine
+    (--host=) runs on the default socket whatever that environment exports, so a plan made for the default
+    engine never starts, verifies, execs or stops on the daemon a later shell's DOCKER_HOST or docker
+    context names. Every docker call goes through here (run, and the log streams that Popen). podman
+    names no engine in a plan: it always runs on this machine's, never where a CONTAINER_HOST or
+    CONTAINER_CONNECTION (podman's remote client) of this shell or a later one points."""
+    if argv[:1] == ["podman"]:
+        return {k: v for k, v in (os.environ if env is None else env).items()
+                if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")}
+    docker_at = 2 if argv[:3] == ["sudo", "-n", "docker"] else 0  # sudo may keep DOCKER_HOST (env_keep)
+    if argv[docker_at:docker_at + 1] != ["docker"] or (len(argv) > docker_at + 1
+                                                       and argv[docker_at + 1].startswith("--host=")):
+        return env
+    plain = {k: v for k, v in (os.environ if env is None else env).items() if k != "DOCKER_HOST"}
+    plain["DOCKER_CONTEXT"] = "default"
+    return plain

@@ -1,0 +1,64 @@
+"""epyc.hostfacts: its decisions, tested in-process."""
+
+import pytest
+from epyc import (
+    hostfacts,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def test_parse_meminfo_bytes_bounds():
+    from epyc import hostfacts
+    assert hostfacts.parse_meminfo_bytes("MemTotal:  24684092 kB") == 24684092 * 1024
+    assert hostfacts.parse_meminfo_bytes("Node 0 MemTotal:       0 kB") == 0  # a memoryless node is real
+    assert hostfacts.parse_meminfo_bytes("MemFree: 1 kB") is None
+    for bad in ("MemTotal: " + "1" * 21 + " kB", f"MemTotal: {(1 << 50)} kB"):
+        with pytest.raises(ValueError):
+            hostfacts.parse_meminfo_bytes(bad)
+
+
+def test_a_captured_tree_never_reads_a_file_outside_itself(make_sysroot, script):
+    root = make_sysroot("runner")
+    (root / "proc" / "meminfo").unlink()
+    (root / "proc" / "meminfo").symlink_to("/proc/meminfo")  # this host's file, not the captured one
+    assert hostfacts.Sysroot(root).read("proc/meminfo") is None
+    assert hostfacts.Sysroot("/").read("proc/meminfo")  # the live host reads its own /proc as always
+
+
+@given(st.sets(st.integers(min_value=0, max_value=4096), max_size=300))
+def test_cpulist_round_trip(cpus):
+    text = hostfacts.format_cpulist(cpus)
+    assert hostfacts.parse_cpulist(text) == sorted(cpus)
+    # canonical: formatting the parse gives the same text back
+    assert hostfacts.format_cpulist(hostfacts.parse_cpulist(text)) == text
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]),
+    ("5", [5]),
+    ("", []),
+    (" 0-1\n", [0, 1]),
+    ("3,1,2", [1, 2, 3]),
+])
+def test_parse_cpulist_examples(text, expected):
+    assert hostfacts.parse_cpulist(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["a", "3-1", "1,,2", "-1", "1-", "0-99999999", "1 2"])
+def test_parse_cpulist_rejects(bad):
+    with pytest.raises(ValueError):
+        hostfacts.parse_cpulist(bad)
+
+
+@given(st.text(max_size=40))
+def test_parse_cpulist_garbage_is_valueerror_or_list(text):
+    try:
+        out = hostfacts.parse_cpulist(text)
+    except ValueError:
+        return
+    assert out == sorted(set(out))
+
+
+def test_format_cpulist_collapses():
+    assert hostfacts.format_cpulist([11, 10, 0, 1, 2, 3, 8, 3]) == "0-3,8,10-11"

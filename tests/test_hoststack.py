@@ -1,0 +1,52 @@
+"""epyc.hoststack: its decisions, tested in-process."""
+from conftest import _interpreter
+
+
+def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
+    import sys
+
+    from epyc import hoststack
+    default = tmp_path / "cache" / "venv-vllm-0.32.0"
+    assert hoststack.venv_refusal(tmp_path / "new", default) is None
+    (tmp_path / "empty").mkdir()
+    assert hoststack.venv_refusal(tmp_path / "empty", default) is None
+    ours = tmp_path / "ours"
+    (ours / "bin").mkdir(parents=True)
+    (ours / hoststack.OWNER_FILE).write_text("x")
+    assert hoststack.venv_refusal(ours, default) is None
+    (default / "bin").mkdir(parents=True)
+    (default / "pyvenv.cfg").write_text("home = /usr/bin\n")  # an earlier bundle's venv, in its own place
+    assert hoststack.venv_refusal(default, default) is None
+    other = tmp_path / "other"
+    (other / "bin").mkdir(parents=True)
+    (other / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a venv, but not ours
+    assert "did not create" in hoststack.venv_refusal(other, default)
+    (tmp_path / "file").write_text("x")
+    assert "not a folder" in hoststack.venv_refusal(tmp_path / "file", default)
+    half = tmp_path / "half"  # a creation that failed half-way: marked before `python -m venv` ran
+    half.mkdir()
+    (half / hoststack.OWNER_FILE).write_text("x")
+    (half / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert hoststack.venv_refusal(half, default) is None
+    linked = tmp_path / "linked"  # marked, but bin/python is another interpreter: pip would install there
+    (linked / "bin").mkdir(parents=True)
+    (linked / hoststack.OWNER_FILE).write_text("x")
+    (linked / "bin" / "python").symlink_to(sys.executable)
+    assert "no pyvenv.cfg" in hoststack.venv_refusal(linked, default)
+
+
+def test_the_bundles_own_venv_is_never_the_stack_venv(tmp_path):
+    """A note of the twenty-first audit: `--venv <bundle>/.venv` was accepted while it did not exist yet
+    (a fresh checkout), and the vLLM stack went into the tools' interpreter."""
+    from epyc import hoststack
+    from epyc.bundle import ROOT as BUNDLE
+    assert "the bundle's own .venv" in hoststack.venv_refusal(BUNDLE / ".venv", tmp_path / "default")
+    (tmp_path / "link").symlink_to(BUNDLE / ".venv")
+    assert "the bundle's own .venv" in hoststack.venv_refusal(tmp_path / "link", tmp_path / "default")
+    assert hoststack.venv_refusal(tmp_path / "elsewhere", tmp_path / "default") is None
+
+
+def test_a_stack_probe_of_the_wrong_shape_is_an_import_error(tmp_path):
+    from epyc import hoststack
+    found = hoststack.probe_stack([_interpreter(tmp_path, '@@STACK@@{"vllm": 5, "platform": []}')], 30)
+    assert set(found) == {"import_error"} and "probe output field" in found["import_error"]

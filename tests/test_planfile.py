@@ -1,0 +1,42 @@
+"""epyc.planfile: its decisions, tested in-process."""
+import time
+
+import pytest
+from conftest import (
+    host_plan,
+    load_epyc_doc,
+)
+from epyc import (
+    planfile,
+)
+from epyc.bundle import load_epyc
+from epyc.errors import ScriptError
+
+
+def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live_tune):  # noqa: F811
+    """F3: plan --dtype float32 on an estimate of bfloat16 served float32 with half its memory counted: the
+    summary called a fit what could run out of memory, and --max-num-seqs was twice what the KV cache holds."""
+    from conftest import load_docs
+    from epyc import (
+        planfile,
+        planner,
+    )
+    from epyc.errors import ScriptError
+    docs = load_docs(inputs)
+    docs["validate"].update(backend="stock")  # a stack that serves float32 (zentorch's platform does not)
+    assert docs["estimate_memory"]["dtype"] == "bfloat16"
+    opt = {"port": 8000, "state_dir": str(tmp_path / "st"), "dtype": "float32"}
+    with pytest.raises(ScriptError) as err:
+        planner.build_plan(docs, opt, load_epyc_doc(), planfile.host_facts(opt, docs))
+    assert "sized the model at bfloat16, the plan serves float32" in err.value.error
+    assert "--dtype float32" in err.value.fix
+
+
+def test_an_edited_input_inside_a_plan_is_checked_against_its_schema(tmp_path, inputs, live_tune):  # noqa: F811
+    """kv_granted_gb: [7] built an 8 GiB list before the edit was noticed: inputs are schema-checked first."""
+    _, plan = host_plan(tmp_path, inputs, live_tune)
+    plan["inputs"]["cpu_tune"]["kv_granted_gb"] = [7]
+    t0 = time.monotonic()
+    with pytest.raises(ScriptError, match="cpu_tune is not cpu_tune.py's output: field kv_granted_gb"):
+        planfile.rerender(plan, load_epyc())
+    assert time.monotonic() - t0 < 5
