@@ -19,6 +19,7 @@ bound and nothing else, unpinned, the skill's plan plus the throughput flags: se
 the plan's port, runs the same matrix on each, stops it, and prints them side by side with each
 cell's output throughput as a ratio to the best. The plan itself must not be running.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,7 +62,9 @@ from epyc.errors import ScriptError
 
 def main(argv: Sequence[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/bench.py", description=__doc__.split("\n")[0])
-    p.add_argument("--plan", required=True, type=argtypes.nonempty, help="the plan of the running endpoint (launch.py plan)")
+    p.add_argument(
+        "--plan", required=True, type=argtypes.nonempty, help="the plan of the running endpoint (launch.py plan)"
+    )
     p.add_argument("--input-lens", type=int_list, default=[128, 512])
     p.add_argument("--concurrency", type=int_list, default=[1, 4, 8])
     p.add_argument("--repeats", type=argtypes.int_in(1, 100), default=3)
@@ -69,14 +72,20 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--out", type=argtypes.nonempty, help="result folder (default: <state_dir>/bench-<time>)")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth run (no decode bound)")
     p.add_argument("--compare", action="store_true", help="serve the model once per sizing and compare them")
-    p.add_argument("--seed", type=argtypes.int_in(0, 1 << 30), help="first run's prompt seed, each run the next "
-                   "(default: drawn at random, so a second benchmark of the same server sends new prompts; "
-                   "summary.json records it)")
+    p.add_argument(
+        "--seed",
+        type=argtypes.int_in(0, 1 << 30),
+        help="first run's prompt seed, each run the next "
+        "(default: drawn at random, so a second benchmark of the same server sends new prompts; "
+        "summary.json records it)",
+    )
     args = p.parse_args(argv)
     runs = len(args.input_lens) * len(args.concurrency) * args.repeats
     if runs > MAX_RUNS:  # each flag in range, the product days of a real server
-        raise ScriptError(f"--input-lens x --concurrency x --repeats is {runs:,} runs of vllm bench serve, over "
-                          f"{MAX_RUNS}", "benchmark fewer cells or repeats per call (the default matrix is 18 runs)")
+        raise ScriptError(
+            f"--input-lens x --concurrency x --repeats is {runs:,} runs of vllm bench serve, over {MAX_RUNS}",
+            "benchmark fewer cells or repeats per call (the default matrix is 18 runs)",
+        )
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)
     pass  # REMOVED-IMPORT
@@ -86,13 +95,25 @@ def main(argv: Sequence[str] | None = None):
     # offline state, cache and model folder the plan records, not this shell's HF_TOKEN or a download since
     epyc = bundle.load_epyc()
     serve_start.refuse_edited(plan, planfile.rerender(plan, epyc, phase="bench", env_from_plan=True), "bench")
-    settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint") \
-        if plan["primary_endpoint"] == "unknown" else None  # the endpoint verify settled on the server
-    too_long, args.warnings = matrix_against_the_plan(plan, args.input_lens, args.output_len, args.concurrency,
-                                                      epyc["serve"]["vllm_cpu_default_max_num_seqs"], settled)
+    settled = (
+        (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
+        if plan["primary_endpoint"] == "unknown"
+        else None
+    )  # the endpoint verify settled on the server
+    too_long, args.warnings = matrix_against_the_plan(
+        plan,
+        args.input_lens,
+        args.output_len,
+        args.concurrency,
+        epyc["serve"]["vllm_cpu_default_max_num_seqs"],
+        settled,
+    )
     if too_long:
-        raise ScriptError(too_long, f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
-                          "plan with a larger --max-model-len")
+        raise ScriptError(
+            too_long,
+            f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
+            "plan with a larger --max-model-len",
+        )
     serve_state.require_api_key(plan, "bench")
     state = serve_procs.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
     if plan["path"] == "host":  # `vllm bench serve` loads the tokenizer from the Hub cache this shell names
@@ -100,15 +121,20 @@ def main(argv: Sequence[str] | None = None):
     key_env = plan.get("api_key_env")
     problem = None if args.out else serve_state.state_dir_problem(Path(plan["state_dir"]))
     if problem:  # the default folder is in the state dir: only one start would write into
-        raise ScriptError(f"the plan's state dir {plan['state_dir']} {problem}",
-                          "pass --out FOLDER, or plan again with a --state-dir of this bundle's own")
+        raise ScriptError(
+            f"the plan's state dir {plan['state_dir']} {problem}",
+            "pass --out FOLDER, or plan again with a --state-dir of this bundle's own",
+        )
     if args.out and jsonio.real_path(jsonio.user_path(args.out, "--out")).is_relative_to(  # start would then
-            jsonio.real_path(plan["state_dir"])):  # refuse the state dir (a folder not its own there)
-        raise ScriptError(f"--out {masking.clip(repr(args.out), 200)} is inside the plan's state dir "
-                          f"{plan['state_dir']}: bench names its own folders there (bench-TIME), and start "
-                          "refuses a state dir holding anything else",
-                          "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
-                          "folder outside the state dir")
+        jsonio.real_path(plan["state_dir"])
+    ):  # refuse the state dir (a folder not its own there)
+        raise ScriptError(
+            f"--out {masking.clip(repr(args.out), 200)} is inside the plan's state dir "
+            f"{plan['state_dir']}: bench names its own folders there (bench-TIME), and start "
+            "refuses a state dir holding anything else",
+            "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
+            "folder outside the state dir",
+        )
     # every refusal comes before anything is made: a refused bench leaves no folder to pass for a result
     if args.out:
         result_dir(args.out, make=False)  # the first fix to make

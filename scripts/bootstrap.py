@@ -11,6 +11,7 @@ pyproject.toml declares (huggingface_hub, psutil, py-cpuinfo, requests, jsonsche
 interpreter it was started with lacks them, so no activation is needed.
 Exit 0 with the interpreter and versions; exit 1 with {"error", "fix"}.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,8 +30,7 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--test", action="store_true", help="also install the test extra (pytest, hypothesis, ...)")
     p.add_argument("--check", action="store_true", help="only report; install nothing")
     args = p.parse_args(argv)
-    dists = list(venv.BUNDLE_DEPS.values()) + (["pytest", "hypothesis", "openai", "skills-ref"]
-                                                 if args.test else [])
+    dists = list(venv.BUNDLE_DEPS.values()) + (["pytest", "hypothesis", "openai", "skills-ref"] if args.test else [])
     venv_python = venv.BUNDLE_VENV / "bin" / "python"
     here = installed_versions(sys.executable, dists)
     actions: list[str] = []
@@ -43,10 +43,22 @@ def main(argv: Sequence[str] | None = None):
         versions = installed_versions(python, dists) if venv_python.exists() else {d: None for d in dists}
     missing = [d for d, v in versions.items() if not v]
     in_venv = jsonio.real_path(Path(python).parent.parent) == jsonio.real_path(venv.BUNDLE_VENV)
-    doc = {"ready": not missing, "python": python, "venv": str(venv.BUNDLE_VENV) if in_venv else None, "packages": versions, "missing": missing, "actions": actions}
+    doc = {
+        "ready": not missing,
+        "python": python,
+        "venv": str(venv.BUNDLE_VENV) if in_venv else None,
+        "packages": versions,
+        "missing": missing,
+        "actions": actions,
+    }
     if missing:
-        raise ScriptError(f"missing: {', '.join(missing)}", "run python3 scripts/bootstrap.py without --check"
-                          if args.check else "check pip's output above and the package index", **doc)
+        raise ScriptError(
+            f"missing: {', '.join(missing)}",
+            "run python3 scripts/bootstrap.py without --check"
+            if args.check
+            else "check pip's output above and the package index",
+            **doc,
+        )
     return doc, errors.EXIT_OK
 
 

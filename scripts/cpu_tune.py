@@ -7,6 +7,7 @@
 One instance runs on one socket and that socket's memory: vLLM scales poorly across sockets.
 Exit 0 with the plan; exit 1 with {"error", "fix"} (in env format: the JSON on stderr, `false`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,15 +29,27 @@ def main(argv: Sequence[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/cpu_tune.py", description=__doc__.split("\n")[0])
     p.add_argument("--format", choices=["json", "env"], default="json")
     p.add_argument("--socket", type=argtypes.int_in(0, 4095), help="force this socket")
-    p.add_argument("--busy-threshold", type=argtypes.float_in(0, 100, lo_open=True), default=cfg["busy_threshold_pct"],
-                   help="a socket at or above this busy %% counts as busy (default %(default)s)")
-    p.add_argument("--reserve-cores", type=argtypes.int_in(0, 4096), default=cfg["default_reserved_cores"],
-                   help="physical cores to leave unbound (default %(default)s: bind all)")
+    p.add_argument(
+        "--busy-threshold",
+        type=argtypes.float_in(0, 100, lo_open=True),
+        default=cfg["busy_threshold_pct"],
+        help="a socket at or above this busy %% counts as busy (default %(default)s)",
+    )
+    p.add_argument(
+        "--reserve-cores",
+        type=argtypes.int_in(0, 4096),
+        default=cfg["default_reserved_cores"],
+        help="physical cores to leave unbound (default %(default)s: bind all)",
+    )
     p.add_argument("--weight-gb", type=argtypes.float_in(0, 65536), help="model weights, from estimate_memory.py")
-    p.add_argument("--kv-needed-gb", type=argtypes.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py")
+    p.add_argument(
+        "--kv-needed-gb", type=argtypes.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py"
+    )
     p.add_argument("--os-reserve-gb", type=argtypes.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
     p.add_argument("--sysroot", type=argtypes.nonempty, help="plan for a captured host tree (load is then unknown)")
-    p.add_argument("--host", type=argtypes.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)")
+    p.add_argument(
+        "--host", type=argtypes.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)"
+    )
     args = p.parse_args(argv)
     facts = remote_host.gather_from_args(args.sysroot, args.host)
     live = not (args.sysroot or args.host)

@@ -8,6 +8,7 @@
 Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be read.
 `route` is SKILL.md's routing for this CPU (zentorch | confirm | stock_offer | stop), with the reason.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,45 +27,84 @@ def main(argv: Sequence[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/detect.py", description=__doc__.split("\n")[0])
     p.add_argument("--sysroot", type=argtypes.nonempty, help="read DIR/proc and DIR/sys instead of this host's")
     p.add_argument("--host", type=argtypes.nonempty, help="[user@]host[:port]: read another host through one ssh call")
-    p.add_argument("--capture", type=argtypes.nonempty, metavar="FILE",
-                   help="on the host to plan for: write the files detect and cpu_tune read to FILE (.tar.gz)")
+    p.add_argument(
+        "--capture",
+        type=argtypes.nonempty,
+        metavar="FILE",
+        help="on the host to plan for: write the files detect and cpu_tune read to FILE (.tar.gz)",
+    )
     spec = p.add_argument_group("a host you cannot reach yet (--spec)")
     spec.add_argument("--spec", type=argtypes.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
     spec.add_argument("--sockets", type=argtypes.int_in(1, 2), default=1)
-    spec.add_argument("--ram-gb-per-socket", type=argtypes.float_in(1, 1 << 16),  # no EPYC socket has less
-                      help="GiB of memory behind each socket (1 to 65536)")
+    spec.add_argument(
+        "--ram-gb-per-socket",
+        type=argtypes.float_in(1, 1 << 16),  # no EPYC socket has less
+        help="GiB of memory behind each socket (1 to 65536)",
+    )
     spec.add_argument("--nps", type=argtypes.int_in(1, 4), choices=[1, 2, 4], help="NUMA nodes per socket (default 1)")
     spec.add_argument("--smt", choices=["on", "off"], help="simultaneous multithreading (default on)")
-    spec.add_argument("--save-sysroot", type=argtypes.nonempty, metavar="DIR",
-                      help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)")
+    spec.add_argument(
+        "--save-sysroot",
+        type=argtypes.nonempty,
+        metavar="DIR",
+        help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)",
+    )
     args = p.parse_args(argv)
     epyc = bundle.load_epyc()
     if args.capture:
-        others = [f for f, v in (("--sysroot", args.sysroot), ("--host", args.host), ("--spec", args.spec),
-                                 ("--save-sysroot", args.save_sysroot), ("--ram-gb-per-socket", args.ram_gb_per_socket),
-                                 ("--nps", args.nps), ("--smt", args.smt), ("--sockets", args.sockets != 1)) if v]
+        others = [
+            f
+            for f, v in (
+                ("--sysroot", args.sysroot),
+                ("--host", args.host),
+                ("--spec", args.spec),
+                ("--save-sysroot", args.save_sysroot),
+                ("--ram-gb-per-socket", args.ram_gb_per_socket),
+                ("--nps", args.nps),
+                ("--smt", args.smt),
+                ("--sockets", args.sockets != 1),
+            )
+            if v
+        ]
         if others:
-            raise ScriptError(f"--capture archives this machine's files: {', '.join(others)} would be ignored",
-                              "run detect.py --capture FILE alone, on the host to plan for")
+            raise ScriptError(
+                f"--capture archives this machine's files: {', '.join(others)} would be ignored",
+                "run detect.py --capture FILE alone, on the host to plan for",
+            )
         target = jsonio.output_file(args.capture, "--capture")
         try:
             return hostspec.capture(target), errors.EXIT_OK
         except OSError as exc:
-            raise ScriptError(f"cannot write the capture to {args.capture!r}: {exc.strerror or exc}",
-                              "pass a path on a writable file system with free space")
-    spec_only = [f for f, v in (("--sockets", args.sockets != 1), ("--ram-gb-per-socket", args.ram_gb_per_socket),
-                                ("--nps", args.nps), ("--smt", args.smt), ("--save-sysroot", args.save_sysroot)) if v]
+            raise ScriptError(
+                f"cannot write the capture to {args.capture!r}: {exc.strerror or exc}",
+                "pass a path on a writable file system with free space",
+            )
+    spec_only = [
+        f
+        for f, v in (
+            ("--sockets", args.sockets != 1),
+            ("--ram-gb-per-socket", args.ram_gb_per_socket),
+            ("--nps", args.nps),
+            ("--smt", args.smt),
+            ("--save-sysroot", args.save_sysroot),
+        )
+        if v
+    ]
     if spec_only and not args.spec:
-        raise ScriptError(f"{', '.join(spec_only)} describe a host given by --spec: without --spec they would be "
-                          "ignored", "add --spec SKU, or drop them to read this host")
+        raise ScriptError(
+            f"{', '.join(spec_only)} describe a host given by --spec: without --spec they would be ignored",
+            "add --spec SKU, or drop them to read this host",
+        )
     args.nps, args.smt = args.nps or 1, args.smt or "on"
     if args.spec:
         if args.sysroot or args.host:
             raise ScriptError("--spec describes a host: it goes without --sysroot and --host", "pass one of them")
         hostspec.find_sku(hostspec.load_skus(), args.spec)  # an unknown part is the first thing to say
         if args.ram_gb_per_socket is None:
-            raise ScriptError("--spec needs --ram-gb-per-socket (the memory behind each socket)",
-                              "e.g. --ram-gb-per-socket 384 for 768 GB on two sockets")
+            raise ScriptError(
+                "--spec needs --ram-gb-per-socket (the memory behind each socket)",
+                "e.g. --ram-gb-per-socket 384 for 768 GB on two sockets",
+            )
         facts, described = spec_host(args, epyc)
         return {**report(facts, epyc), "spec": described}, errors.EXIT_OK
     facts = gather_from_args(args.sysroot, args.host)

@@ -7,6 +7,7 @@ On CPU, RAM is the ceiling: weights and the KV cache both live there. Sizes are 
 as vLLM reports them. Exit 0: fits (or no --ram-gb verdict asked); exit 1: does not fit, or an
 error ({"error", "fix"}).
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,35 +22,77 @@ from epyc import argtypes, bundle, cli, errors, estimate
 def main(argv: Sequence[str] | None = None):
     epyc = bundle.load_epyc()
     p = cli.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
-    p.add_argument("--model", "--model-id", dest="model", default=epyc["default_model"],
-                   help="Hub id or local folder; --model-id is the old name, kept for one release")
-    p.add_argument("--revision", type=argtypes.revision_arg, default=None,
-                   help="branch, tag or commit (Hub ids; default main): the one check_model.py checked, which plan serves")
-    p.add_argument("--ram-gb", type=argtypes.float_in(0, 1 << 20, lo_open=True),
-                   help="RAM to fit in: ram_gb from detect.py or socket_ram_gb from cpu_tune.py; without it no verdict")
+    p.add_argument(
+        "--model",
+        "--model-id",
+        dest="model",
+        default=epyc["default_model"],
+        help="Hub id or local folder; --model-id is the old name, kept for one release",
+    )
+    p.add_argument(
+        "--revision",
+        type=argtypes.revision_arg,
+        default=None,
+        help="branch, tag or commit (Hub ids; default main): the one check_model.py checked, which plan serves",
+    )
+    p.add_argument(
+        "--ram-gb",
+        type=argtypes.float_in(0, 1 << 20, lo_open=True),
+        help="RAM to fit in: ram_gb from detect.py or socket_ram_gb from cpu_tune.py; without it no verdict",
+    )
     p.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24), default=epyc["serve"]["default_max_model_len"])
-    p.add_argument("--num-prompts", type=argtypes.int_in(1, 65536), default=1, help="concurrent sequences at full length")
+    p.add_argument(
+        "--num-prompts", type=argtypes.int_in(1, 65536), default=1, help="concurrent sequences at full length"
+    )
     p.add_argument("--weight-gb", type=argtypes.float_in(0, 65536, lo_open=True), help="override the weight size (GiB)")
-    p.add_argument("--os-reserve-gb", type=argtypes.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"],
-                   help="RAM kept for the OS and vLLM's own process (default %(default)s)")
-    p.add_argument("--max-num-batched-tokens", type=argtypes.int_in(16, 1 << 24),
-                   default=epyc["serve"]["max_num_batched_tokens"], help="tokens one scheduler step may take; "
-                   "sliding-window layers keep that many beyond their window (default: vLLM's CPU server default, "
-                   "%(default)s; the plan pins it)")
+    p.add_argument(
+        "--os-reserve-gb",
+        type=argtypes.float_in(0, 65536),
+        default=epyc["memory"]["os_reserve_gb"],
+        help="RAM kept for the OS and vLLM's own process (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=argtypes.int_in(16, 1 << 24),
+        default=epyc["serve"]["max_num_batched_tokens"],
+        help="tokens one scheduler step may take; "
+        "sliding-window layers keep that many beyond their window (default: vLLM's CPU server default, "
+        "%(default)s; the plan pins it)",
+    )
     p.add_argument("--dtype", choices=epyc["precision"]["supported"], default=epyc["precision"]["default"])
-    p.add_argument("--hub-timeout", type=argtypes.float_in(0, 3600, lo_open=True), default=60,
-                   help="overall deadline for Hub requests, seconds")
-    p.add_argument("--avx512-bf16", choices=("yes", "no"), help="does the serving CPU have AVX-512 BF16 "
-                   "(avx512_bf16 from detect.py)? vLLM keeps a recurrent layer's SSM state in float32 there, in the "
-                   "serving dtype elsewhere (default: this machine's CPU)")
-    p.add_argument("--config", type=argtypes.nonempty, help="a config.json to size from, offline (no Hub, no folder); "
-                   "needs --weight-gb")
+    p.add_argument(
+        "--hub-timeout",
+        type=argtypes.float_in(0, 3600, lo_open=True),
+        default=60,
+        help="overall deadline for Hub requests, seconds",
+    )
+    p.add_argument(
+        "--avx512-bf16",
+        choices=("yes", "no"),
+        help="does the serving CPU have AVX-512 BF16 "
+        "(avx512_bf16 from detect.py)? vLLM keeps a recurrent layer's SSM state in float32 there, in the "
+        "serving dtype elsewhere (default: this machine's CPU)",
+    )
+    p.add_argument(
+        "--config",
+        type=argtypes.nonempty,
+        help="a config.json to size from, offline (no Hub, no folder); needs --weight-gb",
+    )
     a = p.parse_args(argv)
-    req = estimate.Request(model=a.model, revision=a.revision, dtype=a.dtype, max_model_len=a.max_model_len,
-                           num_prompts=a.num_prompts, max_num_batched_tokens=a.max_num_batched_tokens,
-                           os_reserve_gb=a.os_reserve_gb, hub_timeout=a.hub_timeout, ram_gb=a.ram_gb,
-                           weight_gb=a.weight_gb, config=a.config,
-                           avx512_bf16=None if a.avx512_bf16 is None else a.avx512_bf16 == "yes")
+    req = estimate.Request(
+        model=a.model,
+        revision=a.revision,
+        dtype=a.dtype,
+        max_model_len=a.max_model_len,
+        num_prompts=a.num_prompts,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        os_reserve_gb=a.os_reserve_gb,
+        hub_timeout=a.hub_timeout,
+        ram_gb=a.ram_gb,
+        weight_gb=a.weight_gb,
+        config=a.config,
+        avx512_bf16=None if a.avx512_bf16 is None else a.avx512_bf16 == "yes",
+    )
     doc = estimate.estimate(req, epyc)
     return doc, errors.EXIT_FAIL if "error" in doc else errors.EXIT_OK
 

@@ -9,6 +9,7 @@ too): `launch.py plan --kernel-log` sets both. CPU flags only say a kernel could
 say it did, e.g. `LOWOHA matmul_direct: ... plugin_op=zentorch_linear_unary_out ... kernel=aocl_dlp_blocked`.
 Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot be read).
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,16 +35,20 @@ def main(argv: Sequence[str] | None = None):
     for key in ("by_plugin_op", "by_kernel", "onednn_primitives"):
         doc[key] = shown_names(doc[key])
     if backend == "stock":  # vLLM's CpuPlatform never loads zentorch: no --kernel-log can change that
-        doc["error"] = ("the plan serves stock vLLM, which runs no zentorch" + (
+        doc["error"] = "the plan serves stock vLLM, which runs no zentorch" + (
             ": the lines that read as zentorch matmuls in its log are not this server's kernels"
-            if doc["zentorch_matmuls"] else ""))
+            if doc["zentorch_matmuls"]
+            else ""
+        )
         doc["fix"] = "plan with the zentorch backend (validate.py without --stock) on an AMD EPYC to prove zentorch"
         doc["verdict"] = "no zentorch matmul from this server (a stock plan)"
         return doc, errors.EXIT_FAIL
     if not doc["zentorch_matmuls"]:
         doc["error"] = "no zentorch matmul in the server log"
-        doc["fix"] = ("start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "
-                      "request; if it still shows none, zentorch is not active (check validate.py's stack.platform)")
+        doc["fix"] = (
+            "start the server with ZENDNNL_API_LOG_LEVEL=4 (launch.py plan --kernel-log) and send a "
+            "request; if it still shows none, zentorch is not active (check validate.py's stack.platform)"
+        )
     return doc, errors.EXIT_OK if doc["zentorch_matmuls"] else errors.EXIT_FAIL
 
 

@@ -12,6 +12,7 @@ Every subcommand prints one JSON document. Exit 0 on success; exit 1 with {"erro
 verify also names its phase (process | health | models | smoke) and carries the last 50 log lines.
 No retries: on failure, report and stop.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,10 +27,26 @@ from epyc.planfile import host_facts
 from epyc.planner import SIZINGS, build_plan
 from epyc.up import check_default_state_dir, life_verb, state_dir_arg, up
 
-INPUT_FLAGS = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory",
-               "tune": "cpu_tune"}  # plan's flag -> the script whose output it takes
-PLAN_OPTIONS = ("model", "port", "max_model_len", "served_model_name", "state_dir", "dtype", "expose", "api_key_env",
-                "throughput_flags", "kernel_log", "sizing")
+INPUT_FLAGS = {
+    "detect": "detect",
+    "validate": "validate",
+    "check": "check_model",
+    "estimate": "estimate_memory",
+    "tune": "cpu_tune",
+}  # plan's flag -> the script whose output it takes
+PLAN_OPTIONS = (
+    "model",
+    "port",
+    "max_model_len",
+    "served_model_name",
+    "state_dir",
+    "dtype",
+    "expose",
+    "api_key_env",
+    "throughput_flags",
+    "kernel_log",
+    "sizing",
+)
 
 
 def add_plan(sub, epyc: dict) -> None:
@@ -43,15 +60,28 @@ def add_plan(sub, epyc: dict) -> None:
     pl.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
     pl.add_argument("--dtype", choices=epyc["precision"]["supported"])
     pl.add_argument("--expose", action="store_true", help="listen on all interfaces (needs --api-key-env)")
-    pl.add_argument("--api-key-env", type=argtypes.api_key_env_arg,
-                    help="name of the env var holding the API key (its value is never shown)")
-    pl.add_argument("--throughput-flags", action="store_true",
-                    help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)")
-    pl.add_argument("--sizing", choices=sorted(SIZINGS), default="skill",
-                    help="skill (default) or a baseline for bench.py --compare: vllm-default, all-cores, unpinned, "
-                         "skill+throughput")
-    pl.add_argument("--kernel-log", action="store_true",
-                    help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)")
+    pl.add_argument(
+        "--api-key-env",
+        type=argtypes.api_key_env_arg,
+        help="name of the env var holding the API key (its value is never shown)",
+    )
+    pl.add_argument(
+        "--throughput-flags",
+        action="store_true",
+        help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)",
+    )
+    pl.add_argument(
+        "--sizing",
+        choices=sorted(SIZINGS),
+        default="skill",
+        help="skill (default) or a baseline for bench.py --compare: vllm-default, all-cores, unpinned, "
+        "skill+throughput",
+    )
+    pl.add_argument(
+        "--kernel-log",
+        action="store_true",
+        help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)",
+    )
 
 
 def add_life_verbs(sub, epyc: dict) -> None:
@@ -60,34 +90,56 @@ def add_life_verbs(sub, epyc: dict) -> None:
         sp.add_argument("--plan", required=True, type=argtypes.nonempty, help="the plan JSON file")
         if name == "start":
             sp.add_argument("--confirm", action="store_true", help="the human approved the plan")
-            sp.add_argument("--pull", choices=["missing", "always"], default="missing",
-                            help="pull the image only when it is not local (default), or always")
+            sp.add_argument(
+                "--pull",
+                choices=["missing", "always"],
+                default="missing",
+                help="pull the image only when it is not local (default), or always",
+            )
         if name == "verify":
-            sp.add_argument("--timeout", type=argtypes.float_in(0, 86400, lo_open=True),
-                            default=epyc["serve"]["health_timeout_s"])
+            sp.add_argument(
+                "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]
+            )
 
 
 def add_up(sub, epyc: dict) -> None:
-    u = sub.add_parser("up", help="detect -> validate -> check -> estimate -> tune -> plan -> confirm -> start "
-                                  "-> verify -> handoff")
+    u = sub.add_parser(
+        "up", help="detect -> validate -> check -> estimate -> tune -> plan -> confirm -> start -> verify -> handoff"
+    )
     u.add_argument("--model", type=argtypes.nonempty, help=f"default: {epyc['default_model']}")
     u.add_argument("--port", type=argtypes.int_in(1, 65535))
-    u.add_argument("--served-model-name", type=argtypes.served_name_arg,
-                   help="the id clients send (default: the Hub id, or a folder's name)")
+    u.add_argument(
+        "--served-model-name",
+        type=argtypes.served_name_arg,
+        help="the id clients send (default: the Hub id, or a folder's name)",
+    )
     u.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
     u.add_argument("--num-prompts", type=argtypes.int_in(1, 65536), default=1)
-    u.add_argument("--python", type=argtypes.nonempty, help="serve on the host path with this interpreter (default: "
-                   "a container when docker answers, else the setup_host_stack.py venv)")
-    u.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch): only on an explicit "
-                   "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC")
+    u.add_argument(
+        "--python",
+        type=argtypes.nonempty,
+        help="serve on the host path with this interpreter (default: "
+        "a container when docker answers, else the setup_host_stack.py venv)",
+    )
+    u.add_argument(
+        "--stock",
+        action="store_true",
+        help="the stock vLLM CPU path (no zentorch): only on an explicit "
+        "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC",
+    )
     u.add_argument("--dtype", choices=epyc["precision"]["supported"])
     u.add_argument("--expose", action="store_true")
     u.add_argument("--api-key-env", type=argtypes.api_key_env_arg)
     u.add_argument("--throughput-flags", action="store_true")
     u.add_argument("--kernel-log", action="store_true")
-    u.add_argument("--yes", action="store_true", help="answer yes to its questions (build the host stack, launch "
-                   "the plan): only after a human has read them")
-    u.add_argument("--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"])
+    u.add_argument(
+        "--yes",
+        action="store_true",
+        help="answer yes to its questions (build the host stack, launch the plan): only after a human has read them",
+    )
+    u.add_argument(
+        "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]
+    )
     u.add_argument("--state-dir", type=argtypes.nonempty)
 
 
@@ -97,8 +149,9 @@ def plan_from_files(a, epyc: dict) -> dict:
         raise ScriptError("only one input can come from stdin", "save the others to files")
     inputs = {v: jsonio.read_json_input(getattr(a, k), v) for k, v in INPUT_FLAGS.items()}  # keyed by script
     for k, v in INPUT_FLAGS.items():
-        jsonio.check_schema(inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output",
-                            f"pass the unmodified stdout of {v}.py")
+        jsonio.check_schema(
+            inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output", f"pass the unmodified stdout of {v}.py"
+        )
     opts = {k: getattr(a, k) for k in PLAN_OPTIONS}
     if opts["state_dir"]:
         opts["state_dir"] = state_dir_arg(opts["state_dir"])

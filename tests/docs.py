@@ -1,4 +1,5 @@
 """Read the commands out of SKILL.md and README.md, so tests can check and run exactly what the docs say."""
+
 from __future__ import annotations
 
 import re

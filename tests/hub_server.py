@@ -6,6 +6,7 @@ and the error headers the client maps to exceptions (X-Error-Code: GatedRepo, Re
 RevisionNotFound, EntryNotFound). Special repos misbehave: err/server-error answers 500,
 err/hang never answers within the client's timeout.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -100,14 +101,26 @@ class Hub:
             return None
         if repo.gated:
             auth = h.headers.get("Authorization", "")
-            token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+            token = auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
             if token is None:
-                self._error(h, 401, "GatedRepo", f"Access to model {repo_id} is restricted. "
-                            "You must have access to it and be authenticated to access it. Please log in.", head)
+                self._error(
+                    h,
+                    401,
+                    "GatedRepo",
+                    f"Access to model {repo_id} is restricted. "
+                    "You must have access to it and be authenticated to access it. Please log in.",
+                    head,
+                )
                 return None
             if token not in repo.allowed_tokens:
-                self._error(h, 403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not in "
-                            "the authorized list. Visit the model page to ask for access.", head)
+                self._error(
+                    h,
+                    403,
+                    "GatedRepo",
+                    f"Access to model {repo_id} is restricted and you are not in "
+                    "the authorized list. Visit the model page to ask for access.",
+                    head,
+                )
                 return None
         return repo
 
@@ -121,9 +134,15 @@ class Hub:
                 return
             if m.group(2) not in (None, "main", repo.commit, *repo.branches):
                 return self._error(h, 404, "RevisionNotFound", "Invalid rev id", head)
-            info = {"id": m.group(1), "modelId": m.group(1), "sha": repo.commit, "private": False,
-                    "gated": "manual" if repo.gated else False, "tags": [],
-                    "siblings": [{"rfilename": n, "size": len(b)} for n, b in sorted(repo.files.items())]}
+            info = {
+                "id": m.group(1),
+                "modelId": m.group(1),
+                "sha": repo.commit,
+                "private": False,
+                "gated": "manual" if repo.gated else False,
+                "tags": [],
+                "siblings": [{"rfilename": n, "size": len(b)} for n, b in sorted(repo.files.items())],
+            }
             return self._send(h, 200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if not m:
@@ -136,12 +155,16 @@ class Hub:
         body = repo.files.get(m.group(3))
         if body is None:
             return self._error(h, 404, "EntryNotFound", "Entry not found", head)
-        headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{hashlib.sha256(body).hexdigest()}"',
-                   "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": repo.commit,
+            "ETag": f'"{hashlib.sha256(body).hexdigest()}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         rng = re.match(r"bytes=(\d+)-(\d*)", h.headers.get("Range", ""))
         if rng and not head:
             start = int(rng.group(1))
             end = min(int(rng.group(2)) if rng.group(2) else len(body) - 1, len(body) - 1)
             headers["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
-            return self._send(h, 206, body[start:end + 1], headers)
+            return self._send(h, 206, body[start : end + 1], headers)
         return self._send(h, 200, body, headers, head)

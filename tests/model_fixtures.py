@@ -4,6 +4,7 @@ A header-only .safetensors file is the real format's 8-byte length and JSON head
 names, dtypes and shapes as the published checkpoint has them, and no tensor data: enough for
 anything that reads headers (estimate_memory.py, huggingface_hub's safetensors metadata).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}
 
 
-def decoder_tensors(cfg: dict, dtype: str, qk_norm: str | None, extra_norms: tuple[str, ...] = (),
-                    lm_head: bool = True) -> dict[str, tuple[str, list[int]]]:
+def decoder_tensors(
+    cfg: dict, dtype: str, qk_norm: str | None, extra_norms: tuple[str, ...] = (), lm_head: bool = True
+) -> dict[str, tuple[str, list[int]]]:
     """Tensor shapes of a Llama-style decoder (Qwen3 / OLMo-2 naming)."""
     h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -62,9 +64,13 @@ def model_folder(name: str, dest: Path) -> Path:
     shutil.copytree(FIXTURES / name, out)
     cfg = json.loads((out / "config.json").read_text())
     if name == "Qwen3-0.6B":  # published file stores lm_head too, though embeddings are tied
-        write_header_only_safetensors(out / "model.safetensors", decoder_tensors(
-            cfg, "BF16", "head", ("input_layernorm", "post_attention_layernorm")))
+        write_header_only_safetensors(
+            out / "model.safetensors",
+            decoder_tensors(cfg, "BF16", "head", ("input_layernorm", "post_attention_layernorm")),
+        )
     elif name == "OLMo-2-0425-1B":  # float32 checkpoint
-        write_header_only_safetensors(out / "model.safetensors", decoder_tensors(
-            cfg, "F32", "full", ("post_attention_layernorm", "post_feedforward_layernorm")))
+        write_header_only_safetensors(
+            out / "model.safetensors",
+            decoder_tensors(cfg, "F32", "full", ("post_attention_layernorm", "post_feedforward_layernorm")),
+        )
     return out

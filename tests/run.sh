@@ -74,6 +74,9 @@ trap stop_engine EXIT
 # tool (it rewrites scripts/ while its tests run). With arguments: one pytest run of exactly those.
 rc=0
 if [ "$#" -eq 0 ]; then
+  # lint and format first: zero findings (pyproject.toml [tool.ruff])
+  python3 -m ruff check scripts tests || rc=$?
+  python3 -m ruff format --check scripts tests || rc=$?
   python3 -m pytest -n 2 -m "not e2e and not ssh and not serial" || rc=$?
   python3 -m pytest -m "e2e or ssh or serial" || rc=$?
 else

@@ -4,13 +4,13 @@ Each host is a compact spec turned into the real files the kernel would expose, 
 Linux numbers them (all first threads across sockets, then the SMT siblings), so detect.py and
 cpu_tune.py read them exactly as they read a live host.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ZEN4_FLAGS = ("fpu sse sse2 avx avx2 fma hypervisor avx512f avx512dq avx512cd avx512bw avx512vl "
-              "avx512_bf16 avx512_vnni")
+ZEN4_FLAGS = "fpu sse sse2 avx avx2 fma hypervisor avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 avx512_vnni"
 ZEN3_FLAGS = "fpu sse sse2 avx avx2 fma"
 SPR_FLAGS = "fpu sse sse2 avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
 
@@ -23,13 +23,13 @@ class HostSpec:
     flags: str = ZEN4_FLAGS
     vendor: str = "AuthenticAMD"
     sockets: int = 1
-    cores: int = 2            # per socket
-    threads: int = 1          # per core
+    cores: int = 2  # per socket
+    threads: int = 1  # per core
     nodes_per_socket: int = 1
     node_mem_gib: float = 8.0
     memtotal_gib: float | None = None  # default: the sum of the nodes
-    allowed: str | None = None         # Cpus_allowed_list (None: every CPU)
-    cgroup_cpuset: str | None = None   # cgroup v2 cpuset.cpus.effective for the process's cgroup
+    allowed: str | None = None  # Cpus_allowed_list (None: every CPU)
+    cgroup_cpuset: str | None = None  # cgroup v2 cpuset.cpus.effective for the process's cgroup
     cgroup_memory_max: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -53,8 +53,10 @@ def cpu_layout(spec: HostSpec) -> list[tuple[int, int, int, int]]:
 
 def _cpulist(ids) -> str:
     import sys
+
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     from epyc.hostfacts import format_cpulist
+
     return format_cpulist(ids)
 
 
@@ -67,11 +69,11 @@ def build(root: Path, spec: HostSpec) -> Path:
         blocks.append(
             f"processor\t: {cpu}\nvendor_id\t: {spec.vendor}\ncpu family\t: {spec.family}\n"
             f"model\t\t: {spec.model}\nmodel name\t: {spec.brand}\nphysical id\t: {s}\n"
-            f"core id\t\t: {c}\nflags\t\t: {spec.flags}\n")
+            f"core id\t\t: {c}\nflags\t\t: {spec.flags}\n"
+        )
     w("proc/cpuinfo", "\n".join(blocks) + "\n")
     nnodes = spec.sockets * spec.nodes_per_socket
-    total_kb = int((spec.memtotal_gib if spec.memtotal_gib is not None else spec.node_mem_gib * nnodes)
-                   * 1024 * 1024)
+    total_kb = int((spec.memtotal_gib if spec.memtotal_gib is not None else spec.node_mem_gib * nnodes) * 1024 * 1024)
     w("proc/meminfo", f"MemTotal:       {total_kb} kB\nMemFree:        {total_kb // 2} kB\n")
     allowed = spec.allowed or _cpulist([x[0] for x in layout])
     w("proc/self/status", f"Name:\tcat\nCpus_allowed_list:\t{allowed}\n")
@@ -89,8 +91,10 @@ def build(root: Path, spec: HostSpec) -> Path:
     for node in range(nnodes):
         cpus = [x[0] for x in layout if x[3] == node]
         w(f"sys/devices/system/node/node{node}/cpulist", _cpulist(cpus) + "\n")
-        w(f"sys/devices/system/node/node{node}/meminfo",
-          f"Node {node} MemTotal:       {node_kb} kB\nNode {node} MemFree:        {node_kb // 2} kB\n")
+        w(
+            f"sys/devices/system/node/node{node}/meminfo",
+            f"Node {node} MemTotal:       {node_kb} kB\nNode {node} MemFree:        {node_kb // 2} kB\n",
+        )
     for rel, text in spec.extra.items():
         w(rel, text)
     return root
@@ -101,21 +105,39 @@ HOSTS: dict[str, HostSpec] = {
     "runner": HostSpec("AMD EPYC", 26, 2, cores=2, node_mem_gib=8.0, memtotal_gib=24.0),
     # The same masking on a Genoa guest (CPUID 0x19/0x11).
     "masked_genoa": HostSpec("AMD EPYC", 25, 17, cores=2, node_mem_gib=8.0, memtotal_gib=24.0),
-    "genoa_9654_2s_smt": HostSpec("AMD EPYC 9654 96-Core Processor", 25, 17, sockets=2, cores=96,
-                                  threads=2, node_mem_gib=384.0),
-    "turin_9755_2s_nps4": HostSpec("AMD EPYC 9755 128-Core Processor", 26, 2, sockets=2, cores=128,
-                                   nodes_per_socket=4, node_mem_gib=192.0),
-    "milan_7763": HostSpec("AMD EPYC 7763 64-Core Processor", 25, 1, flags=ZEN3_FLAGS, sockets=2,
-                           cores=64, threads=2, node_mem_gib=256.0),
-    "bergamo_9754": HostSpec("AMD EPYC 9754 128-Core Processor", 25, 160, cores=128, threads=2,
-                             node_mem_gib=768.0),
-    "epyc_4584px": HostSpec("AMD EPYC 4584PX 16-Core Processor", 25, 97, cores=16, threads=2,
-                            node_mem_gib=128.0),
-    "xeon_8480": HostSpec("Intel(R) Xeon(R) Platinum 8480+", 6, 143, flags=SPR_FLAGS, vendor="GenuineIntel",
-                          sockets=2, cores=56, threads=2, node_mem_gib=512.0),
+    "genoa_9654_2s_smt": HostSpec(
+        "AMD EPYC 9654 96-Core Processor", 25, 17, sockets=2, cores=96, threads=2, node_mem_gib=384.0
+    ),
+    "turin_9755_2s_nps4": HostSpec(
+        "AMD EPYC 9755 128-Core Processor", 26, 2, sockets=2, cores=128, nodes_per_socket=4, node_mem_gib=192.0
+    ),
+    "milan_7763": HostSpec(
+        "AMD EPYC 7763 64-Core Processor", 25, 1, flags=ZEN3_FLAGS, sockets=2, cores=64, threads=2, node_mem_gib=256.0
+    ),
+    "bergamo_9754": HostSpec("AMD EPYC 9754 128-Core Processor", 25, 160, cores=128, threads=2, node_mem_gib=768.0),
+    "epyc_4584px": HostSpec("AMD EPYC 4584PX 16-Core Processor", 25, 97, cores=16, threads=2, node_mem_gib=128.0),
+    "xeon_8480": HostSpec(
+        "Intel(R) Xeon(R) Platinum 8480+",
+        6,
+        143,
+        flags=SPR_FLAGS,
+        vendor="GenuineIntel",
+        sockets=2,
+        cores=56,
+        threads=2,
+        node_mem_gib=512.0,
+    ),
     # Dual Genoa, but this process's cgroup holds only part of socket 1 (cores 100-119 + siblings)
     # and 64 GiB of memory.
-    "genoa_cgroup_part": HostSpec("AMD EPYC 9654 96-Core Processor", 25, 17, sockets=2, cores=96, threads=2,
-                                  node_mem_gib=384.0, cgroup_cpuset="100-119,292-311",
-                                  cgroup_memory_max=str(64 * 1024 ** 3)),
+    "genoa_cgroup_part": HostSpec(
+        "AMD EPYC 9654 96-Core Processor",
+        25,
+        17,
+        sockets=2,
+        cores=96,
+        threads=2,
+        node_mem_gib=384.0,
+        cgroup_cpuset="100-119,292-311",
+        cgroup_memory_max=str(64 * 1024**3),
+    ),
 }

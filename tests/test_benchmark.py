@@ -1,4 +1,5 @@
 """epyc.benchmark: its decisions, tested in-process."""
+
 import json
 import os
 from pathlib import Path
@@ -21,6 +22,7 @@ def test_bench_never_writes_its_raw_results_through_a_planted_name(tmp_path, kin
 
     from epyc import benchmark
     from epyc.errors import ScriptError
+
     out = tmp_path / "out"
     out.mkdir()
     (tmp_path / "victim").mkdir()
@@ -50,6 +52,7 @@ def test_bench_stops_at_the_first_run_no_request_completed(tmp_path, monkeypatch
     from pathlib import Path
 
     from epyc import benchmark, errors
+
     recorded = json.loads((Path(__file__).parent / "fixtures" / "bench" / "in128_c1_r1.json").read_text())
     runs = []
 
@@ -58,11 +61,17 @@ def test_bench_stops_at_the_first_run_no_request_completed(tmp_path, monkeypatch
         folder, name = argv[argv.index("--result-dir") + 1], argv[argv.index("--result-filename") + 1]
         Path(folder, name).write_text(json.dumps({**recorded, "completed": 0, "failed": 10}))
         return types.SimpleNamespace(ok=True, stdout="", stderr="", failure=None, returncode=0)
+
     monkeypatch.setattr(subproc, "run", run)
-    monkeypatch.setattr(benchmark, "serving_target", lambda plan, container=None: {"vllm": ["/venv/bin/vllm"],
-                                                                             "tokenizer": "/models/m"})
-    plan = {"path": "host", "primary_endpoint": "completions", "base_url": "http://127.0.0.1:8000/v1",
-            "served_model_name": "m"}
+    monkeypatch.setattr(
+        benchmark, "serving_target", lambda plan, container=None: {"vllm": ["/venv/bin/vllm"], "tokenizer": "/models/m"}
+    )
+    plan = {
+        "path": "host",
+        "primary_endpoint": "completions",
+        "base_url": "http://127.0.0.1:8000/v1",
+        "served_model_name": "m",
+    }
     args = types.SimpleNamespace(input_lens=[128, 256], concurrency=[1, 4], repeats=2, output_len=8, seed=0)
     with pytest.raises(errors.ScriptError, match=r"no request completed at input 128, concurrency 1 \(10 failed\)"):
         benchmark.run_matrix(plan, args, tmp_path / "out", {})
@@ -71,6 +80,7 @@ def test_bench_stops_at_the_first_run_no_request_completed(tmp_path, monkeypatch
 
 def test_bench_reads_its_result_file_as_an_input(tmp_path):
     from epyc import benchmark
+
     raw = tmp_path / "r.json"
     os.mkfifo(raw)
     with pytest.raises(ScriptError, match="not a complete vllm bench serve result"):
@@ -87,27 +97,41 @@ def test_bench_reads_its_result_file_as_an_input(tmp_path):
 
 def test_a_bandwidth_no_machine_has_is_no_figure(tmp_path):
     from epyc import benchmark
+
     for line in ('@@BW@@{"bytes_per_s": 1e999}', '@@BW@@{"bytes_per_s": 1e15}', '@@BW@@{"bytes_per_s": 0}'):
         assert benchmark.measure_bandwidth(_interpreter(tmp_path, line), [0]) is None
     assert benchmark.measure_bandwidth(_interpreter(tmp_path, '@@BW@@{"bytes_per_s": 5e10}'), [0]) == 5e10
 
 
 def test_a_fraction_of_a_request_is_not_a_result():
-    good = {f"median_{m}_ms": 1.0 for m in benchmark.METRICS} | {"output_throughput": 1, "total_token_throughput": 1,
-                                                                "completed": 8, "failed": 0}
+    good = {f"median_{m}_ms": 1.0 for m in benchmark.METRICS} | {
+        "output_throughput": 1,
+        "total_token_throughput": 1,
+        "completed": 8,
+        "failed": 0,
+    }
     assert benchmark.run_metrics(good)["completed"] == 8
     for key, value in (("completed", 0.5), ("failed", 0.4)):
         with pytest.raises(ValueError, match="whole number of requests"):
             benchmark.run_metrics({**good, key: value})
 
 
-def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):  # noqa: F811
+def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):
     _, plan = host_plan(tmp_path, inputs, live_tune, edit=lambda d: d["check_model"].update(primary_endpoint=None))
     assert plan["primary_endpoint"] == "unknown"
     with pytest.raises(ScriptError, match="verify has not settled it"):
         benchmark.endpoint_of(plan)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    serve_state.write_state(plan, {"path": "host", "pgid": 1, "create_time": 1.0, "port": plan["port"],  # a start's
-                                  "plan_id": serve_state.plan_identity(plan), "primary_endpoint": "chat_completions"})
+    serve_state.write_state(
+        plan,
+        {
+            "path": "host",
+            "pgid": 1,
+            "create_time": 1.0,
+            "port": plan["port"],  # a start's
+            "plan_id": serve_state.plan_identity(plan),
+            "primary_endpoint": "chat_completions",
+        },
+    )
     assert benchmark.endpoint_of(plan) == "chat_completions"
     assert benchmark.endpoint_of({**plan, "primary_endpoint": "completions"}) == "completions"

@@ -1,4 +1,5 @@
 """cpu_tune.py: socket choice, core binding, KV sizing, pinning commands, env output, bad input."""
+
 import subprocess
 
 import cpu_tune
@@ -13,6 +14,7 @@ from epyc import (
 from epyc.errors import ScriptError
 
 # ---- pure decisions
+
 
 def test_choose_socket_by_load():
     # both free -> lowest id
@@ -45,13 +47,15 @@ def test_split_reserved():
     with pytest.raises(ScriptError, match=r"^--reserve-cores -1 is negative$") as exc:
         sizing.split_reserved([0, 1, 2, 3], -1)
     assert exc.value.fix == "use --reserve-cores 0 or more"
-    with pytest.raises(ScriptError, match=r"^--reserve-cores 4 leaves no core to bind \(the socket has 4 usable\)$") as exc:
+    with pytest.raises(
+        ScriptError, match=r"^--reserve-cores 4 leaves no core to bind \(the socket has 4 usable\)$"
+    ) as exc:
         sizing.split_reserved([0, 1, 2, 3], 4)
     assert exc.value.fix == "use --reserve-cores below 4"  # the flag the user typed, by its name
 
 
 def test_socket_ram_takes_the_smaller_truth():
-    gib = 2 ** 30
+    gib = 2**30
     # sysfs says 8 GiB on the only node, MemTotal 24: vLLM checks sysfs, so 8
     assert sizing.socket_ram_bytes([0], {0: 8 * gib}, 24 * gib) == 8 * gib
     # NPS4 socket: its four nodes
@@ -74,8 +78,11 @@ def test_size_kv_cache():
     assert sizing.size_kv_cache(16, 2, 2, 8, 1.25, 0.5)["kv_gb"] == 10
     assert sizing.size_kv_cache(16, 2, 2, 11, 1.25, 0.5)["kv_gb"] == 12
     # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> refused, never a silent under-grant
-    with pytest.raises(errors.ScriptError, match=r"^socket RAM 8 GiB cannot hold weights 5 GiB \+ KV 4 GiB \+ "
-                                                   r"OS reserve 2 GiB$"):
+    with pytest.raises(
+        errors.ScriptError,
+        match=r"^socket RAM 8 GiB cannot hold weights 5 GiB \+ KV 4 GiB \+ "
+        r"OS reserve 2 GiB$",
+    ):
         sizing.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
     with pytest.raises(errors.ScriptError, match=r"cannot hold weights 0 GiB \+ KV 7 GiB"):  # no weights given
         sizing.size_kv_cache(8, 2, None, 7, 1.25, 0.5)
@@ -98,6 +105,7 @@ def test_pin_commands_fallbacks():
 
 # ---- whole hosts through the CLI
 
+
 def test_runner(script, make_sysroot):
     d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner"))).doc
     assert d["vllm_cpu_omp_threads_bind"] == "0-1" and d["reserved_cpus"] == ""
@@ -112,8 +120,19 @@ def test_dual_genoa_smt_binds_physical_cores_of_one_socket(script, make_sysroot)
     assert d["chosen_socket"] == 0 and d["vllm_cpu_omp_threads_bind"] == "0-95" and d["omp_threads"] == 96
     assert d["container_cpuset"] == "--cpuset-cpus=0-95,192-287 --cpuset-mems=0"  # siblings stay in the cpuset
     assert d["socket_ram_gb"] == 384.0 and d["kv_granted_gb"] == 191  # (384 - 2) x 0.5
-    d1 = script("cpu_tune.py", "--sysroot", root, "--socket", "1", "--reserve-cores", "1",
-                "--weight-gb", "15.2", "--kv-needed-gb", "7").doc
+    d1 = script(
+        "cpu_tune.py",
+        "--sysroot",
+        root,
+        "--socket",
+        "1",
+        "--reserve-cores",
+        "1",
+        "--weight-gb",
+        "15.2",
+        "--kv-needed-gb",
+        "7",
+    ).doc
     assert d1["chosen_socket"] == 1 and d1["socket_choice_reason"] == "forced by --socket"
     assert d1["vllm_cpu_omp_threads_bind"] == "96-190" and d1["reserved_cpus"] == "191"
     assert d1["numa_nodes"] == [1] and d1["kv_granted_gb"] == 183  # half of 384 - 2 - 15.2 (the need, 9, is the floor)
@@ -145,16 +164,19 @@ def test_a_socket_that_cannot_hold_the_model_is_refused(script, make_sysroot):
     assert r.code == 1 and "cannot hold" in r.doc["error"] and "--max-model-len" in r.doc["fix"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--socket", "5"], "does not exist"),
-    (["--socket", "x"], "bad arguments"),
-    (["--busy-threshold", "0"], "busy-threshold"),
-    (["--busy-threshold", "150"], "busy-threshold"),
-    (["--busy-threshold", "nan"], "busy-threshold"),
-    (["--reserve-cores", "2"], "leaves no core"),
-    (["--weight-gb", "-3"], "weight-gb"),
-    (["--format", "yaml"], "bad arguments"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--socket", "5"], "does not exist"),
+        (["--socket", "x"], "bad arguments"),
+        (["--busy-threshold", "0"], "busy-threshold"),
+        (["--busy-threshold", "150"], "busy-threshold"),
+        (["--busy-threshold", "nan"], "busy-threshold"),
+        (["--reserve-cores", "2"], "leaves no core"),
+        (["--weight-gb", "-3"], "weight-gb"),
+        (["--format", "yaml"], "bad arguments"),
+    ],
+)
 def test_bad_input(script, make_sysroot, args, needle):
     r = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner")), *args)
     assert r.code == 1 and needle in r.doc["error"]
@@ -164,27 +186,32 @@ def test_bad_input(script, make_sysroot, args, needle):
 
 # ---- env output is what a shell evals
 
+
 def _bash(code: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60)
 
 
 def test_env_format_evals_in_bash(make_sysroot):
     from conftest import SCRIPTS
+
     root = make_sysroot("genoa_9654_2s_smt")
-    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --socket 1)" && '
-              'echo "$VLLM_CPU_OMP_THREADS_BIND|$VLLM_CPU_KVCACHE_SPACE"')
+    p = _bash(
+        f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --socket 1)" && '
+        'echo "$VLLM_CPU_OMP_THREADS_BIND|$VLLM_CPU_KVCACHE_SPACE"'
+    )
     assert p.returncode == 0 and p.stdout.strip().endswith("96-191|191")
 
 
 def test_env_format_failure_stops_eval_and_reports_json_on_stderr(make_sysroot):
     from conftest import SCRIPTS
+
     root = make_sysroot("runner")
-    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --socket 9)" '
-              '|| echo STOPPED')
+    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --socket 9)" || echo STOPPED')
     assert "STOPPED" in p.stdout and '"error"' in p.stderr and "does not exist" in p.stderr
 
 
 # ---- the live host
+
 
 def test_live_binding_is_within_allowed_cpus(script):
     det = script("detect.py").doc
@@ -195,13 +222,22 @@ def test_live_binding_is_within_allowed_cpus(script):
     assert d["socket_ram_gb"] <= det["ram_gb"]
 
 
-@pytest.mark.parametrize("files,quota,threads", [
-    ({"proc/self/cgroup": "0::/pod.slice\n", "sys/fs/cgroup/pod.slice/cpu.max": "400000 100000\n"}, 4.0, 4),
-    ({"proc/self/cgroup": "0::/pod.slice\n", "sys/fs/cgroup/pod.slice/cpu.max": "max 100000\n"}, None, 96),
-    ({"proc/self/cgroup": "4:cpu,cpuacct:/kubepods/p1\n",
-      "sys/fs/cgroup/cpu,cpuacct/kubepods/p1/cpu.cfs_quota_us": "250000\n",
-      "sys/fs/cgroup/cpu,cpuacct/kubepods/p1/cpu.cfs_period_us": "100000\n"}, 2.5, 2),
-])
+@pytest.mark.parametrize(
+    "files,quota,threads",
+    [
+        ({"proc/self/cgroup": "0::/pod.slice\n", "sys/fs/cgroup/pod.slice/cpu.max": "400000 100000\n"}, 4.0, 4),
+        ({"proc/self/cgroup": "0::/pod.slice\n", "sys/fs/cgroup/pod.slice/cpu.max": "max 100000\n"}, None, 96),
+        (
+            {
+                "proc/self/cgroup": "4:cpu,cpuacct:/kubepods/p1\n",
+                "sys/fs/cgroup/cpu,cpuacct/kubepods/p1/cpu.cfs_quota_us": "250000\n",
+                "sys/fs/cgroup/cpu,cpuacct/kubepods/p1/cpu.cfs_period_us": "100000\n",
+            },
+            2.5,
+            2,
+        ),
+    ],
+)
 def test_a_cgroup_cpu_quota_caps_the_threads(script, make_sysroot, files, quota, threads):
     """A pod limited to 4 CPUs on a 192-core host must not get 96 OMP threads (cgroup v2 and v1)."""
     root = str(make_sysroot("genoa_9654_2s_smt", extra=files))
@@ -213,7 +249,7 @@ def test_a_cgroup_cpu_quota_caps_the_threads(script, make_sysroot, files, quota,
 
 
 def test_a_socket_without_its_node_meminfo_is_not_given_the_whole_hosts_ram():
-    gib = 1024 ** 3
+    gib = 1024**3
     with pytest.raises(errors.ScriptError, match=r"node\(s\) \[1\]"):
         sizing.socket_ram_bytes([1], {0: 384 * gib}, 768 * gib)
 
@@ -221,14 +257,19 @@ def test_a_socket_without_its_node_meminfo_is_not_given_the_whole_hosts_ram():
 def test_per_cpu_load_is_indexed_by_cpu_id_with_offline_cpus(make_sysroot):
     """CPUs 0-1 on socket 0 and 4-5 on socket 1, with 2-3 offline: psutil's four entries are CPUs 0,1,4,5."""
     from epyc import hostfacts
-    topo = hostfacts.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
-                           node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
+
+    topo = hostfacts.Topology(
+        package={0: 0, 1: 0, 4: 1, 5: 1},
+        core={0: 0, 1: 1, 4: 0, 5: 1},
+        node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1},
+        node_cpus={0: [0, 1], 1: [4, 5]},
+    )
     busy = sizing.busy_by_socket([90.0, 90.0, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5])
     assert busy == {0: 90.0, 1: 5.0}
 
 
 def test_equally_idle_sockets_prefer_the_one_with_clearly_more_free_memory():
-    gib = 2 ** 30
+    gib = 2**30
     s, reason, _ = sizing.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 40 * gib, 1: 300 * gib})
     assert s == 1 and "most free memory" in reason
     s, reason, _ = sizing.choose_socket([0, 1], [0, 1], {0: 2.0, 1: 3.0}, 15, None, {0: 290 * gib, 1: 300 * gib})
@@ -241,8 +282,13 @@ def test_socket_load_is_the_mean_of_its_usable_cpus_and_a_socket_with_none_count
     """Mutation survivors of busy_by_socket: the mean (not max, not sum), one decimal, and 100 % for a
     socket where this process may bind no CPU (so it is never the idle choice)."""
     from epyc import hostfacts
-    topo = hostfacts.Topology(package={0: 0, 1: 0, 4: 1, 5: 1}, core={0: 0, 1: 1, 4: 0, 5: 1},
-                           node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1}, node_cpus={0: [0, 1], 1: [4, 5]})
+
+    topo = hostfacts.Topology(
+        package={0: 0, 1: 0, 4: 1, 5: 1},
+        core={0: 0, 1: 1, 4: 0, 5: 1},
+        node_of_cpu={0: 0, 1: 0, 4: 1, 5: 1},
+        node_cpus={0: [0, 1], 1: [4, 5]},
+    )
     assert sizing.busy_by_socket([10.0, 40.05, 5.0, 5.0], [0, 1, 4, 5], topo, [0, 1, 4, 5]) == {0: 25.0, 1: 5.0}
     assert sizing.busy_by_socket([10.0, 40.0, 0.0, 0.0], [0, 1, 4, 5], topo, [0, 1]) == {0: 25.0, 1: 100.0}
 
@@ -267,38 +313,65 @@ def test_a_quota_equal_to_the_cores_bound_changes_nothing_and_says_nothing():
 def test_env_format_echoes_each_warning_to_stderr(make_sysroot):
     """eval'd output: the values go to the shell, a warning still reaches the human (on stderr)."""
     from conftest import SCRIPTS
+
     root = make_sysroot("runner")  # 8 GiB node - 2 reserve - 5.5 weights = 0.5 GiB: the 1 GiB floor
-    p = _bash(f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --weight-gb 5.5)" && '
-              'echo "KV=$VLLM_CPU_KVCACHE_SPACE"')
+    p = _bash(
+        f'eval "$(python3 {SCRIPTS}/cpu_tune.py --format env --sysroot {root} --weight-gb 5.5)" && '
+        'echo "KV=$VLLM_CPU_KVCACHE_SPACE"'
+    )
     assert p.returncode == 0 and p.stdout.strip().endswith("KV=1")
-    assert ("cpu_tune warning: only 0.5 GiB left on the socket after weights and OS reserve; KV cache set to the "
-            "1 GiB minimum") in p.stderr
+    assert (
+        "cpu_tune warning: only 0.5 GiB left on the socket after weights and OS reserve; KV cache set to the "
+        "1 GiB minimum"
+    ) in p.stderr
 
 
 def _plan_in_process(root, busy, **over):
     import argparse
 
     from epyc import remote_host
+
     epyc = bundle.load_epyc()
-    args = argparse.Namespace(**{"socket": None, "busy_threshold": 15.0, "reserve_cores": 0, "weight_gb": None,
-                                 "kv_needed_gb": None, "os_reserve_gb": 2.0, **over})
+    args = argparse.Namespace(
+        **{
+            "socket": None,
+            "busy_threshold": 15.0,
+            "reserve_cores": 0,
+            "weight_gb": None,
+            "kv_needed_gb": None,
+            "os_reserve_gb": 2.0,
+            **over,
+        }
+    )
     return sizing.plan(remote_host.gather_from_args(str(root), None), epyc, busy, args)
 
 
 def test_every_socket_busy_is_a_socket_warning_and_a_tiny_grant_a_kv_warning(make_sysroot):
     d = _plan_in_process(make_sysroot("genoa_9654_2s_smt"), {0: 60.0, 1: 40.0})
     assert d["chosen_socket"] == 1 and d["socket_choice_reason"] == "all sockets busy; least busy"
-    assert d["warnings"] == [{"check": "socket", "message": "every socket is at least 15% busy (socket 1: 40%); "
-                              "serving will compete with that load", "fix": "pass --socket N to choose another"}]
+    assert d["warnings"] == [
+        {
+            "check": "socket",
+            "message": "every socket is at least 15% busy (socket 1: 40%); serving will compete with that load",
+            "fix": "pass --socket N to choose another",
+        }
+    ]
     assert d["socket_busy_pct"] == {"0": 60.0, "1": 40.0}
     d = _plan_in_process(make_sysroot("runner"), None, weight_gb=5.5)
-    assert d["warnings"] == [{"check": "kv", "message": "only 0.5 GiB left on the socket after weights and OS reserve; "
-                              "KV cache set to the 1 GiB minimum", "fix": "use a smaller model or a bigger socket"}]
+    assert d["warnings"] == [
+        {
+            "check": "kv",
+            "message": "only 0.5 GiB left on the socket after weights and OS reserve; "
+            "KV cache set to the 1 GiB minimum",
+            "fix": "use a smaller model or a bigger socket",
+        }
+    ]
     assert d["kv_basis"] == "0.5 of socket RAM left after OS reserve and weights (no model need given)"
 
 
 def test_the_host_pin_uses_the_best_tool_this_machine_has(script, make_sysroot):
     import shutil
+
     d = script("cpu_tune.py", "--sysroot", str(make_sysroot("runner"))).doc
     want = "numactl" if shutil.which("numactl") else "taskset" if shutil.which("taskset") else None
     assert d["host_pin_tool"] == want
@@ -310,6 +383,7 @@ def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_s
     """Both tools are installed on the runner: a PATH of folders holding neither, then only taskset, shows a
     host without them (a `.` entry never counts: start would not run a tool found there)."""
     import shutil
+
     bare, only_taskset = tmp_path / "bare", tmp_path / "only-taskset"
     bare.mkdir()
     only_taskset.mkdir()
@@ -331,6 +405,7 @@ def test_the_live_load_sample_is_long_only_when_it_chooses_the_socket(make_sysro
     """A 2-socket host sampled live: the full sample when it decides the socket, a glance when --socket already
     did (only reported then). This runner has one socket: a captured 2-socket host stands in for a live one."""
     from epyc import remote_host
+
     two = remote_host.gather_from_args(str(make_sysroot("genoa_9654_2s_smt")), None)
     monkeypatch.setattr(remote_host, "gather_from_args", lambda sysroot, host: two)
     seconds = []
@@ -347,8 +422,10 @@ def test_a_vm_of_one_core_sockets_in_one_node_is_served_on_all_its_cpus(script, 
     r = script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", "8", "--kv-needed-gb", "2")
     assert r.code == 0 and r.doc["omp_threads"] == 8 and r.doc["vllm_cpu_omp_threads_bind"] == "0-7"
     assert r.doc["container_cpuset_argv"] == ["--cpuset-cpus=0-7", "--cpuset-mems=0"] and len(r.doc["sockets"]) == 1
-    assert "packages 0-7 share NUMA node(s) 0: one-core packages of one memory domain (a VM's sockets), " \
+    assert (
+        "packages 0-7 share NUMA node(s) 0: one-core packages of one memory domain (a VM's sockets), "
         "served as socket 0" in r.doc["notes"][-1]
+    )
     d = script("detect.py", "--sysroot", str(root)).doc
     assert (d["socket_count"], d["physical_cores"], d["logical_cores"]) == (1, 8, 8)
     r = script("cpu_tune.py", "--sysroot", str(_vm(tmp_path, 8, 2)), "--weight-gb", "8", "--kv-needed-gb", "2")
@@ -363,9 +440,14 @@ def test_only_one_core_packages_are_joined_and_only_through_a_shared_node(script
 
     from epyc import hostfacts
     from sysroots import HOSTS, build
+
     one_core = {0: 0, 1: 1, 2: 2, 3: 3}
-    assert hostfacts.sharing_packages(one_core, {c: 0 for c in one_core}, {0: 0, 1: 0, 2: 1, 3: 1}) == \
-        {0: 0, 1: 0, 2: 2, 3: 2}
+    assert hostfacts.sharing_packages(one_core, {c: 0 for c in one_core}, {0: 0, 1: 0, 2: 1, 3: 1}) == {
+        0: 0,
+        1: 0,
+        2: 2,
+        3: 2,
+    }
     assert hostfacts.sharing_packages({0: 2, 1: 1, 2: 0}, {0: 0, 1: 0, 2: 0}, {0: 0, 1: 1, 2: 1}) == {0: 0, 1: 0, 2: 2}
     two_cores = {0: 0, 1: 0, 2: 1, 3: 1}
     assert hostfacts.sharing_packages(two_cores, {0: 0, 1: 1, 2: 0, 3: 1}, {c: 0 for c in two_cores}) == {0: 0, 1: 1}

@@ -1,4 +1,5 @@
 """detect.py: generation from brand or CPUID, topology, memory truth, bad input, and the live host."""
+
 import gzip
 import json
 import os
@@ -34,33 +35,36 @@ from epyc.errors import ScriptError
 GENS = bundle.load_epyc()["generations"]
 
 
-@pytest.mark.parametrize("brand,family,model,gen,arch,source", [
-    ("AMD EPYC 7601 32-Core Processor", 23, 1, "Naples", "Zen", "model_number"),
-    ("AMD EPYC 7742 64-Core Processor", 23, 49, "Rome", "Zen2", "model_number"),
-    ("AMD EPYC 7763 64-Core Processor", 25, 1, "Milan", "Zen3", "model_number"),
-    ("AMD EPYC 7773X 64-Core Processor", 25, 1, "Milan", "Zen3", "model_number"),
-    ("AMD EPYC 9654 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
-    ("AMD EPYC 9684X 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
-    ("AMD EPYC 9754 128-Core Processor", 25, 160, "Bergamo", "Zen4c", "model_number"),
-    ("AMD EPYC 9734 112-Core Processor", 25, 160, "Bergamo", "Zen4c", "model_number"),
-    ("AMD EPYC 8534P 64-Core Processor", 25, 160, "Siena", "Zen4c", "model_number"),
-    ("AMD EPYC 9755 128-Core Processor", 26, 2, "Turin", "Zen5", "model_number"),
-    ("AMD EPYC 9965 192-Core Processor", 26, 17, "Turin", "Zen5c", "model_number"),
-    ("AMD EPYC 9B45 128-Core Processor", 26, 2, "Turin", "Zen5", "model_number"),
-    ("AMD EPYC 9B14 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
-    ("AMD EPYC 4584PX 16-Core Processor", 25, 97, "EPYC 4004", "Zen4", "model_number"),
-    ("AMD EPYC 4565P 16-Core Processor", 26, 68, "EPYC 4005", "Zen5", "model_number"),
-    ("AMD EPYC 9966 Processor", None, None, "Venice", "Zen6", "model_number"),
-    # masked brands: CPUID decides
-    ("AMD EPYC", 25, 17, "Genoa", "Zen4", "cpuid"),
-    ("AMD EPYC", 26, 2, "Turin", "Zen5", "cpuid"),
-    ("AMD EPYC", 26, 17, "Turin", "Zen5c", "cpuid"),
-    ("AMD EPYC", 23, 49, "Rome", "Zen2", "cpuid"),
-    ("AMD EPYC", 25, 1, "Milan", "Zen3", "cpuid"),
-    ("AMD EPYC", 25, 0xA5, "Bergamo/Siena", "Zen4c", "cpuid"),
-    ("AMD EPYC", 26, 68, "EPYC 4005", "Zen5", "cpuid"),
-    ("AMD EPYC", 25, 0x30, "unknown", "unknown", "unknown"),
-])
+@pytest.mark.parametrize(
+    "brand,family,model,gen,arch,source",
+    [
+        ("AMD EPYC 7601 32-Core Processor", 23, 1, "Naples", "Zen", "model_number"),
+        ("AMD EPYC 7742 64-Core Processor", 23, 49, "Rome", "Zen2", "model_number"),
+        ("AMD EPYC 7763 64-Core Processor", 25, 1, "Milan", "Zen3", "model_number"),
+        ("AMD EPYC 7773X 64-Core Processor", 25, 1, "Milan", "Zen3", "model_number"),
+        ("AMD EPYC 9654 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
+        ("AMD EPYC 9684X 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
+        ("AMD EPYC 9754 128-Core Processor", 25, 160, "Bergamo", "Zen4c", "model_number"),
+        ("AMD EPYC 9734 112-Core Processor", 25, 160, "Bergamo", "Zen4c", "model_number"),
+        ("AMD EPYC 8534P 64-Core Processor", 25, 160, "Siena", "Zen4c", "model_number"),
+        ("AMD EPYC 9755 128-Core Processor", 26, 2, "Turin", "Zen5", "model_number"),
+        ("AMD EPYC 9965 192-Core Processor", 26, 17, "Turin", "Zen5c", "model_number"),
+        ("AMD EPYC 9B45 128-Core Processor", 26, 2, "Turin", "Zen5", "model_number"),
+        ("AMD EPYC 9B14 96-Core Processor", 25, 17, "Genoa", "Zen4", "model_number"),
+        ("AMD EPYC 4584PX 16-Core Processor", 25, 97, "EPYC 4004", "Zen4", "model_number"),
+        ("AMD EPYC 4565P 16-Core Processor", 26, 68, "EPYC 4005", "Zen5", "model_number"),
+        ("AMD EPYC 9966 Processor", None, None, "Venice", "Zen6", "model_number"),
+        # masked brands: CPUID decides
+        ("AMD EPYC", 25, 17, "Genoa", "Zen4", "cpuid"),
+        ("AMD EPYC", 26, 2, "Turin", "Zen5", "cpuid"),
+        ("AMD EPYC", 26, 17, "Turin", "Zen5c", "cpuid"),
+        ("AMD EPYC", 23, 49, "Rome", "Zen2", "cpuid"),
+        ("AMD EPYC", 25, 1, "Milan", "Zen3", "cpuid"),
+        ("AMD EPYC", 25, 0xA5, "Bergamo/Siena", "Zen4c", "cpuid"),
+        ("AMD EPYC", 26, 68, "EPYC 4005", "Zen5", "cpuid"),
+        ("AMD EPYC", 25, 0x30, "unknown", "unknown", "unknown"),
+    ],
+)
 def test_classify_generation(brand, family, model, gen, arch, source):
     out = cpuid.classify_generation(brand, family, model, GENS)
     assert (out["epyc_generation"], out["zen_arch"], out["generation_source"]) == (gen, arch, source)
@@ -80,8 +84,10 @@ def test_cgroup_dirs_v1_and_v2():
     assert dirs["cpuset"][0] == "/sys/fs/cgroup/user.slice/x/cpuset.cpus.effective"
 
 
-@pytest.mark.parametrize("text,expected", [("max\n", None), ("9223372036854771712", None),
-                                           (str(64 * 2 ** 30), 64 * 2 ** 30), ("junk", None), (None, None)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [("max\n", None), ("9223372036854771712", None), (str(64 * 2**30), 64 * 2**30), ("junk", None), (None, None)],
+)
 def test_parse_cgroup_limit(text, expected):
     assert hostfacts.parse_cgroup_limit(text) == expected
 
@@ -103,23 +109,35 @@ def test_runner_sysroot_masked_brand_and_sysfs_disagreement(script, make_sysroot
 
 def test_masked_genoa_is_supported_from_cpuid(script, make_sysroot):
     d = script("detect.py", "--sysroot", str(make_sysroot("masked_genoa"))).doc
-    assert (d["epyc_generation"], d["zen_arch"], d["generation_source"], d["is_supported_epyc"]) == \
-        ("Genoa", "Zen4", "cpuid", True)
+    assert (d["epyc_generation"], d["zen_arch"], d["generation_source"], d["is_supported_epyc"]) == (
+        "Genoa",
+        "Zen4",
+        "cpuid",
+        True,
+    )
 
 
-@pytest.mark.parametrize("host,gen,supported,avx512,logical,physical,sockets,tpc,nodes", [
-    ("genoa_9654_2s_smt", "Genoa", True, True, 384, 192, 2, 2, 2),
-    ("turin_9755_2s_nps4", "Turin", True, True, 256, 256, 2, 1, 8),
-    ("milan_7763", "Milan", False, False, 256, 128, 2, 2, 2),
-    ("bergamo_9754", "Bergamo", False, True, 256, 128, 1, 2, 1),
-    ("epyc_4584px", "EPYC 4004", False, True, 32, 16, 1, 2, 1),
-])
+@pytest.mark.parametrize(
+    "host,gen,supported,avx512,logical,physical,sockets,tpc,nodes",
+    [
+        ("genoa_9654_2s_smt", "Genoa", True, True, 384, 192, 2, 2, 2),
+        ("turin_9755_2s_nps4", "Turin", True, True, 256, 256, 2, 1, 8),
+        ("milan_7763", "Milan", False, False, 256, 128, 2, 2, 2),
+        ("bergamo_9754", "Bergamo", False, True, 256, 128, 1, 2, 1),
+        ("epyc_4584px", "EPYC 4004", False, True, 32, 16, 1, 2, 1),
+    ],
+)
 def test_epyc_hosts(script, make_sysroot, host, gen, supported, avx512, logical, physical, sockets, tpc, nodes):
     d = script("detect.py", "--sysroot", str(make_sysroot(host))).doc
     assert d["is_amd_epyc"] and d["epyc_generation"] == gen and d["generation_source"] == "model_number"
     assert d["is_supported_epyc"] is supported and d["avx512"] is avx512 and d["avx512_bf16"] is avx512
-    assert (d["logical_cores"], d["physical_cores"], d["socket_count"], d["threads_per_core"], d["numa_node_count"]) == \
-        (logical, physical, sockets, tpc, nodes)
+    assert (
+        d["logical_cores"],
+        d["physical_cores"],
+        d["socket_count"],
+        d["threads_per_core"],
+        d["numa_node_count"],
+    ) == (logical, physical, sockets, tpc, nodes)
     assert d["node_ram_consistent"] is True and d["notes"] == []
 
 
@@ -148,13 +166,16 @@ def test_sysroot_without_cpuinfo(script, tmp_path):
     assert r.code == 1 and "cpuinfo" in r.doc["error"]
 
 
-@pytest.mark.parametrize("rel,text,needle", [
-    ("proc/cpuinfo", "garbage without colons\n", "cpuinfo"),
-    ("proc/meminfo", "MemTotal: lots\n", "MemTotal"),
-    ("sys/devices/system/cpu/online", "0-x\n", "malformed"),
-    ("sys/devices/system/node/node0/cpulist", "9-1\n", "malformed"),
-    ("proc/self/status", "Cpus_allowed_list:\t1-0\n", "malformed"),
-])
+@pytest.mark.parametrize(
+    "rel,text,needle",
+    [
+        ("proc/cpuinfo", "garbage without colons\n", "cpuinfo"),
+        ("proc/meminfo", "MemTotal: lots\n", "MemTotal"),
+        ("sys/devices/system/cpu/online", "0-x\n", "malformed"),
+        ("sys/devices/system/node/node0/cpulist", "9-1\n", "malformed"),
+        ("proc/self/status", "Cpus_allowed_list:\t1-0\n", "malformed"),
+    ],
+)
 def test_malformed_files_give_json_errors(script, make_sysroot, rel, text, needle):
     root = make_sysroot("runner")
     (root / rel).write_text(text)
@@ -209,8 +230,9 @@ def test_a_host_described_by_sku_plans_like_a_real_one(script, tmp_path):
     """'A dual-socket EPYC 9654, 384 GiB per socket, NPS1' -- no hand-made sysroot: detect renders it,
     cpu_tune plans on it, and the plan's cpuset and binding follow the stated topology."""
     root = tmp_path / "s9654"
-    d = script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384",
-               "--save-sysroot", str(root))
+    d = script(
+        "detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384", "--save-sysroot", str(root)
+    )
     assert d.code == 0 and d.doc["target"] == "spec:EPYC 9654 2S NPS1 SMT on"
     assert (d.doc["epyc_generation"], d.doc["physical_cores"], d.doc["logical_cores"]) == ("Genoa", 192, 384)
     assert (d.doc["socket_count"], d.doc["numa_node_count"], d.doc["ram_gb"]) == (2, 2, 768.0)
@@ -225,12 +247,15 @@ def test_a_host_described_by_sku_plans_like_a_real_one(script, tmp_path):
     assert nps4["route"]["route"] == "confirm"
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--spec", "9999"], "not in data/epyc_skus.json"),
-    (["--spec", "9654"], "--ram-gb-per-socket"),
-    (["--spec", "9654", "--ram-gb-per-socket", "384", "--sysroot", "/x"], "without --sysroot"),
-    (["--spec", "9654", "--ram-gb-per-socket", "-1"], "out of range"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--spec", "9999"], "not in data/epyc_skus.json"),
+        (["--spec", "9654"], "--ram-gb-per-socket"),
+        (["--spec", "9654", "--ram-gb-per-socket", "384", "--sysroot", "/x"], "without --sysroot"),
+        (["--spec", "9654", "--ram-gb-per-socket", "-1"], "out of range"),
+    ],
+)
 def test_bad_specs(script, args, needle):
     r = script("detect.py", *args)
     assert r.code == 1 and needle in r.doc["error"] + r.doc["fix"]
@@ -256,6 +281,7 @@ def test_capture_round_trip_gives_the_same_facts_as_live(script, tmp_path):
 def test_a_capture_never_writes_outside_its_folder(script, tmp_path):
     import io
     import tarfile
+
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:
         info = tarfile.TarInfo("../../escape.txt")
@@ -272,34 +298,79 @@ def test_the_stock_route_names_the_cpu_it_was_asked_for():
     gens = bundle.load_epyc()["supported_generations"]
     intel = {"cpu_model": "Intel(R) Xeon(R) Platinum 8581C", "vendor": "GenuineIntel", "is_amd_epyc": False}
     r = cpuid.route_host(intel, gens, stock=True)
-    assert r["route"] == "stock" and r["reason"].startswith("zentorch does not apply to Intel(R) Xeon(R) Platinum 8581C")
+    assert r["route"] == "stock" and r["reason"].startswith(
+        "zentorch does not apply to Intel(R) Xeon(R) Platinum 8581C"
+    )
     r = cpuid.route_host({"is_amd_epyc": False}, gens, stock=False)
     assert r["route"] == "stop" and "unknown CPU" in r["reason"] and r["fix"].startswith("stop here")
 
 
 VALIDATED = ["Genoa", "Turin"]
-MILAN = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "vendor": "AuthenticAMD", "is_amd_epyc": True,
-         "avx512": False, "avx512_bf16": False, "epyc_generation": "Milan", "zen_arch": "Zen3"}
-BERGAMO = {**MILAN, "cpu_model": "AMD EPYC 9754", "avx512": True, "avx512_bf16": True, "epyc_generation": "Bergamo",
-           "zen_arch": "Zen4c"}
+MILAN = {
+    "cpu_model": "AMD EPYC 7763 64-Core Processor",
+    "vendor": "AuthenticAMD",
+    "is_amd_epyc": True,
+    "avx512": False,
+    "avx512_bf16": False,
+    "epyc_generation": "Milan",
+    "zen_arch": "Zen3",
+}
+BERGAMO = {
+    **MILAN,
+    "cpu_model": "AMD EPYC 9754",
+    "avx512": True,
+    "avx512_bf16": True,
+    "epyc_generation": "Bergamo",
+    "zen_arch": "Zen4c",
+}
 GENOA = {**BERGAMO, "cpu_model": "AMD EPYC", "epyc_generation": "Genoa", "zen_arch": "Zen4"}
 XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel", "is_amd_epyc": False}
 
 
-@pytest.mark.parametrize("facts,stock,route,reason,fix", [
-    (GENOA, False, "zentorch", "Genoa (Zen4): the validated zentorch path", None),
-    (BERGAMO, False, "confirm", "zentorch is not validated on Bergamo (validated: Genoa, Turin)",
-     "get the user's explicit OK to try zentorch, or offer the stock path (--stock)"),
-    (MILAN, False, "stock_offer", "AMD EPYC 7763 64-Core Processor (AMD): Milan has no AVX-512 BF16, so zentorch "
-     "cannot run", "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit OK use --stock"),
-    (XEON, False, "stop", "not an AMD EPYC: Intel(R) Xeon(R) Platinum 8480+ (Intel). This skill serves on AMD EPYC CPUs",
-     "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, run the stock path "
-     "(launch.py up --stock)"),
-    (XEON, True, "stock", "zentorch does not apply to Intel(R) Xeon(R) Platinum 8480+ (Intel): the stock vLLM CPU "
-     "path, at the user's explicit request", None),
-    (MILAN, True, "stock", "stock vLLM CPU (no zentorch) on AMD EPYC 7763 64-Core Processor (AMD): the stock vLLM CPU "
-     "path, at the user's explicit request", None),
-])
+@pytest.mark.parametrize(
+    "facts,stock,route,reason,fix",
+    [
+        (GENOA, False, "zentorch", "Genoa (Zen4): the validated zentorch path", None),
+        (
+            BERGAMO,
+            False,
+            "confirm",
+            "zentorch is not validated on Bergamo (validated: Genoa, Turin)",
+            "get the user's explicit OK to try zentorch, or offer the stock path (--stock)",
+        ),
+        (
+            MILAN,
+            False,
+            "stock_offer",
+            "AMD EPYC 7763 64-Core Processor (AMD): Milan has no AVX-512 BF16, so zentorch cannot run",
+            "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit OK use --stock",
+        ),
+        (
+            XEON,
+            False,
+            "stop",
+            "not an AMD EPYC: Intel(R) Xeon(R) Platinum 8480+ (Intel). This skill serves on AMD EPYC CPUs",
+            "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, run the stock path "
+            "(launch.py up --stock)",
+        ),
+        (
+            XEON,
+            True,
+            "stock",
+            "zentorch does not apply to Intel(R) Xeon(R) Platinum 8480+ (Intel): the stock vLLM CPU "
+            "path, at the user's explicit request",
+            None,
+        ),
+        (
+            MILAN,
+            True,
+            "stock",
+            "stock vLLM CPU (no zentorch) on AMD EPYC 7763 64-Core Processor (AMD): the stock vLLM CPU "
+            "path, at the user's explicit request",
+            None,
+        ),
+    ],
+)
 def test_each_route_says_what_to_do_in_words(facts, stock, route, reason, fix):
     """The route is what SKILL.md's agent reads aloud: the sentence and the next step, exactly."""
     assert cpuid.route_host(facts, VALIDATED, stock) == {"route": route, "reason": reason, "fix": fix}
@@ -322,9 +393,13 @@ def test_cpus_are_listed_from_sysfs_when_the_online_file_is_missing(script, make
 
 
 def test_a_cgroup_v1_memory_limit_caps_the_ram(script, make_sysroot):
-    root = make_sysroot("runner", extra={
-        "proc/self/cgroup": "5:memory:/pod1\n",
-        "sys/fs/cgroup/memory/pod1/memory.limit_in_bytes": str(6 * 2 ** 30) + "\n"})
+    root = make_sysroot(
+        "runner",
+        extra={
+            "proc/self/cgroup": "5:memory:/pod1\n",
+            "sys/fs/cgroup/memory/pod1/memory.limit_in_bytes": str(6 * 2**30) + "\n",
+        },
+    )
     d = script("detect.py", "--sysroot", str(root)).doc
     assert d["ram_limit_gb"] == 6.0 and d["ram_gb"] == 6.0
 
@@ -340,10 +415,18 @@ def test_topology_without_numa_or_package_ids_is_one_socket_one_node(tmp_path):
     """A kernel without NUMA (no node dirs) and a hypervisor hiding physical_package_id (or writing -1):
     every CPU is socket 0 and node 0 -- not socket 1, not a node that does not exist."""
     from epyc import hostfacts
+
     base = "sys/devices/system/cpu"
-    sr = _tree(tmp_path, {f"{base}/online": "0-3", f"{base}/cpu1/topology/physical_package_id": "-1",
-                          f"{base}/cpu2/topology/physical_package_id": "x",
-                          f"{base}/cpu3/topology/physical_package_id": "0", f"{base}/cpu3/topology/core_id": "7"})
+    sr = _tree(
+        tmp_path,
+        {
+            f"{base}/online": "0-3",
+            f"{base}/cpu1/topology/physical_package_id": "-1",
+            f"{base}/cpu2/topology/physical_package_id": "x",
+            f"{base}/cpu3/topology/physical_package_id": "0",
+            f"{base}/cpu3/topology/core_id": "7",
+        },
+    )
     topo = hostfacts.read_topology(sr)
     assert topo.package == {0: 0, 1: 0, 2: 0, 3: 0} and topo.core == {0: 0, 1: 1, 2: 2, 3: 7}
     assert topo.node_cpus == {0: [0, 1, 2, 3]} and topo.node_of_cpu == {0: 0, 1: 0, 2: 0, 3: 0}
@@ -351,6 +434,7 @@ def test_topology_without_numa_or_package_ids_is_one_socket_one_node(tmp_path):
 
 def test_a_cgroup_quota_without_a_period_uses_the_kernels_default():
     from epyc import hostfacts
+
     assert hostfacts.parse_cpu_quota("150000") == 1.5  # cpu.max with the period left out: 100000
     assert hostfacts.parse_cpu_quota(None, "250000", None) == 2.5  # v1 without cfs_period_us
     assert hostfacts.parse_cpu_quota("max 100000") is None and hostfacts.parse_cpu_quota("200000 50000") == 4.0
@@ -370,13 +454,16 @@ def test_cpuinfo_numbers_are_ascii_and_a_brand_is_as_long_as_a_cpus(script, make
     assert script("detect.py", "--sysroot", str(root)).code == 0  # long, but a hypervisor may say so
 
 
-@pytest.mark.parametrize("extra,needle", [
-    ("@@EPYC-SKILL-FILE@@ /\nx", "is not a plain captured file"),
-    ("@@EPYC-SKILL-FILE@@ /proc/cpuinfo/inner\nx", "File exists"),  # a file and a folder at once
-    ("@@EPYC-SKILL-FILE@@ /proc/a\x00b\nx", "is not a plain captured file"),
-    ("@@EPYC-SKILL-FILE@@ /proc/" + "a" * 300 + "\nx", "is not a plain captured file"),
-    ("@@EPYC-SKILL-FILE@@ proc/relative\nx", "is not an absolute path"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        ("@@EPYC-SKILL-FILE@@ /\nx", "is not a plain captured file"),
+        ("@@EPYC-SKILL-FILE@@ /proc/cpuinfo/inner\nx", "File exists"),  # a file and a folder at once
+        ("@@EPYC-SKILL-FILE@@ /proc/a\x00b\nx", "is not a plain captured file"),
+        ("@@EPYC-SKILL-FILE@@ /proc/" + "a" * 300 + "\nx", "is not a plain captured file"),
+        ("@@EPYC-SKILL-FILE@@ proc/relative\nx", "is not an absolute path"),
+    ],
+)
 @pytest.mark.parametrize("tool", ["detect.py", "cpu_tune.py"])
 def test_a_hosts_ssh_answer_is_checked_as_a_capture_is(script, tmp_path, tool, extra, needle):
     env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint({extra!r})")
@@ -391,7 +478,7 @@ def test_a_host_that_prints_without_end_fills_no_memory(script, tmp_path):
     assert r.code == 1 and "printed more than" in r.doc["error"] and time.monotonic() - t0 < 60, r.doc
 
 
-@pytest.mark.parametrize("opts", ["'unclosed", "-o ProxyCommand=\"x", "trailing\\"])
+@pytest.mark.parametrize("opts", ["'unclosed", '-o ProxyCommand="x', "trailing\\"])
 def test_ssh_options_that_are_not_shell_words_are_a_clear_error(script, opts):
     r = script("detect.py", "--host", "root@box", env={"EPYC_SKILL_SSH_OPTS": opts})
     assert r.code == 1 and "EPYC_SKILL_SSH_OPTS is not shell words" in r.doc["error"], r.doc
@@ -405,8 +492,9 @@ def test_a_single_socket_part_is_not_planned_on_two_sockets(script):
 
 def test_a_host_answer_of_short_lines_costs_no_more_than_its_size(tmp_path):
 
-    env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint('@@EPYC-SKILL-FILE@@ /proc/big')\n"
-                                 "sys.stdout.write('xy\\n' * (12 << 20))")  # 36 MiB of 3-byte lines
+    env = _hostile_ssh(
+        tmp_path, f"{REAL_DUMP}\nprint('@@EPYC-SKILL-FILE@@ /proc/big')\nsys.stdout.write('xy\\n' * (12 << 20))"
+    )  # 36 MiB of 3-byte lines
     code, doc, max_rss_kb = _run_measuring_memory("detect.py", "--host", "root@box", env=env)
     assert code == 1 and "makes the capture larger" in doc["error"], doc
     assert max_rss_kb < 400_000, f"{max_rss_kb} KB for a 36 MiB answer (a list of its lines took ~1 GB)"
@@ -419,6 +507,7 @@ def test_a_memory_figure_no_machine_runs_on_is_named_at_its_source(script, tmp_p
     import dataclasses
 
     from sysroots import HOSTS, build
+
     r = script("detect.py", "--spec", "9654", "--ram-gb-per-socket", "0.001")
     assert r.code == 1 and "--ram-gb-per-socket: 0.001 is out of range (expected from 1 to 65536)" in r.doc["error"]
     build(tmp_path / "sr", dataclasses.replace(HOSTS["genoa_9654_2s_smt"], cgroup_memory_max="4096"))
@@ -430,6 +519,7 @@ def test_a_memory_figure_no_machine_runs_on_is_named_at_its_source(script, tmp_p
 def test_a_cpu_two_nodes_list_is_refused(script, tmp_path):
     """F8: node1 claiming CPUs node0 lists made the later node win, and the plan bound memory to it."""
     from sysroots import HOSTS, build
+
     root = build(tmp_path / "sr", HOSTS["genoa_9654_2s_smt"])
     (root / "sys/devices/system/node/node1/cpulist").write_text("0-15\n")
     for name in ("detect.py", "cpu_tune.py"):
@@ -447,12 +537,18 @@ def test_capture_runs_with_the_standard_library_alone(tmp_path):
     import sys
 
     from conftest import ROOT
+
     bundle = tmp_path / "bundle"
     for part in ("scripts", "data"):
         shutil.copytree(ROOT / part, bundle / part)
     archive = tmp_path / "host.tar.gz"
-    res = subprocess.run([sys.executable, "-I", "-S", str(bundle / "scripts" / "detect.py"), "--capture",
-                          str(archive)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", str(bundle / "scripts" / "detect.py"), "--capture", str(archive)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert json.loads(res.stdout) == {"ok": True, "capture": str(archive), "files": json.loads(res.stdout)["files"]}
     probe = subprocess.run([sys.executable, "-I", "-S", "-c", "import jsonschema"], capture_output=True, timeout=60)
@@ -488,22 +584,24 @@ def test_save_sysroot_writes_only_into_a_new_or_empty_folder(script, tmp_path):
     assert r.code == 1 and "not empty" in r.doc["error"]
 
 
-def test_the_summary_says_what_a_host_server_takes_from_the_shell(inputs):  # noqa: F811
+def test_the_summary_says_what_a_host_server_takes_from_the_shell(inputs):
     docs = load_docs(inputs)
-    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
-                            ld_preload={"value": None, "note": None})
+    docs["validate"].update(
+        path="host", runtime="host", image=None, python=sys.executable, ld_preload={"value": None, "note": None}
+    )
     plan = plan_from(docs)
     env_row = dict(plan["summary"])["Environment"]
     assert "PYTHONUNBUFFERED=1" in env_row and plan["env"]["PYTHONUNBUFFERED"] == "1"
-    assert env_row.endswith("; from this shell only PATH, HOME, USER, LOGNAME, LANG, LANGUAGE, TZ, TMPDIR, HF_HOME, "
-                            "HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME, HF_ENDPOINT, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT, "
-                            "SSL_CERT_FILE, SSL_CERT_DIR, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, LC_* and the proxy "
-                            "variables")
+    assert env_row.endswith(
+        "; from this shell only PATH, HOME, USER, LOGNAME, LANG, LANGUAGE, TZ, TMPDIR, HF_HOME, "
+        "HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME, HF_ENDPOINT, HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT, "
+        "SSL_CERT_FILE, SSL_CERT_DIR, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, LC_* and the proxy "
+        "variables"
+    )
 
 
 # ---- F11, F12, F15: flags that would be ignored, numbers that overflow, dubious values
-@pytest.mark.parametrize("args", [["--host", "box.example"], ["--sysroot", "/tmp"], ["--spec", "9654"],
-                                  ["--nps", "4"]])
+@pytest.mark.parametrize("args", [["--host", "box.example"], ["--sysroot", "/tmp"], ["--spec", "9654"], ["--nps", "4"]])
 def test_capture_takes_no_other_target(script, tmp_path, args):
     r = script("detect.py", "--capture", str(tmp_path / "c.tar.gz"), *args)
     assert r.code == 1 and "would be ignored" in r.doc["error"] and not (tmp_path / "c.tar.gz").exists()
@@ -537,6 +635,7 @@ def test_capture_to_dash_writes_no_file_named_dash(script, tmp_path):
 def test_a_capture_archive_is_refused_at_a_member_larger_than_any_capture(script, tmp_path):
     import io
     import tarfile
+
     bomb = tmp_path / "bomb.tar.gz"
     with tarfile.open(bomb, "w:gz") as tar:
         info = tarfile.TarInfo("proc/cpuinfo")
@@ -547,12 +646,19 @@ def test_a_capture_archive_is_refused_at_a_member_larger_than_any_capture(script
     assert r.code == 1 and "larger than any detect.py --capture" in r.doc["error"]
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("chosen_socket", 10 ** 9, "chosen_socket"), ("numa_nodes", [-1], "numa_nodes"),
-    ("omp_threads", 10 ** 12, "omp_threads"), ("vllm_cpu_omp_threads_bind", "0--,,", "vllm_cpu_omp_threads_bind"),
-    ("vllm_cpu_omp_threads_bind", "9" * 20, "vllm_cpu_omp_threads_bind"), ("kv_granted_gb", 65536, "on a socket of"),
-    ("host_pin_argv", ["numactl", "--cpunodebind=0", "--membind=99999"], "host_pin_argv")])
-def test_cpu_tune_numbers_no_host_has_never_reach_the_plan(inputs, field, value, needle):  # noqa: F811
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("chosen_socket", 10**9, "chosen_socket"),
+        ("numa_nodes", [-1], "numa_nodes"),
+        ("omp_threads", 10**12, "omp_threads"),
+        ("vllm_cpu_omp_threads_bind", "0--,,", "vllm_cpu_omp_threads_bind"),
+        ("vllm_cpu_omp_threads_bind", "9" * 20, "vllm_cpu_omp_threads_bind"),
+        ("kv_granted_gb", 65536, "on a socket of"),
+        ("host_pin_argv", ["numactl", "--cpunodebind=0", "--membind=99999"], "host_pin_argv"),
+    ],
+)
+def test_cpu_tune_numbers_no_host_has_never_reach_the_plan(inputs, field, value, needle):
     docs = load_docs(inputs)
     docs["cpu_tune"][field] = value
     with pytest.raises(ScriptError, match=needle):
@@ -561,7 +667,7 @@ def test_cpu_tune_numbers_no_host_has_never_reach_the_plan(inputs, field, value,
 
 
 # ---- F1: a plan of another host, checked by validate.py on this one
-def test_a_plan_for_another_host_needs_validate_from_that_host(inputs):  # noqa: F811
+def test_a_plan_for_another_host_needs_validate_from_that_host(inputs):
     docs = load_docs(inputs)
     spec = "spec:EPYC 9124 (1 socket, 64 GiB a socket)"
     docs["detect"]["target"] = docs["cpu_tune"]["target"] = spec  # detect and cpu_tune agree; validate ran here
@@ -605,6 +711,7 @@ def test_a_socket_id_or_quota_past_the_schema_never_leaves_detect(script, make_s
     r = script("detect.py", "--sysroot", str(root))
     assert r.code == 1 and "physical_package_id is 5000, past 1023" in r.doc["error"]
     from epyc import hostfacts
+
     assert hostfacts.parse_cpu_quota("1 1000000") == 0.01 and hostfacts.parse_cpu_quota("400000 100000") == 4.0
     assert hostfacts.parse_cpu_quota("\u0664\u0660\u0660\u0660\u0660\u0660 100000") is None  # Arabic-Indic digits
 
@@ -633,7 +740,9 @@ def test_a_capture_with_a_header_no_capture_has_is_a_clear_error(script, tmp_pat
     if case == "nul-path":
         body = _pax({"path": "proc/cpu\0info"}) + _header_9("proc/cpuinfo", tarfile.REGTYPE, data)
     elif case == "sparse-0.1-bad-map":
-        body = _pax({"GNU.sparse.map": "a,b", "GNU.sparse.size": "14"}) + _header_9("proc/cpuinfo", tarfile.REGTYPE, data)
+        body = _pax({"GNU.sparse.map": "a,b", "GNU.sparse.size": "14"}) + _header_9(
+            "proc/cpuinfo", tarfile.REGTYPE, data
+        )
     else:  # a map of 40 M entries in the member's data: read whole before any cap (3.5 GB)
         body = _pax({"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.realsize": "14"})
         body += _header_9("proc/cpuinfo", tarfile.REGTYPE, b"40000000\n" + b"0\n" * 200)
@@ -647,10 +756,11 @@ def test_a_capture_with_a_header_no_capture_has_is_a_clear_error(script, tmp_pat
 def test_output_paths_are_checked_before_any_work(script, tmp_path):
     (tmp_path / "afile").write_text("x")
     (tmp_path / "adir").mkdir()
-    for args, needle in ((["--capture", str(tmp_path / "adir")], "is a folder"),
-                         (["--capture", str(tmp_path / "no" / "such" / "c.tar.gz")], "does not exist"),
-                         (["--spec", "9654", "--ram-gb-per-socket", "64", "--save-sysroot", str(tmp_path / "afile")],
-                          "not a folder")):
+    for args, needle in (
+        (["--capture", str(tmp_path / "adir")], "is a folder"),
+        (["--capture", str(tmp_path / "no" / "such" / "c.tar.gz")], "does not exist"),
+        (["--spec", "9654", "--ram-gb-per-socket", "64", "--save-sysroot", str(tmp_path / "afile")], "not a folder"),
+    ):
         r = script("detect.py", *args)
         assert r.code == 1 and needle in r.doc["error"], r.doc
 
@@ -666,26 +776,48 @@ def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(scr
     -> estimate from a config file -> cpu_tune on the rendered host -> plan. The plan shows the exact
     container command and what was assumed; start refuses to run it on this machine."""
     root = tmp_path / "s9654"
-    det = run_script("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384",
-                     "--save-sysroot", str(root))
+    det = run_script(
+        "detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384", "--save-sysroot", str(root)
+    )
     files = {"detect": tmp_path / "d.json"}
     files["detect"].write_text(det.stdout)
     val = run_script("validate.py", "--detect", str(files["detect"]))
     cfg = ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"
-    est = run_script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg), "--weight-gb", "1.11",
-                     "--ram-gb", "384", "--max-model-len", "4096", env={"HF_HUB_OFFLINE": "1"})
+    est = run_script(
+        "estimate_memory.py",
+        "--model",
+        "Qwen/Qwen3-0.6B",
+        "--config",
+        str(cfg),
+        "--weight-gb",
+        "1.11",
+        "--ram-gb",
+        "384",
+        "--max-model-len",
+        "4096",
+        env={"HF_HUB_OFFLINE": "1"},
+    )
     chk = run_script("check_model.py", "--model", str(cfg.parent), "--vllm-version", "0.25.1")
     # the folder holds the same config as the Hub id: the document check_model gives for that id
     chk_doc = {**chk.doc, "model": "Qwen/Qwen3-0.6B", "source": "hub", "model_dir": None}
-    tune = run_script("cpu_tune.py", "--sysroot", str(root), "--weight-gb", str(est.doc["weight_gb"]),
-                      "--kv-needed-gb", str(est.doc["fit"]["kv_needed_gb"]))
+    tune = run_script(
+        "cpu_tune.py",
+        "--sysroot",
+        str(root),
+        "--weight-gb",
+        str(est.doc["weight_gb"]),
+        "--kv-needed-gb",
+        str(est.doc["fit"]["kv_needed_gb"]),
+    )
     for name, r in (("validate", val), ("estimate", est), ("tune", tune)):
         assert r.code == 0, r.doc
         files[name] = tmp_path / f"{name}.json"
         files[name].write_text(r.stdout)
     files["check"] = tmp_path / "check.json"
     files["check"].write_text(json.dumps(chk_doc))
-    plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--state-dir", str(tmp_path / "st"))
+    plan = run_script(
+        "launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--state-dir", str(tmp_path / "st")
+    )
     assert plan.code == 0, plan.doc
     p = plan.doc
     assert p["target"].startswith("spec:EPYC 9654") and "port" in p["deferred"]

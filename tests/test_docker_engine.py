@@ -4,10 +4,11 @@ that one whatever its own shell exports. Only a daemon on this machine: the plan
 
 The fake docker (tests/fakes/bin/docker) records the --host each call carried; the real engine is
 exercised by tests/test_e2e_container.py, whose daemon is on a private socket named by DOCKER_HOST."""
+
 import json
 
 import pytest
-from conftest import FAKE_BIN, calls, inputs, plan_args, rt, run_script  # noqa: F401  (fixtures)
+from conftest import FAKE_BIN, calls, plan_args, run_script
 from epyc import errors, jsonio, runtimes, subproc
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,26 +16,37 @@ from hypothesis import strategies as st
 SOCK = "unix:///run/private-engine/docker.sock"
 
 
-@pytest.mark.parametrize("engine", ["unix:///var/run/docker.sock", SOCK, "tcp://127.0.0.1:2375", "tcp://localhost",
-                                    "tcp://[::1]:2376"])
+@pytest.mark.parametrize(
+    "engine", ["unix:///var/run/docker.sock", SOCK, "tcp://127.0.0.1:2375", "tcp://localhost", "tcp://[::1]:2376"]
+)
 def test_an_engine_on_this_machine_is_named_as_one_argv_element(engine):
     assert runtimes.docker_engine_problem(engine) is None
     assert runtimes.runtime_argv("docker", engine) == ["docker", f"--host={engine}"]
     assert runtimes.runtime_argv("docker") == ["docker"]
 
 
-@pytest.mark.parametrize("engine,needle", [
-    ("tcp://10.0.0.5:2376", "another machine's docker"), ("ssh://me@box", "another machine's docker"),
-    ("tcp://127.0.0.1.evil:1", "another machine's docker"), ("--config=/tmp/x", "not the address"),
-    ("unix:///a b", "not the address"), ("", "not the address"), ("npipe:////./pipe/x", "not the address"),
-    ("unix:///x\n--debug", "not the address"), ("unix://rel.sock", "not the address"),
-    ("tcp://127.0.0.1:99999", "names no port"),
-])
+@pytest.mark.parametrize(
+    "engine,needle",
+    [
+        ("tcp://10.0.0.5:2376", "another machine's docker"),
+        ("ssh://me@box", "another machine's docker"),
+        ("tcp://127.0.0.1.evil:1", "another machine's docker"),
+        ("--config=/tmp/x", "not the address"),
+        ("unix:///a b", "not the address"),
+        ("", "not the address"),
+        ("npipe:////./pipe/x", "not the address"),
+        ("unix:///x\n--debug", "not the address"),
+        ("unix://rel.sock", "not the address"),
+        ("tcp://127.0.0.1:99999", "names no port"),
+    ],
+)
 def test_an_engine_elsewhere_or_malformed_is_refused(engine, needle):
     assert needle in runtimes.docker_engine_problem(engine)
     with pytest.raises(errors.ScriptError) as err:
         runtimes.runtime_argv("docker", engine)
-    assert "DOCKER_HOST" in err.value.error and "unset DOCKER_HOST" in err.value.fix and "docker engine" in err.value.error
+    assert (
+        "DOCKER_HOST" in err.value.error and "unset DOCKER_HOST" in err.value.fix and "docker engine" in err.value.error
+    )
     with pytest.raises(errors.ScriptError):
         runtimes.runtime_argv("sudo docker", SOCK)  # sudo resets the environment: never named for it
 
@@ -50,7 +62,7 @@ def test_any_engine_text_is_one_printable_argv_element_or_a_clear_error(text):
     assert text.startswith("unix:///") or runtimes.LOOPBACK_ENGINE.fullmatch(text)
 
 
-def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs, rt, tmp_path):  # noqa: F811
+def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs, rt, tmp_path):
     """validate in a shell with DOCKER_HOST; plan, start, handoff and stop in one without it: each docker call
     reaches the engine the human approved (the fake records the --host each call carried)."""
     d, env = rt
@@ -64,13 +76,16 @@ def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs
     plan = r.doc
     assert r.code == 0 and plan["engine"] == SOCK, plan
     assert plan["argv"][:3] == ["docker", f"--host={SOCK}", "run"]
-    assert plan["pre_argv"] == [["docker", f"--host={SOCK}", "rm", "-f", plan["container_name"]],
-                                ["docker", f"--host={SOCK}", "pull", plan["image"]]]
+    assert plan["pre_argv"] == [
+        ["docker", f"--host={SOCK}", "rm", "-f", plan["container_name"]],
+        ["docker", f"--host={SOCK}", "pull", plan["image"]],
+    ]
     assert f"--host={SOCK}" in plan["command"] and f"--host={SOCK}" in plan["stop_command"]
     assert f"on the engine at {SOCK}" in plan["summary_markdown"]
     from epyc import (  # the handoff names it too: `docker logs` or `exec` of that container must reach that daemon
         handoff,
     )
+
     hand = handoff.handoff_doc(plan)
     assert hand["engine"] == SOCK and f"docker / {plan['port']} (engine {SOCK})" in hand["table_markdown"]
     jsonio.check_schema(hand, "launch", "handoff", "fix")
@@ -80,19 +95,22 @@ def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs
     started = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
     assert started.code == 0, started.doc
     assert json.loads((tmp_path / "st" / "state.json").read_text())["engine"] == SOCK
-    assert run_script("launch.py", "stop", "--plan", str(pfile), env={**env, "DOCKER_HOST": "unix:///elsewhere.sock"}).code == 0
+    assert (
+        run_script("launch.py", "stop", "--plan", str(pfile), env={**env, "DOCKER_HOST": "unix:///elsewhere.sock"}).code
+        == 0
+    )
     made = calls(d)[before:]
     assert {c["argv"][0] for c in made} >= {"rm", "run", "stop"}
     assert all(c["engine"] == SOCK for c in made), [(c["argv"][:2], c["engine"]) for c in made]
 
 
-def test_validate_refuses_a_docker_on_another_machine(inputs, rt):  # noqa: F811
+def test_validate_refuses_a_docker_on_another_machine(inputs, rt):
     d, env = rt
     r = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, "DOCKER_HOST": "tcp://10.9.8.7:2376"})
     assert r.code == 1 and "another machine's docker" in r.doc["error"] and "detect.py --host" in r.doc["fix"], r.doc
 
 
-def test_a_docker_context_names_the_engine_as_docker_host_would(inputs, rt, tmp_path):  # noqa: F811
+def test_a_docker_context_names_the_engine_as_docker_host_would(inputs, rt, tmp_path):
     """With DOCKER_HOST unset, `docker` talks to the current context's endpoint (DOCKER_CONTEXT, or `docker
     context use`): validate records that address, and refuses a context on another machine."""
     d, env = rt
@@ -107,7 +125,7 @@ def test_a_docker_context_names_the_engine_as_docker_host_would(inputs, rt, tmp_
     assert r.code == 0 and r.doc["engine"] is None
 
 
-def test_a_plan_on_the_default_engine_never_follows_a_later_shells_docker_host_or_context(inputs, rt, tmp_path):  # noqa: F811
+def test_a_plan_on_the_default_engine_never_follows_a_later_shells_docker_host_or_context(inputs, rt, tmp_path):
     """The twenty-fifth audit, F1: a plan made for the default socket (engine null) started, and was stopped,
     on whatever daemon the later shell's DOCKER_HOST or docker context named (a remote one included): stop
     then found "no such container" there, said stopped, and dropped the state of a server still running.
@@ -124,11 +142,12 @@ def test_a_plan_on_the_default_engine_never_follows_a_later_shells_docker_host_o
     assert run_script("launch.py", "stop", "--plan", str(pfile), env=elsewhere).code == 0
     made = calls(d)[before:]
     assert {c["argv"][0] for c in made} >= {"rm", "run", "stop"}
-    assert all(c["engine"] is None and c["docker_host_env"] is None and c["docker_context_env"] == "default"
-               for c in made), [(c["argv"][:2], c["docker_host_env"], c["docker_context_env"]) for c in made]
+    assert all(
+        c["engine"] is None and c["docker_host_env"] is None and c["docker_context_env"] == "default" for c in made
+    ), [(c["argv"][:2], c["docker_host_env"], c["docker_context_env"]) for c in made]
 
 
-def test_validate_refuses_a_remote_engine_before_asking_it_anything(inputs, rt):  # noqa: F811
+def test_validate_refuses_a_remote_engine_before_asking_it_anything(inputs, rt):
     """F1's cousin (C3): `docker info` went to the ssh engine (a connection, up to the probe's timeout)
     before the refusal."""
     d, env = rt
@@ -138,7 +157,7 @@ def test_validate_refuses_a_remote_engine_before_asking_it_anything(inputs, rt):
     assert calls(d)[before:] == []  # not even `docker info`
 
 
-def test_a_plan_whose_engine_key_was_deleted_is_refused_as_edited(inputs, rt, tmp_path):  # noqa: F811
+def test_a_plan_whose_engine_key_was_deleted_is_refused_as_edited(inputs, rt, tmp_path):
     """F3: with `engine` deleted, the plan passed as "an older bundle's": start ran on the argv's engine and
     recorded none, and stop then asked the default daemon, said stopped, and dropped the state."""
     d, env = rt
@@ -156,7 +175,7 @@ def test_a_plan_whose_engine_key_was_deleted_is_refused_as_edited(inputs, rt, tm
     assert not [c for c in calls(d)[before:] if c["argv"][0] in ("run", "stop", "rm")]
 
 
-def test_container_stop_with_nothing_to_stop_says_not_running(inputs, rt, tmp_path):  # noqa: F811
+def test_container_stop_with_nothing_to_stop_says_not_running(inputs, rt, tmp_path):
     """C2: a second stop (or one before any start) said `stopped: true` with the daemon's "No such
     container" as its detail; the host path says "not running"."""
     d, env = rt
@@ -181,7 +200,7 @@ def test_every_docker_call_without_an_engine_is_pinned_to_the_default_socket_eve
     assert subproc.run_env(["podman", "ps"], {**named, "CONTAINER_HOST": "ssh://x/sock"}) == named  # podman's own
 
 
-def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, rt, tmp_path):  # noqa: F811
+def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, rt, tmp_path):
     d, env = rt
     r = run_script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--kernel-log"), env=env)
     pfile = tmp_path / "plan.json"
@@ -196,9 +215,7 @@ def test_kernel_proofs_log_stream_reads_the_plans_engine_not_the_shells(inputs, 
     run_script("launch.py", "stop", "--plan", str(pfile), env=env)
 
 
-
-
-def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inputs, rt, tmp_path):  # noqa: F811
+def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inputs, rt, tmp_path):
     """podman's remote client follows CONTAINER_HOST / CONTAINER_CONNECTION: a plan names no podman engine,
     so every podman call (validate's probes, start, stop) runs on this machine's, never where a shell points.
     (Podman cannot start containers in this sandbox: the fake records each call's environment.)"""
@@ -221,7 +238,7 @@ def test_podman_runs_on_this_machine_whatever_container_host_a_shell_exports(inp
     assert all(c["container_host_env"] is None and c["container_connection_env"] is None for c in made), made
 
 
-def plan_on(runtime, inputs, env, tmp_path):  # noqa: F811  (inputs is the fixture's value)
+def plan_on(runtime, inputs, env, tmp_path):
     """validate.py as this environment answers it, asserting it picked `runtime`; then the plan made from it."""
     asked = ["--runtime", runtime] if runtime == "sudo docker" else []  # sudo only when the user asks for it
     val = run_script("validate.py", "--detect", str(inputs["detect"]), *asked, env=env)
@@ -235,7 +252,7 @@ def plan_on(runtime, inputs, env, tmp_path):  # noqa: F811  (inputs is the fixtu
     return pfile, r.doc
 
 
-def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tmp_path):  # noqa: F811
+def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tmp_path):
     """Noted since the twenty-fifth audit: a containers.conf with `[engine] remote = true` makes every podman
     call a remote one, whatever its environment. podman says so itself (Host.ServiceIsRemote): validate does
     not count such a podman, and start refuses if a later shell's podman has become one. (FAKE podman: it
@@ -259,8 +276,12 @@ def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tm
     assert not (tmp_path / "st" / "state.json").exists()
 
 
-def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inputs, rt, tmp_path,  # noqa: F811
-                                                                          monkeypatch):
+def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(
+    inputs,
+    rt,
+    tmp_path,
+    monkeypatch,
+):
     """Noted since the twenty-seventh audit: sudo resets the environment, but root's docker follows root's
     own current context, which can name a remote daemon. validate (asked for sudo docker) refuses it then, and
     start refuses if root's context has moved since. (FAKE sudo and docker: there is no sudo here, and
@@ -302,6 +323,7 @@ def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(inpu
         serve_procs,
         serve_state,
     )
+
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(runtimes, "_SEEN_LOCAL", set())

@@ -1,6 +1,7 @@
 """The docs never drift from the scripts: the skill validates, every script command in SKILL.md and
 README.md uses flags the script accepts, the field names SKILL.md promises exist in the schemas, and
 the README's example outputs are what the scripts print."""
+
 import json
 import re
 import subprocess
@@ -20,8 +21,12 @@ def test_agent_skills_validator_passes(tmp_path):
     skill.mkdir()
     for name in ("SKILL.md", "reference.md", "README.md", "data", "scripts"):
         (skill / name).symlink_to(ROOT / name)
-    res = subprocess.run([str(Path(sys.executable).parent / "agentskills"), "validate", str(skill)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "agentskills"), "validate", str(skill)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -38,9 +43,21 @@ def test_skill_md_size_and_frontmatter():
 
 def test_docs_have_commands_for_every_step():
     skill = {(c.script, c.subcommand) for c in commands("SKILL.md")}
-    for want in [("bootstrap.py", None), ("setup_host_stack.py", None), ("detect.py", None), ("validate.py", None), ("check_model.py", None), ("estimate_memory.py", None),
-                 ("cpu_tune.py", None), ("launch.py", "plan"), ("launch.py", "start"), ("launch.py", "verify"),
-                 ("launch.py", "handoff"), ("launch.py", "stop"), ("kernel_proof.py", None)]:
+    for want in [
+        ("bootstrap.py", None),
+        ("setup_host_stack.py", None),
+        ("detect.py", None),
+        ("validate.py", None),
+        ("check_model.py", None),
+        ("estimate_memory.py", None),
+        ("cpu_tune.py", None),
+        ("launch.py", "plan"),
+        ("launch.py", "start"),
+        ("launch.py", "verify"),
+        ("launch.py", "handoff"),
+        ("launch.py", "stop"),
+        ("kernel_proof.py", None),
+    ]:
         assert want in skill, want
 
 
@@ -74,6 +91,7 @@ def schema_words() -> set[str]:
         elif isinstance(node, list):
             for x in node:
                 walk(x)
+
     for path in SCHEMAS.glob("*.json"):
         walk(json.loads(path.read_text()))
     return words
@@ -85,22 +103,39 @@ def test_field_names_promised_by_skill_md_exist_in_the_schemas():
     for tok in re.findall(r"`([a-z][a-z0-9_.]*)`", text):
         if "." in tok and tok.split(".")[-1] in ("json", "md", "py"):
             continue  # a file name
-        promised.update(part for part in tok.split(".") if "_" in part or part in ("fit", "stack", "fix", "error",
-                                                                                    "phase", "env", "kind", "python"))
+        promised.update(
+            part
+            for part in tok.split(".")
+            if "_" in part or part in ("fit", "stack", "fix", "error", "phase", "env", "kind", "python")
+        )
     missing = sorted(promised - schema_words())
     assert not missing, f"SKILL.md names fields no schema has: {missing}"
 
 
 def test_readme_examples_print_what_the_readme_shows():
-    mistral = run_script("check_model.py", "--model", "tests/fixtures/models/Mistral-7B-v0.1",
-                         "--vllm-version", "0.32.0").doc
-    assert (mistral["kind"], mistral["primary_endpoint"], mistral["supported_endpoints"]) == \
-        ("text", "completions", ["completions"])
-    llama = run_script("estimate_memory.py", "--model", "tests/fixtures/models/Llama-3.1-8B-Instruct",
-                       "--ram-gb", "24", "--max-model-len", "131072")
+    mistral = run_script(
+        "check_model.py", "--model", "tests/fixtures/models/Mistral-7B-v0.1", "--vllm-version", "0.32.0"
+    ).doc
+    assert (mistral["kind"], mistral["primary_endpoint"], mistral["supported_endpoints"]) == (
+        "text",
+        "completions",
+        ["completions"],
+    )
+    llama = run_script(
+        "estimate_memory.py",
+        "--model",
+        "tests/fixtures/models/Llama-3.1-8B-Instruct",
+        "--ram-gb",
+        "24",
+        "--max-model-len",
+        "131072",
+    )
     f = llama.doc["fit"]
-    assert llama.code == 1 and (llama.doc["weight_gb"], f["required_gb"], f["suggested_max_model_len"]) == \
-        (14.96, 32.96, 57600)
+    assert llama.code == 1 and (llama.doc["weight_gb"], f["required_gb"], f["suggested_max_model_len"]) == (
+        14.96,
+        32.96,
+        57600,
+    )
     readme = (ROOT / "README.md").read_text()
     assert '"suggested_max_model_len": 57600' in readme and '"required_gb": 32.96' in readme
     det = run_script("detect.py").doc
@@ -113,8 +148,9 @@ def test_reference_hardware_table_matches_data():
     data = json.loads((ROOT / "data" / "epyc.json").read_text())
     table = (ROOT / "reference.md").read_text()
     for g in data["generations"]:
-        row = next((ln for ln in table.splitlines() if ln.startswith(f"| {g['name']}")
-                    and g["zen_arch"] + " |" in ln), None)
+        row = next(
+            (ln for ln in table.splitlines() if ln.startswith(f"| {g['name']}") and g["zen_arch"] + " |" in ln), None
+        )
         assert row, f"no reference.md row for {g['name']} {g['zen_arch']}"
         assert ("yes / yes" in row) == (g["avx512"] and g["avx512_bf16"])
         for fam, lo, _hi in g["cpuid"]:
@@ -125,14 +161,36 @@ def test_reference_hardware_table_matches_data():
 
 def test_reference_lists_every_gotcha_topic():
     text = (ROOT / "reference.md").read_text()
-    for needle in ("--device cpu", "TORCHINDUCTOR_FREEZING", "--shm-size", "rootless podman", "NFS",
-                   "name already in use", "GNU_STACK", "--network=host"):
+    for needle in (
+        "--device cpu",
+        "TORCHINDUCTOR_FREEZING",
+        "--shm-size",
+        "rootless podman",
+        "NFS",
+        "name already in use",
+        "GNU_STACK",
+        "--network=host",
+    ):
         assert needle in text, needle
 
 
-GLOSSARY_BANNED = {"memory_gb", "weights_gb", "served_model", "model_id", "conda_launch_prefix",
-                   "conda_launch_prefix_argv", "conda_pin_tool", "conda_path_available", "kv_cache_gb",
-                   "vllm_cpu_kvcache_space_gb", "nps_note", "warning", "generation", "endpoint", "mount"}
+GLOSSARY_BANNED = {
+    "memory_gb",
+    "weights_gb",
+    "served_model",
+    "model_id",
+    "conda_launch_prefix",
+    "conda_launch_prefix_argv",
+    "conda_pin_tool",
+    "conda_path_available",
+    "kv_cache_gb",
+    "vllm_cpu_kvcache_space_gb",
+    "nps_note",
+    "warning",
+    "generation",
+    "endpoint",
+    "mount",
+}
 
 
 def schema_field_names() -> dict[str, set[str]]:
@@ -153,6 +211,7 @@ def schema_field_names() -> dict[str, set[str]]:
                 walk(sub, where)
         for sub in (s.get("$defs") or {}).values():
             walk(sub, where)
+
     for f in sorted(SCHEMAS.glob("*.json")):
         if f.stem not in ("epyc", "model_config"):  # the pinned facts and a model's config are not our outputs
             walk(json.loads(f.read_text()), f.stem)
@@ -191,6 +250,7 @@ def test_every_pinned_fact_is_read_by_a_script():
         elif isinstance(x, list):
             for v in x:
                 walk(v, parent)
+
     walk(epyc)
     unread = sorted(k for k in keys if f'"{k}"' not in source and f"'{k}'" not in source)
     assert not unread, f"keys of data/epyc.json no script reads: {unread}"
@@ -219,12 +279,23 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     import os
     import subprocess
     import sys
+
     lines = [c.line for c in commands("SKILL.md") if c.tag == "another host"]
     assert len(lines) == 4
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUN": str(tmp_path),
-           "SKU": "9654", "SOCKETS": "2", "RAM_PER_SOCKET": "384", "NPS": "1", "MODEL": "Qwen/Qwen3-0.6B",
-           "CONFIG": str(ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"),
-           "WEIGHT_GB": "1.11", "MAX_LEN": "4096", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "RUN": str(tmp_path),
+        "SKU": "9654",
+        "SOCKETS": "2",
+        "RAM_PER_SOCKET": "384",
+        "NPS": "1",
+        "MODEL": "Qwen/Qwen3-0.6B",
+        "CONFIG": str(ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"),
+        "WEIGHT_GB": "1.11",
+        "MAX_LEN": "4096",
+        "HF_HUB_OFFLINE": "1",
+    }
     for line in lines:
         if "estimate_memory.py" in line:  # as SKILL.md says: yes or no from that detect.json's avx512_bf16
             env["AVX512_BF16"] = "yes" if json.loads((tmp_path / "detect.json").read_text())["avx512_bf16"] else "no"

@@ -10,6 +10,7 @@ random weights (no hub here): detect -> validate -> check_model (registry probed
 estimate_memory -> cpu_tune -> launch plan -> start -> verify -> handoff -> OpenAI SDK chat + completion
 -> kernel proof -> stop. Then the failures verify must catch. Each test prints which path it ran.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ from epyc import hostfacts
 pytestmark = pytest.mark.e2e
 
 
-def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = (),
-             plan_refused: bool = False) -> tuple[Path, dict]:
+def plan_for(
+    tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = (), plan_refused: bool = False
+) -> tuple[Path, dict]:
     """The SKILL.md chain up to the plan, asserting on every JSON on the way (`plan_refused`: the plan
     must be a clear refusal, returned as got["refusal"])."""
     stock = stack["backend"] == "stock"
@@ -47,8 +49,15 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = 
     route = det.doc["route"]["route"]
     assert route == ("zentorch" if not stock else ("stop" if not det.doc["is_amd_epyc"] else route))
     det_file = save(tmp, "detect", det)
-    val = run_script("validate.py", "--detect", str(det_file), "--python", stack["python"],
-                     *(["--stock"] if stock else []), env={"HF_TOKEN": ""})
+    val = run_script(
+        "validate.py",
+        "--detect",
+        str(det_file),
+        "--python",
+        stack["python"],
+        *(["--stock"] if stock else []),
+        env={"HF_TOKEN": ""},
+    )
     assert val.code == 0 and val.doc["ready"] and val.doc["path"] == "host", val.doc
     assert val.doc["backend"] == stack["backend"] and val.doc["compatibility"]["status"] == "proceed"
     if stock:  # the stock path always asks: here the human who asked for it says yes
@@ -56,23 +65,41 @@ def plan_for(tmp: Path, stack: dict, model: str, *extra: str, est_args: tuple = 
         assert val.doc["stack"]["platform"].endswith(".CpuPlatform") and not val.doc["stack"]["zen_active"]
     else:
         assert val.doc["stack"]["platform"].endswith("ZenCpuPlatform") and val.doc["stack"]["zen_active"]
-    chk = run_script("check_model.py", "--model", model, "--vllm-version", val.doc["stack"]["vllm"],
-                     "--python", stack["python"])
+    chk = run_script(
+        "check_model.py", "--model", model, "--vllm-version", val.doc["stack"]["vllm"], "--python", stack["python"]
+    )
     assert chk.code == 0 and chk.doc["registry_source"].startswith("probe:python:")
     assert chk.doc["kind"] == "text" and chk.doc["primary_endpoint"] == "chat_completions"
-    est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
-                     "--max-model-len", "2048", "--num-prompts", "1", *est_args)
+    est = run_script(
+        "estimate_memory.py",
+        "--model",
+        model,
+        "--ram-gb",
+        str(det.doc["ram_gb"]),
+        "--max-model-len",
+        "2048",
+        "--num-prompts",
+        "1",
+        *est_args,
+    )
     assert est.code == 0 and est.doc["fit"]["fits"]
     tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"])
     assert tune.code == 0 and tune.doc["kv_granted_gb"] <= E2E_KV_GB, tune.doc
     bind = set(hostfacts.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
     allowed = set(hostfacts.parse_cpulist(det.doc["allowed_cpus"]))
     assert bind and bind <= allowed
-    files = {n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk), ("estimate", est),
-                                             ("tune", tune))}
+    files = {n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk), ("estimate", est), ("tune", tune))}
     files["detect"] = det_file
-    plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--port", str(free_port()),
-                      "--state-dir", str(tmp / "run"), *extra)
+    plan = run_script(
+        "launch.py",
+        "plan",
+        *[f"--{k}={v}" for k, v in files.items()],
+        "--port",
+        str(free_port()),
+        "--state-dir",
+        str(tmp / "run"),
+        *extra,
+    )
     if plan_refused:
         assert plan.code == 1 and plan.doc["error"] and plan.doc["fix"], plan.doc
         return None, {"refusal": plan.doc, "estimate": est.doc, "detect": det.doc}
@@ -101,7 +128,7 @@ def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(sta
     model = models[shape]["folder"]
     plan_file, got = plan_for(tmp_path, stack, model, est_args=("--max-num-batched-tokens", "512"))
     est, plan = got["estimate"], got["plan"]
-    assert ["--max-num-batched-tokens", "512"] == plan["argv"][plan["argv"].index("--max-num-batched-tokens"):][:2]
+    assert ["--max-num-batched-tokens", "512"] == plan["argv"][plan["argv"].index("--max-num-batched-tokens") :][:2]
     layers = est["kv_layers"]
     if shape == "sliding":
         assert (layers["full"], layers["sliding"], layers["sliding_window"]) == (2, 2, 256)
@@ -110,13 +137,14 @@ def test_vllm_reserves_the_kv_cache_we_plan_for_sliding_and_recurrent_layers(sta
         # 128 x ceil(state / (128 x 512 B)): the SSM state is float32 on an AVX-512 BF16 CPU (137,216 B of
         # state, 384 tokens), the serving bfloat16 elsewhere (71,680 B, 256 tokens: an AVX2 EPYC Rome)
         bf16_cpu = stack["detect"]["avx512_bf16"]
-        assert est["avx512_bf16"] == bf16_cpu and est["kv_layers"]["ssm_state_dtype"] == ("float32" if bf16_cpu
-                                                                                        else "bfloat16")
+        assert est["avx512_bf16"] == bf16_cpu and est["kv_layers"]["ssm_state_dtype"] == (
+            "float32" if bf16_cpu else "bfloat16"
+        )
         assert (layers["recurrent_state_bytes"], est["kv_block_size"]) == ((137216, 384) if bf16_cpu else (71680, 256))
     log = serve_verify_stop(plan_file, plan)
     m = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log)
     assert m and int(m.group(1).replace(",", "")) == 2048, "vLLM did not log its KV concurrency"
-    ours = got["tune"]["kv_granted_gb"] * 2 ** 30 / est["kv_bytes_per_sequence"]
+    ours = got["tune"]["kv_granted_gb"] * 2**30 / est["kv_bytes_per_sequence"]
     print(f"\n{shape}: vLLM {m.group(2)}x, ours {ours:.2f}x ({est['kv_bytes_per_sequence']:,} B per sequence)")
     assert abs(float(m.group(2)) - ours) <= 0.01 + ours * 1e-4
     if shape == "hybrid":
@@ -130,12 +158,22 @@ def test_a_quantized_checkpoint_serves_with_the_kernel_the_plan_names(stack, mod
     if not stack["detect"]["avx512"]:
         _, got = plan_for(tmp_path, stack, models["tiny-ct-w4"]["folder"], plan_refused=True)
         assert "cpu_gemm_wna16" in got["refusal"]["error"] and "AVX-512" in got["refusal"]["fix"]
-        probe = subprocess.run([stack["python"], "-c", "import torch; from vllm.platforms import current_platform as p; "
-                                "p.import_kernels(); print(hasattr(torch.ops._C, 'cpu_gemm_wna16'))"],
-                               capture_output=True, text=True, timeout=300)
+        probe = subprocess.run(
+            [
+                stack["python"],
+                "-c",
+                "import torch; from vllm.platforms import current_platform as p; "
+                "p.import_kernels(); print(hasattr(torch.ops._C, 'cpu_gemm_wna16'))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert probe.stdout.strip().splitlines()[-1] == "False", probe.stdout + probe.stderr[-2000:]
-        print(f"\nint4 checkpoint on {stack['detect']['cpu_model']} (no AVX-512): refused at plan, as vLLM's "
-              "AVX2 library has no cpu_gemm_wna16")
+        print(
+            f"\nint4 checkpoint on {stack['detect']['cpu_model']} (no AVX-512): refused at plan, as vLLM's "
+            "AVX2 library has no cpu_gemm_wna16"
+        )
         return
     plan_file, got = plan_for(tmp_path, stack, models["tiny-ct-w4"]["folder"])
     plan = got["plan"]
@@ -153,6 +191,7 @@ def test_a_quantized_checkpoint_serves_with_the_kernel_the_plan_names(stack, mod
 def served_libraries(plan: dict) -> set[str]:
     """Shared objects mapped by the server's process group (the launcher and vLLM's engine and workers)."""
     import psutil
+
     state = json.loads(Path(plan["state_file"]).read_text())
     libs: set[str] = set()
     for proc in psutil.process_iter(["pid"]):
@@ -180,11 +219,13 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
 
         # the user's side: the OpenAI SDK against the handed-off base URL, both endpoints
         from openai import OpenAI
+
         client = OpenAI(base_url=hand.doc["base_url"], api_key="EMPTY", timeout=120)
         served = client.models.list().data[0].id
         assert served == plan["served_model_name"]
-        chat = client.chat.completions.create(model=served, messages=[{"role": "user", "content": "hello"}],
-                                              max_tokens=8, temperature=0)
+        chat = client.chat.completions.create(
+            model=served, messages=[{"role": "user", "content": "hello"}], max_tokens=8, temperature=0
+        )
         assert chat.usage.completion_tokens > 0 and isinstance(chat.choices[0].message.content, str)
         comp = client.completions.create(model=served, prompt="the model serves", max_tokens=8, temperature=0)
         assert comp.usage.completion_tokens > 0 and isinstance(comp.choices[0].text, str)
@@ -196,7 +237,7 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
         kv_gib = got["tune"]["kv_granted_gb"]
         per_token = got["estimate"]["kv_bytes_per_token"]
         block = got["estimate"]["kv_block_size"]
-        assert int(m.group(1).replace(",", "")) == (kv_gib * 2 ** 30 // per_token) // block * block
+        assert int(m.group(1).replace(",", "")) == (kv_gib * 2**30 // per_token) // block * block
         assert got["estimate"]["weight_bytes"] == models["tiny"]["parameters"] * 2
 
         # the kernel proof: zentorch matmuls really ran -- and on the stock path, the proof says none did
@@ -210,21 +251,42 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
             assert proof.code == 1 and proof.doc["zentorch_matmuls"] == 0 and "zentorch" not in log.lower()
         # the benchmark, short form (CI): vLLM's own bench serve, one input length, C=1 and 4, one repeat
         out = tmp_path / "bench"
-        b = run_script("bench.py", "--plan", str(plan_file), "--input-lens", "128", "--concurrency", "1,4",
-                       "--repeats", "1", "--output-len", "32", "--out", str(out), timeout=900)
+        b = run_script(
+            "bench.py",
+            "--plan",
+            str(plan_file),
+            "--input-lens",
+            "128",
+            "--concurrency",
+            "1,4",
+            "--repeats",
+            "1",
+            "--output-len",
+            "32",
+            "--out",
+            str(out),
+            timeout=900,
+        )
         assert b.code == 0 and b.doc["failed"] == 0, json.dumps(b.doc)[-2000:]
-        assert [(c["input_len"], c["concurrency"], c["completed"]) for c in b.doc["cells"]] == [(128, 1, 10), (128, 4, 40)]
+        assert [(c["input_len"], c["concurrency"], c["completed"]) for c in b.doc["cells"]] == [
+            (128, 1, 10),
+            (128, 4, 40),
+        ]
         assert all(c["median_tpot_ms"] > 0 and c["output_throughput"] > 0 for c in b.doc["cells"])
         assert sorted(f.name for f in (out / "raw").iterdir()) == ["in128_c1_r1.json", "in128_c4_r1.json"]
         assert (out / "summary.md").read_text().startswith("| input | conc. | TTFT ms |")
         assert b.doc["memory_bandwidth_gbs"] > 0 and 0 < b.doc["fraction_of_bound"] <= 1
         assert b.doc["host"]["backend"] == stack["backend"]
-        print(f"\nbench (short form): {b.doc['cells'][0]['output_throughput']} / {b.doc['cells'][1]['output_throughput']} "
-              f"output tok/s at C=1/4, TPOT {b.doc['cells'][0]['median_tpot_ms']} ms vs bound {b.doc['min_tpot_ms']} ms, "
-              f"{b.doc['memory_bandwidth_gbs']} GB/s on CPUs {b.doc['bandwidth_cpus']}")
-        print(f"\n{stack['backend']} path: {proof.doc['zentorch_matmuls']} zentorch matmuls "
-              f"{proof.doc['by_kernel']}, oneDNN exec {proof.doc['onednn_exec_count']}; "
-              f"healthy after {ver.doc['time_to_healthy_s']} s")
+        print(
+            f"\nbench (short form): {b.doc['cells'][0]['output_throughput']} / {b.doc['cells'][1]['output_throughput']} "
+            f"output tok/s at C=1/4, TPOT {b.doc['cells'][0]['median_tpot_ms']} ms vs bound {b.doc['min_tpot_ms']} ms, "
+            f"{b.doc['memory_bandwidth_gbs']} GB/s on CPUs {b.doc['bandwidth_cpus']}"
+        )
+        print(
+            f"\n{stack['backend']} path: {proof.doc['zentorch_matmuls']} zentorch matmuls "
+            f"{proof.doc['by_kernel']}, oneDNN exec {proof.doc['onednn_exec_count']}; "
+            f"healthy after {ver.doc['time_to_healthy_s']} s"
+        )
     finally:
         stop = run_script("launch.py", "stop", "--plan", str(plan_file))
     assert stop.doc["stopped"] is True
@@ -234,9 +296,23 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
         assert s.connect_ex(("127.0.0.1", plan["port"])) != 0
     # a benchmark of a plan whose server is stopped runs nothing: it measures only its own start's server
     # (the thirty-third audit: a host plan's bench measured whatever answered on the port)
-    gone = run_script("bench.py", "--plan", str(plan_file), "--input-lens", "128", "--concurrency", "1,4",
-                      "--repeats", "2", "--output-len", "8", "--no-bandwidth", "--out", str(tmp_path / "gone"),
-                      timeout=600)
+    gone = run_script(
+        "bench.py",
+        "--plan",
+        str(plan_file),
+        "--input-lens",
+        "128",
+        "--concurrency",
+        "1,4",
+        "--repeats",
+        "2",
+        "--output-len",
+        "8",
+        "--no-bandwidth",
+        "--out",
+        str(tmp_path / "gone"),
+        timeout=600,
+    )
     assert gone.code == 1 and gone.doc["error"] == "no server from this plan is running (no state file)", gone.doc
     assert not (tmp_path / "gone" / "raw").exists()
 
@@ -260,9 +336,12 @@ def test_server_killed_while_verify_polls(stack, models, tmp_path):
     plan_file, got = plan_for(tmp_path, stack, model)
     start = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     assert start.code == 0
-    verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
-                               str(plan_file), "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    verify = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan", str(plan_file), "--timeout", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = Path(got["plan"]["log_file"])
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(log.read_text(errors="replace").splitlines()) < 3:
@@ -328,9 +407,16 @@ def test_skill_md_commands_run_as_written(stack, models, tmp_path):
     EPYC, detect's route is `stop` (where an agent stops); the rest runs the stock path, as for a human
     who asked for it explicitly."""
     from docs import commands
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the README's venv
-           "RUN": str(tmp_path), "MODEL": models["tiny"]["folder"],
-           "REV": "main", "MAX_LEN": "2048", "NUM_PROMPTS": "1"}
+
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the README's venv
+        "RUN": str(tmp_path),
+        "MODEL": models["tiny"]["folder"],
+        "REV": "main",
+        "MAX_LEN": "2048",
+        "NUM_PROMPTS": "1",
+    }
     ran = []
 
     def read(name):
@@ -338,20 +424,25 @@ def test_skill_md_commands_run_as_written(stack, models, tmp_path):
 
     try:
         for c in pick_variants(commands("SKILL.md"), stack["backend"]):
-            res = subprocess.run(["bash", "-c", c.line], env=env, cwd=ROOT, capture_output=True, text=True,
-                                 timeout=900)
+            res = subprocess.run(["bash", "-c", c.line], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
             ran.append((c.script, c.subcommand))
             out = res.stdout if res.stdout.strip() else "{}"
             if c.script == "kernel_proof.py":  # the plan had no --kernel-log: the documented exit 1 and fix
                 # (a stock plan's: no zentorch runs there, whatever the log level)
-                assert res.returncode == 1 and ("--kernel-log" if stack["backend"] == "zentorch" else
-                                                "validate.py without --stock") in json.loads(out)["fix"]
+                assert (
+                    res.returncode == 1
+                    and ("--kernel-log" if stack["backend"] == "zentorch" else "validate.py without --stock")
+                    in json.loads(out)["fix"]
+                )
                 continue
             assert res.returncode == 0, f"{c.line}\n{out[-2000:]}\n{res.stderr[-2000:]}"
             if c.script == "detect.py":
                 d = read("detect")
-                assert d["route"]["route"] == ("zentorch" if stack["backend"] == "zentorch" else
-                                               ("stop" if not d["is_amd_epyc"] else d["route"]["route"]))
+                assert d["route"]["route"] == (
+                    "zentorch"
+                    if stack["backend"] == "zentorch"
+                    else ("stop" if not d["is_amd_epyc"] else d["route"]["route"])
+                )
                 env.update(RAM_GB=str(d["ram_gb"]))
             elif c.script == "validate.py":
                 v = read("validate")
@@ -392,7 +483,9 @@ def test_readme_main_job_up(stack, models, tmp_path):
         for phase in ("detect", "validate", "check_model", "estimate_memory", "cpu_tune", "plan"):
             assert (tmp_path / "up" / f"{phase}.json").exists()
         assert json.loads((tmp_path / "up" / "plan.json").read_text())["backend"] == stack["backend"]
-        assert "up: validate" in r.stderr and "verify: healthy " in r.stderr and "s after start" in r.stderr  # progress on stderr
+        assert (
+            "up: validate" in r.stderr and "verify: healthy " in r.stderr and "s after start" in r.stderr
+        )  # progress on stderr
     finally:
         run_script("launch.py", "stop", "--plan", str(tmp_path / "up" / "plan.json"))
     assert vllm_processes(model) == []

@@ -9,6 +9,7 @@ mount. On an AMD EPYC with AVX-512 BF16 the container runs zentorch (ZenCpuPlatf
 the container's log); elsewhere the same image serves through the stock path (vLLM's CpuPlatform,
 zentorch inactive), and the test says which. No fake anywhere in this file.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,7 @@ SECRET_KEY = "sk-container-key-4242"
 
 
 def docker(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(["docker", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,9 @@ def engine() -> dict:
 
 @pytest.fixture(scope="module")
 def image(engine) -> str:
-    res = subprocess.run([sys.executable, str(BUILD_IMAGE)], env={**os.environ, **engine}, capture_output=True,
-                         text=True, timeout=2700)
+    res = subprocess.run(
+        [sys.executable, str(BUILD_IMAGE)], env={**os.environ, **engine}, capture_output=True, text=True, timeout=2700
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"\ntest image {doc['image']}: {'reused' if doc['reused'] else 'built'} in {doc['seconds']} s")
@@ -73,8 +74,13 @@ def hf_home(models, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def chain_env(engine, hf_home) -> dict:
-    return {**engine, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_TOKEN": SECRET_TOKEN,
-            "EPYC_TEST_KEY": SECRET_KEY}
+    return {
+        **engine,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": SECRET_TOKEN,
+        "EPYC_TEST_KEY": SECRET_KEY,
+    }
 
 
 def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *extra: str) -> tuple[Path, dict]:
@@ -82,8 +88,16 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     stock = stack["backend"] == "stock"
     det = run_script("detect.py", env=env)
     det_file = save(tmp, "detect", det)
-    val = run_script("validate.py", "--detect", str(det_file), "--image", image, *(["--stock"] if stock else []),
-                     env=env, timeout=300)
+    val = run_script(
+        "validate.py",
+        "--detect",
+        str(det_file),
+        "--image",
+        image,
+        *(["--stock"] if stock else []),
+        env=env,
+        timeout=300,
+    )
     assert val.code == 0 and val.doc["path"] == "container" and val.doc["runtime"] == "docker", val.doc
     assert val.doc["stack"]["source"] == f"probe:image:{image}"  # read inside the image, not from its tag
     assert val.doc["stack"]["vllm"].startswith(bundle.load_epyc()["host_stack"]["vllm_version"])
@@ -93,15 +107,27 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     chk = skill_check_model(tmp, env, model, val.doc)
     assert chk.code == 0 and chk.doc["registry_source"] == f"probe:image:{image}", chk.doc
     assert chk.doc["primary_endpoint"] == "chat_completions"
-    est = run_script("estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]),
-                     "--max-model-len", "2048", env=env)
+    est = run_script(
+        "estimate_memory.py", "--model", model, "--ram-gb", str(det.doc["ram_gb"]), "--max-model-len", "2048", env=env
+    )
     assert est.code == 0, est.doc
     tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"], env=env)
     assert tune.code == 0 and tune.doc["kv_granted_gb"] <= E2E_KV_GB, tune.doc
-    files = {"detect": det_file, **{n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk),
-                                                                     ("estimate", est), ("tune", tune))}}
-    plan = run_script("launch.py", "plan", *[f"--{k}={v}" for k, v in files.items()], "--port", str(free_port()),
-                      "--state-dir", str(tmp / "run"), *extra, env=env)
+    files = {
+        "detect": det_file,
+        **{n: save(tmp, n, r) for n, r in (("validate", val), ("check", chk), ("estimate", est), ("tune", tune))},
+    }
+    plan = run_script(
+        "launch.py",
+        "plan",
+        *[f"--{k}={v}" for k, v in files.items()],
+        "--port",
+        str(free_port()),
+        "--state-dir",
+        str(tmp / "run"),
+        *extra,
+        env=env,
+    )
     assert plan.code == 0, plan.doc
     assert SECRET_TOKEN not in plan.stdout and SECRET_KEY not in plan.stdout
     return save(tmp, "plan", plan), plan.doc
@@ -112,10 +138,19 @@ def skill_check_model(tmp: Path, env: dict, model: str, validate: dict):
     as the step says: the registry is read inside the image validate chose."""
     from conftest import Result
     from docs import commands
+
     line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
-    shell_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RUN": str(tmp),
-                 "MODEL": model, "REV": "main", "VLLM": validate["stack"]["vllm"], "IMAGE": validate["image"],
-                 "RUNTIME": validate["runtime"]}
+    shell_env = {
+        **os.environ,
+        **env,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "RUN": str(tmp),
+        "MODEL": model,
+        "REV": "main",
+        "VLLM": validate["stack"]["vllm"],
+        "IMAGE": validate["image"],
+        "RUNTIME": validate["runtime"],
+    }
     res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = (tmp / "check.json").read_text()
     return Result(res.returncode, json.loads(out), out, res.stderr)
@@ -134,14 +169,19 @@ def port_closed(port: int) -> bool:
 def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, chain_env, tmp_path):
     env = chain_env
     zen = stack["backend"] == "zentorch"
-    plan_file, plan = container_plan(tmp_path, stack, image, env, HUB_ID, "--api-key-env", "EPYC_TEST_KEY",
-                                     *(["--kernel-log"] if zen else []))
+    plan_file, plan = container_plan(
+        tmp_path, stack, image, env, HUB_ID, "--api-key-env", "EPYC_TEST_KEY", *(["--kernel-log"] if zen else [])
+    )
     name = plan["container_name"]
     cpuset = next(a for a in plan["argv"] if a.startswith("--cpuset-cpus=")).split("=", 1)[1]
     assert "--ipc=host" in plan["argv"] and "HF_HUB_OFFLINE=1" in plan["argv"]
     # the engine validate probed is named in the command: verify, handoff, kernel_proof and stop below run
     # in a shell without DOCKER_HOST and still reach the engine (here a private socket tests/run.sh started)
-    assert plan["engine"] == env["DOCKER_HOST"] and plan["argv"][:3] == ["docker", f"--host={env['DOCKER_HOST']}", "run"]
+    assert plan["engine"] == env["DOCKER_HOST"] and plan["argv"][:3] == [
+        "docker",
+        f"--host={env['DOCKER_HOST']}",
+        "run",
+    ]
     shell = {k: v for k, v in env.items() if k != "DOCKER_HOST"}
     assert plan["env_by_name"] == ["HF_TOKEN", "VLLM_API_KEY"] and "--env" not in plan["argv"][-12:]
     # a leftover container of the same name: start removes it
@@ -156,13 +196,17 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
         assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
         hand = run_script("launch.py", "handoff", "--plan", str(plan_file), env=shell)
         assert hand.code == 0 and SECRET_KEY not in hand.stdout
-        assert hand.doc["engine"] == env["DOCKER_HOST"] and f"(engine {env['DOCKER_HOST']})" in hand.doc["table_markdown"]
+        assert (
+            hand.doc["engine"] == env["DOCKER_HOST"] and f"(engine {env['DOCKER_HOST']})" in hand.doc["table_markdown"]
+        )
 
         from openai import AuthenticationError, OpenAI
+
         client = OpenAI(base_url=hand.doc["base_url"], api_key=SECRET_KEY, timeout=120)
         assert client.models.list().data[0].id == HUB_ID  # served by its Hub id, from the mounted cache
-        chat = client.chat.completions.create(model=HUB_ID, messages=[{"role": "user", "content": "hello"}],
-                                              max_tokens=8, temperature=0)
+        chat = client.chat.completions.create(
+            model=HUB_ID, messages=[{"role": "user", "content": "hello"}], max_tokens=8, temperature=0
+        )
         assert chat.usage.completion_tokens > 0
         comp = client.completions.create(model=HUB_ID, prompt="the container serves", max_tokens=8, temperature=0)
         assert comp.usage.completion_tokens > 0
@@ -191,10 +235,27 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
 
         # another plan on this port with a state dir of its own: the container's name is the same, and its
         # stop must leave this container alone (the engine's id is compared with what the state recorded)
-        other = run_script("launch.py", "plan", *[f"--{k}={tmp_path / (f + '.json')}" for k, f in (
-            ("detect", "detect"), ("validate", "validate"), ("check", "check"), ("estimate", "estimate"),
-            ("tune", "tune"))], "--port", str(plan["port"]), "--state-dir", str(tmp_path / "other"),
-            "--api-key-env", "EPYC_TEST_KEY", env=env)
+        other = run_script(
+            "launch.py",
+            "plan",
+            *[
+                f"--{k}={tmp_path / (f + '.json')}"
+                for k, f in (
+                    ("detect", "detect"),
+                    ("validate", "validate"),
+                    ("check", "check"),
+                    ("estimate", "estimate"),
+                    ("tune", "tune"),
+                )
+            ],
+            "--port",
+            str(plan["port"]),
+            "--state-dir",
+            str(tmp_path / "other"),
+            "--api-key-env",
+            "EPYC_TEST_KEY",
+            env=env,
+        )
         assert other.code == 0 and other.doc["container_name"] == name, other.doc
         bystander = run_script("launch.py", "stop", "--plan", str(save(tmp_path, "other-plan", other)), env=shell)
         assert bystander.code == 1 and "has no record of" in bystander.doc["error"], bystander.doc
@@ -205,8 +266,10 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
             assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0, proof.doc
         else:
             assert proof.code == 1 and proof.doc["zentorch_matmuls"] == 0
-        print(f"\ncontainer ({stack['backend']} path, {info['Config']['Image']}): healthy after "
-              f"{ver.doc['time_to_healthy_s']} s, cpuset {cpuset}, {proof.doc['zentorch_matmuls']} zentorch matmuls")
+        print(
+            f"\ncontainer ({stack['backend']} path, {info['Config']['Image']}): healthy after "
+            f"{ver.doc['time_to_healthy_s']} s, cpuset {cpuset}, {proof.doc['zentorch_matmuls']} zentorch matmuls"
+        )
     finally:
         stop = run_script("launch.py", "stop", "--plan", str(plan_file), env=shell, timeout=200)
     assert stop.code == 0 and stop.doc["stopped"] is True and stop.doc["graceful"] is True
@@ -233,9 +296,13 @@ def test_container_removed_while_verify_polls(stack, image, chain_env, tmp_path)
     env = chain_env
     plan_file, plan = container_plan(tmp_path, stack, image, env, HUB_ID)
     assert run_script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env, timeout=600).code == 0
-    verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan", str(plan_file),
-                               "--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, **env})
+    verify = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan", str(plan_file), "--timeout", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
     time.sleep(10)
     assert docker(env, "rm", "-f", plan["container_name"]).returncode == 0
     out, _ = verify.communicate(timeout=120)
@@ -255,20 +322,28 @@ def test_busy_port_and_unreachable_pull_fail_before_anything_runs(stack, image, 
         r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
         assert r.code == 1 and r.doc["phase"] == "start" and "in use" in r.doc["error"]
     # `--pull always`: the registry of this local image (localhost) is not there -> phase pull, nothing runs
-    r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm", "--pull", "always", env=env,
-                   timeout=300)
+    r = run_script(
+        "launch.py", "start", "--plan", str(plan_file), "--confirm", "--pull", "always", env=env, timeout=300
+    )
     assert r.code == 1 and r.doc["phase"] == "pull", r.doc
     assert no_container(env, plan["container_name"])
 
 
 def test_an_image_that_is_not_local_is_not_trusted_by_its_tag(stack, engine, tmp_path):
     det = save(tmp_path, "detect", run_script("detect.py"))
-    r = run_script("validate.py", "--detect", str(det), "--image", "localhost/no-such-image:1",
-                   *(["--stock"] if stack["backend"] == "stock" else []), env=engine, timeout=120)
+    r = run_script(
+        "validate.py",
+        "--detect",
+        str(det),
+        "--image",
+        "localhost/no-such-image:1",
+        *(["--stock"] if stack["backend"] == "stock" else []),
+        env=engine,
+        timeout=120,
+    )
     assert r.code == 1 and r.doc["path"] == "container"
     err = next(e for e in r.doc["errors"] if e["check"] == "image")
     assert "not a local image" in err["message"] and "docker pull localhost/no-such-image:1" in err["fix"]
-
 
 
 # zentorch's own matmuls in float32 (bf16 needs AVX-512 BF16, which not every runner has): the image's build
@@ -286,8 +361,19 @@ def test_kernel_proof_counts_what_the_images_zentorch_writes(image, engine, tmp_
     (tests/fixtures/zendnnl): the image's zentorch runs three matmuls with ZENDNNL_API_LOG_LEVEL=4, and
     the proof counts exactly those three, by op and kernel. A zentorch release that changes its record's
     shape fails here before it makes a real server's proof say "no zentorch matmul"."""
-    res = docker(engine, "run", "--rm", "--network=none", "-e", "ZENDNNL_API_LOG_LEVEL=4", image,
-                 "python3", "-c", ZEN_OPS, timeout=300)
+    res = docker(
+        engine,
+        "run",
+        "--rm",
+        "--network=none",
+        "-e",
+        "ZENDNNL_API_LOG_LEVEL=4",
+        image,
+        "python3",
+        "-c",
+        ZEN_OPS,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     log = tmp_path / "zendnnl.log"
     log.write_text(res.stdout + res.stderr)

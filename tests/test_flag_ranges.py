@@ -2,6 +2,7 @@
 accepted, one step past either end refused with an error naming the flag and the range. In-process
 (each script's main with its argv), so it runs in milliseconds: a trailing unknown flag makes argparse
 stop with its own error once every value has been converted, so nothing past parsing ever runs."""
+
 from __future__ import annotations
 
 import importlib
@@ -11,8 +12,10 @@ import pytest
 from conftest import ROOT
 from epyc.errors import ScriptError
 
-ROW = re.compile(r"^\| `(?P<script>\w+)\.py (?:(?P<sub>[a-z]+) )?(?P<flag>--[a-z-]+)` \| (?P<kind>whole number|number) "
-                 r"\| (?P<open>[\[(])(?P<lo>\d+), (?P<hi>\d+)\] \|$")
+ROW = re.compile(
+    r"^\| `(?P<script>\w+)\.py (?:(?P<sub>[a-z]+) )?(?P<flag>--[a-z-]+)` \| (?P<kind>whole number|number) "
+    r"\| (?P<open>[\[(])(?P<lo>\d+), (?P<hi>\d+)\] \|$"
+)
 
 
 def documented_ranges() -> list[dict]:
@@ -31,8 +34,10 @@ def parse_error(row: dict, value: str) -> str:
     with pytest.raises(ScriptError) as exc:
         importlib.import_module(row["script"]).main(argv)
     sub = f" {row['sub']}" if row["sub"] else ""  # where the ranges are listed
-    assert exc.value.fix in (f"see `python3 scripts/{row['script']}.py{sub} --help`",  # the subcommand's flag
-                             f"see `python3 scripts/{row['script']}.py --help`")  # the trailing unknown flag
+    assert exc.value.fix in (
+        f"see `python3 scripts/{row['script']}.py{sub} --help`",  # the subcommand's flag
+        f"see `python3 scripts/{row['script']}.py --help`",
+    )  # the trailing unknown flag
     return exc.value.error
 
 
@@ -66,8 +71,19 @@ def test_flag_takes_exactly_its_documented_range(row):
         assert refused(row, junk), f"{junk!r} is accepted"
 
 
-CLIS = ["detect", "validate", "check_model", "estimate_memory", "cpu_tune", "launch", "kernel_proof", "bench",
-        "setup_host_stack", "vllm_registry", "bootstrap"]
+CLIS = [
+    "detect",
+    "validate",
+    "check_model",
+    "estimate_memory",
+    "cpu_tune",
+    "launch",
+    "kernel_proof",
+    "bench",
+    "setup_host_stack",
+    "vllm_registry",
+    "bootstrap",
+]
 
 
 @pytest.mark.parametrize("name", CLIS)

@@ -1,4 +1,5 @@
 """epyc.hf_model: its decisions, tested in-process."""
+
 import json
 
 
@@ -11,6 +12,7 @@ def test_the_exit_after_an_abandoned_hub_call_happens_even_with_stderr_closed(mo
     import time
 
     from epyc import cli, errors, hf_model
+
     exits = []
     monkeypatch.setattr(os, "_exit", exits.append)
     monkeypatch.setattr(cli, "_ABANDONED", [])
@@ -21,6 +23,7 @@ def test_the_exit_after_an_abandoned_hub_call_happens_even_with_stderr_closed(mo
         except hf_model.Unreadable as why:
             return {"said": why.message}, errors.EXIT_OK
         return {"said": "no deadline"}, errors.EXIT_FAIL
+
     monkeypatch.setattr(sys, "stderr", None)
     cli.run_main(main, [])
     doc = json.loads(capsys.readouterr().out)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 def test_parse_meminfo_bytes_bounds():
     from epyc import hostfacts
+
     assert hostfacts.parse_meminfo_bytes("MemTotal:  24684092 kB") == 24684092 * 1024
     assert hostfacts.parse_meminfo_bytes("Node 0 MemTotal:       0 kB") == 0  # a memoryless node is real
     assert hostfacts.parse_meminfo_bytes("MemFree: 1 kB") is None
@@ -34,13 +35,16 @@ def test_cpulist_round_trip(cpus):
     assert hostfacts.format_cpulist(hostfacts.parse_cpulist(text)) == text
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]),
-    ("5", [5]),
-    ("", []),
-    (" 0-1\n", [0, 1]),
-    ("3,1,2", [1, 2, 3]),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]),
+        ("5", [5]),
+        ("", []),
+        (" 0-1\n", [0, 1]),
+        ("3,1,2", [1, 2, 3]),
+    ],
+)
 def test_parse_cpulist_examples(text, expected):
     assert hostfacts.parse_cpulist(text) == expected
 

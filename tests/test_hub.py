@@ -1,5 +1,6 @@
 """Both model scripts against a local Hub server through HF_ENDPOINT: the real huggingface_hub client
 code runs, including its error mapping. No weights are downloaded."""
+
 import time
 
 import pytest
@@ -14,8 +15,12 @@ SECRET = "hf_secret_token_value_1234"
 def hub(tmp_path):
     h = Hub().start()
     h.add_folder("Qwen/Qwen3-0.6B", model_folder("Qwen3-0.6B", tmp_path / "m"))
-    h.add_folder("meta-llama/Llama-3.1-8B-Instruct", model_folder("Llama-3.1-8B-Instruct", tmp_path / "m"),
-                 gated=True, allowed_tokens={"hf_granted"})
+    h.add_folder(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        model_folder("Llama-3.1-8B-Instruct", tmp_path / "m"),
+        gated=True,
+        allowed_tokens={"hf_granted"},
+    )
     h.add_folder("allenai/OLMo-2-0425-1B", model_folder("OLMo-2-0425-1B", tmp_path / "m"))
     yield h
     h.stop()
@@ -23,8 +28,13 @@ def hub(tmp_path):
 
 @pytest.fixture
 def env(hub, tmp_path):
-    e = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "3",
-         "HF_HUB_DOWNLOAD_TIMEOUT": "3", "HF_HUB_DISABLE_XET": "1"}
+    e = {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_ETAG_TIMEOUT": "3",
+        "HF_HUB_DOWNLOAD_TIMEOUT": "3",
+        "HF_HUB_DISABLE_XET": "1",
+    }
     return e
 
 
@@ -46,6 +56,7 @@ def test_hub_model_checks_and_estimates_without_downloading_weights(script, hub,
 def test_float32_hub_checkpoint(script, env, monkeypatch):
     no_env_token(monkeypatch)
     from test_estimate_memory import OLMO2_1B_PARAMS
+
     e = script("estimate_memory.py", "--model", "allenai/OLMo-2-0425-1B", env=env)
     assert e.doc["weight_bytes"] == OLMO2_1B_PARAMS * 2
 

@@ -1,4 +1,5 @@
 """epyc.hubcache: its decisions, tested in-process."""
+
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 # ---- F4: an empty or relative XDG_CACHE_HOME, or a relative HOME
 def test_the_cache_folder_is_absolute_or_a_clear_error(monkeypatch, tmp_path):
     from epyc import errors, hubcache
+
     monkeypatch.setenv("HOME", str(tmp_path))
     for xdg in ("", "rel-cache", "./x"):
         monkeypatch.setenv("XDG_CACHE_HOME", xdg)
@@ -31,6 +33,7 @@ def test_the_cache_folder_is_absolute_or_a_clear_error(monkeypatch, tmp_path):
 def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
     from epyc import hubcache
     from epyc.errors import ScriptError
+
     f = tmp_path / "hf-file"
     f.write_text("x")
     with pytest.raises(ScriptError, match="is not a folder"):
@@ -45,6 +48,7 @@ def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
 def test_a_hub_folder_that_is_a_link_is_mounted_as_its_target(tmp_path, env_name):
     """F5: the link was mounted as a link: inside the container it named a host path that is not there."""
     from epyc import hubcache
+
     target = tmp_path / "big-disk" / "hub"
     target.mkdir(parents=True)
     home = tmp_path / "hf"
@@ -58,28 +62,51 @@ def test_an_empty_home_is_the_accounts_home_not_the_root(monkeypatch):
     import pwd
 
     from epyc import hubcache
+
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", "")
     assert hubcache.cache_root() == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache"
 
 
-@pytest.mark.parametrize("folder", ["/var/lib", "/usr/bin", "/usr/local/bin", "/lib/systemd", "/var/spool/cron",
-                                    "/var/log", "/var/lib/containerd", "/var/lib/kubelet/pods", "/root/.ssh",
-                                    "/home/u/.gnupg", "/var/tmp", "/mnt", "/media", "/snap",
-                                    "/var/lib/containers", "/var/lib/dpkg", "/var/lib/etcd", "/root/.kube", "/lib32"])
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "/var/lib",
+        "/usr/bin",
+        "/usr/local/bin",
+        "/lib/systemd",
+        "/var/spool/cron",
+        "/var/log",
+        "/var/lib/containerd",
+        "/var/lib/kubelet/pods",
+        "/root/.ssh",
+        "/home/u/.gnupg",
+        "/var/tmp",
+        "/mnt",
+        "/media",
+        "/snap",
+        "/var/lib/containers",
+        "/var/lib/dpkg",
+        "/var/lib/etcd",
+        "/root/.kube",
+        "/lib32",
+    ],
+)
 def test_no_system_folder_is_mounted_as_the_hf_cache(folder):
     """F4: these passed the system-folder check and would be mounted read-write into a root container."""
     from epyc.hubcache import system_folder
+
     assert system_folder(folder)
     assert not system_folder("/var/lib/hf-cache") and not system_folder("/mnt/data/hf")
     assert not system_folder("/root/.cache/huggingface")
 
 
 @pytest.mark.parametrize("path", ["//var/run", "//", "//etc", "//root", "//proc"])
-def test_a_doubled_leading_slash_never_gets_a_system_folder_mounted(script, inputs, rt, tmp_path, path):  # noqa: F811
+def test_a_doubled_leading_slash_never_gets_a_system_folder_mounted(script, inputs, rt, tmp_path, path):
     """F1: os.path.normpath keeps a leading '//', the runtime reads it as '/': //var/run (the docker socket's
     folder) passed every list and was mounted read-write."""
     from epyc.hubcache import system_folder
+
     assert system_folder(path)
     r = _plan_with_hf_cache(script, inputs, rt, tmp_path, path)
     assert r.code == 1 and "argv" not in r.doc, r.doc
@@ -88,24 +115,41 @@ def test_a_doubled_leading_slash_never_gets_a_system_folder_mounted(script, inpu
 def test_hf_hub_cache_mounts_that_folder_only(tmp_path):
     """F2: HF_HUB_CACHE=$HOME/hub mounted its parent, the whole home; /mnt/hub was refused as '/mnt'."""
     from epyc import hubcache
+
     hub = tmp_path / "home" / "hub"
     got = hubcache.resolve_hf_cache({"HF_HUB_CACHE": str(hub)})
     assert got["path"] == str(hub) and got["mount_subdir"] == "hub"
     from epyc.hubcache import system_folder
+
     assert not system_folder("/mnt/hub") and not system_folder("/srv/hub") and not system_folder("/opt/hub")
 
 
-@pytest.mark.parametrize("entries,foreign", [
-    ([".bashrc", ".ssh", "hub", ".cache"], [".bashrc", ".ssh", "hub", ".cache"]),        # a home
-    (["credentials", "config"], ["credentials", "config"]),                                # ~/.aws
-    (["models--Qwen--Qwen3-0.6B", "datasets--a--b", "spaces--c--d", ".locks", "version.txt", "CACHEDIR.TAG",
-      "version_diffusers_cache.txt", "lost+found"], []),                                   # a hub cache, a disk's
-    (["models--Qwen--Qwen3-0.6B", "notes.txt"], ["notes.txt"]),
-])
+@pytest.mark.parametrize(
+    "entries,foreign",
+    [
+        ([".bashrc", ".ssh", "hub", ".cache"], [".bashrc", ".ssh", "hub", ".cache"]),  # a home
+        (["credentials", "config"], ["credentials", "config"]),  # ~/.aws
+        (
+            [
+                "models--Qwen--Qwen3-0.6B",
+                "datasets--a--b",
+                "spaces--c--d",
+                ".locks",
+                "version.txt",
+                "CACHEDIR.TAG",
+                "version_diffusers_cache.txt",
+                "lost+found",
+            ],
+            [],
+        ),  # a hub cache, a disk's
+        (["models--Qwen--Qwen3-0.6B", "notes.txt"], ["notes.txt"]),
+    ],
+)
 def test_only_a_hub_cache_is_mounted_read_write(entries, foreign):
     """Seventeenth F2: no list of system folders names a home, ~/.aws, ~/.config or /nix/store: what the
     folder holds is checked instead, against what Hugging Face libraries put in a hub cache."""
     from epyc.hubcache import foreign_cache_entries, hf_mount_problem
+
     assert foreign_cache_entries(entries) == foreign
     problem = hf_mount_problem("/c", {"real": "/c", "entries": entries, "error": None})
     assert (problem is None) == (not foreign) and all(repr(e) in (problem or "") for e in foreign[:5])
@@ -116,15 +160,18 @@ def test_the_legacy_hub_cache_variable_is_read_as_huggingface_hub_reads_it(tmp_p
     """Eighteenth note: HUGGINGFACE_HUB_CACHE, which check_model and estimate honour through huggingface_hub,
     was ignored here: the container could mount another cache than the one checked."""
     from epyc import hubcache
+
     old = tmp_path / "legacy"
     assert hubcache.resolve_hf_cache({"HUGGINGFACE_HUB_CACHE": str(old)})["path"] == str(old)
     assert hubcache.resolve_hf_cache({"HUGGINGFACE_HUB_CACHE": str(old), "HF_HUB_CACHE": str(tmp_path / "new")})[
-        "path"] == str(tmp_path / "new")
+        "path"
+    ] == str(tmp_path / "new")
 
 
 def test_nothing_under_run_is_mounted_or_a_state_dir():
     """Eighteenth F6: the /run/media exception let a state dir, or a cache docker would create, into /run."""
     from epyc.hubcache import in_system_tree, system_folder
+
     assert system_folder("/run/media/alice/disk/hf") and in_system_tree("/run/media/aud18/st")
 
 
@@ -132,20 +179,31 @@ def test_nothing_under_run_is_mounted_or_a_state_dir():
 def test_huggingface_hubs_shared_blob_store_is_a_hub_caches_own(tmp_path):
     """F1: huggingface_hub 2.x keeps <hub>/blobs/ for every Xet-backed download: a real cache was refused."""
     from epyc.hubcache import foreign_cache_entries
+
     hub = tmp_path / "hub"
     (hub / "models--Qwen--Qwen3-0.6B").mkdir(parents=True)
     try:  # made by the library itself where it has the store
         from huggingface_hub.utils import _shared_blobs
+
         _shared_blobs._ensure_shared_blobs_dir(str(hub))
     except (ImportError, AttributeError):
         (hub / "blobs").mkdir()
     assert (hub / "blobs").is_dir() and foreign_cache_entries(sorted(p.name for p in hub.iterdir())) == []
 
 
-@pytest.mark.parametrize("env", [{"HF_HUB_CACHE": "$FOO/hub", "FOO": "/tmp/a"}, {"HF_HOME": "$FOO", "FOO": "~/yy"},
-                                 {"HF_HUB_CACHE": "$FOO", "FOO": "~/yy"}, {"HF_HOME": "~/zz"},
-                                 {"HUGGINGFACE_HUB_CACHE": "~/${FOO}", "FOO": "q"}, {"XDG_CACHE_HOME": "/tmp/xdg"},
-                                 {"HF_HUB_CACHE": "$UNSET_VAR_X/h"}, {"HF_HOME": "/tmp/$FOO", "FOO": "$BAR", "BAR": "b"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"HF_HUB_CACHE": "$FOO/hub", "FOO": "/tmp/a"},
+        {"HF_HOME": "$FOO", "FOO": "~/yy"},
+        {"HF_HUB_CACHE": "$FOO", "FOO": "~/yy"},
+        {"HF_HOME": "~/zz"},
+        {"HUGGINGFACE_HUB_CACHE": "~/${FOO}", "FOO": "q"},
+        {"XDG_CACHE_HOME": "/tmp/xdg"},
+        {"HF_HUB_CACHE": "$UNSET_VAR_X/h"},
+        {"HF_HOME": "/tmp/$FOO", "FOO": "$BAR", "BAR": "b"},
+    ],
+)
 def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
     """A note left by the nineteenth audit: $VARS were expanded before `~`, the reverse of the Hub client,
     so a variable holding a `~` named another folder than the one the server downloads into. (The client
@@ -155,11 +213,19 @@ def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
     import subprocess
 
     from epyc import hubcache
+
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_"))}
-    hub = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
-                         env={**clean, **env}, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    hub = subprocess.run(
+        [sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
+        env={**clean, **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if not os.path.isabs(hub.stdout.strip()):
         from epyc.errors import ScriptError
+
         with pytest.raises(ScriptError, match="relative path"):
             hubcache.resolve_hf_cache({**clean, **env})
         return
@@ -182,6 +248,7 @@ def test_an_hf_cache_path_the_summary_cannot_show_is_not_mounted(tmp_path):
     from epyc import hubcache
     from epyc.errors import ScriptError
     from epyc.hubcache import bind_mount
+
     with pytest.raises(ScriptError) as err:
         bind_mount(str(tmp_path / "new\nline"), "/root/.cache/huggingface/hub")
     assert "printable" in err.value.error
@@ -194,7 +261,7 @@ def test_an_hf_cache_path_the_summary_cannot_show_is_not_mounted(tmp_path):
 
 
 @pytest.mark.parametrize("cache", ["/", "/etc", "/var/run", "/run/docker", "/usr", "/root", "/x/../etc"])
-def test_a_system_folder_is_never_mounted_as_the_hf_cache(inputs, cache):  # noqa: F811
+def test_a_system_folder_is_never_mounted_as_the_hf_cache(inputs, cache):
     docs = load_docs(inputs)
     docs["validate"]["hf_cache"]["path"] = cache
     with pytest.raises(ScriptError, match="system folder"):
@@ -202,18 +269,29 @@ def test_a_system_folder_is_never_mounted_as_the_hf_cache(inputs, cache):  # noq
     assert hubcache.bind_mount("/root/.cache/huggingface", "/root/.cache/huggingface")[1].startswith("/root/.cache")
 
 
-@pytest.mark.parametrize("env", [{"HF_HUB_ETAG_TIMEOUT": "abc"}, {"HF_HUB_DOWNLOAD_TIMEOUT": "abc"},
-                                 {"HF_ENDPOINT": "http://127.0.0.1:80a"},
-                                 {"HF_ENDPOINT": "http://bob:Zq9se/cretPW77@host"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"HF_HUB_ETAG_TIMEOUT": "abc"},
+        {"HF_HUB_DOWNLOAD_TIMEOUT": "abc"},
+        {"HF_ENDPOINT": "http://127.0.0.1:80a"},
+        {"HF_ENDPOINT": "http://bob:Zq9se/cretPW77@host"},
+    ],
+)
 def test_hub_settings_huggingface_hub_cannot_import_with_are_a_clear_error(script, env):
     for name in ("check_model.py", "estimate_memory.py"):
         r = script(name, "--model", "someorg/somemodel", "--hub-timeout", "3", env=env)  # stdout: one document
         assert r.code == 1 and "HF_* settings" in r.doc["error"] and "Zq9se" not in r.stdout + r.stderr, (name, r.doc)
 
 
-@given(st.dictionaries(st.sampled_from(["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"]),
-                       hub_path_values, max_size=4),
-       st.sampled_from([None, "", "/root", "/srv/home", "relhome"]))
+@given(
+    st.dictionaries(
+        st.sampled_from(["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"]),
+        hub_path_values,
+        max_size=4,
+    ),
+    st.sampled_from([None, "", "/root", "/srv/home", "relhome"]),
+)
 def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relative_one(env, home):
     """hub_cache_env_problem judges the folder as huggingface_hub itself builds it: its constants module is
     reloaded under each environment and asked. And where it finds no problem, validate names the very
@@ -223,9 +301,16 @@ def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relativ
 
     import huggingface_hub.constants as constants
     from epyc import errors, hubcache
+
     names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME")
-    full = {**{k: v for k, v in os.environ.items() if k not in names}, "HUBTEST_ABS": "/srv/hf",
-            "HUBTEST_TILDE": "~/x", "HUBTEST_REL": "rel", **env, **({} if home is None else {"HOME": home})}
+    full = {
+        **{k: v for k, v in os.environ.items() if k not in names},
+        "HUBTEST_ABS": "/srv/hf",
+        "HUBTEST_TILDE": "~/x",
+        "HUBTEST_REL": "rel",
+        **env,
+        **({} if home is None else {"HOME": home}),
+    }
     full.pop("HUBTEST_UNSET", None)
     try:
         with mock.patch.dict(os.environ, full, clear=True):
@@ -238,7 +323,8 @@ def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relativ
     finally:
         importlib.reload(constants)
     home_decides = not any(k in env for k in names)
-    assert (problem is None) == (os.path.isabs(client) and not (home_decides and home is not None
-                                                                 and not os.path.isabs(home))), (env, home, client, problem)
+    assert (problem is None) == (
+        os.path.isabs(client) and not (home_decides and home is not None and not os.path.isabs(home))
+    ), (env, home, client, problem)
     if named is not None:
         assert named == os.path.realpath(client), (env, home, client, named)

@@ -1,4 +1,5 @@
 """epyc.jsonio: its decisions, tested in-process."""
+
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,11 @@ def test_a_final_newline_does_not_pass_a_schema_pattern():
 
 def test_a_home_of_an_unknown_user_is_an_error_not_a_crash(tmp_path):
     """Path.expanduser raises RuntimeError for ~nosuchuser: every path the scripts expand goes through user_path."""
-    for call in (lambda: jsonio.output_dir("~no-such-user-here/x", "--out"),
-                 lambda: jsonio.output_file("~no-such-user-here/x.tar", "--capture"),
-                 lambda: jsonio.user_path("~no-such-user-here", "--venv")):
+    for call in (
+        lambda: jsonio.output_dir("~no-such-user-here/x", "--out"),
+        lambda: jsonio.output_file("~no-such-user-here/x.tar", "--capture"),
+        lambda: jsonio.user_path("~no-such-user-here", "--venv"),
+    ):
         with pytest.raises(errors.ScriptError, match="no such user"):
             call()
     assert jsonio.user_path("~/x") == Path.home() / "x"

@@ -1,4 +1,5 @@
 """scripts/kernel_proof.py: its contract and its decisions."""
+
 import os
 import time
 from pathlib import Path
@@ -9,7 +10,12 @@ from conftest import FORGED, REAL, REAL_LOG, calls, container_plan, host_plan
 
 def test_kernel_proof_names_at_most_a_few_hundred_distinct_ops(script, tmp_path):
     log = tmp_path / "server.log"
-    log.write_text("".join(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=op{i}{'x' * 300} kernel=k{i % 3}\n" for i in range(5000)))
+    log.write_text(
+        "".join(
+            f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=op{i}{'x' * 300} kernel=k{i % 3}\n"
+            for i in range(5000)
+        )
+    )
     r = script("kernel_proof.py", "--log", str(log))
     assert r.code == 0 and r.doc["zentorch_matmuls"] == 5000, r.doc
     ops = r.doc["by_plugin_op"]
@@ -19,7 +25,7 @@ def test_kernel_proof_names_at_most_a_few_hundred_distinct_ops(script, tmp_path)
 
 # ---- F1: a runtime CLI that cannot be executed, while kernel_proof streams its log
 @pytest.mark.parametrize("body", [b"not a program\n", b"", b"#!/nonexistent/interpreter\n"])
-def test_kernel_proof_names_a_runtime_it_cannot_run(script, inputs, rt, tmp_path, body):  # noqa: F811
+def test_kernel_proof_names_a_runtime_it_cannot_run(script, inputs, rt, tmp_path, body):
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     broken = tmp_path / "broken-bin"
@@ -29,17 +35,18 @@ def test_kernel_proof_names_a_runtime_it_cannot_run(script, inputs, rt, tmp_path
     # kernel_proof asks the runtime which container has the name before it reads a log: a CLI that cannot
     # run answers nothing, and nothing is read (the thirtieth audit)
     r = script("kernel_proof.py", "--plan", str(plan_file), env={**env, "PATH": f"{broken}:/usr/bin:/bin"})
-    assert r.code == 1 and "did not say whether a container named" in r.doc["error"] and "docker" in r.doc["fix"], \
-        r.doc
+    assert r.code == 1 and "did not say whether a container named" in r.doc["error"] and "docker" in r.doc["fix"], r.doc
 
 
 # ---- F9: kernel_proof reads only the log start wrote
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
-def test_kernel_proof_never_takes_a_planted_link_as_the_servers_log(script, tmp_path, inputs, live_tune, kind):  # noqa: F811
+def test_kernel_proof_never_takes_a_planted_link_as_the_servers_log(script, tmp_path, inputs, live_tune, kind):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     elsewhere = tmp_path / "elsewhere.txt"
-    elsewhere.write_text("[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=from_elsewhere\n")
+    elsewhere.write_text(
+        "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=from_elsewhere\n"
+    )
     link = Path(plan["log_file"])
     link.symlink_to(elsewhere) if kind == "symlink" else os.link(elsewhere, link)
     r = script("kernel_proof.py", "--plan", str(plan_file))
@@ -49,7 +56,7 @@ def test_kernel_proof_never_takes_a_planted_link_as_the_servers_log(script, tmp_
     assert r.code == 1 and "has not been started" in r.doc["error"] and "launch.py start" in r.doc["fix"], r.doc
 
 
-def test_kernel_proof_reads_only_the_log_of_the_container_its_plan_started(script, inputs, rt, tmp_path):  # noqa: F811
+def test_kernel_proof_reads_only_the_log_of_the_container_its_plan_started(script, inputs, rt, tmp_path):
     """The review of the twenty-eighth's fixes: kernel_proof read `docker logs NAME` whoever's container had
     the name (one per port): another plan's run proved zentorch for this one."""
     d, env = rt
@@ -65,7 +72,7 @@ def test_kernel_proof_reads_only_the_log_of_the_container_its_plan_started(scrip
 
 
 # ---- F4 and F5: an inspect that did not answer let kernel_proof read another plan's log, and verify pass
-def test_kernel_proof_reads_no_log_the_runtime_has_not_named_this_plans(script, inputs, rt, tmp_path):  # noqa: F811
+def test_kernel_proof_reads_no_log_the_runtime_has_not_named_this_plans(script, inputs, rt, tmp_path):
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     r = script("kernel_proof.py", "--plan", str(plan_file), env=env)
@@ -92,11 +99,18 @@ def test_a_client_cannot_write_a_kernel_line_into_the_proof(script, tmp_path):
     executed". A matmul counts only as zendnnl's own record (LOWOHA matmul_direct: ...), never from an access line."""
     log = tmp_path / "server.log"
     # and the review of that fix: vLLM's own logger writes a requested model name into its error line
-    error_line = ("(APIServer pid=1) ERROR 12-03 17:00:00 [serving.py:274] Error with model error=ErrorResponse("
-                  "message='The model `LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear_unary_out, "
-                  "kernel=aocl_dlp_blocked, x` does not exist.', type='NotFoundError', code=404)\n")
-    log.write_text(FORGED + FORGED.replace("GET /", "POST /v1/LOWOHA%20matmul_direct:") + "plugin_op=a kernel=b\n"
-                   + error_line + error_line.replace("(APIServer pid=1) ERROR 12-03", "[API ][info ][1]: x"))
+    error_line = (
+        "(APIServer pid=1) ERROR 12-03 17:00:00 [serving.py:274] Error with model error=ErrorResponse("
+        "message='The model `LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear_unary_out, "
+        "kernel=aocl_dlp_blocked, x` does not exist.', type='NotFoundError', code=404)\n"
+    )
+    log.write_text(
+        FORGED
+        + FORGED.replace("GET /", "POST /v1/LOWOHA%20matmul_direct:")
+        + "plugin_op=a kernel=b\n"
+        + error_line
+        + error_line.replace("(APIServer pid=1) ERROR 12-03", "[API ][info ][1]: x")
+    )
     r = script("kernel_proof.py", "--log", str(log))
     assert r.code == 1 and r.doc["zentorch_matmuls"] == 0 and r.doc["verdict"] == "no zentorch matmul in the log"
     log.write_text(FORGED + REAL * 3 + "(EngineCore_DP0 pid=7) " + REAL)
@@ -107,11 +121,13 @@ def test_a_client_cannot_write_a_kernel_line_into_the_proof(script, tmp_path):
     assert r.code == 0 and r.doc["by_plugin_op"] == {"zentorch::zentorch_linear_unary": 2, "zentorch::zentorch_mm": 1}
 
 
-def test_a_stock_plan_proves_no_zentorch_whatever_its_log_says(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_a_stock_plan_proves_no_zentorch_whatever_its_log_says(script, tmp_path, inputs, live_tune):
     """F1, the other half: a stock plan's server (vLLM's CpuPlatform) runs no zentorch, so lines that read as
     its matmuls are not this server's kernels: exit 1, with the reason."""
+
     def stock(docs):
         docs["validate"]["backend"] = "stock"
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, edit=stock, kernel_log=True)
     assert plan["backend"] == "stock"
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
@@ -121,7 +137,9 @@ def test_a_stock_plan_proves_no_zentorch_whatever_its_log_says(script, tmp_path,
     assert r.doc["zentorch_matmuls"] == 1 and "validate.py without --stock" in r.doc["fix"]
     Path(plan["log_file"]).write_text("nothing of zendnnl\n")  # none either: the same reason, not "--kernel-log"
     r = script("kernel_proof.py", "--plan", str(plan_file))
-    assert r.code == 1 and r.doc["error"].startswith("the plan serves stock vLLM") and "--kernel-log" not in r.doc["fix"]
+    assert (
+        r.code == 1 and r.doc["error"].startswith("the plan serves stock vLLM") and "--kernel-log" not in r.doc["fix"]
+    )
 
 
 # ---- F4: a log line no regex may spend minutes on

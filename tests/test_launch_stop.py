@@ -1,4 +1,5 @@
 """launch.py stop: the plan's server and everything start left are gone, and only those."""
+
 import json
 import os
 import signal
@@ -9,10 +10,11 @@ import pytest
 from conftest import _pgid, another_process_holding, calls, host_plan
 
 
-def test_stop_keeps_the_state_while_the_runtime_cannot_remove_the_container(script, inputs, rt, tmp_path):  # noqa: F811
+def test_stop_keeps_the_state_while_the_runtime_cannot_remove_the_container(script, inputs, rt, tmp_path):
     """With the runtime unreachable, stop said `stopped: false` and removed the state and the key files a
     still-running container reads: nothing named the container any more."""
     from conftest import container_plan
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -30,10 +32,11 @@ def test_stop_keeps_the_state_while_the_runtime_cannot_remove_the_container(scri
     assert r.code == 0 and r.doc["stopped"] is True and not (tmp_path / "st" / "state.json").exists()
 
 
-def test_stop_stops_a_server_whose_state_file_has_another_name(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_stop_stops_a_server_whose_state_file_has_another_name(script, tmp_path, inputs, live_tune):
     """F3 (a regression of the twelfth's fix): a hard link refused on every read made a state.json with a
     second name read as "no state": stop said "not running" and left the server up."""
     import psutil
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     start = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     assert start.code == 0, start.doc
@@ -46,10 +49,11 @@ def test_stop_stops_a_server_whose_state_file_has_another_name(script, tmp_path,
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
-def test_a_plan_with_the_default_state_dir_is_stopped_from_another_shell(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_plan_with_the_default_state_dir_is_stopped_from_another_shell(script, inputs, rt, tmp_path):
     """F6: the default state dir was derived again by every verb from $XDG_CACHE_HOME / $HOME: stop from a
     terminal with another one said the plan differs, and the server stayed up."""
     from conftest import calls, plan_args
+
     here = {**rt[1], "XDG_CACHE_HOME": str(tmp_path / "xdg1")}
     r = script("launch.py", *plan_args(inputs), env=here)
     assert r.code == 0 and r.doc["state_dir"].startswith(str(tmp_path / "xdg1")), r.doc
@@ -63,7 +67,7 @@ def test_a_plan_with_the_default_state_dir_is_stopped_from_another_shell(script,
     assert not Path(r.doc["state_file"]).exists()
 
 
-def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script, inputs, live_tune, tmp_path):
     """A note of the twenty-third audit: stop took no lock, so while a start held the state dir (a container
     pull and run can take minutes) stop found no state, said "not running", and the server came up after.
     Here another process holds the lock exactly as start does."""
@@ -71,15 +75,15 @@ def test_stop_waits_for_a_start_in_progress_instead_of_saying_not_running(script
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     with another_process_holding(str(Path(plan["state_dir"]) / ".lock")):
         r = script("launch.py", "stop", "--plan", str(plan_file))
-        assert r.code == 1 and "a start (or another stop) for" in r.doc["error"] and "in progress" in r.doc["error"], r.doc
+        assert r.code == 1 and "a start (or another stop) for" in r.doc["error"] and "in progress" in r.doc["error"], (
+            r.doc
+        )
         assert "wait for start" in r.doc["fix"] and r.doc["phase"] == "stop"
     r = script("launch.py", "stop", "--plan", str(plan_file))
     assert r.code == 0 and r.doc["stopped"] is False, r.doc
 
 
-
-
-def test_a_state_with_a_number_json_does_not_have_is_refused_as_edited(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_state_with_a_number_json_does_not_have_is_refused_as_edited(script, inputs, live_tune, tmp_path):
     """Twenty-seventh audit, F1: Python's reader took NaN in state.json; stop killed the server, then printed
     "a result held NaN" and exited 1. A state start never wrote is refused before anything acts on it."""
     from epyc import (
@@ -87,6 +91,7 @@ def test_a_state_with_a_number_json_does_not_have_is_refused_as_edited(script, i
         serve_start,
         serve_stop,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
     try:
@@ -101,17 +106,25 @@ def test_a_state_with_a_number_json_does_not_have_is_refused_as_edited(script, i
         serve_stop.stop(plan)
 
 
-def test_stop_never_kills_a_process_group_a_forged_state_names(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_stop_never_kills_a_process_group_a_forged_state_names(script, tmp_path, inputs, live_tune):
     import psutil
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         st = Path(plan["state_dir"])
         st.mkdir(parents=True, exist_ok=True)
         from epyc.serve_state import plan_identity
-        forged = {"path": "host", "port": plan["port"], "plan_id": plan_identity(plan), "pid": victim.pid,
-                  "pgid": victim.pid, "marker": "f" * 32,
-                  "create_time": psutil.Process(victim.pid).create_time()}
+
+        forged = {
+            "path": "host",
+            "port": plan["port"],
+            "plan_id": plan_identity(plan),
+            "pid": victim.pid,
+            "pgid": victim.pid,
+            "marker": "f" * 32,
+            "create_time": psutil.Process(victim.pid).create_time(),
+        }
         (st / "state.json").write_text(json.dumps(forged))
         r = script("launch.py", "stop", "--plan", str(plan_file))
         assert r.code == 0 and r.doc["stopped"] is False and victim.poll() is None
@@ -120,7 +133,7 @@ def test_stop_never_kills_a_process_group_a_forged_state_names(script, tmp_path,
         victim.wait()
 
 
-def test_stop_never_deletes_what_start_did_not_write(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_stop_never_deletes_what_start_did_not_write(script, tmp_path, inputs, live_tune):
     """A hand-edited plan pointing at another folder: stop may touch only state.json it wrote and the
     secret files it names, never the folder's other files; a foreign container name is refused outright."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -128,8 +141,13 @@ def test_stop_never_deletes_what_start_did_not_write(script, tmp_path, inputs, l
     (decoy / "secrets").mkdir(parents=True)
     (decoy / "secrets" / "keep").write_text("precious")
     (decoy / "state.json").write_text('{"mine": "not a server state"}')
-    edited = {**plan, "state_dir": str(decoy), "state_file": str(decoy / "state.json"),
-              "log_file": str(decoy / "server.log"), "options": {**plan["options"], "state_dir": str(decoy)}}
+    edited = {
+        **plan,
+        "state_dir": str(decoy),
+        "state_file": str(decoy / "state.json"),
+        "log_file": str(decoy / "server.log"),
+        "options": {**plan["options"], "state_dir": str(decoy)},
+    }
     f = tmp_path / "edited.json"
     f.write_text(json.dumps(edited))
     r = script("launch.py", "stop", "--plan", str(f))
@@ -141,10 +159,15 @@ def test_stop_never_deletes_what_start_did_not_write(script, tmp_path, inputs, l
     assert r.code == 1 and "state dir the plan's options name" in r.doc["error"]
 
 
-@pytest.mark.parametrize("edit", [lambda p: p["inputs"].update(detect="nope"),
-                                  lambda p: p["options"].update(port="x"),
-                                  lambda p: p.update(argv=["sh", "-c", "touch /tmp/never"])])
-def test_stop_refuses_a_plan_its_inputs_do_not_render(script, tmp_path, inputs, live_tune, edit):  # noqa: F811
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda p: p["inputs"].update(detect="nope"),
+        lambda p: p["options"].update(port="x"),
+        lambda p: p.update(argv=["sh", "-c", "touch /tmp/never"]),
+    ],
+)
+def test_stop_refuses_a_plan_its_inputs_do_not_render(script, tmp_path, inputs, live_tune, edit):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     edited = json.loads(json.dumps(plan))
     edit(edited)
@@ -154,7 +177,7 @@ def test_stop_refuses_a_plan_its_inputs_do_not_render(script, tmp_path, inputs, 
     assert r.code == 1 and r.doc["fix"], r.doc
 
 
-def test_a_plan_naming_a_container_that_is_not_ours_is_refused(script, tmp_path, inputs, live_tune):  # noqa: F811
+def test_a_plan_naming_a_container_that_is_not_ours_is_refused(script, tmp_path, inputs, live_tune):
     """stop and verify act only on containers this bundle named (vllm-epyc-PORT), never someone else's."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     f = tmp_path / "foreign.json"
@@ -168,6 +191,7 @@ def test_a_plan_of_another_version_is_refused_with_its_stop_by_hand(script, inpu
     """A plan carries its schema_version: one of another version (or none) is never rendered or acted on; each
     verb refuses it with the runtime's own commands that stop its server."""
     from conftest import container_plan
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     for older in ({k: v for k, v in plan.items() if k != "schema_version"}, {**plan, "schema_version": 1}):

@@ -1,4 +1,5 @@
 """launch.py up: plan, confirm, start, verify and hand off in one command."""
+
 import os
 import time
 from pathlib import Path
@@ -16,8 +17,17 @@ def test_up_serves_a_folder_whose_name_is_not_plain_under_a_name_it_is_given(scr
     assert r.code == 1 and "'my model', not a plain name" in r.doc["error"] and "--served-model-name" in r.doc["fix"]
     assert "phase" not in r.doc and time.monotonic() - t0 < 30
     # with a name, that check passes (the next one stops it here: the key variable is unset)
-    r = script("launch.py", "up", "--yes", "--model", str(folder), "--served-model-name", "my-model",
-               "--api-key-env", "AUDIT11_UNSET")
+    r = script(
+        "launch.py",
+        "up",
+        "--yes",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        "my-model",
+        "--api-key-env",
+        "AUDIT11_UNSET",
+    )
     assert r.code == 1 and "AUDIT11_UNSET: that variable is not set" in r.doc["error"], r.doc
     bad = script("launch.py", "up", "--served-model-name", "my model")
     assert bad.code == 1 and "not a plain model name" in bad.doc["error"]
@@ -38,13 +48,14 @@ def test_a_link_loop_is_a_clear_error(script, tmp_path, make_sysroot):
         assert "internal error" not in r.stdout, r.doc
 
 
-def test_up_refuses_a_folder_whose_server_runs_before_writing_anything(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_up_refuses_a_folder_whose_server_runs_before_writing_anything(script, inputs, live_tune, tmp_path):
     """F4, up's half: a second `up` with the same (default) folder wrote its documents and plan.json over the
     running server's, so the printed stop command stopped the wrong server and the first was named by nothing."""
     from epyc import (
         serve_start,
         serve_stop,
     )
+
     _, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
     try:
@@ -84,10 +95,16 @@ def test_up_refuses_a_start_lock_that_is_not_its_own_file_before_any_step(script
 
 
 # ---- lesser: refusals up made only after five scripts ran; orphans; odd default state dirs; endpoints
-@pytest.mark.parametrize("args,env,needle", [
-    (["--model=-x"], {}, "starts with '-'"), (["--expose"], {}, "an API key is required"),
-    (["--api-key-env", "AUDIT7_UNSET"], {}, "AUDIT7_UNSET: that variable is not set"),
-    ([], {"XDG_CACHE_HOME": "/proc"}, "inside a system tree"), ([], {"XDG_CACHE_HOME": "/tmp/a\nb"}, "not printable")])
+@pytest.mark.parametrize(
+    "args,env,needle",
+    [
+        (["--model=-x"], {}, "starts with '-'"),
+        (["--expose"], {}, "an API key is required"),
+        (["--api-key-env", "AUDIT7_UNSET"], {}, "AUDIT7_UNSET: that variable is not set"),
+        ([], {"XDG_CACHE_HOME": "/proc"}, "inside a system tree"),
+        ([], {"XDG_CACHE_HOME": "/tmp/a\nb"}, "not printable"),
+    ],
+)
 def test_up_refuses_before_anything_runs(script, args, env, needle):
     t0 = time.monotonic()
     r = script("launch.py", "up", "--yes", *args, env=env)

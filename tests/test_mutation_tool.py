@@ -1,4 +1,5 @@
 """The on-demand mutation tool (README "Mutation testing"): it scores for real, and never leaves a mutant behind."""
+
 import hashlib
 import json
 import signal
@@ -23,8 +24,13 @@ def digest() -> str:
 
 
 def tool(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "tests/tools/mutation.py", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "tests/tools/mutation.py", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def finish(p: subprocess.Popen, timeout: float) -> tuple[str, str]:
@@ -73,9 +79,12 @@ def test_interrupted_mid_mutant_puts_the_original_back():
 
 
 def test_unknown_module_or_sample_is_refused():
-    for args, field, needle in ((["scripts/nope.py"], "fix", "scripts/epyc/kv_cache.py"),
-                                (["--sample", "0"], "error", "out of range"), (["--seed", "x"], "error", "--seed"),
-                                (["--bogus"], "error", "unrecognized")):
+    for args, field, needle in (
+        (["scripts/nope.py"], "fix", "scripts/epyc/kv_cache.py"),
+        (["--sample", "0"], "error", "out of range"),
+        (["--seed", "x"], "error", "--seed"),
+        (["--bogus"], "error", "unrecognized"),
+    ):
         p = tool(*args)
         out, _ = p.communicate(timeout=60)
         doc = json.loads(out)

@@ -1,4 +1,5 @@
 """epyc.planfile: its decisions, tested in-process."""
+
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from epyc.bundle import load_epyc
 from epyc.errors import ScriptError
 
 
-def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live_tune):  # noqa: F811
+def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live_tune):
     """F3: plan --dtype float32 on an estimate of bfloat16 served float32 with half its memory counted: the
     summary called a fit what could run out of memory, and --max-num-seqs was twice what the KV cache holds."""
     from conftest import load_docs
@@ -22,6 +23,7 @@ def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live
         planner,
     )
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     docs["validate"].update(backend="stock")  # a stack that serves float32 (zentorch's platform does not)
     assert docs["estimate_memory"]["dtype"] == "bfloat16"
@@ -32,7 +34,7 @@ def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live
     assert "--dtype float32" in err.value.fix
 
 
-def test_an_edited_input_inside_a_plan_is_checked_against_its_schema(tmp_path, inputs, live_tune):  # noqa: F811
+def test_an_edited_input_inside_a_plan_is_checked_against_its_schema(tmp_path, inputs, live_tune):
     """kv_granted_gb: [7] built an 8 GiB list before the edit was noticed: inputs are schema-checked first."""
     _, plan = host_plan(tmp_path, inputs, live_tune)
     plan["inputs"]["cpu_tune"]["kv_granted_gb"] = [7]

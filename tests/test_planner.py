@@ -1,4 +1,5 @@
 """epyc.planner: its decisions, tested in-process."""
+
 import json
 import sys
 
@@ -16,6 +17,7 @@ def test_an_estimate_for_the_other_kind_of_cpu_is_a_mismatch_for_a_recurrent_mod
     """vLLM keeps the SSM state in float32 only on an AVX-512 BF16 CPU: an estimate made for the other kind
     sizes the wrong KV page, so plan names the flag that fixes it."""
     from epyc.planner import mismatches
+
     est = {"kv_layers": {"ssm_state_dtype": "float32"}, "avx512_bf16": True}
     docs = {"detect": {"avx512_bf16": False}, "validate": {}, "check_model": {}, "estimate_memory": est, "cpu_tune": {}}
     assert any("--avx512-bf16 no" in m for m in mismatches(docs))
@@ -26,32 +28,49 @@ def test_an_estimate_for_the_other_kind_of_cpu_is_a_mismatch_for_a_recurrent_mod
 def test_an_estimate_that_contradicts_itself_is_a_mismatch():
     """F5: avx512_bf16 edited to true on an estimate sized with a bf16 state planned a float32 CPU's sizing."""
     from epyc.planner import mismatches
+
     est = {"kv_layers": {"ssm_state_dtype": "bfloat16"}, "avx512_bf16": True, "kv_dtype": "bfloat16"}
     docs = {"detect": {"avx512_bf16": True}, "validate": {}, "check_model": {}, "estimate_memory": est, "cpu_tune": {}}
     assert any("vLLM keeps it in float32" in m for m in mismatches(docs))
 
 
-@pytest.mark.parametrize("vendor,refused", [("GenuineIntel", True), ("HygonGenuine", True), ("AuthenticAMD", False),
-                                            (None, True)])
+@pytest.mark.parametrize(
+    "vendor,refused", [("GenuineIntel", True), ("HygonGenuine", True), ("AuthenticAMD", False), (None, True)]
+)
 def test_zentorch_on_a_cpu_detect_read_as_not_amd_is_a_mismatch(vendor, refused):
     """A note of the twenty-sixth audit: a validate.json that chose zentorch planned beside a detect.json of
     an Intel CPU, and the summary read "zentorch-accelerated" for a platform vLLM never picks there. (None, a
     note left since the twenty-eighth: a CPU whose vendor detect.py could not read is not called an EPYC, so
     validate.py is never ready with zentorch for it; a spec writes AuthenticAMD.)"""
     from epyc.planner import mismatches
-    docs = {"detect": {"vendor": vendor}, "validate": {"backend": "zentorch"}, "check_model": {}, "estimate_memory": {},
-            "cpu_tune": {}}
+
+    docs = {
+        "detect": {"vendor": vendor},
+        "validate": {"backend": "zentorch"},
+        "check_model": {},
+        "estimate_memory": {},
+        "cpu_tune": {},
+    }
     assert any("activates only on AMD CPUs" in m for m in mismatches(docs)) == refused
     assert vendor is not None or any("detect.py read no CPU vendor" in m for m in mismatches(docs))
     docs["validate"]["backend"] = "stock"
     assert mismatches(docs) == []
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda i: i["validate"].update(ready=False, errors=[{"message": "no runtime", "fix": "get one"}]), "not ready"),
-    (lambda i: i["check_model"].update(launchable=False, message="BertModel is pooling"), "pooling"),
-    (lambda i: i["estimate_memory"]["fit"].update(fits=False, action="lower --max-model-len to 1024"), "does not fit"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (
+            lambda i: i["validate"].update(ready=False, errors=[{"message": "no runtime", "fix": "get one"}]),
+            "not ready",
+        ),
+        (lambda i: i["check_model"].update(launchable=False, message="BertModel is pooling"), "pooling"),
+        (
+            lambda i: i["estimate_memory"]["fit"].update(fits=False, action="lower --max-model-len to 1024"),
+            "does not fit",
+        ),
+    ],
+)
 def test_plan_refuses_inconsistent_inputs(inputs, mutate, needle):
     docs = load_docs(inputs)
     mutate(docs)
@@ -59,8 +78,7 @@ def test_plan_refuses_inconsistent_inputs(inputs, mutate, needle):
         planner.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert needle in e.value.error
     with pytest.raises(ScriptError) as e:
-        planner.build_plan(load_docs(inputs),
-                              {"model": "other/model"}, load_epyc(), facts_for(docs))
+        planner.build_plan(load_docs(inputs), {"model": "other/model"}, load_epyc(), facts_for(docs))
     assert "check_model.py ran for" in e.value.error
 
 
@@ -72,15 +90,25 @@ def test_sudo_docker_plan_is_non_interactive(inputs):
     assert plan["pre_argv"][0][:3] == ["sudo", "-n", "docker"]
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda i: i["estimate_memory"].update(model="other/model"), "estimate_memory.py for other/model"),
-    (lambda i: i["cpu_tune"].update(weight_gb=15.0), "cpu_tune.py sized for 15.0 GiB of weights, estimate_memory.py "
-                                                      "says 1.11"),
-    (lambda i: i["cpu_tune"].update(kv_needed_gb=9.0), "KV need"),
-    (lambda i: (i["estimate_memory"]["fit"].update(kv_needed_gb=300.0), i["cpu_tune"].update(kv_needed_gb=300.0)),
-     "below the 300.0 GiB needed"),
-    (lambda i: i["cpu_tune"].update(target="root@other-box"), "cpu_tune.py sized root@other-box"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda i: i["estimate_memory"].update(model="other/model"), "estimate_memory.py for other/model"),
+        (
+            lambda i: i["cpu_tune"].update(weight_gb=15.0),
+            "cpu_tune.py sized for 15.0 GiB of weights, estimate_memory.py says 1.11",
+        ),
+        (lambda i: i["cpu_tune"].update(kv_needed_gb=9.0), "KV need"),
+        (
+            lambda i: (
+                i["estimate_memory"]["fit"].update(kv_needed_gb=300.0),
+                i["cpu_tune"].update(kv_needed_gb=300.0),
+            ),
+            "below the 300.0 GiB needed",
+        ),
+        (lambda i: i["cpu_tune"].update(target="root@other-box"), "cpu_tune.py sized root@other-box"),
+    ],
+)
 def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, needle):
     docs = load_docs(inputs)
     docs["cpu_tune"]["target"] = docs["detect"]["target"]  # the fixture's tune and detect read the same sysroot
@@ -91,10 +119,16 @@ def test_plan_refuses_documents_that_describe_different_serves(inputs, mutate, n
     assert "do not describe one serve" in e.value.error and needle in e.value.error
 
 
-@pytest.mark.parametrize("sizing,bind,kv,seqs", [
-    ("skill", "96-191", "190", True), ("vllm-default", None, None, False), ("all-cores", "96-191", None, False),
-    ("unpinned", "nobind", "190", False), ("skill+throughput", "96-191", "190", True),
-])
+@pytest.mark.parametrize(
+    "sizing,bind,kv,seqs",
+    [
+        ("skill", "96-191", "190", True),
+        ("vllm-default", None, None, False),
+        ("all-cores", "96-191", None, False),
+        ("unpinned", "nobind", "190", False),
+        ("skill+throughput", "96-191", "190", True),
+    ],
+)
 def test_sizing_baselines_for_the_comparison(inputs, sizing, bind, kv, seqs):
     """bench.py --compare serves the same model under each sizing: only the rules differ."""
     docs = load_docs(inputs)
@@ -121,7 +155,10 @@ def test_kernel_log_turns_on_exactly_the_two_kernel_logs(inputs):
     docs = load_docs(inputs)
     with_log = planner.build_plan(docs, {"kernel_log": True}, load_epyc(), facts_for(docs))["env"]
     without = planner.build_plan(docs, {}, load_epyc(), facts_for(docs))["env"]
-    assert {k: v for k, v in with_log.items() if k not in without} == {"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"}
+    assert {k: v for k, v in with_log.items() if k not in without} == {
+        "ZENDNNL_API_LOG_LEVEL": "4",
+        "ONEDNN_VERBOSE": "1",
+    }
 
 
 # ---- what the human reads: the confirmation summary and the handoff, whole (each row is a decision)
@@ -136,19 +173,28 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
         ["Precision", "bfloat16"],
         ["Fit", "required 3.55 GiB vs 384.0 GiB RAM"],
         ["CPU sizing", "socket 1 (forced by --socket), bind 96-191, KV 190 GiB (socket-local), memory on nodes 1"],
-        ["KV cache", "holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, "
-                     "--max-num-batched-tokens 2048"],
+        [
+            "KV cache",
+            "holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, "
+            "--max-num-batched-tokens 2048",
+        ],
         ["Hardware", "EPYC Genoa (Zen4), 192 cores, AVX-512 yes"],
         ["Port", f"{port} on 127.0.0.1"],
         ["Pinning", "--cpuset-* flags in the command"],
-        ["Environment", "VLLM_CPU_OMP_THREADS_BIND=96-191, VLLM_CPU_KVCACHE_SPACE=190, "
-                        "HF_TOKEN (from $HF_TOKEN, value not shown)"],
+        [
+            "Environment",
+            "VLLM_CPU_OMP_THREADS_BIND=96-191, VLLM_CPU_KVCACHE_SPACE=190, HF_TOKEN (from $HF_TOKEN, value not shown)",
+        ],
         ["Command (exactly what start runs)", plan["command"]],
     ]
     import shlex
+
     assert shlex.split(plan["command"]) == plan["argv"]  # the command shown is the argv start runs
     assert plan["summary_markdown"].splitlines()[:3] == [
-        "| Field | Value |", "|---|---|", f"| Model / kind | {model} -- text, endpoint chat_completions |"]
+        "| Field | Value |",
+        "|---|---|",
+        f"| Model / kind | {model} -- text, endpoint chat_completions |",
+    ]
 
 
 def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatch):
@@ -156,15 +202,26 @@ def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatc
     comparison sizing, the warnings and the questions the human must answer."""
     monkeypatch.setenv("MY_KEY", "sk-summary-test")
     docs = load_docs(inputs)
-    docs["check_model"]["quantization"] = {"method": "compressed-tensors", "format": "pack-quantized", "bits": 4,
-                                           "symmetric": True, "group_size": 128, "cpu_kernels": {}}
+    docs["check_model"]["quantization"] = {
+        "method": "compressed-tensors",
+        "format": "pack-quantized",
+        "bits": 4,
+        "symmetric": True,
+        "group_size": 128,
+        "cpu_kernels": {},
+    }
     docs["validate"]["confirmations"] = [{"check": "c", "message": "the image is not the pinned one", "fix": "f"}]
-    plan = planner.build_plan(docs, {"expose": True, "api_key_env": "MY_KEY", "sizing": "all-cores"}, load_epyc(),
-                                 facts_for(docs, api_key_set=True))
+    plan = planner.build_plan(
+        docs,
+        {"expose": True, "api_key_env": "MY_KEY", "sizing": "all-cores"},
+        load_epyc(),
+        facts_for(docs, api_key_set=True),
+    )
     rows = dict((k, v) for k, v in plan["summary"] if k not in ("Warning",))
     assert plan["quantization"]["kernel"].startswith("zentorch_dynamic_qlinear")
-    assert rows["Precision"] == ("bfloat16 activations; weights compressed-tensors 4-bit, run by "
-                                 + plan["quantization"]["kernel"])
+    assert rows["Precision"] == (
+        "bfloat16 activations; weights compressed-tensors 4-bit, run by " + plan["quantization"]["kernel"]
+    )
     assert rows["Port"] == f"{plan['port']} on 0.0.0.0 (exposed, API key required)"
     assert rows["Sizing rule"] == "all-cores (a comparison baseline, not the skill's sizing)"
     assert rows["Needs your OK"] == "the image is not the pinned one"
@@ -187,20 +244,24 @@ def test_every_field_of_a_plan_is_compared_with_a_fresh_rendering(inputs):
 def test_a_host_plan_preloads_the_library_validate_found(inputs):
     docs = load_docs(inputs)
     lib = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
-    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable,
-                            ld_preload={"value": lib, "note": None})
+    docs["validate"].update(
+        path="host", runtime="host", image=None, python=sys.executable, ld_preload={"value": lib, "note": None}
+    )
     assert planner.build_plan(docs, {}, load_epyc(), facts_for(docs))["env"]["LD_PRELOAD"] == lib
     assert "LD_PRELOAD" not in planner.build_plan(docs, {"sizing": "vllm-default"}, load_epyc(), facts_for(docs))["env"]
 
 
-@pytest.mark.parametrize("edit", [
-    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=0"]),
-    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=99999"]),
-    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=0-1"]),
-    lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=0-95", "--cpuset-mems=1"]),  # socket 0's, bind 96-191
-    lambda t: t.update(host_pin_argv=["taskset", "-c", "0-95"]),
-    lambda t: t.update(host_pin_argv=["numactl", "--cpunodebind=1", "--membind=0"]),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=0"]),
+        lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=99999"]),
+        lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=96-191,288-383", "--cpuset-mems=0-1"]),
+        lambda t: t.update(container_cpuset_argv=["--cpuset-cpus=0-95", "--cpuset-mems=1"]),  # socket 0's, bind 96-191
+        lambda t: t.update(host_pin_argv=["taskset", "-c", "0-95"]),
+        lambda t: t.update(host_pin_argv=["numactl", "--cpunodebind=1", "--membind=0"]),
+    ],
+)
 def test_the_container_is_pinned_to_the_nodes_and_cpus_cpu_tune_sized(inputs, edit):
     """Twenty-sixth audit, F5: `"cpus" in flag` was true for --cpuset-mems (cpuset), so a container's memory
     node was never compared with the nodes cpu_tune sized, and its CPUs never with the bind; the host's

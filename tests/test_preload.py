@@ -15,8 +15,15 @@ def test_ld_preload_is_only_the_pinned_libraries_even_split_on_spaces():
     good = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
     for ok in (good, good + ".5.9", f"{good}:/opt/conda/lib/libiomp5.so"):
         assert preload.preload_value(ok, libs) == ok
-    for bad in (f"{good} /tmp/evil/libtcmalloc_minimal.so.4", f"{good}\t", "/usr/lib//libtcmalloc.so.4",
-                "/usr/lib/libtcmalloc.so.4x", "/usr/lib/$LIB/libtcmalloc.so.4", "/usr/lib/libtcmalloc.so.4.x", 5):
+    for bad in (
+        f"{good} /tmp/evil/libtcmalloc_minimal.so.4",
+        f"{good}\t",
+        "/usr/lib//libtcmalloc.so.4",
+        "/usr/lib/libtcmalloc.so.4x",
+        "/usr/lib/$LIB/libtcmalloc.so.4",
+        "/usr/lib/libtcmalloc.so.4.x",
+        5,
+    ):
         with pytest.raises(ScriptError, match="LD_PRELOAD"):
             preload.preload_value(bad, libs)
 

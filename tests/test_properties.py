@@ -5,6 +5,7 @@ refusal (ScriptError / ValueError / argparse's type error, which the scripts tur
 `error` and `fix`), never another exception, never NaN in a document, never a hang, and never a file
 written outside its folder. The table of bad-input classes and where each is tested: tests/BAD_INPUT.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 FAST = settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
-SLOW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.function_scoped_fixture])
+SLOW = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 EPYC = bundle.load_epyc()
 
-json_scalars = st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=20)
-json_values = st.recursive(json_scalars, lambda kids: st.lists(kids, max_size=4) |
-                           st.dictionaries(st.text(max_size=12), kids, max_size=4), max_leaves=20)
+json_scalars = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False) | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
+    max_leaves=20,
+)
 
 
 # ---------------------------------------------------------------- host files (detect, cpu_tune)
+
 
 @FAST
 @given(st.text(max_size=2000))
@@ -84,10 +92,32 @@ def test_meminfo_and_cgroup_parsers_never_raise(meminfo, cgroup):
 
 
 @FAST
-@given(st.lists(st.tuples(st.sampled_from(["/proc/cpuinfo", "proc/cpuinfo", "../escape", "/etc/../../x",
-                                           "/sys/a/../../../b", "/ok/f", "", "/", "/a/./b", "/proc", "/proc/x",
-                                           "/p\0q", "/" + "n" * 300, "/a//b"]),
-                           st.text(max_size=40)), max_size=5))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "/proc/cpuinfo",
+                    "proc/cpuinfo",
+                    "../escape",
+                    "/etc/../../x",
+                    "/sys/a/../../../b",
+                    "/ok/f",
+                    "",
+                    "/",
+                    "/a/./b",
+                    "/proc",
+                    "/proc/x",
+                    "/p\0q",
+                    "/" + "n" * 300,
+                    "/a//b",
+                ]
+            ),
+            st.text(max_size=40),
+        ),
+        max_size=5,
+    )
+)
 def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
     """The ssh dump of detect.py --host is the remote host's text: written as a capture, or a clear error."""
     dest = tmp_path_factory.mktemp("unpack") / "tree"
@@ -102,10 +132,20 @@ def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
 
 
 @FAST
-@given(st.fixed_dictionaries({}, optional={
-    "cpu_model": st.text(max_size=30), "vendor": st.sampled_from(["AuthenticAMD", "GenuineIntel", "", None]),
-    "is_amd_epyc": st.booleans(), "avx512": st.booleans(), "avx512_bf16": st.booleans(),
-    "epyc_generation": st.sampled_from(["Genoa", "Turin", "Milan", "Bergamo", "unknown", None])}), st.booleans())
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "cpu_model": st.text(max_size=30),
+            "vendor": st.sampled_from(["AuthenticAMD", "GenuineIntel", "", None]),
+            "is_amd_epyc": st.booleans(),
+            "avx512": st.booleans(),
+            "avx512_bf16": st.booleans(),
+            "epyc_generation": st.sampled_from(["Genoa", "Turin", "Milan", "Bergamo", "unknown", None]),
+        },
+    ),
+    st.booleans(),
+)
 def test_routing_always_gives_one_of_the_documented_routes(facts, stock):
     r = cpuid.route_host(facts, EPYC["supported_generations"], stock)
     assert r["route"] in ("zentorch", "confirm", "stock", "stock_offer", "stop") and r["reason"]
@@ -116,6 +156,7 @@ def test_routing_always_gives_one_of_the_documented_routes(facts, stock):
 
 
 # ---------------------------------------------------------------- model files (check_model, estimate_memory)
+
 
 @FAST
 @given(json_values)
@@ -140,20 +181,62 @@ def test_safetensors_file_of_any_bytes(tmp_path_factory, data):
     assert isinstance(header, dict)
 
 
-config_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**7), st.text(max_size=5),
-                          st.lists(st.sampled_from(["full_attention", "sliding_attention", "linear_attention", 3]),
-                                   max_size=6), st.floats(allow_nan=True),
-                          st.sampled_from(["falcon", "RefinedWeb", "chatglm", "dbrx"]),
-                          st.dictionaries(st.just("kv_n_heads"), st.one_of(st.integers(-2, 200), st.text(max_size=2))))
-config_keys = ["num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
-               "kv_lora_rank", "qk_rope_head_dim", "max_position_embeddings", "sliding_window", "layer_types",
-               "attn_layer_period", "attn_layer_offset", "full_attention_interval", "sliding_window_pattern",
-               "use_sliding_window", "hybrid_override_pattern", "model_type", "linear_num_key_heads",
-               "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-               "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "mamba_expand",
-               "mamba_d_state", "mamba_d_conv", "state_size", "expand", "num_kv_heads", "n_head_kv",
-               "multi_query_group_num", "n_heads", "n_layers", "new_decoder_architecture", "multi_query_attention",
-               "multi_query", "attn_config", "seq_length", "n_positions", "model_max_length"]
+config_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**7),
+    st.text(max_size=5),
+    st.lists(st.sampled_from(["full_attention", "sliding_attention", "linear_attention", 3]), max_size=6),
+    st.floats(allow_nan=True),
+    st.sampled_from(["falcon", "RefinedWeb", "chatglm", "dbrx"]),
+    st.dictionaries(st.just("kv_n_heads"), st.one_of(st.integers(-2, 200), st.text(max_size=2))),
+)
+config_keys = [
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "max_position_embeddings",
+    "sliding_window",
+    "layer_types",
+    "attn_layer_period",
+    "attn_layer_offset",
+    "full_attention_interval",
+    "sliding_window_pattern",
+    "use_sliding_window",
+    "hybrid_override_pattern",
+    "model_type",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "n_groups",
+    "conv_kernel",
+    "mamba_expand",
+    "mamba_d_state",
+    "mamba_d_conv",
+    "state_size",
+    "expand",
+    "num_kv_heads",
+    "n_head_kv",
+    "multi_query_group_num",
+    "n_heads",
+    "n_layers",
+    "new_decoder_architecture",
+    "multi_query_attention",
+    "multi_query",
+    "attn_config",
+    "seq_length",
+    "n_positions",
+    "model_max_length",
+]
 
 
 @FAST
@@ -176,18 +259,21 @@ def test_any_config_is_checked_then_sized_or_refused(cfg):
 
 
 @SLOW
-@given(st.dictionaries(st.sampled_from(config_keys + ["architectures", "text_config"]),
-                       config_values | json_values, max_size=8))
+@given(
+    st.dictionaries(
+        st.sampled_from(config_keys + ["architectures", "text_config"]), config_values | json_values, max_size=8
+    )
+)
 def test_estimate_memory_script_on_any_config(tmp_path_factory, cfg):
     folder = tmp_path_factory.mktemp("model")
     (folder / "config.json").write_text(json.dumps(cfg))
-    r = run_script("estimate_memory.py", "--model", str(folder), "--ram-gb", "24", "--weight-gb", "1",
-                   timeout=60)
+    r = run_script("estimate_memory.py", "--model", str(folder), "--ram-gb", "24", "--weight-gb", "1", timeout=60)
     assert r.code in (0, 1)
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-finite {c} in the JSON"))  # text may quote it
 
 
 # ---------------------------------------------------------------- documents between scripts (plan, state)
+
 
 @FAST
 @given(json_values)
@@ -238,6 +324,7 @@ def test_state_file_of_any_content_is_not_trusted(tmp_path_factory, doc):
 
 # ---------------------------------------------------------------- server replies (verify)
 
+
 @FAST
 @given(st.integers(0, 600), json_values | st.text(max_size=200), st.sampled_from(["chat_completions", "completions"]))
 def test_judge_smoke_never_raises_and_never_echoes_the_key(status, body, endpoint):
@@ -256,6 +343,7 @@ def test_redact_masks_bearer_tokens(text):
 
 
 # ---------------------------------------------------------------- flags
+
 
 @FAST
 @given(st.text(max_size=30))
@@ -285,8 +373,10 @@ def test_names_that_reach_argv_or_shell_never_look_like_options(text):
 
 
 @SLOW
-@given(st.sampled_from(["--port", "--max-model-len", "--num-prompts", "--timeout"]),
-       st.sampled_from(["-1", "0", "nan", "inf", "-inf", "1e99", "", "x", "0x10"]))
+@given(
+    st.sampled_from(["--port", "--max-model-len", "--num-prompts", "--timeout"]),
+    st.sampled_from(["-1", "0", "nan", "inf", "-inf", "1e99", "", "x", "0x10"]),
+)
 def test_up_refuses_bad_numbers_before_doing_anything(flag, value):
     r = run_script("launch.py", "up", flag, value, "--state-dir", "/nonexistent/never-created", timeout=60)
     assert r.code == 1 and r.doc["error"].startswith(f"bad arguments: argument {flag}")

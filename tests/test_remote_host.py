@@ -7,11 +7,14 @@ from epyc import (
 )
 
 
-@pytest.mark.parametrize("spec,user,host,port", [
-    ("box", None, "box", None),
-    ("me@box.example:2222", "me", "box.example", 2222),
-    ("root@127.0.0.1", "root", "127.0.0.1", None),
-])
+@pytest.mark.parametrize(
+    "spec,user,host,port",
+    [
+        ("box", None, "box", None),
+        ("me@box.example:2222", "me", "box.example", 2222),
+        ("root@127.0.0.1", "root", "127.0.0.1", None),
+    ],
+)
 def test_parse_host(spec, user, host, port):
     t = remote_host.parse_host(spec)
     assert (t.user, t.host, t.port) == (user, host, port)

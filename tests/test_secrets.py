@@ -1,4 +1,5 @@
 """Secrets never reach what the bundle prints, logs, passes on a command line or leaves on disk."""
+
 import json
 import os
 import stat
@@ -40,27 +41,47 @@ from model_fixtures import FIXTURES
 def test_a_secret_across_a_cut_is_not_printed_in_part(script, tmp_path, monkeypatch):
     token = "hf_SeCrEtToKeN1234567890"
     log = tmp_path / "server.log"
-    log.write_text(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={'z' * 180}{token} kernel=x\n"
-                   f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear{'y' * 265}{token} kernel=brgemm\n"
-                   f"fallback {'y' * 280}{token}\n")
+    log.write_text(
+        f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={'z' * 180}{token} kernel=x\n"
+        f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear{'y' * 265}{token} kernel=brgemm\n"
+        f"fallback {'y' * 280}{token}\n"
+    )
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": token})
     assert r.code == 0 and token[:8] not in r.stdout + r.stderr, r.stdout
     upstream = tmp_path / "validate.json"
     upstream.write_text(json.dumps({"ok": False, "error": "x" * 490 + token, "fix": "y"}))
-    r = script("launch.py", "plan", "--detect", str(upstream), "--validate", str(upstream), "--check", str(upstream),
-               "--estimate", str(upstream), "--tune", str(upstream), env={"HF_TOKEN": token})
+    r = script(
+        "launch.py",
+        "plan",
+        "--detect",
+        str(upstream),
+        "--validate",
+        str(upstream),
+        "--check",
+        str(upstream),
+        "--estimate",
+        str(upstream),
+        "--tune",
+        str(upstream),
+        env={"HF_TOKEN": token},
+    )
     assert r.code == 1 and token[:8] not in r.stdout + r.stderr, r.doc
 
 
 # ---- F2: a secret across the 64 KiB piece a long log line is read in
 def test_a_secret_across_a_long_lines_read_cut_is_never_shown_in_part(script, tmp_path):
     from epyc.kernels import LINE_READ_CHARS
+
     log = tmp_path / "server.log"
     pad = LINE_READ_CHARS - 10  # the token begins 10 characters before the cut
-    log.write_text("y" * pad + f"{TOKEN} fallback to ref\n"
-                   + "y" * pad + f"{TOKEN} [API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=brgemm\n"
-                   + f"fallback {TOKEN} whole\n"
-                   + "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n")
+    log.write_text(
+        "y" * pad
+        + f"{TOKEN} fallback to ref\n"
+        + "y" * pad
+        + f"{TOKEN} [API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=brgemm\n"
+        + f"fallback {TOKEN} whole\n"
+        + "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n"
+    )
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN})
     assert r.code == 0 and r.doc["zentorch_matmuls"] == 1, r.doc
     assert not leaks(r.stdout + r.stderr), leaks(r.stdout + r.stderr)
@@ -72,9 +93,16 @@ def test_the_line_reader_masks_first_and_drops_a_long_lines_rest():
 
     from epyc import masking
     from epyc.kernels import LINE_READ_CHARS, line_heads
-    text = ("a" * (LINE_READ_CHARS - 5) + TOKEN + " tail\n"     # cut inside the token
-            + "b" * (3 * LINE_READ_CHARS) + "\n"              # three pieces long: one line, not three
-            + f"short {TOKEN}\n" + "last, no newline")
+
+    text = (
+        "a" * (LINE_READ_CHARS - 5)
+        + TOKEN
+        + " tail\n"  # cut inside the token
+        + "b" * (3 * LINE_READ_CHARS)
+        + "\n"  # three pieces long: one line, not three
+        + f"short {TOKEN}\n"
+        + "last, no newline"
+    )
     got = list(line_heads(io.StringIO(text), [TOKEN]))
     assert len(got) == 4 and not leaks("".join(got))
     reach = max(map(len, masking.secret_forms([TOKEN])))  # the longest form text can carry it in (base64's)
@@ -85,8 +113,9 @@ def test_the_line_reader_masks_first_and_drops_a_long_lines_rest():
     assert list(line_heads(io.StringIO("x" * LINE_READ_CHARS), [])) == ["x" * LINE_READ_CHARS + "\n"]
 
 
-def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt, tmp_path):
     from epyc.kernels import LINE_READ_CHARS
+
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -98,8 +127,15 @@ def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt,
 
 def test_bench_passes_the_key_into_the_container_by_name_only():
     from epyc import benchmark
-    plan = {"path": "container", "runtime": "docker", "container_name": "epyc-x", "model": "org/m",
-            "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"], "api_key_env": "MY_KEY"}
+
+    plan = {
+        "path": "container",
+        "runtime": "docker",
+        "container_name": "epyc-x",
+        "model": "org/m",
+        "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"],
+        "api_key_env": "MY_KEY",
+    }
     assert benchmark.serving_target(plan)["vllm"] == ["docker", "exec", "-e", "OPENAI_API_KEY", "epyc-x", "vllm"]
     assert benchmark.serving_target({**plan, "api_key_env": None})["vllm"] == ["docker", "exec", "epyc-x", "vllm"]
 
@@ -111,12 +147,17 @@ def test_verify_masks_every_secret_of_the_shell_before_it_cuts_a_line(monkeypatc
     from epyc import (
         serve_procs,
     )
+
     password = "Pa55w0rdMirrorSecret"
     monkeypatch.setenv("HF_ENDPOINT", f"http://mirroruser:{password}@127.0.0.1:46999")
     monkeypatch.setenv("DB_PASSWORD", "Pw0rdDbSecretValue7788")
     log = tmp_path / "server.log"
-    log.write_text("y" * 950 + f" cannot reach http://mirroruser:{password}@127.0.0.1:46999/api died\n"
-                   + "x" * 990 + " Pw0rdDbSecretValue7788 died\n")
+    log.write_text(
+        "y" * 950
+        + f" cannot reach http://mirroruser:{password}@127.0.0.1:46999/api died\n"
+        + "x" * 990
+        + " Pw0rdDbSecretValue7788 died\n"
+    )
     tail = json.dumps(serve_procs.log_tail({"path": "host", "log_file": str(log), "secrets": {}}))
     assert not leaks(tail, password) and not leaks(tail, "Pw0rdDbSecretValue7788"), tail[-400:]
 
@@ -124,10 +165,13 @@ def test_verify_masks_every_secret_of_the_shell_before_it_cuts_a_line(monkeypatc
 def test_a_key_holding_a_shorter_secret_is_masked_whole(monkeypatch, tmp_path, script):
     """F2: masked in plan order, an API key that holds the HF token lost only that part; the rest showed."""
     key = TOKEN + "ZZtailOfTheApiKey4455"
-    assert tail_of_a_plan_log(monkeypatch, tmp_path, f"key reflected {key} died", {"MYKEY": key}) == \
-        ["key reflected *** died"]
+    assert tail_of_a_plan_log(monkeypatch, tmp_path, f"key reflected {key} died", {"MYKEY": key}) == [
+        "key reflected *** died"
+    ]
     log = tmp_path / "server.log"
-    log.write_text(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=brgemm fallback {key} here\n")
+    log.write_text(
+        f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear kernel=brgemm fallback {key} here\n"
+    )
     r = script("kernel_proof.py", "--log", str(log), env={"HF_TOKEN": TOKEN, "MY_API_KEY": key})
     assert r.code == 0 and "tailOfTheApiKey" not in r.stdout and "***" in r.doc["sample"], r.doc
 
@@ -139,37 +183,50 @@ def test_kernel_proof_masks_a_secrets_json_form_and_url_credentials_before_it_cu
     password = 'Pw0rd"Db\\SecretValue7788'
     escaped = json.dumps(password)[1:-1]
     log = tmp_path / "server.log"
-    log.write_text("fallback " + "y" * 280 + escaped + " here\n"
-                   + "fallback " + "z" * 270 + "http://someone:OtherPassw0rdXYZ12@mirror/x here\n"
-                   + "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n")
+    log.write_text(
+        "fallback "
+        + "y" * 280
+        + escaped
+        + " here\n"
+        + "fallback "
+        + "z" * 270
+        + "http://someone:OtherPassw0rdXYZ12@mirror/x here\n"
+        + "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_mm kernel=k\n"
+    )
     r = script("kernel_proof.py", "--log", str(log), env={"DB_PASSWORD": password})
     assert r.code == 0 and len(r.doc["fallback_lines"]) == 2, r.doc
     shown = json.dumps(r.doc["fallback_lines"])
     assert not leaks(shown, password.replace('"', "").replace("\\", "")) and "OtherPass" not in shown, shown
 
 
-@pytest.mark.parametrize("pw", ["Vault-{key}-AndMoreSecretTail77", "Vault-{hf}-AndMoreSecretTail77",
-                                "Vault-token=AndMoreSecretTail77"])
+@pytest.mark.parametrize(
+    "pw", ["Vault-{key}-AndMoreSecretTail77", "Vault-{hf}-AndMoreSecretTail77", "Vault-token=AndMoreSecretTail77"]
+)
 def test_a_shell_secret_holding_a_plan_secret_is_masked_whole(monkeypatch, tmp_path, pw):
     """F2: the plan's secrets and the token pattern were masked before the shell's: a DB_PASSWORD holding the
     API key, the HF token or `token=` lost only that part, and its tail showed."""
     key = "K3yOfTheServerApi99"
     pw = pw.format(key=key, hf=TOKEN)
-    assert tail_of_a_plan_log(monkeypatch, tmp_path, f"server says {pw} died", {"MYKEY": key, "DB_PASSWORD": pw}) == \
-        ["server says *** died"]
+    assert tail_of_a_plan_log(monkeypatch, tmp_path, f"server says {pw} died", {"MYKEY": key, "DB_PASSWORD": pw}) == [
+        "server says *** died"
+    ]
 
 
 # ---- fifteenth audit
-@pytest.mark.parametrize("value,text", [
-    (TOKEN + "\r", f"sent {TOKEN} end"),                        # a Windows .env's line end: the client strips it
-    ("\t" + TOKEN, f"sent {TOKEN} end"),
-    ("FirstLineOfKey123\nSecondLineOfKey456", "says FirstLineOfKey123"),  # logs are masked a line at a time
-    ("Latin\udce9Password123", "pw Latin\ufffdPassword123 end"),            # not UTF-8: read as the log reader does
-])
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        (TOKEN + "\r", f"sent {TOKEN} end"),  # a Windows .env's line end: the client strips it
+        ("\t" + TOKEN, f"sent {TOKEN} end"),
+        ("FirstLineOfKey123\nSecondLineOfKey456", "says FirstLineOfKey123"),  # logs are masked a line at a time
+        ("Latin\udce9Password123", "pw Latin\ufffdPassword123 end"),  # not UTF-8: read as the log reader does
+    ],
+)
 def test_a_secret_is_masked_in_every_form_text_carries_it(value, text):
     """F1, F3, F6: a secret with a line end, a newline or a byte that is not UTF-8 was masked only as its
     exact value; the token a client sends, a line of it, or its decoded form printed whole."""
     from epyc import masking
+
     masked = masking.mask_forms(text, masking.secret_forms([value]))
     assert "***" in masked and "Password123" not in masked and "Key123" not in masked and TOKEN not in masked
 
@@ -177,6 +234,7 @@ def test_a_secret_is_masked_in_every_form_text_carries_it(value, text):
 def test_two_overlapping_secrets_are_masked_as_one_span():
     """F2: masking one first hid the other's start, and its tail showed."""
     from epyc import masking
+
     forms = masking.secret_forms(["AAAAoverlapBBBB", "overlapBBBBCCCC"])
     assert masking.mask_forms("server says AAAAoverlapBBBBCCCC died", forms) == "server says *** died"
     assert masking.mask_forms("a abcd b abcd", ["abcd"]) == "a *** b ***"
@@ -187,6 +245,7 @@ def test_a_short_or_many_line_secret_does_not_mask_words_or_slow_the_masker():
     """F2, F3: every 4-character line of a secret masked the bundle's own words and JSON keys ("error",
     "serve"), and a secret of thousands of lines made each log line thousands of searches."""
     from epyc import masking
+
     forms = masking.secret_forms(["abcdefgh12\nerror"])
     assert "error" not in forms and masking.mask_forms('{"error": "x"}', forms) == '{"error": "x"}'
     pem = "\n".join(f"line{i:04d}" + "Q" * 60 for i in range(2000))
@@ -204,6 +263,7 @@ def test_a_reflected_key_in_a_broken_status_line_is_masked_before_any_cut(monkey
         serve_verify,
     )
     from epyc.masking import redact
+
     key = "sk-Zq7Wm4Rt9Yp2Lx8Nc5Vb3Hj6Kd1Fg0Se"
     srv = answer_once(b"HTTP/1.1 2x0 " + key.encode() * 4 + b"A" * 80 + key.encode() + b"\r\n\r\n")
     status, why = serve_verify.http("GET", f"http://127.0.0.1:{srv.getsockname()[1]}/", 10)
@@ -218,30 +278,45 @@ def test_the_hubs_last_warning_is_masked_before_it_is_cut(monkeypatch):
     import logging
 
     from epyc import hf_model
+
     pw = "JwA0H1O2" + "x9Y8z7W6" * 30
     monkeypatch.setenv("HF_ENDPOINT", f"http://bob:{pw}@127.0.0.1:46004")
     handler = hf_model._LastWarning()
-    handler.emit(logging.LogRecord("hf", logging.WARNING, __file__, 1,
-                                   f"HTTP Error 503 thrown while requesting HEAD http://bob:{pw}@127.0.0.1:46004/x",
-                                   None, None))
+    handler.emit(
+        logging.LogRecord(
+            "hf",
+            logging.WARNING,
+            __file__,
+            1,
+            f"HTTP Error 503 thrown while requesting HEAD http://bob:{pw}@127.0.0.1:46004/x",
+            None,
+            None,
+        )
+    )
     assert not leaks(handler.last, pw), handler.last
 
 
-def test_a_secret_that_is_a_common_word_never_removes_the_documents_keys(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_secret_that_is_a_common_word_never_removes_the_documents_keys(script, inputs, rt, tmp_path):
     """F5: MYK=error made verify's failure {"***": ...}: no `error` key, the contract broken. Our keys are
     never masked; and a key under 8 characters is refused at plan (guessable, and masking it blanks words)."""
     from epyc import masking
+
     doc = masking.masked_strings({"error": "error here", "fix": "f", "x.error": 1}, ["error"])
     assert doc == {"error": "*** here", "fix": "f", "x.***": 1}
     from conftest import plan_args
-    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK"),
-               env={**rt[1], "MYK": "error"})
+
+    r = script(
+        "launch.py",
+        *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK"),
+        env={**rt[1], "MYK": "error"},
+    )
     assert r.code == 1 and "8 at least" in r.doc["error"] and "error" in r.doc, r.doc
 
 
 def test_a_secret_split_by_carriage_returns_does_not_slow_the_masker():
     """F6: the 64-line bound counted only \\n; 4,000 lines joined by \\r made every log line 8,000 searches."""
     from epyc import masking
+
     many = "\r".join(f"part{i:05d}QQQQ" for i in range(4000))
     assert len(masking.secret_forms([many])) <= 12
 
@@ -249,6 +324,7 @@ def test_a_secret_split_by_carriage_returns_does_not_slow_the_masker():
 def test_a_url_password_is_masked_decoded_and_a_key_percent_encoded(monkeypatch):
     """F7: a proxy password pr%40xy... was masked only as written; the client sends pr@xy... ."""
     from epyc import masking
+
     monkeypatch.setenv("HTTPS_PROXY", "http://u:pr%40xy-pass-123@proxy:3128")
     monkeypatch.setenv("MY_API_KEY", "key/with+chars=1")
     text = "decoded pr@xy-pass-123 / query ?k=key%2Fwith%2Bchars%3D1"
@@ -258,15 +334,22 @@ def test_a_url_password_is_masked_decoded_and_a_key_percent_encoded(monkeypatch)
 
 def test_the_word_token_in_prose_is_not_masked():
     from epyc.masking import mask_token_patterns
+
     assert mask_token_patterns("token count 5") == "token count 5"
-    assert mask_token_patterns('{"token": "abc"} Bearer xyz x-api-key: k') == '{"token": "***"} Bearer *** x-api-key: ***'
+    assert (
+        mask_token_patterns('{"token": "abc"} Bearer xyz x-api-key: k') == '{"token": "***"} Bearer *** x-api-key: ***'
+    )
 
 
-def test_a_key_of_spaces_is_refused_at_plan(script, inputs, rt, tmp_path):  # noqa: F811
+def test_a_key_of_spaces_is_refused_at_plan(script, inputs, rt, tmp_path):
     """F4: a length of 0 read as 'not known' (0 or 8), so '        ' planned an exposed server."""
     from conftest import plan_args
-    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--expose", "--api-key-env",
-                                       "MYK"), env={**rt[1], "MYK": " " * 8})
+
+    r = script(
+        "launch.py",
+        *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--expose", "--api-key-env", "MYK"),
+        env={**rt[1], "MYK": " " * 8},
+    )
     assert r.code == 1 and ("0 characters" in r.doc["error"] or "not set" in r.doc["error"]), r.doc
 
 
@@ -274,17 +357,23 @@ def test_bench_tokenizes_with_the_model_the_server_runs():
     """F2: the host path passed the model as typed at plan time (a relative folder means another one from
     here, or a Hub repo): it takes the served command's model now, as the container path did."""
     from epyc import benchmark
-    plan = {"path": "host", "argv": ["numactl", "-N", "1", "/v/bin/vllm", "serve", "/abs/models/Qwen3-0.6B", "--port",
-                                     "8000"], "model": "models/Qwen3-0.6B"}
+
+    plan = {
+        "path": "host",
+        "argv": ["numactl", "-N", "1", "/v/bin/vllm", "serve", "/abs/models/Qwen3-0.6B", "--port", "8000"],
+        "model": "models/Qwen3-0.6B",
+    }
     assert benchmark.serving_target(plan)["tokenizer"] == "/abs/models/Qwen3-0.6B"
 
 
-@pytest.mark.parametrize("name,value", [("MYK", "abcd efgh ijkl"), ("HF_TOKEN", "hf_abcdefgh\nijkl"),
-                                        ("MYK", "k" * 4097)])
-def test_a_secret_no_header_carries_is_refused_at_plan_and_at_start(script, inputs, rt, tmp_path, name, value):  # noqa: F811
+@pytest.mark.parametrize(
+    "name,value", [("MYK", "abcd efgh ijkl"), ("HF_TOKEN", "hf_abcdefgh\nijkl"), ("MYK", "k" * 4097)]
+)
+def test_a_secret_no_header_carries_is_refused_at_plan_and_at_start(script, inputs, rt, tmp_path, name, value):
     """A key with a space planned, the human confirmed, and only start refused it: plan says it now, and
     start still does for a shell whose value changed since, neither showing the value."""
     from conftest import plan_args
+
     good = {**rt[1], "MYK": "k" * 24, "HF_TOKEN": "hf_" + "t" * 20}
     args = plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK")
     r = script("launch.py", *args, env={**good, name: value})
@@ -300,11 +389,12 @@ def test_a_secret_no_header_carries_is_refused_at_plan_and_at_start(script, inpu
 
 
 @pytest.mark.parametrize("secret", [None, "HF_TOKEN", "MYK"])
-def test_bench_tokenizes_a_local_folder_where_the_container_mounts_it(script, inputs, rt, tmp_path, secret):  # noqa: F811
+def test_bench_tokenizes_a_local_folder_where_the_container_mounts_it(script, inputs, rt, tmp_path, secret):
     """F3: with a secret the container runs `sh -c LOADER vllm MODEL ...`, with no "serve" in its argv: bench
     fell back to the model as typed, a host path the container lacks (every --expose plan of a folder)."""
     from conftest import plan_args
     from epyc import benchmark
+
     env = {**rt[1], "MYK": "k" * 24}
     if secret == "HF_TOKEN":
         env["HF_TOKEN"] = "hf_" + "t" * 20
@@ -315,18 +405,33 @@ def test_bench_tokenizes_a_local_folder_where_the_container_mounts_it(script, in
     assert benchmark.serving_target(r.doc)["tokenizer"] == f"/models/{inputs['model'].name}"
 
 
-def test_bench_takes_the_secrets_state_from_the_plan_as_verify_does(script, inputs, rt, tmp_path):  # noqa: F811
+def test_bench_takes_the_secrets_state_from_the_plan_as_verify_does(script, inputs, rt, tmp_path):
     """F7: bench (it starts nothing) rendered with this shell's HF_TOKEN and HF_HUB_OFFLINE: an unedited
     plan of a running server was refused as edited where verify passed. An API key the server wants and
     this shell lacks is named, not sent empty."""
     from conftest import plan_args
+
     env = {**rt[1], "MYK": "k" * 24}
     r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--api-key-env", "MYK"), env=env)
     (tmp_path / "plan.json").write_text(r.stdout)
-    assert r.code == 0 and script("launch.py", "start", "--plan", str(tmp_path / "plan.json"), "--confirm",
-                                  env=env).code == 0
-    bench = ["bench.py", "--plan", str(tmp_path / "plan.json"), "--input-lens", "16", "--concurrency", "1",
-             "--repeats", "1", "--no-bandwidth", "--out", str(tmp_path / "bench")]
+    assert (
+        r.code == 0
+        and script("launch.py", "start", "--plan", str(tmp_path / "plan.json"), "--confirm", env=env).code == 0
+    )
+    bench = [
+        "bench.py",
+        "--plan",
+        str(tmp_path / "plan.json"),
+        "--input-lens",
+        "16",
+        "--concurrency",
+        "1",
+        "--repeats",
+        "1",
+        "--no-bandwidth",
+        "--out",
+        str(tmp_path / "bench"),
+    ]
     for other in ({"HF_TOKEN": "hf_" + "z" * 20}, {"HF_HUB_OFFLINE": "1"}):
         b = script(*bench, env={**env, **other}, timeout=120)
         assert "differs" not in b.stdout, b.doc  # it went on to run (the fake runtime's exec is no benchmark)
@@ -335,7 +440,7 @@ def test_bench_takes_the_secrets_state_from_the_plan_as_verify_does(script, inpu
     assert script("launch.py", "stop", "--plan", str(tmp_path / "plan.json"), env=env).doc["stopped"]
 
 
-def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs, live_tune, tmp_path, monkeypatch):
     """Note of the twenty-second audit: verify in a shell without the key judged a healthy server failed
     (HTTP 401) and cleared its last pass, so handoff refused it. It names the variable first now."""
     from epyc import (
@@ -345,6 +450,7 @@ def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs
         serve_verify,
     )
     from epyc.errors import ScriptError
+
     monkeypatch.setenv("MYK", "k" * 24)
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, api_key_env="MYK")
     serve_start.start(plan, confirm=True)
@@ -359,7 +465,7 @@ def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs
         serve_stop.stop(plan)
 
 
-def test_verify_refuses_a_key_no_header_can_carry_at_once(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_verify_refuses_a_key_no_header_can_carry_at_once(inputs, live_tune, tmp_path, monkeypatch):
     """F2: a key variable holding a newline made every request fail before it was sent: verify waited out its
     whole timeout (600 s by default), then called a healthy server dead and cleared its last pass."""
     from epyc import (
@@ -369,6 +475,7 @@ def test_verify_refuses_a_key_no_header_can_carry_at_once(inputs, live_tune, tmp
         serve_verify,
     )
     from epyc.errors import ScriptError
+
     monkeypatch.setenv("MYK", "k" * 24)
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, api_key_env="MYK")
     serve_start.start(plan, confirm=True)
@@ -387,7 +494,7 @@ def test_verify_refuses_a_key_no_header_can_carry_at_once(inputs, live_tune, tmp
         serve_stop.stop(plan)
 
 
-def test_a_state_with_a_key_twice_is_refused_not_read_as_its_last_value(script, inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_state_with_a_key_twice_is_refused_not_read_as_its_last_value(script, inputs, live_tune, tmp_path):
     """C1: a state.json edited to name a key twice was read as its last value by every verb (plans and step
     documents refuse that since the twenty-third). Which pid or port it means is anyone's guess: refused, and
     nothing is killed."""
@@ -397,6 +504,7 @@ def test_a_state_with_a_key_twice_is_refused_not_read_as_its_last_value(script, 
         serve_state,
         serve_stop,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
     try:
@@ -411,24 +519,41 @@ def test_a_state_with_a_key_twice_is_refused_not_read_as_its_last_value(script, 
         serve_stop.stop(plan)
 
 
-@pytest.mark.parametrize("wrap", [
-    lambda k: "Basic " + __import__("base64").b64encode(f"user:{k}".encode()).decode(),   # a Basic header echoed
-    lambda k: __import__("base64").b64encode(f"{k}\n".encode()).decode(),                # a secret dump
-    lambda k: "Basic " + __import__("base64").b64encode(f"ab:{k}xy".encode()).decode(),
-    lambda k: "q=" + __import__("urllib.parse").parse.quote(k, safe="").replace("%2F", "%2f").replace("%2B", "%2b")
-    .replace("%3D", "%3d"),                                                               # %2f, not %2F
-    lambda k: "eyJhbGciOiJub25lIn0." + __import__("base64").urlsafe_b64encode(               # base64url (a JWT)
-        f'{{"key":"{k}"}}'.encode()).decode().rstrip("="),
-    lambda k: "u=" + "".join(f"%{b:02X}" for b in k.encode()),                            # every byte escaped
-    lambda k: "u=" + "".join(f"%{b:02x}" for b in k.encode()),
-    lambda k: "hex " + k.encode().hex() + " and " + k.encode().hex().upper(),             # twenty-eighth, F5
-    lambda k: '{"key": "' + k.replace("/", "\\/") + '"}',                                  # JSON with \/
-    lambda k: __import__("json").dumps({"body": '{"key": "' + k.replace("/", "\\/") + '"}'}),  # and in JSON again
-])
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda k: "Basic " + __import__("base64").b64encode(f"user:{k}".encode()).decode(),  # a Basic header echoed
+        lambda k: __import__("base64").b64encode(f"{k}\n".encode()).decode(),  # a secret dump
+        lambda k: "Basic " + __import__("base64").b64encode(f"ab:{k}xy".encode()).decode(),
+        lambda k: (
+            "q="
+            + __import__("urllib.parse")
+            .parse.quote(k, safe="")
+            .replace("%2F", "%2f")
+            .replace("%2B", "%2b")
+            .replace("%3D", "%3d")
+        ),  # %2f, not %2F
+        lambda k: (
+            "eyJhbGciOiJub25lIn0."
+            + __import__("base64")
+            .urlsafe_b64encode(  # base64url (a JWT)
+                f'{{"key":"{k}"}}'.encode()
+            )
+            .decode()
+            .rstrip("=")
+        ),
+        lambda k: "u=" + "".join(f"%{b:02X}" for b in k.encode()),  # every byte escaped
+        lambda k: "u=" + "".join(f"%{b:02x}" for b in k.encode()),
+        lambda k: "hex " + k.encode().hex() + " and " + k.encode().hex().upper(),  # twenty-eighth, F5
+        lambda k: '{"key": "' + k.replace("/", "\\/") + '"}',  # JSON with \/
+        lambda k: __import__("json").dumps({"body": '{"key": "' + k.replace("/", "\\/") + '"}'}),  # and in JSON again
+    ],
+)
 def test_a_secret_in_base64_or_lowercase_percent_encoding_is_masked(wrap, monkeypatch):
     """Noted since the twenty-fourth: a server echoing the Basic header a mirror's password went out in, or
     a client writing %2f for %2F, printed the secret in a form the mask did not know."""
     from epyc import masking
+
     monkeypatch.setenv("MY_API_KEY", "sk/Secret+Value=123")
     text = wrap("sk/Secret+Value=123")
     masked = masking.mask_secrets(f"server said: {text} end")
@@ -447,6 +572,7 @@ def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatc
     The cache below is filled by huggingface_hub itself from the local Hub (branch v1 only)."""
     from epyc import benchmark
     from huggingface_hub import hf_hub_download
+
     folder = tmp_path / "repo"
     folder.mkdir()
     for name in ("config.json", "tokenizer_config.json"):
@@ -456,19 +582,33 @@ def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatc
     try:
         repo = hub.add_folder("t/rev", folder, branches={"v1"})
         monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-        got = [hf_hub_download("t/rev", name, revision="v1", cache_dir=str(cache), endpoint=hub.url)
-               for name in ("config.json", "tokenizer_config.json")]
+        got = [
+            hf_hub_download("t/rev", name, revision="v1", cache_dir=str(cache), endpoint=hub.url)
+            for name in ("config.json", "tokenizer_config.json")
+        ]
     finally:
         hub.stop()
     assert not (cache / "models--t--rev" / "refs" / "main").exists()  # only the served revision is cached
     snap = f"models--t--rev/snapshots/{repo.commit}"
     assert {Path(g).parent for g in got} == {cache / snap}
     validate = {"hf_cache": {"path": str(cache), "mount_subdir": "hub"}}
-    host = {"path": "host", "model": "t/rev", "revision": "v1", "model_dir": None, "inputs": {"validate": validate},
-            "argv": ["/v/bin/vllm", "serve", "t/rev", "--revision", "v1", "--port", "8000"]}
+    host = {
+        "path": "host",
+        "model": "t/rev",
+        "revision": "v1",
+        "model_dir": None,
+        "inputs": {"validate": validate},
+        "argv": ["/v/bin/vllm", "serve", "t/rev", "--revision", "v1", "--port", "8000"],
+    }
     assert benchmark.serving_target(host)["tokenizer"] == f"{cache}/{snap}"
-    box = {**host, "path": "container", "runtime": "docker", "engine": None, "container_name": "epyc-x",
-           "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "t/rev", "--revision", "v1"]}
+    box = {
+        **host,
+        "path": "container",
+        "runtime": "docker",
+        "engine": None,
+        "container_name": "epyc-x",
+        "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "t/rev", "--revision", "v1"],
+    }
     assert benchmark.serving_target(box)["tokenizer"] == f"/root/.cache/huggingface/hub/{snap}"
     # the commit itself names the same folder; a revision the cache lacks, or none, leaves the repo id
     assert benchmark.serving_target({**host, "revision": repo.commit})["tokenizer"] == f"{cache}/{snap}"
@@ -477,7 +617,7 @@ def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatc
 
 
 # ---- F1: a secret or log written into a file start did not make keeps that file's owner and mode
-def test_start_writes_each_secret_into_a_new_0600_file_of_its_own(script, inputs, rt, tmp_path):  # noqa: F811
+def test_start_writes_each_secret_into_a_new_0600_file_of_its_own(script, inputs, rt, tmp_path):
     """A secrets/HF_TOKEN made 0666 before start kept its mode (and any reader that had it open) with the
     token written into it. Each secret file is now made new, 0600, in a 0700 folder held open by start."""
     d, env = rt
@@ -499,7 +639,7 @@ def test_start_writes_each_secret_into_a_new_0600_file_of_its_own(script, inputs
 
 @ROOT_ONLY
 @pytest.mark.parametrize("whose", ["state_dir", "secrets"])
-def test_start_refuses_a_state_dir_or_secrets_folder_of_another_user(script, inputs, rt, tmp_path, whose):  # noqa: F811
+def test_start_refuses_a_state_dir_or_secrets_folder_of_another_user(script, inputs, rt, tmp_path, whose):
     """Its owner could read the key start writes there, or swap the folder for a link between start's check
     and its write."""
     d, env = rt
@@ -513,13 +653,14 @@ def test_start_refuses_a_state_dir_or_secrets_folder_of_another_user(script, inp
     assert not any(c["argv"][0] == "run" for c in calls(d)[before:]) and not (secrets / "HF_TOKEN").exists()
 
 
-def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):  # noqa: F811
+def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):
     """F6: the handoff's Stop row for a container was the runtime's `stop && rm`, which leaves HF_TOKEN and the
     API key in <state>/secrets (reference.md says stop removes them: launch.py stop does). The row names
     launch.py stop first, and the by-hand form removes the folder too."""
     from conftest import facts_for, load_docs
     from epyc import handoff, planner
     from epyc.bundle import load_epyc
+
     plan = planner.build_plan(load_docs(inputs), {}, load_epyc(), facts_for(load_docs(inputs)))
     stop = plan["stop_command"]
     assert stop.startswith("python3 scripts/launch.py stop --plan <plan.json>")
@@ -527,7 +668,7 @@ def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):  # no
     assert f"| Stop | {stop} |" in handoff.handoff_doc(plan)["table_markdown"]
 
 
-def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypatch, live_tune):  # noqa: F811
+def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypatch, live_tune):
     """The 34th audit's F2: what a --yes compared was the command, env and pre-steps; on the host path a
     token set between the showing and the yes changes neither (the server reads it at start), so a server
     got HF_TOKEN that the shown Environment row never named. The secrets (by variable) are part of what runs."""
@@ -535,6 +676,7 @@ def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypat
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = host_docs(tmp_path, inputs, live_tune, None)  # the host path: the token changes no argv or env
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18613)
     a.stock = True  # this runner's own detect document: any CPU takes the stock path on request
@@ -548,8 +690,9 @@ def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypat
     assert not launched
 
 
-def test_verify_with_another_key_in_the_shell_says_auth_and_names_the_variable(script, tmp_path, inputs, live_tune,
-                                                                                monkeypatch):  # noqa: F811
+def test_verify_with_another_key_in_the_shell_says_auth_and_names_the_variable(
+    script, tmp_path, inputs, live_tune, monkeypatch
+):
     """A server started with one key, verified from a shell whose variable holds another: verify said
     "FAILED in phase models ... (HTTP 401)" and "do not retry, do not debug", as if the server were broken.
     It is phase auth, and the fix names the variable that must hold the server's key."""
@@ -557,8 +700,9 @@ def test_verify_with_another_key_in_the_shell_says_auth_and_names_the_variable(s
     plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
     try:
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
-        r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20",
-                   env={"MY_API_KEY": "sk-another-one"})
+        r = script(
+            "launch.py", "verify", "--plan", str(plan_file), "--timeout", "20", env={"MY_API_KEY": "sk-another-one"}
+        )
         assert r.code == 1 and r.doc["phase"] == "auth" and "HTTP 401" in r.doc["error"], r.doc
         assert "MY_API_KEY" in r.doc["fix"] and "do not retry" not in r.doc["fix"], r.doc
         assert "sk-started-with" not in r.stdout + r.stderr and "sk-another-one" not in r.stdout + r.stderr
@@ -577,7 +721,7 @@ def test_kernel_proof_without_a_plan_masks_every_secret_looking_value(script, tm
     assert r.code == 1 and "--log" in r.doc["error"]
 
 
-def test_state_dir_and_key_variable_that_would_do_harm_are_refused(script, inputs, rt, tmp_path):  # noqa: F811
+def test_state_dir_and_key_variable_that_would_do_harm_are_refused(script, inputs, rt, tmp_path):
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / ".bashrc").write_text("x")
     for bad in ("/", str(tmp_path / "home")):
@@ -588,17 +732,28 @@ def test_state_dir_and_key_variable_that_would_do_harm_are_refused(script, input
         assert r.code == 1 and "holds something else" in r.doc["error"]
 
 
-def test_a_key_listed_beside_the_model_is_masked_in_verifys_document(script, tmp_path, inputs, live_tune,  # noqa: F811
-                                                                     monkeypatch):
-    plan, r = verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, "models_reflect_also",
-                                  "sk-listed-beside-88")
+def test_a_key_listed_beside_the_model_is_masked_in_verifys_document(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    monkeypatch,
+):
+    plan, r = verify_keyed_server(
+        script, tmp_path, inputs, live_tune, monkeypatch, "models_reflect_also", "sk-listed-beside-88"
+    )
     assert r.code == 0 and r.doc["models"] == [plan["served_model_name"], "Bearer ***"], r.doc
     assert "sk-listed-beside-88" not in r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("kind", ["file", "fifo", "foreign", "link"])
-def test_a_secrets_entry_start_did_not_make_is_refused_before_anything_runs(script, inputs, rt, tmp_path,  # noqa: F811
-                                                                           kind):
+def test_a_secrets_entry_start_did_not_make_is_refused_before_anything_runs(
+    script,
+    inputs,
+    rt,
+    tmp_path,
+    kind,
+):
     d, env = rt
     env = {**env, "HF_TOKEN": "hf_SECRETTOKEN999"}
     plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN="hf_SECRETTOKEN999")
@@ -625,7 +780,7 @@ def test_a_secrets_entry_start_did_not_make_is_refused_before_anything_runs(scri
         assert (secrets / "id_rsa").read_text() == "theirs"
 
 
-def test_stop_goes_on_when_a_secret_file_was_replaced_by_a_folder(script, inputs, rt, tmp_path):  # noqa: F811
+def test_stop_goes_on_when_a_secret_file_was_replaced_by_a_folder(script, inputs, rt, tmp_path):
     env = {**rt[1], "HF_TOKEN": "hf_SECRETTOKEN999"}
     plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN="hf_SECRETTOKEN999")
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
@@ -636,7 +791,7 @@ def test_stop_goes_on_when_a_secret_file_was_replaced_by_a_folder(script, inputs
     assert r.code == 0 and r.doc["stopped"] and not Path(plan["state_file"]).exists()
 
 
-def test_a_secret_in_an_upstream_error_is_masked(script, inputs, tmp_path):  # noqa: F811
+def test_a_secret_in_an_upstream_error_is_masked(script, inputs, tmp_path):
     bad = tmp_path / "detect-error.json"
     bad.write_text(json.dumps({"error": "ssh said: token hf_SECRETTOKEN999 refused", "fix": "x"}))
     args = [f"--{k}={inputs[k] if k != 'detect' else bad}" for k in ("detect", "validate", "check", "estimate", "tune")]
@@ -654,12 +809,18 @@ def test_mask_secrets_takes_secret_looking_names_only(monkeypatch):
 
 
 # ---- the sixth audit (~560 cases, a helper on the final code, niced beside CI): F1-F6 and two lesser ones
-def test_verify_never_sends_the_key_through_the_shells_proxy(script, tmp_path, inputs, live_tune,  # noqa: F811
-                                                             monkeypatch):
+def test_verify_never_sends_the_key_through_the_shells_proxy(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    monkeypatch,
+):
     """requests honours http_proxy, and NO_PROXY=localhost does not cover 127.0.0.1: the Bearer header went
     to the proxy in plain text. A listener stands in for the proxy and must hear nothing."""
     import socket
     import threading
+
     proxy = socket.socket()
     proxy.bind(("127.0.0.1", 0))
     proxy.listen(8)
@@ -674,6 +835,7 @@ def test_verify_never_sends_the_key_through_the_shells_proxy(script, tmp_path, i
                 conn.close()
             except OSError:
                 pass
+
     stop = threading.Event()
     threading.Thread(target=listen, daemon=True).start()
     url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
@@ -686,13 +848,20 @@ def test_verify_never_sends_the_key_through_the_shells_proxy(script, tmp_path, i
         stop.set()
     assert r.code == 0 and heard == [], (r.doc, heard)
     from epyc import benchmark
+
     assert benchmark.loopback_env({"NO_PROXY": "localhost,.corp"})["NO_PROXY"] == "localhost,.corp,127.0.0.1"
     assert benchmark.loopback_env({})["no_proxy"] == "127.0.0.1,localhost"
 
 
 @pytest.mark.parametrize("key", ["sk-SECRET123\nX: 1", "sk two words", "sk-abcdefg\x7f"])
-def test_a_key_no_header_can_carry_is_refused_at_start(script, tmp_path, inputs, live_tune, monkeypatch,  # noqa: F811
-                                                       key):
+def test_a_key_no_header_can_carry_is_refused_at_start(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    monkeypatch,
+    key,
+):
     monkeypatch.setenv("MY_API_KEY", "sk-good-value")
     plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"MY_API_KEY": key})
@@ -709,13 +878,20 @@ def test_credentials_in_hf_endpoint_are_never_printed(script):
     assert masking.mask_secrets("GET https://u:p4ss@mirror/x and user@host") == "GET https://***@mirror/x and user@host"
 
 
-def test_a_key_under_any_name_the_plan_gives_is_masked_by_every_verb(script, tmp_path, inputs, live_tune,  # noqa: F811
-                                                                     monkeypatch):
+def test_a_key_under_any_name_the_plan_gives_is_masked_by_every_verb(
+    script,
+    tmp_path,
+    inputs,
+    live_tune,
+    monkeypatch,
+):
     monkeypatch.setenv("MYAPI", KEY)
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MYAPI")
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    Path(plan["log_file"]).write_text(f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={KEY} kernel=x\nonednn_verbose,exec,cpu,{KEY},jit,\n"
-                                      f"fallback with {KEY}\n")
+    Path(plan["log_file"]).write_text(
+        f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={KEY} kernel=x\nonednn_verbose,exec,cpu,{KEY},jit,\n"
+        f"fallback with {KEY}\n"
+    )
     r = script("kernel_proof.py", "--plan", str(plan_file), env={"MYAPI": KEY})
     # a stock plan (an Intel runner's) counts the line and says it is no kernel of its server: exit 1
     assert r.code == (0 if plan["backend"] == "zentorch" else 1) and r.doc["zentorch_matmuls"] == 1
@@ -735,8 +911,19 @@ def test_a_secret_is_masked_inside_strings_and_the_output_stays_json(script, val
 
 
 def test_cpu_tune_env_output_is_masked_too(script):
-    r = subprocess.run([sys.executable, str(bundle.ROOT / "scripts" / "cpu_tune.py"), "--format", "env", "--sysroot",
-                        "http://bob:Pw0rd1234@mirror/x"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(bundle.ROOT / "scripts" / "cpu_tune.py"),
+            "--format",
+            "env",
+            "--sysroot",
+            "http://bob:Pw0rd1234@mirror/x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and "Pw0rd1234" not in r.stdout + r.stderr
 
 
@@ -746,8 +933,10 @@ def test_url_credential_masking_takes_linear_time_and_the_whole_password(monkeyp
         masking.mask_secrets(text)
         assert time.monotonic() - t0 < 5  # 80 KB of 'a.' took 27 s: each start had scanned to the end
     monkeypatch.setenv("HF_ENDPOINT", "http://bob:Zq9se@cretPW77@127.0.0.1:43998")  # urllib3 splits at the last @
-    assert masking.mask_secrets("HEAD http://bob:Zq9se@cretPW77@127.0.0.1:43998/x; pw Zq9se@cretPW77") == \
-        "HEAD http://***@127.0.0.1:43998/x; pw ***"
+    assert (
+        masking.mask_secrets("HEAD http://bob:Zq9se@cretPW77@127.0.0.1:43998/x; pw Zq9se@cretPW77")
+        == "HEAD http://***@127.0.0.1:43998/x; pw ***"
+    )
 
 
 def test_kernel_proof_reads_a_plan_only_through_its_schema_and_redacts_secrets(script, bad_files, tmp_path):
@@ -759,7 +948,7 @@ def test_kernel_proof_reads_a_plan_only_through_its_schema_and_redacts_secrets(s
     assert "sekrit" not in r.stdout and "sekrit" not in r.stderr and r.doc["fallback_count"] == 2
 
 
-def test_stop_works_where_the_api_key_is_not_exported(script, tmp_path, inputs, live_tune, monkeypatch):  # noqa: F811
+def test_stop_works_where_the_api_key_is_not_exported(script, tmp_path, inputs, live_tune, monkeypatch):
     monkeypatch.setenv("AUDIT_KEY", "sekrit-KEY")
     plan_file, plan = host_plan(tmp_path, inputs, live_tune, api_key_env="AUDIT_KEY")
     r = script("launch.py", "stop", "--plan", str(plan_file), env={"AUDIT_KEY": ""})
@@ -782,8 +971,10 @@ def test_container_start_pulls_runs_with_secret_by_name(script, inputs, rt, tmp_
     secret_file = tmp_path / "st" / "secrets" / "HF_TOKEN"  # what the container mounts read-only
     assert secret_file.read_text() == SECRET and oct(secret_file.stat().st_mode & 0o777) == "0o600"
     stop = script("launch.py", "stop", "--plan", str(plan_file), env=env)
-    assert stop.doc["stopped"] and [c["argv"] for c in calls(d)[-2:]] == [["stop", "-t", "30", "f" * 64],
-                                                                           ["rm", "-f", "f" * 64]]  # by its id
+    assert stop.doc["stopped"] and [c["argv"] for c in calls(d)[-2:]] == [
+        ["stop", "-t", "30", "f" * 64],
+        ["rm", "-f", "f" * 64],
+    ]  # by its id
     assert not secret_file.exists()
 
 
@@ -791,8 +982,11 @@ def test_start_refuses_a_planned_secret_that_is_not_set(script, inputs, rt, tmp_
     """An API-key server planned in one shell and started in another where the key is unset would
     enforce nothing: start refuses, and nothing runs."""
     d, env = rt
-    r = script("launch.py", *plan_args(inputs, "--api-key-env", "MY_KEY", "--state-dir", str(tmp_path / "k")),
-               env={**env, "MY_KEY": "sk-set-at-plan-time"})
+    r = script(
+        "launch.py",
+        *plan_args(inputs, "--api-key-env", "MY_KEY", "--state-dir", str(tmp_path / "k")),
+        env={**env, "MY_KEY": "sk-set-at-plan-time"},
+    )
     keyed = tmp_path / "keyed.json"
     keyed.write_text(r.stdout)
     before = len(calls(d))
@@ -816,14 +1010,19 @@ def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, input
         curl = subprocess.run(["bash", "-c", h["curl_example"]], capture_output=True, text=True, timeout=30)
         assert json.loads(curl.stdout)["choices"][0]["message"]["content"] == "hello there"
         # and the server really refuses a request without it (verify checked that too)
-        assert '"Unauthorized"' in subprocess.run(["curl", "-s", plan["base_url"] + "/models"], capture_output=True,
-                                                  text=True, timeout=30).stdout
+        assert (
+            '"Unauthorized"'
+            in subprocess.run(
+                ["curl", "-s", plan["base_url"] + "/models"], capture_output=True, text=True, timeout=30
+            ).stdout
+        )
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
 
 
-def test_a_server_that_reflects_the_key_in_its_model_list_never_gets_it_printed(script, tmp_path, inputs, live_tune,
-                                                                                 monkeypatch):
+def test_a_server_that_reflects_the_key_in_its_model_list_never_gets_it_printed(
+    script, tmp_path, inputs, live_tune, monkeypatch
+):
     _, r = verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, "models_reflect", "sk-reflected-77")
     assert r.code == 1 and r.doc["phase"] == "models" and "Bearer ***" in r.doc["error"], r.doc
     assert "sk-reflected-77" not in r.stdout + r.stderr
@@ -832,9 +1031,14 @@ def test_a_server_that_reflects_the_key_in_its_model_list_never_gets_it_printed(
 def test_a_long_or_secret_bearing_server_text_is_shortened_and_masked():
     assert masking.redact("x" * 250, []) == "x" * 200 + "... (250 chars)"
     assert masking.redact("y" * 200, []) == "y" * 200
-    assert masking.redact("Authorization: Bearer sk-abc123 and sk-abc123", ["sk-abc123"]) == \
-        "Authorization: Bearer *** and ***"
-    assert handoff.judge_smoke(500, "z" * 300, "completions")[1] == f"HTTP 500, body is not JSON: {'z' * 200 + '... (300 chars)'!r}"
+    assert (
+        masking.redact("Authorization: Bearer sk-abc123 and sk-abc123", ["sk-abc123"])
+        == "Authorization: Bearer *** and ***"
+    )
+    assert (
+        handoff.judge_smoke(500, "z" * 300, "completions")[1]
+        == f"HTTP 500, body is not JSON: {'z' * 200 + '... (300 chars)'!r}"
+    )
 
 
 @given(st.dictionaries(st.text(max_size=6), json_values, min_size=1, max_size=5), st.data())

@@ -1,4 +1,5 @@
 """epyc.serve_procs: its decisions, tested in-process."""
+
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ def test_the_host_log_tail_drops_the_line_its_window_cuts(tmp_path, monkeypatch)
     from epyc import (
         serve_procs,
     )
+
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     log = tmp_path / "server.log"
     body = "start\n" + "q" * 100 + TOKEN + " died here\n"
@@ -36,13 +38,19 @@ def test_the_container_log_tail_drops_the_line_its_limit_cuts(monkeypatch, failu
         serve_procs,
         subproc,
     )
+
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     cut = "INFO ready\n" + "c" * 100 + TOKEN[:10]  # the reader stopped inside the token
     asked = []
-    monkeypatch.setattr(subproc, "run", lambda argv, **kw: asked.append(argv) or subproc.RunResult(argv, None, cut, "",
-                                                                                                 failure))
-    plan = {"path": "container", "runtime": "docker", "container_name": "epyc-test",
-            "secrets": {"HF_TOKEN": "HF_TOKEN"}}
+    monkeypatch.setattr(
+        subproc, "run", lambda argv, **kw: asked.append(argv) or subproc.RunResult(argv, None, cut, "", failure)
+    )
+    plan = {
+        "path": "container",
+        "runtime": "docker",
+        "container_name": "epyc-test",
+        "secrets": {"HF_TOKEN": "HF_TOKEN"},
+    }
     assert serve_procs.log_tail(plan, state={"container_id": "c" * 64}) == ["INFO ready"]
     assert asked[0][-1] == "c" * 64  # the recorded container's log, by id (the thirtieth audit's review)
 
@@ -56,6 +64,7 @@ def test_an_old_process_with_an_empty_environ_is_not_waited_for(monkeypatch):
     from epyc import (
         serve_procs,
     )
+
     worker = subprocess.Popen(["sleep", "30"], env={})
     try:
         time.sleep(0.5)
@@ -72,7 +81,7 @@ def test_an_old_process_with_an_empty_environ_is_not_waited_for(monkeypatch):
         worker.wait()
 
 
-def test_log_tail_never_reads_through_a_link(tmp_path, inputs, live_tune):  # noqa: F811
+def test_log_tail_never_reads_through_a_link(tmp_path, inputs, live_tune):
     _, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     private = tmp_path / "private.txt"
@@ -85,9 +94,13 @@ def test_workers_whose_environ_is_unreadable_are_still_the_servers(tmp_path):
     """vLLM's engine processes rename themselves (setproctitle), which clobbers their /proc environ: the
     marked leader vouches for its group. A worker started with an empty environment stands in for them."""
     import psutil
+
     token = "a" * 32
-    leader = subprocess.Popen(["bash", "-c", "env -i sleep 300 & exec sleep 301"], start_new_session=True,
-                              env={**os.environ, command.MARKER_ENV: token})
+    leader = subprocess.Popen(
+        ["bash", "-c", "env -i sleep 300 & exec sleep 301"],
+        start_new_session=True,
+        env={**os.environ, command.MARKER_ENV: token},
+    )
     try:
         time.sleep(0.5)
         state = {"pgid": leader.pid, "create_time": psutil.Process(leader.pid).create_time(), "marker": token}

@@ -1,4 +1,5 @@
 """epyc.serve_start: its decisions, tested in-process."""
+
 import subprocess
 
 import pytest
@@ -16,7 +17,7 @@ from epyc import (
 from epyc.errors import ScriptError
 
 
-def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, live_tune, tmp_path, monkeypatch):
     """F2: a full disk (or an immutable state.json) after the launch: `internal error: OSError`, and the
     server ran with no state. The server is real (the fake venv's vllm); the full disk is simulated (a
     write_state raising ENOSPC: a disk cannot be filled safely here)."""
@@ -28,6 +29,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
         serve_start,
     )
     from epyc.errors import ScriptError
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     launched = []
     real_popen = subprocess.Popen
@@ -38,6 +40,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
 
     def full_disk(plan, state):
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(serve_start, "write_state", full_disk)
     with pytest.raises(ScriptError) as err:
@@ -48,7 +51,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
     assert not [p for p in psutil.process_iter() if _pgid(p.pid) == launched[0].pid]
 
 
-def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tune, tmp_path):
     """F4 on the host path: start refused already, but stop with the other plan would have killed the running
     server (the state names a process group, not a plan)."""
     from epyc import (
@@ -59,13 +62,17 @@ def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tun
         serve_verify,
     )
     from epyc.errors import ScriptError
+
     _, a = host_plan(tmp_path, inputs, live_tune)
     _, b = host_plan(tmp_path, inputs, live_tune)  # the same state dir, another port
     assert a["state_dir"] == b["state_dir"] and a["port"] != b["port"]
     serve_start.start(a, confirm=True)
     try:
-        for act in (lambda: serve_start.start(b, confirm=True), lambda: serve_stop.stop(b),
-                    lambda: serve_verify.verify(b, 5, 5)):
+        for act in (
+            lambda: serve_start.start(b, confirm=True),
+            lambda: serve_stop.stop(b),
+            lambda: serve_verify.verify(b, 5, 5),
+        ):
             with pytest.raises(ScriptError) as err:
                 act()
             assert f"port {a['port']}" in err.value.error, err.value.error
@@ -75,7 +82,7 @@ def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tun
         serve_stop.stop(a)
 
 
-def test_a_container_whose_state_cannot_be_written_is_said_removed(script, inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+def test_a_container_whose_state_cannot_be_written_is_said_removed(script, inputs, rt, tmp_path, monkeypatch):
     """A note of the twenty-fourth audit: a container start on a full disk said only "cannot write
     state.json"; the container had been launched and removed, and the host path says so. The runtime is the
     fake docker; the full disk is simulated in-process (write_state raising what it raises on ENOSPC: a
@@ -87,6 +94,7 @@ def test_a_container_whose_state_cannot_be_written_is_said_removed(script, input
         serve_start,
     )
     from epyc.errors import ScriptError
+
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
     for k, v in env.items():
@@ -94,6 +102,7 @@ def test_a_container_whose_state_cannot_be_written_is_said_removed(script, input
 
     def full_disk(plan, state):
         raise errors.os_error(OSError(errno.ENOSPC, "No space left on device"), f"cannot write {plan['state_file']}")
+
     monkeypatch.setattr(serve_start, "write_state", full_disk)
     with pytest.raises(ScriptError) as err:
         serve_start.start(plan, confirm=True)
@@ -104,7 +113,7 @@ def test_a_container_whose_state_cannot_be_written_is_said_removed(script, input
 
 
 # ---- 4: a sysroot of another host, validated here; its CPUs at start
-def test_a_tree_of_another_host_is_not_this_machine(inputs, tmp_path, live_tune):  # noqa: F811
+def test_a_tree_of_another_host_is_not_this_machine(inputs, tmp_path, live_tune):
     docs = load_docs(inputs)
     docs["validate"]["target"] = "localhost"  # validate.py run here without --detect of the tree
     with pytest.raises(ScriptError, match="detect.py read sysroot:.*validate.py checked localhost"):

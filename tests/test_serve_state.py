@@ -1,4 +1,5 @@
 """epyc.serve_state: its decisions, tested in-process."""
+
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ from epyc import (
 )
 
 
-def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_tune, monkeypatch):  # noqa: F811
+def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_tune, monkeypatch):
     """Signals are held while start launches and records; one that arrived then used to end start with
     'interrupted: run the command again' while the server it had launched was up."""
     import os
@@ -41,12 +42,14 @@ def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_
         serve_stop,
     )
     from epyc.errors import ScriptError
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     real_write = serve_state.write_state
 
     def write_then_signal(p, state):
         real_write(p, state)
         os.kill(os.getpid(), signal.SIGTERM)  # held by signals_deferred until the block ends
+
     monkeypatch.setattr(serve_start, "write_state", write_then_signal)
     previous = cli._interrupt_on_termination()
     try:
@@ -71,6 +74,7 @@ def test_a_hard_link_planted_in_the_state_dir_is_never_written_through(tmp_path)
         serve_state,
     )
     from epyc.errors import ScriptError
+
     outside = tmp_path / "outside.txt"
     outside.write_text("precious\n")
     state_dir = tmp_path / "st"
@@ -80,11 +84,11 @@ def test_a_hard_link_planted_in_the_state_dir_is_never_written_through(tmp_path)
         serve_state.write_own_file(state_dir / ".state.json.tmp", "{}\n")
     assert outside.read_text() == "precious\n"  # not even truncated
     serve_state.write_own_file(state_dir / "own.json", "{}\n")
-    serve_state.write_own_file(state_dir / "own.json", "{\"a\": 1}\n")  # rewriting our own file still works
-    assert (state_dir / "own.json").read_text() == "{\"a\": 1}\n"
+    serve_state.write_own_file(state_dir / "own.json", '{"a": 1}\n')  # rewriting our own file still works
+    assert (state_dir / "own.json").read_text() == '{"a": 1}\n'
 
 
-def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, live_tune, tmp_path):  # noqa: F811
+def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, live_tune, tmp_path):
     """F5: stop signalled the group as it first saw it, waited for the group to empty, then removed the
     state anyway: a process forked after the SIGTERM ran on, and no state named it."""
     import psutil
@@ -94,6 +98,7 @@ def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, liv
         serve_state,
         serve_stop,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     server_mode(tmp_path, "fork_on_term")
     serve_start.start(plan, confirm=True)
@@ -102,8 +107,12 @@ def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, liv
         time.sleep(2)  # the fake server has installed its SIGTERM handler
         out = serve_stop.stop(plan)
         assert out["stopped"] and out["processes"] == 2 and out["killed_after_timeout"] == 1, out
-        assert not [p for p in psutil.process_iter(["status"]) if _pgid(p.pid) == pgid  # a zombie waits for
-                    and p.info["status"] != psutil.STATUS_ZOMBIE]  # this machine's init to reap it: it is gone
+        assert not [
+            p
+            for p in psutil.process_iter(["status"])
+            if _pgid(p.pid) == pgid  # a zombie waits for
+            and p.info["status"] != psutil.STATUS_ZOMBIE
+        ]  # this machine's init to reap it: it is gone
         assert serve_state.read_state(plan) is None
     finally:
         for p in psutil.process_iter():
@@ -111,7 +120,7 @@ def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, liv
                 p.kill()
 
 
-def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tune, tmp_path, monkeypatch):
     """A note of the twenty-first audit: a signal landing after start_or_stop returned and before
     verify_or_stop's guard left the server up. The server is real (the fake venv's); the signal's landing
     in that gap is simulated by a verify_or_stop that raises it before doing anything (a real signal cannot
@@ -121,12 +130,15 @@ def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tun
         serve_state,
         up,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
 
     def interrupted_before_its_guard(*args):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(up, "verify_or_stop", interrupted_before_its_guard)
     from epyc.errors import ScriptError
+
     with pytest.raises(ScriptError) as err:
         up.serve_verified(plan, plan_file, 30, 10)
     assert "up stopped the server it had started" in err.value.error and err.value.extra["stopped"]["stopped"]
@@ -134,7 +146,7 @@ def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tun
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(plan["port"]) in (p.info["cmdline"] or [])]
 
 
-def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_remain(inputs, live_tune, tmp_path):  # noqa: F811
+def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_remain(inputs, live_tune, tmp_path):
     """F5: the API server died (OOM-killed), its renamed workers lived (their environ shows no marker): stop
     said "not running" and removed the only state that named them. It keeps it now, names them, and kills
     nothing it cannot prove is this run's."""
@@ -144,6 +156,7 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
         serve_stop,
     )
     from epyc.errors import ScriptError
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     with leader_killed_workers_left(tmp_path, plan) as pgid:
         with pytest.raises(ScriptError) as err:
@@ -156,7 +169,7 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
 
 
 # ---- the twenty-third audit (2026-12-02, ~290 cases on the twenty-second's fixes: 5 findings)
-def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs, live_tune, tmp_path):  # noqa: F811
+def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs, live_tune, tmp_path):
     """F1: stop kept the state of a dead leader's unprovable workers; the next start wrote over it, and the
     workers were named by nothing (the tool could never show them again)."""
     from conftest import server_mode
@@ -166,6 +179,7 @@ def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs,
         serve_stop,
     )
     from epyc.errors import ScriptError
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     with leader_killed_workers_left(tmp_path, plan):
         with pytest.raises(ScriptError, match="cannot be proven"):
@@ -185,13 +199,22 @@ def test_concurrent_state_writes_never_show_a_reader_half_a_state(tmp_path):
     import subprocess
 
     from epyc import serve_state
+
     plan = {"state_file": str(tmp_path / "state.json")}
-    serve_state.write_state(plan, {"path": "host", "port": 1, "plan_id": "p", "pgid": 1, "create_time": 1.0, "n": 0})  # a start's fields
-    writer = ("import sys; sys.path.insert(0, sys.argv[1]); from epyc import serve_state\n"
-              "for i in range(1500): serve_state.write_state({'state_file': sys.argv[2]}, "
-              "{'path': 'host', 'port': 1, 'plan_id': 'p', 'pgid': 1, 'create_time': 1.0, 'pad': 'x' * 4000, 'n': i})")
-    procs = [subprocess.Popen([sys.executable, "-c", writer, str(ROOT / "scripts"), plan["state_file"]],
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    serve_state.write_state(
+        plan, {"path": "host", "port": 1, "plan_id": "p", "pgid": 1, "create_time": 1.0, "n": 0}
+    )  # a start's fields
+    writer = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from epyc import serve_state\n"
+        "for i in range(1500): serve_state.write_state({'state_file': sys.argv[2]}, "
+        "{'path': 'host', 'port': 1, 'plan_id': 'p', 'pgid': 1, 'create_time': 1.0, 'pad': 'x' * 4000, 'n': i})"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", writer, str(ROOT / "scripts"), plan["state_file"]], stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     reads = torn = 0
     while any(p.poll() is None for p in procs):
         reads += 1
@@ -203,9 +226,7 @@ def test_concurrent_state_writes_never_show_a_reader_half_a_state(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no temp file left behind
 
 
-
-
-def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, live_tune, tmp_path):  # noqa: F811
+def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, live_tune, tmp_path):
     """The review's fourth finding: a state with neither port nor plan_id whose server has exited was
     "another plan's" (its port unreadable): stop never removed it, verify called it foreign."""
     from epyc import (
@@ -213,6 +234,7 @@ def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, liv
         serve_state,
         serve_stop,
     )
+
     _, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
     state = serve_state.read_state(plan)
@@ -226,6 +248,7 @@ def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, liv
 @ROOT_ONLY
 def test_no_file_of_another_user_is_written_by_a_verb(tmp_path):
     from epyc import errors, serve_state
+
     theirs = tmp_path / "server.log"
     theirs.write_text("old")
     os.chown(theirs, 65534, 65534)
@@ -234,18 +257,35 @@ def test_no_file_of_another_user_is_written_by_a_verb(tmp_path):
     assert theirs.read_text() == "old"
 
 
-def test_a_brief_hold_of_the_lock_is_waited_out_by_verify_and_stop(tmp_path, inputs, live_tune):  # noqa: F811
+def test_a_brief_hold_of_the_lock_is_waited_out_by_verify_and_stop(tmp_path, inputs, live_tune):
     """The review of the fixes: verify's write (milliseconds under .lock) made a stop at that moment refuse,
     and a verify meeting another verify's write failed a healthy server (up then stopped it)."""
     from epyc import serve_state, serve_verify
+
     _, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True)
-    judged = {"path": "host", "port": plan["port"], "plan_id": serve_state.plan_identity(plan), "pid": 11, "pgid": 11, "create_time": 1.0, "marker": "a",
-              "started_at": 5.0}
+    judged = {
+        "path": "host",
+        "port": plan["port"],
+        "plan_id": serve_state.plan_identity(plan),
+        "pid": 11,
+        "pgid": 11,
+        "create_time": 1.0,
+        "marker": "a",
+        "started_at": 5.0,
+    }
     serve_state.write_state(plan, judged)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1)",
-                               str(Path(plan["state_dir"]) / ".lock")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1)",
+            str(Path(plan["state_dir"]) / ".lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         serve_verify.rewrite_state_of_run(plan, judged, {**judged, "verified_at": 8.0}, time.monotonic())
@@ -256,7 +296,7 @@ def test_a_brief_hold_of_the_lock_is_waited_out_by_verify_and_stop(tmp_path, inp
 
 
 # ---- 5, 6: bench's folder planted in advance; a state dir through a link
-def test_a_planted_bench_link_makes_the_state_dir_foreign(tmp_path, inputs, live_tune):  # noqa: F811
+def test_a_planted_bench_link_makes_the_state_dir_foreign(tmp_path, inputs, live_tune):
     _, plan = host_plan(tmp_path, inputs, live_tune)
     state = Path(plan["state_dir"])
     state.mkdir(parents=True)
@@ -279,21 +319,29 @@ def test_a_state_dir_reached_through_a_link_into_a_system_tree_is_refused(tmp_pa
 
 # ---- 7: up interrupted during verify
 @pytest.mark.parametrize("mode,signals", [("never_healthy", 1), ("slow_term", 2)])
-def test_an_interrupted_verify_after_up_started_stops_the_server(tmp_path, inputs, live_tune, mode,  # noqa: F811
-                                                                 signals):
+def test_an_interrupted_verify_after_up_started_stops_the_server(
+    tmp_path,
+    inputs,
+    live_tune,
+    mode,
+    signals,
+):
     """As up does it, in one process: start, then verify (the fake server never gets healthy), then the
     SIGTERM of an agent's tool timeout -- and (eighteenth audit) the second one GNU timeout sends to the
     group, or a double Ctrl-C, while stop still waits for a server slow to exit: it cut the stop short."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     server_mode(tmp_path, mode)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import json; from epyc import cli, serve_start, up\n"
-            "plan = json.load(open(sys.argv[2]))\n"
-            "def main(argv):\n"
-            "    serve_start.start(plan, confirm=True)\n"
-            "    return up.verify_or_stop(plan, sys.argv[2], 120, 10), 0\n"
-            "sys.exit(cli.run_main(main))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(bundle.ROOT / "scripts"), str(plan_file)],
-                            stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import json; from epyc import cli, serve_start, up\n"
+        "plan = json.load(open(sys.argv[2]))\n"
+        "def main(argv):\n"
+        "    serve_start.start(plan, confirm=True)\n"
+        "    return up.verify_or_stop(plan, sys.argv[2], 120, 10), 0\n"
+        "sys.exit(cli.run_main(main))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(bundle.ROOT / "scripts"), str(plan_file)], stdout=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not serve_state.read_state(plan):

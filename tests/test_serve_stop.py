@@ -1,8 +1,9 @@
 """epyc.serve_stop: its decisions, tested in-process."""
+
 from conftest import host_plan
 
 
-def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, live_tune, tmp_path, monkeypatch):
     """F4: on a read-only state dir stop killed the server, then failed on the state's unlink ("the system
     refused an operation") with no word that the server was gone, and every later stop failed the same way.
     The server is real; the read-only folder is simulated in-process (an unlink raising EROFS), as a
@@ -16,6 +17,7 @@ def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, li
         serve_state,
         serve_stop,
     )
+
     _, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
     state = serve_state.read_state(plan)
@@ -25,6 +27,7 @@ def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, li
         if str(self) == plan["state_file"]:
             raise OSError(errno.EROFS, "Read-only file system")
         return real_unlink(self, missing_ok=missing_ok)
+
     monkeypatch.setattr(pathlib.Path, "unlink", read_only)
     doc = serve_stop.stop(plan)
     assert doc["stopped"] is True and not serve_procs.group_members(state)

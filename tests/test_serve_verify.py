@@ -1,4 +1,5 @@
 """epyc.serve_verify: its decisions, tested in-process."""
+
 import json
 import time
 from pathlib import Path
@@ -12,12 +13,13 @@ from epyc import (
 
 # ---- a CI run on EPYC Rome: time_to_healthy_s counted from verify's own start read 0.0 when the two starts
 # before it took longer than the fake's 1 s start-up. It counts from the launch now, and says when it is a bound.
-def test_time_to_healthy_counts_from_the_launch_and_says_when_it_is_only_a_bound(inputs, live_tune, tmp_path):  # noqa: F811
+def test_time_to_healthy_counts_from_the_launch_and_says_when_it_is_only_a_bound(inputs, live_tune, tmp_path):
     from epyc import (
         serve_start,
         serve_stop,
         serve_verify,
     )
+
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
     try:
@@ -35,12 +37,13 @@ def test_time_since_start_of_a_state_without_a_usable_time_is_unknown(started_at
     from epyc import (
         serve_verify,
     )
+
     assert serve_verify.time_since_start({"started_at": started_at}) is None
     assert serve_verify.time_since_start({"started_at": time.time() + 3600}) == 0.0  # a clock set back
 
 
 # ---- the twenty-fourth audit (2026-12-03, ~165 cases on the twenty-third's fixes: 6 findings)
-def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs, live_tune, tmp_path):  # noqa: F811
+def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs, live_tune, tmp_path):
     """F1: plan B (same port and state dir, another --served-model-name) was taken for plan A: B's verify
     judged A's server with B's model name and cleared its pass, B's stop killed it. The state records the
     plan's identity (command, env, where) now."""
@@ -52,14 +55,19 @@ def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs
         serve_verify,
     )
     from epyc.errors import ScriptError
+
     _, a = host_plan(tmp_path, inputs, live_tune)
     _, b = host_plan(tmp_path, inputs, live_tune, port=a["port"], served_model_name="other-model")
     assert (a["state_dir"], a["port"]) == (b["state_dir"], b["port"]) and a["argv"] != b["argv"]
     serve_start.start(a, confirm=True)
     try:
         serve_verify.verify(a, 30, 10)
-        for act in (lambda: serve_stop.stop(b), lambda: serve_verify.verify(b, 5, 5),
-                    lambda: serve_verify.verified_state(b), lambda: serve_start.start(b, confirm=True)):
+        for act in (
+            lambda: serve_stop.stop(b),
+            lambda: serve_verify.verify(b, 5, 5),
+            lambda: serve_verify.verified_state(b),
+            lambda: serve_start.start(b, confirm=True),
+        ):
             with pytest.raises(ScriptError) as err:
                 act()
             assert "another command on the same port" in err.value.error, err.value.error
@@ -69,15 +77,24 @@ def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs
 
 
 # ---- F3: verify's read-modify-write of state.json overwrote a newer start's state
-def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, live_tune, monkeypatch):  # noqa: F811
+def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, live_tune, monkeypatch):
     """A stop and a start while verify waited on the server: verify's final write put the old run back, and
     the new server was named by nothing (stop left it running; every start after refused its port)."""
     from epyc import errors, serve_state, serve_verify
+
     monkeypatch.setattr(serve_verify, "VERIFY_LOCK_WAIT_S", 0.5)
     _, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True)
-    judged = {"path": "host", "port": plan["port"], "plan_id": serve_state.plan_identity(plan), "pid": 11, "pgid": 11, "create_time": 1.0, "marker": "a",
-              "started_at": 5.0}
+    judged = {
+        "path": "host",
+        "port": plan["port"],
+        "plan_id": serve_state.plan_identity(plan),
+        "pid": 11,
+        "pgid": 11,
+        "create_time": 1.0,
+        "marker": "a",
+        "started_at": 5.0,
+    }
     newer = {**judged, "pid": 22, "pgid": 22, "create_time": 2.0, "marker": "b", "started_at": 6.0}
     serve_state.write_state(plan, newer)
     with pytest.raises(errors.ScriptError, match="stopped or started again while verify ran"):
@@ -95,6 +112,7 @@ def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, liv
 def test_http_gives_up_on_a_body_past_its_limit_or_its_deadline():
     import socket
     import threading
+
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(4)
@@ -124,10 +142,12 @@ def test_a_read_timeout_that_beats_the_deadline_is_named_as_the_deadline(monkeyp
     import threading
 
     from conftest import answer_once
+
     srv = answer_once(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\nxxxxx", linger=4)
     real_join = threading.Thread.join
-    monkeypatch.setattr(threading.Thread, "join", lambda self, timeout=None: real_join(
-        self, None if timeout is None else timeout + 2))
+    monkeypatch.setattr(
+        threading.Thread, "join", lambda self, timeout=None: real_join(self, None if timeout is None else timeout + 2)
+    )
     status, why = serve_verify.http("GET", f"http://127.0.0.1:{srv.getsockname()[1]}/", 1)
     srv.close()
     assert status is None and why == "no complete answer within 1s", why

@@ -1,4 +1,5 @@
 """scripts/setup_host_stack.py: its contract and its decisions."""
+
 import json
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ def test_setup_host_stack_installs_only_into_a_folder_it_made(script, tmp_path):
     prefix = tmp_path / "someone-elses"
     (prefix / "bin").mkdir(parents=True)
     calls = tmp_path / "calls.log"
-    (prefix / "bin" / "python").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
+    (prefix / "bin" / "python").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
     (prefix / "bin" / "python").chmod(0o755)
     r = script("setup_host_stack.py", "--stock", "--venv", str(prefix))  # a prefix such as /usr/local
     assert r.code == 1 and "it is not a venv" in r.doc["error"] and "--check" in r.doc["fix"], r.doc
@@ -40,6 +41,7 @@ def test_no_script_puts_its_venv_or_run_folder_under_the_current_folder(script, 
 # ---- F5: whose interpreter a marked venv holds is settled before pip runs with it
 def test_a_marked_venv_wrapping_another_interpreter_is_refused_before_pip(script, tmp_path):
     from epyc import hoststack
+
     venv = tmp_path / "marked"
     (venv / "bin").mkdir(parents=True)
     (venv / hoststack.OWNER_FILE).write_text("x")
@@ -47,8 +49,9 @@ def test_a_marked_venv_wrapping_another_interpreter_is_refused_before_pip(script
     calls = tmp_path / "calls.log"
     # a wrapper reads no pyvenv.cfg: it is the suite's interpreter, whose purelib is outside the venv. Should
     # the check regress, pip is recorded and refused here: it must never install into the suite's own venv
-    (venv / "bin" / "python").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
-                                         f"[ \"$1 $2\" = \"-m pip\" ] && exit 1\nexec {sys.executable} \"$@\"\n")
+    (venv / "bin" / "python").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1 $2" = "-m pip" ] && exit 1\nexec {sys.executable} "$@"\n'
+    )
     (venv / "bin" / "python").chmod(0o755)
     r = script("setup_host_stack.py", "--stock", "--venv", str(venv), timeout=300)
     assert r.code == 1 and "outside the venv" in r.doc["error"], r.doc
@@ -62,8 +65,14 @@ def test_a_relative_venv_is_made_absolute_never_an_option(tmp_path):
     import sys
 
     from conftest import ROOT
-    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_host_stack.py"), "--stock", "--venv=--help",
-                          "--check"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "setup_host_stack.py"), "--stock", "--venv=--help", "--check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = json.loads(res.stdout)
     assert res.returncode == 1 and doc["venv"] == str(tmp_path / "--help") and doc["python"].startswith(str(tmp_path))
     assert not (tmp_path / "--help").exists()
@@ -76,6 +85,7 @@ def test_a_bare_python3_runs_the_scripts_through_the_bundle_venv(tmp_path):
     import sys
 
     from conftest import ROOT, SCRIPTS
+
     assert (ROOT / ".venv" / "bin" / "python").exists(), "tests/run.sh runs scripts/bootstrap.py first"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True, timeout=120)
     bare = tmp_path / "bare" / "bin" / "python3"
@@ -83,7 +93,8 @@ def test_a_bare_python3_runs_the_scripts_through_the_bundle_venv(tmp_path):
     res = subprocess.run([str(bare), str(SCRIPTS / "detect.py")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert json.loads(res.stdout)["logical_cores"] >= 1
-    boot = subprocess.run([str(bare), str(SCRIPTS / "bootstrap.py"), "--check"], capture_output=True, text=True,
-                          timeout=60)
+    boot = subprocess.run(
+        [str(bare), str(SCRIPTS / "bootstrap.py"), "--check"], capture_output=True, text=True, timeout=60
+    )
     doc = json.loads(boot.stdout)
     assert boot.returncode == 0 and doc["ready"] and doc["venv"] == str(ROOT / ".venv") and not doc["missing"]

@@ -1,4 +1,5 @@
 """detect.py / cpu_tune.py --host against a real sshd on 127.0.0.1 that this test starts (not a mock)."""
+
 import os
 import shutil
 import socket
@@ -9,9 +10,11 @@ from pathlib import Path
 import pytest
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
-pytestmark = [pytest.mark.ssh,
-              pytest.mark.skipif(SSHD is None, reason="openssh-server not installed (.ci/run installs it)"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="the test sshd logs in as the current user: needs root")]
+pytestmark = [
+    pytest.mark.ssh,
+    pytest.mark.skipif(SSHD is None, reason="openssh-server not installed (.ci/run installs it)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="the test sshd logs in as the current user: needs root"),
+]
 
 
 def _free_port() -> int:
@@ -30,10 +33,12 @@ def sshd(tmp_path_factory):
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege-separation dir sshd insists on
     port = _free_port()
     cfg = d / "sshd_config"
-    cfg.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
-                   f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\n"
-                   "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
-                   "UsePAM no\nPidFile none\n")
+    cfg.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
+        "UsePAM no\nPidFile none\n"
+    )
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -55,9 +60,22 @@ def test_detect_over_ssh_matches_local(script, sshd):
     local = script("detect.py")
     assert remote.code == 0, remote.doc
     assert remote.doc["target"] == sshd["spec"]
-    for key in ("cpu_model", "cpu_family", "cpu_model_number", "epyc_generation", "zen_arch", "avx512",
-                "avx512_bf16", "logical_cores", "physical_cores", "socket_count", "numa_node_count", "ram_total_gb",
-                "is_supported_epyc", "node_ram_gb"):
+    for key in (
+        "cpu_model",
+        "cpu_family",
+        "cpu_model_number",
+        "epyc_generation",
+        "zen_arch",
+        "avx512",
+        "avx512_bf16",
+        "logical_cores",
+        "physical_cores",
+        "socket_count",
+        "numa_node_count",
+        "ram_total_gb",
+        "is_supported_epyc",
+        "node_ram_gb",
+    ):
         assert remote.doc[key] == local.doc[key], key
 
 

@@ -1,4 +1,5 @@
 """epyc.subproc: its decisions, tested in-process."""
+
 import time
 
 import pytest
@@ -14,11 +15,12 @@ def test_a_probe_is_judged_without_the_shells_python_settings(tmp_path, monkeypa
     import sys
 
     from epyc import subproc
+
     site = tmp_path / "site" / "oldlib"
     site.mkdir(parents=True)
     (site / "__init__.py").write_text("import warnings\nwarnings.warn('old API', DeprecationWarning)\n")
     py = tmp_path / "python"
-    py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
     py.chmod(0o755)
     code = "import json, oldlib\nprint('@@T@@' + json.dumps({'imported': True}))"
     monkeypatch.setenv("PYTHONWARNINGS", "error")
@@ -36,6 +38,7 @@ def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, 
         jsonio,
         subproc,
     )
+
     calls = []
 
     def fake_run(argv, **kw):
@@ -43,11 +46,20 @@ def test_bench_reads_a_containers_result_within_the_document_limit(monkeypatch, 
         if "cat" in argv:
             return subproc.RunResult(list(argv), None, "x" * 10, "printed more than", "output_limit")
         return subproc.RunResult(list(argv), 0, "", "")
+
     monkeypatch.setattr(subproc, "run", fake_run)
     monkeypatch.setattr(benchmark, "recorded_container", lambda plan: "c" * 64)  # the id its state would record
-    plan = {"path": "container", "runtime": "docker", "container_name": "vllm-epyc-8000", "model": "org/m",
-            "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"], "api_key_env": None, "primary_endpoint": "completions",
-            "base_url": "http://127.0.0.1:8000/v1", "served_model_name": "org/m"}
+    plan = {
+        "path": "container",
+        "runtime": "docker",
+        "container_name": "vllm-epyc-8000",
+        "model": "org/m",
+        "argv": ["docker", "run", "-d", "--entrypoint", "vllm", "img", "serve", "org/m"],
+        "api_key_env": None,
+        "primary_endpoint": "completions",
+        "base_url": "http://127.0.0.1:8000/v1",
+        "served_model_name": "org/m",
+    }
     args = argparse.Namespace(input_lens=[128], concurrency=[1], repeats=1, output_len=8, seed=1)
     with pytest.raises(errors.ScriptError, match="is over 67,108,864 bytes"):
         benchmark.run_matrix(plan, args, tmp_path / "out", {})
@@ -59,6 +71,7 @@ def test_sudo_docker_calls_never_follow_a_docker_host_sudo_keeps():
     """Twenty-seventh audit, note: a sudoers `env_keep += DOCKER_HOST` let `sudo -n docker` reach the daemon
     the shell named; a plan for sudo docker names no engine (sudo resets the environment otherwise)."""
     from epyc import subproc
+
     pinned = subproc.run_env(["sudo", "-n", "docker", "run", "x"], {"DOCKER_HOST": "tcp://10.9.9.9:2375", "K": "1"})
     assert pinned == {"K": "1", "DOCKER_CONTEXT": "default"}
     assert subproc.run_env(["sudo", "-n", "true"], {"DOCKER_HOST": "x"}) == {"DOCKER_HOST": "x"}
@@ -89,6 +102,7 @@ def test_a_timeout_takes_the_whole_process_group_and_returns():
     import time
 
     import psutil
+
     naptime = f"617.{os.getpid()}"  # this run's own: a grandchild another run left behind is not ours
     t0 = time.monotonic()
     r = subproc.run(["bash", "-c", f"echo started; sleep {naptime} & wait"], timeout=1)
@@ -100,6 +114,7 @@ def test_a_timeout_takes_the_whole_process_group_and_returns():
 
 def test_run_probe_reads_the_marked_json_line_or_says_why_not():
     import sys
+
     doc, why = subproc.run_probe([sys.executable], "print('noise'); print('@@X@@{\"a\": 1}')", "@@X@@", 30)
     assert (doc, why) == ({"a": 1}, "")
     doc, why = subproc.run_probe([sys.executable], "import sys; sys.exit('boom')", "@@X@@", 30)

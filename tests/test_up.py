@@ -1,4 +1,5 @@
 """The up flow's decisions (epyc.up): what is shown, what a --yes may launch."""
+
 import json
 from pathlib import Path
 
@@ -14,9 +15,15 @@ def test_an_interrupt_held_by_start_ends_up_and_compare(monkeypatch, tmp_path):
         up,
     )
     from epyc.errors import ScriptError
+
     calls = []
-    monkeypatch.setattr(up, "start", lambda plan, confirm: (_ for _ in ()).throw(
-        ScriptError("interrupted, after the server was launched and recorded: it is running", "f", interrupted=True)))
+    monkeypatch.setattr(
+        up,
+        "start",
+        lambda plan, confirm: (_ for _ in ()).throw(
+            ScriptError("interrupted, after the server was launched and recorded: it is running", "f", interrupted=True)
+        ),
+    )
     monkeypatch.setattr(up, "stop", lambda plan: calls.append("stop") or {"stopped": True})
     with pytest.raises(ScriptError, match="up stopped the server"):
         up.start_or_stop({"x": 1}, tmp_path / "plan.json")
@@ -29,6 +36,7 @@ def test_an_interrupt_during_a_container_run_ends_up_with_a_stop(monkeypatch, tm
         up,
     )
     from epyc.errors import ScriptError
+
     calls = []
     monkeypatch.setattr(up, "start", lambda plan, confirm: (_ for _ in ()).throw(KeyboardInterrupt()))
     monkeypatch.setattr(up, "stop", lambda plan: calls.append("stop") or {"stopped": True})
@@ -45,20 +53,23 @@ def test_any_failure_of_verify_stops_ups_server(monkeypatch, tmp_path):
     from epyc import (
         up,
     )
+
     stops = []
 
     def verify_fails(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(up, "verify", verify_fails)
     monkeypatch.setattr(up, "stop", lambda plan: stops.append(plan) or {"stopped": True})
     from epyc.errors import ScriptError
+
     with pytest.raises(ScriptError) as err:
         up.verify_or_stop({"port": 1}, tmp_path / "plan.json", 5, 5)
     assert stops and "No space left on device: up stopped the server it had started" in err.value.error
     assert "free space" in err.value.fix and err.value.extra["phase"] == "verify"
 
 
-def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):
     """F3, up's half: its estimate_memory step sized bfloat16 whatever --dtype up served. The steps before it
     are the fixtures' real documents (detect of a Genoa tree, validate, check_model); up stops at the estimate."""
     import argparse
@@ -68,6 +79,7 @@ def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):  # noqa: F
         up,
     )
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     seen = {}
 
@@ -76,11 +88,25 @@ def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):  # noqa: F
         if phase == "estimate_memory":
             raise ScriptError("the test stops here", "-")
         return docs[phase]
+
     monkeypatch.setattr(up, "step", step)
-    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False,
-                           python=None, yes=True, max_model_len=None, num_prompts=4, port=None, expose=False,
-                           served_model_name="m", api_key_env=None, throughput_flags=False, kernel_log=False,
-                           timeout=30, dtype="float32")
+    a = argparse.Namespace(
+        model=docs["check_model"]["model"],
+        state_dir=str(tmp_path / "up"),
+        stock=False,
+        python=None,
+        yes=True,
+        max_model_len=None,
+        num_prompts=4,
+        port=None,
+        expose=False,
+        served_model_name="m",
+        api_key_env=None,
+        throughput_flags=False,
+        kernel_log=False,
+        timeout=30,
+        dtype="float32",
+    )
     with pytest.raises(ScriptError, match="the test stops here"):
         up.up(a, load_epyc_doc())
     assert seen["estimate_memory"][-2:] == ["--dtype", "float32"]
@@ -90,7 +116,7 @@ def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):  # noqa: F
     assert "--dtype" not in seen["estimate_memory"]
 
 
-def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, tmp_path, monkeypatch):  # noqa: F811
+def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, tmp_path, monkeypatch):
     """The other side of F1's fix: up holds .up.lock through its start, in the same process; that start is
     up's own and runs. The steps here return the host-path documents host_plan uses (a fake venv's server)."""
     import argparse
@@ -100,12 +126,26 @@ def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, 
         serve_stop,
         up,
     )
+
     docs = host_docs(tmp_path, inputs, live_tune)
     monkeypatch.setattr(up, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
-    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=True,
-                           python=None, yes=True, max_model_len=None, num_prompts=1, port=free_port(), expose=False,
-                           served_model_name="m", api_key_env=None, throughput_flags=False, kernel_log=False,
-                           timeout=30, dtype=None)
+    a = argparse.Namespace(
+        model=docs["check_model"]["model"],
+        state_dir=str(tmp_path / "up"),
+        stock=True,
+        python=None,
+        yes=True,
+        max_model_len=None,
+        num_prompts=1,
+        port=free_port(),
+        expose=False,
+        served_model_name="m",
+        api_key_env=None,
+        throughput_flags=False,
+        kernel_log=False,
+        timeout=30,
+        dtype=None,
+    )
     done = up.up(a, load_epyc_doc())
     try:
         assert done["ok"] and done["started"]["started"] and done["verify"]["ok"], done
@@ -114,10 +154,11 @@ def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, 
         from epyc import (
             serve_stop,
         )
+
         assert serve_stop.stop(plan)["stopped"] is True
 
 
-def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     """F5: `up` with no terminal shows its plan and stops ("re-run with --yes"); the --yes run planned again and
     launched whatever that said (the port taken in between: 8000 shown, 8001 run). What a --yes launches
     after a showing is held to what was shown; a changed plan is shown again, not run. The steps before the
@@ -126,6 +167,7 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
     docs["validate"]["port"] = 18601  # no --port: the first free port validate found
@@ -145,13 +187,14 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     assert len(launched) == 2
 
 
-def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inputs, tmp_path, monkeypatch):
     """The review of F5: with no runtime, up's first question (no terminal) is the host stack's; the --yes run
     then built it and launched a plan nobody had seen. The yes answers the build; the plan is shown and held."""
     from conftest import load_docs
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     built = []
     no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
@@ -177,7 +220,7 @@ def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inpu
     assert len(launched) == 1 and launched[0]["port"] == 18603
 
 
-def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs, tmp_path, monkeypatch):
     """The 33rd left an old showing in the shared default up folder saying "the plan changed since up showed
     it" to an unrelated `up --model OTHER --yes`. Binding a showing to its request (34th round) let any other
     spelling of the same request (the folder typed relative, a default given explicitly) launch a plan
@@ -187,6 +230,7 @@ def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
     a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18611)
@@ -194,8 +238,11 @@ def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs
         up.up(a, load_epyc())  # shown, left in the folder
     assert json.loads((run_dir / "shown-plan.json").read_text())["request"]["port"] == 18611
     a.yes, a.port = True, 18612  # another request: its plan was never shown -> shown now, not run
-    with pytest.raises(ScriptError, match=r"up last showed a plan for another request \(--port differ\), not this "
-                                          r"one; it now runs: .*--port 18612") as held:
+    with pytest.raises(
+        ScriptError,
+        match=r"up last showed a plan for another request \(--port differ\), not this "
+        r"one; it now runs: .*--port 18612",
+    ) as held:
         up.up(a, load_epyc())
     assert held.value.extra["started"] is False and not launched
     up.up(a, load_epyc())  # this request's plan is the one shown now: the yes runs it
@@ -208,12 +255,13 @@ def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs
     assert len(launched) == 2
 
 
-def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path, monkeypatch):
     """The 34th audit's F7: a shown-plan.json nested 200,000 deep ended as `internal error: RecursionError`."""
     from conftest import load_docs, up_with_no_terminal
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
     run_dir.mkdir()
@@ -225,8 +273,7 @@ def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path
     assert not launched
 
 
-def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch,
-                                                                          capsys):  # noqa: F811
+def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch, capsys):
     """With no terminal, up's host-stack question was never shown (ask failed before it wrote), and both of
     up's no-terminal errors pointed to "launch.py plan ..." with no phase or plan file: an agent was told to
     answer --yes to a question it had not read. The question now goes to stderr; each error names its phase,
@@ -235,6 +282,7 @@ def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     step, built = no_runtime_until_built(docs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18621)
@@ -259,7 +307,7 @@ def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs
 
 
 # ---- the review of the fixes above
-def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tmp_path, monkeypatch):
     """The showing was used up before the serve: a start that failed (its port taken, the case the showing
     guards against) left nothing to hold the next --yes to, and validate's next free port launched unseen.
     Only a serve that went through uses it up."""
@@ -267,6 +315,7 @@ def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tm
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", None)
     with pytest.raises(ScriptError, match="no terminal"):
@@ -276,6 +325,7 @@ def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tm
     def port_busy(plan, plan_file, *rest):
         launched.append(plan)
         raise ScriptError("FAILED in phase start: port busy", "-", phase="start")
+
     monkeypatch.setattr(up, "serve_verified", port_busy)
     a.yes = True
     with pytest.raises(ScriptError, match="port busy"):
@@ -286,8 +336,7 @@ def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tm
     assert [p["port"] for p in launched] == [shown_port]
 
 
-def test_a_yes_after_a_plan_was_shown_does_not_build_the_host_stack_unasked(inputs, tmp_path, monkeypatch,
-                                                                            capsys):  # noqa: F811
+def test_a_yes_after_a_plan_was_shown_does_not_build_the_host_stack_unasked(inputs, tmp_path, monkeypatch, capsys):
     """A plan shown (a runtime then), the runtime gone before the --yes: the yes built the host stack (a
     90-130 s install) that no question had shown. It answers the plan only: the build's question is shown and
     held, and the --yes after it builds."""
@@ -295,6 +344,7 @@ def test_a_yes_after_a_plan_was_shown_does_not_build_the_host_stack_unasked(inpu
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18631)
     with pytest.raises(ScriptError, match="no terminal"):
@@ -319,6 +369,7 @@ def test_what_a_held_showing_says_is_true():
     import argparse
 
     from epyc.up import showing_differs, up_request
+
     now = {"pre_argv": [], "command": "vllm serve m --port 1", "env": {}, "secrets": []}
     req = up_request(argparse.Namespace(**{k: None for k in __import__("epyc.up").up.UP_REQUEST_FLAGS}), "m")
     assert showing_differs(None, now, req).startswith("up could not read the plan it showed last")
@@ -331,13 +382,14 @@ def test_what_a_held_showing_says_is_true():
     assert showing_differs({**now, "request": {**req, "old_flag": 1}}, now, req) is None
 
 
-def test_a_showing_that_is_no_object_holds_the_build_with_a_clear_error(inputs, tmp_path, monkeypatch):  # noqa: F811
+def test_a_showing_that_is_no_object_holds_the_build_with_a_clear_error(inputs, tmp_path, monkeypatch):
     """Found re-reading the change: a shown-plan.json holding a JSON list made `up --yes` with no runtime end
     as `internal error: AttributeError` (the build's check read it as an object). It is no showing: held."""
     from conftest import load_docs, up_with_no_terminal
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
     run_dir.mkdir()
@@ -354,10 +406,20 @@ def test_a_showing_that_is_no_object_holds_the_build_with_a_clear_error(inputs, 
 def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
     """up keeps one JSON per step and start its log and state: planning again into that folder is fine."""
     from epyc import up
+
     st = tmp_path / "st"
     st.mkdir()
-    for name in ("plan.json", "server.log", "state.json", "detect.json", "validate.json", "setup_host_stack.json",
-                 "check_model.json", "estimate_memory.json", "cpu_tune.json"):
+    for name in (
+        "plan.json",
+        "server.log",
+        "state.json",
+        "detect.json",
+        "validate.json",
+        "setup_host_stack.json",
+        "check_model.json",
+        "estimate_memory.json",
+        "cpu_tune.json",
+    ):
         (st / name).write_text("{}")
     (st / "bench-20261201-120000").mkdir()  # bench's result folder (a file or link of that name is foreign)
     assert up.state_dir_arg(str(st)) == str(st.resolve())
@@ -368,6 +430,7 @@ def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
 
 def test_up_writes_its_step_documents_only_as_its_own_files(tmp_path):
     from epyc import up
+
     victim = tmp_path / "victim.json"
     victim.write_text("keep me")
     (tmp_path / "run").mkdir()

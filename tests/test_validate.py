@@ -1,6 +1,7 @@
 """validate.py: runtime order, CPU gate, stack compatibility, HF cache, ports, ELF execstack.
 The container runtimes here are the FAKE in tests/fakes, for runtime choices a real engine cannot show here
 (podman, sudo docker, a daemon that is down); test_e2e_container.py validates against the real engine."""
+
 import json
 import os
 import socket
@@ -32,8 +33,7 @@ PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026
 def fake_rt(tmp_path, monkeypatch):
     d = tmp_path / "rt"
     d.mkdir()
-    env = {"FAKE_RT_DIR": str(d), "PATH": f"{FAKE_BIN}:{os.environ['PATH']}",
-           "DETECT_JSON": str(detect_file(tmp_path))}
+    env = {"FAKE_RT_DIR": str(d), "PATH": f"{FAKE_BIN}:{os.environ['PATH']}", "DETECT_JSON": str(detect_file(tmp_path))}
     return d, env
 
 
@@ -111,12 +111,17 @@ def test_venice_on_another_vllm_needs_confirmation(script, fake_rt):
 
 def test_stack_compatibility_rules():
     zen = "vllm.platforms.zen_cpu.ZenCpuPlatform"
-    assert validation.stack_compatibility({"vllm": "0.32.0+cpu", "platform": zen}, "Turin", "0.32.0", False)["status"] == "proceed"
+    assert (
+        validation.stack_compatibility({"vllm": "0.32.0+cpu", "platform": zen}, "Turin", "0.32.0", False)["status"]
+        == "proceed"
+    )
     stock = {"vllm": "0.32.0", "platform": "vllm.platforms.cpu.CpuPlatform"}
     assert validation.stack_compatibility(stock, "Genoa", "0.32.0", False)["status"] == "blocked"
     assert validation.stack_compatibility(stock, "Milan", "0.32.0", True)["status"] == "proceed"
-    assert validation.stack_compatibility({"vllm": "0.31.0", "platform": zen}, "Venice", "0.32.0", False)["status"] == \
-        "confirmation_required"
+    assert (
+        validation.stack_compatibility({"vllm": "0.31.0", "platform": zen}, "Venice", "0.32.0", False)["status"]
+        == "confirmation_required"
+    )
 
 
 def test_runtime_order():
@@ -135,7 +140,9 @@ def test_hf_cache_follows_links_and_honours_env(tmp_path):
     out = hubcache.resolve_hf_cache({"HF_HOME": str(link)})
     assert out["path"] == str(real / "hub")  # the hub cache only
     assert "link" in out["note"] and out["nfs"] is False
-    assert hubcache.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(real / "hub")  # itself, not its parent
+    assert hubcache.resolve_hf_cache({"HF_HUB_CACHE": str(real / "hub")})["path"] == str(
+        real / "hub"
+    )  # itself, not its parent
 
 
 def test_port_skips_a_busy_one(script, fake_rt):
@@ -170,7 +177,7 @@ def test_execstack_scan_finds_vllm_C_in_an_env(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "_C.abi3.so").write_bytes(_so(tmp_path, "c.so", True))
     py = tmp_path / "python"
-    py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
     py.chmod(0o755)
     assert preload.execstack_libs(str(py)) == [str(pkg / "_C.abi3.so")]
 
@@ -182,8 +189,10 @@ def test_hf_token_presence_only(script, fake_rt):
     assert "hf_validate_secret_999" not in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("args,needle", [(["--avx512", "maybe"], "boolean"), (["--port-start", "0"], "port"),
-                                         (["--runtime", "lxc"], "bad arguments")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [(["--avx512", "maybe"], "boolean"), (["--port-start", "0"], "port"), (["--runtime", "lxc"], "bad arguments")],
+)
 def test_bad_arguments(script, fake_rt, args, needle):
     d, env = fake_rt
     r = run_validate(script, env, *args)
@@ -222,20 +231,27 @@ def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_p
     import sys
 
     from epyc import bundle
+
     pkg = tmp_path / "site" / "vllm"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     os.mkfifo(pkg / "_C.abi3.so")
     py = tmp_path / "python"
-    py.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'site'} exec {sys.executable} \"$@\"\n")
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
     py.chmod(0o755)
     liar = tmp_path / "liar"  # answers the probe with a folder no file system holds
-    liar.write_text("#!/bin/sh\necho '@@VLLMDIR@@{\"folder\": \"/tmp/" + "n" * 300 + "\"}'\n")
+    liar.write_text('#!/bin/sh\necho \'@@VLLMDIR@@{"folder": "/tmp/' + "n" * 300 + "\"}'\n")
     liar.chmod(0o755)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from epyc import preload; "
-            "print(preload.execstack_libs(sys.argv[2]), preload.execstack_libs(sys.argv[3]))")
-    r = subprocess.run([sys.executable, "-c", code, str(bundle.ROOT / "scripts"), str(py), str(liar)],
-                       capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from epyc import preload; "
+        "print(preload.execstack_libs(sys.argv[2]), preload.execstack_libs(sys.argv[3]))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(bundle.ROOT / "scripts"), str(py), str(liar)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and r.stdout.strip() == "[] []", r.stdout + r.stderr
 
 
@@ -256,6 +272,7 @@ def test_validate_refuses_a_home_as_the_containers_hub_cache_and_takes_a_busy_hf
     """Seventeenth F2: HF_HUB_CACHE=/home/alice passed; validate now says why, before any plan. Eighteenth
     F2: an HF_HOME holding Gradio's, trackio's or a sandbox's files was refused: only its hub is mounted."""
     from conftest import detect_file
+
     home = tmp_path / "alice"
     (home / ".ssh").mkdir(parents=True)
     (home / ".bashrc").write_text("x")
@@ -275,7 +292,7 @@ def test_validate_refuses_a_home_as_the_containers_hub_cache_and_takes_a_busy_hf
     assert r.code == 0 and r.doc["hf_cache"]["path"] == str(hf_home / "hub"), r.doc
 
 
-def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs, rt, tmp_path, monkeypatch):  # noqa: F811
+def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs, rt, tmp_path, monkeypatch):
     """A note of the twenty-third audit: `up --python VENV` on a host whose docker answered planned a container,
     and the interpreter the user named was probed for nothing. up now asks validate for the host path. The
     validate step here is the real validate.py, with the fake docker on PATH answering `docker info`."""
@@ -286,6 +303,7 @@ def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs,
         up,
     )
     from epyc.errors import ScriptError
+
     docs = load_docs(inputs)
     _, env = rt
     seen = {}
@@ -297,11 +315,25 @@ def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs,
         seen["args"] = args
         seen["doc"] = run_script("validate.py", *args, env=env).doc
         raise ScriptError("the test stops here", "-")
+
     monkeypatch.setattr(up, "step", step)
-    a = argparse.Namespace(model=docs["check_model"]["model"], state_dir=str(tmp_path / "up"), stock=False,
-                           python=sys.executable, yes=True, max_model_len=None, num_prompts=1, port=None,
-                           expose=False, served_model_name="m", api_key_env=None, throughput_flags=False,
-                           kernel_log=False, timeout=30, dtype=None)
+    a = argparse.Namespace(
+        model=docs["check_model"]["model"],
+        state_dir=str(tmp_path / "up"),
+        stock=False,
+        python=sys.executable,
+        yes=True,
+        max_model_len=None,
+        num_prompts=1,
+        port=None,
+        expose=False,
+        served_model_name="m",
+        api_key_env=None,
+        throughput_flags=False,
+        kernel_log=False,
+        timeout=30,
+        dtype=None,
+    )
     with pytest.raises(ScriptError, match="the test stops here"):
         up.up(a, load_epyc_doc())
     assert seen["args"][-4:] == ["--python", sys.executable, "--runtime", "host"]
@@ -313,7 +345,7 @@ def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs,
     assert "--runtime" not in seen["args"] and seen["doc"]["path"] == "container", seen["doc"]
 
 
-def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, inputs):  # noqa: F811
+def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, inputs):
     """validate.py --python .venv/bin/python answered with that relative path, which launch plan and up then
     refused ("pass the unmodified output of validate.py": it was unmodified). It now answers with the absolute
     path, not resolved: a venv's python is a link, and only the link's path finds the venv's packages."""
@@ -321,13 +353,14 @@ def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, i
     import sys
 
     from conftest import ROOT
+
     rel = os.path.relpath(sys.executable, ROOT)  # the scripts run in the bundle's folder
     r = script("validate.py", "--detect", str(inputs["detect"]), "--python", rel, "--runtime", "host")
     want = os.path.join(str(ROOT), rel)  # (this interpreter has no vLLM: the probe names it, and no "python")
     assert r.doc["runtime_detail"]["host"].startswith(want + ": ") and os.path.isabs(want), r.doc["runtime_detail"]
 
 
-def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulled(tmp_path, inputs, rt):  # noqa: F811
+def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulled(tmp_path, inputs, rt):
     """validate is ready on the stock container path with the image not pulled, and its stack.vllm is null (the
     `latest` tag names no version): SKILL.md's Step 3 then ran check_model --vllm-version None, exit 1. Step 3
     says what VLLM is then (data/epyc.json's vllm_version, as up uses), and its container line runs as written."""
@@ -339,6 +372,7 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
     from conftest import ROOT, run_script
     from docs import commands
     from epyc.bundle import load_epyc
+
     _, env = rt  # a docker that answers, with no image pulled
     val = run_script("validate.py", "--detect", str(inputs["detect"]), "--stock", env=env)
     assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["stack"]["vllm"] is None, val.doc
@@ -346,28 +380,45 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
     assert "null when the stock image is not pulled yet" in skill and "`vllm_version` from `data/epyc.json`" in skill
     vllm = val.doc["stack"]["vllm"] or load_epyc()["vllm_version"]  # the rule SKILL.md states
     line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
-    shell_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}", "RUN": str(tmp_path),
-                 "MODEL": str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B"), "REV": "main", "VLLM": vllm,
-                 "IMAGE": val.doc["image"], "RUNTIME": val.doc["runtime"]}
+    shell_env = {
+        **os.environ,
+        **env,
+        "PATH": f"{Path(sys.executable).parent}:{env['PATH']}",
+        "RUN": str(tmp_path),
+        "MODEL": str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B"),
+        "REV": "main",
+        "VLLM": vllm,
+        "IMAGE": val.doc["image"],
+        "RUNTIME": val.doc["runtime"],
+    }
     res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     doc = json.loads((tmp_path / "check.json").read_text())
     assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == vllm, doc
     assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
 
 
-def test_validate_expands_a_tilde_in_python(script, inputs, tmp_path):  # noqa: F811
+def test_validate_expands_a_tilde_in_python(script, inputs, tmp_path):
     """`--python=~/venv/bin/python` (bash leaves that ~ alone) passed the existence check, which expands it,
     and came back as CWD/~/venv/bin/python."""
     import sys
+
     (tmp_path / "py").symlink_to(sys.executable)
-    r = script("validate.py", "--detect", str(inputs["detect"]), "--python=~/py", "--runtime", "host",
-               env={"HOME": str(tmp_path)})
+    r = script(
+        "validate.py",
+        "--detect",
+        str(inputs["detect"]),
+        "--python=~/py",
+        "--runtime",
+        "host",
+        env={"HOME": str(tmp_path)},
+    )
     assert r.doc["runtime_detail"]["host"].startswith(f"{tmp_path}/py: "), r.doc["runtime_detail"]
 
 
 # ---- F4, F5: numbers that are not JSON, upstream errors that are not text
-@pytest.mark.parametrize("body", ['{"ram_gb": NaN}', '{"ram_gb": Infinity}', '{"ram_gb": -Infinity}',
-                                  '{"ram_gb": 1e400}'])
+@pytest.mark.parametrize(
+    "body", ['{"ram_gb": NaN}', '{"ram_gb": Infinity}', '{"ram_gb": -Infinity}', '{"ram_gb": 1e400}']
+)
 def test_a_non_finite_number_in_an_input_document_is_refused(script, tmp_path, body):
     doc = tmp_path / "detect.json"
     doc.write_text(body)

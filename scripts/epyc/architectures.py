@@ -1,4 +1,5 @@
 """Which architectures a given vLLM serves, and as what: text / multimodal / pooling / unsupported."""
+
 from __future__ import annotations
 
 import ast
@@ -95,10 +96,18 @@ print("@@REGISTRY@@" + json.dumps(out))
 _NAMES = {"type": "array", "maxItems": 100000, "items": {"type": "string", "maxLength": 200}}
 OWN_CODE_KEYS = ["config_types", "tokenizer_config_types", "tokenizer_classes", "remote_tokenizer_ignored"]
 OWN_CODE_SHAPE = {"type": "object", "required": OWN_CODE_KEYS, "properties": dict.fromkeys(OWN_CODE_KEYS, _NAMES)}
-REGISTRY_SHAPE = {"type": "object", "properties": {
-    "vllm_version": {"type": ["string", "null"], "maxLength": 100}, "error": {"type": "string"},
-    "dicts": {"type": "object", "additionalProperties": _NAMES}, "supported": _NAMES, "own_code": OWN_CODE_SHAPE},
-    "if": {"not": {"required": ["error"]}}, "then": {"required": ["dicts", "vllm_version"]}}
+REGISTRY_SHAPE = {
+    "type": "object",
+    "properties": {
+        "vllm_version": {"type": ["string", "null"], "maxLength": 100},
+        "error": {"type": "string"},
+        "dicts": {"type": "object", "additionalProperties": _NAMES},
+        "supported": _NAMES,
+        "own_code": OWN_CODE_SHAPE,
+    },
+    "if": {"not": {"required": ["error"]}},
+    "then": {"required": ["dicts", "vllm_version"]},
+}
 
 
 def normalize_version(v: str | None) -> str | None:
@@ -110,16 +119,23 @@ def normalize_version(v: str | None) -> str | None:
 def probe_live(argv_prefix: list[str], label: str) -> dict:
     raw, why = subproc.run_probe(argv_prefix, PROBE_CODE, "@@REGISTRY@@", PROBE_TIMEOUT_S, shape=REGISTRY_SHAPE)
     if raw is None:
-        raise ScriptError(f"could not probe vLLM's registry in {label}: {why}",
-                          "check that this runtime has vLLM installed (python -c 'import vllm')")
+        raise ScriptError(
+            f"could not probe vLLM's registry in {label}: {why}",
+            "check that this runtime has vLLM installed (python -c 'import vllm')",
+        )
     if "error" in raw:
-        raise ScriptError(f"vLLM in {label} failed to import its registry: {raw['error']}",
-                          "repair the vLLM install of that runtime")
+        raise ScriptError(
+            f"vLLM in {label} failed to import its registry: {raw['error']}", "repair the vLLM install of that runtime"
+        )
     kinds = kinds_from_dicts(raw["dicts"])
     for arch in raw.get("supported", []):
         kinds.setdefault(arch, "unknown")
-    return {"vllm_version": raw["vllm_version"], "source": f"probe:{label}", "architectures": kinds,
-            **({"own_code": raw["own_code"]} if raw.get("own_code") else {})}
+    return {
+        "vllm_version": raw["vllm_version"],
+        "source": f"probe:{label}",
+        "architectures": kinds,
+        **({"own_code": raw["own_code"]} if raw.get("own_code") else {}),
+    }
 
 
 def dicts_from_source(source: str) -> dict[str, list[str]]:
@@ -129,8 +145,11 @@ def dicts_from_source(source: str) -> dict[str, list[str]]:
     wanted = {n for n, _ in REGISTRY_KINDS}
     found: dict[str, list[str]] = {}
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
-            (node.target if isinstance(node, ast.AnnAssign) else None)
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else (node.target if isinstance(node, ast.AnnAssign) else None)
+        )
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
             continue  # every top-level dict is kept: a registry dict may spread a helper dict
@@ -155,14 +174,26 @@ def from_wheel(path: str) -> dict:
         with zipfile.ZipFile(p) as z:
             member = z.getinfo("vllm/model_executor/models/registry.py")
             if member.file_size > REGISTRY_SOURCE_LIMIT:  # vLLM's is ~40 KB; a 6 MB wheel declared 1.5 GB
-                raise ScriptError(f"{path}: its registry.py declares {member.file_size:,} bytes (vLLM's is under "
-                                  f"{REGISTRY_SOURCE_LIMIT:,})", fix)
+                raise ScriptError(
+                    f"{path}: its registry.py declares {member.file_size:,} bytes (vLLM's is under "
+                    f"{REGISTRY_SOURCE_LIMIT:,})",
+                    fix,
+                )
             with z.open(member) as f:
                 src = f.read(REGISTRY_SOURCE_LIMIT + 1).decode()
     # each compression a zip may use fails in its own way: zlib.error, LZMAError, bz2's OSError, EOFError for a
     # stream cut short, NotImplementedError for a method zipfile lacks
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError, zlib.error, lzma.LZMAError,
-            EOFError, NotImplementedError) as exc:
+    except (
+        OSError,
+        KeyError,
+        zipfile.BadZipFile,
+        UnicodeDecodeError,
+        RuntimeError,
+        zlib.error,
+        lzma.LZMAError,
+        EOFError,
+        NotImplementedError,
+    ) as exc:
         raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
     m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
     try:
@@ -170,8 +201,10 @@ def from_wheel(path: str) -> dict:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ScriptError(f"{path}: its registry.py is not Python this reader can parse ({type(exc).__name__})", fix)
     if not kinds:  # a snapshot without architectures would make every model "not in vLLM's registry"
-        raise ScriptError(f"{path}: its registry.py holds none of vLLM's registry dicts "
-                          f"({', '.join(n for n, _ in REGISTRY_KINDS)})", fix)
+        raise ScriptError(
+            f"{path}: its registry.py holds none of vLLM's registry dicts ({', '.join(n for n, _ in REGISTRY_KINDS)})",
+            fix,
+        )
     return {"vllm_version": m.group(1) if m else None, "source": f"wheel:{p.name}", "architectures": kinds}
 
 
@@ -185,8 +218,9 @@ def load_snapshot(version: str | None) -> dict | None:
     return doc
 
 
-def probe_argv(python: str | None, image: str | None, runtime: str | None,
-               engine: str | None = None) -> tuple[list[str], str]:
+def probe_argv(
+    python: str | None, image: str | None, runtime: str | None, engine: str | None = None
+) -> tuple[list[str], str]:
     """argv prefix that runs `python -c` in the runtime that will serve (docker on `engine`: validate's)."""
     if image:
         rt = runtimes.runtime_argv(runtime or "docker", engine)

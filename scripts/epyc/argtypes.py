@@ -1,4 +1,5 @@
 """argparse types: every flag's value is checked where it enters."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,9 +15,11 @@ from .jsonio import user_path
 
 # ---------------------------------------------------------------- flag types (checked at the boundary)
 
+
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
     """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only:
     int() would also take '1_000' and other scripts' digits ('١٢'), which no user means as a port."""
+
     def parse(text: str) -> int:
         if not isinstance(text, str) or not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", text):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected {lo} to {hi})")
@@ -24,6 +27,7 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(f"{value} is out of range (expected {lo} to {hi})")
         return value
+
     parse.__name__ = "whole number"
     return parse
 
@@ -37,6 +41,7 @@ def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], flo
     """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open): never NaN or infinity,
     which would poison the JSON (not valid JSON) or make a wait loop endless. Plain ASCII only: float()
     would also take '1_0' and other scripts' digits ('１.５')."""
+
     def parse(text: str) -> float:
         try:
             if not text.isascii() or "_" in text:
@@ -47,10 +52,13 @@ def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], flo
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if value < lo or value > hi or (lo_open and value == lo):
-            raise argparse.ArgumentTypeError(f"{_plain(value)} is out of range (expected "
-                                             f"{'more than' if lo_open else 'from'} {_plain(lo)} "
-                                             f"{'and at most' if lo_open else 'to'} {_plain(hi)})")
+            raise argparse.ArgumentTypeError(
+                f"{_plain(value)} is out of range (expected "
+                f"{'more than' if lo_open else 'from'} {_plain(lo)} "
+                f"{'and at most' if lo_open else 'to'} {_plain(hi)})"
+            )
         return value
+
     parse.__name__ = "number"
     return parse
 
@@ -65,14 +73,17 @@ def is_env_name(text: object) -> bool:
 def env_name(text: str) -> str:
     """argparse type: the NAME of an environment variable (it is pasted into shell examples)."""
     if not is_env_name(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an environment variable name "
-                                         "(letters, digits and _, not starting with a digit)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
+        )
     return text
 
 
 # docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest]; never an option
-_IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+_IMAGE_REF = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
 
 
 def image_ref(text: str) -> str:
@@ -110,8 +121,9 @@ def nonempty(text: str) -> str:
     """argparse type for a target or a file (--host, --sysroot, --venv, --plan): an empty value is a mistake
     (an unset shell variable), never a silent 'use this machine' nor the current folder."""
     if not (text or "").strip():
-        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); pass a value, or leave the flag "
-                                         "out where it has a default")
+        raise argparse.ArgumentTypeError(
+            "is empty (an unset shell variable?); pass a value, or leave the flag out where it has a default"
+        )
     return text
 
 
@@ -119,17 +131,22 @@ def revision_arg(text: str) -> str:
     """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
     if not is_revision(text):
         import argparse
-        raise argparse.ArgumentTypeError(f"{text[:200]!r} is not a branch, tag or commit (letters, digits and "
-                                         "._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')")
+
+        raise argparse.ArgumentTypeError(
+            f"{text[:200]!r} is not a branch, tag or commit (letters, digits and "
+            "._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')"
+        )
     return text
 
 
 # ---------------------------------------------------------------- CLI
 
+
 def served_name_arg(text: str) -> str:
     if not is_served_name(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not "
-                                         "starting with '-', at most 200)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not starting with '-', at most 200)"
+        )
     return text
 
 
@@ -141,8 +158,10 @@ def api_key_env_arg(text: str) -> str:
     something else (HF_TOKEN would make the Hub token the server's key)."""
     name = env_name(text)
     if name in NOT_A_KEY:
-        raise argparse.ArgumentTypeError(f"{name} holds something else than an API key: export the key in its "
-                                         "own variable (e.g. VLLM_API_KEY) and name that")
+        raise argparse.ArgumentTypeError(
+            f"{name} holds something else than an API key: export the key in its "
+            "own variable (e.g. VLLM_API_KEY) and name that"
+        )
     return name
 
 

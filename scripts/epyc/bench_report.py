@@ -1,4 +1,5 @@
 """bench's summaries: the markdown, the comparison and the plot."""
+
 from __future__ import annotations
 
 import os
@@ -12,22 +13,39 @@ def markdown(cells: list[dict]) -> str:
     head = ["input", "conc.", "TTFT ms", "TPOT ms", "ITL ms", "E2EL ms", "out tok/s", "total tok/s", "failed"]
     rows = []
     for c in cells:
+
         def fmt(k: str, c: dict = c) -> str:
             return f"{c[k]:.1f} ±{c[k + '_spread']:.1f}"
-        rows.append([str(c["input_len"]), str(c["concurrency"]), fmt("median_ttft_ms"), fmt("median_tpot_ms"),
-                     fmt("median_itl_ms"), fmt("median_e2el_ms"), fmt("output_throughput"),
-                     fmt("total_token_throughput"), f"**{c['failed']}**" if c["failed"] else "0"])
+
+        rows.append(
+            [
+                str(c["input_len"]),
+                str(c["concurrency"]),
+                fmt("median_ttft_ms"),
+                fmt("median_tpot_ms"),
+                fmt("median_itl_ms"),
+                fmt("median_e2el_ms"),
+                fmt("output_throughput"),
+                fmt("total_token_throughput"),
+                f"**{c['failed']}**" if c["failed"] else "0",
+            ]
+        )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + \
-        "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
+    return (
+        "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+        + "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
+    )
 
 
 def host_record(plan: dict) -> dict:
     """Where the figures come from: measured figures name their host, versions and date."""
-    return {"cpu_model": plan["inputs"]["detect"].get("cpu_model"),
-            "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
-            "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
-            "backend": plan["backend"], "date": time.strftime("%Y-%m-%d")}
+    return {
+        "cpu_model": plan["inputs"]["detect"].get("cpu_model"),
+        "logical_cores": plan["inputs"]["detect"].get("logical_cores"),
+        "vllm": plan["inputs"]["validate"].get("stack", {}).get("vllm"),
+        "backend": plan["backend"],
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def side_by_side(results: dict[str, list[dict]]) -> dict:
@@ -40,10 +58,13 @@ def side_by_side(results: dict[str, list[dict]]) -> dict:
         best = max(results[n][i]["output_throughput"] for n in names) or 1.0
         for n in names:
             c = results[n][i]
-            row["sizings"][n] = {"output_throughput": c["output_throughput"],
-                                 "output_throughput_spread": c["output_throughput_spread"],
-                                 "median_tpot_ms": c["median_tpot_ms"], "failed": c["failed"],
-                                 "ratio_to_best": round(c["output_throughput"] / best, 3)}
+            row["sizings"][n] = {
+                "output_throughput": c["output_throughput"],
+                "output_throughput_spread": c["output_throughput_spread"],
+                "median_tpot_ms": c["median_tpot_ms"],
+                "failed": c["failed"],
+                "ratio_to_best": round(c["output_throughput"] / best, 3),
+            }
         table.append(row)
     return {"sizings": names, "table": table}
 
@@ -53,16 +74,23 @@ def compare_markdown(cmp: dict) -> str:
     head = ["input", "conc."] + [f"{n} tok/s (ratio)" for n in names]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in cmp["table"]:
-        cells = [f"{row['sizings'][n]['output_throughput']:.1f} ±{row['sizings'][n]['output_throughput_spread']:.1f}"
-                 f" ({row['sizings'][n]['ratio_to_best']:.2f})" for n in names]
+        cells = [
+            f"{row['sizings'][n]['output_throughput']:.1f} ±{row['sizings'][n]['output_throughput_spread']:.1f}"
+            f" ({row['sizings'][n]['ratio_to_best']:.2f})"
+            for n in names
+        ]
         lines.append("| " + " | ".join([str(row["input_len"]), str(row["concurrency"]), *cells]) + " |")
-    return "\n".join(lines) + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
+    return (
+        "\n".join(lines)
+        + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
+    )
 
 
 def plot(cells: list[dict], path: Path) -> str | None:
     """Throughput and TPOT against concurrency, one line per input length (matplotlib is optional)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

@@ -1,4 +1,5 @@
 """Benchmarking an endpoint with vLLM's own `vllm bench serve` and a decode bound."""
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,12 @@ def run_metrics(doc: dict) -> dict:
     if not isinstance(doc, dict):
         raise ValueError("a vllm bench serve result is a JSON object")
     out = {}
-    for key in [f"median_{m}_ms" for m in METRICS] + ["output_throughput", "total_token_throughput",
-                                                          "completed", "failed"]:
+    for key in [f"median_{m}_ms" for m in METRICS] + [
+        "output_throughput",
+        "total_token_throughput",
+        "completed",
+        "failed",
+    ]:
         v = doc.get(key, 0 if key == "failed" else None)
         # a real figure is a number between 0 and a billion (ms, tokens/s, requests): anything else is a
         # broken result, and a 1e308 would overflow the means and the plot
@@ -89,19 +94,28 @@ def read_result(raw: Path, out: Path) -> dict:
     """One `vllm bench serve` result file, read as any input is (a regular file of bounded size: a FIFO or
     a link to /dev/zero there is no result), then its figures."""
     try:
-        return run_metrics(jsonio.parse_json_object(jsonio.read_input_text(raw, str(raw), "re-run the benchmark"),
-                                                    str(raw), "re-run the benchmark"))
+        return run_metrics(
+            jsonio.parse_json_object(
+                jsonio.read_input_text(raw, str(raw), "re-run the benchmark"), str(raw), "re-run the benchmark"
+            )
+        )
     except (ValueError, ScriptError) as exc:
-        raise ScriptError(f"{raw}: not a complete vllm bench serve result ({exc})",
-                          "re-run the benchmark (into a new --out, or none); keep the raw file for the report", out=str(out))
+        raise ScriptError(
+            f"{raw}: not a complete vllm bench serve result ({exc})",
+            "re-run the benchmark (into a new --out, or none); keep the raw file for the report",
+            out=str(out),
+        )
 
 
 def summarise_cell(runs: list[dict]) -> dict:
     """Mean of the repeats' medians, and the spread (max - min) beside each; failures are summed."""
     if not runs:
         raise ValueError("a cell needs at least one run")
-    cell = {"repeats": len(runs), "failed": sum(r["failed"] for r in runs),
-            "completed": sum(r["completed"] for r in runs)}
+    cell = {
+        "repeats": len(runs),
+        "failed": sum(r["failed"] for r in runs),
+        "completed": sum(r["completed"] for r in runs),
+    }
     for key in [f"median_{m}_ms" for m in METRICS] + ["output_throughput", "total_token_throughput"]:
         values = [r[key] for r in runs]
         cell[key] = round(statistics.fmean(values), 3)
@@ -114,12 +128,25 @@ def decode_bound(weight_bytes: int | None, bytes_per_s: float | None, tpot_c1_ms
     if not weight_bytes or not bytes_per_s:
         return {"min_tpot_ms": None, "fraction_of_bound": None}
     floor_ms = weight_bytes / bytes_per_s * 1000
-    return {"min_tpot_ms": round(floor_ms, 3),
-            "fraction_of_bound": round(floor_ms / tpot_c1_ms, 3) if tpot_c1_ms else None}
+    return {
+        "min_tpot_ms": round(floor_ms, 3),
+        "fraction_of_bound": round(floor_ms / tpot_c1_ms, 3) if tpot_c1_ms else None,
+    }
 
 
-def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpoint: str, input_len: int,
-               output_len: int, concurrency: int, result_dir: str, name: str, seed: int) -> list[str]:
+def bench_argv(
+    vllm: list[str],
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    endpoint: str,
+    input_len: int,
+    output_len: int,
+    concurrency: int,
+    result_dir: str,
+    name: str,
+    seed: int,
+) -> list[str]:
     """One `vllm bench serve` run of the matrix, as an argv (no shell).
 
     Each run gets its own seed: with one seed for all, a repeat sends the prompts of the run before it,
@@ -128,15 +155,45 @@ def bench_argv(vllm: list[str], base_url: str, model: str, tokenizer: str, endpo
     vLLM's warm-ups are copies of the run's first prompt: that one request of 10 x C finds its prefill
     cached; the medians do not move for it."""
     chat = endpoint == "chat_completions"
-    return [*vllm, "bench", "serve", "--backend", "openai-chat" if chat else "vllm",
-            "--base-url", base_url.removesuffix("/v1"),
-            "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
-            "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random",
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--ignore-eos",
-            "--max-concurrency", str(concurrency), "--num-prompts", str(10 * concurrency),
-            "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,90,99", "--seed", str(seed),
-            "--num-warmups", str(concurrency),
-            "--save-result", "--result-dir", result_dir, "--result-filename", name]
+    return [
+        *vllm,
+        "bench",
+        "serve",
+        "--backend",
+        "openai-chat" if chat else "vllm",
+        "--base-url",
+        base_url.removesuffix("/v1"),
+        "--endpoint",
+        "/v1/chat/completions" if chat else "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--ignore-eos",
+        "--max-concurrency",
+        str(concurrency),
+        "--num-prompts",
+        str(10 * concurrency),
+        "--percentile-metrics",
+        ",".join(METRICS),
+        "--metric-percentiles",
+        "50,90,99",
+        "--seed",
+        str(seed),
+        "--num-warmups",
+        str(concurrency),
+        "--save-result",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        name,
+    ]
 
 
 # ---------------------------------------------------------------- I/O
@@ -149,10 +206,12 @@ def int_list(text: str) -> list[int]:
     """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
     once (a repeated one would run twice and overwrite its raw file)."""
     import argparse
+
     parts = text.split(",")
     if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive whole numbers "
-                                         f"(e.g. 1,4,8; each at most {1 << 20})")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of positive whole numbers (e.g. 1,4,8; each at most {1 << 20})"
+        )
     values = [int(x) for x in parts]
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"{text!r} repeats a value: each one runs once")
@@ -167,15 +226,24 @@ def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
     a CPU server (a sizing that leaves the flag out runs at that, whatever capacity the plan computed)."""
     argv = [str(a) for a in plan.get("argv") or []]
     for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--max-num-seqs" and i + 1 < len(argv) else (
-            arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None)
+        value = (
+            argv[i + 1]
+            if arg == "--max-num-seqs" and i + 1 < len(argv)
+            else (arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None)
+        )
         if value is not None and value.isascii() and value.isdigit():
             return int(value)
     return vllm_default
 
 
-def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int, concurrency: list[int],
-                            vllm_default_seqs: int, endpoint: str | None = None) -> tuple[str | None, list[dict]]:
+def matrix_against_the_plan(
+    plan: dict,
+    input_lens: list[int],
+    output_len: int,
+    concurrency: list[int],
+    vllm_default_seqs: int,
+    endpoint: str | None = None,
+) -> tuple[str | None, list[dict]]:
     """(why the matrix cannot run on this server, what its figures would measure besides the server).
     A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
     end blaming a healthy endpoint; a chat endpoint's template adds tokens to each prompt, so a request
@@ -184,20 +252,37 @@ def matrix_against_the_plan(plan: dict, input_lens: list[int], output_len: int, 
     longest = max(input_lens) + output_len
     limit = plan.get("max_model_len")
     if isinstance(limit, int) and longest > limit:
-        return (f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
-                f"past the plan's --max-model-len {limit}: vLLM refuses every such request"), []
+        return (
+            f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
+            f"past the plan's --max-model-len {limit}: vLLM refuses every such request"
+        ), []
     warnings = []
-    if isinstance(limit, int) and (endpoint or plan.get("primary_endpoint")) == "chat_completions" \
-            and longest > limit - CHAT_TEMPLATE_TOKENS:  # `endpoint`: the one verify settled, when the plan's is unknown
-        warnings.append({"check": "length", "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
-                         f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
-                         "refuse those requests", "fix": "bench shorter lengths"})
+    if (
+        isinstance(limit, int)
+        and (endpoint or plan.get("primary_endpoint")) == "chat_completions"
+        and longest > limit - CHAT_TEMPLATE_TOKENS
+    ):  # `endpoint`: the one verify settled, when the plan's is unknown
+        warnings.append(
+            {
+                "check": "length",
+                "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
+                f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
+                "refuse those requests",
+                "fix": "bench shorter lengths",
+            }
+        )
     seqs = served_max_num_seqs(plan, vllm_default_seqs)
     over = [c for c in concurrency if c > seqs]
     if over:
-        warnings.append({"check": "concurrency", "message": f"--concurrency {','.join(map(str, over))} is past the "
-                         f"--max-num-seqs {seqs} the server runs with: it runs {seqs} at once and queues the rest, "
-                         "so TTFT and E2EL include that wait", "fix": None})
+        warnings.append(
+            {
+                "check": "concurrency",
+                "message": f"--concurrency {','.join(map(str, over))} is past the "
+                f"--max-num-seqs {seqs} the server runs with: it runs {seqs} at once and queues the rest, "
+                "so TTFT and E2EL include that wait",
+                "fix": None,
+            }
+        )
     return None, warnings
 
 
@@ -209,9 +294,11 @@ def endpoint_of(plan: dict) -> str:
     pass  # REMOVED-IMPORT
     settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
     if settled not in ("chat_completions", "completions"):
-        raise ScriptError("the plan's endpoint is unknown and verify has not settled it on the running server",
-                          "run launch.py verify --plan PLAN first (it tries both endpoints and records the one that "
-                          "answers), then bench")
+        raise ScriptError(
+            "the plan's endpoint is unknown and verify has not settled it on the running server",
+            "run launch.py verify --plan PLAN first (it tries both endpoints and records the one that "
+            "answers), then bench",
+        )
     return settled
 
 
@@ -220,8 +307,10 @@ def started_state(plan: dict, state: dict | None) -> dict:
     bench measures only a server of its own plan, on either path."""
     if state is None:
         pass  # REMOVED-IMPORT
-        raise ScriptError(f"no server from this plan is running ({serve_verify.no_state_said(plan)})",
-                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench")
+        raise ScriptError(
+            f"no server from this plan is running ({serve_verify.no_state_said(plan)})",
+            "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench",
+        )
     return state
 
 
@@ -239,8 +328,10 @@ def require_own_host_server(plan: dict, state: dict | None) -> None:
     recorded_container."""
     pass  # REMOVED-IMPORT
     if serve_procs.alive(plan, started_state(plan, state)) is False:
-        raise ScriptError("the server this plan started has exited",
-                          "python3 scripts/launch.py stop --plan <plan.json>, then start, verify and bench again")
+        raise ScriptError(
+            "the server this plan started has exited",
+            "python3 scripts/launch.py stop --plan <plan.json>, then start, verify and bench again",
+        )
 
 
 def serving_target(plan: dict, container: str | None = None) -> dict:
@@ -250,6 +341,7 @@ def serving_target(plan: dict, container: str | None = None) -> dict:
     the name as typed at plan time, which a relative path makes mean another folder from here. `container`:
     the id to exec into (recorded_container); the plan's name where only the tokenizer is asked for."""
     from .command import serve_args
+
     model_arg = serve_args(plan["argv"], container=plan["path"] != "host")[0]
     snapshot = revision_snapshot(plan)  # in the hub cache: the host's, or where the container mounts it
     if plan["path"] == "host":
@@ -264,8 +356,12 @@ def serving_target(plan: dict, container: str | None = None) -> dict:
     # value never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
     container = container or plan["container_name"]
-    return {"vllm": [*rt, "exec", *key, container, "vllm"], "tokenizer": snapshot or model_arg, "python": None,
-            "container": container}
+    return {
+        "vllm": [*rt, "exec", *key, container, "vllm"],
+        "tokenizer": snapshot or model_arg,
+        "python": None,
+        "container": container,
+    }
 
 
 def revision_snapshot(plan: dict) -> str | None:
@@ -278,40 +374,58 @@ def revision_snapshot(plan: dict) -> str | None:
     if not revision or plan.get("model_dir"):
         return None
     from huggingface_hub import try_to_load_from_cache
+
     cache = plan["inputs"]["validate"]["hf_cache"]["path"]  # the cache the plan serves from (validate's)
     try:  # reads refs/<revision> and the snapshot's config.json on disk: never the network
         found = try_to_load_from_cache(plan["model"], "config.json", cache_dir=cache, revision=revision)
     except (OSError, ValueError) as exc:
-        errors.log(f"bench: the cache's snapshot of {plan['model']} at {revision} is unreadable ({exc}); "
-                   "tokenizing with the repo id (its default branch)")
+        errors.log(
+            f"bench: the cache's snapshot of {plan['model']} at {revision} is unreadable ({exc}); "
+            "tokenizing with the repo id (its default branch)"
+        )
         return None
     folder = Path(found).parent if isinstance(found, str) else None
     if folder is None or folder.parent.name != "snapshots" or not folder.is_relative_to(cache):
-        errors.log(f"bench: no snapshot of {plan['model']} at {revision} in {cache}; tokenizing with the repo id "
-                   "(its default branch)")
+        errors.log(
+            f"bench: no snapshot of {plan['model']} at {revision} in {cache}; tokenizing with the repo id "
+            "(its default branch)"
+        )
         return None
     return folder.relative_to(cache).as_posix()
 
 
 # a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)
-BANDWIDTH_SHAPE = {"type": "object", "required": ["bytes_per_s"],
-                   "properties": {"bytes_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e14}}}
+BANDWIDTH_SHAPE = {
+    "type": "object",
+    "required": ["bytes_per_s"],
+    "properties": {"bytes_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e14}},
+}
 
 
 def measure_bandwidth(python: str | None, cpus: list[int], seconds: float = 2.0, mib: int = 512) -> float | None:
     if not python or not cpus:
         return None
-    found, _why = subproc.run_probe([python], BANDWIDTH_CODE % {"cpus": cpus, "seconds": seconds, "mib": mib},
-                                   "@@BW@@", timeout=120, shape=BANDWIDTH_SHAPE)
+    found, _why = subproc.run_probe(
+        [python],
+        BANDWIDTH_CODE % {"cpus": cpus, "seconds": seconds, "mib": mib},
+        "@@BW@@",
+        timeout=120,
+        shape=BANDWIDTH_SHAPE,
+    )
     return found.get("bytes_per_s") if found else None
 
 
 def result_dir(spec: str, make: bool = True) -> Path:
     """--out: a folder bench makes, or an empty one: nothing planted there (a link named plot.png,
     raw/NAME.json or skill/) takes a write elsewhere, and `--out /` is never filled with results."""
-    return jsonio.empty_output_dir(spec, "--out", "pass --out a new or empty folder: bench writes summary.json, "
-                                   "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
-                                   "and nothing else may be in it", make=make)
+    return jsonio.empty_output_dir(
+        spec,
+        "--out",
+        "pass --out a new or empty folder: bench writes summary.json, "
+        "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
+        "and nothing else may be in it",
+        make=make,
+    )
 
 
 def new_bench_dir(state_dir: Path) -> Path:
@@ -324,8 +438,7 @@ def new_bench_dir(state_dir: Path) -> Path:
     except FileExistsError:
         raise ScriptError(f"{out} exists already", "run bench again in a second, or pass --out FOLDER")
     except OSError as exc:
-        raise ScriptError(f"cannot make a bench folder in {state_dir}: {exc.strerror or exc}",
-                          "pass --out FOLDER")
+        raise ScriptError(f"cannot make a bench folder in {state_dir}: {exc.strerror or exc}", "pass --out FOLDER")
     return out
 
 
@@ -334,7 +447,9 @@ def write_out(path: Path, text: str) -> None:
     summary.json linked elsewhere overwrote the link's target)."""
     pass  # REMOVED-IMPORT
     try:
-        with os.fdopen(serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w") as f:
+        with os.fdopen(
+            serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w"
+        ) as f:
             f.write(text)
     except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
         raise errors.os_error(exc, f"cannot write {path}")
@@ -344,8 +459,9 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
     raw = out / "raw"
     if os.path.lexists(raw) and (raw.is_symlink() or not raw.is_dir()):  # results never through a link
-        raise ScriptError(f"{raw} exists and is not a folder of bench's own (a file, or a link)",
-                          "pass --out a new or empty folder")
+        raise ScriptError(
+            f"{raw} exists and is not a folder of bench's own (a file, or a link)", "pass --out a new or empty folder"
+        )
     raw.mkdir(parents=True, exist_ok=True)
     target = serving_target(plan, None if plan["path"] == "host" else recorded_container(plan))
     endpoint = endpoint_of(plan)
@@ -358,61 +474,102 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
                 done += 1
                 name = f"in{input_len}_c{conc}_r{rep + 1}.json"
                 errors.log(f"bench: run {done}/{total}: input {input_len}, concurrency {conc}, repeat {rep + 1}")
-                res = subproc.run(bench_argv(target["vllm"], plan["base_url"], plan["served_model_name"],
-                                            target["tokenizer"], endpoint, input_len,
-                                            args.output_len, conc, str(jsonio.real_path(out / "raw"))
-                                            if plan["path"] == "host" else "/tmp", name, seed=args.seed + done),
-                                 timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
+                res = subproc.run(
+                    bench_argv(
+                        target["vllm"],
+                        plan["base_url"],
+                        plan["served_model_name"],
+                        target["tokenizer"],
+                        endpoint,
+                        input_len,
+                        args.output_len,
+                        conc,
+                        str(jsonio.real_path(out / "raw")) if plan["path"] == "host" else "/tmp",
+                        name,
+                        seed=args.seed + done,
+                    ),
+                    timeout=RUN_TIMEOUT_S,
+                    env=env,
+                    progress="bench: vllm bench serve",
+                )
                 if plan["path"] != "host" and res.ok:  # the result was written inside the container
                     # bounded as every document we read: a result past the limit is no result of its run
-                    got = subproc.run([*runtimes.runtime_of(plan), "exec", target["container"],
-                                      "cat", f"/tmp/{name}"], timeout=60, limit=jsonio.MAX_INPUT_BYTES)
+                    got = subproc.run(
+                        [*runtimes.runtime_of(plan), "exec", target["container"], "cat", f"/tmp/{name}"],
+                        timeout=60,
+                        limit=jsonio.MAX_INPUT_BYTES,
+                    )
                     if got.failure == "output_limit":
-                        raise ScriptError(f"the result /tmp/{name} in the container is over "
-                                          f"{jsonio.MAX_INPUT_BYTES:,} bytes: not what vllm bench serve writes",
-                                          "check the container (launch.py verify), then re-run the benchmark (into a new --out, or none)",
-                                          out=str(out))
+                        raise ScriptError(
+                            f"the result /tmp/{name} in the container is over "
+                            f"{jsonio.MAX_INPUT_BYTES:,} bytes: not what vllm bench serve writes",
+                            "check the container (launch.py verify), then re-run the benchmark (into a new --out, or none)",
+                            out=str(out),
+                        )
                     write_out(out / "raw" / name, got.stdout)
                 raw = out / "raw" / name
                 if not res.ok or not raw.exists():
                     tail = (res.stderr or res.stdout or res.failure or "").strip().splitlines()[-15:]
-                    raise ScriptError(f"vllm bench serve failed at input {input_len}, concurrency {conc}",
-                                      "check that the endpoint still verifies (launch.py verify) and report the "
-                                      "lines above", log_tail=tail, out=str(out))
+                    raise ScriptError(
+                        f"vllm bench serve failed at input {input_len}, concurrency {conc}",
+                        "check that the endpoint still verifies (launch.py verify) and report the lines above",
+                        log_tail=tail,
+                        out=str(out),
+                    )
                 runs.append(read_result(raw, out))
                 if runs[-1]["failed"]:
                     errors.log(f"bench: !!! {runs[-1]['failed']} FAILED requests in {name}")
                 if not runs[-1]["completed"]:  # the endpoint is gone: the rest of the matrix would fail too
-                    raise ScriptError(f"no request completed at input {input_len}, concurrency {conc} "
-                                      f"({runs[-1]['failed']} failed): the endpoint is not answering",
-                                      "check the server (launch.py verify --plan <plan.json>, its log), "
-                                      "then re-run the benchmark (into a new --out, or none)", out=str(out))
-            cells.append({"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc,
-                          **summarise_cell(runs)})
+                    raise ScriptError(
+                        f"no request completed at input {input_len}, concurrency {conc} "
+                        f"({runs[-1]['failed']} failed): the endpoint is not answering",
+                        "check the server (launch.py verify --plan <plan.json>, its log), "
+                        "then re-run the benchmark (into a new --out, or none)",
+                        out=str(out),
+                    )
+            cells.append(
+                {"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc, **summarise_cell(runs)}
+            )
     return cells
 
 
 def finish(plan: dict, args, out: Path, cells: list[dict]):
     """The summary document, table and plot of one served configuration."""
     target = serving_target(plan)
-    bind = hostfacts.parse_cpulist(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "")) \
-        if plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "") not in ("", "auto", "nobind") else []
+    bind = (
+        hostfacts.parse_cpulist(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", ""))
+        if plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "") not in ("", "auto", "nobind")
+        else []
+    )
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind)
     weights = plan["inputs"]["estimate_memory"].get("weight_bytes")
     c1 = [c["median_tpot_ms"] for c in cells if c["concurrency"] == 1]
     bound = decode_bound(weights, bw, min(c1) if c1 else None)
     failed = sum(c["failed"] for c in cells)
-    doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
-           "output_len": args.output_len, "repeats": args.repeats, "seed": args.seed, "cells": cells,
-           "failed": failed,
-           "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None, "bandwidth_cpus": bind,
-           "weight_bytes": weights, **bound, "host": host_record(plan), "warnings": args.warnings}
+    doc = {
+        "out": str(out),
+        "base_url": plan["base_url"],
+        "served_model_name": plan["served_model_name"],
+        "output_len": args.output_len,
+        "repeats": args.repeats,
+        "seed": args.seed,
+        "cells": cells,
+        "failed": failed,
+        "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None,
+        "bandwidth_cpus": bind,
+        "weight_bytes": weights,
+        **bound,
+        "host": host_record(plan),
+        "warnings": args.warnings,
+    }
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
     write_out(out / "summary.md", markdown(cells))
     doc["plot"] = plot(cells, out / "plot.png")
     if failed:
-        doc.update(error=f"{failed} requests FAILED during the benchmark", fix="a failed request makes the "
-                   "figures meaningless: check the server log (launch.py verify) and run again")
+        doc.update(
+            error=f"{failed} requests FAILED during the benchmark",
+            fix="a failed request makes the figures meaningless: check the server log (launch.py verify) and run again",
+        )
         return doc, errors.EXIT_FAIL
     return doc, errors.EXIT_OK
 
@@ -423,8 +580,10 @@ def refuse_to_compare(plan: dict, state: dict | None) -> None:
     moved since is not served)."""
     pass  # REMOVED-IMPORT
     if state and serve_procs.alive(plan, state) is not False:  # running, or its runtime did not say
-        raise ScriptError("the plan's server is running: --compare starts its own servers on the same port",
-                          "python3 scripts/launch.py stop --plan <plan.json>, then run --compare")
+        raise ScriptError(
+            "the plan's server is running: --compare starts its own servers on the same port",
+            "python3 scripts/launch.py stop --plan <plan.json>, then run --compare",
+        )
     serve_start.refuse_edited(plan, planfile.rerender(plan, bundle.load_epyc(), phase="bench"), "bench")
 
 
@@ -441,16 +600,17 @@ def compare(plan: dict, args, out: Path, env: dict):
         sub = out / name
         opts = {**plan["options"], "sizing": name, "state_dir": str(jsonio.real_path(sub / "run"))}
         try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
-            variant = planner.build_plan(plan["inputs"], opts, epyc,
-                                            planfile.host_facts(opts, plan["inputs"]))
+            variant = planner.build_plan(plan["inputs"], opts, epyc, planfile.host_facts(opts, plan["inputs"]))
         except ScriptError as exc:
             not_run[name] = exc.error
             errors.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
             continue
-        _, own = matrix_against_the_plan(variant, args.input_lens, args.output_len, args.concurrency,
-                                         epyc["serve"]["vllm_cpu_default_max_num_seqs"])
-        args.warnings += [{**w, "message": f"sizing {name}: {w['message']}"} for w in own
-                          if w["check"] != "length"]  # the lengths are the plan's, warned of once
+        _, own = matrix_against_the_plan(
+            variant, args.input_lens, args.output_len, args.concurrency, epyc["serve"]["vllm_cpu_default_max_num_seqs"]
+        )
+        args.warnings += [
+            {**w, "message": f"sizing {name}: {w['message']}"} for w in own if w["check"] != "length"
+        ]  # the lengths are the plan's, warned of once
         (sub / "run").mkdir(parents=True, exist_ok=True)
         write_out(sub / "plan.json", json.dumps(variant, indent=2) + "\n")
         errors.log(f"bench: --compare: sizing {name}: starting")
@@ -473,18 +633,31 @@ def compare(plan: dict, args, out: Path, env: dict):
                         not_run[name] = f"{not_run.get(name, 'not served')}; its stop: {exc.error}"
                     errors.log(f"bench: --compare: sizing {name}: stop refused: {exc.error}")
     if not results:
-        raise ScriptError("no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items()))
+        raise ScriptError(
+            "no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items())
+        )
     cmp = side_by_side(results)
     cmp["not_run"] = not_run
     failed = sum(c["failed"] for cells in results.values() for c in cells)
-    doc = {"out": str(out), "base_url": plan["base_url"], "served_model_name": plan["served_model_name"],
-           "output_len": args.output_len, "repeats": args.repeats, "failed": failed, "comparison": cmp,
-           "host": host_record(plan), "warnings": args.warnings}
+    doc = {
+        "out": str(out),
+        "base_url": plan["base_url"],
+        "served_model_name": plan["served_model_name"],
+        "output_len": args.output_len,
+        "repeats": args.repeats,
+        "failed": failed,
+        "comparison": cmp,
+        "host": host_record(plan),
+        "warnings": args.warnings,
+    }
     write_out(out / "compare.json", json.dumps(doc, indent=2) + "\n")
-    write_out(out / "compare.md", compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n"
-                                                                    for k, v in not_run.items()))
+    write_out(
+        out / "compare.md", compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
+    )
     if failed:
-        doc.update(error=f"{failed} requests FAILED during the comparison",
-                   fix="the figures of a sizing with failed requests do not count: check its server log and rerun")
+        doc.update(
+            error=f"{failed} requests FAILED during the comparison",
+            fix="the figures of a sizing with failed requests do not count: check its server log and rerun",
+        )
         return doc, errors.EXIT_FAIL
     return doc, errors.EXIT_OK

@@ -1,4 +1,5 @@
 """The bundle's own files: data/epyc.json and the units its documents use."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ SCRIPTS = ROOT / "scripts"
 DATA_DIR = ROOT / "data"
 EPYC_JSON = DATA_DIR / "epyc.json"
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 # ---------------------------------------------------------------- pinned facts
@@ -23,11 +24,14 @@ def load_epyc(path: Path = EPYC_JSON) -> dict:
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ScriptError(f"cannot read {path}: {exc}",
-                          "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+        raise ScriptError(
+            f"cannot read {path}: {exc}", "restore data/epyc.json from the repository (git checkout data/epyc.json)"
+        )
     if not isinstance(doc, dict) or doc.get("schema_version") != EPYC_SCHEMA_VERSION:
-        raise ScriptError(f"{path} is not schema_version {EPYC_SCHEMA_VERSION} of the pinned facts",
-                          "restore data/epyc.json from the repository (git checkout data/epyc.json)")
+        raise ScriptError(
+            f"{path} is not schema_version {EPYC_SCHEMA_VERSION} of the pinned facts",
+            "restore data/epyc.json from the repository (git checkout data/epyc.json)",
+        )
     return doc
 
 

@@ -1,4 +1,5 @@
 """The scripts' contract: one JSON document on stdout, exit 0/1 with error + fix, progress on stderr."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,22 @@ def emit(doc: Any) -> bool:
     becomes a clear error document, never output other programs cannot parse. -> False when it had to
     (the caller's exit code must then say failure too)."""
     try:
-        text, printed = json.dumps(masked_strings(doc, secret_values()), indent=2, sort_keys=False,
-                                   allow_nan=False), True
+        text, printed = (
+            json.dumps(masked_strings(doc, secret_values()), indent=2, sort_keys=False, allow_nan=False),
+            True,
+        )
     except (ValueError, RecursionError):
-        text, printed = json.dumps({"ok": False, "error": "a result held NaN or Infinity (not valid JSON), so none "
-                                    "is shown", "fix": "check the input documents and flags for non-finite numbers"},
-                                   indent=2), False
+        text, printed = (
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
+                    "fix": "check the input documents and flags for non-finite numbers",
+                },
+                indent=2,
+            ),
+            False,
+        )
     if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
         return False
     try:
@@ -43,14 +54,17 @@ class JsonArgumentParser(argparse.ArgumentParser):
     """argparse that reports bad usage as a JSON error (exit 1) instead of usage text + exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ScriptError(f"bad arguments: {message}",
-                          f"see `python3 {self.prog} --help`")
+        raise ScriptError(f"bad arguments: {message}", f"see `python3 {self.prog} --help`")
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         ns, extra = super().parse_known_args(args, namespace)
         for action in self._actions:  # `--host=--` reaches argparse as an empty list, past the flag's type
-            if action.nargs is None and action.option_strings and getattr(ns, action.dest, None) == [] \
-                    and action.default != []:
+            if (
+                action.nargs is None
+                and action.option_strings
+                and getattr(ns, action.dest, None) == []
+                and action.default != []
+            ):
                 self.error(f"argument {action.option_strings[0]}: expected one value")
         return ns, extra
 
@@ -64,7 +78,7 @@ _INTERRUPTED: list[int] = []
 
 def _raise_interrupt(signum, frame):
     if _INTERRUPTED:  # a second signal (GNU timeout signals the child, then its group; a double Ctrl-C) must
-        return        # not cut short the cleanup the first one started (a stop that leaves no server running)
+        return  # not cut short the cleanup the first one started (a stop that leaves no server running)
     _INTERRUPTED.append(signum)
     raise KeyboardInterrupt
 
@@ -118,9 +132,11 @@ def abandon_thread() -> None:
     _ABANDONED.append(True)
 
 
-def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
-             argv: Sequence[str] | None = None,
-             render: Callable[[dict, bool], str] | None = None) -> int:
+def run_main(
+    main: Callable[[Sequence[str] | None], tuple[Any, int]],
+    argv: Sequence[str] | None = None,
+    render: Callable[[dict, bool], str] | None = None,
+) -> int:
     """Call ``main`` and turn every outcome into one document on stdout and an exit code.
 
     ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
@@ -138,9 +154,12 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
         if code == EXIT_OK and isinstance(doc, dict) and name in PLAN_INPUTS and "capture" not in doc:
             # what we print is what the next script reads: a fact past what the schema allows (a socket
             # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
-            check_schema(doc, name, f"{name}.py read facts it cannot describe",
-                         "check the input it read (sysroot, capture, model files) for values no machine or "
-                         "model has")
+            check_schema(
+                doc,
+                name,
+                f"{name}.py read facts it cannot describe",
+                "check the input it read (sysroot, capture, model files) for values no machine or model has",
+            )
     except ScriptError as exc:
         doc, code, ok = exc.as_json(), exc.code, False
     except KeyboardInterrupt:
@@ -148,15 +167,19 @@ def run_main(main: Callable[[Sequence[str] | None], tuple[Any, int]],
     except OSError as exc:  # the machine's refusal (a full disk, a read-only folder, a link loop), not a bug
         doc, code, ok = os_error(exc, "the system refused an operation").as_json(), EXIT_FAIL, False
     except ModuleNotFoundError as exc:  # run with an interpreter that lacks the bundle's dependencies
-        doc = {"error": f"missing Python package {exc.name!r} in {sys.executable}",
-               "fix": "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use "
-                      "it by themselves)"}
+        doc = {
+            "error": f"missing Python package {exc.name!r} in {sys.executable}",
+            "fix": "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use "
+            "it by themselves)",
+        }
         code, ok = EXIT_FAIL, False
     except Exception as exc:  # the contract is JSON, even for our own bugs
         if os.environ.get("EPYC_SKILL_DEBUG"):
             traceback.print_exc()
-        doc = {"error": f"internal error: {type(exc).__name__}: {exc}",
-               "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"}
+        doc = {
+            "error": f"internal error: {type(exc).__name__}: {exc}",
+            "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it",
+        }
         code, ok = EXIT_FAIL, False
     finally:
         # the work is done: a signal now must not cut the document that says what was done (a start that

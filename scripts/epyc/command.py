@@ -1,4 +1,5 @@
 """The plan's commands: vllm serve's argv, the container run, the environment and the pin."""
+
 from __future__ import annotations
 
 import re
@@ -20,31 +21,62 @@ def served_model_name(model: str, model_dir: str | None) -> str:
 def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> bool:
     """`--device cpu` was removed from `vllm serve` in 0.20 (data/epyc.json serve.device_cpu_flag_removed_in);
     passing it is an argparse error there."""
+
     def major_minor(v: str) -> tuple[int, int]:
         parts = v.split("+")[0].split(".")
         return int(parts[0]), int(parts[1])
+
     try:
         return major_minor(vllm_version or "") < major_minor(removed_in)
     except (ValueError, IndexError):
         return False
 
 
-def quantized_path(report: dict | None, backend: str, dtype: str, epyc: dict, avx512: bool | None = None) -> dict | None:
+def quantized_path(
+    report: dict | None, backend: str, dtype: str, epyc: dict, avx512: bool | None = None
+) -> dict | None:
     """The checkpoint's quantization and the kernel this plan's backend and dtype run it with on this CPU."""
     if not report:
         return None
     desc = {k: report.get(k) for k in ("method", "format", "bits", "symmetric", "group_size")}
-    return {**desc, **quantization.cpu_kernel(desc, backend, dtype, epyc["quantization"]["kernels"], avx512,
-                                              epyc["quantization"].get("stock_needs_avx512"))}
+    return {
+        **desc,
+        **quantization.cpu_kernel(
+            desc,
+            backend,
+            dtype,
+            epyc["quantization"]["kernels"],
+            avx512,
+            epyc["quantization"].get("stock_needs_avx512"),
+        ),
+    }
 
 
-def serve_options(served: str, host: str, port: int, dtype: str, max_len: int, device_flag: bool,
-                  max_num_seqs: int | None = None, batched_tokens: int | None = None) -> list[str]:
+def serve_options(
+    served: str,
+    host: str,
+    port: int,
+    dtype: str,
+    max_len: int,
+    device_flag: bool,
+    max_num_seqs: int | None = None,
+    batched_tokens: int | None = None,
+) -> list[str]:
     """vLLM's serve flags. The KV sizing's assumptions are pinned, not left to vLLM's defaults: how many
     sequences run at once, and how many tokens a step takes (a sliding-window layer keeps that many
     beyond its window, so the KV estimate depends on it)."""
-    opts = ["--served-model-name", served, "--host", host, "--port", str(port), "--dtype", dtype,
-            "--max-model-len", str(max_len)]
+    opts = [
+        "--served-model-name",
+        served,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_len),
+    ]
     if max_num_seqs:
         opts += ["--max-num-seqs", str(max_num_seqs)]
     if batched_tokens:
@@ -58,8 +90,13 @@ def runtime_stop_pair(rt: list[str], name: str) -> str:
     return " && ".join(shlex.join(c) for c in ([*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name]))
 
 
-def kv_capacity(granted_gb: int, bytes_per_token: int | None, bytes_per_sequence: int | None,
-                cap: int, batched_tokens: int | None = None) -> dict:
+def kv_capacity(
+    granted_gb: int,
+    bytes_per_token: int | None,
+    bytes_per_sequence: int | None,
+    cap: int,
+    batched_tokens: int | None = None,
+) -> dict:
     """What the granted KV cache holds: tokens, and full-length requests at once. --max-num-seqs
     follows it (at most `cap`, and never above the tokens one step takes: vLLM refuses that), so vLLM
     never schedules more sequences than the cache can keep."""
@@ -73,13 +110,24 @@ def kv_capacity(granted_gb: int, bytes_per_token: int | None, bytes_per_sequence
 SECRETS_TARGET = "/run/secrets/serving-llms-on-epyc"
 # Inside the container: export each mounted secret file (named after its variable) and exec vLLM.
 # A constant script, never built from input; the serve arguments arrive as "$@".
-SECRET_LOADER = ('for f in ' + SECRETS_TARGET + '/*; do [ -f "$f" ] && export "${f##*/}=$(cat "$f")"; done; '
-                 'exec vllm serve "$@"')
+SECRET_LOADER = (
+    "for f in " + SECRETS_TARGET + '/*; do [ -f "$f" ] && export "${f##*/}=$(cat "$f")"; done; exec vllm serve "$@"'
+)
 
 
-def container_run_argv(rt: list[str], name: str, run_flags: list[str], cpuset: list[str], hf_mount: list[str],
-                       model_mount: list[str], env: dict, secrets_dir: str | None, image: str,
-                       serve_args: list[str], shm_size: str = "16g") -> list[str]:
+def container_run_argv(
+    rt: list[str],
+    name: str,
+    run_flags: list[str],
+    cpuset: list[str],
+    hf_mount: list[str],
+    model_mount: list[str],
+    env: dict,
+    secrets_dir: str | None,
+    image: str,
+    serve_args: list[str],
+    shm_size: str = "16g",
+) -> list[str]:
     """`RT run -d` with values for the sizing env, and secrets as read-only files, never values in the
     argv or the container's config: `--env NAME` would put NAME=value into `docker inspect`. With
     secrets, a constant loader exports them inside the container and execs `vllm serve`.
@@ -107,9 +155,9 @@ def serve_args(argv: list[str], container: bool) -> list[str]:
     loader form lacks and an image may be named; the path says which shape (a serve option is no marker)."""
     if container:
         at = argv.index("--entrypoint")
-        return argv[at + 6:] if argv[at + 1] == "sh" else argv[at + 4:]
-    at = next(k for k, a in enumerate(argv) if a.endswith("/vllm") and argv[k + 1:k + 2] == ["serve"])
-    return argv[at + 2:]
+        return argv[at + 6 :] if argv[at + 1] == "sh" else argv[at + 4 :]
+    at = next(k for k, a in enumerate(argv) if a.endswith("/vllm") and argv[k + 1 : k + 2] == ["serve"])
+    return argv[at + 2 :]
 
 
 def throughput_env(flags: dict) -> dict:
@@ -127,8 +175,12 @@ SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")
 
 def secret_unsendable(name: str) -> str:
     """The refusal of a secret whose value no HTTP header carries (plan and start say it alike)."""
-    return (f"{name} holds characters a token cannot have (spaces, newlines or other non-printing ones, or "
-            "more than 4096 of them; its value is not shown)")
+    return (
+        f"{name} holds characters a token cannot have (spaces, newlines or other non-printing ones, or "
+        "more than 4096 of them; its value is not shown)"
+    )
+
+
 _SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
 _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 
@@ -137,12 +189,16 @@ def is_served_name(text: object) -> bool:
     """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
     starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
     mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
-    return (isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
-            and "://" not in text)
+    return (
+        isinstance(text, str)
+        and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
+        and "://" not in text
+    )
 
 
-def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None,
-                       bind: list[int] | None = None) -> str | None:
+def pin_prefix_problem(
+    argv: list, cpuset: list, numa_nodes: list | None = None, bind: list[int] | None = None
+) -> str | None:
     """cpu_tune's pin prefix and cpuset flags run as part of the command: only the shapes cpu_tune makes
     (numactl --cpunodebind=N --membind=N, taskset -c LIST, nothing) -- never a program a document names;
     given the document's numa_nodes, memory bound to exactly those nodes (the ones it sized), on the host
@@ -150,7 +206,7 @@ def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None,
     mems = ",".join(map(str, numa_nodes)) if numa_nodes is not None else None
 
     def listed(arg: str, flag: str) -> str | None:
-        return arg[len(flag):] if arg.startswith(flag) and _CPULIST.fullmatch(arg[len(flag):]) else None
+        return arg[len(flag) :] if arg.startswith(flag) and _CPULIST.fullmatch(arg[len(flag) :]) else None
 
     def nodes(arg: str, flag: str) -> bool:
         value = listed(arg, flag)
@@ -161,16 +217,35 @@ def pin_prefix_problem(argv: list, cpuset: list, numa_nodes: list | None = None,
             return value is not None
         have = set(hostfacts.parse_cpulist(value))
         return have == set(bind) if exact else set(bind) <= have
-    ok_pin = (argv == [] or (len(argv) == 3 and argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=")
-                             and nodes(argv[2], "--membind="))
-              or (len(argv) == 3 and argv[:2] == ["taskset", "-c"] and cpus(argv[2] if _CPULIST.fullmatch(argv[2])
-                                                                            else None, exact=True)))
+
+    ok_pin = (
+        argv == []
+        or (
+            len(argv) == 3
+            and argv[0] == "numactl"
+            and nodes(argv[1], "--cpunodebind=")
+            and nodes(argv[2], "--membind=")
+        )
+        or (
+            len(argv) == 3
+            and argv[:2] == ["taskset", "-c"]
+            and cpus(argv[2] if _CPULIST.fullmatch(argv[2]) else None, exact=True)
+        )
+    )
     if not ok_pin:
         return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes for its bind"
-    if not (cpuset == [] or (len(cpuset) == 2 and cpus(listed(cpuset[0], "--cpuset-cpus="), exact=False)
-                             and nodes(cpuset[1], "--cpuset-mems="))):
-        return (f"cpu_tune's container_cpuset_argv {cpuset!r} is not the --cpuset-cpus/--cpuset-mems pair of the "
-                "CPUs it binds and the NUMA nodes it sized")
+    if not (
+        cpuset == []
+        or (
+            len(cpuset) == 2
+            and cpus(listed(cpuset[0], "--cpuset-cpus="), exact=False)
+            and nodes(cpuset[1], "--cpuset-mems=")
+        )
+    ):
+        return (
+            f"cpu_tune's container_cpuset_argv {cpuset!r} is not the --cpuset-cpus/--cpuset-mems pair of the "
+            "CPUs it binds and the NUMA nodes it sized"
+        )
     return None
 
 
@@ -189,11 +264,33 @@ def bound_cpus(tune: dict) -> list[int] | None:
 MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"
 # what a host server takes from the shell that starts it, besides the plan's own env and secrets
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
-INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HF_HOME", "HF_HUB_CACHE",
-                 "HUGGINGFACE_HUB_CACHE",
-                 "XDG_CACHE_HOME", "HF_ENDPOINT", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT", "SSL_CERT_FILE",
-                 "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-                 "http_proxy", "https_proxy", "no_proxy")
+INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "XDG_CACHE_HOME",
+    "HF_ENDPOINT",
+    "HF_HUB_ETAG_TIMEOUT",
+    "HF_HUB_DOWNLOAD_TIMEOUT",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
 
 
 def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:

@@ -1,4 +1,5 @@
 """Which CPU this is: vendor, EPYC generation, and the serving route it gets."""
+
 from __future__ import annotations
 
 import re
@@ -32,17 +33,23 @@ def generation_from_model_number(number: str) -> tuple[str, str | None] | None:
     """Model number -> (generation name, zen_arch override). The last digit is the generation;
     the first is the series (7 = 1st-3rd gen, 9 = flagship, 8 = Siena, 4 = AM5 parts)."""
     series, second, last = number[0], number[1], number[3]
-    table = {("7", "1"): "Naples", ("7", "2"): "Rome", ("7", "3"): "Milan",
-             ("8", "4"): "Siena", ("9", "5"): "Turin", ("9", "6"): "Venice",
-             ("4", "4"): "EPYC 4004", ("4", "5"): "EPYC 4005"}
+    table = {
+        ("7", "1"): "Naples",
+        ("7", "2"): "Rome",
+        ("7", "3"): "Milan",
+        ("8", "4"): "Siena",
+        ("9", "5"): "Turin",
+        ("9", "6"): "Venice",
+        ("4", "4"): "EPYC 4004",
+        ("4", "5"): "EPYC 4005",
+    }
     if (series, last) == ("9", "4"):
         return ("Bergamo", None) if second == "7" else ("Genoa", None)  # 97x4 is Bergamo (Zen 4c)
     name = table.get((series, last))
     return (name, None) if name else None
 
 
-def classify_generation(brand: str, family: int | None, model: int | None,
-                        generations: list[dict]) -> dict:
+def classify_generation(brand: str, family: int | None, model: int | None, generations: list[dict]) -> dict:
     """Generation from the brand's model number, else from CPUID family/model, else unknown.
 
     Cloud guests often mask the brand to plain 'AMD EPYC'; CPUID family/model still tells the
@@ -55,18 +62,32 @@ def classify_generation(brand: str, family: int | None, model: int | None,
             entries = [g for g in generations if g["name"] == name]
             dense = [g for g in entries if number[:4] in g.get("model_numbers", [])]
             entry = dense[0] if dense else next(g for g in entries if not g.get("model_numbers"))
-            return {"epyc_generation": name, "zen_arch": entry["zen_arch"], "model_number": number,
-                    "generation_source": "model_number", "entry": entry}
+            return {
+                "epyc_generation": name,
+                "zen_arch": entry["zen_arch"],
+                "model_number": number,
+                "generation_source": "model_number",
+                "entry": entry,
+            }
     if family is not None and model is not None:
-        matches = [g for g in generations
-                   if any(f == family and lo <= model <= hi for f, lo, hi in g["cpuid"])]
+        matches = [g for g in generations if any(f == family and lo <= model <= hi for f, lo, hi in g["cpuid"])]
         if matches:
             names = "/".join(dict.fromkeys(g["name"] for g in matches))
             archs = "/".join(dict.fromkeys(g["zen_arch"] for g in matches))
-            return {"epyc_generation": names, "zen_arch": archs, "model_number": number,
-                    "generation_source": "cpuid", "entry": matches[0]}
-    return {"epyc_generation": "unknown", "zen_arch": "unknown", "model_number": number,
-            "generation_source": "unknown", "entry": None}
+            return {
+                "epyc_generation": names,
+                "zen_arch": archs,
+                "model_number": number,
+                "generation_source": "cpuid",
+                "entry": matches[0],
+            }
+    return {
+        "epyc_generation": "unknown",
+        "zen_arch": "unknown",
+        "model_number": number,
+        "generation_source": "unknown",
+        "entry": None,
+    }
 
 
 def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
@@ -95,34 +116,51 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
     for it (`stock`). Without that, a non-EPYC host stops and a pre-Zen4 EPYC gets the offer."""
     cpu = f"{facts.get('cpu_model') or 'unknown CPU'} ({vendor_name(facts.get('vendor'))})"
     if stock:
-        why = ("zentorch does not apply to " + cpu if not facts.get("is_amd_epyc") else
-               "stock vLLM CPU (no zentorch) on " + cpu)
-        return {"route": "stock", "reason": f"{why}: the stock vLLM CPU path, at the user's explicit request",
-                "fix": None}
+        why = (
+            "zentorch does not apply to " + cpu
+            if not facts.get("is_amd_epyc")
+            else "stock vLLM CPU (no zentorch) on " + cpu
+        )
+        return {
+            "route": "stock",
+            "reason": f"{why}: the stock vLLM CPU path, at the user's explicit request",
+            "fix": None,
+        }
     if not facts.get("is_amd_epyc"):
-        return {"route": "stop", "reason": f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
-                "fix": "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
-                       "run the stock path (launch.py up --stock)"}
+        return {
+            "route": "stop",
+            "reason": f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
+            "fix": "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
+            "run the stock path (launch.py up --stock)",
+        }
     if not (facts.get("avx512") and facts.get("avx512_bf16")):
-        return {"route": "stock_offer",
-                "reason": f"{cpu}: {facts.get('epyc_generation')} has no AVX-512 BF16, so zentorch cannot run",
-                "fix": "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit "
-                       "OK use --stock"}
+        return {
+            "route": "stock_offer",
+            "reason": f"{cpu}: {facts.get('epyc_generation')} has no AVX-512 BF16, so zentorch cannot run",
+            "fix": "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit "
+            "OK use --stock",
+        }
     if facts.get("epyc_generation") not in supported:
-        return {"route": "confirm",
-                "reason": f"zentorch is not validated on {facts.get('epyc_generation')} "
-                          f"(validated: {', '.join(supported)})",
-                "fix": "get the user's explicit OK to try zentorch, or offer the stock path (--stock)"}
-    return {"route": "zentorch", "reason": f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): "
-                                          "the validated zentorch path", "fix": None}
+        return {
+            "route": "confirm",
+            "reason": f"zentorch is not validated on {facts.get('epyc_generation')} "
+            f"(validated: {', '.join(supported)})",
+            "fix": "get the user's explicit OK to try zentorch, or offer the stock path (--stock)",
+        }
+    return {
+        "route": "zentorch",
+        "reason": f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): the validated zentorch path",
+        "fix": None,
+    }
 
 
 def report(f: HostFacts, epyc: dict) -> dict:
     cpu, topo = f.cpu, f.topology
     gen = classify_generation(cpu["brand"], cpu["family"], cpu["model"], epyc["generations"])
     flags = cpu["flags"]
-    mem = memory_truth(f.mem_total_bytes, f.memory_limit_bytes, topo.node_mem_bytes,
-                       epyc["memory"]["sysfs_disagreement_tolerance"])
+    mem = memory_truth(
+        f.mem_total_bytes, f.memory_limit_bytes, topo.node_mem_bytes, epyc["memory"]["sysfs_disagreement_tolerance"]
+    )
     physical = topo.physical_cores()
     amd_epyc = is_amd_epyc(cpu["vendor"], cpu["brand"], gen["generation_source"])
     supported = amd_epyc and gen["epyc_generation"] in epyc["supported_generations"]

@@ -1,4 +1,5 @@
 """What every module says to the user: a ScriptError (error + fix) or a line of progress on stderr."""
+
 from __future__ import annotations
 
 import sys
@@ -11,6 +12,7 @@ EXIT_FAIL = 1
 
 
 # ---------------------------------------------------------------- errors and output
+
 
 class ScriptError(Exception):
     """A failure the user can act on: printed as {"error", "fix"} with an exit code."""
@@ -40,6 +42,7 @@ def os_error(exc: OSError, doing: str) -> ScriptError:
     """The machine's refusal (a full disk, a folder we may not write, a link loop) in words a user acts on,
     naming the file where the error does."""
     import errno
+
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         fix = "free space on that disk (or raise the file-size limit, ulimit -f), then run it again"

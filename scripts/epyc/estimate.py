@@ -1,4 +1,5 @@
 """Sizing one model: its weights, its KV cache per sequence, and whether both fit in RAM."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from .sizing import fit, weight_floor
 @dataclass
 class Request:
     """What estimate_memory.py was asked: the model (or an offline config.json) and the serve to size."""
+
     model: str
     revision: str | None
     dtype: str
@@ -38,6 +40,7 @@ class Request:
 @dataclass
 class Model:
     """What the checkpoint says: its KV layout, its weight bytes and where they came from."""
+
     layout: dict
     weights: int
     source: str
@@ -48,8 +51,10 @@ class Model:
 def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
     """The config and the weights, from a folder, the cache, the Hub (under the deadline) or --config."""
     if req.config and not req.weight_gb:
-        raise ScriptError("--config sizes the KV cache from a config.json alone: the weights are unknown",
-                          "add --weight-gb N (the checkpoint size in GiB, e.g. from the model card)")
+        raise ScriptError(
+            "--config sizes the KV cache from a config.json alone: the weights are unknown",
+            "add --weight-gb N (the checkpoint size in GiB, e.g. from the model card)",
+        )
     try:  # (no Hub traffic yet: a folder, the offline cache, or an id to ask the Hub about under the deadline)
         files = None if req.config else hf_model.resolve(req.model, req.revision)
     except hf_model.Unreadable as why:
@@ -58,8 +63,12 @@ def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
     def read() -> Model:
         if files is None:  # planning for a model this machine cannot download: its config.json is enough
             cfg = jsonio.read_json_input(req.config, "config.json")
-            jsonio.check_schema(cfg, "model_config", f"{req.config} has a value of the wrong type or range",
-                                "pass the model's unmodified config.json")
+            jsonio.check_schema(
+                cfg,
+                "model_config",
+                f"{req.config} has a value of the wrong type or range",
+                "pass the model's unmodified config.json",
+            )
             where = {}
         else:
             where = {"model_dir": str(files.folder) if files.kind == "local" else None}
@@ -81,19 +90,24 @@ def weights_of(req: Request, files, text_cfg: dict) -> tuple[int, str]:
     floor = weight_floor(text_cfg)
     if req.weight_gb:
         if int(req.weight_gb * GIB) < floor:  # a typo, or MB taken for GiB: it would size a model as fitting
-            raise ScriptError(f"--weight-gb {req.weight_gb:g} is below this config's token embedding alone "
-                              f"({floor:,} bytes = {floor / GIB:.3g} GiB at 4 bits)",
-                              "pass the checkpoint's size in GiB (the model card, or the sum of its "
-                              "safetensors files)")
+            raise ScriptError(
+                f"--weight-gb {req.weight_gb:g} is below this config's token embedding alone "
+                f"({floor:,} bytes = {floor / GIB:.3g} GiB at 4 bits)",
+                "pass the checkpoint's size in GiB (the model card, or the sum of its safetensors files)",
+            )
         return int(req.weight_gb * GIB), "override"
     found = files.weights(req.dtype, bool(text_cfg.get("tie_word_embeddings", False)))
     if found is None:
-        raise ScriptError(f"{req.model}: no safetensors metadata or weight files to size the weights",
-                          "pass --weight-gb N (the checkpoint size in GiB)")
+        raise ScriptError(
+            f"{req.model}: no safetensors metadata or weight files to size the weights",
+            "pass --weight-gb N (the checkpoint size in GiB)",
+        )
     if not floor <= found[0] <= hf_model.MAX_WEIGHT_BYTES:
-        raise ScriptError(f"{req.model}: its weights add up to {found[0]:,} bytes ({found[1]}), not a model of "
-                          f"this config (the embedding alone is {floor:,}; at most {hf_model.MAX_WEIGHT_BYTES:,})",
-                          "re-download the model (truncated or pointer files), or pass --weight-gb N")
+        raise ScriptError(
+            f"{req.model}: its weights add up to {found[0]:,} bytes ({found[1]}), not a model of "
+            f"this config (the embedding alone is {floor:,}; at most {hf_model.MAX_WEIGHT_BYTES:,})",
+            "re-download the model (truncated or pointer files), or pass --weight-gb N",
+        )
     return found
 
 
@@ -101,18 +115,27 @@ def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batch
     """What the KV figures hold for recurrent and sliding-window layers, in words."""
     notes = []
     if layout["none"] and layout["recurrent_state_bytes"]:
-        notes.append(f"{layout['none']} {layout['recurrent_family']} layers keep a recurrent state of "
-                     f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in {ssm_dtype}, as vLLM keeps it "
-                     f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix "
-                     f"caching keeps a copy)" + (f"; attention pages grow to {page_block(layout, block)} tokens to "
-                                                   "hold it" if layout["full"] + layout["sliding"] else
-                                                   "; no attention layer: nothing grows with the length"))
+        notes.append(
+            f"{layout['none']} {layout['recurrent_family']} layers keep a recurrent state of "
+            f"{layout['recurrent_state_bytes']:,} B per sequence (SSM state in {ssm_dtype}, as vLLM keeps it "
+            f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix "
+            f"caching keeps a copy)"
+            + (
+                f"; attention pages grow to {page_block(layout, block)} tokens to hold it"
+                if layout["full"] + layout["sliding"]
+                else "; no attention layer: nothing grows with the length"
+            )
+        )
     elif layout["none"]:
-        notes.append(f"{layout['none']} layers keep a recurrent state per sequence that this config does not size "
-                     "(no mamba / linear-attention state fields): it is not counted")
+        notes.append(
+            f"{layout['none']} layers keep a recurrent state per sequence that this config does not size "
+            "(no mamba / linear-attention state fields): it is not counted"
+        )
     if layout["sliding"]:
-        notes.append(f"{layout['sliding']} sliding-window layers hold min(window - 1 + --max-num-batched-tokens "
-                     f"{batched}, max_model_len) tokens per sequence, as vLLM reserves them; the plan pins that value")
+        notes.append(
+            f"{layout['sliding']} sliding-window layers hold min(window - 1 + --max-num-batched-tokens "
+            f"{batched}, max_model_len) tokens per sequence, as vLLM reserves them; the plan pins that value"
+        )
     return notes
 
 
@@ -124,39 +147,65 @@ def estimate(req: Request, epyc: dict) -> dict:
     ssm_dtype = ssm_state_dtype(bf16_cpu, kv_dtype)
     m = read_model(req, kv_dtype, ssm_dtype)
     layout = m.layout
-    notes = ["weights from the index's total_size: stored dtype, not cast to --dtype"] \
-        if m.source == "safetensors_index_total_size" else []
+    notes = (
+        ["weights from the index's total_size: stored dtype, not cast to --dtype"]
+        if m.source == "safetensors_index_total_size"
+        else []
+    )
     notes.append(epyc["precision"]["kv_note"])
     if m.quant and m.source != "override":
-        notes.append(f"{m.quant['method']} {m.quant['bits'] or '?'}-bit checkpoint: integer tensors count "
-                     "as stored (packed), float ones (scales, embeddings, norms) at the serving dtype -- the bytes a "
-                     "decode step reads")
+        notes.append(
+            f"{m.quant['method']} {m.quant['bits'] or '?'}-bit checkpoint: integer tensors count "
+            "as stored (packed), float ones (scales, embeddings, norms) at the serving dtype -- the bytes a "
+            "decode step reads"
+        )
     model_max, max_len = layout["max_position_embeddings"], req.max_model_len
     if model_max and max_len > model_max:
-        notes.append(f"--max-model-len {max_len} exceeds the model's maximum length {model_max} (vLLM would "
-                     f"refuse it); capped to {model_max}")
+        notes.append(
+            f"--max-model-len {max_len} exceeds the model's maximum length {model_max} (vLLM would "
+            f"refuse it); capped to {model_max}"
+        )
         max_len = model_max
     block = epyc["serve"]["kv_block_size_mla"] if layout["attention"] == "mla" else epyc["serve"]["kv_block_size"]
     batched = req.max_num_batched_tokens
     notes += layout_notes(layout, ssm_dtype, bf16_cpu, block, batched)
     per_sequence = kv_bytes_for(layout, max_len, block, batched)
     doc = {
-        "model": req.model, **m.model_dir, "revision": req.revision, "dtype": req.dtype,
-        "weight_gb": bundle.gb(m.weights), "weight_bytes": m.weights, "weight_source": m.source,
-        "quantization": m.quant, "kv_dtype": kv_dtype, "kv_attention": layout["attention"],
+        "model": req.model,
+        **m.model_dir,
+        "revision": req.revision,
+        "dtype": req.dtype,
+        "weight_gb": bundle.gb(m.weights),
+        "weight_bytes": m.weights,
+        "weight_source": m.source,
+        "quantization": m.quant,
+        "kv_dtype": kv_dtype,
+        "kv_attention": layout["attention"],
         "kv_bytes_per_token": layout["bytes_per_token"],
-        "kv_layers": {"full": layout["full"], "sliding": layout["sliding"], "none": layout["none"],
-                      "sliding_window": layout["sliding_window"], "recurrent_family": layout["recurrent_family"],
-                      "recurrent_state_bytes": layout["recurrent_state_bytes"],
-                      "ssm_state_dtype": ssm_dtype if layout["recurrent_state_bytes"] else None},
-        "avx512_bf16": bf16_cpu, "kv_block_size": page_block(layout, block), "max_num_batched_tokens": batched,
-        "model_max_seq_len": model_max, "kv_needed_gb_per_sequence": bundle.gb(per_sequence, 3),
-        "kv_bytes_per_sequence": per_sequence, "notes": notes,
+        "kv_layers": {
+            "full": layout["full"],
+            "sliding": layout["sliding"],
+            "none": layout["none"],
+            "sliding_window": layout["sliding_window"],
+            "recurrent_family": layout["recurrent_family"],
+            "recurrent_state_bytes": layout["recurrent_state_bytes"],
+            "ssm_state_dtype": ssm_dtype if layout["recurrent_state_bytes"] else None,
+        },
+        "avx512_bf16": bf16_cpu,
+        "kv_block_size": page_block(layout, block),
+        "max_num_batched_tokens": batched,
+        "model_max_seq_len": model_max,
+        "kv_needed_gb_per_sequence": bundle.gb(per_sequence, 3),
+        "kv_bytes_per_sequence": per_sequence,
+        "notes": notes,
     }
     if req.ram_gb is not None:
-        doc["fit"] = fit(m.weights, layout, max_len, req.num_prompts, req.ram_gb, req.os_reserve_gb, block,
-                         model_max, batched)
+        doc["fit"] = fit(
+            m.weights, layout, max_len, req.num_prompts, req.ram_gb, req.os_reserve_gb, block, model_max, batched
+        )
         if not doc["fit"]["fits"]:
-            doc.update(error=f"does not fit: {doc['fit']['required_gb']} GiB required vs {doc['fit']['ram_gb']} GiB "
-                       "of RAM", fix=doc["fit"]["action"])
+            doc.update(
+                error=f"does not fit: {doc['fit']['required_gb']} GiB required vs {doc['fit']['ram_gb']} GiB of RAM",
+                fix=doc["fit"]["action"],
+            )
     return doc

@@ -1,4 +1,5 @@
 """What the user is shown: the plan's summary table, the smoke request and the handoff."""
+
 from __future__ import annotations
 
 import json
@@ -12,54 +13,120 @@ from .masking import redact
 
 def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     platform = (plan.get("platform") or "platform not probed").rsplit(".", 1)[-1]
-    backend = (f"stock vLLM CPU ({platform}), no zentorch: unaccelerated" if plan["backend"] == "stock"
-               else "zentorch-accelerated (ZenCpuPlatform)")
-    where = ("host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")" if plan["path"] == "host"
-             else f"container ({plan['runtime']}, {plan['image']}"
-             + (f", on the engine at {plan['engine']})" if plan.get("engine") else ")"))
+    backend = (
+        f"stock vLLM CPU ({platform}), no zentorch: unaccelerated"
+        if plan["backend"] == "stock"
+        else "zentorch-accelerated (ZenCpuPlatform)"
+    )
+    where = (
+        "host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")"
+        if plan["path"] == "host"
+        else f"container ({plan['runtime']}, {plan['image']}"
+        + (f", on the engine at {plan['engine']})" if plan.get("engine") else ")")
+    )
     s = plan["sizing"]
     rows = [
-        ["Model / kind", f"{plan['model']}" + (f" at revision {plan['revision']}" if plan.get("revision") else "")
-                         + f" -- {plan['kind']}, endpoint "
-                         + ("unknown until verify settles it (chat first, then completions)"
-                            if plan["primary_endpoint"] == "unknown" else plan["primary_endpoint"])],
+        [
+            "Model / kind",
+            f"{plan['model']}"
+            + (f" at revision {plan['revision']}" if plan.get("revision") else "")
+            + f" -- {plan['kind']}, endpoint "
+            + (
+                "unknown until verify settles it (chat first, then completions)"
+                if plan["primary_endpoint"] == "unknown"
+                else plan["primary_endpoint"]
+            ),
+        ],
         ["Backend", backend],
         ["Path", where],
-        ["Precision", plan["dtype"] + (f" activations; weights {q['method']} {q['bits'] or '?'}-bit, run by "
-                                       f"{q['kernel'] or 'a kernel vLLM picks at load (unknown to this skill)'}"
-                                       if (q := plan.get("quantization")) else "")],
+        [
+            "Precision",
+            plan["dtype"]
+            + (
+                f" activations; weights {q['method']} {q['bits'] or '?'}-bit, run by "
+                f"{q['kernel'] or 'a kernel vLLM picks at load (unknown to this skill)'}"
+                if (q := plan.get("quantization"))
+                else ""
+            ),
+        ],
         ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
-        ["CPU sizing", f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
-                       f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
-                       f"{','.join(map(str, s['numa_nodes']))}"],
-        ["KV cache", (f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
-                      f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}"
-                      + (f", --max-num-batched-tokens {s['max_num_batched_tokens']}"
-                         if s.get("max_num_batched_tokens") else ""))
-         if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
-         else (f"holds {s['kv_full_length_requests']} requests at once (a recurrent state per sequence, no "
-               f"per-token KV); --max-num-seqs {s['max_num_seqs']}")
-         if s.get("kv_full_length_requests") is not None
-         else "capacity not computed (max_model_len differs from the estimate's)"],
-        *([["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"]]
-           if s["sizing_rule"] != "skill" else []),
-        ["Hardware", (f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})" if det.get("is_amd_epyc")
-                      else f"{det.get('cpu_model')} (not an AMD EPYC)")
-                     + f", {det.get('physical_cores')} cores, AVX-512 {'yes' if det.get('avx512') else 'no'}"],
+        [
+            "CPU sizing",
+            f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
+            f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
+            f"{','.join(map(str, s['numa_nodes']))}",
+        ],
+        [
+            "KV cache",
+            (
+                f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
+                f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}"
+                + (
+                    f", --max-num-batched-tokens {s['max_num_batched_tokens']}"
+                    if s.get("max_num_batched_tokens")
+                    else ""
+                )
+            )
+            if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
+            else (
+                f"holds {s['kv_full_length_requests']} requests at once (a recurrent state per sequence, no "
+                f"per-token KV); --max-num-seqs {s['max_num_seqs']}"
+            )
+            if s.get("kv_full_length_requests") is not None
+            else "capacity not computed (max_model_len differs from the estimate's)",
+        ],
+        *(
+            [["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"]]
+            if s["sizing_rule"] != "skill"
+            else []
+        ),
+        [
+            "Hardware",
+            (
+                f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})"
+                if det.get("is_amd_epyc")
+                else f"{det.get('cpu_model')} (not an AMD EPYC)"
+            )
+            + f", {det.get('physical_cores')} cores, AVX-512 {'yes' if det.get('avx512') else 'no'}",
+        ],
         ["Port", f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")],
     ]
-    pin = [a for a in plan["argv"][:plan["argv"].index(next(a for a in plan["argv"] if a.endswith("/vllm")))]] \
-        if plan["path"] == "host" else []
-    rows.append(["Pinning", shlex.join(pin) if pin else ("--cpuset-* flags in the command" if plan["path"] != "host"
-                                                         else "none (numactl/taskset not found)")])
-    rows.append(["Environment", ", ".join(f"{k}={v}" for k, v in plan["env"].items())
-                 + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())
-                 + ("; from this shell only " + ", ".join(n for n in INHERITED_ENV if n.isupper() and "PROXY" not in n)
-                    + ", LC_* and the proxy variables" if plan["path"] == "host" else "")])
+    pin = (
+        [a for a in plan["argv"][: plan["argv"].index(next(a for a in plan["argv"] if a.endswith("/vllm")))]]
+        if plan["path"] == "host"
+        else []
+    )
+    rows.append(
+        [
+            "Pinning",
+            shlex.join(pin)
+            if pin
+            else ("--cpuset-* flags in the command" if plan["path"] != "host" else "none (numactl/taskset not found)"),
+        ]
+    )
+    rows.append(
+        [
+            "Environment",
+            ", ".join(f"{k}={v}" for k, v in plan["env"].items())
+            + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())
+            + (
+                "; from this shell only "
+                + ", ".join(n for n in INHERITED_ENV if n.isupper() and "PROXY" not in n)
+                + ", LC_* and the proxy variables"
+                if plan["path"] == "host"
+                else ""
+            ),
+        ]
+    )
     rows.append(["Command (exactly what start runs)", plan["command"]])
     if plan["deferred"]:
-        rows.append(["Planned for", f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
-                                    "assumed; re-check on the host before start (run the chain there)"])
+        rows.append(
+            [
+                "Planned for",
+                f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
+                "assumed; re-check on the host before start (run the chain there)",
+            ]
+        )
     for w in plan["warnings"]:
         rows.append(["Warning", w["message"]])
     for c in plan["confirmation_reasons"]:
@@ -83,11 +150,16 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 # ---------------------------------------------------------------- pure: judging the server
 
+
 def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
     """The one deterministic request verify sends on the primary endpoint."""
     if endpoint == "chat_completions":
-        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": "hi"}],
-                                        "max_tokens": 16, "temperature": 0}
+        return "/v1/chat/completions", {
+            "model": served,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 16,
+            "temperature": 0,
+        }
     return "/v1/completions", {"model": served, "prompt": "Hello, world", "max_tokens": 16, "temperature": 0}
 
 
@@ -109,8 +181,11 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     if not isinstance(first, dict):
         return False, "choices[0] is not an object"
     message = first.get("message") if endpoint == "chat_completions" else None
-    text = (message.get("content") if isinstance(message, dict) else None) if endpoint == "chat_completions" \
+    text = (
+        (message.get("content") if isinstance(message, dict) else None)
+        if endpoint == "chat_completions"
         else first.get("text")
+    )
     if not isinstance(text, str):
         return False, f"choices[0] has no {'message.content' if endpoint == 'chat_completions' else 'text'}"
     usage = doc.get("usage")
@@ -126,50 +201,96 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     served = served or plan["served_model_name"]
     endpoint = plan["primary_endpoint"] if plan["primary_endpoint"] != "unknown" else settled
     if endpoint not in ("chat_completions", "completions"):
-        raise ScriptError("the plan's endpoint is unknown (the chat template could not be read) and verify has not "
-                          "settled it yet", "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff")
+        raise ScriptError(
+            "the plan's endpoint is unknown (the chat template could not be read) and verify has not settled it yet",
+            "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff",
+        )
     path = "/v1/chat/completions" if endpoint == "chat_completions" else "/v1/completions"
     why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
-        "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts")
+        "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
+    )
     base = plan["base_url"]
     key_env = plan.get("api_key_env")
     if key_env is not None and not argtypes.is_env_name(key_env):  # pasted into a shell example: a name only
-        raise ScriptError(f"the plan's api_key_env {key_env!r} is not an environment variable name",
-                          "plan again with --api-key-env NAME")
+        raise ScriptError(
+            f"the plan's api_key_env {key_env!r} is not an environment variable name",
+            "plan again with --api-key-env NAME",
+        )
     key = f"os.environ[{plan['api_key_env']!r}]" if plan.get("api_key_env") else '"EMPTY"'
     if endpoint == "chat_completions":
-        body = {"model": served, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 128,
-                "temperature": 0.7}
-        py_call = ("r = client.chat.completions.create(model=model, messages=[{\"role\": \"user\", \"content\": "
-                   "\"Hello\"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)")
+        body = {
+            "model": served,
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 128,
+            "temperature": 0.7,
+        }
+        py_call = (
+            'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
+            '"Hello"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)'
+        )
     else:
         body = {"model": served, "prompt": "Hello, world", "max_tokens": 128, "temperature": 0.7}
-        py_call = ("r = client.completions.create(model=model, prompt=\"Hello, world\", max_tokens=128)\n"
-                   "print(r.choices[0].text)")
+        py_call = (
+            'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\n'
+            "print(r.choices[0].text)"
+        )
     # quoted word by word; the key is expanded by the user's shell from the variable's NAME
     auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
-    curl = (shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"]) + auth
-            + " \\\n  -d " + shlex.quote(json.dumps(body)))
-    python = ("import os\nfrom openai import OpenAI\n\n"
-              f"client = OpenAI(base_url=\"{base}\", api_key={key})\n"
-              f"model = {json.dumps(served)}  # the served model name\n" + py_call)
+    curl = (
+        shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"])
+        + auth
+        + " \\\n  -d "
+        + shlex.quote(json.dumps(body))
+    )
+    python = (
+        "import os\nfrom openai import OpenAI\n\n"
+        f'client = OpenAI(base_url="{base}", api_key={key})\n'
+        f"model = {json.dumps(served)}  # the served model name\n" + py_call
+    )
     s = plan["sizing"]
     runs_on = f"{plan['runtime']} / {plan['port']}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     # an exposed server listens on every address: the base URL is this machine's; others use its address
-    reach = (f"; it listens on every address ({plan['host']}:{plan['port']}): from another machine use this "
-             f"host's address, with the key in ${key_env}") if plan.get("expose") else ""
-    rows = [["Base URL", f"{base} (the trailing /v1 matters{reach})"], ["Served model", served],
-            ["Endpoint", path], ["Why", why], ["Runtime / port", runs_on],
-            ["Sizing", f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
-                       f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
-                       f"{','.join(map(str, s['numa_nodes']))}"],
-            ["Stop", plan["stop_command"]]]
-    return {"base_url": base, "served_model_name": served, "endpoint_path": path, "why": why, "runtime": plan["runtime"],
-            # the daemon the container runs on (docker --host=...): the one `docker logs` or `exec` must name
-            "engine": plan.get("engine"), "port": plan["port"], "sizing": s, "stop_command": plan["stop_command"], "curl_example": curl,
-            "python_example": python, "table_markdown": markdown_table(["Field", "Value"], rows),
-            "guidance": ["max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len "
-                         f"({s['max_model_len']})",
-                         "temperature 0 is greedy; tune temperature or top_p, not both",
-                         "stream: true streams tokens (server-sent events)",
-                         "the model's generation_config.json may set sampling defaults; pass explicit values"]}
+    reach = (
+        (
+            f"; it listens on every address ({plan['host']}:{plan['port']}): from another machine use this "
+            f"host's address, with the key in ${key_env}"
+        )
+        if plan.get("expose")
+        else ""
+    )
+    rows = [
+        ["Base URL", f"{base} (the trailing /v1 matters{reach})"],
+        ["Served model", served],
+        ["Endpoint", path],
+        ["Why", why],
+        ["Runtime / port", runs_on],
+        [
+            "Sizing",
+            f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
+            f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
+            f"{','.join(map(str, s['numa_nodes']))}",
+        ],
+        ["Stop", plan["stop_command"]],
+    ]
+    return {
+        "base_url": base,
+        "served_model_name": served,
+        "endpoint_path": path,
+        "why": why,
+        "runtime": plan["runtime"],
+        # the daemon the container runs on (docker --host=...): the one `docker logs` or `exec` must name
+        "engine": plan.get("engine"),
+        "port": plan["port"],
+        "sizing": s,
+        "stop_command": plan["stop_command"],
+        "curl_example": curl,
+        "python_example": python,
+        "table_markdown": markdown_table(["Field", "Value"], rows),
+        "guidance": [
+            "max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len "
+            f"({s['max_model_len']})",
+            "temperature 0 is greedy; tune temperature or top_p, not both",
+            "stream: true streams tokens (server-sent events)",
+            "the model's generation_config.json may set sampling defaults; pass explicit values",
+        ],
+    }

@@ -1,4 +1,5 @@
 """One job: turn a model reference into its config files and weight size, through huggingface_hub."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,28 @@ os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
 os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-                           "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
-                           "F8_E8M0": 1, "E8M0": 1, "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75}
+SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "E8M0": 1,
+    "F4": 0.5,
+    "F6_E2M3": 0.75,
+    "F6_E3M2": 0.75,
+}
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_WEIGHT_BYTES = 1 << 50
@@ -68,8 +88,9 @@ def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
         if info.get("dtype", "BF16") not in SAFETENSORS_DTYPE_BYTES:  # its size per element would be a guess
             raise ValueError(f"tensor {name[:80]!r} has an unknown dtype {str(info.get('dtype'))[:20]!r}")
         shape = info.get("shape", [])
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40
-                                                  for d in shape):
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40 for d in shape
+        ):
             raise ValueError(f"tensor {name!r} has an invalid shape {str(shape)[:80]}")
         n = 1
         for dim in shape:
@@ -102,10 +123,10 @@ def read_safetensors_header(path: Path) -> dict:
 
 @dataclass
 class ModelFiles:
-    ref: str                 # what the user passed
-    kind: str                # "local" | "hub" | "hub-cache"
+    ref: str  # what the user passed
+    kind: str  # "local" | "hub" | "hub-cache"
     revision: str | None
-    folder: Path | None      # local or cached snapshot folder, when there is one
+    folder: Path | None  # local or cached snapshot folder, when there is one
 
     # ---- reading
 
@@ -122,6 +143,7 @@ class ModelFiles:
         """A file from the Hub into the cache; None when the repo has no such file."""
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import RemoteEntryNotFoundError
+
         try:
             return Path(hf_hub_download(self.ref, name, revision=self.revision))
         except RemoteEntryNotFoundError:  # the Hub says the repo has no such file (not: could not ask)
@@ -134,8 +156,11 @@ class ModelFiles:
 
     def text(self, name: str) -> str | None:
         p = self.path(name)
-        return jsonio.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False) \
-            if p else None
+        return (
+            jsonio.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False)
+            if p
+            else None
+        )
 
     def json(self, name: str) -> dict | None:
         text = self.text(name)
@@ -146,11 +171,16 @@ class ModelFiles:
     def config(self) -> dict:
         cfg = self.json("config.json")
         if cfg is None:
-            raise ScriptError(f"{self.ref}: no config.json", "point --model at a Hugging Face model folder "
-                              "or repo (it must hold config.json)")
-        jsonio.check_schema(cfg, "model_config", f"{self.ref}: config.json has a value of the wrong type or range",
-                            "repair config.json (or re-download it): the field named must be what transformers "
-                            "writes there")
+            raise ScriptError(
+                f"{self.ref}: no config.json",
+                "point --model at a Hugging Face model folder or repo (it must hold config.json)",
+            )
+        jsonio.check_schema(
+            cfg,
+            "model_config",
+            f"{self.ref}: config.json has a value of the wrong type or range",
+            "repair config.json (or re-download it): the field named must be what transformers writes there",
+        )
         return cfg
 
     # ---- weights
@@ -181,17 +211,22 @@ class ModelFiles:
         the HF shards beside them: counted both, 13.5 GiB read 27); otherwise every *.safetensors. Either
         is narrowed to the files its index names, and a named file the folder lacks stops vLLM too."""
         consolidated = sorted(self.folder.glob("consolidated*.safetensors"))
-        shards, index = ((consolidated, "consolidated.safetensors.index.json") if consolidated else
-                         (sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json"))
+        shards, index = (
+            (consolidated, "consolidated.safetensors.index.json")
+            if consolidated
+            else (sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json")
+        )
         listed = self._index_shards(index) if shards else None
         if not listed:
             return shards
         missing = sorted(listed - {s.name for s in shards})
         if missing:
-            raise ScriptError(f"{self.ref}: {index} names {len(missing)} shard(s) the folder does not have "
-                              f"({masking.clip(', '.join(missing), 200)}): a download cut short, and vLLM "
-                              "would not load it", "re-download the model (or finish the download), or pass "
-                              "--weight-gb N")
+            raise ScriptError(
+                f"{self.ref}: {index} names {len(missing)} shard(s) the folder does not have "
+                f"({masking.clip(', '.join(missing), 200)}): a download cut short, and vLLM "
+                "would not load it",
+                "re-download the model (or finish the download), or pass --weight-gb N",
+            )
         return [s for s in shards if s.name in listed]
 
     def _folder_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
@@ -217,24 +252,32 @@ class ModelFiles:
             if isinstance(total, int) and not isinstance(total, bool) and 0 < total <= MAX_WEIGHT_BYTES:
                 return total, "safetensors_index_total_size"
             if isinstance(total, int) and not isinstance(total, bool):  # a number, but no model's size
-                raise ScriptError(f"{self.ref}: model.safetensors.index.json says total_size {str(total)[:40]}, "
-                                  f"not a size in [1, {MAX_WEIGHT_BYTES:,}] bytes",
-                                  "re-download the model's index, or pass --weight-gb N")
+                raise ScriptError(
+                    f"{self.ref}: model.safetensors.index.json says total_size {str(total)[:40]}, "
+                    f"not a size in [1, {MAX_WEIGHT_BYTES:,}] bytes",
+                    "re-download the model's index, or pass --weight-gb N",
+                )
         if unreadable:  # their file sizes would be a guess (a git-lfs pointer is 130 bytes): no number at all
-            raise ScriptError(f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
-                              "no usable model.safetensors.index.json", "re-download the model (git-lfs pointers or "
-                              "truncated files have no header), or pass --weight-gb N")
+            raise ScriptError(
+                f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
+                "no usable model.safetensors.index.json",
+                "re-download the model (git-lfs pointers or truncated files have no header), or pass --weight-gb N",
+            )
         files = sorted(p for pat in ("*.safetensors", "*.bin", "*.pt") for p in self.folder.glob(pat))
         # an HF cache snapshot whose blob was removed leaves a dangling link: a clear error, not a size
         broken = [p.name for p in files if not p.is_file()]
         if broken:
-            raise ScriptError(f"{self.ref}: {', '.join(broken)[:200]} is not a readable file (a dangling link, a "
-                              "folder or a device)", "re-download the model, or pass --weight-gb N")
+            raise ScriptError(
+                f"{self.ref}: {', '.join(broken)[:200]} is not a readable file (a dangling link, a folder or a device)",
+                "re-download the model, or pass --weight-gb N",
+            )
         try:
             total = sum(p.stat().st_size for p in files)
         except OSError as exc:
-            raise ScriptError(f"{self.ref}: cannot read the weight files: {exc.strerror or exc}",
-                              "re-download the model, or pass --weight-gb N")
+            raise ScriptError(
+                f"{self.ref}: cannot read the weight files: {exc.strerror or exc}",
+                "re-download the model, or pass --weight-gb N",
+            )
         return (total, "weight_file_sizes") if total else None
 
     def _hub_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
@@ -243,6 +286,7 @@ class ModelFiles:
             NotASafetensorsRepoError,
             SafetensorsParsingError,
         )
+
         api = HfApi()
         try:
             meta = api.get_safetensors_metadata(self.ref, revision=self.revision)
@@ -253,20 +297,24 @@ class ModelFiles:
         if meta is not None:
             # the Hub's headers get the checks a local header gets: a known dtype, whole dimensions in range
             try:
-                tensors = {name: got for fm in meta.files_metadata.values()
-                           for name, got in tensors_from_header({n: {"dtype": t.dtype, "shape": t.shape}
-                                                                 for n, t in fm.tensors.items()}).items()}
+                tensors = {
+                    name: got
+                    for fm in meta.files_metadata.values()
+                    for name, got in tensors_from_header(
+                        {n: {"dtype": t.dtype, "shape": t.shape} for n, t in fm.tensors.items()}
+                    ).items()
+                }
             except ValueError as exc:
-                raise ScriptError(f"{self.ref}: a safetensors header on the Hub is not a checkpoint's: "
-                                  f"{masking.clip(str(exc), 200)}", "check the repo's .safetensors files, or pass "
-                                  "--weight-gb N")
+                raise ScriptError(
+                    f"{self.ref}: a safetensors header on the Hub is not a checkpoint's: {masking.clip(str(exc), 200)}",
+                    "check the repo's .safetensors files, or pass --weight-gb N",
+                )
             return weight_bytes(tensors, serve_dtype, tied), "safetensors_metadata"
         try:
             info = api.model_info(self.ref, revision=self.revision, files_metadata=True)
         except Exception as exc:
             raise hub_error(exc, self.ref, self.revision)
-        sizes = [s.size or 0 for s in info.siblings or []
-                 if s.rfilename.endswith((".safetensors", ".bin", ".pt"))]
+        sizes = [s.size or 0 for s in info.siblings or [] if s.rfilename.endswith((".safetensors", ".bin", ".pt"))]
         return (sum(sizes), "weight_file_sizes") if sizes else None
 
 
@@ -276,19 +324,23 @@ def import_hub() -> None:
     imported here with its prints sent to stderr, a bad value is a clear error. The exception's text is
     not shown: it can quote part of a URL's password."""
     import contextlib
+
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
     try:
         with contextlib.redirect_stdout(sys.stderr):
             import huggingface_hub.file_download  # noqa: F401
     except (ValueError, TypeError) as exc:
-        raise ScriptError(f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
-                          "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
-                          "such as https://huggingface.co), or unset them")
+        raise ScriptError(
+            f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
+            "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
+            "such as https://huggingface.co), or unset them",
+        )
 
 
 def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
     """Map huggingface_hub / transport failures to Unreadable (could not look) or ScriptError (wrong input)."""
     from huggingface_hub import errors as e
+
     chain, cur = [], exc
     while cur is not None and len(chain) < 6:
         chain.append(cur)
@@ -298,31 +350,56 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
     if any(isinstance(c, e.GatedRepoError) for c in chain):
         restricted = "403" in text or "authorized list" in text or "restricted" in text
         if restricted or os.environ.get("HF_TOKEN"):
-            return Unreadable("gated", f"{ref} is gated and this token has not been granted access",
-                              "accept the model's license on its Hugging Face page with the account of HF_TOKEN")
-        return Unreadable("gated", f"{ref} is gated: a token is needed",
-                          "export HF_TOKEN=<a token whose account accepted the license>")
+            return Unreadable(
+                "gated",
+                f"{ref} is gated and this token has not been granted access",
+                "accept the model's license on its Hugging Face page with the account of HF_TOKEN",
+            )
+        return Unreadable(
+            "gated",
+            f"{ref} is gated: a token is needed",
+            "export HF_TOKEN=<a token whose account accepted the license>",
+        )
     if any(isinstance(c, e.RevisionNotFoundError) for c in chain):
-        return ScriptError(f"{ref}: revision {revision!r} not found", "pass an existing branch, tag or commit "
-                           "with --revision (default: main)")
+        return ScriptError(
+            f"{ref}: revision {revision!r} not found",
+            "pass an existing branch, tag or commit with --revision (default: main)",
+        )
     if any(isinstance(c, e.RepositoryNotFoundError) for c in chain):
-        return ScriptError(f"{ref}: no such model on the Hub (or it is private)",
-                           "check the id (owner/name); for a private repo export HF_TOKEN")
-    if any(isinstance(c, e.OfflineModeIsEnabled) for c in chain) or "LocalEntryNotFound" in names and \
-            os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return Unreadable("offline", f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
-                          "download it once with network access, or pass a local folder")
+        return ScriptError(
+            f"{ref}: no such model on the Hub (or it is private)",
+            "check the id (owner/name); for a private repo export HF_TOKEN",
+        )
+    if (
+        any(isinstance(c, e.OfflineModeIsEnabled) for c in chain)
+        or "LocalEntryNotFound" in names
+        and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    ):
+        return Unreadable(
+            "offline",
+            f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+            "download it once with network access, or pass a local folder",
+        )
     if "Timeout" in names or "timed out" in text.lower():
-        return Unreadable("timeout", f"the Hub did not answer in time for {ref}",
-                          "check network access to the Hub (HF_ENDPOINT), or raise HF_HUB_ETAG_TIMEOUT")
+        return Unreadable(
+            "timeout",
+            f"the Hub did not answer in time for {ref}",
+            "check network access to the Hub (HF_ENDPOINT), or raise HF_HUB_ETAG_TIMEOUT",
+        )
     if "ConnectError" in names or "Connection" in names or "LocalEntryNotFound" in names:
-        return Unreadable("network", f"cannot reach the Hub for {ref}",
-                          "check network access to the Hub (HF_ENDPOINT / proxy), or pass a local folder")
+        return Unreadable(
+            "network",
+            f"cannot reach the Hub for {ref}",
+            "check network access to the Hub (HF_ENDPOINT / proxy), or pass a local folder",
+        )
     if isinstance(exc, e.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         return Unreadable("hub_error", f"the Hub answered HTTP {status} for {ref}", "try again later")
-    return Unreadable("hub_error", f"Hub request for {ref} failed: {type(exc).__name__}: {exc}",
-                      "check network access to the Hub, or pass a local folder")
+    return Unreadable(
+        "hub_error",
+        f"Hub request for {ref} failed: {type(exc).__name__}: {exc}",
+        "check network access to the Hub, or pass a local folder",
+    )
 
 
 class _LastWarning(logging.Handler):
@@ -363,9 +440,11 @@ def with_deadline(fn, seconds: float, online: bool = True):
     if worker.is_alive():
         cli.abandon_thread()  # still in the Hub client: the process ends without waiting for it
         why = f" (last: {watcher.last})" if watcher.last else ""
-        raise Unreadable("timeout", f"the Hub did not answer within {seconds:g}s{why}",
-                         "check network access to the Hub (HF_ENDPOINT / proxy), raise --hub-timeout, "
-                         "or pass a local folder")
+        raise Unreadable(
+            "timeout",
+            f"the Hub did not answer within {seconds:g}s{why}",
+            "check network access to the Hub (HF_ENDPOINT / proxy), raise --hub-timeout, or pass a local folder",
+        )
     if "exc" in result:
         raise result["exc"]
     return result["value"]
@@ -381,15 +460,19 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     try:
         is_dir, exists = p.is_dir(), p.exists()
     except OSError as exc:  # e.g. a name longer than the file system allows
-        raise ScriptError(f"--model {ref[:80]!r}{'...' if len(ref) > 80 else ''} is not a usable path: "
-                          f"{exc.strerror or exc}", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
+        raise ScriptError(
+            f"--model {ref[:80]!r}{'...' if len(ref) > 80 else ''} is not a usable path: {exc.strerror or exc}",
+            "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder",
+        )
     if is_dir:
         # a folder has no revisions: another one would be recorded, then never served. `main`, the default
         # SKILL.md passes whatever MODEL is, means no revision (plan compares them so), and is taken
         if revision not in (None, "main"):
-            raise ScriptError(f"--revision {revision!r} names a Hub branch, tag or commit, and {ref[:200]!r} is a local "
-                              "folder: its files are what is served", "drop --revision, or pass the Hub id "
-                              "(owner/name) to serve that revision")
+            raise ScriptError(
+                f"--revision {revision!r} names a Hub branch, tag or commit, and {ref[:200]!r} is a local "
+                "folder: its files are what is served",
+                "drop --revision, or pass the Hub id (owner/name) to serve that revision",
+            )
         return ModelFiles(ref, "local", None, jsonio.real_path(p))
     if exists:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
@@ -397,17 +480,24 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
     import_hub()
     from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     try:
         validate_repo_id(ref)
     except HFValidationError as exc:
-        raise ScriptError(f"malformed model id {ref!r}: {str(exc).splitlines()[0]}",
-                          "use owner/name as on huggingface.co, e.g. Qwen/Qwen3-0.6B")
+        raise ScriptError(
+            f"malformed model id {ref!r}: {str(exc).splitlines()[0]}",
+            "use owner/name as on huggingface.co, e.g. Qwen/Qwen3-0.6B",
+        )
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         from huggingface_hub import snapshot_download
+
         try:
             folder = snapshot_download(ref, revision=revision, local_files_only=True)
         except Exception:
-            raise Unreadable("offline", f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
-                             "download it once with network access, or pass a local folder")
+            raise Unreadable(
+                "offline",
+                f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+                "download it once with network access, or pass a local folder",
+            )
         return ModelFiles(ref, "hub-cache", revision, Path(folder))
     return ModelFiles(ref, "hub", revision or "main", None)

@@ -1,4 +1,5 @@
 """A host's facts from /proc and /sys (or a sysroot): CPUs, topology, memory, cgroup limits."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ MAX_CPU_ID = 8191
 
 
 def parse_cpulist(text: str) -> list[int]:
-    """"0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]. Empty text is the empty set. Raises ValueError."""
+    """ "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]. Empty text is the empty set. Raises ValueError."""
     text = text.strip()
     if not text:
         return []
@@ -76,6 +77,7 @@ class Sysroot:
         captured tree would block forever, a link to /dev/zero never ends) or is larger than any
         proc/sys file a host has."""
         import stat
+
         try:
             path = self.path(p)
             if not self.is_live and not real_path(path).is_relative_to(real_path(self.root)):
@@ -97,15 +99,22 @@ def check_sysroot(root: str) -> Sysroot:
     try:
         is_dir = sr.root.is_dir()
     except OSError as exc:  # a name too long for the file system, say
-        raise ScriptError(f"sysroot {root[:200]!r} cannot be read ({exc.strerror or exc})",
-                          "pass a folder that holds proc/ and sys/ captured from the host")
+        raise ScriptError(
+            f"sysroot {root[:200]!r} cannot be read ({exc.strerror or exc})",
+            "pass a folder that holds proc/ and sys/ captured from the host",
+        )
     if not is_dir:
-        raise ScriptError(f"sysroot {root[:200]!r} is not a directory",
-                          "pass a folder that holds proc/ and sys/ captured from the host")
+        raise ScriptError(
+            f"sysroot {root[:200]!r} is not a directory",
+            "pass a folder that holds proc/ and sys/ captured from the host",
+        )
     if sr.read("proc/cpuinfo") is None:
-        raise ScriptError(f"sysroot {root!r} has no readable proc/cpuinfo",
-                          "capture /proc/cpuinfo, /proc/meminfo and /sys/devices/system into the sysroot")
+        raise ScriptError(
+            f"sysroot {root!r} has no readable proc/cpuinfo",
+            "capture /proc/cpuinfo, /proc/meminfo and /sys/devices/system into the sysroot",
+        )
     return sr
+
 
 # ---------------------------------------------------------------- pure parsing
 
@@ -225,10 +234,12 @@ def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
 
 # ---------------------------------------------------------------- topology
 
+
 @dataclass
 class Topology:
     """Online CPUs and where they sit: package (socket), core, NUMA node. `package` is the socket we serve
     on: packages whose CPUs share a NUMA node are one (sharing_packages); `hw_package` keeps sysfs's own."""
+
     package: dict[int, int] = field(default_factory=dict)
     core: dict[int, int] = field(default_factory=dict)
     hw_package: dict[int, int] = field(default_factory=dict)
@@ -290,6 +301,7 @@ def sharing_packages(package: dict[int, int], core: dict[int, int], node_of_cpu:
         while root[p] != p:
             p = root[p]
         return p
+
     first_in_node: dict[int, int] = {}
     for cpu, node in sorted(node_of_cpu.items()):
         if cpu not in package or len(cores_of[package[cpu]]) > 1:
@@ -315,14 +327,17 @@ def read_topology(sr: Sysroot) -> Topology:
         topo.core[cpu] = sysfs_id(core, 1 << 20, f"{base}/core_id", cpu)
     for node_dir in sr.glob("sys/devices/system/node/node[0-9]*"):
         node = int(node_dir.name[4:])
-        cpus = [c for c in parse_cpulist(sr.read(f"{node_dir.relative_to(sr.root)}/cpulist") or "")
-                if c in topo.package]
+        cpus = [
+            c for c in parse_cpulist(sr.read(f"{node_dir.relative_to(sr.root)}/cpulist") or "") if c in topo.package
+        ]
         topo.node_cpus[node] = cpus
         for c in cpus:
             if topo.node_of_cpu.setdefault(c, node) != node:  # a kernel lists each CPU in one node
-                raise ScriptError(f"CPU {c} is listed by NUMA nodes {topo.node_of_cpu[c]} and {node} "
-                                  "(sys/devices/system/node/node*/cpulist): no kernel writes that",
-                                  "re-capture sys/devices/system/node from the host (detect.py --capture)")
+                raise ScriptError(
+                    f"CPU {c} is listed by NUMA nodes {topo.node_of_cpu[c]} and {node} "
+                    "(sys/devices/system/node/node*/cpulist): no kernel writes that",
+                    "re-capture sys/devices/system/node from the host (detect.py --capture)",
+                )
         meminfo = sr.read(f"{node_dir.relative_to(sr.root)}/meminfo") or ""
         mem, free = parse_meminfo_bytes(meminfo), parse_meminfo_bytes(meminfo, "MemFree")
         if mem is not None:
@@ -333,8 +348,10 @@ def read_topology(sr: Sysroot) -> Topology:
         topo.node_cpus[0] = topo.cpus
         topo.node_of_cpu = {c: 0 for c in topo.cpus}
     if not topo.package:
-        raise ScriptError("no online CPUs found under sys/devices/system/cpu",
-                          "capture /sys/devices/system/cpu (online, cpu*/topology) into the sysroot")
+        raise ScriptError(
+            "no online CPUs found under sys/devices/system/cpu",
+            "capture /sys/devices/system/cpu (online, cpu*/topology) into the sysroot",
+        )
     served = sharing_packages(topo.package, topo.core, topo.node_of_cpu)
     if any(p != s for p, s in served.items()):
         topo.hw_package = dict(topo.package)
@@ -347,13 +364,16 @@ def read_topology(sr: Sysroot) -> Topology:
 
 def merged_note(topo: Topology) -> list[str]:
     """What detect.py and cpu_tune.py say when packages were joined (sharing_packages)."""
-    return [f"packages {format_cpulist(ps)} share NUMA node(s) "
-            f"{format_cpulist(sorted({topo.node_of_cpu[c] for c in topo.cpus if topo.package[c] == s}))}: "
-            f"one-core packages of one memory domain (a VM's sockets), served as socket {s}"
-            for s, ps in sorted(topo.merged.items())]
+    return [
+        f"packages {format_cpulist(ps)} share NUMA node(s) "
+        f"{format_cpulist(sorted({topo.node_of_cpu[c] for c in topo.cpus if topo.package[c] == s}))}: "
+        f"one-core packages of one memory domain (a VM's sockets), served as socket {s}"
+        for s, ps in sorted(topo.merged.items())
+    ]
 
 
 # ---------------------------------------------------------------- gathering (I/O)
+
 
 @dataclass
 class HostFacts:
@@ -381,9 +401,10 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     try:
         cpu = parse_cpuinfo(sr.read("proc/cpuinfo") or "")
     except ValueError as why:
-        raise ScriptError(f"{target}: proc/cpuinfo is missing or malformed ({why})",
-                          "check that /proc/cpuinfo is readable (a sysroot needs proc/cpuinfo, as the kernel "
-                          "writes it)")
+        raise ScriptError(
+            f"{target}: proc/cpuinfo is missing or malformed ({why})",
+            "check that /proc/cpuinfo is readable (a sysroot needs proc/cpuinfo, as the kernel writes it)",
+        )
     try:
         topo = read_topology(sr)
         cg = cgroup_dirs(sr.read("proc/self/cgroup"))
@@ -391,33 +412,42 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
         cgroup_cpus = parse_cpulist(cpuset_text) if cpuset_text else None
         if live:
             import psutil
+
             mem_total = psutil.virtual_memory().total
             allowed = sorted(psutil.Process().cpu_affinity())
         else:
             mem_total = parse_meminfo_bytes(sr.read("proc/meminfo") or "")
             allowed = parse_status_allowed(sr.read("proc/self/status"))
     except ValueError as exc:
-        raise ScriptError(f"{target}: malformed topology file: {exc}",
-                          "re-capture /sys/devices/system and /proc/self/status from the host")
+        raise ScriptError(
+            f"{target}: malformed topology file: {exc}",
+            "re-capture /sys/devices/system and /proc/self/status from the host",
+        )
     if not mem_total:  # none, or 0: no host runs on no memory
-        raise ScriptError(f"{target}: proc/meminfo has no MemTotal" + (" above 0" if mem_total == 0 else ""),
-                          "check that /proc/meminfo is readable (a sysroot needs proc/meminfo)")
+        raise ScriptError(
+            f"{target}: proc/meminfo has no MemTotal" + (" above 0" if mem_total == 0 else ""),
+            "check that /proc/meminfo is readable (a sysroot needs proc/meminfo)",
+        )
     allowed_set = set(topo.cpus if allowed is None else allowed) & set(topo.cpus)
     if cgroup_cpus is not None:
         allowed_set &= set(cgroup_cpus)
     limit = parse_cgroup_limit(_first_readable(sr, cg["memory"]))
     cfs_dir = next((d for d in cg["cfs"] if sr.read(f"{d}/cpu.cfs_quota_us") is not None), None)
-    quota = parse_cpu_quota(_first_readable(sr, cg["cpu_max"]),
-                            sr.read(f"{cfs_dir}/cpu.cfs_quota_us") if cfs_dir else None,
-                            sr.read(f"{cfs_dir}/cpu.cfs_period_us") if cfs_dir else None)
+    quota = parse_cpu_quota(
+        _first_readable(sr, cg["cpu_max"]),
+        sr.read(f"{cfs_dir}/cpu.cfs_quota_us") if cfs_dir else None,
+        sr.read(f"{cfs_dir}/cpu.cfs_period_us") if cfs_dir else None,
+    )
     hyper = None
     if "hypervisor" in cpu["flags"]:
-        hyper = (sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or "").strip() \
-            or "unknown (virtualized)"
+        hyper = (
+            sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
+        ).strip() or "unknown (virtualized)"
     return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, sr, quota)
 
 
 # ---------------------------------------------------------------- decision + report
+
 
 def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], tolerance: float) -> dict:
     """Usable RAM is the smaller of MemTotal and the cgroup limit. When sysfs per-node figures do
@@ -426,16 +456,20 @@ def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], to
     usable = min(mem_total, limit) if limit else mem_total
     if bundle.gb(usable) <= 0:  # a figure no machine runs on, which no document can carry as a size of RAM
         where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
-        raise ScriptError(f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs "
-                          "anything", "check that figure: a cgroup memory.max written in bytes where GiB were "
-                          "meant, or a --sysroot / capture with a broken meminfo")
+        raise ScriptError(
+            f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",
+            "check that figure: a cgroup memory.max written in bytes where GiB were "
+            "meant, or a --sysroot / capture with a broken meminfo",
+        )
     notes = []
     sysfs_total = sum(node_mem.values())
     consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
     if node_mem and not consistent:
-        notes.append(f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
-                     f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
-                     "vLLM checks its KV cache against the node's sysfs meminfo")
+        notes.append(
+            f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
+            f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
+            "vLLM checks its KV cache against the node's sysfs meminfo"
+        )
     if limit and limit < mem_total:
         notes.append(f"cgroup memory limit {bundle.gb(limit)} GiB is below MemTotal; using the limit")
     return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}

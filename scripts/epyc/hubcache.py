@@ -1,4 +1,5 @@
 """The Hugging Face cache: where it is, and whether it can be mounted into a container."""
+
 from __future__ import annotations
 
 import os
@@ -18,18 +19,21 @@ def hub_cache_env_problem(env: dict) -> str | None:
     folder. Judged on the hub path as the client builds it (~ then $VARS, twice for HF_HOME's: a
     variable holding `~/x` is the home's). (This bundle's cache_root follows the XDG spec and ignores a
     relative XDG_CACHE_HOME; the Hub client does not, so the hub's folder must not depend on it.)"""
+
     def expand(value: str) -> str:
         return os.path.expandvars(os.path.expanduser(value))
 
     def said(name: str) -> str:
         return f"{name} is {'empty' if not env[name] else 'a relative path ' + repr(clip(env[name], 80))}"
+
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if name in env:  # the first one set decides, even empty (the client's os.getenv default chain)
             return None if os.path.isabs(expand(env[name])) else said(name)
     if "HF_HOME" in env:
         return None if os.path.isabs(expand(os.path.join(expand(env["HF_HOME"]), "hub"))) else said("HF_HOME")
     if "XDG_CACHE_HOME" in env and not os.path.isabs(
-            expand(os.path.join(expand(os.path.join(env["XDG_CACHE_HOME"], "huggingface")), "hub"))):
+        expand(os.path.join(expand(os.path.join(env["XDG_CACHE_HOME"], "huggingface")), "hub"))
+    ):
         return said("XDG_CACHE_HOME") + " and HF_HOME is unset"
     if "XDG_CACHE_HOME" not in env and "HOME" in env and not os.path.isabs(env["HOME"]):
         # ~/.cache/huggingface/hub: an empty HOME makes it /.cache/... for the client (cache_root, as a login
@@ -41,9 +45,11 @@ def hub_cache_env_problem(env: dict) -> str | None:
 def refuse_a_relative_hub_cache(env: dict) -> None:
     problem = hub_cache_env_problem(env)
     if problem:
-        raise ScriptError(f"{problem}: the Hugging Face client would use a cache folder relative to wherever it "
-                          "runs, so the model would be looked for in a different folder by each step",
-                          "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it")
+        raise ScriptError(
+            f"{problem}: the Hugging Face client would use a cache folder relative to wherever it "
+            "runs, so the model would be looked for in a different folder by each step",
+            "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it",
+        )
 
 
 def cache_root() -> Path:
@@ -57,14 +63,17 @@ def cache_root() -> Path:
     home = os.environ.get("HOME")
     if not home:  # unset or empty ("" expands to "/"): the account's own home, as a login would set it
         import pwd
+
         try:
             home = pwd.getpwuid(os.getuid()).pw_dir
         except KeyError:
             home = ""
     if not os.path.isabs(home):
-        raise ScriptError(f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
-                          "folder: there is no cache folder to use",
-                          "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again")
+        raise ScriptError(
+            f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
+            "folder: there is no cache folder to use",
+            "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again",
+        )
     return _roomy(user_path(home, "HOME") / ".cache", "HOME")
 
 
@@ -72,8 +81,11 @@ def _roomy(root: Path, what: str) -> Path:
     """A cache root with room under it for the bundle's folders (PATH_MAX is 4096 bytes): one past 3000
     bytes made a venv or state-dir path no file system takes, an OSError wherever it was first touched."""
     if len(os.fsencode(root)) > 3000:
-        raise ScriptError(f"{what} is {len(os.fsencode(root)):,} bytes long: no room under it for this bundle's "
-                          "folders (paths stop at 4096)", f"export {what} as a shorter absolute path")
+        raise ScriptError(
+            f"{what} is {len(os.fsencode(root)):,} bytes long: no room under it for this bundle's "
+            "folders (paths stop at 4096)",
+            f"export {what} as a shorter absolute path",
+        )
     return root
 
 
@@ -83,24 +95,70 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
     or another unprintable character (the summary's shell-quoted command would show another folder)."""
     for path in (source, target):
         if ":" in path or "," in path or not path.startswith("/") or not path.isprintable():
-            raise ScriptError(f"cannot mount {path!r}: a container mount needs an absolute path of printable "
-                              "characters, without ':' or ','",
-                              "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)")
+            raise ScriptError(
+                f"cannot mount {path!r}: a container mount needs an absolute path of printable "
+                "characters, without ':' or ','",
+                "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)",
+            )
     if system_folder(source):
-        raise ScriptError(f"cannot mount {source!r} into the container: it is a system folder (the HF cache is "
-                          "mounted read-write into a root container)", "point HF_HOME at a cache folder of its own, "
-                          "e.g. export HF_HOME=~/.cache/huggingface, and run validate.py again")
+        raise ScriptError(
+            f"cannot mount {source!r} into the container: it is a system folder (the HF cache is "
+            "mounted read-write into a root container)",
+            "point HF_HOME at a cache folder of its own, "
+            "e.g. export HF_HOME=~/.cache/huggingface, and run validate.py again",
+        )
     return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
-HF_MOUNT_FIX = ("move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
-                "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again")
+
+
+HF_MOUNT_FIX = (
+    "move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
+    "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again"
+)
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
-SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/var", "/home", "/root", "/opt", "/tmp", "/srv",
-                  "/mnt", "/media", "/snap", "/var/lib", "/var/tmp", "/var/log", "/var/spool", "/var/cache")
+SYSTEM_FOLDERS = (
+    "/",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/var",
+    "/home",
+    "/root",
+    "/opt",
+    "/tmp",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/snap",
+    "/var/lib",
+    "/var/tmp",
+    "/var/log",
+    "/var/spool",
+    "/var/cache",
+)
 # never mounted read-write into a root container, at any depth: programs and libraries, container engines'
 # and schedulers' state, logs and cron, keys
-MOUNT_REFUSED_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/libx32", "/lib64", "/var/lib/containerd",
-                       "/var/lib/containers", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/rancher", "/var/lib/dpkg",
-                       "/var/lib/systemd", "/var/log", "/var/spool", "/var/mail", "/var/backups")
+MOUNT_REFUSED_TREES = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/libx32",
+    "/lib64",
+    "/var/lib/containerd",
+    "/var/lib/containers",
+    "/var/lib/kubelet",
+    "/var/lib/etcd",
+    "/var/lib/rancher",
+    "/var/lib/dpkg",
+    "/var/lib/systemd",
+    "/var/log",
+    "/var/spool",
+    "/var/mail",
+    "/var/backups",
+)
 KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
 
 
@@ -110,8 +168,13 @@ def system_folder(path: str) -> bool:
     /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine. This is the first
     fence only: what the HF cache holds is checked too (hf_mount_problem), as no list names every folder."""
     norm = "/" + os.path.normpath(path).lstrip("/")  # POSIX keeps a leading '//', which the runtime reads as '/'
-    return (norm in SYSTEM_FOLDERS or in_system_tree(norm) or ".." in path.split("/")
-            or _at_or_below(norm, MOUNT_REFUSED_TREES) or not set(KEY_FOLDERS).isdisjoint(norm.split("/")))
+    return (
+        norm in SYSTEM_FOLDERS
+        or in_system_tree(norm)
+        or ".." in path.split("/")
+        or _at_or_below(norm, MOUNT_REFUSED_TREES)
+        or not set(KEY_FOLDERS).isdisjoint(norm.split("/"))
+    )
 
 
 def in_system_tree(path: str) -> bool:
@@ -151,9 +214,13 @@ def hf_mount_problem(path: str, found: dict | None) -> str | None:
     foreign = foreign_cache_entries(found.get("entries") or [])
     if foreign:
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        return (f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which a hub cache does not hold "
-                "(only models--*, datasets--*, spaces--* folders)")
+        return (
+            f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which a hub cache does not hold "
+            "(only models--*, datasets--*, spaces--* folders)"
+        )
     return None
+
+
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "lustre", "gpfs", "beegfs"}
 
 
@@ -179,8 +246,10 @@ def resolve_hf_cache(env: dict) -> dict:
     try:
         return _hf_cache_at(hub)
     except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
-        raise ScriptError(f"cannot use the Hugging Face cache {str(hub)[:200]}: {exc.strerror or exc}",
-                          "export HF_HUB_CACHE (or HF_HOME) as a shorter, readable folder")
+        raise ScriptError(
+            f"cannot use the Hugging Face cache {str(hub)[:200]}: {exc.strerror or exc}",
+            "export HF_HUB_CACHE (or HF_HOME) as a shorter, readable folder",
+        )
 
 
 def _hf_cache_at(home: Path) -> dict:
@@ -188,9 +257,11 @@ def _hf_cache_at(home: Path) -> dict:
     real = Path(os.path.realpath(home))
     there = next(p for p in (real, *real.parents) if p.exists())  # what is there now, or the folder it goes in
     if not there.is_dir():  # a file as the cache (or HF_HOME): the runtime cannot mount it, downloads fail
-        raise ScriptError(f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is "
-                          f"{'a file' if there.is_file() else 'not a folder: a pipe, socket or device'})",
-                          "export HF_HUB_CACHE (or HF_HOME) to a folder, or leave both unset for ~/.cache/huggingface")
+        raise ScriptError(
+            f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is "
+            f"{'a file' if there.is_file() else 'not a folder: a pipe, socket or device'})",
+            "export HF_HUB_CACHE (or HF_HOME) to a folder, or leave both unset for ~/.cache/huggingface",
+        )
     fstype = filesystem_type(real)
     nfs = fstype in NETWORK_FS
     if real != Path(os.path.abspath(home).replace("//", "/")):  # "//x" is no link: POSIX keeps a leading //
@@ -198,8 +269,10 @@ def _hf_cache_at(home: Path) -> dict:
     if not real.exists():
         notes.append(f"{real} does not exist yet; it is created on first download")
     if nfs:
-        notes.append(f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
-                     "(HF_HOME=/local/path) if the container cannot read it")
+        notes.append(
+            f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
+            "(HF_HOME=/local/path) if the container cannot read it"
+        )
     return {"path": str(real), "mount_subdir": "hub", "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
 
 
@@ -220,6 +293,7 @@ def cache_listing(path: str) -> dict:
 
 def filesystem_type(path: Path) -> str | None:
     import psutil
+
     best, fstype = "", None
     target = str(path)
     for part in psutil.disk_partitions(all=True):

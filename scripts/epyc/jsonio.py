@@ -1,4 +1,5 @@
 """JSON in and out: strict reading of input documents, schema checks, and the files and folders we write."""
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,17 @@ def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -
         if expand_vars:
             path = Path(os.path.expandvars(path))
     except RuntimeError:
-        raise ScriptError(f"{what} {str(spec)!r}: no such user's home for the '~'", f"spell {what} without ~user, "
-                          "or with ~ for your own home")
+        raise ScriptError(
+            f"{what} {str(spec)!r}: no such user's home for the '~'",
+            f"spell {what} without ~user, or with ~ for your own home",
+        )
     # what no file system holds (ENAMETOOLONG): Path.exists()/is_file() raise it instead of saying False
     if len(os.fsencode(path)) > 4095 or any(len(os.fsencode(part)) > 255 for part in path.parts):
-        raise ScriptError(f"{what} {str(spec)[:120]!r}{'...' if len(str(spec)) > 120 else ''} is not a usable path: "
-                          "too long for any file system (4095 bytes, 255 a name)", "pass a real path")
+        raise ScriptError(
+            f"{what} {str(spec)[:120]!r}{'...' if len(str(spec)) > 120 else ''} is not a usable path: "
+            "too long for any file system (4095 bytes, 255 a name)",
+            "pass a real path",
+        )
     return path
 
 
@@ -44,6 +50,7 @@ MAX_INPUT_BYTES = 64 << 20
 def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_result:
     """An input must be a regular file: a FIFO would block forever, /dev/zero never ends."""
     import stat
+
     try:
         st = Path(spec).stat()
     except OSError as exc:
@@ -81,8 +88,9 @@ def output_dir(spec: str | Path, what: str) -> Path:
     except FileExistsError:
         raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
     except OSError as exc:
-        raise ScriptError(f"cannot create {what} {str(spec)!r}: {exc.strerror or exc}",
-                          f"pass a writable folder for {what}")
+        raise ScriptError(
+            f"cannot create {what} {str(spec)!r}: {exc.strerror or exc}", f"pass a writable folder for {what}"
+        )
     if not os.access(path, os.W_OK | os.X_OK):
         raise ScriptError(f"{what} {str(spec)!r} is not writable", f"pass a writable folder for {what}")
     return path
@@ -97,11 +105,17 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
     parent, missing = nearest_existing(path)
     if missing:
         if ".." in missing:  # `new/../x`: the kernel needs `new` to exist; making it leaves it behind
-            raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
-                              "and back out of it ('..')", f"spell {what} without '..' past a new folder")
+            raise ScriptError(
+                f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
+                "and back out of it ('..')",
+                f"spell {what} without '..' past a new folder",
+            )
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
-            raise ScriptError(f"cannot create {what} {clip(repr(str(spec)), 200)}: {str(parent)[:200]} is not a "
-                              "folder this user may write in", f"pass a writable folder for {what}")
+            raise ScriptError(
+                f"cannot create {what} {clip(repr(str(spec)), 200)}: {str(parent)[:200]} is not a "
+                "folder this user may write in",
+                f"pass a writable folder for {what}",
+            )
     elif not path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
     else:
@@ -110,7 +124,9 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
         except OSError as exc:
             raise os_error(exc, f"cannot read {what} {str(spec)!r}")
         if held:
-            shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (
+                f" and {len(held) - 3} more" if len(held) > 3 else ""
+            )
             raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
     return output_dir(spec, what) if make else path
 
@@ -118,8 +134,10 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
 def output_file(spec: str | Path, what: str) -> Path:
     """A file the script writes: its folder must exist and the path must not be a folder."""
     if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a file named '-' in this folder
-        raise ScriptError(f"{what} '-': stdout carries the JSON document, so this writes only to a file",
-                          f"pass a file path for {what}, e.g. ./capture.tar.gz")
+        raise ScriptError(
+            f"{what} '-': stdout carries the JSON document, so this writes only to a file",
+            f"pass a file path for {what}, e.g. ./capture.tar.gz",
+        )
     path = user_path(spec, what)
     try:
         path.lstat()
@@ -128,13 +146,19 @@ def output_file(spec: str | Path, what: str) -> Path:
     except OSError as exc:  # a name too long, a path through a file
         raise ScriptError(f"{what} {str(spec)[:200]!r}: {exc.strerror or exc}", f"pass a usable file path for {what}")
     if path.is_dir():
-        raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz")
+        raise ScriptError(
+            f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz"
+        )
     if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
-        raise ScriptError(f"{what} {str(spec)!r} exists and is not a regular file (a link, pipe or device)",
-                          f"pass a new file path for {what}")
+        raise ScriptError(
+            f"{what} {str(spec)!r} exists and is not a regular file (a link, pipe or device)",
+            f"pass a new file path for {what}",
+        )
     if not path.parent.is_dir():
-        raise ScriptError(f"{what} {str(spec)!r}: folder {str(path.parent)!r} does not exist",
-                          "create it first, or pass a path in an existing folder")
+        raise ScriptError(
+            f"{what} {str(spec)!r}: folder {str(path.parent)!r} does not exist",
+            "create it first, or pass a path in an existing folder",
+        )
     return path
 
 
@@ -145,8 +169,9 @@ def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INP
     st = require_regular_file(path, what, fix)
     try:
         if st.st_size > limit:
-            raise ScriptError(f"{what} {str(spec)!r} is {st.st_size:,} bytes, over the {limit:,} this bundle reads",
-                              fix)
+            raise ScriptError(
+                f"{what} {str(spec)!r} is {st.st_size:,} bytes, over the {limit:,} this bundle reads", fix
+            )
         with open(path, "rb") as f:
             data = f.read(limit + 1)
     except OSError as exc:
@@ -188,8 +213,12 @@ def _finite_float(text: str) -> float:
 def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
     """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
     documents. Raises NotANumber, DuplicateKey or another ValueError."""
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
-                      object_pairs_hook=refuse_duplicate_keys if unique_keys else None)
+    return json.loads(
+        text,
+        parse_constant=_no_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=refuse_duplicate_keys if unique_keys else None,
+    )
 
 
 class DuplicateKey(ValueError):
@@ -212,8 +241,10 @@ def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False)
     this bundle's own documents (a plan, a step's output): one of them with a key twice was edited by hand
     or cut and pasted together. A model's config.json is read as vLLM reads it (the last value wins)."""
     if text.startswith("\ufeff"):  # a byte-order mark: Python's message ("decode using utf-8-sig") helps no user
-        raise ScriptError(f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
-                          f"save it as UTF-8 without a BOM; {fix}")
+        raise ScriptError(
+            f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
+            f"save it as UTF-8 without a BOM; {fix}",
+        )
     try:
         doc = strict_json_loads(text, unique_keys)
     except json.JSONDecodeError as exc:
@@ -242,14 +273,21 @@ def read_json_input(spec: str, what: str) -> dict:
         text = decode_input(data, f"{what} on stdin", fix)
     else:
         text = read_input_text(spec, f"{what} JSON", fix)
-    doc = parse_json_object(text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step",
-                            unique_keys=what != "config.json")  # a model's config: read as vLLM reads it
+    doc = parse_json_object(
+        text,
+        f"{what} input {spec!r}",
+        f"pass the unmodified stdout of the {what} step",
+        unique_keys=what != "config.json",
+    )  # a model's config: read as vLLM reads it
     if "error" in doc:  # its words are passed on only when they are what our contract says: text
         upstream, upstream_fix = doc.get("error"), doc.get("fix")
-        raise ScriptError(f"the {what} step failed: " + (clip(upstream, 500) if isinstance(upstream, str)
-                                                         else "(its error is not text)"),
-                          clip(upstream_fix, 500) if isinstance(upstream_fix, str) and upstream_fix.strip()
-                          else f"fix the {what} step first")
+        raise ScriptError(
+            f"the {what} step failed: "
+            + (clip(upstream, 500) if isinstance(upstream, str) else "(its error is not text)"),
+            clip(upstream_fix, 500)
+            if isinstance(upstream_fix, str) and upstream_fix.strip()
+            else f"fix the {what} step first",
+        )
     return doc
 
 
@@ -257,6 +295,7 @@ def _ecma_pattern(validator, pattern: str, instance: Any, schema: dict):
     """`pattern` as JSON Schema means it (ECMA-262): `$` is the end of the text. Python's `$` also matches
     before a final newline, which would let "96-191\\n" through a cpulist pattern into an argv."""
     import jsonschema
+
     if not validator.is_type(instance, "string"):
         return
     python = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
@@ -267,11 +306,13 @@ def _ecma_pattern(validator, pattern: str, instance: Any, schema: dict):
 def best_schema_error(schema: dict, doc: Any):
     """The most telling way doc breaks schema (Draft 2020-12, ECMA patterns), or None."""
     import jsonschema
+
     base = jsonschema.Draft202012Validator
     # "integer" is a whole-number type, not a value: JSON Schema lets 10.0 pass, and a port of 44751.0 or a
     # KV grant of 10.0 then reached a socket call or the command ("--max-num-seqs 22.0") the human approves
-    strict = base.TYPE_CHECKER.redefine("integer", lambda _checker, value: isinstance(value, int)
-                                        and not isinstance(value, bool))
+    strict = base.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    )
     validator = jsonschema.validators.extend(base, {"pattern": _ecma_pattern}, type_checker=strict)
     return jsonschema.exceptions.best_match(validator(schema).iter_errors(doc))
 

@@ -1,4 +1,5 @@
 """Proof that zentorch kernels ran: count matmuls per op and kernel in a server log."""
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,10 @@ from .serve_state import known_secrets, open_own_file, read_state
 # "[API    ][info   ][0.023305]:LOWOHA matmul_direct: M=…, plugin_op=…, kernel=…". Only that counts: the text
 # after it is what any client can put in the log (a request for /plugin_op=…,kernel=… is written there by the
 # access log, a model name in an error line by vLLM's own logger, whose lines start with its own prefix)
-ZEN_LINE = re.compile(r"(?:\([^)\n]{0,80}\)\s*)?\[[A-Z]+\s*\]\[[a-z]+\s*\]\[[^\]\n]{0,40}\]:?\s*"
-                      r"LOWOHA matmul_direct: M=\d+.*?plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)")
+ZEN_LINE = re.compile(
+    r"(?:\([^)\n]{0,80}\)\s*)?\[[A-Z]+\s*\]\[[a-z]+\s*\]\[[^\]\n]{0,40}\]:?\s*"
+    r"LOWOHA matmul_direct: M=\d+.*?plugin_op=(?P<op>[^,\s]+).*?kernel=(?P<kernel>[^,\s]+)"
+)
 # an HTTP access record (uvicorn's: `"GET /path HTTP/1.1" 404`): a client's words, never a kernel's
 ACCESS_LINE = re.compile(r'"[A-Z]{3,8} \S* HTTP/[0-9.]{1,3}" [0-9]{3}')
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
@@ -75,7 +78,7 @@ def line_heads(stream: IO[str], secrets: list[str]) -> Iterator[str]:
         while (rest := stream.readline(LINE_READ_CHARS)) and not rest.endswith("\n"):
             pass
         masked = mask_server_text(piece, forms)
-        yield masked[:max(0, len(masked) - reach)] + "\n"
+        yield masked[: max(0, len(masked) - reach)] + "\n"
 
 
 def count_kernels(lines: Iterable[str]) -> dict:
@@ -101,11 +104,17 @@ def count_kernels(lines: Iterable[str]) -> dict:
         elif FALLBACK.search(line) and len(fallbacks) < 20:
             fallbacks.append(line.strip())
     total = sum(by_op.values())
-    return {"zentorch_matmuls": total, "by_plugin_op": dict(by_op.most_common()),
-            "by_kernel": dict(by_kernel.most_common()), "onednn_primitives": dict(onednn.most_common()),
-            "onednn_exec_count": sum(onednn.values()), "fallback_lines": fallbacks,
-            "fallback_count": len(fallbacks), "sample": sample,
-            "verdict": "zentorch kernels executed" if total else "no zentorch matmul in the log"}
+    return {
+        "zentorch_matmuls": total,
+        "by_plugin_op": dict(by_op.most_common()),
+        "by_kernel": dict(by_kernel.most_common()),
+        "onednn_primitives": dict(onednn.most_common()),
+        "onednn_exec_count": sum(onednn.values()),
+        "fallback_lines": fallbacks,
+        "fallback_count": len(fallbacks),
+        "sample": sample,
+        "verdict": "zentorch kernels executed" if total else "no zentorch matmul in the log",
+    }
 
 
 def log_lines(args) -> tuple[Iterable[str], str]:
@@ -124,33 +133,50 @@ def log_lines(args) -> tuple[Iterable[str], str]:
         state = read_state(plan)
         other = foreign_state(plan, state) if state else None
         if other:  # the log (and the container) there are another plan's run: no proof for this one
-            raise ScriptError(f"the state dir {plan['state_dir']} holds the run of another plan ({other}): its "
-                              "log proves nothing about this plan's server", "run kernel_proof.py with the plan "
-                              "that started it, or give this plan a state dir of its own (plan --state-dir)")
+            raise ScriptError(
+                f"the state dir {plan['state_dir']} holds the run of another plan ({other}): its "
+                "log proves nothing about this plan's server",
+                "run kernel_proof.py with the plan "
+                "that started it, or give this plan a state dir of its own (plan --state-dir)",
+            )
         if plan["path"] != "host":
             found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
             if found is None:  # nothing is read by name that the runtime has not said is this plan's
                 raise runtime_silent(plan, "kernel_proof", "no log was read", keeps_files=False)
             if not found:
-                raise ScriptError(f"no container named {plan['container_name']}: the plan's server is not running "
-                                  "(never started, or stopped)", "start it first: python3 scripts/launch.py start "
-                                  f"--plan {shlex.quote(args.plan)} --confirm")
+                raise ScriptError(
+                    f"no container named {plan['container_name']}: the plan's server is not running "
+                    "(never started, or stopped)",
+                    f"start it first: python3 scripts/launch.py start --plan {shlex.quote(args.plan)} --confirm",
+                )
             if state is None or not started_here(state, found):  # the name is one per port
-                raise ScriptError(f"the container named {plan['container_name']} (id {found['id'][:12]}) is not the one "
-                                  "this plan's start recorded (another plan's on this port, or one whose state was "
-                                  "lost): its log proves nothing about this plan's server",
-                                  "run kernel_proof.py with the plan that started it")
+                raise ScriptError(
+                    f"the container named {plan['container_name']} (id {found['id'][:12]}) is not the one "
+                    "this plan's start recorded (another plan's on this port, or one whose state was "
+                    "lost): its log proves nothing about this plan's server",
+                    "run kernel_proof.py with the plan that started it",
+                )
             # by the id judged above: the name may pass to another plan's container before `logs` runs
             argv = [*runtimes.runtime_of(plan), "logs", found["id"]]
-            return (container_log_lines(argv, secrets), f"{plan['runtime']} logs {found['id'][:12]} "
-                    f"({plan['container_name']})", plan.get("backend"))
+            return (
+                container_log_lines(argv, secrets),
+                f"{plan['runtime']} logs {found['id'][:12]} ({plan['container_name']})",
+                plan.get("backend"),
+            )
         # the log start wrote, never a link planted in its place: another file's lines are no proof
         path = Path(plan["log_file"])
         if not os.path.lexists(path):
-            raise ScriptError(f"no server log at {path}: the plan's server has not been started",
-                              f"start it first: python3 scripts/launch.py start --plan {shlex.quote(args.plan)}")
-        opener = lambda: os.fdopen(open_own_file(path, os.O_RDONLY, phase="kernel_proof", one_name=True),  # noqa: E731
-                                   encoding="utf-8", errors="replace")
+            raise ScriptError(
+                f"no server log at {path}: the plan's server has not been started",
+                f"start it first: python3 scripts/launch.py start --plan {shlex.quote(args.plan)}",
+            )
+
+        def opener():
+            return os.fdopen(
+                open_own_file(path, os.O_RDONLY, phase="kernel_proof", one_name=True),
+                encoding="utf-8",
+                errors="replace",
+            )
 
     def lines():
         try:
@@ -158,6 +184,7 @@ def log_lines(args) -> tuple[Iterable[str], str]:
                 yield from line_heads(f, secrets)
         except OSError as exc:
             raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", fix)
+
     return lines(), str(path), None if args.log else plan.get("backend")
 
 
@@ -169,12 +196,20 @@ def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
     if program is None:
         raise ScriptError(f"cannot read the container's log: {argv[0]} is not in PATH", fix)
     try:
-        proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=subproc.run_env(argv, None))  # the plan's engine, never the shell's
+        proc = subprocess.Popen(
+            argv,
+            executable=program,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=subproc.run_env(argv, None),
+        )  # the plan's engine, never the shell's
     except OSError as exc:  # not a program this system can run (no #! line, a missing interpreter)
-        raise ScriptError(f"cannot read the container's log: {program} cannot be run: {exc.strerror or exc}",
-                          f"put a working {argv[0]} CLI first in PATH")
+        raise ScriptError(
+            f"cannot read the container's log: {program} cannot be run: {exc.strerror or exc}",
+            f"put a working {argv[0]} CLI first in PATH",
+        )
     timer = threading.Timer(LOGS_TIMEOUT_S, subproc.kill_group, args=(proc,))
     timer.daemon = True
     timer.start()
@@ -193,5 +228,6 @@ def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
         timer.cancel()
         subproc.kill_group(proc)
     if failure:
-        raise ScriptError(f"cannot read the container's log ({argv[0]} logs {failure}): "
-                          f"{masking.clip(last.strip(), 200)}", fix)
+        raise ScriptError(
+            f"cannot read the container's log ({argv[0]} logs {failure}): {masking.clip(last.strip(), 200)}", fix
+        )

@@ -1,4 +1,5 @@
 """What one sequence costs in vLLM's KV cache on CPU: pure functions over a model's config.json."""
+
 from __future__ import annotations
 
 import math
@@ -20,11 +21,33 @@ QWEN2_MODELS = {"qwen2", "qwen3"}
 # Sarvam's, whose model code always builds the latent cache. Another config with a kv_lora_rank is not MLA to
 # vLLM: MiniCPM3 decompresses the latent and caches K and V of every head (qk_nope + qk_rope wide). Sized as
 # MLA, its cache came out 27x too small and a model needing 39 GiB "fit" in 24.
-MLA_MODEL_TYPES = {"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note",
-                   "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa", "glm4_moe_lite",
-                   "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "pangu_ultra_moe",
-                   "pangu_ultra_moe_mtp", "bailing_hybrid", "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "hy_v4",
-                   "hy_v4_mtp", "sarvam_mla"}
+MLA_MODEL_TYPES = {
+    "axk1",
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "deepseek_v4",
+    "deepseek_v41",
+    "dots3_note",
+    "deepseek_mtp",
+    "k3_dspark",
+    "glm5_next",
+    "glm5_next_text",
+    "glm_moe_dsa",
+    "glm4_moe_lite",
+    "glm4_moe_lite_mtp",
+    "kimi_k2",
+    "kimi_linear",
+    "longcat_flash",
+    "pangu_ultra_moe",
+    "pangu_ultra_moe_mtp",
+    "bailing_hybrid",
+    "bailing_hybrid_mtp",
+    "bailing_hybrid_v3_mtp",
+    "hy_v4",
+    "hy_v4_mtp",
+    "sarvam_mla",
+}
 # Multimodal wrappers whose language model is one of those: a text_config that names no model_type is read
 # under the parent's, and vLLM's config class gives it its DeepSeek type (checked with vLLM's get_config)
 MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl"}
@@ -33,8 +56,17 @@ MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl
 # state of 0.5 GiB a sequence) and FalconMamba was refused for lacking attention heads it does not have.
 ATTENTION_FREE_TYPES = {"mamba", "mamba2", "falcon_mamba"}
 # what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
-MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                  "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+MODEL_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 # What the transformers config classes (5.x, as vLLM 0.32.0 installs them; ChatGLM's is vLLM's own) fill in
 # where a checkpoint's config.json leaves a field out, for the fields this sizing reads. Read as absent,
 # Gemma-3-27B (no sliding_window_pattern: every 6th layer is global) was sized with every layer sliding, its
@@ -42,21 +74,68 @@ MODEL_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_
 # is the file's. Only families whose published configs leave such fields out, and whose class defaults a
 # test compares with vLLM's own reading (tests/test_estimate_memory.py).
 CLASS_DEFAULTS = {
-    "gemma3_text": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-                    "hidden_size": 2304, "vocab_size": 262208, "max_position_embeddings": 131072,
-                    "sliding_window": 4096, "sliding_window_pattern": 6},
-    "gemma2": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-               "hidden_size": 2304, "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096},
-    "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
-              "max_position_embeddings": 2048},  # llava's text_config names little more than its length
-    "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
-                "vocab_size": 32000, "max_position_embeddings": 131072, "sliding_window": 4096},
-    "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
-              "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
-    "qwen3": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 151936,
-              "max_position_embeddings": 32768, "use_sliding_window": False, "max_window_layers": 28},
-    "falcon": {"num_hidden_layers": 32, "num_attention_heads": 71, "hidden_size": 4544, "vocab_size": 65024,
-               "max_position_embeddings": 2048},  # falcon-7b names no length
+    "gemma3_text": {
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+    },
+    "gemma2": {
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+        "sliding_window": 4096,
+    },
+    "llama": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "hidden_size": 4096,
+        "vocab_size": 32000,
+        "max_position_embeddings": 2048,
+    },  # llava's text_config names little more than its length
+    "mistral": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "vocab_size": 32000,
+        "max_position_embeddings": 131072,
+        "sliding_window": 4096,
+    },
+    "qwen2": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "hidden_size": 4096,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+    },
+    "qwen3": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "hidden_size": 4096,
+        "vocab_size": 151936,
+        "max_position_embeddings": 32768,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+    },
+    "falcon": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 71,
+        "hidden_size": 4544,
+        "vocab_size": 65024,
+        "max_position_embeddings": 2048,
+    },  # falcon-7b names no length
     "dbrx": {"n_layers": 24, "n_heads": 16, "d_model": 2048, "vocab_size": 32000, "max_seq_len": 2048},
     "chatglm": {"num_layers": 28, "num_attention_heads": 32, "hidden_size": 4096, "seq_length": 2048},
 }
@@ -106,8 +185,10 @@ def _first_int(cfg: dict, *keys: str) -> int | None:
 def _req_int(cfg: dict, *keys: str) -> int:
     v = _first_int(cfg, *keys)
     if v is None:
-        raise ScriptError(f"config.json lacks {keys[0]} (a positive integer)",
-                          "pass a complete transformers config, or --weight-gb plus a model with attention shapes")
+        raise ScriptError(
+            f"config.json lacks {keys[0]} (a positive integer)",
+            "pass a complete transformers config, or --weight-gb plus a model with attention shapes",
+        )
     return v
 
 
@@ -134,8 +215,9 @@ def kv_heads_of(cfg: dict, heads: int) -> int:
     if kind == "dbrx":
         attn = cfg.get("attn_config")
         return (_first_int(attn, "kv_n_heads") if isinstance(attn, dict) else None) or 1
-    named = _first_int(cfg, "n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
-                       "num_attention_groups")
+    named = _first_int(
+        cfg, "n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups"
+    )
     return named or (1 if cfg.get("multi_query") else heads)
 
 
@@ -166,20 +248,27 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
             raise ScriptError(f"config.json: layer_types has {len(types)} entries for {layers} layers", LAYOUT_FIX)
         unknown = sorted({str(t) for t in types} - FULL_TYPES - SLIDING_TYPES - NO_KV_TYPES)
         if unknown:
-            raise ScriptError(f"config.json: layer_types holds {unknown[:3]}, not a layer kind this estimator "
-                              f"knows ({sorted(FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES)})", LAYOUT_FIX)
+            raise ScriptError(
+                f"config.json: layer_types holds {unknown[:3]}, not a layer kind this estimator "
+                f"knows ({sorted(FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES)})",
+                LAYOUT_FIX,
+            )
         full = sum(t in FULL_TYPES for t in types)
         sliding = sum(t in SLIDING_TYPES for t in types)
         return full, sliding, len(types) - full - sliding
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
-            raise ScriptError(f"config.json: hybrid_override_pattern has {len(pattern)} characters for "
-                              f"{layers} layers", LAYOUT_FIX)
+            raise ScriptError(
+                f"config.json: hybrid_override_pattern has {len(pattern)} characters for {layers} layers", LAYOUT_FIX
+            )
         unknown = sorted(set(pattern) - set(HYBRID_PATTERN_KINDS))
         if unknown:
-            raise ScriptError(f"config.json: hybrid_override_pattern holds {unknown[:3]}, not one of "
-                              f"{HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)", LAYOUT_FIX)
+            raise ScriptError(
+                f"config.json: hybrid_override_pattern holds {unknown[:3]}, not one of "
+                f"{HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)",
+                LAYOUT_FIX,
+            )
         attn = pattern.count("*")
         return attn, 0, pattern.count("M")
     # a period or interval that places no attention layer at all is a broken config, not a model with
@@ -187,15 +276,21 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and period > 0 and isinstance(offset, int):
         if not 0 <= offset < period <= layers:
-            raise ScriptError(f"config.json: attn_layer_offset {offset} / attn_layer_period {period} place no "
-                              f"attention layer among {layers} (offset < period <= layers)", LAYOUT_FIX)
+            raise ScriptError(
+                f"config.json: attn_layer_offset {offset} / attn_layer_period {period} place no "
+                f"attention layer among {layers} (offset < period <= layers)",
+                LAYOUT_FIX,
+            )
         attn = sum(1 for i in range(layers) if i % period == offset)
         return attn, 0, layers - attn
     interval = cfg.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:
         if interval > layers:
-            raise ScriptError(f"config.json: full_attention_interval {interval} is past the {layers} layers: "
-                              "no layer would be full attention", LAYOUT_FIX)
+            raise ScriptError(
+                f"config.json: full_attention_interval {interval} is past the {layers} layers: "
+                "no layer would be full attention",
+                LAYOUT_FIX,
+            )
         attn = layers // interval
         return attn, 0, layers - attn
     window = cfg.get("sliding_window")
@@ -207,13 +302,18 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
         # Qwen2/Qwen3: only the layers from max_window_layers up slide (transformers' layer_types)
         below = cfg["max_window_layers"]
         if not isinstance(below, int) or isinstance(below, bool):
-            raise ScriptError("config.json: use_sliding_window is on and max_window_layers is not a layer count "
-                              f"({masking.clip(repr(below), 40)})", LAYOUT_FIX)
+            raise ScriptError(
+                "config.json: use_sliding_window is on and max_window_layers is not a layer count "
+                f"({masking.clip(repr(below), 40)})",
+                LAYOUT_FIX,
+            )
         if 0 < below < layers and cfg.get("model_type") in QWEN2_MODELS:
-            raise ScriptError(f"config.json: use_sliding_window with max_window_layers {below} of {layers} slides "
-                              f"only the layers from {below} up, and vLLM 0.32 loads no such mix (its Qwen2 model "
-                              "asserts max_window_layers = num_hidden_layers)", "serve it with use_sliding_window "
-                              "false, as the published Qwen2, Qwen2.5 and Qwen3 configs set it")
+            raise ScriptError(
+                f"config.json: use_sliding_window with max_window_layers {below} of {layers} slides "
+                f"only the layers from {below} up, and vLLM 0.32 loads no such mix (its Qwen2 model "
+                "asserts max_window_layers = num_hidden_layers)",
+                "serve it with use_sliding_window false, as the published Qwen2, Qwen2.5 and Qwen3 configs set it",
+            )
         sliding = layers - min(max(below, 0), layers)
         return layers - sliding, sliding, 0
     if cfg.get("model_type") in ("gemma2",):
@@ -226,7 +326,9 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
     return 0, layers, 0
 
 
-def recurrent_state_bytes(cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> tuple[str, int] | None:
+def recurrent_state_bytes(
+    cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE_BYTES_ON_CPU
+) -> tuple[str, int] | None:
     """(family, bytes) of the state one sequence keeps in one recurrent layer, or None when the config
     does not say enough. Shapes as vLLM's MambaStateShapeCalculator builds them (tensor parallel 1):
     the conv state in the serving dtype, the SSM / recurrent state in `ssm_bytes` (see ssm_state_dtype)."""
@@ -268,8 +370,9 @@ def ssm_state_dtype(avx512_bf16: bool, kv_dtype: str) -> str:
     return "float32" if avx512_bf16 else kv_dtype
 
 
-def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
-              ssm_bytes: int = SSM_STATE_BYTES_ON_CPU) -> dict:
+def kv_layout(
+    cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"], ssm_bytes: int = SSM_STATE_BYTES_ON_CPU
+) -> dict:
     """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a
     recurrent layer keeps per sequence.
 
@@ -283,11 +386,23 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
     if kind in ATTENTION_FREE_TYPES:
         state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes)
         if state is None:
-            raise ScriptError(f"config.json: a {kind} model whose recurrent state this config does not size (it "
-                              "needs the state size, conv kernel and inner size or heads)", LAYOUT_FIX)
-        return {"attention": "none", "bytes_per_token_per_layer": 0, "full": 0, "sliding": 0, "none": layers,
-                "sliding_window": None, "bytes_per_token": 0, "recurrent_family": state[0],
-                "recurrent_state_bytes": state[1], "max_position_embeddings": model_len_of(tc)}
+            raise ScriptError(
+                f"config.json: a {kind} model whose recurrent state this config does not size (it "
+                "needs the state size, conv kernel and inner size or heads)",
+                LAYOUT_FIX,
+            )
+        return {
+            "attention": "none",
+            "bytes_per_token_per_layer": 0,
+            "full": 0,
+            "sliding": 0,
+            "none": layers,
+            "sliding_window": None,
+            "bytes_per_token": 0,
+            "recurrent_family": state[0],
+            "recurrent_state_bytes": state[1],
+            "max_position_embeddings": model_len_of(tc),
+        }
     if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
         per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
         attention = "mla"
@@ -296,30 +411,44 @@ def kv_layout(cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"],
         width = _first_int(tc, "qk_nope_head_dim") or 0
         width += _first_int(tc, "qk_rope_head_dim") or 0
         if not width:
-            raise ScriptError("config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
-                              "of the heads vLLM caches is unknown", LAYOUT_FIX)
+            raise ScriptError(
+                "config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
+                "of the heads vLLM caches is unknown",
+                LAYOUT_FIX,
+            )
         per_layer = 2 * heads * width * kv_dtype_bytes
         attention = "mha"
     else:
         heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
         kv_heads = kv_heads_of(tc, heads)
         if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
-            raise ScriptError(f"config.json: {kv_heads} KV heads do not divide the {heads} attention heads",
-                              "check the config: no model has such heads, and vLLM refuses to load it")
+            raise ScriptError(
+                f"config.json: {kv_heads} KV heads do not divide the {heads} attention heads",
+                "check the config: no model has such heads, and vLLM refuses to load it",
+            )
         head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
         if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
-            raise ScriptError(f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "
-                              "attention head has a dimension", "set head_dim, or check num_attention_heads")
+            raise ScriptError(
+                f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "
+                "attention head has a dimension",
+                "set head_dim, or check num_attention_heads",
+            )
         per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
         attention = "gqa" if kv_heads < heads else "mha"
     full, sliding, none = layer_split(tc, layers)
     state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes) if none else None
-    return {"attention": attention, "bytes_per_token_per_layer": per_layer, "full": full, "sliding": sliding,
-            "none": none, "sliding_window": tc.get("sliding_window") if sliding else None,
-            "bytes_per_token": per_layer * (full + sliding),
-            "recurrent_family": state[0] if state else None,
-            "recurrent_state_bytes": state[1] if state else None,
-            "max_position_embeddings": model_len_of(tc)}
+    return {
+        "attention": attention,
+        "bytes_per_token_per_layer": per_layer,
+        "full": full,
+        "sliding": sliding,
+        "none": none,
+        "sliding_window": tc.get("sliding_window") if sliding else None,
+        "bytes_per_token": per_layer * (full + sliding),
+        "recurrent_family": state[0] if state else None,
+        "recurrent_state_bytes": state[1] if state else None,
+        "max_position_embeddings": model_len_of(tc),
+    }
 
 
 def page_block(layout: dict, block: int) -> int:

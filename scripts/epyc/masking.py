@@ -1,4 +1,5 @@
 """Secrets: which values are secret, and masking them in everything the bundle prints."""
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,7 @@ def secret_values() -> list[str]:
     found |= {os.environ[k] for k in _NAMED_SECRETS if len(os.environ.get(k, "").strip()) >= 4}
     for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
         cred = URL_CREDENTIALS.search(value)
-        password = cred.group(0)[len(cred.group(1)):-1].partition(":")[2] if cred else ""
+        password = cred.group(0)[len(cred.group(1)) : -1].partition(":")[2] if cred else ""
         for form in {password, urllib.parse.unquote(password)}:  # as written, and as the client sends it
             if len(form) >= 4:
                 found.add(form)
@@ -62,8 +63,13 @@ def secret_forms(values: list[str]) -> list[str]:
         # (splitlines, not a count of \n: it also splits on \r, \v, \f, \x1c-\x1e, \x85, \u2028)
         lines = value.splitlines()
         lines = lines if len(lines) <= 64 else []
-        for form in (value, value.strip(), readable, readable.strip(),
-                     *(line.strip() for line in lines if len(line.strip()) >= 8)):
+        for form in (
+            value,
+            value.strip(),
+            readable,
+            readable.strip(),
+            *(line.strip() for line in lines if len(line.strip()) >= 8),
+        ):
             if form:
                 # and as a URL carries it percent-encoded (a proxy's password, a key in a query string)
                 url_form = urllib.parse.quote(form, safe="", errors="surrogateescape")
@@ -72,12 +78,22 @@ def secret_forms(values: list[str]) -> list[str]:
                 json_form = json.dumps(form)[1:-1]  # and with / escaped as \/, as PHP's and some Java encoders write it
                 slashed = json_form.replace("/", "\\/")
                 # and each once more inside a JSON string (an error body quoting a JSON request, as a server echoes it)
-                forms.update((form, json_form, slashed, json.dumps(json_form)[1:-1], json.dumps(slashed)[1:-1],
-                              url_form, url_lower))
+                forms.update(
+                    (
+                        form,
+                        json_form,
+                        slashed,
+                        json.dumps(json_form)[1:-1],
+                        json.dumps(slashed)[1:-1],
+                        url_form,
+                        url_lower,
+                    )
+                )
         raw = value.strip().encode("utf-8", "surrogateescape")
         if raw:  # every byte escaped, letters too (some encoders do): %73%6B... and %73%6b...; and in hex
-            forms.update(("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw), raw.hex(),
-                          raw.hex().upper()))
+            forms.update(
+                ("".join(f"%{b:02X}" for b in raw), "".join(f"%{b:02x}" for b in raw), raw.hex(), raw.hex().upper())
+            )
         for text in base64_forms(value.strip()):  # and base64url's alphabet (a JWT, a URL-safe dump): -_ for +/
             forms.update((text, text.translate(BASE64URL)))
     return sorted(forms, key=len, reverse=True)
@@ -92,6 +108,7 @@ def base64_forms(value: str) -> list[str]:
     echoed by a server), and so does a Kubernetes-style secret dump. The characters a neighbour's bits
     share are left out: each form is found whatever comes before and after."""
     import base64
+
     raw = value.encode("utf-8", "surrogateescape")
     forms = []
     for k in range(3):
@@ -156,8 +173,10 @@ def masked_strings(value: Any, values: list[str]) -> Any:
     if isinstance(value, str):
         return mask_secrets(value, values)
     if isinstance(value, dict):
-        return {k if isinstance(k, str) and OUR_KEY.fullmatch(k) else masked_strings(k, values):
-                masked_strings(v, values) for k, v in value.items()}
+        return {
+            k if isinstance(k, str) and OUR_KEY.fullmatch(k) else masked_strings(k, values): masked_strings(v, values)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [masked_strings(v, values) for v in value]
     return value

@@ -1,4 +1,5 @@
 """Can the vLLM that will run this model serve it as a generation endpoint, and through which API?"""
+
 from __future__ import annotations
 
 from . import architectures, hf_model, masking, quantization, runtimes
@@ -9,8 +10,9 @@ from .errors import ScriptError
 MAX_TEMPLATE_NAMES = 20
 
 
-def classify_template(jinja: str | None, tokenizer_config: dict | None, template_json: dict | None,
-                      readable: bool = True) -> dict:
+def classify_template(
+    jinja: str | None, tokenizer_config: dict | None, template_json: dict | None, readable: bool = True
+) -> dict:
     """Is there a chat template vLLM will pick without being told which?
 
     chat_template.jinja wins over tokenizer_config.json's chat_template, which wins over the
@@ -22,9 +24,11 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
     out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
     if not readable:
         return out
-    candidates = [("chat_template.jinja", jinja),
-                  ("tokenizer_config.json", (tokenizer_config or {}).get("chat_template")),
-                  ("chat_template.json", (template_json or {}).get("chat_template"))]
+    candidates = [
+        ("chat_template.jinja", jinja),
+        ("tokenizer_config.json", (tokenizer_config or {}).get("chat_template")),
+        ("chat_template.json", (template_json or {}).get("chat_template")),
+    ]
     for source, value in candidates:
         if value is None or value in ("", []):
             continue
@@ -34,9 +38,15 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
             return {**out, "status": "present", "source": source}
         if isinstance(value, list) and value:
             # transformers reads the list as {name: template}: an entry without both, as text, fails the load
-            if not all(isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"].isprintable()
-                       and t["name"].strip() and isinstance(t.get("template"), str) and t["template"].strip()
-                       for t in value):
+            if not all(
+                isinstance(t, dict)
+                and isinstance(t.get("name"), str)
+                and t["name"].isprintable()
+                and t["name"].strip()
+                and isinstance(t.get("template"), str)
+                and t["template"].strip()
+                for t in value
+            ):
                 return {**out, "source": source}
             every = [t["name"] for t in value]
             # shown, not all carried: a list of 100,000 templates was 100,000 names in the output and its notes
@@ -45,8 +55,13 @@ def classify_template(jinja: str | None, tokenizer_config: dict | None, template
             if "default" in every:
                 return {**out, "status": "present", "source": source, "selected_name": "default", "names": names}
             if len(value) == 1:
-                return {**out, "status": "present", "source": source, "selected_name": names[0] if names else None,
-                        "names": names}
+                return {
+                    **out,
+                    "status": "present",
+                    "source": source,
+                    "selected_name": names[0] if names else None,
+                    "names": names,
+                }
             return {**out, "status": "ambiguous", "source": source, "names": names}
         if not isinstance(value, str):  # a number or an object where a template goes
             return {**out, "source": source}
@@ -86,8 +101,9 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
         return None
     kind = cfg.get("model_type")
     if _auto_map(cfg, "AutoConfig") and isinstance(kind, str) and kind and kind not in own["config_types"]:
-        return (f"its config (model_type {masking.clip(repr(kind), 60)}) is the repository's own code "
-                "(auto_map AutoConfig)")
+        return (
+            f"its config (model_type {masking.clip(repr(kind), 60)}) is the repository's own code (auto_map AutoConfig)"
+        )
     auto = (tokenizer_config or {}).get("auto_map")
     if not (auto if isinstance(auto, list) else _auto_map(tokenizer_config, "AutoTokenizer")):
         return None
@@ -97,12 +113,18 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
     named = named.removesuffix("Fast") if isinstance(named, str) else None
     if named and (named in own["tokenizer_classes"] or f"{named}Fast" in own["tokenizer_classes"]):
         return None
-    return (f"its tokenizer{f' ({masking.clip(named, 60)})' if named else ''} is the repository's own code "
-            "(auto_map AutoTokenizer)")
+    return (
+        f"its tokenizer{f' ({masking.clip(named, 60)})' if named else ''} is the repository's own code "
+        "(auto_map AutoTokenizer)"
+    )
 
 
-DEFAULT_POLICY = {"generation_kinds": ["text", "multimodal"], "refuse_kinds": ["pooling", "unsupported"],
-                  "multimodal_needs_chat_template": True, "undetermined_proceeds": True}
+DEFAULT_POLICY = {
+    "generation_kinds": ["text", "multimodal"],
+    "refuse_kinds": ["pooling", "unsupported"],
+    "multimodal_needs_chat_template": True,
+    "undetermined_proceeds": True,
+}
 
 
 def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY) -> dict:
@@ -118,8 +140,11 @@ def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY
     if (generation or undetermined) and template_status == "unknown":
         return {"supported_endpoints": [], "primary_endpoint": "unknown", "launchable": True}
     if (generation or undetermined) and template_status == "present":
-        return {"supported_endpoints": ["chat_completions", "completions"], "primary_endpoint": "chat_completions",
-                "launchable": True}
+        return {
+            "supported_endpoints": ["chat_completions", "completions"],
+            "primary_endpoint": "chat_completions",
+            "launchable": True,
+        }
     if kind == "multimodal" and template_status != "unknown" and policy["multimodal_needs_chat_template"]:
         return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
     if generation or undetermined:
@@ -130,45 +155,63 @@ def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY
 REFUSAL_FIX = {
     "pooling": "choose a text-generation model: this skill serves chat/completions, not embeddings or scores",
     "unsupported": "choose a model whose architecture this vLLM lists (python3 scripts/vllm_registry.py), "
-                   "or serve a vLLM that has it",
+    "or serve a vLLM that has it",
     "multimodal": "pass a chat template (vllm serve --chat-template FILE), or choose a model that ships one",
 }
 
 
-def verdict(kind: str, arch: str | None, archs: list[str], tmpl: dict, launchable: bool, version: str | None) -> tuple[int, str]:
+def verdict(
+    kind: str, arch: str | None, archs: list[str], tmpl: dict, launchable: bool, version: str | None
+) -> tuple[int, str]:
     """Exit code and the one-line message the agent reports."""
     v = f"vLLM {version}" if version else "this vLLM"
     if kind == "pooling":
-        return 1, (f"{arch} is a pooling / embedding / reranker model in {v}: it does not serve "
-                   "/v1/chat/completions or /v1/completions")
+        return 1, (
+            f"{arch} is a pooling / embedding / reranker model in {v}: it does not serve "
+            "/v1/chat/completions or /v1/completions"
+        )
     if kind == "unsupported":
-        return 1, (f"{', '.join(archs)} is not in {v}'s model registry" if arch is None else
-                   f"{arch} is a speculative-decoding draft model in {v}; it does not serve on its own")
+        return 1, (
+            f"{', '.join(archs)} is not in {v}'s model registry"
+            if arch is None
+            else f"{arch} is a speculative-decoding draft model in {v}; it does not serve on its own"
+        )
     if kind == "multimodal" and not launchable:
-        why = {"absent": "it has no chat template", "ambiguous":
-               f"it has several chat templates and no default ({', '.join(tmpl['names'])})"}[tmpl["status"]]
+        why = {
+            "absent": "it has no chat template",
+            "ambiguous": f"it has several chat templates and no default ({', '.join(tmpl['names'])})",
+        }[tmpl["status"]]
         return 1, f"{arch} is multimodal in {v} but {why}: pass --chat-template <file> to serve it"
     if kind == "undetermined":
         return 0, "support could not be determined here; proceed, the launch confirms"
     endpoint = "/v1/chat/completions" if tmpl["status"] == "present" else "/v1/completions"
-    extra = {"present": "chat template present",
-             "absent": "no chat template: raw prompts only (add one with --chat-template <file>)",
-             "ambiguous": f"several chat templates, no default ({', '.join(tmpl['names'])}): "
-                          "choose one with --chat-template",
-             "unknown": "chat template could not be read"}[tmpl["status"]]
+    extra = {
+        "present": "chat template present",
+        "absent": "no chat template: raw prompts only (add one with --chat-template <file>)",
+        "ambiguous": f"several chat templates, no default ({', '.join(tmpl['names'])}): "
+        "choose one with --chat-template",
+        "unknown": "chat template could not be read",
+    }[tmpl["status"]]
     return 0, f"{arch} serves as {kind} generation in {v}; use {endpoint} ({extra})"
 
 
 # ---------------------------------------------------------------- gathering (I/O)
+
 
 def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
     """The checkpoint's quantization, and the kernel each path runs it with (bfloat16 serving)."""
     if desc is None:
         return None
     kernels = epyc["quantization"]["kernels"]
-    return {**desc, "cpu_kernels": {b: quantization.cpu_kernel(desc, b, "bfloat16", kernels, None,
-                                                                epyc["quantization"].get("stock_needs_avx512"))
-                                    for b in ("zentorch", "stock")}}
+    return {
+        **desc,
+        "cpu_kernels": {
+            b: quantization.cpu_kernel(
+                desc, b, "bfloat16", kernels, None, epyc["quantization"].get("stock_needs_avx512")
+            )
+            for b in ("zentorch", "stock")
+        },
+    }
 
 
 def pick_registry(args, notes: list[str]) -> dict | None:
@@ -181,9 +224,11 @@ def pick_registry(args, notes: list[str]) -> dict | None:
             return architectures.probe_live(prefix, label)
         except ScriptError as exc:
             if args.python:  # the user named the interpreter that will serve: a snapshot is not its registry
-                raise ScriptError(f"--python {args.python}: its vLLM registry could not be probed ({exc.error})",
-                                  "pass the interpreter of the host stack (setup_host_stack.py prints it), or "
-                                  "drop --python to use the pinned version's snapshot")
+                raise ScriptError(
+                    f"--python {args.python}: its vLLM registry could not be probed ({exc.error})",
+                    "pass the interpreter of the host stack (setup_host_stack.py prints it), or "
+                    "drop --python to use the pinned version's snapshot",
+                )
             notes.append(f"registry probe failed ({exc.error}); falling back to a snapshot")
     elif args.image:
         notes.append(f"image {args.image} is not pulled: its registry was not probed; using a snapshot")
@@ -197,8 +242,15 @@ def read_model(files: hf_model.ModelFiles) -> dict:
     cfg = files.config()
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
-        raise ScriptError(f"{files.ref}: config.json has no 'architectures' list",
-                          "this is not a transformers model vLLM can load; check the model id")
-    return {"architectures": archs, "config": cfg, "quantization": quantization.describe(cfg),
-            "jinja": files.text("chat_template.jinja"),
-            "tokenizer_config": files.json("tokenizer_config.json"), "template_json": files.json("chat_template.json")}
+        raise ScriptError(
+            f"{files.ref}: config.json has no 'architectures' list",
+            "this is not a transformers model vLLM can load; check the model id",
+        )
+    return {
+        "architectures": archs,
+        "config": cfg,
+        "quantization": quantization.describe(cfg),
+        "jinja": files.text("chat_template.jinja"),
+        "tokenizer_config": files.json("tokenizer_config.json"),
+        "template_json": files.json("chat_template.json"),
+    }

@@ -1,4 +1,5 @@
 """A plan on disk: reading it back, checking it, and re-rendering it from its inputs."""
+
 from __future__ import annotations
 
 import os
@@ -25,16 +26,22 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     model = opt.get("model") or chk.get("model") or ""
     folder = jsonio.user_path(model, "the model") if model else None
     key_env = opt.get("api_key_env")
-    return {"hf_token_set": bool(os.environ.get("HF_TOKEN")),
-            "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
-            "api_key_set": bool(key_env and os.environ.get(key_env)),
-            "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
-            # a value no header carries is refused here, as start would refuse it, not after the human confirmed
-            "unsendable_secrets": [name for name in ("HF_TOKEN", key_env) if name and os.environ.get(name)
-                                   and not SECRET_VALUE.fullmatch(os.environ[name])],
-            "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
-            "hf_cache": hubcache.cache_listing(val["hf_cache"]["path"])
-            if list_cache and val.get("path") == "container" and not val.get("deferred") else None}
+    return {
+        "hf_token_set": bool(os.environ.get("HF_TOKEN")),
+        "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
+        "api_key_set": bool(key_env and os.environ.get(key_env)),
+        "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
+        # a value no header carries is refused here, as start would refuse it, not after the human confirmed
+        "unsendable_secrets": [
+            name
+            for name in ("HF_TOKEN", key_env)
+            if name and os.environ.get(name) and not SECRET_VALUE.fullmatch(os.environ[name])
+        ],
+        "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
+        "hf_cache": hubcache.cache_listing(val["hf_cache"]["path"])
+        if list_cache and val.get("path") == "container" and not val.get("deferred")
+        else None,
+    }
 
 
 INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
@@ -47,8 +54,9 @@ def check_inputs(inputs: dict, where: str, fix: str) -> None:
         jsonio.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
 
 
-def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start",
-             disk_from_plan: bool = False) -> dict:
+def rerender(
+    plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start", disk_from_plan: bool = False
+) -> dict:
     """The plan its own inputs and options give in this shell now (start compares it with the file).
     `env_from_plan`: take the secrets' and offline state from the plan itself, not this shell (stop must
     work where the API key is not exported; it only needs to know the plan was not edited). It implies
@@ -59,12 +67,15 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
         facts = host_facts(plan["options"], plan["inputs"], list_cache=not (env_from_plan or disk_from_plan))
         if env_from_plan:
-            facts.update(hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
-                         api_key_set=bool(plan["options"].get("api_key_env")), api_key_length=None, unsendable_secrets=[],
-                         hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1")
+            facts.update(
+                hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
+                api_key_set=bool(plan["options"].get("api_key_env")),
+                api_key_length=None,
+                unsendable_secrets=[],
+                hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1",
+            )
         if env_from_plan or disk_from_plan:
-            facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None,
-                                 "error": None}
+            facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None, "error": None}
             # the folder start served (its state records it): not the plan's field, which an edit could change
             # along with the argv; no state (nothing started): the disk
             served = read_state(plan) or {}
@@ -95,19 +106,26 @@ def load_plan(path: str) -> dict:
     (nothing else is ever written or removed)."""
     plan = jsonio.read_json_input(path, "plan")
     if isinstance(plan, dict) and "argv" in plan and plan.get("schema_version") != PLAN_SCHEMA_VERSION:
-        raise ScriptError(f"{path} is a plan of another version of this bundle (schema_version "
-                          f"{masking.clip(str(plan.get('schema_version')), 20)}; this bundle reads {PLAN_SCHEMA_VERSION})",
-                          stop_by_hand(plan) + ", then plan again with this bundle")
+        raise ScriptError(
+            f"{path} is a plan of another version of this bundle (schema_version "
+            f"{masking.clip(str(plan.get('schema_version')), 20)}; this bundle reads {PLAN_SCHEMA_VERSION})",
+            stop_by_hand(plan) + ", then plan again with this bundle",
+        )
     jsonio.check_schema(plan, "plan", f"{path} is not a launch plan", PLAN_FIX)
     # the key may live under any name (--api-key-env MYAPI): whatever a verb prints from here on masks it
     masking.treat_as_secret(*(plan.get("secrets") or {}).values(), plan.get("api_key_env") or "")
     state_dir = Path(plan["state_dir"])
-    if (Path(plan["state_file"]) != state_dir / "state.json" or Path(plan["log_file"]) != state_dir / "server.log"
-            or not state_dir.is_absolute()):
-        raise ScriptError(f"{path}: state_file and log_file must be state.json and server.log in the absolute "
-                          "state_dir", PLAN_FIX)
-    if (plan["path"] == "host") != (plan["runtime"] == "host") or \
-            (plan["path"] == "container") != bool(plan["container_name"]):
+    if (
+        Path(plan["state_file"]) != state_dir / "state.json"
+        or Path(plan["log_file"]) != state_dir / "server.log"
+        or not state_dir.is_absolute()
+    ):
+        raise ScriptError(
+            f"{path}: state_file and log_file must be state.json and server.log in the absolute state_dir", PLAN_FIX
+        )
+    if (plan["path"] == "host") != (plan["runtime"] == "host") or (plan["path"] == "container") != bool(
+        plan["container_name"]
+    ):
         raise ScriptError(f"{path}: path, runtime and container_name disagree", PLAN_FIX)
     if not isinstance(plan.get("options"), dict) or plan["options"].get("state_dir") not in (None, plan["state_dir"]):
         raise ScriptError(f"{path}: state_dir differs from the state dir the plan's options name", PLAN_FIX)

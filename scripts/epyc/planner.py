@@ -1,4 +1,5 @@
 """The plan: from the five input documents to one checked, summarised serving plan."""
+
 from __future__ import annotations
 
 import shlex
@@ -67,18 +68,26 @@ def mismatches(inp: dict) -> list[str]:
     """Why the five documents do not describe one serve: each script echoes the inputs its decision
     used, so a set assembled from different runs (another model, other weights, a KV grant below the
     need, another host) is caught here instead of serving something nobody sized."""
-    det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
-                                inp["cpu_tune"])
+    det, val, chk, est, tune = (
+        inp["detect"],
+        inp["validate"],
+        inp["check_model"],
+        inp["estimate_memory"],
+        inp["cpu_tune"],
+    )
     out = []
     if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
         out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
     # (an older bundle's estimate has none; no revision is main, as the Hub client reads it)
     if "revision" in est and (est["revision"] or "main") != (chk.get("revision") or "main"):
-        out.append(f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
-                   f"{est['revision'] or 'main'}")
+        out.append(
+            f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
+            f"{est['revision'] or 'main'}"
+        )
     if tune.get("weight_gb") is not None and tune["weight_gb"] != est.get("weight_gb"):
-        out.append(f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights, estimate_memory.py says "
-                   f"{est.get('weight_gb')}")
+        out.append(
+            f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights, estimate_memory.py says {est.get('weight_gb')}"
+        )
     need = (est.get("fit") or {}).get("kv_needed_gb")
     if tune.get("kv_needed_gb") is not None and need is not None and tune["kv_needed_gb"] != need:
         out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
@@ -96,20 +105,26 @@ def mismatches(inp: dict) -> list[str]:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
         served = ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
         if sized != served:
-            out.append(f"estimate_memory.py sized the recurrent state in {sized}, vLLM keeps it in {served} on the "
-                       f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
-                       f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})")
+            out.append(
+                f"estimate_memory.py sized the recurrent state in {sized}, vLLM keeps it in {served} on the "
+                f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
+                f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})"
+            )
     vendor = det.get("vendor")
     if val.get("backend") == "zentorch" and vendor != "AuthenticAMD":
         # vLLM picks ZenCpuPlatform only on an AMD CPU: elsewhere zentorch is installed and never runs. A CPU
         # whose vendor detect.py could not read is no AMD one either (it would not call it an EPYC)
-        out.append("validate.py chose the zentorch backend, which vLLM activates only on AMD CPUs; detect.py read "
-                   + (f"a {masking.clip(vendor, 40)} CPU" if isinstance(vendor, str) else "no CPU vendor"))
+        out.append(
+            "validate.py chose the zentorch backend, which vLLM activates only on AMD CPUs; detect.py read "
+            + (f"a {masking.clip(vendor, 40)} CPU" if isinstance(vendor, str) else "no CPU vendor")
+        )
     if chk.get("launchable") and chk.get("kind") not in LAUNCHABLE_KINDS:
         out.append(f"check_model.py calls a {chk.get('kind')!r} model launchable")
     listed = [s.get("socket") for s in tune.get("sockets") or [] if isinstance(s, dict)]
     if listed and "chosen_socket" in tune and tune["chosen_socket"] not in listed:  # the summary would name it
-        out.append(f"cpu_tune.py chose socket {tune['chosen_socket']}, which its own sockets ({listed[:8]}) do not list")
+        out.append(
+            f"cpu_tune.py chose socket {tune['chosen_socket']}, which its own sockets ({listed[:8]}) do not list"
+        )
     if det.get("target") and tune.get("target") and det["target"] != tune["target"]:
         out.append(f"detect.py read {det['target']}, cpu_tune.py sized {tune['target']}")
     read, checked_on = det.get("target", "localhost"), val.get("target", "localhost")
@@ -124,6 +139,7 @@ def mismatches(inp: dict) -> list[str]:
 @dataclass
 class Choices:
     """What this plan serves, decided from the options and the documents and checked before assembly."""
+
     model: str
     path: str  # "host" or "container"
     backend: str  # "zentorch" or "stock"
@@ -145,50 +161,65 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
     val, chk, est = inp["validate"], inp["check_model"], inp["estimate_memory"]
     if not val.get("ready"):
         errs = "; ".join(e["message"] for e in val.get("errors", [])) or "not ready"
-        raise ScriptError(f"validate.py is not ready: {errs}", (val.get("errors") or [{}])[0].get("fix")
-                          or "fix what validate.py reported, then re-run it")
+        raise ScriptError(
+            f"validate.py is not ready: {errs}",
+            (val.get("errors") or [{}])[0].get("fix") or "fix what validate.py reported, then re-run it",
+        )
     if chk.get("launchable") is False:
         raise ScriptError(f"check_model.py: {chk.get('message')}", "choose a model vLLM serves as chat/completions")
     wrong = mismatches(inp)
     if wrong:
-        raise ScriptError("the five documents do not describe one serve: " + "; ".join(wrong),
-                          "re-run the steps from the first one that differs, for one model on one host, "
-                          "and plan from those files")
+        raise ScriptError(
+            "the five documents do not describe one serve: " + "; ".join(wrong),
+            "re-run the steps from the first one that differs, for one model on one host, and plan from those files",
+        )
     fit = est.get("fit")
     if fit and not fit["fits"]:
-        raise ScriptError(f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM",
-                          fit.get("action") or "lower --max-model-len or use a smaller model")
+        raise ScriptError(
+            f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM",
+            fit.get("action") or "lower --max-model-len or use a smaller model",
+        )
     model = opt.get("model") or chk.get("model")
     if chk.get("model") and model != chk["model"]:
-        raise ScriptError(f"check_model.py ran for {chk['model']}, the plan is for {model}",
-                          "run check_model.py and estimate_memory.py for the model you serve")
+        raise ScriptError(
+            f"check_model.py ran for {chk['model']}, the plan is for {model}",
+            "run check_model.py and estimate_memory.py for the model you serve",
+        )
 
 
 def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
     """What becomes an argument must be one argument, never an option, and the pin exactly cpu_tune's."""
     if not isinstance(model, str) or not model or model.startswith("-") or any(ord(c) < 32 for c in model):
-        raise ScriptError(f"model {model!r} would be read as an option or is not one argument",
-                          "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)")
-    problem = pin_prefix_problem(tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []),
-                                 tune.get("numa_nodes"), bound_cpus(tune))
+        raise ScriptError(
+            f"model {model!r} would be read as an option or is not one argument",
+            "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
+        )
+    problem = pin_prefix_problem(
+        tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []), tune.get("numa_nodes"), bound_cpus(tune)
+    )
     if problem:
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
     if val["path"] == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):
-        raise ScriptError(f"validate.py's python {val.get('python')!r} is not an absolute path",
-                          "pass the unmodified output of validate.py (it names the interpreter by absolute path)")
+        raise ScriptError(
+            f"validate.py's python {val.get('python')!r} is not an absolute path",
+            "pass the unmodified output of validate.py (it names the interpreter by absolute path)",
+        )
 
 
 def chosen_dtype(opt: dict, epyc: dict, backend: str, est: dict) -> str:
     """The serving dtype: one the platform computes in, and the one estimate_memory sized."""
     dtype = opt.get("dtype") or epyc["precision"]["default"]
     if backend != "stock" and dtype not in epyc["precision"]["host_stack_supported"]:
-        raise ScriptError(f"{dtype} is not a compute dtype of the zentorch CPU platform: "
-                          + epyc["precision"]["host_stack_note"],
-                          f"use {' or '.join(epyc['precision']['host_stack_supported'])}")
+        raise ScriptError(
+            f"{dtype} is not a compute dtype of the zentorch CPU platform: " + epyc["precision"]["host_stack_note"],
+            f"use {' or '.join(epyc['precision']['host_stack_supported'])}",
+        )
     if est.get("dtype") is not None and est["dtype"] != dtype:  # weights and KV bytes are per dtype
-        raise ScriptError(f"estimate_memory.py sized the model at {masking.clip(str(est['dtype']), 40)}, the plan "
-                          f"serves {dtype}", f"run estimate_memory.py with --dtype {dtype} (then cpu_tune.py with its "
-                          "figures), or plan with the dtype it sized; then plan again")
+        raise ScriptError(
+            f"estimate_memory.py sized the model at {masking.clip(str(est['dtype']), 40)}, the plan serves {dtype}",
+            f"run estimate_memory.py with --dtype {dtype} (then cpu_tune.py with its "
+            "figures), or plan with the dtype it sized; then plan again",
+        )
     return dtype
 
 
@@ -197,30 +228,38 @@ def chosen_max_len(opt: dict, epyc: dict, est: dict) -> int:
     sized = (est.get("fit") or {}).get("max_model_len")
     max_len = int(opt.get("max_model_len") or sized or epyc["serve"]["default_max_model_len"])
     if opt.get("max_model_len") and sized and max_len > sized:
-        raise ScriptError(f"--max-model-len {max_len} is past the {sized} tokens estimate_memory.py sized (and "
-                          "cpu_tune.py granted KV cache for)" + (f"; the model's own limit is "
-                          f"{est['model_max_seq_len']}" if est.get("model_max_seq_len") else ""),
-                          f"re-run estimate_memory.py --max-model-len {max_len}, then cpu_tune.py with its "
-                          "kv_needed_gb, and plan with those (launch.py up does all three)")
+        raise ScriptError(
+            f"--max-model-len {max_len} is past the {sized} tokens estimate_memory.py sized (and "
+            "cpu_tune.py granted KV cache for)"
+            + (f"; the model's own limit is {est['model_max_seq_len']}" if est.get("model_max_seq_len") else ""),
+            f"re-run estimate_memory.py --max-model-len {max_len}, then cpu_tune.py with its "
+            "kv_needed_gb, and plan with those (launch.py up does all three)",
+        )
     return max_len
 
 
 def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> None:
     """All interfaces only with a key that is set, long enough, and every secret sendable in a header."""
     if expose and not key_env:
-        raise ScriptError("--expose serves on all interfaces: an API key is required",
-                          "export a key in an env var and pass --api-key-env NAME")
+        raise ScriptError(
+            "--expose serves on all interfaces: an API key is required",
+            "export a key in an env var and pass --api-key-env NAME",
+        )
     if key_env and not facts.get("api_key_set"):
         raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
     if key_env and facts.get("api_key_length") is not None and facts["api_key_length"] < API_KEY_MIN:
         # a short key is guessed, and masking it would blank words wherever it appears ("local", "error")
-        raise ScriptError(f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
-                          f"{API_KEY_MIN} at least", f"export {key_env} as a longer random key, e.g. "
-                          f"export {key_env}=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
+        raise ScriptError(
+            f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
+            f"{API_KEY_MIN} at least",
+            f"export {key_env} as a longer random key, e.g. "
+            f"export {key_env}=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')",
+        )
     if facts.get("unsendable_secrets"):
         name = facts["unsendable_secrets"][0]
-        raise ScriptError(secret_unsendable(name), f"export {name} again with the token alone (printable ASCII, "
-                          "no spaces), then plan")
+        raise ScriptError(
+            secret_unsendable(name), f"export {name} again with the token alone (printable ASCII, no spaces), then plan"
+        )
 
 
 def served_revision(inp: dict, model: str, facts: dict) -> str | None:
@@ -231,13 +270,17 @@ def served_revision(inp: dict, model: str, facts: dict) -> str | None:
         if "model_dir" in said and said["model_dir"] != facts.get("model_dir"):
             read = said["model_dir"] or f"the Hub id {said.get('model')}"
             here = facts.get("model_dir") or "a Hub id (no such folder here)"
-            raise ScriptError(f"{reader} read {read}, but {model} is {here} from where plan runs",
-                              "run check_model.py, estimate_memory.py and plan from the same folder, or pass the "
-                              "model folder as an absolute path")
+            raise ScriptError(
+                f"{reader} read {read}, but {model} is {here} from where plan runs",
+                "run check_model.py, estimate_memory.py and plan from the same folder, or pass the "
+                "model folder as an absolute path",
+            )
     revision = None if facts.get("model_dir") else chk.get("revision")
     if revision is not None and not is_revision(revision):  # a document's value becomes a vLLM argument
-        raise ScriptError(f"check_model.json's revision {str(revision)[:200]!r} is not a branch, tag or commit",
-                          "run check_model.py (and estimate_memory.py) again with a plain --revision")
+        raise ScriptError(
+            f"check_model.json's revision {str(revision)[:200]!r} is not a branch, tag or commit",
+            "run check_model.py (and estimate_memory.py) again with a plain --revision",
+        )
     return revision
 
 
@@ -247,15 +290,23 @@ def refuse_unmountable_cache(val: dict, epyc: dict, facts: dict) -> None:
     if not val.get("deferred"):  # another host's cache is checked there, by its own chain
         problem = hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"))
         if problem:
-            raise ScriptError(f"cannot mount the Hugging Face hub cache {val['hf_cache']['path'][:300]!r} "
-                              f"read-write into the container: it {problem}", HF_MOUNT_FIX)
+            raise ScriptError(
+                f"cannot mount the Hugging Face hub cache {val['hf_cache']['path'][:300]!r} "
+                f"read-write into the container: it {problem}",
+                HF_MOUNT_FIX,
+            )
 
 
 def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     """Every refusal, before anything is assembled: what remains is a serve that start would run."""
     refuse_inconsistent_inputs(inp, opt)
-    det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
-                                inp["cpu_tune"])
+    det, val, chk, est, tune = (
+        inp["detect"],
+        inp["validate"],
+        inp["check_model"],
+        inp["estimate_memory"],
+        inp["cpu_tune"],
+    )
     model = opt.get("model") or chk.get("model")
     refuse_unsafe_arguments(model, val, tune)
     backend = val.get("backend") or "zentorch"
@@ -265,33 +316,55 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     refuse_unkeyed_exposure(expose, key_env, facts)
     served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):
-        raise ScriptError(f"served model name {served!r} is not a plain name (letters, digits and ._:@+/-, not "
-                          "starting with '-', at most 200)", "pass --served-model-name NAME")
+        raise ScriptError(
+            f"served model name {served!r} is not a plain name (letters, digits and ._:@+/-, not "
+            "starting with '-', at most 200)",
+            "pass --served-model-name NAME",
+        )
     rules = sizing_rules(opt.get("sizing") or "skill")
     throughput = bool(opt.get("throughput_flags") or rules["throughput"])
     if throughput and backend == "stock":
-        raise ScriptError("the throughput flags are for the zentorch path only: on stock vLLM CPU (vLLM 0.32, "
-                          "CpuPlatform) the engine segfaults in onednn_mm while warming up (measured on an Intel "
-                          "runner, 2026-12-01)", "plan without --throughput-flags on the stock path")
+        raise ScriptError(
+            "the throughput flags are for the zentorch path only: on stock vLLM CPU (vLLM 0.32, "
+            "CpuPlatform) the engine segfaults in onednn_mm while warming up (measured on an Intel "
+            "runner, 2026-12-01)",
+            "plan without --throughput-flags on the stock path",
+        )
     revision = served_revision(inp, model, facts)
     if val["path"] != "host":
         refuse_unmountable_cache(val, epyc, facts)
     quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
     if quant and quant["served_on_cpu"] is False:
-        raise ScriptError(f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "
-                          f"{backend} path cannot run: {quant['note']}", "serve the unquantized (bfloat16) "
-                          "checkpoint here, or this one on a CPU with AVX-512")
-    return Choices(model=model, path=val["path"], backend=backend, dtype=dtype, max_len=max_len,
-                   port=int(opt.get("port") or val["port"]), expose=expose, key_env=key_env,
-                   host="0.0.0.0" if expose else epyc["serve"]["bind_host"], served=served,
-                   version=(val.get("stack") or {}).get("vllm"), rules=rules, revision=revision, throughput=throughput)
+        raise ScriptError(
+            f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "
+            f"{backend} path cannot run: {quant['note']}",
+            "serve the unquantized (bfloat16) checkpoint here, or this one on a CPU with AVX-512",
+        )
+    return Choices(
+        model=model,
+        path=val["path"],
+        backend=backend,
+        dtype=dtype,
+        max_len=max_len,
+        port=int(opt.get("port") or val["port"]),
+        expose=expose,
+        key_env=key_env,
+        host="0.0.0.0" if expose else epyc["serve"]["bind_host"],
+        served=served,
+        version=(val.get("stack") or {}).get("vllm"),
+        rules=rules,
+        revision=revision,
+        throughput=throughput,
+    )
 
 
 def plan_env(ch: Choices, tune: dict, epyc: dict, opt: dict, facts: dict) -> tuple[dict, dict]:
     """The server's environment (no secret values) and the secrets it gets: variable -> where start reads it."""
     env = {}
     if ch.rules["bind"]:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = tune["vllm_cpu_omp_threads_bind"] if ch.rules["bind"] == "cores" else "nobind"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = (
+            tune["vllm_cpu_omp_threads_bind"] if ch.rules["bind"] == "cores" else "nobind"
+        )
     if ch.rules["kv"]:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(tune["kv_granted_gb"])
     if ch.throughput:
@@ -300,8 +373,10 @@ def plan_env(ch: Choices, tune: dict, epyc: dict, opt: dict, facts: dict) -> tup
         env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
     if facts.get("hf_offline"):
         env["HF_HUB_OFFLINE"] = "1"  # an offline host serves from its HF cache, and so does the server
-    secrets = {**({"HF_TOKEN": "HF_TOKEN"} if facts.get("hf_token_set") else {}),
-               **({"VLLM_API_KEY": ch.key_env} if ch.key_env else {})}
+    secrets = {
+        **({"HF_TOKEN": "HF_TOKEN"} if facts.get("hf_token_set") else {}),
+        **({"VLLM_API_KEY": ch.key_env} if ch.key_env else {}),
+    }
     return env, secrets
 
 
@@ -310,12 +385,23 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     est, tune = inp["estimate_memory"], inp["cpu_tune"]
     sized = (est.get("fit") or {}).get("max_model_len")
     batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
-    per_seq = est.get("kv_bytes_per_sequence") if not opt.get("max_model_len") or opt["max_model_len"] == sized else None
-    capacity = kv_capacity(tune["kv_granted_gb"], est.get("kv_bytes_per_token"), per_seq,
-                           epyc["serve"]["max_num_seqs_cap"], batched)
+    per_seq = (
+        est.get("kv_bytes_per_sequence") if not opt.get("max_model_len") or opt["max_model_len"] == sized else None
+    )
+    capacity = kv_capacity(
+        tune["kv_granted_gb"], est.get("kv_bytes_per_token"), per_seq, epyc["serve"]["max_num_seqs_cap"], batched
+    )
     device = needs_device_flag(ch.version, epyc["serve"]["device_cpu_flag_removed_in"])
-    opts = serve_options(ch.served, ch.host, ch.port, ch.dtype, ch.max_len, device,
-                         capacity["max_num_seqs"] if ch.rules["seqs"] else None, batched if ch.rules["seqs"] else None)
+    opts = serve_options(
+        ch.served,
+        ch.host,
+        ch.port,
+        ch.dtype,
+        ch.max_len,
+        device,
+        capacity["max_num_seqs"] if ch.rules["seqs"] else None,
+        batched if ch.rules["seqs"] else None,
+    )
     return opts + (["--revision", ch.revision] if ch.revision else []), capacity, batched
 
 
@@ -325,14 +411,33 @@ def host_command(ch: Choices, val: dict, tune: dict, epyc: dict, env: dict, mode
     preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
     if preload and ch.rules["preload"]:
         env["LD_PRELOAD"] = preload
-    argv = [*(tune.get("host_pin_argv", []) if ch.rules["pin"] else []), str(Path(val["python"]).parent / "vllm"),
-            "serve", model_arg, *opts]
-    return {"argv": argv, "pre_argv": [], "runtime": "host",
-            "stop_command": "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)"}
+    argv = [
+        *(tune.get("host_pin_argv", []) if ch.rules["pin"] else []),
+        str(Path(val["python"]).parent / "vllm"),
+        "serve",
+        model_arg,
+        *opts,
+    ]
+    return {
+        "argv": argv,
+        "pre_argv": [],
+        "runtime": "host",
+        "stop_command": "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)",
+    }
 
 
-def container_command(ch: Choices, val: dict, tune: dict, epyc: dict, env: dict, facts: dict, opts: list[str],
-                      name: str, state_dir: Path, secrets: dict) -> dict:
+def container_command(
+    ch: Choices,
+    val: dict,
+    tune: dict,
+    epyc: dict,
+    env: dict,
+    facts: dict,
+    opts: list[str],
+    name: str,
+    state_dir: Path,
+    secrets: dict,
+) -> dict:
     """The container path: the runtime validate probed, the cpuset, the hub cache and a model folder mounted."""
     rt = runtimes.runtime_argv(val["runtime"], val.get("engine"))
     model_arg, mount = ch.model, []
@@ -341,14 +446,27 @@ def container_command(ch: Choices, val: dict, tune: dict, epyc: dict, env: dict,
         mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
     # the hub cache only, where the container's huggingface_hub looks
     hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
-    argv = container_run_argv(rt, name, epyc["container"]["run_flags"],
-                              tune["container_cpuset_argv"] if ch.rules["pin"] else [], hf_mount, mount, env,
-                              str(state_dir / "secrets") if secrets else None, val["image"], [model_arg, *opts],
-                              epyc["container"]["shm_size_if_ipc_isolated"])
+    argv = container_run_argv(
+        rt,
+        name,
+        epyc["container"]["run_flags"],
+        tune["container_cpuset_argv"] if ch.rules["pin"] else [],
+        hf_mount,
+        mount,
+        env,
+        str(state_dir / "secrets") if secrets else None,
+        val["image"],
+        [model_arg, *opts],
+        epyc["container"]["shm_size_if_ipc_isolated"],
+    )
     # launch.py stop first: it also removes the key files start wrote (the runtime's pair leaves them)
     by_hand = runtime_stop_pair(rt, name) + " && " + shlex.join(["rm", "-rf", str(state_dir / "secrets")])
-    return {"argv": argv, "pre_argv": [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]],
-            "runtime": val["runtime"], "stop_command": f"python3 scripts/launch.py stop --plan <plan.json>  (by hand: {by_hand})"}
+    return {
+        "argv": argv,
+        "pre_argv": [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]],
+        "runtime": val["runtime"],
+        "stop_command": f"python3 scripts/launch.py stop --plan <plan.json>  (by hand: {by_hand})",
+    }
 
 
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
@@ -356,8 +474,13 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     options, and the host facts that matter (planfile.host_facts: secrets set, the model's folder, the
     cache's listing). Every refusal comes first (choose); then the command is assembled."""
     ch = choose(inp, opt, epyc, facts)
-    det, val, chk, est, tune = (inp["detect"], inp["validate"], inp["check_model"], inp["estimate_memory"],
-                                inp["cpu_tune"])
+    det, val, chk, est, tune = (
+        inp["detect"],
+        inp["validate"],
+        inp["check_model"],
+        inp["estimate_memory"],
+        inp["cpu_tune"],
+    )
     env, secrets = plan_env(ch, tune, epyc, opt, facts)
     opts, capacity, batched = serve_opts(ch, inp, opt, epyc)
     name = f"{epyc['container']['name']}-{ch.port}"  # one container per endpoint: plans never remove each other's
@@ -366,34 +489,67 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         cmd = host_command(ch, val, tune, epyc, env, facts.get("model_dir") or ch.model, opts)
     else:
         cmd = container_command(ch, val, tune, epyc, env, facts, opts, name, state_dir, secrets)
-    extra = [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}] \
-        if ch.throughput else []
+    extra = (
+        [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]
+        if ch.throughput
+        else []
+    )
     plan = {
         "schema_version": PLAN_SCHEMA_VERSION,
-        "target": det.get("target", "localhost"), "deferred": val.get("deferred", []),
-        "path": ch.path, "backend": ch.backend, "platform": (val.get("stack") or {}).get("platform"),
-        "runtime": cmd["runtime"], "engine": val.get("engine") if ch.path != "host" else None,
-        "image": val.get("image"), "model": ch.model, "served_model_name": ch.served,
-        "kind": chk.get("kind"), "primary_endpoint": chk.get("primary_endpoint") or "unknown",
+        "target": det.get("target", "localhost"),
+        "deferred": val.get("deferred", []),
+        "path": ch.path,
+        "backend": ch.backend,
+        "platform": (val.get("stack") or {}).get("platform"),
+        "runtime": cmd["runtime"],
+        "engine": val.get("engine") if ch.path != "host" else None,
+        "image": val.get("image"),
+        "model": ch.model,
+        "served_model_name": ch.served,
+        "kind": chk.get("kind"),
+        "primary_endpoint": chk.get("primary_endpoint") or "unknown",
         "supported_endpoints": chk.get("supported_endpoints") or [],
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
-        "host": ch.host, "port": ch.port, "base_url": f"http://127.0.0.1:{ch.port}/v1", "expose": ch.expose,
-        "api_key_env": ch.key_env, "dtype": ch.dtype, "max_model_len": ch.max_len, "vllm_version": ch.version,
+        "host": ch.host,
+        "port": ch.port,
+        "base_url": f"http://127.0.0.1:{ch.port}/v1",
+        "expose": ch.expose,
+        "api_key_env": ch.key_env,
+        "dtype": ch.dtype,
+        "max_model_len": ch.max_len,
+        "vllm_version": ch.version,
         "quantization": quantized_path(chk.get("quantization"), ch.backend, ch.dtype, epyc, det.get("avx512")),
-        "model_dir": facts.get("model_dir"), "revision": ch.revision,
-        "env": env, "env_by_name": list(secrets), "secrets": secrets, "pre_argv": cmd["pre_argv"], "argv": cmd["argv"],
-        "command": shlex.join(cmd["argv"]), "container_name": name if ch.path != "host" else None,
-        "state_dir": str(state_dir), "log_file": str(state_dir / "server.log"),
-        "state_file": str(state_dir / "state.json"), "stop_command": cmd["stop_command"],
+        "model_dir": facts.get("model_dir"),
+        "revision": ch.revision,
+        "env": env,
+        "env_by_name": list(secrets),
+        "secrets": secrets,
+        "pre_argv": cmd["pre_argv"],
+        "argv": cmd["argv"],
+        "command": shlex.join(cmd["argv"]),
+        "container_name": name if ch.path != "host" else None,
+        "state_dir": str(state_dir),
+        "log_file": str(state_dir / "server.log"),
+        "state_file": str(state_dir / "state.json"),
+        "stop_command": cmd["stop_command"],
         "requires_confirmation": bool(val.get("requires_confirmation")),
         "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
-        "warnings": [{"check": w["check"], "message": w["message"], "fix": w.get("fix")}
-                     for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra]],
-        "sizing": {"sizing_rule": opt.get("sizing") or "skill",
-                   "socket": tune["chosen_socket"], "socket_choice_reason": tune["socket_choice_reason"],
-                   "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"], "omp_threads": tune.get("omp_threads"),
-                   "kv_granted_gb": tune["kv_granted_gb"], **capacity, "numa_nodes": tune["numa_nodes"],
-                   "max_num_batched_tokens": batched if ch.rules["seqs"] else None, "max_model_len": ch.max_len},
+        "warnings": [
+            {"check": w["check"], "message": w["message"], "fix": w.get("fix")}
+            for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra]
+        ],
+        "sizing": {
+            "sizing_rule": opt.get("sizing") or "skill",
+            "socket": tune["chosen_socket"],
+            "socket_choice_reason": tune["socket_choice_reason"],
+            "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"],
+            "omp_threads": tune.get("omp_threads"),
+            "kv_granted_gb": tune["kv_granted_gb"],
+            **capacity,
+            "numa_nodes": tune["numa_nodes"],
+            "max_num_batched_tokens": batched if ch.rules["seqs"] else None,
+            "max_model_len": ch.max_len,
+        },
     }
     return finish_plan(plan, inp, opt, state_dir, det, est.get("fit"))
 
@@ -406,6 +562,10 @@ def finish_plan(plan: dict, inp: dict, opt: dict, state_dir: Path, det: dict, fi
     plan["summary"] = summary_rows(plan, det, fit)
     plan["summary_markdown"] = markdown_table(["Field", "Value"], plan["summary"])
     # what the human is shown must be a plan start would accept
-    jsonio.check_schema(plan, "plan", "the plan these documents render is not one start would run",
-                        "pass the unmodified outputs of detect, validate, check_model, estimate_memory and cpu_tune")
+    jsonio.check_schema(
+        plan,
+        "plan",
+        "the plan these documents render is not one start would run",
+        "pass the unmodified outputs of detect, validate, check_model, estimate_memory and cpu_tune",
+    )
     return plan

@@ -1,4 +1,5 @@
 """Shared libraries for the host path: the LD_PRELOAD list and executable-stack checks."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,14 @@ from . import jsonio, subproc
 from .errors import ScriptError
 
 _PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
-PRELOAD_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/opt/conda/lib")  # trees a preload may come from
+PRELOAD_DIRS = (
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib",
+    "/lib64",
+    "/usr/local/lib",
+    "/opt/conda/lib",
+)  # trees a preload may come from
 
 
 def preload_value(value: str | None, allowed: list[str]) -> str | None:
@@ -20,19 +28,29 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
     if not value:
         return None
     if not isinstance(value, str):
-        raise ScriptError(f"LD_PRELOAD {str(value)[:80]} is not text", "re-run validate.py and pass its unmodified "
-                          "output to plan")
+        raise ScriptError(
+            f"LD_PRELOAD {str(value)[:80]} is not text", "re-run validate.py and pass its unmodified output to plan"
+        )
     # the loader splits LD_PRELOAD on spaces as well as colons, and expands $LIB: one safe alphabet, and each
     # name exactly a pinned library (optionally with its version suffix, libtcmalloc_minimal.so.4.5.9)
     names = re.compile("|".join(re.escape(name.split(".so")[0] + ".so") + r"(?:\.[0-9]+)*" for name in allowed))
     for part in value.split(":"):
         folder = str(Path(part).parent)
         # the library's name AND a system library folder: a file of that name in /tmp is someone else's code
-        if not (_PRELOAD_PATH.fullmatch(part) and names.fullmatch(Path(part).name) and ".." not in Path(part).parts
-                and "//" not in part and (folder in PRELOAD_DIRS or folder.startswith(tuple(d + "/" for d in PRELOAD_DIRS)))):
-            raise ScriptError(f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}",
-                              "re-run validate.py and pass its unmodified output to plan")
+        if not (
+            _PRELOAD_PATH.fullmatch(part)
+            and names.fullmatch(Path(part).name)
+            and ".." not in Path(part).parts
+            and "//" not in part
+            and (folder in PRELOAD_DIRS or folder.startswith(tuple(d + "/" for d in PRELOAD_DIRS)))
+        ):
+            raise ScriptError(
+                f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}",
+                "re-run validate.py and pass its unmodified output to plan",
+            )
     return value
+
+
 LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/lib/x86_64-linux-gnu"]
 
 
@@ -43,20 +61,20 @@ def elf_has_execstack(data: bytes) -> bool | None:
     is64, little = data[4] == 2, data[5] == 1
     end = "<" if little else ">"
     if is64:
-        phoff, = struct.unpack_from(end + "Q", data, 32)
+        (phoff,) = struct.unpack_from(end + "Q", data, 32)
         phentsize, phnum = struct.unpack_from(end + "HH", data, 54)
         flags_at = 4
     else:
-        phoff, = struct.unpack_from(end + "I", data, 28)
+        (phoff,) = struct.unpack_from(end + "I", data, 28)
         phentsize, phnum = struct.unpack_from(end + "HH", data, 42)
         flags_at = 24
     for i in range(phnum):
         off = phoff + i * phentsize
         if off + phentsize > len(data):
             return None
-        p_type, = struct.unpack_from(end + "I", data, off)
+        (p_type,) = struct.unpack_from(end + "I", data, off)
         if p_type == 0x6474E551:  # PT_GNU_STACK
-            p_flags, = struct.unpack_from(end + "I", data, off + flags_at)
+            (p_flags,) = struct.unpack_from(end + "I", data, off + flags_at)
             return bool(p_flags & 1)
     return False
 
@@ -85,9 +103,12 @@ def ld_preload_value(found: dict[str, str]) -> tuple[str | None, str]:
         parts.append(tc)
     if found.get("libiomp5.so"):
         parts.append(found["libiomp5.so"])
-    note = ("tcmalloc preloaded, as vLLM's CPU install guide advises; on the 2-vCPU EPYC runner the gain was "
-            "within run-to-run noise (see reference.md)" if tc else
-            "tcmalloc not found: apt-get install libtcmalloc-minimal4 (vLLM's CPU install guide advises preloading it)")
+    note = (
+        "tcmalloc preloaded, as vLLM's CPU install guide advises; on the 2-vCPU EPYC runner the gain was "
+        "within run-to-run noise (see reference.md)"
+        if tc
+        else "tcmalloc not found: apt-get install libtcmalloc-minimal4 (vLLM's CPU install guide advises preloading it)"
+    )
     return (":".join(parts) or None), note
 
 
@@ -116,6 +137,8 @@ def execstack_libs(python: str | None) -> list[str]:
     return flagged
 
 
-VLLM_FOLDER_CODE = ("import importlib.util as u, json; s = u.find_spec('vllm'); "
-                    "print('@@VLLMDIR@@' + json.dumps({'folder': s.submodule_search_locations[0] if s else None}))")
+VLLM_FOLDER_CODE = (
+    "import importlib.util as u, json; s = u.find_spec('vllm'); "
+    "print('@@VLLMDIR@@' + json.dumps({'folder': s.submodule_search_locations[0] if s else None}))"
+)
 VLLM_FOLDER_SHAPE = {"type": "object", "properties": {"folder": {"type": ["string", "null"], "maxLength": 4095}}}

@@ -1,4 +1,5 @@
 """What a checkpoint's quantization is, and whether vLLM's CPU backend has a kernel for it."""
+
 from __future__ import annotations
 
 
@@ -7,7 +8,11 @@ def describe(cfg: dict) -> dict | None:
     None for an unquantized checkpoint. Multimodal configs may keep it under text_config."""
     q = cfg.get("quantization_config")
     if not isinstance(q, dict):
-        q = (cfg.get("text_config") or {}).get("quantization_config") if isinstance(cfg.get("text_config"), dict) else None
+        q = (
+            (cfg.get("text_config") or {}).get("quantization_config")
+            if isinstance(cfg.get("text_config"), dict)
+            else None
+        )
     if not isinstance(q, dict):
         return None
     method = q.get("quant_method")
@@ -27,10 +32,13 @@ def describe(cfg: dict) -> dict | None:
     fmt = q.get("format")
     # what is no plausible value is "not said" (None): a 10**9-bit weight or an object for a format is a
     # corrupt config, and it must not reach the summary as a fact (group_size -1 is GPTQ's per-channel)
-    return {"method": method[:64], "format": fmt[:64] if isinstance(fmt, str) else None,
-            "bits": bits if _int_in(bits, 1, 32) else None,
-            "symmetric": symmetric if isinstance(symmetric, bool) else None,
-            "group_size": group if _int_in(group, -1, 1 << 20) else None}
+    return {
+        "method": method[:64],
+        "format": fmt[:64] if isinstance(fmt, str) else None,
+        "bits": bits if _int_in(bits, 1, 32) else None,
+        "symmetric": symmetric if isinstance(symmetric, bool) else None,
+        "group_size": group if _int_in(group, -1, 1 << 20) else None,
+    }
 
 
 def _int_in(v, lo: int, hi: int) -> bool:
@@ -41,8 +49,14 @@ def _matches(desc: dict, match: dict) -> bool:
     return all(desc.get(k) == v for k, v in match.items())
 
 
-def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict], avx512: bool | None = None,
-               needs_avx512: dict | None = None) -> dict:
+def cpu_kernel(
+    desc: dict | None,
+    backend: str,
+    dtype: str,
+    kernels: list[dict],
+    avx512: bool | None = None,
+    needs_avx512: dict | None = None,
+) -> dict:
     """Which kernel this vLLM runs the checkpoint's linears with on `backend` (zentorch | stock), from the
     first table row that matches; a checkpoint no row knows is 'unknown' (vLLM decides at load time and
     verify tells), never assumed to work. On a CPU without AVX-512 (`avx512` False) a kernel vLLM builds
@@ -57,12 +71,27 @@ def cpu_kernel(desc: dict | None, backend: str, dtype: str, kernels: list[dict],
                 kernel, note = row.get("otherwise"), f"served in {dtype}, not {row['needs_dtype']}: " + (note or "")
             if kernel and needs_avx512 and kernel.startswith(needs_avx512["kernel"]):
                 if avx512 is False:
-                    return {"quantized": True, "kernel": None, "served_on_cpu": False, "note": needs_avx512["text"],
-                            "source": needs_avx512["source"]}
+                    return {
+                        "quantized": True,
+                        "kernel": None,
+                        "served_on_cpu": False,
+                        "note": needs_avx512["text"],
+                        "source": needs_avx512["source"],
+                    }
                 if avx512 is None:  # check_model does not know the CPU: say where it cannot run
                     note = f"{note + '; ' if note else ''}needs AVX-512: {needs_avx512['text']}"
-            return {"quantized": True, "kernel": kernel, "served_on_cpu": kernel is not None,
-                    "note": note, "source": row.get("source")}
-    return {"quantized": True, "kernel": None, "served_on_cpu": None,
-            "note": f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "
-                    "decided at start (verify reports it)", "source": None}
+            return {
+                "quantized": True,
+                "kernel": kernel,
+                "served_on_cpu": kernel is not None,
+                "note": note,
+                "source": row.get("source"),
+            }
+    return {
+        "quantized": True,
+        "kernel": None,
+        "served_on_cpu": None,
+        "note": f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "
+        "decided at start (verify reports it)",
+        "source": None,
+    }

@@ -1,4 +1,5 @@
 """Other hosts: ssh targets, capture archives and --spec rows."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,10 @@ def is_another_host(target: str) -> bool:
 
 # ---------------------------------------------------------------- ssh transport
 
-_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])"
-                      r"(?::(?P<port>[0-9]{1,5}))?$")
+_HOST_RE = re.compile(
+    r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])"
+    r"(?::(?P<port>[0-9]{1,5}))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -51,21 +54,30 @@ def parse_host(spec: str) -> SshTarget:
 
 def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int = 10) -> list[str]:
     """One non-interactive ssh call; the remote command is quoted word by word."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}",
-            "-o", "StrictHostKeyChecking=accept-new"]
+    argv = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={connect_timeout}",
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+    ]
     extra = os.environ.get("EPYC_SKILL_SSH_OPTS")  # e.g. "-i key -o UserKnownHostsFile=..."
     if extra:
         try:  # the user's own ssh options, written as shell words (as GIT_SSH_COMMAND is)
             argv += shlex.split(extra)
         except ValueError as exc:
-            raise ScriptError(f"EPYC_SKILL_SSH_OPTS is not shell words ({exc})",
-                              "quote it as on a command line, e.g. EPYC_SKILL_SSH_OPTS='-i ~/.ssh/id_box "
-                              "-o Port=2222', or unset it")
+            raise ScriptError(
+                f"EPYC_SKILL_SSH_OPTS is not shell words ({exc})",
+                "quote it as on a command line, e.g. EPYC_SKILL_SSH_OPTS='-i ~/.ssh/id_box -o Port=2222', or unset it",
+            )
     if target.port:
         argv += ["-p", str(target.port)]
     argv += [f"{target.user}@{target.host}" if target.user else target.host, "--"]
     argv.append(" ".join(shlex.quote(a) for a in remote_argv))
     return argv
+
 
 SSH_TIMEOUT_S = 30
 TARGET_FILE = "EPYC_TARGET"
@@ -78,7 +90,8 @@ _REMOTE_SCRIPT = (
     'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + _MARK + '" "$f"; cat "$f"; }; done; }\n'
     "dump " + " ".join(_REMOTE_FILES) + "\n"
     'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && dump '
-    + " ".join(f'"/{t.format(p="$p")}"' for t in hostspec.CGROUP_FILES) + "; "
+    + " ".join(f'"/{t.format(p="$p")}"' for t in hostspec.CGROUP_FILES)
+    + "; "
     "done < /proc/self/cgroup\n"
     "exit 0\n"
 )
@@ -116,8 +129,7 @@ def unpack_capture(text: str, dest: Path, label: str) -> None:
         try:
             hostspec.write_member(dest, path[1:], data)
         except OSError as exc:  # a path both a file and a folder, a name the file system refuses
-            raise ScriptError(f"cannot read {label} over ssh: {path[:200]!r}: {exc.strerror or exc}", fix,
-                              host=label)
+            raise ScriptError(f"cannot read {label} over ssh: {path[:200]!r}: {exc.strerror or exc}", fix, host=label)
 
 
 def gather_remote(spec: str) -> HostFacts:
@@ -128,9 +140,11 @@ def gather_remote(spec: str) -> HostFacts:
     res = subproc.run(argv, timeout=SSH_TIMEOUT_S, limit=hostspec.CAPTURE_LIMIT)
     if not res.ok or _MARK not in res.stdout:
         why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else (res.failure or "no output")
-        raise ScriptError(f"cannot read {target.label} over ssh: {why}",
-                          "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
-                          host=target.label)
+        raise ScriptError(
+            f"cannot read {target.label} over ssh: {why}",
+            "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
+            host=target.label,
+        )
     tree = scratch_dir("epyc-detect-")
     unpack_capture(res.stdout, tree, target.label)
     return gather(Sysroot(str(tree)), target.label, live=False)
@@ -141,6 +155,7 @@ def scratch_dir(prefix: str) -> Path:
     TemporaryDirectory left to its finaliser warns, a traceback under PYTHONWARNINGS=error)."""
     import atexit
     import shutil
+
     dest = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, dest, True)
     return dest
@@ -173,23 +188,36 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
     table = hostspec.load_skus()
     sku = hostspec.find_sku(table, args.spec)
     gen = sku["epyc_generation"]
-    entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")),
-                 None) or next(g for g in epyc["generations"] if g["name"] == gen)
+    entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
+        g for g in epyc["generations"] if g["name"] == gen
+    )
     family, model = (entry["cpuid"][0][0], entry["cpuid"][0][1]) if entry["cpuid"] else (26, 0)
     cores = sku["cores_per_socket"]
     threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
     if cores % args.nps:
         raise ScriptError(f"{cores} cores do not split into NPS{args.nps}", "pass --nps 1, 2 or 4 as the BIOS has it")
     if args.sockets > 1 and sku.get("socket_support") == "1P":  # a P part: no two-socket board takes it
-        raise ScriptError(f"EPYC {sku['model']} is a single-socket part (socket support 1P in "
-                          "data/epyc_skus.json)", "pass --sockets 1, or the 2P part of the same core count")
-    files = hostspec.spec_files(f"AMD EPYC {sku['model']} {cores}-Core Processor", family, model,
-                                 entry["avx512"], entry["avx512_bf16"], args.sockets, cores, threads,
-                                 args.nps, args.ram_gb_per_socket)
+        raise ScriptError(
+            f"EPYC {sku['model']} is a single-socket part (socket support 1P in data/epyc_skus.json)",
+            "pass --sockets 1, or the 2P part of the same core count",
+        )
+    files = hostspec.spec_files(
+        f"AMD EPYC {sku['model']} {cores}-Core Processor",
+        family,
+        model,
+        entry["avx512"],
+        entry["avx512_bf16"],
+        args.sockets,
+        cores,
+        threads,
+        args.nps,
+        args.ram_gb_per_socket,
+    )
     if args.save_sysroot:
         # the rendered proc/ and sys/ files go in a folder of their own, never over others
-        root = jsonio.empty_output_dir(args.save_sysroot, "--save-sysroot",
-                                       "pass a new or empty folder for the rendered host files")
+        root = jsonio.empty_output_dir(
+            args.save_sysroot, "--save-sysroot", "pass a new or empty folder for the rendered host files"
+        )
     else:  # read once, then gone: a spec leaves nothing behind unless asked to
         root = scratch_dir("epyc-spec-")
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
@@ -198,11 +226,16 @@ def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
     except OSError as exc:  # a full disk: the rendered tree is incomplete, and read as it is it would lie
         raise errors.os_error(exc, f"cannot write the rendered host files under {root}")
     facts = gather(hostfacts.check_sysroot(str(root)), target, live=False)
-    spec = {"sku": sku, "source": table["sources"][sku["source"]], "sysroot": str(root) if args.save_sysroot else None,
-            "assumptions": [
-                "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "
-                "(cpu = thread x sockets x cores + socket x cores + core)",
-                f"NPS{args.nps}: each socket's cores split into {args.nps} consecutive NUMA node(s) with equal memory",
-                f"{args.ram_gb_per_socket:g} GiB per socket, all of it usable (no cgroup limit, no other load)",
-                "re-check on the host before start: detect.py --capture FILE there, then plan from --sysroot FILE"]}
+    spec = {
+        "sku": sku,
+        "source": table["sources"][sku["source"]],
+        "sysroot": str(root) if args.save_sysroot else None,
+        "assumptions": [
+            "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "
+            "(cpu = thread x sockets x cores + socket x cores + core)",
+            f"NPS{args.nps}: each socket's cores split into {args.nps} consecutive NUMA node(s) with equal memory",
+            f"{args.ram_gb_per_socket:g} GiB per socket, all of it usable (no cgroup limit, no other load)",
+            "re-check on the host before start: detect.py --capture FILE there, then plan from --sysroot FILE",
+        ],
+    }
     return facts, spec

@@ -1,4 +1,5 @@
 """Container runtimes: which one, how it is called, and what it says about images."""
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,14 @@ def docker_engine_problem(engine: object) -> str | None:
     if isinstance(engine, str) and engine.startswith(("ssh://", "tcp://")):
         loopback = LOOPBACK_ENGINE.fullmatch(engine)
         if not loopback:
-            return ("is another machine's docker: this plan is sized for this one (its CPUs, memory and port), "
-                    "and verify asks 127.0.0.1")
+            return (
+                "is another machine's docker: this plan is sized for this one (its CPUs, memory and port), "
+                "and verify asks 127.0.0.1"
+            )
         if loopback["port"] and not 1 <= int(loopback["port"]) <= 65535:
             return "names no port (1-65535)"
     if not isinstance(engine, str) or not DOCKER_ENGINE.fullmatch(engine):
-        return ("is not the address of a docker daemon on this machine (unix:///ABSOLUTE/PATH, "
-                "tcp://127.0.0.1:PORT)")
+        return "is not the address of a docker daemon on this machine (unix:///ABSOLUTE/PATH, tcp://127.0.0.1:PORT)"
     return None
 
 
@@ -42,18 +44,22 @@ def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
     (this shell's DOCKER_HOST): named in the argv itself, so the command the human approves says which
     machine runs the server, and every later verb reaches that one whatever its own shell exports."""
     if runtime not in CONTAINER_RUNTIMES:
-        raise ScriptError(f"unknown container runtime {runtime!r}",
-                          f"use one of: {', '.join(CONTAINER_RUNTIMES)} (validate.py picks it)")
+        raise ScriptError(
+            f"unknown container runtime {runtime!r}",
+            f"use one of: {', '.join(CONTAINER_RUNTIMES)} (validate.py picks it)",
+        )
     if engine is None:
         return list(CONTAINER_RUNTIMES[runtime])
     problem = docker_engine_problem(engine) if runtime == "docker" else "is named only for plain docker"
     if problem:
         shown = URL_CREDENTIALS.sub(r"\1***@", engine) if isinstance(engine, str) else engine  # user:password@
-        raise ScriptError(f"the docker engine {clip(repr(shown), 120)} (DOCKER_HOST, or the current docker "
-                          f"context) {problem}", "unset DOCKER_HOST and use the default context (docker context use "
-                          "default) for the local socket, or export this machine's daemon address; then run "
-                          "validate.py and plan again; to serve on another machine, run the chain on it "
-                          "(detect.py --host user@box plans it from here)")
+        raise ScriptError(
+            f"the docker engine {clip(repr(shown), 120)} (DOCKER_HOST, or the current docker context) {problem}",
+            "unset DOCKER_HOST and use the default context (docker context use "
+            "default) for the local socket, or export this machine's daemon address; then run "
+            "validate.py and plan again; to serve on another machine, run the chain on it "
+            "(detect.py --host user@box plans it from here)",
+        )
     return [*CONTAINER_RUNTIMES[runtime], f"--host={engine}"]
 
 
@@ -65,9 +71,11 @@ def podman_remote_problem(timeout: float = 20) -> str | None:
     call that follows (its own error says why)."""
     res = run(["podman", "info", "--format", "{{.Host.ServiceIsRemote}}"], timeout=timeout)
     if res.ok and res.stdout.strip().lower() == "true":
-        return ("podman here is a remote client (containers.conf `[engine] remote = true`, podman-remote, or a "
-                "podman machine VM): its containers run on another machine, not on the CPUs and memory this plan "
-                "is sized for")
+        return (
+            "podman here is a remote client (containers.conf `[engine] remote = true`, podman-remote, or a "
+            "podman machine VM): its containers run on another machine, not on the CPUs and memory this plan "
+            "is sized for"
+        )
     return None
 
 
@@ -82,32 +90,46 @@ def sudo_docker_context_problem(timeout: float = 20) -> str | None:
     if not shown.ok:
         return None
     name = shown.stdout.strip()
-    host = run(["sudo", "-n", "docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"],
-               timeout=timeout)
+    host = run(
+        ["sudo", "-n", "docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout
+    )
     endpoint = host.stdout.strip() if host.ok else ""
-    problem = (docker_engine_problem(endpoint) if endpoint else
-               None if name in ("", "default") else "could not be read (context inspect failed)")
+    problem = (
+        docker_engine_problem(endpoint)
+        if endpoint
+        else None
+        if name in ("", "default")
+        else "could not be read (context inspect failed)"
+    )
     if problem:
         said = URL_CREDENTIALS.sub(r"\1***@", endpoint)  # user:password@ in an address
-        return (f"root's current docker context is {clip(repr(name), 80)}, whose daemon {clip(repr(said), 120)} "
-                f"{problem}: `sudo docker` would run the server there, not on this machine")
+        return (
+            f"root's current docker context is {clip(repr(name), 80)}, whose daemon {clip(repr(said), 120)} "
+            f"{problem}: `sudo docker` would run the server there, not on this machine"
+        )
     return None
 
 
-SUDO_DOCKER_CONTEXT_FIX = ("run `sudo docker context use default` (and drop any DOCKER_HOST from root's login "
-                           "environment), or use docker or the host path (validate.py --runtime)")
+SUDO_DOCKER_CONTEXT_FIX = (
+    "run `sudo docker context use default` (and drop any DOCKER_HOST from root's login "
+    "environment), or use docker or the host path (validate.py --runtime)"
+)
 
 
-PODMAN_REMOTE_FIX = ("set `remote = false` under [engine] in containers.conf (or unset CONTAINERS_CONF), or use "
-                     "docker or the host path (validate.py --runtime docker|host); to serve on another machine, "
-                     "run the chain on it")
+PODMAN_REMOTE_FIX = (
+    "set `remote = false` under [engine] in containers.conf (or unset CONTAINERS_CONF), or use "
+    "docker or the host path (validate.py --runtime docker|host); to serve on another machine, "
+    "run the chain on it"
+)
 
 
 def remote_runtime_problem(runtime: str, timeout: float = 20) -> tuple[str, str] | None:
     """(why, fix) when this podman or sudo docker would run containers on another machine now, else None
     (plain docker names its engine in the argv; these two cannot)."""
-    check, fix = {"podman": (podman_remote_problem, PODMAN_REMOTE_FIX),
-                  "sudo docker": (sudo_docker_context_problem, SUDO_DOCKER_CONTEXT_FIX)}.get(runtime, (None, ""))
+    check, fix = {
+        "podman": (podman_remote_problem, PODMAN_REMOTE_FIX),
+        "sudo docker": (sudo_docker_context_problem, SUDO_DOCKER_CONTEXT_FIX),
+    }.get(runtime, (None, ""))
     problem = check(timeout) if check else None
     return (problem, fix) if problem else None
 
@@ -124,8 +146,11 @@ def runtime_of(doc: dict) -> list[str]:
     if doc["runtime"] not in _SEEN_LOCAL:
         remote = remote_runtime_problem(doc["runtime"])
         if remote:
-            raise ScriptError(remote[0], f"{remote[1]}; then run this command again (a plan made while it was "
-                              "remote: validate.py and plan again)")
+            raise ScriptError(
+                remote[0],
+                f"{remote[1]}; then run this command again (a plan made while it was "
+                "remote: validate.py and plan again)",
+            )
         _SEEN_LOCAL.add(doc["runtime"])
     return argv
 
@@ -151,11 +176,13 @@ def shell_docker_engine(timeout: float = 20) -> str | None:
     shown = run(["docker", "context", "show"], timeout=timeout, engine_query=True)  # the shell's own context
     if not shown.ok or shown.stdout.strip() in ("", "default"):
         return None  # a CLI without contexts, or the default one: the default socket
-    host = run(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout,
-               engine_query=True)
+    host = run(
+        ["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout, engine_query=True
+    )
     address = host.stdout.strip() if host.ok else ""
     runtime_argv("docker", address)  # refused unless a daemon on this machine, named as DOCKER_HOST is
     return address
+
 
 RUNTIME_TIMEOUT_S = 20
 
@@ -169,6 +196,7 @@ def choose_runtime(docker_ok: bool, podman_ok: bool, sudo_docker_ok: bool, host_
 
 
 # ---------------------------------------------------------------- gathering (I/O)
+
 
 def docker_answers(prefix: list[str]) -> tuple[bool, str]:
     res = subproc.run([*prefix, "info", "--format", "{{.ServerVersion}}"], timeout=RUNTIME_TIMEOUT_S)
@@ -189,8 +217,7 @@ def podman_can_run() -> tuple[bool, str]:
 
 
 def image_is_local(runtime: str, image: str, engine: str | None = None) -> bool:
-    return subproc.run([*runtime_argv(runtime, engine), "image", "inspect", image],
-                      timeout=RUNTIME_TIMEOUT_S).ok
+    return subproc.run([*runtime_argv(runtime, engine), "image", "inspect", image], timeout=RUNTIME_TIMEOUT_S).ok
 
 
 def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict[str, str]]:
@@ -204,8 +231,9 @@ def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict
         ok["podman"], detail["podman"] = podman_can_run()
     if want == "sudo docker":  # only when the user asked for it: validate never reaches for sudo on its own
         remote = remote_runtime_problem("sudo docker", timeout=RUNTIME_TIMEOUT_S)
-        ok["sudo docker"], detail["sudo docker"] = ((False, "; ".join(remote)) if remote
-                                                    else docker_answers(["sudo", "-n", "docker"]))
+        ok["sudo docker"], detail["sudo docker"] = (
+            (False, "; ".join(remote)) if remote else docker_answers(["sudo", "-n", "docker"])
+        )
     return ok, detail
 
 

@@ -1,4 +1,5 @@
 """Which processes and containers belong to a plan's server, and whether it is alive."""
+
 from __future__ import annotations
 
 import os
@@ -35,6 +36,7 @@ def settled_environ(proc) -> dict | None:
     environ nobody can judge (`env -i`), and None says so. Only a young process is waited for: vLLM's
     workers, renamed by setproctitle, read empty for good, and stop would wait on each of them."""
     import psutil
+
     try:
         young = time.time() - proc.create_time() < EXEC_YOUNG_S
     except psutil.Error:
@@ -60,10 +62,17 @@ def group_members(state: dict) -> list:
     workers rename themselves with setproctitle, which clobbers their /proc environ, so they cannot be
     asked), else at least one surviving member's. A state file naming another group matches neither."""
     import psutil
+
     pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
-    if not isinstance(pgid, int) or not isinstance(started, (int, float)) or pgid <= 1 \
-            or not isinstance(token, str) or len(token) < 16:
+    if (
+        not isinstance(pgid, int)
+        or not isinstance(started, (int, float))
+        or pgid <= 1
+        or not isinstance(token, str)
+        or len(token) < 16
+    ):
         return []
+
     def marked(proc) -> bool | None:  # None: its environ cannot be read
         env = settled_environ(proc)
         return None if env is None else env.get(MARKER_ENV) == token
@@ -87,6 +96,7 @@ def group_members(state: dict) -> list:
 def leader_gone(pgid: int) -> bool:
     """The process that led group `pgid` has exited (gone, or a zombie nobody reaped)."""
     import psutil
+
     try:
         return psutil.Process(pgid).status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -96,11 +106,15 @@ def leader_gone(pgid: int) -> bool:
 def group_scan(pgid: int, started: float) -> list:
     """The live processes in process group `pgid` started since `started`: the candidates, unproven."""
     import psutil
+
     out = []
     for proc in psutil.process_iter(["pid", "create_time", "status"]):
         try:
-            if (os.getpgid(proc.pid) == pgid and proc.info["create_time"] >= started - 1
-                    and proc.info["status"] != psutil.STATUS_ZOMBIE):
+            if (
+                os.getpgid(proc.pid) == pgid
+                and proc.info["create_time"] >= started - 1
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+            ):
                 out.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -127,8 +141,12 @@ def state_server(state: dict) -> str | None:
     over a running server's state left that server named by nothing."""
     if state.get("path") == "container":
         name, runtime, engine = state.get("container_name"), state.get("runtime"), state.get("engine")
-        if runtime not in runtimes.CONTAINER_RUNTIMES or not isinstance(name, str) or not CONTAINER_NAME.fullmatch(name) \
-                or (engine is not None and (runtime != "docker" or runtimes.docker_engine_problem(engine))):
+        if (
+            runtime not in runtimes.CONTAINER_RUNTIMES
+            or not isinstance(name, str)
+            or not CONTAINER_NAME.fullmatch(name)
+            or (engine is not None and (runtime != "docker" or runtimes.docker_engine_problem(engine)))
+        ):
             return None  # not a state start wrote: it names nothing we could ask about
         try:  # runtime_of: a podman or sudo docker that would ask another machine is not asked
             running = container_running(runtimes.runtime_of(state), name, state)
@@ -141,8 +159,10 @@ def state_server(state: dict) -> str | None:
         return f"process group {state['pgid']}"
     left = orphaned_workers(state)
     if left:
-        return (f"{len(left)} process(es) of group {state['pgid']}, whose leader is gone, that cannot be proven "
-                f"its run's (pids {[p.pid for p in left][:10]})")
+        return (
+            f"{len(left)} process(es) of group {state['pgid']}, whose leader is gone, that cannot be proven "
+            f"its run's (pids {[p.pid for p in left][:10]})"
+        )
     return None
 
 
@@ -156,8 +176,11 @@ def foreign_state(plan: dict, state: dict) -> str | None:
         why.append(f"port {masking.clip(str(state.get('port')), 40)}")
     if state.get("plan_id") != plan_identity(plan) and not why:
         why.append("another command on the same port (another served name, length or sizing)")
-    if plan["path"] != "host" and state.get("path") == plan["path"] \
-            and state.get("container_name") != plan.get("container_name"):
+    if (
+        plan["path"] != "host"
+        and state.get("path") == plan["path"]
+        and state.get("container_name") != plan.get("container_name")
+    ):
         why.append(f"container {masking.clip(str(state.get('container_name')), 140)}")
     if plan["path"] != "host" and (state.get("engine") or None) != (plan.get("engine") or None):
         why.append(f"the engine {masking.clip(str(state.get('engine') or 'the default socket'), 140)}")
@@ -176,9 +199,13 @@ def own_state(plan: dict, verb: str) -> dict | None:
         return state
     running = state_server(state)
     if running:
-        raise ScriptError(f"the state dir {plan['state_dir']} records the running server of another plan ({other}: "
-                          f"{running}), not this plan's", f"{verb} it with the plan that started it; give this plan "
-                          "a state dir of its own (plan again with --state-dir)", phase=verb)
+        raise ScriptError(
+            f"the state dir {plan['state_dir']} records the running server of another plan ({other}: "
+            f"{running}), not this plan's",
+            f"{verb} it with the plan that started it; give this plan "
+            "a state dir of its own (plan again with --state-dir)",
+            phase=verb,
+        )
     return None
 
 
@@ -216,8 +243,11 @@ def container_running(rt: list[str], name: str, state: dict | None = None) -> bo
 
 def alive(plan: dict, state: dict) -> bool | None:
     """The plan's server runs (True), has exited (False), or its runtime did not say (None)."""
-    return process_alive(state) if plan["path"] == "host" else \
-        container_running(runtimes.runtime_of(plan), plan["container_name"], state)
+    return (
+        process_alive(state)
+        if plan["path"] == "host"
+        else container_running(runtimes.runtime_of(plan), plan["container_name"], state)
+    )
 
 
 def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[str]:
@@ -240,9 +270,10 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
         if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
             return []
         # bounded as the host log is: a runtime whose last lines never end fills no memory
-        res = subproc.run([*runtimes.runtime_of(plan), "logs", "--tail", str(n), recorded],
-                         timeout=30, limit=LOG_TAIL_BYTES)
-        lines = res.stdout.splitlines()[:-1 if res.failure else None]  # cut at the limit, or by the timeout
+        res = subproc.run(
+            [*runtimes.runtime_of(plan), "logs", "--tail", str(n), recorded], timeout=30, limit=LOG_TAIL_BYTES
+        )
+        lines = res.stdout.splitlines()[: -1 if res.failure else None]  # cut at the limit, or by the timeout
         lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
     secrets = known_secrets(plan)
     return [redact(line, secrets, limit=1000) for line in lines[-n:]]

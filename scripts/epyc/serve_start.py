@@ -1,4 +1,5 @@
 """Starting a plan's server: a host process group or a container."""
+
 from __future__ import annotations
 
 import os
@@ -40,18 +41,23 @@ def port_in_use(port: int) -> bool:
 def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
     """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
     from .planner import plan_differences
+
     diff = plan_differences(plan, fresh)
     if diff:
-        raise ScriptError(f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
-                          "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
-                          "the API key variable, the model folder)", "plan again in this shell and confirm "
-                          "that plan: what the human approves is exactly what runs", phase=phase)
+        raise ScriptError(
+            f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
+            "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
+            "the API key variable, the model folder)",
+            "plan again in this shell and confirm that plan: what the human approves is exactly what runs",
+            phase=phase,
+        )
 
 
 def cpus_not_here(plan: dict) -> str | None:
     """The plan's OMP bind, less the CPUs this process may run on: a plan made from another host's tree
     (a sysroot or a hand-unpacked capture) names CPUs this machine does not have. None when all are here."""
     import psutil
+
     try:
         bind = set(hostfacts.parse_cpulist(plan["sizing"]["vllm_cpu_omp_threads_bind"]))
     except ValueError:
@@ -64,39 +70,57 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
     """Run what the plan says, once: under a lock in the state dir, refusing a plan whose command differs
     from a fresh rendering of its own inputs (`fresh`), a running server, a busy port, a missing secret."""
     if not confirm:
-        raise ScriptError("start needs --confirm: the human must approve the plan first",
-                          "show summary_markdown from the plan, wait for a clear go, then pass --confirm")
+        raise ScriptError(
+            "start needs --confirm: the human must approve the plan first",
+            "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
+        )
     if plan.get("deferred"):
-        raise ScriptError(f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} "
-                          "were assumed", "run the chain on that host itself (detect.py there reads it live), then "
-                          "plan and start there", phase="start")
+        raise ScriptError(
+            f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} were assumed",
+            "run the chain on that host itself (detect.py there reads it live), then plan and start there",
+            phase="start",
+        )
     if plan["path"] == "host":
         foreign = cpus_not_here(plan)
         if foreign:
-            raise ScriptError(f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized "
-                              f"for {plan.get('target')}", "run the chain on the machine that serves (detect.py "
-                              "without --sysroot), then plan and start there", phase="start")
+            raise ScriptError(
+                f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized "
+                f"for {plan.get('target')}",
+                "run the chain on the machine that serves (detect.py without --sysroot), then plan and start there",
+                phase="start",
+            )
     if fresh is not None:
         refuse_edited(plan, fresh, "start")
     # the folder is checked again here: a plan names it, and a plan file is data anyone may have edited
     problem = state_dir_problem(Path(plan["state_dir"]))
     if problem:
-        raise ScriptError(f"state dir {plan['state_dir']} {problem}: start writes its log and state there and "
-                          "stop removes them", STATE_DIR_FIX, phase="start")
+        raise ScriptError(
+            f"state dir {plan['state_dir']} {problem}: start writes its log and state there and stop removes them",
+            STATE_DIR_FIX,
+            phase="start",
+        )
     try:
         Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ScriptError(f"cannot make the state dir {plan['state_dir']}: {exc.strerror or exc}", STATE_DIR_FIX,
-                          phase="start")
+        raise ScriptError(
+            f"cannot make the state dir {plan['state_dir']}: {exc.strerror or exc}", STATE_DIR_FIX, phase="start"
+        )
     if up_in_progress(plan):
-        raise ScriptError(f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, "
-                          "would not name the server this start launches", "wait for that up to finish (then "
-                          "verify or stop with the plan.json it wrote), or plan this one with a state dir of its "
-                          "own (--state-dir)", phase="start")
+        raise ScriptError(
+            f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, "
+            "would not name the server this start launches",
+            "wait for that up to finish (then "
+            "verify or stop with the plan.json it wrote), or plan this one with a state dir of its "
+            "own (--state-dir)",
+            phase="start",
+        )
     with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         if not flock_within(lock.fileno(), LOCK_WAIT_S):
-            raise ScriptError(f"another start, or a stop, for {plan['state_dir']} is running", "wait for it, then "
-                              "verify (or start again if it was a stop)", phase="start")
+            raise ScriptError(
+                f"another start, or a stop, for {plan['state_dir']} is running",
+                "wait for it, then verify (or start again if it was a stop)",
+                phase="start",
+            )
         return _start_locked(plan, pull_policy)
 
 
@@ -108,9 +132,13 @@ NAME_TAKEN = "is already in use"
 def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True) -> ScriptError:
     """The runtime did not say whether a container of the plan's name exists (down, slow, an answer of
     another shape): nothing is done by name then, since the name is one per port and may be another plan's."""
-    return ScriptError(f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
-                       f"(inspect failed): {undone}", f"check the runtime ({plan['runtime']} info), then run {verb} "
-                       "again" + ("; the state and secret files are kept" if keeps_files else ""), phase=verb)
+    return ScriptError(
+        f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
+        f"(inspect failed): {undone}",
+        f"check the runtime ({plan['runtime']} info), then run {verb} "
+        "again" + ("; the state and secret files are kept" if keeps_files else ""),
+        phase=verb,
+    )
 
 
 def by_id(rm: list[str], container_id: str) -> list[str]:
@@ -129,39 +157,63 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
     """start launched a server and no state names it (interrupted, or state.json could not be written):
     start has taken it down again, and says why in words a user acts on (not an internal error)."""
     if isinstance(exc, KeyboardInterrupt):
-        return ScriptError(f"interrupted before the {what} was recorded: start {undone} it", "run start again",
-                           phase="start", interrupted=True)
-    reason = exc.error if isinstance(exc, ScriptError) else (
-        f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}")
-    return ScriptError(f"the {what} was launched, but its state could not be written to {plan['state_file']} "
-                       f"({masking.clip(reason, 300)}): start {undone} it", "free the state dir (disk space, "
-                       "permissions, a file with other names), or plan with a fresh --state-dir; then start again",
-                       phase="start")
+        return ScriptError(
+            f"interrupted before the {what} was recorded: start {undone} it",
+            "run start again",
+            phase="start",
+            interrupted=True,
+        )
+    reason = (
+        exc.error
+        if isinstance(exc, ScriptError)
+        else (f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}")
+    )
+    return ScriptError(
+        f"the {what} was launched, but its state could not be written to {plan['state_file']} "
+        f"({masking.clip(reason, 300)}): start {undone} it",
+        "free the state dir (disk space, "
+        "permissions, a file with other names), or plan with a fresh --state-dir; then start again",
+        phase="start",
+    )
 
 
 def refuse_to_start_over(plan: dict) -> None:
     """start writes its own regular files, never over a running server (whichever plan started it) or a busy port."""
     import stat
+
     for own in (plan["state_file"], plan["log_file"]):
         if os.path.lexists(own) and not stat.S_ISREG(os.lstat(own).st_mode):  # checked before anything runs
-            raise ScriptError(f"{own} is not a regular file (a link, pipe, device or folder of that name)",
-                              "remove it, or plan with a fresh --state-dir", phase="start")
+            raise ScriptError(
+                f"{own} is not a regular file (a link, pipe, device or folder of that name)",
+                "remove it, or plan with a fresh --state-dir",
+                phase="start",
+            )
         if os.path.lexists(own) and os.lstat(own).st_nlink > 1:  # writing it would change the other names' file
-            raise ScriptError(f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir",
-                              phase="start")
+            raise ScriptError(
+                f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir", phase="start"
+            )
     state = read_state(plan)
     running = state_server(state) if state else None
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
         other = foreign_state(plan, state)
         if other is None:
-            raise ScriptError(f"a server from this plan is already running ({running}; {plan['state_file']})",
-                              "python3 scripts/launch.py stop --plan <plan.json> first", phase="start")
-        raise ScriptError(f"a server of another plan ({other}) is already running from the state dir "
-                          f"{plan['state_dir']} ({running})", "stop it with the plan that started it, or plan "
-                          "this one with a state dir of its own (--state-dir)", phase="start")
+            raise ScriptError(
+                f"a server from this plan is already running ({running}; {plan['state_file']})",
+                "python3 scripts/launch.py stop --plan <plan.json> first",
+                phase="start",
+            )
+        raise ScriptError(
+            f"a server of another plan ({other}) is already running from the state dir {plan['state_dir']} ({running})",
+            "stop it with the plan that started it, or plan this one with a state dir of its own (--state-dir)",
+            phase="start",
+        )
     if port_in_use(plan["port"]):
-        raise ScriptError(f"port {plan['port']} is already in use", "re-run validate.py (it picks a free port) "
-                          "and plan again; with --network=host a busy port cannot be remapped", phase="start")
+        raise ScriptError(
+            f"port {plan['port']} is already in use",
+            "re-run validate.py (it picks a free port) "
+            "and plan again; with --network=host a busy port cannot be remapped",
+            phase="start",
+        )
 
 
 def _start_locked(plan: dict, pull_policy: str) -> dict:
@@ -180,43 +232,68 @@ def start_host(plan: dict, secrets: dict) -> dict:
     import secrets as tokens
 
     import psutil
+
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # the server reads the Hub from start's folder
     token = tokens.token_hex(16)
     env = server_env(dict(os.environ), plan["env"], secrets, token)
     program = subproc.find_program(plan["argv"][0], env)  # the pin program (numactl / taskset) or vllm
     if program is None:
-        raise ScriptError(f"{plan['argv'][0]} is not in any absolute folder of PATH (the current folder is "
-                          "never searched)", "install it (apt-get install numactl), or run start from a "
-                          "shell whose PATH has /usr/bin", phase="start")
+        raise ScriptError(
+            f"{plan['argv'][0]} is not in any absolute folder of PATH (the current folder is never searched)",
+            "install it (apt-get install numactl), or run start from a shell whose PATH has /usr/bin",
+            phase="start",
+        )
     proc, recorded = None, False
     try:
         with cli.signals_deferred():  # launched and recorded as one step: no server without a state
             # a new log per start (an old run's lines prove nothing), never through a link
             with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
-                proc = subprocess.Popen(plan["argv"], executable=program, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            state = {"path": "host", "port": plan["port"], "plan_id": plan_identity(plan),
-                     "pid": proc.pid, "pgid": proc.pid,
-                     "create_time": psutil.Process(proc.pid).create_time(), "marker": token,
-                     "log_file": plan["log_file"], "started_at": time.time(), "model_dir": plan["model_dir"]}
+                proc = subprocess.Popen(
+                    plan["argv"],
+                    executable=program,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            state = {
+                "path": "host",
+                "port": plan["port"],
+                "plan_id": plan_identity(plan),
+                "pid": proc.pid,
+                "pgid": proc.pid,
+                "create_time": psutil.Process(proc.pid).create_time(),
+                "marker": token,
+                "log_file": plan["log_file"],
+                "started_at": time.time(),
+                "model_dir": plan["model_dir"],
+            }
             write_state(plan, state)
             recorded = True
         return state
     except BaseException as exc:
         if proc is None:
             if isinstance(exc, OSError):  # found and executable, yet not runnable (no #!, a bad interpreter)
-                raise ScriptError(f"cannot run {plan['argv'][0]} ({program}): {exc.strerror or exc}",
-                                  "check that program (reinstall it), then start again", phase="start")
+                raise ScriptError(
+                    f"cannot run {plan['argv'][0]} ({program}): {exc.strerror or exc}",
+                    "check that program (reinstall it), then start again",
+                    phase="start",
+                )
             raise
         if not recorded:  # launched, and no state names it (a full disk, a hard-linked file): not left running
             with cli.signals_deferred():  # a second signal must not skip the kill
                 subproc.kill_group(proc)
             raise unrecorded(plan, exc, f"server (pid {proc.pid})", "stopped") from None
         if isinstance(exc, KeyboardInterrupt):  # held until both were done: it runs and its state names it
-            raise ScriptError("interrupted, after the server was launched and recorded: it is running",
-                              "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
-                              "python3 scripts/launch.py stop --plan <plan.json>", phase="start", pid=proc.pid,
-                              interrupted=True)
+            raise ScriptError(
+                "interrupted, after the server was launched and recorded: it is running",
+                "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
+                "python3 scripts/launch.py stop --plan <plan.json>",
+                phase="start",
+                pid=proc.pid,
+                interrupted=True,
+            )
         raise
     finally:
         # handed over: the server outlives this script on purpose, and the state file is how we know it now;
@@ -232,17 +309,24 @@ def clear_leftover(plan: dict, rm: list[str]) -> None:
     if found is None:  # nothing is removed by name that the runtime has not said is a leftover
         raise runtime_silent(plan, "start", "nothing was removed or started")
     if found and found["running"]:
-        raise ScriptError(f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that "
-                          f"the state dir {plan['state_dir']} has no record of: another plan's on this port, or "
-                          "one whose state was lost", "stop it with the plan that started it (or by hand: "
-                          + shlex.join([*runtimes.runtime_of(plan), "stop", plan["container_name"]])
-                          + "), or plan this one on another port; then start again", phase="start")
+        raise ScriptError(
+            f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that "
+            f"the state dir {plan['state_dir']} has no record of: another plan's on this port, or "
+            "one whose state was lost",
+            "stop it with the plan that started it (or by hand: "
+            + shlex.join([*runtimes.runtime_of(plan), "stop", plan["container_name"]])
+            + "), or plan this one on another port; then start again",
+            phase="start",
+        )
     if found:
         leftover = subproc.run(by_id(rm, found["id"]), timeout=60)
         if not container_gone(leftover):
-            raise ScriptError(f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
-                              f"({masking.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
-                              f"check the runtime ({plan['runtime']} info), then start again", phase="start")
+            raise ScriptError(
+                f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
+                f"({masking.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
+                f"check the runtime ({plan['runtime']} info), then start again",
+                phase="start",
+            )
 
 
 def pull_if_needed(plan: dict, pull: list[str], pull_policy: str) -> None:
@@ -250,9 +334,11 @@ def pull_if_needed(plan: dict, pull: list[str], pull_policy: str) -> None:
         errors.log(f"start: pulling {plan['image']}")
         res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
         if not res.ok:
-            raise ScriptError(f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
-                              "check registry access and the image name (data/epyc.json, or --image)",
-                              phase="pull")
+            raise ScriptError(
+                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
+                "check registry access and the image name (data/epyc.json, or --image)",
+                phase="pull",
+            )
 
 
 def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[str], subproc.RunResult]:
@@ -261,8 +347,10 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
     res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
         argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
-        warnings.append("rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
-                        "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
+        warnings.append(
+            "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
+            "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND"
+        )
         refused = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
         if refused is None:  # the retry would meet a container it cannot tell from another plan's
             raise runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
@@ -270,9 +358,11 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
             subproc.run(by_id(rm, refused["id"]), timeout=60)
         res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok:
-        raise ScriptError(f"{plan['runtime']} run failed: "
-                          f"{masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
-                          NO_RETRY_FIX, phase="start")
+        raise ScriptError(
+            f"{plan['runtime']} run failed: {masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
+            NO_RETRY_FIX,
+            phase="start",
+        )
     return argv, res
 
 
@@ -291,13 +381,24 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
         if not CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
             printed = (inspect_container(runtimes.runtime_of(plan), plan["container_name"]) or {}).get("id", "")
         if not CONTAINER_ID.fullmatch(printed):  # a state without it names no server: not left running unnamed
-            raise ScriptError(f"{plan['runtime']} run printed no container id, and inspect named none: start "
-                              "removed the container", "check the runtime (" + plan["runtime"] + " info), then "
-                              "start again", phase="start", own_words=True)
-        state = {"path": plan["path"], "port": plan["port"], "plan_id": plan_identity(plan), "runtime": plan["runtime"],
-                 "engine": plan.get("engine"), "container_name": plan["container_name"],
-                 "container_id": printed[:64], "started_at": time.time(), "argv": argv,
-                 "model_dir": plan["model_dir"]}
+            raise ScriptError(
+                f"{plan['runtime']} run printed no container id, and inspect named none: start removed the container",
+                "check the runtime (" + plan["runtime"] + " info), then start again",
+                phase="start",
+                own_words=True,
+            )
+        state = {
+            "path": plan["path"],
+            "port": plan["port"],
+            "plan_id": plan_identity(plan),
+            "runtime": plan["runtime"],
+            "engine": plan.get("engine"),
+            "container_name": plan["container_name"],
+            "container_id": printed[:64],
+            "started_at": time.time(),
+            "argv": argv,
+            "model_dir": plan["model_dir"],
+        }
         write_state(plan, state)
         return state
     except BaseException as exc:
@@ -313,19 +414,29 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
     if NAME_TAKEN in exc.error.lower():
         # another plan's container took the name since clear_leftover: ours was never created
         remove_secret_files(plan)
-        raise ScriptError(f"{plan['runtime']} run failed: another container took the name "
-                          f"{plan['container_name']} while this start ran (another plan's start on this "
-                          "port)", "stop it with the plan that started it, or plan this one on another "
-                          "port; then start again", phase="start") from None
+        raise ScriptError(
+            f"{plan['runtime']} run failed: another container took the name "
+            f"{plan['container_name']} while this start ran (another plan's start on this "
+            "port)",
+            "stop it with the plan that started it, or plan this one on another port; then start again",
+            phase="start",
+        ) from None
     # docker checks a bad mount, cpuset or image before it takes the name: a container now of that name may
     # be another plan's; only one that is not running can be what our refused run left
     left = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if left is None or (left and left["running"]):
         remove_secret_files(plan)
-        raise ScriptError(exc.error + (f"; a running container named {plan['container_name']} (id "
-                                       f"{left['id'][:12]}) is not this start's: left alone" if left else
-                                       f"; {plan['runtime']} did not say whether a container of its name "
-                                       "exists: nothing was removed"), exc.fix, phase="start") from None
+        raise ScriptError(
+            exc.error
+            + (
+                f"; a running container named {plan['container_name']} (id "
+                f"{left['id'][:12]}) is not this start's: left alone"
+                if left
+                else f"; {plan['runtime']} did not say whether a container of its name exists: nothing was removed"
+            ),
+            exc.fix,
+            phase="start",
+        ) from None
     if not left:  # the refused run made nothing: nothing to remove
         remove_secret_files(plan)
         raise exc
@@ -341,11 +452,14 @@ def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseExceptio
         removed = subproc.run(rm, timeout=60)
         remove_secret_files(plan)
     if not container_gone(removed):  # it may run, and no state names it: say so, and how to take it down
-        raise ScriptError(f"start launched {plan['container_name']} and could not record it, nor remove "
-                          f"it ({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}"
-                          f"): it may be running", f"{shlex.join(rm)} once the runtime answers "
-                          f"({plan['runtime']} info)", phase="start",
-                          interrupted=isinstance(exc, KeyboardInterrupt)) from None
+        raise ScriptError(
+            f"start launched {plan['container_name']} and could not record it, nor remove "
+            f"it ({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}"
+            f"): it may be running",
+            f"{shlex.join(rm)} once the runtime answers ({plan['runtime']} info)",
+            phase="start",
+            interrupted=isinstance(exc, KeyboardInterrupt),
+        ) from None
     if isinstance(exc, ScriptError) and (not launched or exc.extra.pop("own_words", False)):  # its own words
         raise exc
     raise unrecorded(plan, exc, f"container {plan['container_name']}", "removed") from None

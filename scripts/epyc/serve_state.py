@@ -1,4 +1,5 @@
 """A server's state folder: its own files, state.json, secret files and locks."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,14 @@ from .hubcache import in_system_tree
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 
 
-def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start",
-                  one_name: bool | None = None, dir_fd: int | None = None) -> int:
+def open_own_file(
+    path: str | Path,
+    flags: int,
+    mode: int = 0o600,
+    phase: str = "start",
+    one_name: bool | None = None,
+    dir_fd: int | None = None,
+) -> int:
     """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
     planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
     folder of that name (a FIFO would block start forever, after the server was launched). With one_name
@@ -30,6 +37,7 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
     owns it (root-squash NFS). With O_EXCL in `flags`, only a file made here."""
     import errno
     import stat
+
     truncate = bool(flags & os.O_TRUNC)  # only once the file is known to be ours alone
     # with dir_fd (a folder held open), the name in that folder: never a path looked up again
     name = path if dir_fd is None else os.path.basename(path)
@@ -47,33 +55,46 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
             fd = os.open(name, base, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ScriptError(f"{path} is a symbolic link: {phase} reads and writes only its own files, never "
-                              "through a link",
-                              "remove the link, or use a fresh folder", phase=phase)
-        raise ScriptError(f"cannot open {path}: {exc.strerror or exc}",
-                          "remove it, or use a fresh folder", phase=phase)
+            raise ScriptError(
+                f"{path} is a symbolic link: {phase} reads and writes only its own files, never through a link",
+                "remove the link, or use a fresh folder",
+                phase=phase,
+            )
+        raise ScriptError(f"cannot open {path}: {exc.strerror or exc}", "remove it, or use a fresh folder", phase=phase)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise ScriptError(f"{path} is not a regular file (a pipe, device or folder of that name)",
-                          "remove it, or use a fresh folder", phase=phase)
+        raise ScriptError(
+            f"{path} is not a regular file (a pipe, device or folder of that name)",
+            "remove it, or use a fresh folder",
+            phase=phase,
+        )
     if one_name is None:
         one_name = bool(flags & (os.O_WRONLY | os.O_RDWR))
     if one_name and st.st_nlink > 1:  # a hard link planted there: its other name is a file elsewhere
         os.close(fd)
-        raise ScriptError(f"{path} has other names (a hard link): {phase} reads and writes only its own files",
-                          "remove it, or use a fresh folder", phase=phase)
+        raise ScriptError(
+            f"{path} has other names (a hard link): {phase} reads and writes only its own files",
+            "remove it, or use a fresh folder",
+            phase=phase,
+        )
     if flags & (os.O_WRONLY | os.O_RDWR) and not made:
         if st.st_uid != os.geteuid():
             os.close(fd)
-            raise ScriptError(f"{path} belongs to another user (uid {st.st_uid}): {phase} writes only files of its "
-                              "own", "remove it, or use a fresh folder of your own", phase=phase)
+            raise ScriptError(
+                f"{path} belongs to another user (uid {st.st_uid}): {phase} writes only files of its own",
+                "remove it, or use a fresh folder of your own",
+                phase=phase,
+            )
         try:
             os.fchmod(fd, mode)
         except OSError as exc:  # a file system without modes (vfat, some CIFS): the file stays as it was
             os.close(fd)
-            raise ScriptError(f"cannot make {path} mode {mode:o}: {exc.strerror or exc}", "use a state dir on a "
-                              "file system with Unix permissions (not vfat or CIFS)", phase=phase) from None
+            raise ScriptError(
+                f"cannot make {path} mode {mode:o}: {exc.strerror or exc}",
+                "use a state dir on a file system with Unix permissions (not vfat or CIFS)",
+                phase=phase,
+            ) from None
     if truncate:
         os.ftruncate(fd, 0)
     os.set_blocking(fd, True)
@@ -98,9 +119,10 @@ def read_state(plan: dict) -> dict | None:
     except (jsonio.DuplicateKey, jsonio.NotANumber) as exc:  # edited by hand: which pid or port it names is
         # anyone's guess (start writes neither a key twice nor a NaN)
         said = "is ambiguous" if isinstance(exc, jsonio.DuplicateKey) else "holds a number JSON does not have"
-        raise ScriptError(f"{plan['state_file']} {said} ({exc}): it was edited, and what it names cannot "
-                          "be trusted", "look at the server it meant (ps, docker ps) and stop it by hand; then "
-                          "remove the file and start again") from None
+        raise ScriptError(
+            f"{plan['state_file']} {said} ({exc}): it was edited, and what it names cannot be trusted",
+            "look at the server it meant (ps, docker ps) and stop it by hand; then remove the file and start again",
+        ) from None
     except (OSError, ValueError, RecursionError, ScriptError):  # none, a link, a FIFO, junk: no state of ours
         return None
     return state if written_by_start(state) else None
@@ -115,9 +137,12 @@ def written_by_start(state: object) -> bool:
         return False
     if not {"path", "port", "plan_id"} <= state.keys():  # a state of another version of this bundle: not ours
         return False
-    return ({"pgid", "create_time"} <= state.keys()
-            or (state["path"] == "container" and "container_name" in state
-                and isinstance(state.get("container_id"), str) and bool(CONTAINER_ID.fullmatch(state["container_id"]))))
+    return {"pgid", "create_time"} <= state.keys() or (
+        state["path"] == "container"
+        and "container_name" in state
+        and isinstance(state.get("container_id"), str)
+        and bool(CONTAINER_ID.fullmatch(state["container_id"]))
+    )
 
 
 def write_state(plan: dict, state: dict) -> None:
@@ -125,6 +150,7 @@ def write_state(plan: dict, state: dict) -> None:
     of its own (created, never reused): with one shared name, two writers at once (two verifies) truncated
     the file the other had just renamed into place, and a reader saw half a state."""
     import tempfile
+
     target = Path(plan["state_file"])
     tmp = None
     try:
@@ -149,6 +175,7 @@ def plan_identity(plan: dict) -> str:
     on one port and folder (another --served-model-name, --max-model-len, sizing) differ here; the same
     plan rendered again does not. start records it in the state."""
     import hashlib
+
     basis = {key: plan.get(key) for key in ("path", "argv", "env", "container_name", "engine")}
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -166,35 +193,47 @@ def secret_values(plan: dict) -> dict:
         if not value:
             missing.append(source)
         elif not SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
-            raise ScriptError(secret_unsendable(source), f"export {source} again with the token alone "
-                              "(printable ASCII, no spaces), then start", phase="start")
+            raise ScriptError(
+                secret_unsendable(source),
+                f"export {source} again with the token alone (printable ASCII, no spaces), then start",
+                phase="start",
+            )
         values[name] = value
     if missing:
-        raise ScriptError(f"the plan passes {', '.join(missing)} to the server, but it is not set in this shell",
-                          f"export {missing[0]}=... in the shell that runs start (its value is never shown)",
-                          phase="start")
+        raise ScriptError(
+            f"the plan passes {', '.join(missing)} to the server, but it is not set in this shell",
+            f"export {missing[0]}=... in the shell that runs start (its value is never shown)",
+            phase="start",
+        )
     return values
-
 
 
 def write_secret_files(directory: Path, values: dict) -> None:
     """One 0600 file per secret in a 0700 folder of the state dir, mounted read-only; stop removes it."""
     if directory.is_symlink() or (os.path.lexists(directory) and not directory.is_dir()):
-        raise ScriptError(f"{directory} is not a folder start made (a link, file or pipe): secrets are written "
-                          "only into the state dir itself", "remove it, or plan with a fresh --state-dir",
-                          phase="start")
+        raise ScriptError(
+            f"{directory} is not a folder start made (a link, file or pipe): secrets are written "
+            "only into the state dir itself",
+            "remove it, or plan with a fresh --state-dir",
+            phase="start",
+        )
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         # held open from here: a link swapped in for the folder after this check cannot take the writes
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise ScriptError(f"cannot make {directory}: {exc.strerror or exc}", "plan with a fresh --state-dir",
-                          phase="start")
+        raise ScriptError(
+            f"cannot make {directory}: {exc.strerror or exc}", "plan with a fresh --state-dir", phase="start"
+        )
     try:
         owner = os.fstat(fd).st_uid
         if owner != os.geteuid():  # its owner could read the keys, or swap the files under us
-            raise ScriptError(f"{directory} belongs to another user (uid {owner}): secrets are written only into a "
-                              "folder of your own", "remove it, or plan with a fresh --state-dir", phase="start")
+            raise ScriptError(
+                f"{directory} belongs to another user (uid {owner}): secrets are written only into a "
+                "folder of your own",
+                "remove it, or plan with a fresh --state-dir",
+                phase="start",
+            )
         os.fchmod(fd, 0o700)
         for name, value in values.items():
             # made new: a file found there may be open in another process already, which would read the key
@@ -210,9 +249,20 @@ def write_secret_files(directory: Path, values: dict) -> None:
 STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")
 # what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
-OWN_FILES = {"server.log", "state.json", ".state.json.tmp", ".lock", ".up.lock", "secrets", "plan.json", "shown-plan.json",
-             *(f"{phase}.json" for phase in ("detect", "validate", "setup_host_stack", "check_model",
-                                             "estimate_memory", "cpu_tune"))}
+OWN_FILES = {
+    "server.log",
+    "state.json",
+    ".state.json.tmp",
+    ".lock",
+    ".up.lock",
+    "secrets",
+    "plan.json",
+    "shown-plan.json",
+    *(
+        f"{phase}.json"
+        for phase in ("detect", "validate", "setup_host_stack", "check_model", "estimate_memory", "cpu_tune")
+    ),
+}
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
 
 
@@ -239,10 +289,13 @@ def state_dir_problem(state_dir: Path) -> str | None:
         owner = state_dir.stat().st_uid
         if owner != os.geteuid():  # its owner can rename what start checked there, and read what it writes
             return f"belongs to another user (uid {owner})"
-        foreign = sorted(p.name for p in state_dir.iterdir()  # bench's folders are folders, never links
-                         if p.name not in OWN_FILES and not STATE_TEMP.fullmatch(p.name)
-                         and not (p.name.startswith("bench-") and p.is_dir()
-                                                              and not p.is_symlink()))
+        foreign = sorted(
+            p.name
+            for p in state_dir.iterdir()  # bench's folders are folders, never links
+            if p.name not in OWN_FILES
+            and not STATE_TEMP.fullmatch(p.name)
+            and not (p.name.startswith("bench-") and p.is_dir() and not p.is_symlink())
+        )
         if foreign:
             return f"already holds other files ({', '.join(foreign[:5])})"
         secrets = state_dir / "secrets"
@@ -252,8 +305,9 @@ def state_dir_problem(state_dir: Path) -> str | None:
             owner = secrets.stat().st_uid
             if owner != os.geteuid():
                 return f"holds a secrets folder of another user (uid {owner})"
-            odd = sorted(p.name for p in secrets.iterdir()
-                         if p.name not in SECRET_NAMES or p.is_symlink() or not p.is_file())
+            odd = sorted(
+                p.name for p in secrets.iterdir() if p.name not in SECRET_NAMES or p.is_symlink() or not p.is_file()
+            )
             if odd:
                 return f"holds secrets/{odd[0]}, not a secret file start writes"
     except OSError as exc:  # a name too long, a loop of links, no permission
@@ -290,18 +344,25 @@ def require_api_key(plan: dict, verb: str) -> None:
     is named before anything is sent (verify would judge a healthy server failed, and clear its pass)."""
     key_env = plan.get("api_key_env")
     if key_env and not os.environ.get(key_env):
-        raise ScriptError(f"the plan's server wants its API key, and {key_env} is not set in this shell",
-                          f"export {key_env}=<key> (the one the server was started with), then {verb} again",
-                          phase=verb)
+        raise ScriptError(
+            f"the plan's server wants its API key, and {key_env} is not set in this shell",
+            f"export {key_env}=<key> (the one the server was started with), then {verb} again",
+            phase=verb,
+        )
     if key_env and not SECRET_VALUE.fullmatch(os.environ[key_env]):  # no header carries it: every request
         # would fail before it is sent, and verify would wait out its timeout calling a healthy server dead
-        raise ScriptError(secret_unsendable(key_env), f"export {key_env} again with the key alone (the one the "
-                          f"server was started with), then {verb} again", phase=verb)
+        raise ScriptError(
+            secret_unsendable(key_env),
+            f"export {key_env} again with the key alone (the one the server was started with), then {verb} again",
+            phase=verb,
+        )
 
 
 def auth_headers(plan: dict) -> dict:
     key = os.environ.get(plan["api_key_env"]) if plan.get("api_key_env") else None
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 LOCK_WAIT_S = 2.0
 
 
@@ -309,6 +370,7 @@ def lock_held(path: Path) -> bool:
     """Another process holds that lock file (flock). Read-only and never created here (a check makes no
     files); no lock file, no such process ever ran here."""
     import fcntl
+
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -326,6 +388,7 @@ def flock_within(fd: int, seconds: float) -> bool:
     """Take the exclusive lock on that open file, asking again for up to `seconds`: another verb's brief
     hold (verify writing its verdict) is waited out, a start's or stop's whole run is not."""
     import fcntl
+
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -373,9 +436,11 @@ def holding_the_start_lock(plan: dict, busy=None, wait_s: float = LOCK_WAIT_S):
             if not flock_within(fd, wait_s):
                 if busy is not None:
                     raise busy() from None
-                raise ScriptError(f"a start (or another stop) for {plan['state_dir']} is in progress: its server "
-                                  "is not recorded yet", "wait for start to finish (or interrupt it: it takes down "
-                                  "what it launched), then run stop again", phase="stop") from None
+                raise ScriptError(
+                    f"a start (or another stop) for {plan['state_dir']} is in progress: its server is not recorded yet",
+                    "wait for start to finish (or interrupt it: it takes down what it launched), then run stop again",
+                    phase="stop",
+                ) from None
         yield
     finally:
         if fd is not None:

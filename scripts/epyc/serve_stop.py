@@ -1,4 +1,5 @@
 """Stopping a plan's server and removing what start left."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,10 @@ def remove_state(plan: dict) -> str | None:
         try:
             Path(plan["state_file"]).unlink(missing_ok=True)
         except OSError as exc:
-            return (f"the server is stopped, but {plan['state_file']} could not be removed ({exc.strerror or exc}); "
-                    "it names a server that no longer runs: remove it when the folder is writable")
+            return (
+                f"the server is stopped, but {plan['state_file']} could not be removed ({exc.strerror or exc}); "
+                "it names a server that no longer runs: remove it when the folder is writable"
+            )
     return None
 
 
@@ -59,17 +62,25 @@ def stop_container(plan: dict, state: dict | None) -> dict:
     if found is None:  # stop and rm go by name: never on a container the runtime has not shown is ours
         raise runtime_silent(plan, "stop", "nothing was stopped or removed")
     if found and state is None:  # the name is one per port: another state dir's plan on this port started it
-        raise ScriptError(f"a container named {plan['container_name']} exists ({'running' if found['running'] else 'exited'}, "
-                          f"id {found['id'][:12]}) that the state dir {plan['state_dir']} has no record of: "
-                          "another plan's on the same port (its own state dir), or one whose state was lost",
-                          "stop it with the plan that started it; if it is this plan's, remove it by hand: "
-                          + shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]]) + " && "
-                          + shlex.join([*rt, "rm", plan["container_name"]]), phase="stop")
+        raise ScriptError(
+            f"a container named {plan['container_name']} exists ({'running' if found['running'] else 'exited'}, "
+            f"id {found['id'][:12]}) that the state dir {plan['state_dir']} has no record of: "
+            "another plan's on the same port (its own state dir), or one whose state was lost",
+            "stop it with the plan that started it; if it is this plan's, remove it by hand: "
+            + shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]])
+            + " && "
+            + shlex.join([*rt, "rm", plan["container_name"]]),
+            phase="stop",
+        )
     gone = {"stopped": False, "reason": "not running", "container_name": plan["container_name"]}
     if found and not started_here(state, found):  # ours is gone; the name is another start's now
-        return stopped(gone, f"the container named {plan['container_name']} now is another start's (id "
-                       f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
-                       remove_secret_files(plan), remove_state(plan))
+        return stopped(
+            gone,
+            f"the container named {plan['container_name']} now is another start's (id "
+            f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
+            remove_secret_files(plan),
+            remove_state(plan),
+        )
     if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
         return stopped(gone, remove_secret_files(plan), remove_state(plan))
     # by the id judged above: the name may pass to another start's container meanwhile
@@ -77,15 +88,25 @@ def stop_container(plan: dict, state: dict | None) -> dict:
     res = subproc.run([*rt, "rm", "-f", found["id"]], timeout=120)
     if not container_gone(res):  # the runtime is unreachable: the container may still run, so the state and
         # the key files it reads stay until it is gone
-        raise ScriptError(f"{plan['runtime']} could not remove {plan['container_name']}: "
-                          f"{masking.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
-                          f"check the runtime ({plan['runtime']} info), then run stop again; the state and "
-                          "secret files are kept until the container is gone", phase="stop")
+        raise ScriptError(
+            f"{plan['runtime']} could not remove {plan['container_name']}: "
+            f"{masking.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
+            f"check the runtime ({plan['runtime']} info), then run stop again; the state and "
+            "secret files are kept until the container is gone",
+            phase="stop",
+        )
     if not graceful.ok and "no such container" in (graceful.stderr or "").lower():  # never started, or gone
         return stopped(gone, remove_secret_files(plan), remove_state(plan))
-    return stopped({"stopped": True, "container_name": plan["container_name"], "graceful": graceful.ok,
-                    "detail": masking.clip((res.stdout or res.stderr).strip(), 200)},
-                   remove_secret_files(plan), remove_state(plan))
+    return stopped(
+        {
+            "stopped": True,
+            "container_name": plan["container_name"],
+            "graceful": graceful.ok,
+            "detail": masking.clip((res.stdout or res.stderr).strip(), 200),
+        },
+        remove_secret_files(plan),
+        remove_state(plan),
+    )
 
 
 def stop_host(plan: dict, state: dict | None) -> dict:
@@ -95,20 +116,31 @@ def stop_host(plan: dict, state: dict | None) -> dict:
         left = orphaned_workers(state) if state else []  # not killed, and the only state naming them is kept
         if left:
             pids = [p.pid for p in left][:10]
-            raise ScriptError(f"the server's leader is gone, and {len(left)} process(es) of its group "
-                              f"{state['pgid']} remain that cannot be proven this run's (pids {pids})",
-                              f"look at them (ps -o pid,args -g {state['pgid']}); if they are the server's, "
-                              f"kill -- -{state['pgid']}, then run stop again (the state file is kept)", phase="stop")
+            raise ScriptError(
+                f"the server's leader is gone, and {len(left)} process(es) of its group "
+                f"{state['pgid']} remain that cannot be proven this run's (pids {pids})",
+                f"look at them (ps -o pid,args -g {state['pgid']}); if they are the server's, "
+                f"kill -- -{state['pgid']}, then run stop again (the state file is kept)",
+                phase="stop",
+            )
         return stopped({"stopped": False, "reason": "not running"}, remove_state(plan))
     left, late = end_group(state, group)
-    return stopped({"stopped": True, "pid": state.get("pid"), "processes": len(group) + len(late),
-                    "killed_after_timeout": len(left) + len(late)}, remove_state(plan))
+    return stopped(
+        {
+            "stopped": True,
+            "pid": state.get("pid"),
+            "processes": len(group) + len(late),
+            "killed_after_timeout": len(left) + len(late),
+        },
+        remove_state(plan),
+    )
 
 
 def end_group(state: dict, group: list) -> tuple[list, set[int]]:
     """SIGTERM to our own group, SIGKILL after the grace, and again until the group is empty (a worker forked
     on the way down has had its grace). -> (processes killed after the grace, pids that came late)."""
     import psutil
+
     for proc in group:
         try:
             proc.send_signal(signal.SIGTERM)
@@ -134,8 +166,12 @@ def end_group(state: dict, group: list) -> tuple[list, set[int]]:
         time.sleep(0.2)
     stuck = [p.pid for p in group_members(state)]  # still there after 10 s of SIGKILL: stuck in the kernel
     if stuck:
-        raise ScriptError(f"the server's process group {state['pgid']} still has {len(stuck)} process(es) "
-                          f"after SIGKILL (pids {stuck[:10]}; stuck in the kernel)", "look at them (ps -o "
-                          "pid,stat,wchan -p PID), then run stop again; the state file is kept until they are "
-                          "gone", phase="stop")
+        raise ScriptError(
+            f"the server's process group {state['pgid']} still has {len(stuck)} process(es) "
+            f"after SIGKILL (pids {stuck[:10]}; stuck in the kernel)",
+            "look at them (ps -o "
+            "pid,stat,wchan -p PID), then run stop again; the state file is kept until they are "
+            "gone",
+            phase="stop",
+        )
     return left, late

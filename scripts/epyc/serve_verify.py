@@ -1,4 +1,5 @@
 """Verifying a started server: alive, healthy, the model listed, one real request."""
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
     per read, so a server trickling its body a byte at a time would outlast any of them. The exchange
     runs in a daemon thread we stop waiting for; it goes when the script exits."""
     import requests
+
     box: dict = {}
     deadline_missed = f"no complete answer within {timeout:g}s"
 
@@ -42,8 +44,9 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
             # and NO_PROXY=localhost does not cover 127.0.0.1), never with ~/.netrc credentials
             session.trust_env = False
             # and never where a redirect points: the server is on 127.0.0.1, its answer is what is judged
-            with session.request(method, url, json=body, headers=headers or {}, timeout=timeout, stream=True,
-                                 allow_redirects=False) as r:
+            with session.request(
+                method, url, json=body, headers=headers or {}, timeout=timeout, stream=True, allow_redirects=False
+            ) as r:
                 data = bytearray()
                 for chunk in r.iter_content(65536):
                     data += chunk
@@ -55,6 +58,7 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
             box["result"] = (None, deadline_missed)
         except requests.ConnectionError as exc:
             from urllib3.exceptions import ReadTimeoutError
+
             # a read timeout while the body streams reaches us as a ConnectionError wrapping urllib3's
             # ReadTimeoutError (iter_content re-raises it so): the same deadline, the same words
             late = bool(exc.args) and isinstance(exc.args[0], ReadTimeoutError)
@@ -70,15 +74,22 @@ def http(method: str, url: str, timeout: float, headers: dict | None = None, bod
     return box.get("result", (None, deadline_missed))
 
 
-def failed(plan: dict, phase: str, reason: str, t0: float, fix: str = NO_RETRY_FIX,
-           state: dict | None = None) -> ScriptError:
+def failed(
+    plan: dict, phase: str, reason: str, t0: float, fix: str = NO_RETRY_FIX, state: dict | None = None
+) -> ScriptError:
     """A verify failure. Its reason may quote the server (ids, a status line): masked like any server text,
     since a server that reflects the Authorization header would otherwise get the key printed. `fix`: where
     the verdict is not the server's (the runtime or the state dir stood in the way), what to do instead of
     stopping there. `state`: the run judged, whose container's log is shown (not the name's)."""
     reason = redact(reason, known_secrets(plan), limit=2000)
-    return ScriptError(f"FAILED in phase {phase}: {reason}", fix, ok=False, phase=phase,
-                       elapsed_s=round(time.monotonic() - t0, 1), log_tail=log_tail(plan, state=state))
+    return ScriptError(
+        f"FAILED in phase {phase}: {reason}",
+        fix,
+        ok=False,
+        phase=phase,
+        elapsed_s=round(time.monotonic() - t0, 1),
+        log_tail=log_tail(plan, state=state),
+    )
 
 
 def time_since_start(state: dict) -> float | None:
@@ -116,16 +127,30 @@ def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None
     verify judged. A stop and a start while verify waited on the server would otherwise get their new state
     overwritten by the old one: the new server named by nothing (stop then leaves it running, and every start
     after refuses its port), or a stopped server recorded as verified."""
+
     def busy() -> ScriptError:
-        return failed(plan, "process", f"a start or stop held the state dir for {VERIFY_LOCK_WAIT_S:g}s as verify "
-                                       "went to record its verdict: the server it judged may be going", t0,
-                      fix="run verify again once that start or stop is done", state=judged)
+        return failed(
+            plan,
+            "process",
+            f"a start or stop held the state dir for {VERIFY_LOCK_WAIT_S:g}s as verify "
+            "went to record its verdict: the server it judged may be going",
+            t0,
+            fix="run verify again once that start or stop is done",
+            state=judged,
+        )
+
     with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_LOCK_WAIT_S):
         now = read_state(plan)
         if now is None or not same_run(now, judged):
-            raise failed(plan, "process", "the server was stopped or started again while verify ran: this verdict "
-                                          "is of a run state.json no longer records", t0,
-                         fix="run verify again: it judges the server the state dir records now", state=judged)
+            raise failed(
+                plan,
+                "process",
+                "the server was stopped or started again while verify ran: this verdict "
+                "is of a run state.json no longer records",
+                t0,
+                fix="run verify again: it judges the server the state dir records now",
+                state=judged,
+            )
         write_state(plan, new)
 
 
@@ -136,8 +161,10 @@ def ended_by_a_stop(plan: dict, judged: dict) -> bool:
     """The server verify watched went down because a stop (or a start) of this state dir took it down, not by
     itself: once whoever holds .lock is done, state.json records no run or another. A crash holds no lock,
     so it is told at once. Without this, a deliberate stop read as "exited before healthy: do not retry"."""
+
     def busy() -> ScriptError:
         return ScriptError("busy", "")
+
     try:
         with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_STOP_WAIT_S):
             now = read_state(plan)
@@ -153,10 +180,16 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
         elapsed = time.monotonic() - t0
         if alive(plan, state) is False:  # None (the runtime did not answer this poll): asked again on the next
             if ended_by_a_stop(plan, state):
-                raise failed(plan, "process", "the server was stopped (or started again) while verify waited: "
-                                              "state.json no longer records the run verify watched", t0,
-                             fix="if you stopped it, nothing is wrong; else run verify again: it judges the server "
-                                 "the state dir records now", state=state)
+                raise failed(
+                    plan,
+                    "process",
+                    "the server was stopped (or started again) while verify waited: "
+                    "state.json no longer records the run verify watched",
+                    t0,
+                    fix="if you stopped it, nothing is wrong; else run verify again: it judges the server "
+                    "the state dir records now",
+                    state=state,
+                )
             raise failed(plan, "process", "the server process exited before it became healthy", t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:
@@ -180,18 +213,28 @@ def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
     # what the server lists is its text: a server echoing the Authorization header gets it masked here too
     ids = [m if m == plan["served_model_name"] else redact(str(m), known_secrets(plan), 200) for m in ids]
     if status in (401, 403) and plan.get("api_key_env"):  # the server's key is not the one in this shell
-        raise failed(plan, "auth", f"/v1/models with the key in ${plan['api_key_env']} answered HTTP {status}: "
-                                   "the server was started with another key", t0,
-                     fix=f"set {plan['api_key_env']} to the key the server was started with, then run verify again "
-                         "(or stop it and start it with this key): the server itself may be fine")
+        raise failed(
+            plan,
+            "auth",
+            f"/v1/models with the key in ${plan['api_key_env']} answered HTTP {status}: "
+            "the server was started with another key",
+            t0,
+            fix=f"set {plan['api_key_env']} to the key the server was started with, then run verify again "
+            "(or stop it and start it with this key): the server itself may be fine",
+        )
     if plan["served_model_name"] not in ids:
-        raise failed(plan, "models", f"/v1/models does not list {plan['served_model_name']!r} "
-                                     f"(HTTP {status}, ids {ids})", t0)
+        raise failed(
+            plan, "models", f"/v1/models does not list {plan['served_model_name']!r} (HTTP {status}, ids {ids})", t0
+        )
     if plan.get("api_key_env"):  # a key was planned: a request without it must be refused
         status, _ = http("GET", base + "/v1/models", 30)
         if status != 401:
-            raise failed(plan, "auth", f"/v1/models without the API key answered HTTP {status}, not 401: "
-                                       "the server does not enforce its key", t0)
+            raise failed(
+                plan,
+                "auth",
+                f"/v1/models without the API key answered HTTP {status}, not 401: the server does not enforce its key",
+                t0,
+            )
     return ids
 
 
@@ -199,14 +242,18 @@ def smoke(plan: dict, base: str, headers: dict, smoke_timeout: float, t0: float)
     """One real request; an endpoint the plan could not know is settled here (chat first, then completions).
     -> (endpoint, path, the answer's text, seconds)."""
     tried = []
-    for endpoint in (("chat_completions", "completions") if plan["primary_endpoint"] == "unknown"
-                     else (plan["primary_endpoint"],)):
+    for endpoint in (
+        ("chat_completions", "completions") if plan["primary_endpoint"] == "unknown" else (plan["primary_endpoint"],)
+    ):
         path, body = smoke_request(endpoint, plan["served_model_name"])
         s0 = time.monotonic()
         status, text = http("POST", base + path, smoke_timeout, headers, body)
         smoke_s = round(time.monotonic() - s0, 2)
-        ok, detail = judge_smoke(status, text, endpoint, known_secrets(plan)) if status \
+        ok, detail = (
+            judge_smoke(status, text, endpoint, known_secrets(plan))
+            if status
             else (False, redact(text, known_secrets(plan)))
+        )
         tried.append(f"{path}: {detail}")
         if ok:
             if plan["primary_endpoint"] == "unknown":
@@ -225,10 +272,15 @@ def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) ->
         time.sleep(1)
         running = alive(plan, state)
     if running is None:
-        raise failed(plan, "process", f"{plan['runtime']} did not say whether the container runs (inspect failed "
-                                      f"{ALIVE_ASKS} times): verify passes only a server it saw running", t0,
-                     fix=f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine",
-                     state=state)
+        raise failed(
+            plan,
+            "process",
+            f"{plan['runtime']} did not say whether the container runs (inspect failed "
+            f"{ALIVE_ASKS} times): verify passes only a server it saw running",
+            t0,
+            fix=f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine",
+            state=state,
+        )
     if not running or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
 
@@ -245,19 +297,28 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         rewrite_state_of_run(plan, state, state, t0)
     base, headers = f"http://127.0.0.1:{plan['port']}", auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
-    errors.log(f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else ""))
+    errors.log(
+        f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else "")
+    )
     ids = listed_models(plan, base, headers, t0)
     endpoint, path, detail, smoke_s = smoke(plan, base, headers, smoke_timeout, t0)
     still_alive(plan, state, base, headers, t0)
     # handoff and bench read what verify settled and that it passed, on this run of the server
     rewrite_state_of_run(plan, state, {**state, "primary_endpoint": endpoint, "verified_at": time.time()}, t0)
     # a server may list thousands of ids (one listed 40,001): the served one and a few beside it say enough
-    shown = [plan["served_model_name"], *[m for m in ids if m != plan["served_model_name"]][:MODELS_SHOWN - 1]]
-    return {"ok": True, "phase": "done", "served_model_name": plan["served_model_name"], "models": shown,
-            "models_listed": len(ids),
-            "time_to_healthy_s": healthy_after, "healthy_at_first_poll": first_poll, "primary_endpoint": endpoint,
-            "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
-            "base_url": plan["base_url"]}
+    shown = [plan["served_model_name"], *[m for m in ids if m != plan["served_model_name"]][: MODELS_SHOWN - 1]]
+    return {
+        "ok": True,
+        "phase": "done",
+        "served_model_name": plan["served_model_name"],
+        "models": shown,
+        "models_listed": len(ids),
+        "time_to_healthy_s": healthy_after,
+        "healthy_at_first_poll": first_poll,
+        "primary_endpoint": endpoint,
+        "smoke": {"endpoint_path": path, "output": detail, "seconds": smoke_s},
+        "base_url": plan["base_url"],
+    }
 
 
 def verified_state(plan: dict) -> dict:
@@ -266,15 +327,18 @@ def verified_state(plan: dict) -> dict:
     state = own_state(plan, "handoff")
     fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
     if state is None:
-        raise ScriptError(f"no server from this plan is running ({no_state_said(plan)}: not started yet, or "
-                          "stopped)",
-                          "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify")
+        raise ScriptError(
+            f"no server from this plan is running ({no_state_said(plan)}: not started yet, or stopped)",
+            "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify",
+        )
     running = alive(plan, state)
     if running is None:
         raise runtime_silent(plan, "handoff", "nothing is handed off")
     if not running:
-        raise ScriptError("the server from this plan is not running (it exited)",
-                          "read its log (the plan's log_file), start it again (launch.py start), then verify")
+        raise ScriptError(
+            "the server from this plan is not running (it exited)",
+            "read its log (the plan's log_file), start it again (launch.py start), then verify",
+        )
     passed = state.get("verified_at")
     # verify writes a time: `true`, a negative number or one past this moment is not one it wrote
     if isinstance(passed, bool) or not isinstance(passed, (int, float)) or not 0 < passed <= time.time() + 60:
@@ -286,6 +350,8 @@ def verified_state(plan: dict) -> dict:
     status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
     if status != 200:
         said = f"HTTP {status}" if status else redact(text, known_secrets(plan), 200)
-        raise ScriptError(f"the server from this plan passed verify but is not healthy now (/health: {said})",
-                          "read its log (the plan's log_file); stop it, start it again, then verify")
+        raise ScriptError(
+            f"the server from this plan passed verify but is not healthy now (/health: {said})",
+            "read its log (the plan's log_file); stop it, start it again, then verify",
+        )
     return state

@@ -1,4 +1,5 @@
 """Sizing: does the model fit, which socket, which cores, how much KV cache, how to pin."""
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,14 @@ def roomiest(sockets: list[int], free_bytes: dict[int, int] | None, margin: floa
     return (best, True) if free_bytes[best] > free_bytes[first] * (1 + margin) else (first, False)
 
 
-def choose_socket(candidates: list[int], all_sockets: list[int], busy: dict[int, float] | None,
-                  threshold: float, forced: int | None,
-                  free_bytes: dict[int, int] | None = None) -> tuple[int, str, str | None]:
+def choose_socket(
+    candidates: list[int],
+    all_sockets: list[int],
+    busy: dict[int, float] | None,
+    threshold: float,
+    forced: int | None,
+    free_bytes: dict[int, int] | None = None,
+) -> tuple[int, str, str | None]:
     """Pick the socket to serve on -> (socket, reason, warning).
 
     A forced socket wins if it exists and this process may run there. Otherwise prefer a free
@@ -33,16 +39,22 @@ def choose_socket(candidates: list[int], all_sockets: list[int], busy: dict[int,
     load sample (sysroot, remote) the lowest usable socket is taken and the reason says why."""
     if forced is not None:
         if forced not in all_sockets:
-            raise ScriptError(f"--socket {forced} does not exist on this host",
-                              f"use one of the sockets: {', '.join(map(str, all_sockets))}",
-                              valid_sockets=all_sockets)
+            raise ScriptError(
+                f"--socket {forced} does not exist on this host",
+                f"use one of the sockets: {', '.join(map(str, all_sockets))}",
+                valid_sockets=all_sockets,
+            )
         if forced not in candidates:
-            raise ScriptError(f"--socket {forced} has no CPU this process may use (affinity/cgroup cpuset)",
-                              f"use one of: {', '.join(map(str, candidates))}", valid_sockets=candidates)
+            raise ScriptError(
+                f"--socket {forced} has no CPU this process may use (affinity/cgroup cpuset)",
+                f"use one of: {', '.join(map(str, candidates))}",
+                valid_sockets=candidates,
+            )
         return forced, "forced by --socket", None
     if not candidates:
-        raise ScriptError("no socket has a CPU this process may use",
-                          "check the process affinity and cgroup cpuset (taskset -p $$)")
+        raise ScriptError(
+            "no socket has a CPU this process may use", "check the process affinity and cgroup cpuset (taskset -p $$)"
+        )
     if busy is None:
         return candidates[0], "load unknown (no live sample); lowest usable socket", None
     if len(candidates) == 1:
@@ -55,9 +67,14 @@ def choose_socket(candidates: list[int], all_sockets: list[int], busy: dict[int,
             return pick, f"all sockets free (< {threshold:g}% busy); {how}", None
         return pick, f"socket {pick} free (< {threshold:g}% busy), others busy; {how}", None
     least = min(candidates, key=lambda s: (busy[s], s))
-    return least, "all sockets busy; least busy", (
-        f"every socket is at least {threshold:g}% busy (socket {least}: {busy[least]:.0f}%); "
-        "serving will compete with that load")
+    return (
+        least,
+        "all sockets busy; least busy",
+        (
+            f"every socket is at least {threshold:g}% busy (socket {least}: {busy[least]:.0f}%); "
+            "serving will compete with that load"
+        ),
+    )
 
 
 def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]]:
@@ -68,9 +85,11 @@ def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]
     if reserve < 0:
         raise ScriptError(f"--reserve-cores {reserve} is negative", "use --reserve-cores 0 or more")
     if reserve >= len(cores):
-        raise ScriptError(f"--reserve-cores {reserve} leaves no core to bind (the socket has {len(cores)} usable)",
-                          f"use --reserve-cores below {len(cores)}")
-    return (cores[:len(cores) - reserve], cores[len(cores) - reserve:]) if reserve else (cores, [])
+        raise ScriptError(
+            f"--reserve-cores {reserve} leaves no core to bind (the socket has {len(cores)} usable)",
+            f"use --reserve-cores below {len(cores)}",
+        )
+    return (cores[: len(cores) - reserve], cores[len(cores) - reserve :]) if reserve else (cores, [])
 
 
 def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: int) -> int:
@@ -81,13 +100,21 @@ def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: i
         return usable_total
     missing = [n for n in nodes if n not in node_mem]
     if missing:  # never the whole host's RAM for one socket: that over-grants a KV cache by the sockets' count
-        raise ScriptError(f"no sysfs meminfo for NUMA node(s) {missing} of the chosen socket",
-                          "check /sys/devices/system/node/node*/meminfo on the host (a sysroot must capture it)")
+        raise ScriptError(
+            f"no sysfs meminfo for NUMA node(s) {missing} of the chosen socket",
+            "check /sys/devices/system/node/node*/meminfo on the host (a sysroot must capture it)",
+        )
     return min(sum(node_mem[n] for n in nodes), usable_total)
 
 
-def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float | None,
-                  kv_needed_gb: float | None, headroom: float, default_fraction: float) -> dict:
+def size_kv_cache(
+    socket_ram_gb: float,
+    os_reserve_gb: float,
+    weight_gb: float | None,
+    kv_needed_gb: float | None,
+    headroom: float,
+    default_fraction: float,
+) -> dict:
     """The KV cache to grant, in whole GiB (VLLM_CPU_KVCACHE_SPACE is parsed as an int).
 
     With the model's need (estimate_memory.py): the need x headroom, capped by what the socket has
@@ -100,23 +127,28 @@ def size_kv_cache(socket_ram_gb: float, os_reserve_gb: float, weight_gb: float |
     warning = None
     if kv_needed_gb is not None:
         if left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb):
-            raise ScriptError(f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
-                              f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
-                              "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
-                              "model (or another socket with --socket)")
+            raise ScriptError(
+                f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
+                f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
+                "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
+                "model (or another socket with --socket)",
+            )
         need = max(1, math.ceil(kv_needed_gb * headroom))
         share = math.floor(left * default_fraction)
         kv = min(max(need, share), math.floor(left))
-        basis = (f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
-                 if share >= need else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom") + \
-            "; at least the need, at most what the socket has left"
+        basis = (
+            f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
+            if share >= need
+            else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom"
+        ) + "; at least the need, at most what the socket has left"
     else:
         kv = math.floor(left * default_fraction)
         basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
     if kv < 1:
         kv = 1
-        warning = (f"only {left:.1f} GiB left on the socket after weights and OS reserve; "
-                   "KV cache set to the 1 GiB minimum")
+        warning = (
+            f"only {left:.1f} GiB left on the socket after weights and OS reserve; KV cache set to the 1 GiB minimum"
+        )
     return {"kv_gb": int(kv), "basis": basis, "warning": warning}
 
 
@@ -126,8 +158,12 @@ def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict 
     if quota is None or len(bind) <= max(1, math.floor(quota)):
         return bind, None
     keep = max(1, math.floor(quota))
-    return bind[:keep], {"check": "cpu_quota", "message": f"the cgroup CPU quota allows {quota:g} CPUs: binding "
-                         f"{keep} of the socket's {len(bind)} physical cores", "fix": None}
+    return bind[:keep], {
+        "check": "cpu_quota",
+        "message": f"the cgroup CPU quota allows {quota:g} CPUs: binding "
+        f"{keep} of the socket's {len(bind)} physical cores",
+        "fix": None,
+    }
 
 
 def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: dict[str, bool]) -> dict:
@@ -146,8 +182,14 @@ def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: di
     else:
         prefix, tool = [], None
         note = "neither numactl nor taskset found: the host launch is unpinned (install numactl)"
-    return {"container_cpuset": " ".join(container), "container_cpuset_argv": container,
-            "host_pin_prefix": shlex.join(prefix), "host_pin_argv": prefix, "host_pin_tool": tool, "pin_note": note}
+    return {
+        "container_cpuset": " ".join(container),
+        "container_cpuset_argv": container,
+        "host_pin_prefix": shlex.join(prefix),
+        "host_pin_argv": prefix,
+        "host_pin_tool": tool,
+        "pin_note": note,
+    }
 
 
 def env_lines(plan: dict) -> str:
@@ -162,6 +204,7 @@ def env_lines(plan: dict) -> str:
 
 # ---------------------------------------------------------------- gathering (I/O)
 
+
 def busy_by_socket(per_cpu: list[float], online: list[int], topo: hostfacts.Topology, allowed: list[int]) -> dict:
     """Per-socket busy %, averaged over the CPUs we could bind there. psutil lists the online CPUs in
     id order, so entry i is the i-th online CPU id -- not CPU i when some CPUs are offline."""
@@ -175,43 +218,62 @@ def busy_by_socket(per_cpu: list[float], online: list[int], topo: hostfacts.Topo
 
 def sample_busy(topo: hostfacts.Topology, allowed: list[int], seconds: float) -> dict[int, float]:
     import psutil
+
     return busy_by_socket(psutil.cpu_percent(interval=seconds, percpu=True), topo.cpus, topo, allowed)
 
 
 # ---------------------------------------------------------------- the plan
 
+
 def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args) -> dict:
     topo, allowed = facts.topology, set(facts.allowed_cpus)
     mem_cfg = epyc["memory"]
-    truth = hostfacts.memory_truth(facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes,
-                                mem_cfg["sysfs_disagreement_tolerance"])
+    truth = hostfacts.memory_truth(
+        facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, mem_cfg["sysfs_disagreement_tolerance"]
+    )
     sockets = []
     for s in topo.sockets:
         usable = [c for c in topo.socket_cpus(s) if c in allowed]
         nodes = topo.socket_nodes(s)
         ram = socket_ram_bytes(nodes, topo.node_mem_bytes, truth["usable_bytes"])
-        sockets.append({"socket": s, "cpus": hostfacts.format_cpulist(topo.socket_cpus(s)),
-                        "allowed_cpus": hostfacts.format_cpulist(usable),
-                        "physical_cores": len(topo.physical_cores(usable)),
-                        "numa_nodes": nodes, "ram_gb": bundle.gb(ram),
-                        "busy_pct": busy.get(s) if busy else None})
+        sockets.append(
+            {
+                "socket": s,
+                "cpus": hostfacts.format_cpulist(topo.socket_cpus(s)),
+                "allowed_cpus": hostfacts.format_cpulist(usable),
+                "physical_cores": len(topo.physical_cores(usable)),
+                "numa_nodes": nodes,
+                "ram_gb": bundle.gb(ram),
+                "busy_pct": busy.get(s) if busy else None,
+            }
+        )
     by_id = {d["socket"]: d for d in sockets}
     candidates = [d["socket"] for d in sockets if d["allowed_cpus"]]
-    free_mem = {s: sum(topo.node_free_bytes.get(n, 0) for n in topo.socket_nodes(s)) for s in topo.sockets} \
-        if busy is not None and topo.node_free_bytes else None  # live only: a capture's free memory is stale
-    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket,
-                                            free_mem)
+    free_mem = (
+        {s: sum(topo.node_free_bytes.get(n, 0) for n in topo.socket_nodes(s)) for s in topo.sockets}
+        if busy is not None and topo.node_free_bytes
+        else None
+    )  # live only: a capture's free memory is stale
+    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket, free_mem)
     usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
     cores = topo.physical_cores(usable)
     bind, reserved = split_reserved(cores, args.reserve_cores)
     bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
     nodes = topo.socket_nodes(chosen)
     if not nodes:  # nothing to bind memory to: '--membind=' with no node, or 0 GiB of socket RAM
-        raise ScriptError(f"socket {chosen} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
-                          "re-capture sys/devices/system/node from the host (detect.py --capture)")
+        raise ScriptError(
+            f"socket {chosen} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
+            "re-capture sys/devices/system/node from the host (detect.py --capture)",
+        )
     ram_gb = by_id[chosen]["ram_gb"]
-    kv = size_kv_cache(ram_gb, args.os_reserve_gb, args.weight_gb, args.kv_needed_gb,
-                       mem_cfg["kv_headroom_factor"], mem_cfg["kv_default_fraction"])
+    kv = size_kv_cache(
+        ram_gb,
+        args.os_reserve_gb,
+        args.weight_gb,
+        args.kv_needed_gb,
+        mem_cfg["kv_headroom_factor"],
+        mem_cfg["kv_default_fraction"],
+    )
     tools = {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
     pins = pin_commands(bind, usable, nodes, tools)
     warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
@@ -220,14 +282,22 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     if kv["warning"]:
         warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
     if len(nodes) > 1:
-        warnings.append({"check": "nps", "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
-                         "is bound across them; one instance per node could add performance", "fix": None})
+        warnings.append(
+            {
+                "check": "nps",
+                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
+                "is bound across them; one instance per node could add performance",
+                "fix": None,
+            }
+        )
     notes = list(truth["notes"]) + hostfacts.merged_note(topo)
     if pins["pin_note"]:
         notes.append(pins["pin_note"])
     if len(usable) < len(topo.socket_cpus(chosen)):
-        notes.append(f"this process may use {hostfacts.format_cpulist(usable)} of socket {chosen}'s "
-                     f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound")
+        notes.append(
+            f"this process may use {hostfacts.format_cpulist(usable)} of socket {chosen}'s "
+            f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound"
+        )
     bind_s = hostfacts.format_cpulist(bind)
     return {
         "target": facts.target,
@@ -257,19 +327,36 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
         "env": {"VLLM_CPU_OMP_THREADS_BIND": bind_s, "VLLM_CPU_KVCACHE_SPACE": kv["kv_gb"]},
     }
 
+
 # ---------------------------------------------------------------- pure decisions
 
 
-def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, ram_gb: float,
-        os_reserve_gb: float, block: int, model_max: int | None, batched_tokens: int) -> dict:
+def fit(
+    weight_bytes: int,
+    layout: dict,
+    max_model_len: int,
+    num_prompts: int,
+    ram_gb: float,
+    os_reserve_gb: float,
+    block: int,
+    model_max: int | None,
+    batched_tokens: int,
+) -> dict:
     """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
     fits (a multiple of the block size), or say that no context fits."""
     kv = kv_bytes_for(layout, max_model_len, block, batched_tokens) * num_prompts
     required = weight_bytes + kv + os_reserve_gb * GIB
     ram = ram_gb * GIB
-    out = {"max_model_len": max_model_len, "num_prompts": num_prompts, "weight_gb": bundle.gb(weight_bytes),
-           "kv_needed_gb": bundle.gb(kv), "os_reserve_gb": os_reserve_gb, "required_gb": bundle.gb(required),
-           "ram_gb": ram_gb, "fits": required <= ram}
+    out = {
+        "max_model_len": max_model_len,
+        "num_prompts": num_prompts,
+        "weight_gb": bundle.gb(weight_bytes),
+        "kv_needed_gb": bundle.gb(kv),
+        "os_reserve_gb": os_reserve_gb,
+        "required_gb": bundle.gb(required),
+        "ram_gb": ram_gb,
+        "fits": required <= ram,
+    }
     if out["fits"]:
         return out
     budget = ram - weight_bytes - os_reserve_gb * GIB
@@ -283,9 +370,12 @@ def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, r
             hi = mid - 1
     if lo == 0:
         out["suggested_max_model_len"] = None
-        out["action"] = ("weights alone exceed RAM -- use a smaller model" if budget <= 0 else
-                         f"not even {block} tokens of KV fit at {num_prompts} concurrent prompts -- "
-                         "lower --num-prompts or use a smaller model")
+        out["action"] = (
+            "weights alone exceed RAM -- use a smaller model"
+            if budget <= 0
+            else f"not even {block} tokens of KV fit at {num_prompts} concurrent prompts -- "
+            "lower --num-prompts or use a smaller model"
+        )
     else:
         out["suggested_max_model_len"] = lo * block
         out["action"] = f"lower --max-model-len to {lo * block} (or lower --num-prompts), or use a smaller model"
@@ -293,6 +383,7 @@ def fit(weight_bytes: int, layout: dict, max_model_len: int, num_prompts: int, r
 
 
 # ---------------------------------------------------------------- main
+
 
 def weight_floor(cfg: dict) -> int:
     """The fewest bytes a checkpoint of this config can hold: its token embedding (vocab x hidden) at 4 bits,

@@ -1,4 +1,5 @@
 """Subprocesses: argv lists with a timeout and bounded output, never a shell."""
+
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from .errors import ScriptError, log
 from .jsonio import best_schema_error, parse_json_object
 
 # ---------------------------------------------------------------- subprocesses
+
 
 @dataclass
 class RunResult:
@@ -40,9 +42,17 @@ def find_program(name: str, env: dict | None = None) -> str | None:
     return None
 
 
-def run(argv: Sequence[str], timeout: float, env: dict | None = None,
-        stdin: str | None = None, progress: str | None = None, progress_every: float = 15.0,
-        stderr_through: bool = False, limit: int | None = None, engine_query: bool = False) -> RunResult:
+def run(
+    argv: Sequence[str],
+    timeout: float,
+    env: dict | None = None,
+    stdin: str | None = None,
+    progress: str | None = None,
+    progress_every: float = 15.0,
+    stderr_through: bool = False,
+    limit: int | None = None,
+    engine_query: bool = False,
+) -> RunResult:
     """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
 
     ``progress`` names what a long command does: every ``progress_every`` seconds a line with the
@@ -59,10 +69,17 @@ def run(argv: Sequence[str], timeout: float, env: dict | None = None,
     try:
         # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
         # kept our pipe open would otherwise make the read after the kill wait forever
-        proc = subprocess.Popen(argv, executable=program, stdout=subprocess.PIPE, stderr=None if stderr_through else subprocess.PIPE,
-                                text=limit is None, errors="replace" if limit is None else None, env=env,
-                                start_new_session=True,
-                                stdin=subprocess.PIPE if stdin is not None and limit is None else subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv,
+            executable=program,
+            stdout=subprocess.PIPE,
+            stderr=None if stderr_through else subprocess.PIPE,
+            text=limit is None,
+            errors="replace" if limit is None else None,
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.PIPE if stdin is not None and limit is None else subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
     except OSError as exc:
@@ -107,8 +124,11 @@ def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit:
                 over.set()
                 return
 
-    readers = [threading.Thread(target=drain, args=(n, s), daemon=True)
-               for n, s in (("out", proc.stdout), ("err", proc.stderr)) if s is not None]
+    readers = [
+        threading.Thread(target=drain, args=(n, s), daemon=True)
+        for n, s in (("out", proc.stdout), ("err", proc.stderr))
+        if s is not None
+    ]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + timeout
@@ -151,8 +171,9 @@ def kill_group(proc: subprocess.Popen) -> None:
 PROBE_OUTPUT_LIMIT = 16 << 20
 
 
-def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
-              shape: dict | None = None) -> tuple[dict | None, str]:
+def run_probe(
+    prefix: Sequence[str], code: str, marker: str, timeout: float, shape: dict | None = None
+) -> tuple[dict | None, str]:
     """Run `python -c code` through prefix ([python] or a container runtime's run ... python3 IMAGE) and
     read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none). The
     interpreter is the user's (any absolute path): what it prints is checked against `shape`, a JSON
@@ -166,7 +187,7 @@ def run_probe(prefix: Sequence[str], code: str, marker: str, timeout: float,
         tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]
         return None, tail[0] if tail else "no output"
     try:
-        doc = parse_json_object(line[len(marker):], "probe output", "")
+        doc = parse_json_object(line[len(marker) :], "probe output", "")
     except ScriptError as exc:
         return None, f"malformed probe output ({exc.error[:120]}): {line[:200]}"
     error = best_schema_error(shape, doc) if shape else None
@@ -184,11 +205,15 @@ def run_env(argv: list[str], env: dict | None) -> dict | None:
     names no engine in a plan: it always runs on this machine's, never where a CONTAINER_HOST or
     CONTAINER_CONNECTION (podman's remote client) of this shell or a later one points."""
     if argv[:1] == ["podman"]:
-        return {k: v for k, v in (os.environ if env is None else env).items()
-                if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")}
+        return {
+            k: v
+            for k, v in (os.environ if env is None else env).items()
+            if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")
+        }
     docker_at = 2 if argv[:3] == ["sudo", "-n", "docker"] else 0  # sudo may keep DOCKER_HOST (env_keep)
-    if argv[docker_at:docker_at + 1] != ["docker"] or (len(argv) > docker_at + 1
-                                                       and argv[docker_at + 1].startswith("--host=")):
+    if argv[docker_at : docker_at + 1] != ["docker"] or (
+        len(argv) > docker_at + 1 and argv[docker_at + 1].startswith("--host=")
+    ):
         return env
     plain = {k: v for k, v in (os.environ if env is None else env).items() if k != "DOCKER_HOST"}
     plain["DOCKER_CONTEXT"] = "default"

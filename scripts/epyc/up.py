@@ -1,4 +1,5 @@
 """launch.py up: plan, confirm, start, verify and hand off in one command."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,17 +34,20 @@ from .serve_verify import verify
 
 # ---------------------------------------------------------------- up: the whole chain
 
+
 def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bool = False) -> dict:
     """Run one of the bundle's scripts (its progress lines pass through to stderr), keep its JSON in the
     run folder, and stop on failure unless the caller wants to look at a failed verdict itself."""
     errors.log(f"up: {phase}")
-    res = subproc.run([sys.executable, str(bundle.SCRIPTS / script), *args], timeout=3600,
-                     stderr_through=True)
+    res = subproc.run([sys.executable, str(bundle.SCRIPTS / script), *args], timeout=3600, stderr_through=True)
     try:
         doc = json.loads(res.stdout)
     except json.JSONDecodeError:
-        raise ScriptError(f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})",
-                          NO_RETRY_FIX, phase=phase)
+        raise ScriptError(
+            f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})",
+            NO_RETRY_FIX,
+            phase=phase,
+        )
     write_own_file(run_dir / f"{phase}.json", json.dumps(doc, indent=2) + "\n")  # never through a planted link
     if res.returncode != 0 and not allow_fail:
         raise phase_failed(phase, doc)
@@ -52,8 +56,13 @@ def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bo
 
 def phase_failed(phase: str, doc: dict) -> ScriptError:
     errors = doc.get("errors") or []
-    msg = (doc.get("error") or "; ".join(e["message"] for e in errors) or doc.get("message")
-           or (doc.get("fit") or {}).get("action") or "failed")
+    msg = (
+        doc.get("error")
+        or "; ".join(e["message"] for e in errors)
+        or doc.get("message")
+        or (doc.get("fit") or {}).get("action")
+        or "failed"
+    )
     fix = doc.get("fix") or next((e["fix"] for e in errors if e.get("fix")), None) or NO_RETRY_FIX
     return ScriptError(f"FAILED in phase {phase}: {msg}", fix, phase=phase, result=doc)
 
@@ -83,17 +92,21 @@ def only_runtime_missing(val: dict) -> bool:
     return bool(errors) and all(e["check"] == "runtime" for e in errors)
 
 
-BUILD_ON_YES = ("if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and stops "
-                "before it launches anything")
+BUILD_ON_YES = (
+    "if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and stops "
+    "before it launches anything"
+)
 
 
 def setup_question(epyc: dict, stock: bool) -> str:
     hs = epyc["host_stack"]
     pins = hs["stock"]["pip"] if stock else hs["pip"]
     pass  # REMOVED-IMPORT
-    return (f"No container runtime and no host stack. Build the host venv now?\n"
-            f"  what:  pip install {' '.join(pins)} into {hoststack.default_venv(hs, stock)}\n"
-            f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)")
+    return (
+        f"No container runtime and no host stack. Build the host venv now?\n"
+        f"  what:  pip install {' '.join(pins)} into {hoststack.default_venv(hs, stock)}\n"
+        f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)"
+    )
 
 
 def dangling(link: Path) -> bool:
@@ -114,16 +127,21 @@ def state_dir_arg(spec: str) -> str:
     path = jsonio.user_path(spec, "--state-dir")
     there, _ = jsonio.nearest_existing(Path(os.path.abspath(path)))
     if there.is_symlink() and dangling(there):  # start would make the link's target, wherever it points
-        raise ScriptError(f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
-                          f"{os.readlink(there)[:200]!r})", "pass a folder path that is not through a dangling link")
+        raise ScriptError(
+            f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
+            f"{os.readlink(there)[:200]!r})",
+            "pass a folder path that is not through a dangling link",
+        )
     try:
         path = jsonio.real_path(path)
     except OSError as exc:  # a name too long, a loop of links
         raise ScriptError(f"--state-dir {spec[:200]!r}: {exc.strerror or exc}", "pass a usable folder path")
     problem = serve_state.state_dir_problem(path)
     if problem:
-        raise ScriptError(f"--state-dir {spec[:200]} {problem}: start writes its log and state there and stop "
-                          "removes them", "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME")
+        raise ScriptError(
+            f"--state-dir {spec[:200]} {problem}: start writes its log and state there and stop removes them",
+            "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME",
+        )
     return str(path)
 
 
@@ -132,28 +150,39 @@ def check_default_state_dir(plan: dict) -> None:
     same rule as one that was: new, or holding only this bundle's files."""
     problem = serve_state.state_dir_problem(Path(plan["state_dir"]))
     if problem:
-        raise ScriptError(f"the state dir {plan['state_dir']} {problem}: start writes its log and state there "
-                          "and stop removes them", "pass --state-dir with a new or empty folder, or clear that one")
+        raise ScriptError(
+            f"the state dir {plan['state_dir']} {problem}: start writes its log and state there and stop removes them",
+            "pass --state-dir with a new or empty folder, or clear that one",
+        )
 
 
 def refuse_before_up(a, model: str) -> None:
     """What plan would refuse after five scripts ran (minutes, a Hub download) is refused first."""
     if model.startswith("-"):  # passed on to check_model it read as an option ("expected one argument")
-        raise ScriptError(f"--model {model[:100]!r} starts with '-': not a model name or folder",
-                          "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)")
+        raise ScriptError(
+            f"--model {model[:100]!r} starts with '-': not a model name or folder",
+            "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)",
+        )
     if a.expose and not a.api_key_env:
-        raise ScriptError("--expose serves on all interfaces: an API key is required",
-                          "export a key in an env var and pass --api-key-env NAME")
+        raise ScriptError(
+            "--expose serves on all interfaces: an API key is required",
+            "export a key in an env var and pass --api-key-env NAME",
+        )
     # a folder is served by its name: one that is not a plain name needs --served-model-name (plan would say so
     # after five scripts ran)
     local = os.path.isdir(model)
     served = a.served_model_name or served_model_name(model, os.path.realpath(model) if local else None)
     if not is_served_name(served):
-        raise ScriptError(f"the model would be served as {served[:100]!r}, not a plain name (letters, digits and "
-                          "._:@+/-, not starting with '-', at most 200)", "pass --served-model-name NAME")
+        raise ScriptError(
+            f"the model would be served as {served[:100]!r}, not a plain name (letters, digits and "
+            "._:@+/-, not starting with '-', at most 200)",
+            "pass --served-model-name NAME",
+        )
     if a.api_key_env and not os.environ.get(a.api_key_env):
-        raise ScriptError(f"--api-key-env {a.api_key_env}: that variable is not set in this shell",
-                          f"export {a.api_key_env}=<your key> first (its value is never printed)")
+        raise ScriptError(
+            f"--api-key-env {a.api_key_env}: that variable is not set in this shell",
+            f"export {a.api_key_env}=<your key> first (its value is never printed)",
+        )
 
 
 def refuse_a_busy_run_dir(run_dir: Path) -> None:
@@ -164,8 +193,10 @@ def refuse_a_busy_run_dir(run_dir: Path) -> None:
     running = serve_procs.state_server(held) if held else None
     if running:
         stop_cmd = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(run_dir / "plan.json")])
-        raise ScriptError(f"{run_dir} holds a running server ({running}): up would write its plan over the one "
-                          "that stops it", f"{stop_cmd} first, or run up with another --state-dir")
+        raise ScriptError(
+            f"{run_dir} holds a running server ({running}): up would write its plan over the one that stops it",
+            f"{stop_cmd} first, or run up with another --state-dir",
+        )
 
 
 UP_STOPPED = "up stopped the server it had started"
@@ -180,9 +211,11 @@ def stop_for_up(plan: dict, plan_file: Path) -> tuple[dict, str]:
             return stop(plan), UP_STOPPED
         except ScriptError as err:
             again = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(plan_file)])
-            return ({"stopped": False, "refused": err.error, "fix": f"{err.fix}; then {again}"},
-                    f"up could NOT stop the server it had started ({err.error}); it may be running: {err.fix}, "
-                    f"then {again}")
+            return (
+                {"stopped": False, "refused": err.error, "fix": f"{err.fix}; then {again}"},
+                f"up could NOT stop the server it had started ({err.error}); it may be running: {err.fix}, "
+                f"then {again}",
+            )
 
 
 def up_fix(fix: str, stopped: dict) -> str:
@@ -201,8 +234,13 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
     except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
         pass
     stopped, said = stop_for_up(plan, plan_file)  # by the recorded container or group, whether or not it got going
-    raise ScriptError(f"interrupted during start: {said}", up_fix("run up again", stopped), phase="start",
-                      plan_file=str(plan_file), stopped=stopped)
+    raise ScriptError(
+        f"interrupted during start: {said}",
+        up_fix("run up again", stopped),
+        phase="start",
+        plan_file=str(plan_file),
+        stopped=stopped,
+    )
 
 
 def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
@@ -218,8 +256,13 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         raise
     except KeyboardInterrupt:  # the second signal of `timeout` or a double Ctrl-C waits in stop_for_up
         stopped, said = stop_for_up(plan, plan_file)
-        raise ScriptError(f"interrupted during verify: {said}", up_fix("run up again", stopped), phase="verify",
-                          plan_file=str(plan_file), stopped=stopped)
+        raise ScriptError(
+            f"interrupted during verify: {said}",
+            up_fix("run up again", stopped),
+            phase="verify",
+            plan_file=str(plan_file),
+            stopped=stopped,
+        )
     except Exception as exc:  # a full disk as verify records its verdict: nothing unverified is left running
         raise stopped_after(exc, "verify", plan_file, *stop_for_up(plan, plan_file)) from None
 
@@ -227,10 +270,14 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
 def stopped_after(exc: Exception, phase: str, plan_file: Path, stopped: dict, said: str) -> ScriptError:
     """What up says when a step failed on something other than its own verdict (the machine refused a
     write): the failure in words a user acts on, and whether up stopped the server it had started."""
-    err = errors.os_error(exc, f"{phase} could not go on") if isinstance(exc, OSError) else \
-        ScriptError(f"{phase} could not go on ({type(exc).__name__}: {exc})", "run up again")
-    return ScriptError(f"{err.error}: {said}", up_fix(err.fix, stopped), phase=phase, plan_file=str(plan_file),
-                       stopped=stopped)
+    err = (
+        errors.os_error(exc, f"{phase} could not go on")
+        if isinstance(exc, OSError)
+        else ScriptError(f"{phase} could not go on ({type(exc).__name__}: {exc})", "run up again")
+    )
+    return ScriptError(
+        f"{err.error}: {said}", up_fix(err.fix, stopped), phase=phase, plan_file=str(plan_file), stopped=stopped
+    )
 
 
 def host_path_args(python: str | None) -> list[str]:
@@ -248,6 +295,7 @@ def holding_the_run_dir(run_dir: Path):
     file that no longer exists (start refuses while another process holds it: serve_life.up_in_progress).
     (start's own .lock covers only the start itself.)"""
     import fcntl
+
     if serve_state.start_in_progress({"state_dir": str(run_dir)}):
         raise ScriptError(f"a start for {run_dir} is in progress", "wait for it, or run up with another --state-dir")
     fd = serve_state.open_own_file(run_dir / ".up.lock", os.O_WRONLY | os.O_CREAT, phase="up")
@@ -255,8 +303,9 @@ def holding_the_run_dir(run_dir: Path):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise ScriptError(f"another up is running in {run_dir}", "wait for it to finish, or run up with "
-                              "another --state-dir") from None
+            raise ScriptError(
+                f"another up is running in {run_dir}", "wait for it to finish, or run up with another --state-dir"
+            ) from None
         # start's own lock file, checked now: a link, pipe or folder there is refused before five steps run
         os.close(serve_state.open_own_file(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, phase="up"))
         held = {str(run_dir), str(jsonio.real_path(run_dir))}  # the plan names the folder by its real path
@@ -285,8 +334,20 @@ def what_runs(plan: dict) -> dict:
     return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"], "secrets": plan["secrets"]}
 
 
-UP_REQUEST_FLAGS = ("model", "port", "served_model_name", "max_model_len", "num_prompts", "python", "stock", "dtype",
-                    "expose", "api_key_env", "throughput_flags", "kernel_log")
+UP_REQUEST_FLAGS = (
+    "model",
+    "port",
+    "served_model_name",
+    "max_model_len",
+    "num_prompts",
+    "python",
+    "stock",
+    "dtype",
+    "expose",
+    "api_key_env",
+    "throughput_flags",
+    "kernel_log",
+)
 
 
 def up_request(a, model: str) -> dict:
@@ -309,8 +370,10 @@ def showing_differs(before: dict | None, now: dict, request: dict) -> str | None
     asked = before.get("request")
     flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)] if isinstance(asked, dict) else []
     if flags:  # an older showing (another model, other flags)
-        return (f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
-                f"differ), not this one")
+        return (
+            f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
+            f"differ), not this one"
+        )
     return f"the plan changed since up showed it ({', '.join(changed)})"
 
 
@@ -337,9 +400,13 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) ->
     if said is None:
         return
     write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
-    raise ScriptError(f"not launched: {said}; it now runs: {masking.clip(plan['command'], 600)}",
-                      "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
-                      phase="confirm", plan_file=str(shown.with_name("plan.json")), started=False)
+    raise ScriptError(
+        f"not launched: {said}; it now runs: {masking.clip(plan['command'], 600)}",
+        "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
+        phase="confirm",
+        plan_file=str(shown.with_name("plan.json")),
+        started=False,
+    )
 
 
 def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
@@ -348,8 +415,13 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
     det = step("detect.py", [], "detect", run_dir)
     route = cpuid.route_host(det, epyc["supported_generations"], stock=a.stock)
     if route["route"] in ("stop", "stock_offer"):
-        raise ScriptError(f"FAILED in phase detect: {route['reason']}", route["fix"], phase="detect",
-                          route=route["route"], started=False)
+        raise ScriptError(
+            f"FAILED in phase detect: {route['reason']}",
+            route["fix"],
+            phase="detect",
+            route=route["route"],
+            started=False,
+        )
     vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
     val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
     if not val.get("ready") and only_runtime_missing(val) and not a.python:
@@ -360,34 +432,75 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
             write_own_file(shown, json.dumps({"request": up_request(a, model), "question": question}) + "\n")
         if held:
             errors.log(question)
-            raise ScriptError("not built: what up showed last was not this question (a plan to launch, or a "
-                              "file it cannot read), and there is no runtime now: up asks to build the host stack "
-                              "(the question is on stderr)", BUILD_ON_YES, phase="validate", started=False)
-        unanswered = ScriptError("confirmation needed and there is no terminal: up asks to build the host stack "
-                                 "(the question is on stderr)", BUILD_ON_YES, phase="validate", started=False)
+            raise ScriptError(
+                "not built: what up showed last was not this question (a plan to launch, or a "
+                "file it cannot read), and there is no runtime now: up asks to build the host stack "
+                "(the question is on stderr)",
+                BUILD_ON_YES,
+                phase="validate",
+                started=False,
+            )
+        unanswered = ScriptError(
+            "confirmation needed and there is no terminal: up asks to build the host stack (the question is on stderr)",
+            BUILD_ON_YES,
+            phase="validate",
+            started=False,
+        )
         if not (a.yes or ask(question, unanswered)):
-            raise ScriptError("FAILED in phase validate: no runtime, and building the host stack was declined",
-                              "build it (python3 scripts/setup_host_stack.py" + (" --stock" if a.stock else "")
-                              + ") or make docker usable, then run up again", phase="validate")
+            raise ScriptError(
+                "FAILED in phase validate: no runtime, and building the host stack was declined",
+                "build it (python3 scripts/setup_host_stack.py"
+                + (" --stock" if a.stock else "")
+                + ") or make docker usable, then run up again",
+                phase="validate",
+            )
         setup = step("setup_host_stack.py", ["--stock"] if a.stock else [], "setup_host_stack", run_dir)
         val = step("validate.py", vargs + host_path_args(setup["python"]), "validate", run_dir, allow_fail=True)
     if not val.get("ready"):
         raise phase_failed("validate", val)
     vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
     cargs = ["--model", model, "--vllm-version", vllm_version]
-    cargs += ["--python", val["python"]] if val.get("python") else (["--image", val["image"], "--runtime",
-                                                                   val["runtime"]] if val.get("image") else [])
+    cargs += (
+        ["--python", val["python"]]
+        if val.get("python")
+        else (["--image", val["image"], "--runtime", val["runtime"]] if val.get("image") else [])
+    )
     chk = step("check_model.py", cargs, "check_model", run_dir)
     max_len = str(a.max_model_len or epyc["serve"]["default_max_model_len"])
-    est = step("estimate_memory.py", ["--model", model, "--ram-gb", str(det["ram_gb"]), "--max-model-len",
-                                      max_len, "--num-prompts", str(a.num_prompts)]
-               + (["--dtype", a.dtype] if a.dtype else []), "estimate_memory", run_dir)  # sized as it is served
-    tune = step("cpu_tune.py", ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb",
-                                str(est["fit"]["kv_needed_gb"])], "cpu_tune", run_dir)
-    opts = {"model": model, "port": a.port, "max_model_len": est["fit"]["max_model_len"], "expose": a.expose,
-            "served_model_name": a.served_model_name,
-            "api_key_env": a.api_key_env, "throughput_flags": a.throughput_flags, "kernel_log": a.kernel_log,
-            "dtype": a.dtype, "state_dir": str(jsonio.real_path(run_dir))}
+    est = step(
+        "estimate_memory.py",
+        [
+            "--model",
+            model,
+            "--ram-gb",
+            str(det["ram_gb"]),
+            "--max-model-len",
+            max_len,
+            "--num-prompts",
+            str(a.num_prompts),
+        ]
+        + (["--dtype", a.dtype] if a.dtype else []),
+        "estimate_memory",
+        run_dir,
+    )  # sized as it is served
+    tune = step(
+        "cpu_tune.py",
+        ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb", str(est["fit"]["kv_needed_gb"])],
+        "cpu_tune",
+        run_dir,
+    )
+    opts = {
+        "model": model,
+        "port": a.port,
+        "max_model_len": est["fit"]["max_model_len"],
+        "expose": a.expose,
+        "served_model_name": a.served_model_name,
+        "api_key_env": a.api_key_env,
+        "throughput_flags": a.throughput_flags,
+        "kernel_log": a.kernel_log,
+        "dtype": a.dtype,
+        "state_dir": str(jsonio.real_path(run_dir)),
+    }
     inputs = {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
     plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
@@ -398,14 +511,23 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
         refuse_a_plan_changed_since_shown(plan, shown, up_request(a, model))
     else:  # shown: a --yes of the same request later runs only it
         write_own_file(shown, json.dumps({"request": up_request(a, model), **what_runs(plan)}, indent=2) + "\n")
-    unanswered = ScriptError("confirmation needed and there is no terminal: up showed its plan (the summary on "
-                             f"stderr; {plan_file}) and launched nothing",
-                             "read the plan with the user and run up again with --yes to launch it: it launches only "
-                             "what was shown, else it shows the new plan and stops again",
-                             phase="confirm", plan_file=str(plan_file), started=False)
+    unanswered = ScriptError(
+        "confirmation needed and there is no terminal: up showed its plan (the summary on "
+        f"stderr; {plan_file}) and launched nothing",
+        "read the plan with the user and run up again with --yes to launch it: it launches only "
+        "what was shown, else it shows the new plan and stops again",
+        phase="confirm",
+        plan_file=str(plan_file),
+        started=False,
+    )
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered, shown=True):
-        raise ScriptError("not launched: the plan was declined", f"change what you want and run up again; the plan "
-                          f"is in {plan_file}", phase="confirm", plan_file=str(plan_file), started=False)
+        raise ScriptError(
+            "not launched: the plan was declined",
+            f"change what you want and run up again; the plan is in {plan_file}",
+            phase="confirm",
+            plan_file=str(plan_file),
+            started=False,
+        )
     result = serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
     # used up only by a serve that went through: after a failed start (its port taken meanwhile) the next
     # --yes is still held to what was shown, and launches only that
@@ -422,14 +544,26 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         phase = "verify"
         result = verify_or_stop(plan, plan_file, timeout, smoke_timeout)
         phase = "handoff"
-        return {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started,
-                "verify": result, "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
-                "stop_command": shlex.join([sys.executable, str(bundle.SCRIPTS / "launch.py"), "stop", "--plan",
-                                            str(plan_file)])}
+        return {
+            "ok": True,
+            "phase": "done",
+            "plan_file": str(plan_file),
+            "started": started,
+            "verify": result,
+            "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
+            "stop_command": shlex.join(
+                [sys.executable, str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(plan_file)]
+            ),
+        }
     except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
         stopped, said = stop_for_up(plan, plan_file)  # up ends with a handoff or with nothing left running
-        raise ScriptError(f"interrupted after start: {said}", up_fix("run up again", stopped), phase="verify",
-                          plan_file=str(plan_file), stopped=stopped)
+        raise ScriptError(
+            f"interrupted after start: {said}",
+            up_fix("run up again", stopped),
+            phase="verify",
+            plan_file=str(plan_file),
+            stopped=stopped,
+        )
     except ScriptError:  # each step's own: it stopped the server already, or nothing was started
         raise
     except Exception as exc:  # the handoff after a passed verify, say: the same rule

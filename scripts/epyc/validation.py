@@ -1,4 +1,5 @@
 """Is this host ready to serve: a runtime, a capable CPU, a compatible stack, a cache, a port."""
+
 from __future__ import annotations
 
 import argparse
@@ -39,25 +40,56 @@ def cpu_gate(cpu: dict, supported: list[str], stock: bool) -> list[dict]:
     who = f"{cpu.get('cpu_model') or 'unknown CPU'} ({cpuid.vendor_name(cpu.get('vendor'))})"
     generation = cpu.get("epyc_generation")
     if stock:
-        what = ("not an AMD EPYC, zentorch does not apply" if not cpu.get("is_amd_epyc") else
-                "no zentorch acceleration (slower); verified on EPYC 7763 (Milan) with bfloat16")
-        return [issue("cpu", "confirmation", f"stock vLLM CPU path on {who}: {what}",
-                      "get the user's explicit OK before launching")]
+        what = (
+            "not an AMD EPYC, zentorch does not apply"
+            if not cpu.get("is_amd_epyc")
+            else "no zentorch acceleration (slower); verified on EPYC 7763 (Milan) with bfloat16"
+        )
+        return [
+            issue(
+                "cpu",
+                "confirmation",
+                f"stock vLLM CPU path on {who}: {what}",
+                "get the user's explicit OK before launching",
+            )
+        ]
     if not cpu.get("is_amd_epyc"):
-        return [issue("cpu", "error", f"not an AMD EPYC: {who}; zentorch runs only on AMD EPYC",
-                      "stop: this skill serves on AMD EPYC. Only on a human's explicit request, re-run "
-                      "validate.py with --stock for unaccelerated stock vLLM")]
+        return [
+            issue(
+                "cpu",
+                "error",
+                f"not an AMD EPYC: {who}; zentorch runs only on AMD EPYC",
+                "stop: this skill serves on AMD EPYC. Only on a human's explicit request, re-run "
+                "validate.py with --stock for unaccelerated stock vLLM",
+            )
+        ]
     if not cpu.get("avx512"):
-        return [issue("cpu", "error", f"no AVX-512 on {who} ({generation or 'unknown generation'}): "
-                      "zentorch cannot run", "offer the stock vLLM CPU path; on the user's explicit OK "
-                      "re-run validate.py with --stock")]
+        return [
+            issue(
+                "cpu",
+                "error",
+                f"no AVX-512 on {who} ({generation or 'unknown generation'}): zentorch cannot run",
+                "offer the stock vLLM CPU path; on the user's explicit OK re-run validate.py with --stock",
+            )
+        ]
     if not cpu.get("avx512_bf16"):
-        return [issue("cpu", "error", f"AVX-512 without AVX512_BF16 on {who}: zentorch's bf16 path cannot run",
-                      "offer the stock vLLM CPU path; on the user's OK re-run with --stock")]
+        return [
+            issue(
+                "cpu",
+                "error",
+                f"AVX-512 without AVX512_BF16 on {who}: zentorch's bf16 path cannot run",
+                "offer the stock vLLM CPU path; on the user's OK re-run with --stock",
+            )
+        ]
     if generation not in supported:
-        return [issue("cpu", "confirmation", f"zentorch is not validated on {generation or 'this generation'} "
-                      f"(validated: {', '.join(supported)})",
-                      "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path")]
+        return [
+            issue(
+                "cpu",
+                "confirmation",
+                f"zentorch is not validated on {generation or 'this generation'} (validated: {', '.join(supported)})",
+                "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path",
+            )
+        ]
     return []
 
 
@@ -73,8 +105,9 @@ def cpu_facts(detected: dict, generation: str | None, avx512: bool | None) -> di
     return out
 
 
-def stack_compatibility(stack: dict, generation: str | None, pinned_vllm: str, stock: bool,
-                        vendor: str | None = "AuthenticAMD") -> dict:
+def stack_compatibility(
+    stack: dict, generation: str | None, pinned_vllm: str, stock: bool, vendor: str | None = "AuthenticAMD"
+) -> dict:
     """proceed | blocked | confirmation_required, from what the serving runtime reports.
 
     What runs must be what was asked for: the zentorch path needs vLLM to select ZenCpuPlatform
@@ -85,21 +118,36 @@ def stack_compatibility(stack: dict, generation: str | None, pinned_vllm: str, s
     version = architectures.normalize_version(stack.get("vllm"))
     if stock:
         if short == "ZenCpuPlatform":
-            return {"status": "blocked", "message": "the stock path was asked for, but this runtime activates "
-                    "zentorch (ZenCpuPlatform): use a stock vLLM runtime (setup_host_stack.py --stock)"}
-        return {"status": "proceed", "message": f"stock vLLM CPU path (vLLM {version or 'from the image'}, "
-                f"{short or 'platform not probed'}, no zentorch), on the user's OK"}
+            return {
+                "status": "blocked",
+                "message": "the stock path was asked for, but this runtime activates "
+                "zentorch (ZenCpuPlatform): use a stock vLLM runtime (setup_host_stack.py --stock)",
+            }
+        return {
+            "status": "proceed",
+            "message": f"stock vLLM CPU path (vLLM {version or 'from the image'}, "
+            f"{short or 'platform not probed'}, no zentorch), on the user's OK",
+        }
     if platform and short != "ZenCpuPlatform":
-        why = (f"zentorch is inactive because this CPU is {cpuid.vendor_name(vendor)} (vLLM activates "
-               "ZenCpuPlatform only on AMD CPUs)" if vendor != "AuthenticAMD" else
-               "zentorch acceleration is not active in this runtime")
+        why = (
+            f"zentorch is inactive because this CPU is {cpuid.vendor_name(vendor)} (vLLM activates "
+            "ZenCpuPlatform only on AMD CPUs)"
+            if vendor != "AuthenticAMD"
+            else "zentorch acceleration is not active in this runtime"
+        )
         return {"status": "blocked", "message": f"vLLM selected {short}, not ZenCpuPlatform: {why}"}
     if generation == "Venice" and version and version != pinned_vllm:
-        return {"status": "confirmation_required", "message": f"Venice is validated on vLLM {pinned_vllm}; this "
-                f"runtime has {version}. Recommend the pinned image; go on only with the user's explicit OK"}
+        return {
+            "status": "confirmation_required",
+            "message": f"Venice is validated on vLLM {pinned_vllm}; this "
+            f"runtime has {version}. Recommend the pinned image; go on only with the user's explicit OK",
+        }
     if not platform:
-        return {"status": "proceed", "message": f"stack read from the image tag (vLLM {version}); pull the image "
-                "and re-run validate.py to probe it"}
+        return {
+            "status": "proceed",
+            "message": f"stack read from the image tag (vLLM {version}); pull the image "
+            "and re-run validate.py to probe it",
+        }
     return {"status": "proceed", "message": f"vLLM {version} on ZenCpuPlatform"}
 
 
@@ -132,6 +180,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 # ---------------------------------------------------------------- main
 
+
 def default_python(epyc: dict, stock: bool) -> str:
     """The setup_host_stack.py venv of the chosen backend when it exists, else this interpreter."""
     venv_py = hoststack.default_venv(epyc["host_stack"], stock) / "bin" / "python"
@@ -142,8 +191,7 @@ def probe_image(runtime: str, image: str, engine: str | None = None) -> dict:
     """Is the image local, and what stack does it hold (a python3 -c run inside it, no network)."""
     if not image_is_local(runtime, image, engine):
         return {"local": False, "found": None}
-    return {"local": True,
-            "found": hoststack.probe_stack(architectures.probe_argv(None, image, runtime, engine)[0])}
+    return {"local": True, "found": hoststack.probe_stack(architectures.probe_argv(None, image, runtime, engine)[0])}
 
 
 def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[dict, list[dict]]:
@@ -152,24 +200,52 @@ def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[di
     found = probe["found"]
     if not probe["local"] and not pinned:
         stack = {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": f"absent:{image}"}
-        return stack, [issue("image", "error", f"{image} is not a local image, so its stack cannot be read "
-                             "(only the pinned images' tags are trusted)",
-                             f"{' '.join(runtimes.runtime_argv(runtime))} pull {image}, then re-run validate.py")]
+        return stack, [
+            issue(
+                "image",
+                "error",
+                f"{image} is not a local image, so its stack cannot be read (only the pinned images' tags are trusted)",
+                f"{' '.join(runtimes.runtime_argv(runtime))} pull {image}, then re-run validate.py",
+            )
+        ]
     if found and not found.get("import_error"):
-        return ({"vllm": found.get("vllm"), "zentorch": found.get("zentorch"), "torch": found.get("torch"),
-                 "platform": found.get("platform"), "source": f"probe:image:{image}"}, [])
+        return (
+            {
+                "vllm": found.get("vllm"),
+                "zentorch": found.get("zentorch"),
+                "torch": found.get("torch"),
+                "platform": found.get("platform"),
+                "source": f"probe:image:{image}",
+            },
+            [],
+        )
     stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
     if found:
-        return stack, [issue("image", "warning", f"could not probe the stack inside {image}: "
-                             f"{found['import_error']}", "check the image; the stack was read from its tag")]
-    return stack, [issue("image", "advisory", f"{image} is not pulled; the stack was read from its tag",
-                         "pull it (launch.py start does) and re-run validate.py to probe the real stack")]
+        return stack, [
+            issue(
+                "image",
+                "warning",
+                f"could not probe the stack inside {image}: {found['import_error']}",
+                "check the image; the stack was read from its tag",
+            )
+        ]
+    return stack, [
+        issue(
+            "image",
+            "advisory",
+            f"{image} is not pulled; the stack was read from its tag",
+            "pull it (launch.py start does) and re-run validate.py to probe the real stack",
+        )
+    ]
 
 
 def stack_issues(stack: dict, compat: dict, runtime: str | None, stock: bool) -> list[dict]:
     if compat["status"] == "blocked" and runtime and not stack["source"].startswith("absent:"):
-        fix = ("use a stock vLLM runtime: python3 scripts/setup_host_stack.py --stock" if stock else
-               "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)")
+        fix = (
+            "use a stock vLLM runtime: python3 scripts/setup_host_stack.py --stock"
+            if stock
+            else "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)"
+        )
         return [issue("stack", "error", compat["message"], fix)]
     if compat["status"] == "confirmation_required":
         return [issue("stack", "confirmation", compat["message"], "ask the user for an explicit go/no-go")]
@@ -186,12 +262,22 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
         return stack, epyc["container"]["vllm_version"], image_issues
     if gathered.get("deferred"):  # another host's venv: the pins setup_host_stack.py would install there
         hs = epyc["host_stack"]
-        stack = {"vllm": hs["vllm_version"], "zentorch": None if stock else hs["zentorch_version"],
-                 "torch": hs["torch_version"], "platform": None, "source": "assumed:data/epyc.json host_stack"}
+        stack = {
+            "vllm": hs["vllm_version"],
+            "zentorch": None if stock else hs["zentorch_version"],
+            "torch": hs["torch_version"],
+            "platform": None,
+            "source": "assumed:data/epyc.json host_stack",
+        }
         return stack, hs["vllm_version"], []
     host = gathered["host_stack"]
-    stack = {"vllm": host.get("vllm"), "zentorch": host.get("zentorch"), "torch": host.get("torch"),
-             "platform": host.get("platform"), "source": f"probe:python:{gathered['python']}"}
+    stack = {
+        "vllm": host.get("vllm"),
+        "zentorch": host.get("zentorch"),
+        "torch": host.get("torch"),
+        "platform": host.get("platform"),
+        "source": f"probe:python:{gathered['python']}",
+    }
     return stack, epyc["host_stack"]["vllm_version"], []
 
 
@@ -205,8 +291,15 @@ def cache_issues(hf_cache: dict, gathered: dict, epyc: dict) -> list[dict]:
         except ScriptError as exc:
             problem = f"cannot be mounted ({exc.error})"
         if problem:
-            issues.append(issue("hf_cache", "error", f"the Hugging Face hub cache {hf_cache['path'][:300]} {problem}: "
-                                "it is mounted read-write into a root container", HF_MOUNT_FIX))
+            issues.append(
+                issue(
+                    "hf_cache",
+                    "error",
+                    f"the Hugging Face hub cache {hf_cache['path'][:300]} {problem}: "
+                    "it is mounted read-write into a root container",
+                    HF_MOUNT_FIX,
+                )
+            )
     if hf_cache["nfs"]:
         issues.append(issue("hf_cache", "warning", hf_cache["note"], "export HF_HOME=/a/local/folder"))
     return issues
@@ -214,15 +307,28 @@ def cache_issues(hf_cache: dict, gathered: dict, epyc: dict) -> list[dict]:
 
 def host_issues(gathered: dict, detected: dict, port_start: int) -> list[dict]:
     """Executable-stack libraries, no free port, a plan for another host, a token in the shell."""
-    issues = [issue("execstack", "warning", f"{so} asks for an executable stack (GNU_STACK RWE); some guest "
-                    "kernels refuse to load it", f"patchelf --clear-execstack {so}") for so in gathered["execstack"]]
+    issues = [
+        issue(
+            "execstack",
+            "warning",
+            f"{so} asks for an executable stack (GNU_STACK RWE); some guest kernels refuse to load it",
+            f"patchelf --clear-execstack {so}",
+        )
+        for so in gathered["execstack"]
+    ]
     if gathered["port"] is None:
         issues.append(issue("port", "error", f"no free port from {port_start}", "pass --port-start elsewhere"))
     if gathered.get("deferred"):
-        issues.append(issue("deferred", "advisory", f"planning for {detected.get('target')}, not this machine: "
-                            f"{', '.join(gathered['deferred'])} are assumed, not probed",
-                            "re-check on the host before start: run the chain there (detect.py --capture FILE, "
-                            "then validate.py on the host itself)"))
+        issues.append(
+            issue(
+                "deferred",
+                "advisory",
+                f"planning for {detected.get('target')}, not this machine: "
+                f"{', '.join(gathered['deferred'])} are assumed, not probed",
+                "re-check on the host before start: run the chain there (detect.py --capture FILE, "
+                "then validate.py on the host itself)",
+            )
+        )
     if gathered["hf_token_set"]:
         issues.append(issue("hf_token", "advisory", "HF_TOKEN is set; it is passed to the server by name only", None))
     return issues
@@ -235,18 +341,26 @@ def verdict(cpu: dict, detected: dict, args: argparse.Namespace, epyc: dict, gat
     runtime, python, detail = gathered["runtime"], gathered["python"], gathered["runtime_detail"]
     if runtime is None:
         setup = "python3 scripts/setup_host_stack.py" + (" --stock" if args.stock else "")
-        issues.append(issue("runtime", "error", "no usable runtime: " + "; ".join(f"{k}: {v}" for k, v in detail.items()),
-                            "one-time setup: make docker usable by this user (docker group), install podman, "
-                            f"or create the host env: {setup}"))
+        issues.append(
+            issue(
+                "runtime",
+                "error",
+                "no usable runtime: " + "; ".join(f"{k}: {v}" for k, v in detail.items()),
+                "one-time setup: make docker usable by this user (docker group), install podman, "
+                f"or create the host env: {setup}",
+            )
+        )
     stack, pinned, image_issues = stack_for(runtime, gathered, epyc, args.stock)
     issues += image_issues
     stack["zen_active"] = bool(stack.get("platform") and stack["platform"].endswith("ZenCpuPlatform"))
-    compat = stack_compatibility(stack, cpu.get("epyc_generation"), pinned, args.stock, cpu.get("vendor")) \
-        if runtime and not stack["source"].startswith("absent:") else \
-        {"status": "blocked", "message": "no runtime to probe" if not runtime else "the image is not local"}
+    compat = (
+        stack_compatibility(stack, cpu.get("epyc_generation"), pinned, args.stock, cpu.get("vendor"))
+        if runtime and not stack["source"].startswith("absent:")
+        else {"status": "blocked", "message": "no runtime to probe" if not runtime else "the image is not local"}
+    )
     issues += stack_issues(stack, compat, runtime, args.stock)
     issues += cache_issues(gathered["hf_cache"], gathered, epyc)
-    preload, preload_note = (ld_preload_value(gathered["preload_libs"]) if runtime == "host" else (None, None))
+    preload, preload_note = ld_preload_value(gathered["preload_libs"]) if runtime == "host" else (None, None)
     issues += host_issues(gathered, detected, args.port_start)
     errors = [i for i in issues if i["severity"] == "error"]
     confirmations = [i for i in issues if i["severity"] == "confirmation"]
@@ -263,18 +377,28 @@ def verdict(cpu: dict, detected: dict, args: argparse.Namespace, epyc: dict, gat
         "host_path_available": gathered["host_ok"],
         "python": python if runtime == "host" else None,
         "image": image if runtime not in (None, "host") else None,
-        "stack": stack, "compatibility": compat, "hf_cache": gathered["hf_cache"],
+        "stack": stack,
+        "compatibility": compat,
+        "hf_cache": gathered["hf_cache"],
         "ld_preload": {"value": preload, "note": preload_note},
-        "port": gathered["port"], "ram_gb": detected.get("ram_gb"),
-        "cpu_model": cpu.get("cpu_model"), "vendor": cpu.get("vendor"), "epyc_generation": cpu.get("epyc_generation"),
+        "port": gathered["port"],
+        "ram_gb": detected.get("ram_gb"),
+        "cpu_model": cpu.get("cpu_model"),
+        "vendor": cpu.get("vendor"),
+        "epyc_generation": cpu.get("epyc_generation"),
         "hf_token_set": gathered["hf_token_set"],
-        "errors": errors, "confirmations": confirmations,
+        "errors": errors,
+        "confirmations": confirmations,
         "warnings": [i for i in issues if i["severity"] == "warning"],
         "advisories": [i for i in issues if i["severity"] == "advisory"],
-        "target": detected.get("target", "localhost"), "deferred": gathered.get("deferred", []),
+        "target": detected.get("target", "localhost"),
+        "deferred": gathered.get("deferred", []),
         # the pitfalls of the path this host takes (data/epyc.json gotchas), for the agent to keep in mind
-        "gotchas": [{"id": g["id"], "text": g["text"]} for g in epyc["gotchas"]
-                    if runtime and g["applies_to"] in ("all", "host" if runtime == "host" else "container")],
+        "gotchas": [
+            {"id": g["id"], "text": g["text"]}
+            for g in epyc["gotchas"]
+            if runtime and g["applies_to"] in ("all", "host" if runtime == "host" else "container")
+        ],
     }
     if errors:  # the one contract: exit 1 carries error and fix (each issue keeps its own, too)
         doc["error"] = "not ready: " + "; ".join(e["message"] for e in errors)
@@ -289,16 +413,24 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     rt_ok, detail = probe_runtimes(args.runtime, engine)
     host_stack = hoststack.probe_stack([python])
     host_ok = host_runtime_ok(host_stack, args.stock)
-    detail["host"] = (f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
-                      if host_ok else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}")
-    runtime = choose_runtime(rt_ok["docker"], rt_ok["podman"], rt_ok["sudo docker"],
-                             host_ok and args.runtime in ("auto", "host"))
+    detail["host"] = (
+        f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
+        if host_ok
+        else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}"
+    )
+    runtime = choose_runtime(
+        rt_ok["docker"], rt_ok["podman"], rt_ok["sudo docker"], host_ok and args.runtime in ("auto", "host")
+    )
     container = runtime in ("docker", "podman", "sudo docker")
     hf_cache = resolve_hf_cache(dict(os.environ))
     return {
-        "runtime": runtime, "engine": engine if runtime == "docker" else None,
-        "runtime_detail": detail, "python": python, "host_stack": host_stack,
-        "host_ok": host_ok, "image": image,
+        "runtime": runtime,
+        "engine": engine if runtime == "docker" else None,
+        "runtime_detail": detail,
+        "python": python,
+        "host_stack": host_stack,
+        "host_ok": host_ok,
+        "image": image,
         "image_probe": probe_image(runtime, image, engine if runtime == "docker" else None) if container else None,
         "hf_cache": hf_cache,
         "hf_cache_listing": cache_listing(hf_cache["path"]) if container else None,
@@ -314,12 +446,23 @@ def deferred_gather(args, epyc: dict, image: str, python: str) -> dict:
     its runtime, port, HF cache or libraries, so they are assumed and listed -- never probed here."""
     runtime = "docker" if args.runtime == "auto" else args.runtime
     return {
-        "runtime": runtime, "runtime_detail": {runtime: "assumed (deferred to the host)"}, "python": python,
-        "host_stack": {"import_error": "deferred"}, "host_ok": runtime == "host", "image": image,
+        "runtime": runtime,
+        "runtime_detail": {runtime: "assumed (deferred to the host)"},
+        "python": python,
+        "host_stack": {"import_error": "deferred"},
+        "host_ok": runtime == "host",
+        "image": image,
         "image_probe": {"local": False, "found": None},
-        "hf_cache": {"path": epyc["container"]["hf_cache_mount_target"] + "/hub", "mount_subdir": "hub",
-                     "nfs": False, "fstype": None,
-                     "note": "assumed: the host's HF cache is root's default (deferred to the host)"},
-        "preload_libs": {}, "execstack": [], "port": epyc["serve"]["default_port"], "hf_token_set": False,
+        "hf_cache": {
+            "path": epyc["container"]["hf_cache_mount_target"] + "/hub",
+            "mount_subdir": "hub",
+            "nfs": False,
+            "fstype": None,
+            "note": "assumed: the host's HF cache is root's default (deferred to the host)",
+        },
+        "preload_libs": {},
+        "execstack": [],
+        "port": epyc["serve"]["default_port"],
+        "hf_token_set": False,
         "deferred": ["runtime", "image pull and its stack probe", "port", "HF cache", "LD_PRELOAD libraries"],
     }

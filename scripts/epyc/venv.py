@@ -1,4 +1,5 @@
 """The bundle's own venv (.venv): its dependencies, made by bootstrap.py and re-entered by every script."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,13 @@ print("@@DEPS@@" + json.dumps(out))
 
 
 def installed_versions(python: str, dists: list[str]) -> dict:
-    found, why = subproc.run_probe([python], VERSIONS_CODE % (dists,), "@@DEPS@@", timeout=60,
-                                  shape={"type": "object", "additionalProperties": {"type": ["string", "null"]}})
+    found, why = subproc.run_probe(
+        [python],
+        VERSIONS_CODE % (dists,),
+        "@@DEPS@@",
+        timeout=60,
+        shape={"type": "object", "additionalProperties": {"type": ["string", "null"]}},
+    )
     if found is None:
         raise ScriptError(f"cannot query {python}: {why}", f"delete {BUNDLE_VENV} and run bootstrap.py again")
     return found
@@ -37,22 +43,35 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
         errors.log(f"bootstrap: creating {BUNDLE_VENV}")
         res = subproc.run([sys.executable, "-m", "venv", str(BUNDLE_VENV)], timeout=300)
         if not res.ok:
-            raise ScriptError(f"cannot create {BUNDLE_VENV}: {masking.clip(res.stderr.strip(), 300, tail=True) or res.failure}",
-                              "install python3-venv (apt-get install python3-venv), then run bootstrap.py again")
+            raise ScriptError(
+                f"cannot create {BUNDLE_VENV}: {masking.clip(res.stderr.strip(), 300, tail=True) or res.failure}",
+                "install python3-venv (apt-get install python3-venv), then run bootstrap.py again",
+            )
         actions.append(f"created {BUNDLE_VENV}")
     target = f"{bundle.ROOT}[test]" if test else str(bundle.ROOT)
     errors.log(f"bootstrap: pip install -e {target}")
-    res = subproc.run([str(python), "-m", "pip", "install", "-q", "-e", target], timeout=PIP_TIMEOUT_S,
-                     progress="bootstrap: pip install")
+    res = subproc.run(
+        [str(python), "-m", "pip", "install", "-q", "-e", target],
+        timeout=PIP_TIMEOUT_S,
+        progress="bootstrap: pip install",
+    )
     if not res.ok:
-        raise ScriptError(f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
-                          "check access to the package index (pip config), then run bootstrap.py again")
+        raise ScriptError(
+            f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
+            "check access to the package index (pip config), then run bootstrap.py again",
+        )
     actions.append("installed the bundle's dependencies" + (" and the test extra" if test else ""))
     return actions
 
+
 # The bundle's own dependencies (import names) and the venv scripts/bootstrap.py makes for them.
-BUNDLE_DEPS = {"huggingface_hub": "huggingface_hub", "psutil": "psutil", "cpuinfo": "py-cpuinfo",
-               "requests": "requests", "jsonschema": "jsonschema"}
+BUNDLE_DEPS = {
+    "huggingface_hub": "huggingface_hub",
+    "psutil": "psutil",
+    "cpuinfo": "py-cpuinfo",
+    "requests": "requests",
+    "jsonschema": "jsonschema",
+}
 BUNDLE_VENV = ROOT / ".venv"
 _REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 
@@ -60,6 +79,7 @@ _REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 def missing_deps() -> list[str]:
     """Distribution names of the bundle's dependencies this interpreter cannot import."""
     import importlib.util
+
     return [dist for mod, dist in BUNDLE_DEPS.items() if importlib.util.find_spec(mod) is None]
 
 
@@ -67,11 +87,13 @@ def use_bundle_venv() -> None:
     """`python3 scripts/NAME.py` works in any shell once scripts/bootstrap.py has run: when this
     interpreter lacks the dependencies and the bundle's venv has them, run the same command there."""
     venv_python = BUNDLE_VENV / "bin" / "python"
-    if (os.environ.get(_REEXEC_MARK) or not venv_python.exists()
-            or Path(sys.prefix).resolve() == BUNDLE_VENV.resolve()
-            or Path(sys.argv[0] or ".").resolve().parent != ROOT / "scripts"
-            or not missing_deps()):
+    if (
+        os.environ.get(_REEXEC_MARK)
+        or not venv_python.exists()
+        or Path(sys.prefix).resolve() == BUNDLE_VENV.resolve()
+        or Path(sys.argv[0] or ".").resolve().parent != ROOT / "scripts"
+        or not missing_deps()
+    ):
         return
     os.environ[_REEXEC_MARK] = "1"
     os.execv(str(venv_python), [str(venv_python), *sys.argv])
-

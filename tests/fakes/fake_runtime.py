@@ -35,6 +35,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
                    it exited): `inspect` says it does not run
   run_quiet        `run --name` prints a notice instead of the id it gave (`inspect` still knows it)
 """
+
 import json
 import os
 import sys
@@ -52,13 +53,21 @@ engine = None  # docker's global --host=ADDRESS (the plan's engine), taken off a
 if args and args[0].startswith("--host="):
     engine, args = args[0].removeprefix("--host="), args[1:]
 with open(d / "calls.jsonl", "a") as f:
-    f.write(json.dumps({"runtime": name, "argv": args, "engine": engine,
-                        "docker_host_env": os.environ.get("DOCKER_HOST"),
-                        "docker_context_env": os.environ.get("DOCKER_CONTEXT"),
-                        "container_host_env": os.environ.get("CONTAINER_HOST"),
-                        "container_connection_env": os.environ.get("CONTAINER_CONNECTION"),
-                        "secret_names_in_env": sorted(k for k in ("HF_TOKEN", "VLLM_API_KEY") if os.environ.get(k))})
-            + "\n")
+    f.write(
+        json.dumps(
+            {
+                "runtime": name,
+                "argv": args,
+                "engine": engine,
+                "docker_host_env": os.environ.get("DOCKER_HOST"),
+                "docker_context_env": os.environ.get("DOCKER_CONTEXT"),
+                "container_host_env": os.environ.get("CONTAINER_HOST"),
+                "container_connection_env": os.environ.get("CONTAINER_CONNECTION"),
+                "secret_names_in_env": sorted(k for k in ("HF_TOKEN", "VLLM_API_KEY") if os.environ.get(k)),
+            }
+        )
+        + "\n"
+    )
 flag = lambda n: (d / n).exists()  # noqa: E731
 images = (d / "images").read_text().split() if flag("images") else []
 cmd = args[0] if args else ""
@@ -80,8 +89,13 @@ if cmd == "info" and "{{.Host.ServiceIsRemote}}" in args:  # podman: would its c
     print("true" if flag("podman_remote") else "false")
 elif cmd == "info":
     if flag("user_denied") and name == "docker":  # not in the docker group; root (sudo docker) is let in
-        sys.exit(print("permission denied while trying to connect to the Docker daemon socket at "
-                       "unix:///var/run/docker.sock", file=sys.stderr) or 1)
+        sys.exit(
+            print(
+                "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock",
+                file=sys.stderr,
+            )
+            or 1
+        )
     if flag("daemon_down"):
         sys.exit(print("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", file=sys.stderr) or 1)
     print("28.2.2")
@@ -98,27 +112,39 @@ elif cmd == "pull":
     print(f"Pulled {args[1]}")
 elif cmd == "run":
     if "--rootfs" in args:  # podman's can-it-run probe
-        sys.exit(0 if flag("podman_can_run") else (print("Error: setrlimit: operation not permitted",
-                                                        file=sys.stderr) or 1))
+        sys.exit(
+            0 if flag("podman_can_run") else (print("Error: setrlimit: operation not permitted", file=sys.stderr) or 1)
+        )
     if flag("cpuset_rejected") and any(a.startswith("--cpuset") for a in args):
         if name == "podman" and "--name" in args:  # podman has created the container before its start fails:
             made = args[args.index("--name") + 1]  # it stays, exited, under the name
             (d / f"removed-{made}").unlink(missing_ok=True)
             (d / f"created-{made}").write_text("e" * 64)
             (d / f"stopped-{made}").touch()
-        sys.exit(print("Error: OCI runtime error: the requested cgroup controller `cpuset` is not available",
-                       file=sys.stderr) or 126)
+        sys.exit(
+            print(
+                "Error: OCI runtime error: the requested cgroup controller `cpuset` is not available", file=sys.stderr
+            )
+            or 126
+        )
     if "--rm" in args and "--entrypoint" in args:  # a probe inside the image
         sys.exit(print("python3: simulated", file=sys.stderr) or 1)
     if flag("run_hang"):
         import time
+
         time.sleep(120)
     if "--name" in args:  # a container of that name exists again, with the id printed (`next_id`, or f...f)
         cname = args[args.index("--name") + 1]
         if flag(f"created-{cname}") and not flag(f"removed-{cname}"):  # as the engine refuses a name in use
-            sys.exit(print(f'docker: Error response from daemon: Conflict. The container name "/{cname}" is already '
-                           f'in use by container "{(d / f"created-{cname}").read_text().strip()}". You have to remove '
-                           "(or rename) that container to be able to reuse that name.", file=sys.stderr) or 125)
+            sys.exit(
+                print(
+                    f'docker: Error response from daemon: Conflict. The container name "/{cname}" is already '
+                    f'in use by container "{(d / f"created-{cname}").read_text().strip()}". You have to remove '
+                    "(or rename) that container to be able to reuse that name.",
+                    file=sys.stderr,
+                )
+                or 125
+            )
         (d / f"removed-{cname}").unlink(missing_ok=True)
         (d / f"stopped-{cname}").unlink(missing_ok=True)
         (d / f"created-{cname}").write_text((d / "next_id").read_text().strip() if flag("next_id") else "f" * 64)
@@ -145,6 +171,7 @@ elif cmd == "logs":
         os.close(1)
         os.close(2)
         import time
+
         time.sleep(120)
     if flag("logs_flood"):  # a runtime whose last lines never end
         block = "x" * (1 << 20)

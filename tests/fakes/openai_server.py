@@ -25,6 +25,7 @@ $FAKE_SERVER_MODE. Or run it directly with --mode/--port/--model. Modes:
   renamed_worker  as good, with a `sleep 300` in its group whose environ is empty (vLLM's setproctitle'd worker)
   (any mode)      SIGUSR1 marks the engine dead: /health answers 503 from then on, the process lives on
 """
+
 import argparse
 import json
 import os
@@ -44,14 +45,19 @@ if argv[:1] == ["serve"]:  # vLLM's own command line: serve MODEL [options]; opt
     argv = argv[2:]
 a, _ignored = ap.parse_known_args(argv)
 t0 = time.monotonic()
-print(f"fake server: mode={a.mode} port={a.port} VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND')} "
-      f"api_key_set={bool(os.environ.get('VLLM_API_KEY'))}", flush=True)
+print(
+    f"fake server: mode={a.mode} port={a.port} VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND')} "
+    f"api_key_set={bool(os.environ.get('VLLM_API_KEY'))}",
+    flush=True,
+)
 engine_dead = threading.Event()  # any mode: SIGUSR1 kills the "engine", the API process lives on as vLLM's does
 signal.signal(signal.SIGUSR1, lambda signum, frame: engine_dead.set())
 if a.mode == "slow_term":
+
     def _slow_exit(signum, frame):
         time.sleep(3)
         os._exit(0)
+
     signal.signal(signal.SIGTERM, _slow_exit)
 if a.mode == "fork_on_term":
     import subprocess
@@ -59,9 +65,11 @@ if a.mode == "fork_on_term":
     def _fork_and_exit(signum, frame):
         subprocess.Popen(["sleep", "300"])  # same group and environment (the run's marker) as the server
         os._exit(0)
+
     signal.signal(signal.SIGTERM, _fork_and_exit)
 if a.mode == "renamed_worker":
     import subprocess
+
     subprocess.Popen(["sleep", "300"], env={})  # same group; no marker to be read, as a renamed worker
 if a.mode == "exit_early":
     time.sleep(0.5)
@@ -120,11 +128,19 @@ class H(BaseHTTPRequestHandler):
             if a.mode == "models_reflect":  # a hostile server: lists the caller's Authorization header as a model
                 name = self.headers.get("Authorization", "")
             if a.mode == "models_reflect_also":  # ... beside the right model: verify passes, and must not print it
-                return self.send(200, {"object": "list", "data": [{"id": a.model}, {"id": self.headers.get(
-                    "Authorization", "")}]})
+                return self.send(
+                    200, {"object": "list", "data": [{"id": a.model}, {"id": self.headers.get("Authorization", "")}]}
+                )
             if a.mode == "many_models":
-                return self.send(200, {"object": "list", "data": [{"id": f"other-{i}"} for i in range(20_000)]
-                                       + [{"id": a.model}] + [{"id": f"more-{i}"} for i in range(20_000)]})
+                return self.send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": f"other-{i}"} for i in range(20_000)]
+                        + [{"id": a.model}]
+                        + [{"id": f"more-{i}"} for i in range(20_000)],
+                    },
+                )
             return self.send(200, {"object": "list", "data": [{"id": name, "object": "model"}]})
         self.send(404, {"error": "not found"})
 
@@ -140,15 +156,24 @@ class H(BaseHTTPRequestHandler):
         if a.mode == "empty_choices":
             return self.send(200, {"id": "x", "choices": [], "usage": {"completion_tokens": 0}})
         if a.mode == "no_chat_template" and self.path == "/v1/chat/completions":
-            return self.send(400, {"object": "error", "type": "BadRequestError", "code": 400, "message":
-                                   "As of transformers v4.44, default chat template is no longer allowed, so you "
-                                   "must provide a chat template if the tokenizer does not define one."})
+            return self.send(
+                400,
+                {
+                    "object": "error",
+                    "type": "BadRequestError",
+                    "code": 400,
+                    "message": "As of transformers v4.44, default chat template is no longer allowed, so you "
+                    "must provide a chat template if the tokenizer does not define one.",
+                },
+            )
         usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
         if a.mode == "huge_int_usage":
             usage["completion_tokens"] = int("9" * 5000)
         if self.path == "/v1/chat/completions":
-            doc = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
-                                                                                      "content": "hello there"}}]}
+            doc = {
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there"}}],
+            }
         else:
             doc = {"object": "text_completion", "choices": [{"index": 0, "text": " hello there"}]}
         self.send(200, {**doc, "usage": usage})

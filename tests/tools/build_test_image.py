@@ -14,6 +14,7 @@ rootfs (chroot), using this host's pip settings and CA bundle (its local wheel f
 read-only); then `docker import`. The engine keeps the image, so a later run reuses it.
 Needs root, debootstrap and a Docker engine (DOCKER_HOST).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,16 +36,22 @@ PIP_CONFIG_FILES = ["/etc/pip.conf", "/etc/xdg/pip", "/root/.config/pip", "/root
 
 
 def image_name(stack: dict) -> str:
-    return (f"localhost/serving-llms-on-epyc-test:vllm-cpu-{stack['vllm_version']}"
-            f"-zentorch-{stack['zentorch_version']}")
+    return f"localhost/serving-llms-on-epyc-test:vllm-cpu-{stack['vllm_version']}-zentorch-{stack['zentorch_version']}"
 
 
 def must(res: subproc.RunResult, what: str) -> subproc.RunResult:
     if not res.ok:
         tail = (res.stderr or res.stdout or res.failure or "").strip()[-1500:]
-        raise SystemExit(json.dumps({"error": f"{what} failed: {tail}", "fix": "see the message; the build "
-                                     "needs root, debootstrap, Debian's mirror, the package index and a "
-                                     "Docker engine"}))
+        raise SystemExit(
+            json.dumps(
+                {
+                    "error": f"{what} failed: {tail}",
+                    "fix": "see the message; the build "
+                    "needs root, debootstrap, Debian's mirror, the package index and a "
+                    "Docker engine",
+                }
+            )
+        )
     return res
 
 
@@ -56,7 +63,7 @@ def local_dirs_in_pip_config() -> list[str]:
     for line in res.stdout.splitlines():
         value = line.split("=", 1)[-1].strip().strip("'\"")
         for word in value.split():
-            path = word[len("file://"):] if word.startswith("file://") else word
+            path = word[len("file://") :] if word.startswith("file://") else word
             if path.startswith("/") and Path(path).exists():
                 # the top folder (/opt/pypi for /opt/pypi/simple): an index links to files beside it
                 dirs.add(str(Path(*Path(path).parts[:3])))
@@ -86,11 +93,18 @@ def pip_in_rootfs(rootfs: Path, pins: list[str], uninstall: list[str]) -> None:
         env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
         env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8")
         must(subproc.run(["chroot", str(rootfs), "python3", "-m", "venv", VENV], timeout=300, env=env), "venv")
-        must(subproc.run(["chroot", str(rootfs), f"{VENV}/bin/pip", "install", "-q", "--no-cache-dir", *pins],
-                        timeout=1800, env=env, progress="build_test_image: pip install in the rootfs"),
-             "pip install")
-        subproc.run(["chroot", str(rootfs), f"{VENV}/bin/pip", "uninstall", "-y", "-q", *uninstall],
-                   timeout=300, env=env)
+        must(
+            subproc.run(
+                ["chroot", str(rootfs), f"{VENV}/bin/pip", "install", "-q", "--no-cache-dir", *pins],
+                timeout=1800,
+                env=env,
+                progress="build_test_image: pip install in the rootfs",
+            ),
+            "pip install",
+        )
+        subproc.run(
+            ["chroot", str(rootfs), f"{VENV}/bin/pip", "uninstall", "-y", "-q", *uninstall], timeout=300, env=env
+        )
     finally:
         for target in reversed(mounted):
             subproc.run(["umount", "-l", str(target)], timeout=60)
@@ -102,9 +116,21 @@ def build(name: str, stack: dict) -> None:
     rootfs = work / "rootfs"
     rootfs.mkdir(parents=True)
     try:
-        must(subproc.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm",
-                         str(rootfs), "http://deb.debian.org/debian"], timeout=1800,
-                        progress="build_test_image: debootstrap"), "debootstrap")
+        must(
+            subproc.run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(PACKAGES)}",
+                    "bookworm",
+                    str(rootfs),
+                    "http://deb.debian.org/debian",
+                ],
+                timeout=1800,
+                progress="build_test_image: debootstrap",
+            ),
+            "debootstrap",
+        )
         pip_in_rootfs(rootfs, stack["pip"], stack["pip_uninstall"])
         site = next((rootfs / "opt/vllm/lib").glob("python3*/site-packages"))
         hoststack.dist_info_shim(site, stack["dist_info_shim"]["version"])
@@ -112,10 +138,22 @@ def build(name: str, stack: dict) -> None:
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         errors.log("build_test_image: docker import")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(["docker", "import", "-c", f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:"
-                              "/usr/sbin:/usr/bin:/sbin:/bin", "-c", "LABEL org.opencontainers.image.description="
-                              "'local test build of serving-llms-on-epyc host_stack pins'", "-", name],
-                             stdin=tar.stdout, capture_output=True, text=True, timeout=1800)
+        imp = subprocess.run(
+            [
+                "docker",
+                "import",
+                "-c",
+                f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "-c",
+                "LABEL org.opencontainers.image.description='local test build of serving-llms-on-epyc host_stack pins'",
+                "-",
+                name,
+            ],
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         tar.stdout.close()
         tar.wait(timeout=60)
         must(subproc.RunResult(imp.args, imp.returncode, imp.stdout, imp.stderr), "docker import")

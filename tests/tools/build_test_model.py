@@ -13,6 +13,7 @@ trained here on generated text, and a ChatML chat template is attached, so the m
 /v1/chat/completions. Weights are random bf16: the output is noise, the shapes and the compute are real.
 Idempotent: an existing complete folder is kept. Prints one JSON line: the folder and its facts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,38 +23,91 @@ from pathlib import Path
 
 SHAPES = {
     # head_dim 64: vLLM's CPU attention accepts 64/128, rejects 16
-    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=64, vocab_size=2048, max_position_embeddings=4096,
-                 tie_word_embeddings=True),
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
-                       tie_word_embeddings=True),
-    "headdim16": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, vocab_size=2048, max_position_embeddings=4096,
-                      tie_word_embeddings=True),
+    "tiny": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=2048,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+    ),
+    "headdim16": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=2048,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    ),
     # Llama with per-layer sliding windows (vLLM's llama.py reads layer_types): KV sizing of local layers
-    "sliding": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=64, vocab_size=2048, max_position_embeddings=4096,
-                    tie_word_embeddings=True, sliding_window=256,
-                    layer_types=["sliding_attention", "full_attention"] * 2),
+    "sliding": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=2048,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        sliding_window=256,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+    ),
     # Qwen3-Next: gated-DeltaNet (linear attention) layers with a recurrent state, every 4th layer full attention
-    "hybrid": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=64, vocab_size=2048, max_position_embeddings=4096,
-                   tie_word_embeddings=True, full_attention_interval=4, linear_num_key_heads=4,
-                   linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
-                   linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
-                   shared_expert_intermediate_size=128, decoder_sparse_step=1),
+    "hybrid": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=2048,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        full_attention_interval=4,
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        linear_conv_kernel_dim=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=128,
+        shared_expert_intermediate_size=128,
+        decoder_sparse_step=1,
+    ),
 }
 ARCH = {"sliding": ("LlamaConfig", "LlamaForCausalLM"), "hybrid": ("Qwen3NextConfig", "Qwen3NextForCausalLM")}
-CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+CHATML = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def corpus(lines: int = 4000):
-    words = ("the a model serves tokens on one socket of an epyc host with zentorch kernels and vllm "
-             "memory cache batch prompt answer question hello world cpu core thread numa node fast slow "
-             "small large request response stream chat completion time first token latency throughput").split()
+    words = (
+        "the a model serves tokens on one socket of an epyc host with zentorch kernels and vllm "
+        "memory cache batch prompt answer question hello world cpu core thread numa node fast slow "
+        "small large request response stream chat completion time first token latency throughput"
+    ).split()
     for i in range(lines):
         yield " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(12 + i % 9)) + "."
 
@@ -66,9 +120,12 @@ def awq_tensors(n_out: int, n_in: int, group: int) -> dict:
     """AutoAWQ's on-disk format (GEMM, 4-bit, zero point): qweight int32 [in, out/8] packed along the output
     dim, qzeros int32 [in/group, out/8], scales fp16 [in/group, out]."""
     import torch
-    return {"qweight": torch.randint(-2**31, 2**31 - 1, (n_in, n_out // 8), dtype=torch.int32),
-            "qzeros": torch.full((n_in // group, n_out // 8), 0x88888888 - 2**32, dtype=torch.int32),
-            "scales": (torch.rand(n_in // group, n_out) * 0.002).to(torch.float16)}
+
+    return {
+        "qweight": torch.randint(-(2**31), 2**31 - 1, (n_in, n_out // 8), dtype=torch.int32),
+        "qzeros": torch.full((n_in // group, n_out // 8), 0x88888888 - 2**32, dtype=torch.int32),
+        "scales": (torch.rand(n_in // group, n_out) * 0.002).to(torch.float16),
+    }
 
 
 def ct_w4_tensors(n_out: int, n_in: int, group: int) -> dict:
@@ -76,20 +133,47 @@ def ct_w4_tensors(n_out: int, n_in: int, group: int) -> dict:
     weight_packed int32 [out, in/8] packed along the input dim, weight_scale bf16 [out, in/group], weight_shape.
     On the zentorch platform this layout is the one zentorch repacks for its DA8W4 (int8 x int4) kernel."""
     import torch
-    return {"weight_packed": torch.randint(-2**31, 2**31 - 1, (n_out, n_in // 8), dtype=torch.int32),
-            "weight_scale": (torch.rand(n_out, n_in // group) * 0.002).to(torch.bfloat16),
-            "weight_shape": torch.tensor([n_out, n_in], dtype=torch.int64)}
+
+    return {
+        "weight_packed": torch.randint(-(2**31), 2**31 - 1, (n_out, n_in // 8), dtype=torch.int32),
+        "weight_scale": (torch.rand(n_out, n_in // group) * 0.002).to(torch.bfloat16),
+        "weight_shape": torch.tensor([n_out, n_in], dtype=torch.int64),
+    }
 
 
 def quantization_config(quant: str, group: int) -> dict:
     if quant == "awq":
-        return {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm",
-                "modules_to_not_convert": None}
-    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
-            "ignore": ["lm_head"], "config_groups": {"group_0": {
-                "targets": ["Linear"], "input_activations": None, "output_activations": None,
-                "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": group,
-                            "dynamic": False, "actorder": None, "observer": "minmax"}}}}
+        return {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": group,
+            "zero_point": True,
+            "version": "gemm",
+            "modules_to_not_convert": None,
+        }
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "input_activations": None,
+                "output_activations": None,
+                "weights": {
+                    "num_bits": 4,
+                    "type": "int",
+                    "symmetric": True,
+                    "strategy": "group",
+                    "group_size": group,
+                    "dynamic": False,
+                    "actorder": None,
+                    "observer": "minmax",
+                },
+            }
+        },
+    }
 
 
 QUANT_TENSORS = {"awq": awq_tensors, "ct-w4": ct_w4_tensors}
@@ -131,19 +215,30 @@ def build(shape: str, out: Path, quant: str | None = None) -> dict:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=min(dims["vocab_size"], 1024), special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=min(dims["vocab_size"], 1024),
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(corpus(), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None, unk_token=None
+    )
     fast.chat_template = CHATML
     fast.save_pretrained(out)
 
     torch.manual_seed(0)
     config_cls, model_cls = (getattr(transformers, n) for n in ARCH.get(shape, ("Qwen3Config", "Qwen3ForCausalLM")))
-    cfg = config_cls(**dims, rms_norm_eps=1e-6, rope_theta=1_000_000.0, attention_bias=False,
-                      eos_token_id=tok.token_to_id("<|im_end|>"), bos_token_id=tok.token_to_id("<|endoftext|>"),
-                      pad_token_id=tok.token_to_id("<|endoftext|>"), torch_dtype="bfloat16")
+    cfg = config_cls(
+        **dims,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        attention_bias=False,
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+        bos_token_id=tok.token_to_id("<|endoftext|>"),
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+        torch_dtype="bfloat16",
+    )
     model = model_cls(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     params = sum(p.numel() for p in model.parameters())
@@ -157,13 +252,20 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--quant", choices=sorted(QUANT_TENSORS), help="store the decoder's linear layers as int4: AutoAWQ "
-                    "(awq) or compressed-tensors pack-quantized symmetric (ct-w4); random values")
+    ap.add_argument(
+        "--quant",
+        choices=sorted(QUANT_TENSORS),
+        help="store the decoder's linear layers as int4: AutoAWQ "
+        "(awq) or compressed-tensors pack-quantized symmetric (ct-w4); random values",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     done = out / "BUILD.json"
-    if done.exists() and json.loads(done.read_text()).get("shape") == args.shape and \
-            json.loads(done.read_text()).get("quant") == args.quant:
+    if (
+        done.exists()
+        and json.loads(done.read_text()).get("shape") == args.shape
+        and json.loads(done.read_text()).get("quant") == args.quant
+    ):
         print(json.dumps({"folder": str(out), **json.loads(done.read_text()), "reused": True}))
         return 0
     print(json.dumps(build(args.shape, out, args.quant)))

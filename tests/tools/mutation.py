@@ -18,6 +18,7 @@ Every mutant of the ~3,000 takes hours on 2 cores, so `--sample N` draws N per m
 replacement) and reports the score with its 95 % Wilson interval. Prints one JSON document: the score
 per module and every survivor as `line: original -> mutant`, to read and pin with a test.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,14 +37,26 @@ from epyc.errors import ScriptError  # noqa: E402
 
 # each decision module with the tests that exercise it, fastest killers first (fast ones: no vLLM, no engine)
 MODULES = {
-    "scripts/epyc/kv_cache.py": ["tests/test_quantization.py", "tests/test_kv_cache.py", "tests/test_estimate_memory.py"],
+    "scripts/epyc/kv_cache.py": [
+        "tests/test_quantization.py",
+        "tests/test_kv_cache.py",
+        "tests/test_estimate_memory.py",
+    ],
     "scripts/epyc/quantization.py": ["tests/test_quantization.py"],
     "scripts/epyc/estimate.py": ["tests/test_flag_ranges.py", "tests/test_estimate_memory.py"],
-    "scripts/epyc/model_check.py": ["tests/test_flag_ranges.py", "tests/test_model_check.py", "tests/test_check_model.py",
-                                    "tests/test_quantization.py"],
+    "scripts/epyc/model_check.py": [
+        "tests/test_flag_ranges.py",
+        "tests/test_model_check.py",
+        "tests/test_check_model.py",
+        "tests/test_quantization.py",
+    ],
     "scripts/epyc/sizing.py": ["tests/test_flag_ranges.py", "tests/test_cpu_tune.py", "tests/test_estimate_memory.py"],
-    "scripts/epyc/hostfacts.py": ["tests/test_flag_ranges.py", "tests/test_hostfacts.py", "tests/test_detect.py",
-                                  "tests/test_cpu_tune.py"],
+    "scripts/epyc/hostfacts.py": [
+        "tests/test_flag_ranges.py",
+        "tests/test_hostfacts.py",
+        "tests/test_detect.py",
+        "tests/test_cpu_tune.py",
+    ],
     "scripts/epyc/cpuid.py": ["tests/test_detect.py"],
     # the plan, the smoke judge and the handoff: the verify tests (a fake server each) reach the last two
     "scripts/epyc/planner.py": ["tests/test_planner.py", "tests/test_launch_plan.py", "tests/test_command.py"],
@@ -69,6 +82,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
 
 def mutants(path: Path) -> tuple[str, list]:
     from mutmut import Context, list_mutations
+
     source = path.read_text()
     return source, list_mutations(Context(source=source, filename=str(path)))
 
@@ -76,6 +90,7 @@ def mutants(path: Path) -> tuple[str, list]:
 def mutate(source: str, path: Path, mutation_id) -> str:
     from mutmut import Context
     from mutmut import mutate as mutmut_mutate
+
     mutated, count = mutmut_mutate(Context(source=source, mutation_id=mutation_id, filename=str(path)))
     if count != 1:
         raise RuntimeError(f"mutation {mutation_id} applied {count} times")
@@ -86,12 +101,16 @@ def run_module(module: str, tests: list[str], sample: int | None, seed: int) -> 
     path = ROOT / module
     source, ids = mutants(path)
     rng = random.Random(f"{seed}:{module}")  # a module's sample does not depend on which others are listed
-    chosen = sorted(rng.sample(ids, sample), key=lambda m: (m.line_number, m.index)) if sample and sample < len(ids) \
-        else ids
+    chosen = (
+        sorted(rng.sample(ids, sample), key=lambda m: (m.line_number, m.index)) if sample and sample < len(ids) else ids
+    )
     t0 = time.monotonic()
     if run_tests(tests, 3600) != "survived":
-        return {"module": module, "error": f"the tests of {module} fail on the unmutated module",
-                "fix": f"make `pytest -m 'not e2e' {' '.join(tests)}` pass first"}
+        return {
+            "module": module,
+            "error": f"the tests of {module} fail on the unmutated module",
+            "fix": f"make `pytest -m 'not e2e' {' '.join(tests)}` pass first",
+        }
     timeout = 3 * (time.monotonic() - t0) + 30
     counts = {"killed": 0, "survived": 0, "timeout": 0}
     text_only = dict.fromkeys(counts, 0)
@@ -107,28 +126,43 @@ def run_module(module: str, tests: list[str], sample: int | None, seed: int) -> 
             prose = is_prose(old_text, new_text)
             text_only[status] += prose
             if status != "killed":
-                survivors.append(f"{mid.line_number + 1}: {old_text.strip()}  ->  {new_text.strip() or '(removed)'}"
-                                 f"  [{status}" + (", prose]" if prose else "]"))
-            print(f"mutation: {module} {n}/{len(chosen)} line {mid.line_number + 1}: {status}", file=sys.stderr,
-                  flush=True)
+                survivors.append(
+                    f"{mid.line_number + 1}: {old_text.strip()}  ->  {new_text.strip() or '(removed)'}"
+                    f"  [{status}" + (", prose]" if prose else "]")
+                )
+            print(
+                f"mutation: {module} {n}/{len(chosen)} line {mid.line_number + 1}: {status}",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         path.write_text(source)  # the original, whatever happened
     judged = sum(counts.values())
     detected = counts["killed"] + counts["timeout"]
     killed_logic = detected - text_only["killed"] - text_only["timeout"]
     judged_logic = judged - sum(text_only.values())
-    return {"module": module, "tests": tests, "mutants_in_module": len(ids), "mutants_run": judged, **counts,
-            "detected": detected, "score_pct": round(100 * detected / judged, 1) if judged else None,
-            "interval_95_pct": wilson(detected, judged) if len(chosen) < len(ids) else None,
-            "prose_mutants": sum(text_only.values()), "logic_killed": killed_logic, "logic_judged": judged_logic,
-            "logic_score_pct": round(100 * killed_logic / judged_logic, 1) if judged_logic else None,
-            "survivors": survivors}
+    return {
+        "module": module,
+        "tests": tests,
+        "mutants_in_module": len(ids),
+        "mutants_run": judged,
+        **counts,
+        "detected": detected,
+        "score_pct": round(100 * detected / judged, 1) if judged else None,
+        "interval_95_pct": wilson(detected, judged) if len(chosen) < len(ids) else None,
+        "prose_mutants": sum(text_only.values()),
+        "logic_killed": killed_logic,
+        "logic_judged": judged_logic,
+        "logic_score_pct": round(100 * killed_logic / judged_logic, 1) if judged_logic else None,
+        "survivors": survivors,
+    }
 
 
 def changed_lines(source: str, mutated: str) -> tuple[str, str]:
     """What the mutant changed, as text: a mutant may remove or merge lines, so the line at the mutant's
     index in the mutated file is not always the mutated one."""
     import difflib
+
     old, new = source.splitlines(), mutated.splitlines()
     diff = [op for op in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes() if op[0] != "equal"]
     if not diff:
@@ -144,7 +178,7 @@ def is_prose(line: str, mutated_line: str) -> bool:
     if mutated_line.replace("XX", "") != line or mutated_line.count("XX") < 2:
         return False
     start = mutated_line.find("XX") + 2
-    return " " in mutated_line[start:mutated_line.find("XX", start)]
+    return " " in mutated_line[start : mutated_line.find("XX", start)]
 
 
 def main() -> int:
@@ -169,27 +203,55 @@ def main() -> int:
     try:
         results = [run_module(m, MODULES[m], args.sample, args.seed) for m in wanted]
     except KeyboardInterrupt:
-        print(json.dumps({"ok": False, "error": "interrupted: no score (the module's file is restored)",
-                          "fix": "run it again; --sample N takes less time"}))
+        print(
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": "interrupted: no score (the module's file is restored)",
+                    "fix": "run it again; --sample N takes less time",
+                }
+            )
+        )
         return 1
     judged = [r for r in results if "error" not in r]
     if len(judged) != len(results):
         failed = [r for r in results if "error" in r]
-        print(json.dumps({"ok": False, "error": "; ".join(r["error"] for r in failed),
-                          "fix": failed[0]["fix"], "modules": results}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": "; ".join(r["error"] for r in failed),
+                    "fix": failed[0]["fix"],
+                    "modules": results,
+                },
+                indent=2,
+            )
+        )
         return 1
     killed, total = sum(r["detected"] for r in judged), sum(r["mutants_run"] for r in judged)
     lk, lj = sum(r["logic_killed"] for r in judged), sum(r["logic_judged"] for r in judged)
     sampled = any(r["mutants_run"] < r["mutants_in_module"] for r in judged)
     # the pooled interval treats the draws as one sample: per-module samples of equal size weigh small and
     # large modules alike, so read it as the suite's score over "a mutant of a decision module"
-    print(json.dumps({"ok": True, "sample_per_module": args.sample, "seed": args.seed,
-                      "modules": results, "detected": killed, "judged": total,
-                      "score_pct": round(100 * killed / total, 1) if total else None,
-                      "interval_95_pct": wilson(killed, total) if sampled else None,
-                      "logic_killed": lk, "logic_judged": lj,
-                      "logic_score_pct": round(100 * lk / lj, 1) if lj else None,
-                      "logic_interval_95_pct": wilson(lk, lj) if sampled else None}, indent=2))
+    print(
+        json.dumps(
+            {
+                "ok": True,
+                "sample_per_module": args.sample,
+                "seed": args.seed,
+                "modules": results,
+                "detected": killed,
+                "judged": total,
+                "score_pct": round(100 * killed / total, 1) if total else None,
+                "interval_95_pct": wilson(killed, total) if sampled else None,
+                "logic_killed": lk,
+                "logic_judged": lj,
+                "logic_score_pct": round(100 * lk / lj, 1) if lj else None,
+                "logic_interval_95_pct": wilson(lk, lj) if sampled else None,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 
