@@ -11,6 +11,7 @@ Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be rea
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from epyc.errors import ScriptError
 from epyc.remote_host import gather_from_args, spec_host
 
 
-def main(argv: Sequence[str] | None = None):
+def parser() -> cli.JsonArgumentParser:
     p = cli.JsonArgumentParser(prog="scripts/detect.py", description=__doc__.split("\n")[0])
     p.add_argument("--sysroot", type=argtypes.nonempty, help="read DIR/proc and DIR/sys instead of this host's")
     p.add_argument("--host", type=argtypes.nonempty, help="[user@]host[:port]: read another host through one ssh call")
@@ -49,36 +50,45 @@ def main(argv: Sequence[str] | None = None):
         metavar="DIR",
         help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def capture(args: argparse.Namespace) -> dict:
+    """--capture: this machine's files into an archive, alone (every other flag would be ignored)."""
+    others = [
+        f
+        for f, v in (
+            ("--sysroot", args.sysroot),
+            ("--host", args.host),
+            ("--spec", args.spec),
+            ("--save-sysroot", args.save_sysroot),
+            ("--ram-gb-per-socket", args.ram_gb_per_socket),
+            ("--nps", args.nps),
+            ("--smt", args.smt),
+            ("--sockets", args.sockets != 1),
+        )
+        if v
+    ]
+    if others:
+        raise ScriptError(
+            f"--capture archives this machine's files: {', '.join(others)} would be ignored",
+            "run detect.py --capture FILE alone, on the host to plan for",
+        )
+    target = jsonio.output_file(args.capture, "--capture")
+    try:
+        return hostspec.capture(target)
+    except OSError as exc:
+        raise ScriptError(
+            f"cannot write the capture to {args.capture!r}: {exc.strerror or exc}",
+            "pass a path on a writable file system with free space",
+        )
+
+
+def main(argv: Sequence[str] | None = None):
+    args = parser().parse_args(argv)
     epyc = bundle.load_epyc()
     if args.capture:
-        others = [
-            f
-            for f, v in (
-                ("--sysroot", args.sysroot),
-                ("--host", args.host),
-                ("--spec", args.spec),
-                ("--save-sysroot", args.save_sysroot),
-                ("--ram-gb-per-socket", args.ram_gb_per_socket),
-                ("--nps", args.nps),
-                ("--smt", args.smt),
-                ("--sockets", args.sockets != 1),
-            )
-            if v
-        ]
-        if others:
-            raise ScriptError(
-                f"--capture archives this machine's files: {', '.join(others)} would be ignored",
-                "run detect.py --capture FILE alone, on the host to plan for",
-            )
-        target = jsonio.output_file(args.capture, "--capture")
-        try:
-            return hostspec.capture(target), errors.EXIT_OK
-        except OSError as exc:
-            raise ScriptError(
-                f"cannot write the capture to {args.capture!r}: {exc.strerror or exc}",
-                "pass a path on a writable file system with free space",
-            )
+        return capture(args), errors.EXIT_OK
     spec_only = [
         f
         for f, v in (

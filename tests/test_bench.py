@@ -15,6 +15,7 @@ from conftest import (
     host_plan,
 )
 from epyc import (
+    bench_plan,
     bench_report,
     benchmark,
 )
@@ -287,13 +288,15 @@ def test_a_bench_matrix_longer_than_the_plan_serves_is_refused_before_anything_r
     assert r.code == 1 and f"is {limit + 1} tokens a request, past the plan's --max-model-len {limit}" in r.doc["error"]
     assert f"within {limit} tokens" in r.doc["fix"] and len(calls(d)) == before  # not even asked about the server
     assert not (tmp_path / "b").exists()
-    assert benchmark.matrix_against_the_plan({**plan, "primary_endpoint": "completions"}, [limit - 1], 1, [1], 128) == (
+    assert bench_plan.matrix_against_the_plan(
+        {**plan, "primary_endpoint": "completions"}, [limit - 1], 1, [1], 128
+    ) == (
         None,
         [],
     )
-    seqs = benchmark.served_max_num_seqs(plan, 128)
+    seqs = bench_plan.served_max_num_seqs(plan, 128)
     assert f"--max-num-seqs {seqs}" in plan["command"]  # the skill's sizing passes the flag: that is the limit
-    error, warnings = benchmark.matrix_against_the_plan(plan, [16], 16, [1, seqs, seqs + 1, 4 * seqs], 128)
+    error, warnings = bench_plan.matrix_against_the_plan(plan, [16], 16, [1, seqs, seqs + 1, 4 * seqs], 128)
     assert error is None and warnings == [
         {
             "check": "concurrency",
@@ -382,9 +385,9 @@ def test_bench_refuses_an_unsettled_endpoint_before_it_makes_the_out_folder(tmp_
     from epyc.errors import ScriptError
 
     plan_file, _ = host_plan(tmp_path, inputs, live_tune, edit=lambda d: d["check_model"].update(primary_endpoint=None))
-    monkeypatch.setattr(
-        __import__("bench"), "require_own_host_server", lambda plan, state: None
-    )  # (a server of its own: stood in)
+    from epyc import bench_plan
+
+    monkeypatch.setattr(bench_plan, "require_own_host_server", lambda plan, state: None)  # (a server of its own)
     out = tmp_path / "newout"
     with pytest.raises(ScriptError, match="the plan's endpoint is unknown and verify has not settled it"):
         bench.main(
@@ -436,7 +439,7 @@ def test_bench_writes_only_its_own_files_in_its_own_folders(script, tmp_path, in
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "summary.json").symlink_to(victim)
     with pytest.raises(ScriptError, match="symbolic link: bench reads and writes only its own files"):
-        benchmark.write_out(tmp_path / "out" / "summary.json", "{}")
+        bench_plan.write_out(tmp_path / "out" / "summary.json", "{}")
     assert victim.read_text() == "keep"
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import _interpreter, host_plan
 from epyc import (
+    bench_plan,
     benchmark,
     serve_state,
     subproc,
@@ -38,8 +39,8 @@ def test_bench_warns_of_the_chat_template_on_the_endpoint_verify_settled():
     """F6: a plan whose endpoint check_model could not tell (unknown) skipped the chat warning even after
     verify had settled it on chat."""
     plan = {"max_model_len": 4096, "primary_endpoint": "unknown", "argv": []}
-    assert benchmark.matrix_against_the_plan(plan, [4000], 64, [1], 128) == (None, [])
-    _, warnings = benchmark.matrix_against_the_plan(plan, [4000], 64, [1], 128, "chat_completions")
+    assert bench_plan.matrix_against_the_plan(plan, [4000], 64, [1], 128) == (None, [])
+    _, warnings = bench_plan.matrix_against_the_plan(plan, [4000], 64, [1], 128, "chat_completions")
     assert [w["check"] for w in warnings] == ["length"]
 
 
@@ -120,7 +121,7 @@ def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):
     _, plan = host_plan(tmp_path, inputs, live_tune, edit=lambda d: d["check_model"].update(primary_endpoint=None))
     assert plan["primary_endpoint"] == "unknown"
     with pytest.raises(ScriptError, match="verify has not settled it"):
-        benchmark.endpoint_of(plan)
+        bench_plan.endpoint_of(plan)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     serve_state.write_state(
         plan,
@@ -133,5 +134,5 @@ def test_bench_loads_the_endpoint_verify_settled(tmp_path, inputs, live_tune):
             "primary_endpoint": "chat_completions",
         },
     )
-    assert benchmark.endpoint_of(plan) == "chat_completions"
-    assert benchmark.endpoint_of({**plan, "primary_endpoint": "completions"}) == "completions"
+    assert bench_plan.endpoint_of(plan) == "chat_completions"
+    assert bench_plan.endpoint_of({**plan, "primary_endpoint": "completions"}) == "completions"

@@ -151,7 +151,7 @@ def test_validate_refuses_a_remote_engine_before_asking_it_anything(inputs, rt):
     """F1's cousin (C3): `docker info` went to the ssh engine (a connection, up to the probe's timeout)
     before the refusal."""
     d, env = rt
-    before = len(calls(d))  # the inputs fixture's own validate ran already
+    before = len(calls(d))
     r = run_script("validate.py", "--detect", str(inputs["detect"]), env={**env, "DOCKER_HOST": "ssh://me@box"})
     assert r.code == 1 and "another machine's docker" in r.doc["error"]
     assert calls(d)[before:] == []  # not even `docker info`

@@ -17,7 +17,7 @@ from conftest import (
 )
 from epyc import (
     argtypes,
-    benchmark,
+    bench_plan,
     command,
     remote_host,
     serve_state,
@@ -175,17 +175,17 @@ def test_bench_reads_the_max_num_seqs_the_server_runs_with(script, inputs, rt, t
         "launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "st2"), "--sizing", "vllm-default"), env=rt[1]
     )
     assert r.code == 0 and "--max-num-seqs" not in r.doc["argv"], r.doc
-    assert benchmark.served_max_num_seqs(r.doc, 128) == 128
-    _, warnings = benchmark.matrix_against_the_plan(r.doc, [16], 16, [200], 128)
+    assert bench_plan.served_max_num_seqs(r.doc, 128) == 128
+    _, warnings = bench_plan.matrix_against_the_plan(r.doc, [16], 16, [200], 128)
     assert [w["check"] for w in warnings] == ["concurrency"] and "--max-num-seqs 128 the server" in warnings[0][
         "message"
     ]
-    assert benchmark.served_max_num_seqs({"argv": ["vllm", "serve", "--max-num-seqs=7"]}, 128) == 7
+    assert bench_plan.served_max_num_seqs({"argv": ["vllm", "serve", "--max-num-seqs=7"]}, 128) == 7
     chat = {**plan, "primary_endpoint": "chat_completions"}
     limit = plan["max_model_len"]
-    _, warnings = benchmark.matrix_against_the_plan(chat, [limit - 64], 64, [1], 128)
+    _, warnings = bench_plan.matrix_against_the_plan(chat, [limit - 64], 64, [1], 128)
     assert warnings[0]["check"] == "length" and "the chat template adds tokens" in warnings[0]["message"]
-    assert benchmark.matrix_against_the_plan(
+    assert bench_plan.matrix_against_the_plan(
         {**chat, "primary_endpoint": "completions"}, [limit - 64], 64, [1], 128
     ) == (None, [])
 

@@ -199,5 +199,6 @@ def test_a_plan_of_another_version_is_refused_with_its_stop_by_hand(script, inpu
         r = script("launch.py", verb, "--plan", str(plan_file), *(["--confirm"] if verb == "start" else []), env=env)
         name = plan["container_name"]
         assert r.code == 1 and "another version of this bundle" in r.doc["error"], r.doc
-        assert f"docker stop {name} && docker rm {name}" in r.doc["fix"] and "plan again" in r.doc["fix"], r.doc
+        assert f"docker stop -t 30 {name} && docker rm {name} && rm -rf " in r.doc["fix"], r.doc
+        assert "plan again" in r.doc["fix"], r.doc
     assert not any(c["argv"][0] in ("stop", "rm", "run") for c in calls(d))

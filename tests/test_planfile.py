@@ -42,3 +42,27 @@ def test_an_edited_input_inside_a_plan_is_checked_against_its_schema(tmp_path, i
     with pytest.raises(ScriptError, match="cpu_tune is not cpu_tune.py's output: field kv_granted_gb"):
         planfile.rerender(plan, load_epyc())
     assert time.monotonic() - t0 < 5
+
+
+def test_the_stop_by_hand_of_another_versions_plan_names_its_engine_and_its_key_files():
+    """The refusal of a plan of another version says how to stop its server: the runtime's own commands on
+    the engine the plan names (the default socket would miss it), and the key files start wrote."""
+    from epyc.planfile import stop_by_hand
+
+    plan = {
+        "runtime": "docker",
+        "engine": "unix:///run/other.sock",
+        "container_name": "vllm-epyc-8000",
+        "state_dir": "/x/st",
+        "state_file": "/x/st/state.json",
+    }
+    rt = "docker --host=unix:///run/other.sock"
+    assert stop_by_hand(plan) == (
+        f"stop its server by hand ({rt} stop -t 30 vllm-epyc-8000 && {rt} rm vllm-epyc-8000 && rm -rf /x/st/secrets)"
+    )
+    for junk in (
+        {**plan, "runtime": ["sh", "-c"]},
+        {**plan, "container_name": "x; rm -rf ~"},
+        {**plan, "engine": "ssh://elsewhere"},
+    ):
+        assert stop_by_hand(junk) == "stop its server by hand (kill -- -PGID, with the pgid /x/st/state.json records)"

@@ -20,7 +20,7 @@ from conftest import (
     server_mode,
 )
 from epyc import (
-    benchmark,
+    bench_plan,
     bundle,
     serve_state,
     serve_stop,
@@ -307,7 +307,7 @@ def test_a_planted_bench_link_makes_the_state_dir_foreign(tmp_path, inputs, live
     (state / "bench-20260101-000000").mkdir()
     (next(state.glob("bench-2026120*"))).unlink()
     assert serve_state.state_dir_problem(state) is None  # bench's own folders are fine
-    made = benchmark.new_bench_dir(state)
+    made = bench_plan.new_bench_dir(state)
     assert made.is_dir() and not made.is_symlink() and made.parent == state
 
 

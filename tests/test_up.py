@@ -368,10 +368,10 @@ def test_what_a_held_showing_says_is_true():
     record named no flag ("(-- differ)")."""
     import argparse
 
-    from epyc.up import showing_differs, up_request
+    from epyc.showing import UP_REQUEST_FLAGS, showing_differs, up_request
 
     now = {"pre_argv": [], "command": "vllm serve m --port 1", "env": {}, "secrets": []}
-    req = up_request(argparse.Namespace(**{k: None for k in __import__("epyc.up").up.UP_REQUEST_FLAGS}), "m")
+    req = up_request(argparse.Namespace(**{k: None for k in UP_REQUEST_FLAGS}), "m")
     assert showing_differs(None, now, req).startswith("up could not read the plan it showed last")
     assert showing_differs({"x": 1}, now, req).startswith("up could not read the plan it showed last")
     assert "host stack" in showing_differs({"question": "Build the host venv now?"}, now, req)

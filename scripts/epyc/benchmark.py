@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import re
 import statistics
-import time
 from pathlib import Path
 
 from . import (
@@ -18,13 +17,12 @@ from . import (
     planfile,
     planner,
     runtimes,
-    serve_procs,
     serve_start,
-    serve_state,
     serve_stop,
     serve_verify,
     subproc,
 )
+from .bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
 from .bench_report import compare_markdown, host_record, markdown, plot, side_by_side
 from .errors import ScriptError
 
@@ -196,144 +194,6 @@ def bench_argv(
     ]
 
 
-# ---------------------------------------------------------------- I/O
-
-
-MAX_RUNS = 600
-
-
-def int_list(text: str) -> list[int]:
-    """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
-    once (a repeated one would run twice and overwrite its raw file)."""
-    import argparse
-
-    parts = text.split(",")
-    if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of positive whole numbers (e.g. 1,4,8; each at most {1 << 20})"
-        )
-    values = [int(x) for x in parts]
-    if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"{text!r} repeats a value: each one runs once")
-    return values
-
-
-CHAT_TEMPLATE_TOKENS = 64
-
-
-def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
-    """The --max-num-seqs the plan's server runs with: the flag in its command, else vLLM's own default for
-    a CPU server (a sizing that leaves the flag out runs at that, whatever capacity the plan computed)."""
-    argv = [str(a) for a in plan.get("argv") or []]
-    for i, arg in enumerate(argv):
-        value = (
-            argv[i + 1]
-            if arg == "--max-num-seqs" and i + 1 < len(argv)
-            else (arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None)
-        )
-        if value is not None and value.isascii() and value.isdigit():
-            return int(value)
-    return vllm_default
-
-
-def matrix_against_the_plan(
-    plan: dict,
-    input_lens: list[int],
-    output_len: int,
-    concurrency: list[int],
-    vllm_default_seqs: int,
-    endpoint: str | None = None,
-) -> tuple[str | None, list[dict]]:
-    """(why the matrix cannot run on this server, what its figures would measure besides the server).
-    A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
-    end blaming a healthy endpoint; a chat endpoint's template adds tokens to each prompt, so a request
-    near the limit may be refused too; a concurrency past --max-num-seqs only queues at the server, so
-    its latencies include the wait, which is worth knowing but not wrong."""
-    longest = max(input_lens) + output_len
-    limit = plan.get("max_model_len")
-    if isinstance(limit, int) and longest > limit:
-        return (
-            f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
-            f"past the plan's --max-model-len {limit}: vLLM refuses every such request"
-        ), []
-    warnings = []
-    if (
-        isinstance(limit, int)
-        and (endpoint or plan.get("primary_endpoint")) == "chat_completions"
-        and longest > limit - CHAT_TEMPLATE_TOKENS
-    ):  # `endpoint`: the one verify settled, when the plan's is unknown
-        warnings.append(
-            {
-                "check": "length",
-                "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
-                f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
-                "refuse those requests",
-                "fix": "bench shorter lengths",
-            }
-        )
-    seqs = served_max_num_seqs(plan, vllm_default_seqs)
-    over = [c for c in concurrency if c > seqs]
-    if over:
-        warnings.append(
-            {
-                "check": "concurrency",
-                "message": f"--concurrency {','.join(map(str, over))} is past the "
-                f"--max-num-seqs {seqs} the server runs with: it runs {seqs} at once and queues the rest, "
-                "so TTFT and E2EL include that wait",
-                "fix": None,
-            }
-        )
-    return None, warnings
-
-
-def endpoint_of(plan: dict) -> str:
-    """The endpoint to load: the plan's, or, when check_model could not tell, the one verify settled on
-    the running server (in its state file) -- never a guess of /v1/completions for a chat-only model."""
-    if plan["primary_endpoint"] != "unknown":
-        return plan["primary_endpoint"]
-    pass  # REMOVED-IMPORT
-    settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
-    if settled not in ("chat_completions", "completions"):
-        raise ScriptError(
-            "the plan's endpoint is unknown and verify has not settled it on the running server",
-            "run launch.py verify --plan PLAN first (it tries both endpoints and records the one that "
-            "answers), then bench",
-        )
-    return settled
-
-
-def started_state(plan: dict, state: dict | None) -> dict:
-    """The state this plan's start recorded (own_state's), or the error that nothing was started from it:
-    bench measures only a server of its own plan, on either path."""
-    if state is None:
-        pass  # REMOVED-IMPORT
-        raise ScriptError(
-            f"no server from this plan is running ({serve_verify.no_state_said(plan)})",
-            "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench",
-        )
-    return state
-
-
-def recorded_container(plan: dict) -> str:
-    """The id of the container this plan's start recorded: bench runs inside that one. By name, the exec
-    could land in another plan's container on this port (ours exited, and its start took the name)."""
-    pass  # REMOVED-IMPORT
-    return started_state(plan, serve_procs.own_state(plan, "bench"))["container_id"]
-
-
-def require_own_host_server(plan: dict, state: dict | None) -> None:
-    """bench measures this plan's server: the process group its start recorded, alive. Whatever answered on
-    the port was measured before, and another plan's server (its own state dir, the same port) was filed
-    under this plan's name, costed with this plan's weights. A container plan gets the same from
-    recorded_container."""
-    pass  # REMOVED-IMPORT
-    if serve_procs.alive(plan, started_state(plan, state)) is False:
-        raise ScriptError(
-            "the server this plan started has exited",
-            "python3 scripts/launch.py stop --plan <plan.json>, then start, verify and bench again",
-        )
-
-
 def serving_target(plan: dict, container: str | None = None) -> dict:
     """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
     container (it has vllm, the tokenizer's files and the cache mount). The tokenizer is the model as the
@@ -415,47 +275,7 @@ def measure_bandwidth(python: str | None, cpus: list[int], seconds: float = 2.0,
     return found.get("bytes_per_s") if found else None
 
 
-def result_dir(spec: str, make: bool = True) -> Path:
-    """--out: a folder bench makes, or an empty one: nothing planted there (a link named plot.png,
-    raw/NAME.json or skill/) takes a write elsewhere, and `--out /` is never filled with results."""
-    return jsonio.empty_output_dir(
-        spec,
-        "--out",
-        "pass --out a new or empty folder: bench writes summary.json, "
-        "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
-        "and nothing else may be in it",
-        make=make,
-    )
-
-
-def new_bench_dir(state_dir: Path) -> Path:
-    """bench-TIME in the state dir, made new here: never an entry someone planted under the next
-    second's name (a link to another folder would take the results and truncate its files)."""
-    try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        out = state_dir / time.strftime("bench-%Y%m%d-%H%M%S")
-        os.mkdir(out, 0o755)
-    except FileExistsError:
-        raise ScriptError(f"{out} exists already", "run bench again in a second, or pass --out FOLDER")
-    except OSError as exc:
-        raise ScriptError(f"cannot make a bench folder in {state_dir}: {exc.strerror or exc}", "pass --out FOLDER")
-    return out
-
-
-def write_out(path: Path, text: str) -> None:
-    """A file of bench's own in its result folder, never written through a link planted there (a
-    summary.json linked elsewhere overwrote the link's target)."""
-    pass  # REMOVED-IMPORT
-    try:
-        with os.fdopen(
-            serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w"
-        ) as f:
-            f.write(text)
-    except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
-        raise errors.os_error(exc, f"cannot write {path}")
-
-
-def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
+def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
     raw = out / "raw"
     if os.path.lexists(raw) and (raw.is_symlink() or not raw.is_dir()):  # results never through a link
@@ -533,7 +353,7 @@ def run_matrix(plan: dict, args, out: Path, env: dict) -> list[dict]:
     return cells
 
 
-def finish(plan: dict, args, out: Path, cells: list[dict]):
+def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -> tuple[dict, int]:
     """The summary document, table and plot of one served configuration."""
     target = serving_target(plan)
     bind = (
@@ -574,24 +394,9 @@ def finish(plan: dict, args, out: Path, cells: list[dict]):
     return doc, errors.EXIT_OK
 
 
-def refuse_to_compare(plan: dict, state: dict | None) -> None:
-    """--compare starts servers of its own on the plan's port: not while the plan's server (`state`, its
-    own_state) runs, and only from a plan the disk still renders as start would (a model folder or cache
-    moved since is not served)."""
-    pass  # REMOVED-IMPORT
-    if state and serve_procs.alive(plan, state) is not False:  # running, or its runtime did not say
-        raise ScriptError(
-            "the plan's server is running: --compare starts its own servers on the same port",
-            "python3 scripts/launch.py stop --plan <plan.json>, then run --compare",
-        )
-    serve_start.refuse_edited(plan, planfile.rerender(plan, bundle.load_epyc(), phase="bench"), "bench")
-
-
-def compare(plan: dict, args, out: Path, env: dict):
+def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple[dict, int]:
     """Serve the plan's model once per sizing on the plan's port, bench each, stop each (refuse_to_compare
     has passed)."""
-    pass  # REMOVED-IMPORT
-    pass  # REMOVED-IMPORT
     epyc = bundle.load_epyc()
     results: dict[str, list[dict]] = {}
     not_run: dict[str, str] = {}

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def _interrupt_on_termination() -> dict:
 
 
 @contextlib.contextmanager
-def signals_deferred():
+def signals_deferred() -> Iterator[None]:
     """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: start
     launches a server and records it in state.json inside one, so no signal can leave a server that no
     state names (stop would say "not running", the port stay busy). The server does not inherit the

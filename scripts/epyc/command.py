@@ -85,8 +85,7 @@ def serve_options(
 
 
 def runtime_stop_pair(rt: list[str], name: str) -> str:
-    """The runtime's own graceful stop and removal of the container (plans before 6d345f9 handed over only
-    this as their stop_command)."""
+    """The runtime's own graceful stop and removal of the container: the by-hand form of launch.py stop."""
     return " && ".join(shlex.join(c) for c in ([*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name]))
 
 

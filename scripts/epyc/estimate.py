@@ -85,7 +85,7 @@ def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
         raise ScriptError(why.message, why.fix)
 
 
-def weights_of(req: Request, files, text_cfg: dict) -> tuple[int, str]:
+def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict) -> tuple[int, str]:
     """The weight bytes at the serving dtype, and their source; never below the token embedding alone."""
     floor = weight_floor(text_cfg)
     if req.weight_gb:

@@ -11,114 +11,105 @@ from .errors import ScriptError
 from .masking import redact
 
 
-def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
+def model_cell(plan: dict) -> str:
+    endpoint = (
+        "unknown until verify settles it (chat first, then completions)"
+        if plan["primary_endpoint"] == "unknown"
+        else plan["primary_endpoint"]
+    )
+    revision = f" at revision {plan['revision']}" if plan.get("revision") else ""
+    return f"{plan['model']}{revision} -- {plan['kind']}, endpoint {endpoint}"
+
+
+def backend_cell(plan: dict) -> str:
     platform = (plan.get("platform") or "platform not probed").rsplit(".", 1)[-1]
-    backend = (
-        f"stock vLLM CPU ({platform}), no zentorch: unaccelerated"
-        if plan["backend"] == "stock"
-        else "zentorch-accelerated (ZenCpuPlatform)"
+    if plan["backend"] == "stock":
+        return f"stock vLLM CPU ({platform}), no zentorch: unaccelerated"
+    return "zentorch-accelerated (ZenCpuPlatform)"
+
+
+def path_cell(plan: dict) -> str:
+    if plan["path"] == "host":
+        return "host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")"
+    engine = f", on the engine at {plan['engine']})" if plan.get("engine") else ")"
+    return f"container ({plan['runtime']}, {plan['image']}{engine}"
+
+
+def precision_cell(plan: dict) -> str:
+    q = plan.get("quantization")
+    if not q:
+        return plan["dtype"]
+    kernel = q["kernel"] or "a kernel vLLM picks at load (unknown to this skill)"
+    return f"{plan['dtype']} activations; weights {q['method']} {q['bits'] or '?'}-bit, run by {kernel}"
+
+
+def kv_cell(s: dict) -> str:
+    """What the KV grant holds: tokens and full-length requests, or requests alone for a recurrent model."""
+    if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None:
+        batched = f", --max-num-batched-tokens {s['max_num_batched_tokens']}" if s.get("max_num_batched_tokens") else ""
+        return (
+            f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
+            f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}{batched}"
+        )
+    if s.get("kv_full_length_requests") is not None:
+        return (
+            f"holds {s['kv_full_length_requests']} requests at once (a recurrent state per sequence, no "
+            f"per-token KV); --max-num-seqs {s['max_num_seqs']}"
+        )
+    return "capacity not computed (max_model_len differs from the estimate's)"
+
+
+def hardware_cell(det: dict) -> str:
+    cpu = (
+        f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})"
+        if det.get("is_amd_epyc")
+        else f"{det.get('cpu_model')} (not an AMD EPYC)"
     )
-    where = (
-        "host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")"
-        if plan["path"] == "host"
-        else f"container ({plan['runtime']}, {plan['image']}"
-        + (f", on the engine at {plan['engine']})" if plan.get("engine") else ")")
-    )
+    return f"{cpu}, {det.get('physical_cores')} cores, AVX-512 {'yes' if det.get('avx512') else 'no'}"
+
+
+def pinning_cell(plan: dict) -> str:
+    if plan["path"] != "host":
+        return "--cpuset-* flags in the command"
+    pin = plan["argv"][: plan["argv"].index(next(a for a in plan["argv"] if a.endswith("/vllm")))]
+    return shlex.join(pin) if pin else "none (numactl/taskset not found)"
+
+
+def environment_cell(plan: dict) -> str:
+    env = ", ".join(f"{k}={v}" for k, v in plan["env"].items())
+    env += "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())
+    if plan["path"] == "host":
+        inherited = ", ".join(n for n in INHERITED_ENV if n.isupper() and "PROXY" not in n)
+        env += f"; from this shell only {inherited}, LC_* and the proxy variables"
+    return env
+
+
+def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
+    """The table the human confirms: every row a fact of the plan, the exact command among them."""
     s = plan["sizing"]
     rows = [
-        [
-            "Model / kind",
-            f"{plan['model']}"
-            + (f" at revision {plan['revision']}" if plan.get("revision") else "")
-            + f" -- {plan['kind']}, endpoint "
-            + (
-                "unknown until verify settles it (chat first, then completions)"
-                if plan["primary_endpoint"] == "unknown"
-                else plan["primary_endpoint"]
-            ),
-        ],
-        ["Backend", backend],
-        ["Path", where],
-        [
-            "Precision",
-            plan["dtype"]
-            + (
-                f" activations; weights {q['method']} {q['bits'] or '?'}-bit, run by "
-                f"{q['kernel'] or 'a kernel vLLM picks at load (unknown to this skill)'}"
-                if (q := plan.get("quantization"))
-                else ""
-            ),
-        ],
+        ["Model / kind", model_cell(plan)],
+        ["Backend", backend_cell(plan)],
+        ["Path", path_cell(plan)],
+        ["Precision", precision_cell(plan)],
         ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
         [
             "CPU sizing",
             f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
-            f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes "
-            f"{','.join(map(str, s['numa_nodes']))}",
+            f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes {','.join(map(str, s['numa_nodes']))}",
         ],
-        [
-            "KV cache",
-            (
-                f"holds {s['kv_tokens']:,} tokens = {s['kv_full_length_requests']} requests of "
-                f"{s['max_model_len']} tokens at once; --max-num-seqs {s['max_num_seqs']}"
-                + (
-                    f", --max-num-batched-tokens {s['max_num_batched_tokens']}"
-                    if s.get("max_num_batched_tokens")
-                    else ""
-                )
-            )
-            if s.get("kv_tokens") is not None and s.get("kv_full_length_requests") is not None
-            else (
-                f"holds {s['kv_full_length_requests']} requests at once (a recurrent state per sequence, no "
-                f"per-token KV); --max-num-seqs {s['max_num_seqs']}"
-            )
-            if s.get("kv_full_length_requests") is not None
-            else "capacity not computed (max_model_len differs from the estimate's)",
-        ],
-        *(
-            [["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"]]
-            if s["sizing_rule"] != "skill"
-            else []
-        ),
-        [
-            "Hardware",
-            (
-                f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})"
-                if det.get("is_amd_epyc")
-                else f"{det.get('cpu_model')} (not an AMD EPYC)"
-            )
-            + f", {det.get('physical_cores')} cores, AVX-512 {'yes' if det.get('avx512') else 'no'}",
-        ],
-        ["Port", f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")],
+        ["KV cache", kv_cell(s)],
     ]
-    pin = (
-        [a for a in plan["argv"][: plan["argv"].index(next(a for a in plan["argv"] if a.endswith("/vllm")))]]
-        if plan["path"] == "host"
-        else []
-    )
-    rows.append(
-        [
-            "Pinning",
-            shlex.join(pin)
-            if pin
-            else ("--cpuset-* flags in the command" if plan["path"] != "host" else "none (numactl/taskset not found)"),
-        ]
-    )
-    rows.append(
-        [
-            "Environment",
-            ", ".join(f"{k}={v}" for k, v in plan["env"].items())
-            + "".join(f", {k} (from ${src}, value not shown)" for k, src in plan["secrets"].items())
-            + (
-                "; from this shell only "
-                + ", ".join(n for n in INHERITED_ENV if n.isupper() and "PROXY" not in n)
-                + ", LC_* and the proxy variables"
-                if plan["path"] == "host"
-                else ""
-            ),
-        ]
-    )
-    rows.append(["Command (exactly what start runs)", plan["command"]])
+    if s["sizing_rule"] != "skill":
+        rows.append(["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"])
+    port = f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")
+    rows += [
+        ["Hardware", hardware_cell(det)],
+        ["Port", port],
+        ["Pinning", pinning_cell(plan)],
+        ["Environment", environment_cell(plan)],
+        ["Command (exactly what start runs)", plan["command"]],
+    ]
     if plan["deferred"]:
         rows.append(
             [
@@ -127,14 +118,12 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                 "assumed; re-check on the host before start (run the chain there)",
             ]
         )
-    for w in plan["warnings"]:
-        rows.append(["Warning", w["message"]])
-    for c in plan["confirmation_reasons"]:
-        rows.append(["Needs your OK", c])
+    rows += [["Warning", w["message"]] for w in plan["warnings"]]
+    rows += [["Needs your OK", c] for c in plan["confirmation_reasons"]]
     return rows
 
 
-def table_cell(value) -> str:
+def table_cell(value: object) -> str:
     """One cell on one line, as the human will read it: `|` escaped, and every character that is not
     printable shown as its escape -- a newline from a document would end the row, an ESC or a bidi
     override could redraw the very line of the command the human is approving."""
@@ -195,28 +184,9 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     return True, redact(text, secrets)
 
 
-def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None) -> dict:
-    """What the user gets: base URL, endpoint, examples. An endpoint the plan left "unknown" is the one
-    verify settled on the running server (`settled`); before that there is nothing true to hand off."""
-    served = served or plan["served_model_name"]
-    endpoint = plan["primary_endpoint"] if plan["primary_endpoint"] != "unknown" else settled
-    if endpoint not in ("chat_completions", "completions"):
-        raise ScriptError(
-            "the plan's endpoint is unknown (the chat template could not be read) and verify has not settled it yet",
-            "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff",
-        )
-    path = "/v1/chat/completions" if endpoint == "chat_completions" else "/v1/completions"
-    why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
-        "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
-    )
-    base = plan["base_url"]
-    key_env = plan.get("api_key_env")
-    if key_env is not None and not argtypes.is_env_name(key_env):  # pasted into a shell example: a name only
-        raise ScriptError(
-            f"the plan's api_key_env {key_env!r} is not an environment variable name",
-            "plan again with --api-key-env NAME",
-        )
-    key = f"os.environ[{plan['api_key_env']!r}]" if plan.get("api_key_env") else '"EMPTY"'
+def examples(endpoint: str, path: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
+    """A curl line and an OpenAI-client snippet for the endpoint; the key by its variable's name only."""
+    key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
     if endpoint == "chat_completions":
         body = {
             "model": served,
@@ -247,6 +217,31 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
         f'client = OpenAI(base_url="{base}", api_key={key})\n'
         f"model = {json.dumps(served)}  # the served model name\n" + py_call
     )
+    return curl, python
+
+
+def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None) -> dict:
+    """What the user gets: base URL, endpoint, examples. An endpoint the plan left "unknown" is the one
+    verify settled on the running server (`settled`); before that there is nothing true to hand off."""
+    served = served or plan["served_model_name"]
+    endpoint = plan["primary_endpoint"] if plan["primary_endpoint"] != "unknown" else settled
+    if endpoint not in ("chat_completions", "completions"):
+        raise ScriptError(
+            "the plan's endpoint is unknown (the chat template could not be read) and verify has not settled it yet",
+            "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff",
+        )
+    path = "/v1/chat/completions" if endpoint == "chat_completions" else "/v1/completions"
+    why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
+        "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
+    )
+    base = plan["base_url"]
+    key_env = plan.get("api_key_env")
+    if key_env is not None and not argtypes.is_env_name(key_env):  # pasted into a shell example: a name only
+        raise ScriptError(
+            f"the plan's api_key_env {key_env!r} is not an environment variable name",
+            "plan again with --api-key-env NAME",
+        )
+    curl, python = examples(endpoint, path, base, served, key_env)
     s = plan["sizing"]
     runs_on = f"{plan['runtime']} / {plan['port']}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     # an exposed server listens on every address: the base URL is this machine's; others use its address

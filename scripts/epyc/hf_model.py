@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 import json
 import logging
 import os
@@ -9,6 +13,7 @@ import re
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -415,7 +420,7 @@ class _LastWarning(logging.Handler):
             self.last = masking.clip(msg, 300)
 
 
-def with_deadline(fn, seconds: float, online: bool = True):
+def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T:
     """Run fn (all of a script's Hub traffic) with one overall deadline; `online` False (a local folder, the
     offline cache): no Hub is asked, so fn just runs, and a slow disk is never called a Hub that did not answer.
 

@@ -303,7 +303,7 @@ def _ecma_pattern(validator, pattern: str, instance: Any, schema: dict):
         yield jsonschema.exceptions.ValidationError(f"{instance[:80]!r} does not match {pattern!r}")
 
 
-def best_schema_error(schema: dict, doc: Any):
+def best_schema_error(schema: dict, doc: Any) -> Any:
     """The most telling way doc breaks schema (Draft 2020-12, ECMA patterns), or None."""
     import jsonschema
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import re
@@ -117,7 +118,7 @@ def count_kernels(lines: Iterable[str]) -> dict:
     }
 
 
-def log_lines(args) -> tuple[Iterable[str], str]:
+def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str]:
     """The log's lines, masked (streamed: a kernel log runs to gigabytes), and where they came from."""
     fix = "pass the server log (launch.py writes it to the plan's log_file)"
     # without a plan the API key's variable is unknown: mask every value this shell holds under a

@@ -240,6 +240,11 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
     patterns (NemotronH's hybrid_override_pattern, Jamba's attention period, Qwen3-Next's
     full_attention_interval); then Gemma-2 (alternating) and Gemma-3 (every Nth layer global);
     then a model-wide sliding_window (Mistral), unless use_sliding_window is false (Qwen2)."""
+    return explicit_layers(cfg, layers) or hybrid_layers(cfg, layers) or sliding_layers(cfg, layers)
+
+
+def explicit_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
+    """A layer_types list, one kind per layer; None without one."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         # one entry per layer, each a kind we can size: a short list or an unknown kind would be sized
@@ -256,6 +261,11 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
         full = sum(t in FULL_TYPES for t in types)
         sliding = sum(t in SLIDING_TYPES for t in types)
         return full, sliding, len(types) - full - sliding
+    return None
+
+
+def hybrid_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
+    """NemotronH's pattern, Jamba's attention period, Qwen3-Next's interval; None for none of them."""
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
@@ -293,6 +303,11 @@ def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
             )
         attn = layers // interval
         return attn, 0, layers - attn
+    return None
+
+
+def sliding_layers(cfg: dict, layers: int) -> tuple[int, int, int]:
+    """A model-wide sliding window (Mistral, Qwen2's max_window_layers, Gemma-2/3), else every layer full."""
     window = cfg.get("sliding_window")
     if window is True:  # a flag, not a size: read as 1 token, it halved the KV need
         raise ScriptError("config.json: sliding_window is true, not a window size in tokens", LAYOUT_FIX)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from . import architectures, hf_model, masking, quantization, runtimes
 from .errors import ScriptError
 
@@ -214,7 +216,7 @@ def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
     }
 
 
-def pick_registry(args, notes: list[str]) -> dict | None:
+def pick_registry(args: argparse.Namespace, notes: list[str]) -> dict | None:
     """The registry of the vLLM that will serve: probe it live when we can, else a saved snapshot."""
     # an image is asked on the engine this shell's docker names (as validate.py records it for the plan)
     engine = runtimes.shell_docker_engine() if args.image and not args.python and args.runtime == "docker" else None
@@ -254,3 +256,104 @@ def read_model(files: hf_model.ModelFiles) -> dict:
         "tokenizer_config": files.json("tokenizer_config.json"),
         "template_json": files.json("chat_template.json"),
     }
+
+
+def unreadable_doc(
+    base: dict, registry: dict | None, version: str, why: hf_model.Unreadable, epyc: dict, notes: list[str]
+) -> dict:
+    """A model whose files cannot be read here (gated, offline): support undetermined, and the launch confirms."""
+    tmpl = classify_template(None, None, None, readable=False)
+    return {
+        **base,
+        "source": "hub",
+        "model_dir": None,
+        "architectures": [],
+        "kind": "undetermined",
+        "supported": None,
+        "registry_source": (registry or {}).get("source"),
+        "vllm_version": version,
+        "chat_template": tmpl,
+        **endpoints_for("undetermined", tmpl["status"], epyc["model_support_policy"]),
+        "message": f"{why.message}; support could not be determined -- proceed, the launch confirms",
+        "fix": why.fix,
+        "unreadable_reason": why.reason,
+        "notes": notes,
+    }
+
+
+def refuse_remote_code(doc: dict, remote: str, arch: str, version: str) -> None:
+    """vLLM loads the model only with --trust-remote-code, which this bundle never passes: refused."""
+    doc.update(
+        supported=False,
+        launchable=False,
+        supported_endpoints=[],
+        primary_endpoint=None,
+        remote_code=remote,
+        message=f"{arch} is in vLLM {version}'s registry, but {remote}: vLLM loads "
+        "it only with --trust-remote-code, which this bundle does not pass (it would run the "
+        "repository's Python)",
+    )
+    doc.update(
+        error=doc["message"],
+        fix="choose a model vLLM loads with its own code (the same model "
+        "converted to a transformers architecture, or another), or serve it by hand, having read "
+        "its code, with vllm serve --trust-remote-code",
+    )
+
+
+def check(
+    model_ref: str,
+    revision: str | None,
+    vllm_version: str,
+    registry: dict | None,
+    hub_timeout: float,
+    epyc: dict,
+    notes: list[str],
+) -> tuple[dict, int]:
+    """check_model.py's document and exit code: the architecture judged by the registry of the vLLM that
+    will serve, the endpoint from the chat template, and a refusal for what vLLM would not load."""
+    version = (registry or {}).get("vllm_version") or vllm_version
+    probed = registry and (registry["source"] or "").startswith("probe")
+    if probed and architectures.normalize_version(version) != architectures.normalize_version(vllm_version):
+        notes.append(f"probed vLLM is {version}, not the --vllm-version {vllm_version} given")
+    base = {"model": model_ref, "revision": revision}
+    try:
+        files = hf_model.resolve(model_ref, revision)
+        model = hf_model.with_deadline(lambda: read_model(files), hub_timeout, online=files.kind == "hub")
+    except hf_model.Unreadable as why:
+        return unreadable_doc(base, registry, version, why, epyc, notes), 0
+    tmpl = classify_template(model["jinja"], model["tokenizer_config"], model["template_json"])
+    kind, arch = classify_kind(model["architectures"], registry)
+    eps = endpoints_for(kind, tmpl["status"], epyc["model_support_policy"])
+    code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)
+    doc = {
+        **base,
+        "source": files.kind,
+        "model_dir": str(files.folder) if files.kind == "local" else None,
+        "architectures": model["architectures"],
+        "kind": kind,
+        "supported": None if kind == "undetermined" else code == 0,
+        "registry_source": (registry or {}).get("source"),
+        "vllm_version": version,
+        "chat_template": tmpl,
+        **eps,
+        "message": message,
+        "notes": notes,
+        "quantization": quantization_report(model["quantization"], epyc),
+    }
+    if kind in epyc["model_support_policy"]["refuse_kinds"]:
+        code = 1
+    own = (registry or {}).get("own_code")
+    remote = None if code else remote_code_needed(model["config"], model["tokenizer_config"], own)
+    if not own and (_auto_map(model["config"], "AutoConfig") or (model["tokenizer_config"] or {}).get("auto_map")):
+        notes.append(
+            f"the repository ships code of its own (auto_map): whether vLLM {version} needs "
+            "--trust-remote-code for it (never passed here) was not judged, as its registry "
+            f"({(registry or {}).get('source')}) does not list what it loads by itself"
+        )
+    if remote:  # vLLM refuses it at load without --trust-remote-code, which this bundle never passes
+        refuse_remote_code(doc, remote, arch, version)
+        return doc, 1
+    if code:  # the one contract: exit 1 carries error and fix
+        doc.update(error=message, fix=REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
+    return doc, code

@@ -7,12 +7,12 @@ import shlex
 from pathlib import Path
 
 from . import hubcache, jsonio, masking, runtimes
-from .command import SECRET_VALUE
+from .command import SECRET_VALUE, runtime_stop_pair
 from .errors import ScriptError
 from .planner import PLAN_SCHEMA_VERSION, build_plan
 from .serve_procs import foreign_state
 from .serve_start import refuse_edited
-from .serve_state import read_state
+from .serve_state import CONTAINER_NAME, read_state
 
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
@@ -21,7 +21,6 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     """What a plan depends on besides its five documents, read from this shell and this disk: at plan
     time and again at start (the HF cache a container mounts is looked at again then, as it is now).
     `list_cache=False` where the caller takes the cache from the plan: it is not read at all then."""
-    pass  # REMOVED-IMPORT
     chk, val = inputs["check_model"], inputs["validate"]
     model = opt.get("model") or chk.get("model") or ""
     folder = jsonio.user_path(model, "the model") if model else None
@@ -91,11 +90,18 @@ def rerender(
 
 
 def stop_by_hand(plan: dict) -> str:
-    """How to stop the server of a plan this bundle does not read: the runtime's own commands, or a kill."""
-    name, runtime = plan.get("container_name"), plan.get("runtime")
-    if isinstance(name, str) and runtime in runtimes.CONTAINER_RUNTIMES:
-        rt = runtimes.CONTAINER_RUNTIMES[runtime]
-        return f"stop its server by hand ({shlex.join([*rt, 'stop', name])} && {shlex.join([*rt, 'rm', name])})"
+    """How to stop the server of a plan this bundle does not read: the runtime's own commands on the engine
+    the plan names, and the key files start wrote; or a kill of the process group its state records."""
+    name, state_dir = plan.get("container_name"), plan.get("state_dir")
+    try:
+        rt = runtimes.runtime_argv(plan.get("runtime"), plan.get("engine"))
+    except (ScriptError, TypeError):
+        rt = None
+    if rt and isinstance(name, str) and CONTAINER_NAME.fullmatch(name):
+        keys = (
+            f" && {shlex.join(['rm', '-rf', str(Path(state_dir) / 'secrets')])}" if isinstance(state_dir, str) else ""
+        )
+        return f"stop its server by hand ({runtime_stop_pair(rt, name)}{keys})"
     if isinstance(plan.get("state_file"), str):
         return f"stop its server by hand (kill -- -PGID, with the pgid {plan['state_file']} records)"
     return "stop its server by hand (ps, then kill its process group)"

@@ -284,8 +284,16 @@ def served_revision(inp: dict, model: str, facts: dict) -> str | None:
     return revision
 
 
-def refuse_unmountable_cache(val: dict, epyc: dict, facts: dict) -> None:
-    """A container mounts the hub cache read-write: it must be a cache, never a system folder."""
+def refuse_unrunnable_command(val: dict, epyc: dict, facts: dict) -> None:
+    """What the command would hold must be right: on the host, LD_PRELOAD only the pinned libraries; in a
+    container, a known runtime on a local engine, and mounts of a model folder and of a hub cache that is a
+    cache, never a system folder."""
+    if val["path"] == "host":
+        preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
+        return
+    runtimes.runtime_argv(val["runtime"], val.get("engine"))
+    if facts.get("model_dir"):
+        bind_mount(facts["model_dir"], f"/models/{Path(facts['model_dir']).name}", read_only=True)
     bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
     if not val.get("deferred"):  # another host's cache is checked there, by its own chain
         problem = hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"))
@@ -331,8 +339,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
             "plan without --throughput-flags on the stock path",
         )
     revision = served_revision(inp, model, facts)
-    if val["path"] != "host":
-        refuse_unmountable_cache(val, epyc, facts)
+    refuse_unrunnable_command(val, epyc, facts)
     quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
     if quant and quant["served_on_cpu"] is False:
         raise ScriptError(
@@ -469,6 +476,22 @@ def container_command(
     }
 
 
+def sizing_doc(opt: dict, tune: dict, capacity: dict, batched: int | None, max_len: int) -> dict:
+    """The plan's sizing: the socket, its bind and KV grant, and what the grant holds."""
+    return {
+        "sizing_rule": opt.get("sizing") or "skill",
+        "socket": tune["chosen_socket"],
+        "socket_choice_reason": tune["socket_choice_reason"],
+        "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"],
+        "omp_threads": tune.get("omp_threads"),
+        "kv_granted_gb": tune["kv_granted_gb"],
+        **capacity,
+        "numa_nodes": tune["numa_nodes"],
+        "max_num_batched_tokens": batched,
+        "max_model_len": max_len,
+    }
+
+
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     """Everything start needs, and the summary the human confirms, from the five input documents, the
     options, and the host facts that matter (planfile.host_facts: secrets set, the model's folder, the
@@ -538,18 +561,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
             {"check": w["check"], "message": w["message"], "fix": w.get("fix")}
             for w in [*tune.get("warnings", []), *val.get("warnings", []), *extra]
         ],
-        "sizing": {
-            "sizing_rule": opt.get("sizing") or "skill",
-            "socket": tune["chosen_socket"],
-            "socket_choice_reason": tune["socket_choice_reason"],
-            "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"],
-            "omp_threads": tune.get("omp_threads"),
-            "kv_granted_gb": tune["kv_granted_gb"],
-            **capacity,
-            "numa_nodes": tune["numa_nodes"],
-            "max_num_batched_tokens": batched if ch.rules["seqs"] else None,
-            "max_model_len": ch.max_len,
-        },
+        "sizing": sizing_doc(opt, tune, capacity, batched if ch.rules["seqs"] else None, ch.max_len),
     }
     return finish_plan(plan, inp, opt, state_dir, det, est.get("fit"))
 

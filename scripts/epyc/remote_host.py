@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -182,7 +183,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     return gather(Sysroot("/"), "localhost", live=True)
 
 
-def spec_host(args, epyc: dict) -> tuple[HostFacts, dict]:
+def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
     assumption, stated in the output), then read like any sysroot."""
     table = hostspec.load_skus()

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
+    import psutil
+
+import json
 import os
 import time
+from pathlib import Path
 
 from . import masking, runtimes, subproc
 from .command import MARKER_ENV
@@ -26,7 +33,7 @@ EXEC_SETTLE_S = 2.0
 EXEC_YOUNG_S = 30.0
 
 
-def settled_environ(proc) -> dict | None:
+def settled_environ(proc: psutil.Process) -> dict | None:
     """A process's environment, or None when it cannot be read (gone, a zombie, not ours to read).
 
     An empty environ is a process inside execve (the pin program exec'ing vllm, vllm's #! line its
@@ -164,6 +171,17 @@ def state_server(state: dict) -> str | None:
             f"its run's (pids {[p.pid for p in left][:10]})"
         )
     return None
+
+
+def unread_server(state_file: str | Path) -> str | None:
+    """What a state.json this version does not read (another version's, without port or plan_id) names that
+    still runs: start and up must not write over it and leave that server named by nothing."""
+    try:
+        with os.fdopen(open_own_file(state_file, os.O_RDONLY), "rb") as f:
+            older = json.loads(f.read(1 << 20).decode("utf-8"))
+        return state_server(older) if isinstance(older, dict) else None
+    except (ScriptError, OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def foreign_state(plan: dict, state: dict) -> str | None:

@@ -11,7 +11,8 @@ from pathlib import Path
 from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, validation
 from .command import server_env
 from .errors import ScriptError
-from .serve_procs import foreign_state, inspect_container, state_server
+from .planner import plan_differences
+from .serve_procs import foreign_state, inspect_container, state_server, unread_server
 from .serve_state import (
     CONTAINER_ID,
     LOCK_WAIT_S,
@@ -34,13 +35,11 @@ RUN_TIMEOUT_S = 300
 
 
 def port_in_use(port: int) -> bool:
-    pass  # REMOVED-IMPORT
     return not validation.port_is_free(port)
 
 
 def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
     """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
-    from .planner import plan_differences
 
     diff = plan_differences(plan, fresh)
     if diff:
@@ -193,6 +192,13 @@ def refuse_to_start_over(plan: dict) -> None:
                 f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir", phase="start"
             )
     state = read_state(plan)
+    older = unread_server(plan["state_file"]) if state is None and os.path.lexists(plan["state_file"]) else None
+    if older:
+        raise ScriptError(
+            f"{plan['state_file']} is another version's state and names a server that runs ({older})",
+            "stop that server by hand (docker stop NAME, or kill -- -PGID), remove the file, then start again",
+            phase="start",
+        )
     running = state_server(state) if state else None
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
         other = foreign_state(plan, state)

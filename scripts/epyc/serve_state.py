@@ -7,6 +7,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import errors, hubcache, jsonio
@@ -17,30 +18,10 @@ from .hubcache import in_system_tree
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 
 
-def open_own_file(
-    path: str | Path,
-    flags: int,
-    mode: int = 0o600,
-    phase: str = "start",
-    one_name: bool | None = None,
-    dir_fd: int | None = None,
-) -> int:
-    """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
-    planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
-    folder of that name (a FIFO would block start forever, after the server was launched). With one_name
-    (the default for a write) a file with other names (a hard link) is refused too: writing would change a
-    file elsewhere, and reading the server log would pass another file's lines off as the server's. A
-    state.json read is not refused for it: the process it names is checked anyway, and a refusal there
-    would make stop say "not running" and leave the server up. A file found and written must be this
-    user's, and gets `mode`: one another user made (0666, readable by them) would keep its owner and mode,
-    and the secret or log written into it with them. A file made here is ours whoever the file system says
-    owns it (root-squash NFS). With O_EXCL in `flags`, only a file made here."""
+def open_nofollow(name: str | Path, flags: int, mode: int, dir_fd: int | None, path: str | Path, phase: str) -> tuple:
+    """os.open never through a link (nor blocking on a FIFO), untruncated: -> (fd, made here)."""
     import errno
-    import stat
 
-    truncate = bool(flags & os.O_TRUNC)  # only once the file is known to be ours alone
-    # with dir_fd (a folder held open), the name in that folder: never a path looked up again
-    name = path if dir_fd is None else os.path.basename(path)
     base = (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK
     made = False
     try:
@@ -61,6 +42,15 @@ def open_own_file(
                 phase=phase,
             )
         raise ScriptError(f"cannot open {path}: {exc.strerror or exc}", "remove it, or use a fresh folder", phase=phase)
+    return fd, made
+
+
+def refuse_a_file_not_ours(
+    fd: int, path: str | Path, flags: int, mode: int, phase: str, one_name: bool | None, made: bool
+) -> None:
+    """A regular file, with one name when written, and this user's with `mode`; the fd is closed on refusal."""
+    import stat
+
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -95,7 +85,30 @@ def open_own_file(
                 "use a state dir on a file system with Unix permissions (not vfat or CIFS)",
                 phase=phase,
             ) from None
-    if truncate:
+
+
+def open_own_file(
+    path: str | Path,
+    flags: int,
+    mode: int = 0o600,
+    phase: str = "start",
+    one_name: bool | None = None,
+    dir_fd: int | None = None,
+) -> int:
+    """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
+    planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
+    folder of that name (a FIFO would block start forever, after the server was launched). With one_name
+    (the default for a write) a file with other names (a hard link) is refused too: writing would change a
+    file elsewhere, and reading the server log would pass another file's lines off as the server's. A
+    state.json read is not refused for it: the process it names is checked anyway, and a refusal there
+    would make stop say "not running" and leave the server up. A file found and written must be this
+    user's, and gets `mode`: one another user made (0666, readable by them) would keep its owner and mode,
+    and the secret or log written into it with them. A file made here is ours whoever the file system says
+    owns it (root-squash NFS). With O_EXCL in `flags`, only a file made here."""
+    # with dir_fd (a folder held open), the name in that folder: never a path looked up again
+    fd, made = open_nofollow(path if dir_fd is None else os.path.basename(path), flags, mode, dir_fd, path, phase)
+    refuse_a_file_not_ours(fd, path, flags, mode, phase, one_name, made)
+    if flags & os.O_TRUNC:  # only once the file is known to be ours alone
         os.ftruncate(fd, 0)
     os.set_blocking(fd, True)
     return fd
@@ -417,7 +430,7 @@ def up_in_progress(plan: dict) -> bool:
 
 
 @contextlib.contextmanager
-def holding_the_start_lock(plan: dict, busy=None, wait_s: float = LOCK_WAIT_S):
+def holding_the_start_lock(plan: dict, busy: ScriptError | None = None, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """stop holds .lock as start does, for its whole run: a start that came in while the server went down
     would write its state, and stop would then remove it (its server named by nothing). stop makes the lock
     file where none is yet (a first start could begin while it runs); on a read-only folder it makes none,

@@ -28,7 +28,9 @@ MODELS_SHOWN = 20
 HTTP_BODY_LIMIT = 1 << 20
 
 
-def http(method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None):
+def http(
+    method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None
+) -> tuple[int | None, str]:
     """(status, text) or (None, reason). `timeout` bounds the whole exchange: requests' own timeout is
     per read, so a server trickling its body a byte at a time would outlast any of them. The exchange
     runs in a daemon thread we stop waiting for; it goes when the script exits."""

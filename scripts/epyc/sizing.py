@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import shlex
 
@@ -225,28 +226,54 @@ def sample_busy(topo: hostfacts.Topology, allowed: list[int], seconds: float) ->
 # ---------------------------------------------------------------- the plan
 
 
-def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args) -> dict:
-    topo, allowed = facts.topology, set(facts.allowed_cpus)
-    mem_cfg = epyc["memory"]
-    truth = hostfacts.memory_truth(
-        facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, mem_cfg["sysfs_disagreement_tolerance"]
-    )
-    sockets = []
+def socket_rows(facts: hostfacts.HostFacts, usable_bytes: int, busy: dict[int, float] | None) -> list[dict]:
+    """Each socket as the plan reports it: its CPUs, those this process may use, cores, nodes, RAM, load."""
+    topo, allowed, rows = facts.topology, set(facts.allowed_cpus), []
     for s in topo.sockets:
         usable = [c for c in topo.socket_cpus(s) if c in allowed]
         nodes = topo.socket_nodes(s)
-        ram = socket_ram_bytes(nodes, topo.node_mem_bytes, truth["usable_bytes"])
-        sockets.append(
+        rows.append(
             {
                 "socket": s,
                 "cpus": hostfacts.format_cpulist(topo.socket_cpus(s)),
                 "allowed_cpus": hostfacts.format_cpulist(usable),
                 "physical_cores": len(topo.physical_cores(usable)),
                 "numa_nodes": nodes,
-                "ram_gb": bundle.gb(ram),
+                "ram_gb": bundle.gb(socket_ram_bytes(nodes, topo.node_mem_bytes, usable_bytes)),
                 "busy_pct": busy.get(s) if busy else None,
             }
         )
+    return rows
+
+
+def tune_warnings(warning: str | None, quota_warning: dict | None, kv: dict, chosen: int, nodes: list[int]) -> list:
+    warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
+    if quota_warning:
+        warnings.append(quota_warning)
+    if kv["warning"]:
+        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
+    if len(nodes) > 1:
+        warnings.append(
+            {
+                "check": "nps",
+                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
+                "is bound across them; one instance per node could add performance",
+                "fix": None,
+            }
+        )
+    return warnings
+
+
+def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
+    """cpu_tune.py's document: the socket, its cores to bind, the KV grant from its own RAM, the pin.
+    `args` holds the flags it reads: socket, busy_threshold, reserve_cores, weight_gb, kv_needed_gb,
+    os_reserve_gb."""
+    topo, allowed = facts.topology, set(facts.allowed_cpus)
+    mem_cfg = epyc["memory"]
+    truth = hostfacts.memory_truth(
+        facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, mem_cfg["sysfs_disagreement_tolerance"]
+    )
+    sockets = socket_rows(facts, truth["usable_bytes"], busy)
     by_id = {d["socket"]: d for d in sockets}
     candidates = [d["socket"] for d in sockets if d["allowed_cpus"]]
     free_mem = (
@@ -276,20 +303,7 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     )
     tools = {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
     pins = pin_commands(bind, usable, nodes, tools)
-    warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
-    if quota_warning:
-        warnings.append(quota_warning)
-    if kv["warning"]:
-        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
-    if len(nodes) > 1:
-        warnings.append(
-            {
-                "check": "nps",
-                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
-                "is bound across them; one instance per node could add performance",
-                "fix": None,
-            }
-        )
+    warnings = tune_warnings(warning, quota_warning, kv, chosen, nodes)
     notes = list(truth["notes"]) + hostfacts.merged_note(topo)
     if pins["pin_note"]:
         notes.append(pins["pin_note"])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import (
@@ -16,7 +18,6 @@ from . import (
     errors,
     hoststack,
     jsonio,
-    masking,
     serve_procs,
     serve_state,
     serve_verify,
@@ -31,6 +32,7 @@ from .serve_start import start
 from .serve_state import NO_RETRY_FIX, state_root, write_own_file
 from .serve_stop import stop
 from .serve_verify import verify
+from .showing import read_showing, refuse_a_plan_changed_since_shown, up_request, what_runs
 
 # ---------------------------------------------------------------- up: the whole chain
 
@@ -101,7 +103,6 @@ BUILD_ON_YES = (
 def setup_question(epyc: dict, stock: bool) -> str:
     hs = epyc["host_stack"]
     pins = hs["stock"]["pip"] if stock else hs["pip"]
-    pass  # REMOVED-IMPORT
     return (
         f"No container runtime and no host stack. Build the host venv now?\n"
         f"  what:  pip install {' '.join(pins)} into {hoststack.default_venv(hs, stock)}\n"
@@ -156,7 +157,7 @@ def check_default_state_dir(plan: dict) -> None:
         )
 
 
-def refuse_before_up(a, model: str) -> None:
+def refuse_before_up(a: argparse.Namespace, model: str) -> None:
     """What plan would refuse after five scripts ran (minutes, a Hub download) is refused first."""
     if model.startswith("-"):  # passed on to check_model it read as an option ("expected one argument")
         raise ScriptError(
@@ -191,6 +192,8 @@ def refuse_a_busy_run_dir(run_dir: Path) -> None:
     named by nothing. A folder whose state names a running server is refused before anything is written."""
     held = serve_state.read_state({"state_file": str(run_dir / "state.json")})
     running = serve_procs.state_server(held) if held else None
+    if held is None and os.path.lexists(run_dir / "state.json"):  # another version's state: never written over
+        running = serve_procs.unread_server(run_dir / "state.json")
     if running:
         stop_cmd = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(run_dir / "plan.json")])
         raise ScriptError(
@@ -288,7 +291,7 @@ def host_path_args(python: str | None) -> list[str]:
 
 
 @contextlib.contextmanager
-def holding_the_run_dir(run_dir: Path):
+def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
     """up holds its folder from its first step document to its last verb: a second up (or a start of a
     plan there) while the first one's steps run, its start pulls or its verify polls would write its own
     documents and plan.json over the first one's, and the server that run launches would be named by a plan
@@ -318,7 +321,7 @@ def holding_the_run_dir(run_dir: Path):
         os.close(fd)
 
 
-def up(a, epyc: dict) -> dict:
+def up(a: argparse.Namespace, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
     run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
@@ -328,90 +331,8 @@ def up(a, epyc: dict) -> dict:
         return up_in(run_dir, model, a, epyc)
 
 
-def what_runs(plan: dict) -> dict:
-    """What a yes starts: the commands (the runtime's pre-steps and the server's), the environment, and the
-    secrets it is given (each by the variable it is read from: a token set since the showing is a change)."""
-    return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"], "secrets": plan["secrets"]}
-
-
-UP_REQUEST_FLAGS = (
-    "model",
-    "port",
-    "served_model_name",
-    "max_model_len",
-    "num_prompts",
-    "python",
-    "stock",
-    "dtype",
-    "expose",
-    "api_key_env",
-    "throughput_flags",
-    "kernel_log",
-)
-
-
-def up_request(a, model: str) -> dict:
-    """What up was asked for (its flags as typed, not --yes/--timeout/--state-dir): recorded with a showing
-    only to say, when a --yes asks for something else, that the plan it holds was shown for another request."""
-    return {**{k: getattr(a, k) for k in UP_REQUEST_FLAGS}, "model": model}
-
-
-def showing_differs(before: dict | None, now: dict, request: dict) -> str | None:
-    """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown).
-    Any difference holds it, however the request was spelled: the same folder typed another way, a default
-    given explicitly, or another model altogether is not proof that the human read this plan."""
-    if isinstance(before, dict) and "command" not in before and before.get("question"):
-        return "up had not shown this plan (its last question was the host stack's)"
-    if not isinstance(before, dict) or any(k not in before for k in now):  # not JSON, not ours, another version
-        return "up could not read the plan it showed last (shown-plan.json is not a showing of this bundle's)"
-    changed = [k for k in now if before[k] != now[k]]
-    if not changed:
-        return None
-    asked = before.get("request")
-    flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)] if isinstance(asked, dict) else []
-    if flags:  # an older showing (another model, other flags)
-        return (
-            f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
-            f"differ), not this one"
-        )
-    return f"the plan changed since up showed it ({', '.join(changed)})"
-
-
-def read_showing(shown: Path) -> dict | None:
-    """What up last showed (shown-plan.json), or None where it cannot be read as a showing."""
-    try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
-        with os.fdopen(serve_state.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
-            before = json.loads(f.read(1 << 20))
-    except (OSError, ValueError, RecursionError, ScriptError):
-        return None
-    return before if isinstance(before, dict) else None
-
-
-def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
-    """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
-    it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
-    moved, a token set in between made the yes launch a plan nobody read. Without an earlier showing
-    (--yes given up front), there is nothing to hold it to."""
-    if not os.path.lexists(shown):
-        return
-    before = read_showing(shown)
-    now = what_runs(plan)
-    said = showing_differs(before, now, request)
-    if said is None:
-        return
-    write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
-    raise ScriptError(
-        f"not launched: {said}; it now runs: {masking.clip(plan['command'], 600)}",
-        "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",
-        phase="confirm",
-        plan_file=str(shown.with_name("plan.json")),
-        started=False,
-    )
-
-
-def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
-    """up's steps, in its folder, which it holds."""
-    pass  # REMOVED-IMPORT
+def detected_and_validated(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> tuple[dict, dict]:
+    """detect (stop where the route says so), then validate; with no runtime, the host stack built on a yes."""
     det = step("detect.py", [], "detect", run_dir)
     route = cpuid.route_host(det, epyc["supported_generations"], stock=a.stock)
     if route["route"] in ("stop", "stock_offer"):
@@ -458,6 +379,11 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
         val = step("validate.py", vargs + host_path_args(setup["python"]), "validate", run_dir, allow_fail=True)
     if not val.get("ready"):
         raise phase_failed("validate", val)
+    return det, val
+
+
+def sized(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict, det: dict, val: dict) -> dict:
+    """check_model, estimate_memory and cpu_tune for the stack validate found: the five documents."""
     vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
     cargs = ["--model", model, "--vllm-version", vllm_version]
     cargs += (
@@ -489,10 +415,16 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
         "cpu_tune",
         run_dir,
     )
+    return {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
+
+
+def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict, inputs: dict) -> tuple:
+    """The plan, written and shown; launched only on a yes (a --yes only for what was shown).
+    -> (plan, plan_file, shown)."""
     opts = {
         "model": model,
         "port": a.port,
-        "max_model_len": est["fit"]["max_model_len"],
+        "max_model_len": inputs["estimate_memory"]["fit"]["max_model_len"],
         "expose": a.expose,
         "served_model_name": a.served_model_name,
         "api_key_env": a.api_key_env,
@@ -501,7 +433,6 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
         "dtype": a.dtype,
         "state_dir": str(jsonio.real_path(run_dir)),
     }
-    inputs = {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
     plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
     write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
@@ -528,6 +459,14 @@ def up_in(run_dir: Path, model: str, a, epyc: dict) -> dict:
             plan_file=str(plan_file),
             started=False,
         )
+    return plan, plan_file, shown
+
+
+def up_in(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> dict:
+    """up's steps, in its folder, which it holds."""
+    det, val = detected_and_validated(run_dir, model, a, epyc)
+    inputs = sized(run_dir, model, a, epyc, det, val)
+    plan, plan_file, shown = planned_and_confirmed(run_dir, model, a, epyc, inputs)
     result = serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
     # used up only by a serve that went through: after a failed start (its port taken meanwhile) the next
     # --yes is still held to what was shown, and launches only that
@@ -570,7 +509,7 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         raise stopped_after(exc, phase, plan_file, *stop_for_up(plan, plan_file)) from None
 
 
-def life_verb(a, epyc: dict) -> tuple[dict, int]:
+def life_verb(a: argparse.Namespace, epyc: dict) -> tuple[dict, int]:
     """start, verify, handoff or stop, on the plan file named."""
     if a.cmd == "start":  # rendered again in this shell: the key and HF_TOKEN must be set here, now
         plan = load_plan(a.plan)

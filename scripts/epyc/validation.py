@@ -406,7 +406,7 @@ def verdict(cpu: dict, detected: dict, args: argparse.Namespace, epyc: dict, gat
     return doc
 
 
-def gather(args, epyc: dict, image: str, python: str) -> dict:
+def gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dict:
     """All the probing (I/O), in the documented order; the runtime choice between the two rounds is
     the pure choose_runtime, because what to probe next depends on it."""
     engine = runtimes.shell_docker_engine(RUNTIME_TIMEOUT_S) if args.runtime in ("auto", "docker") else None
@@ -441,7 +441,7 @@ def gather(args, epyc: dict, image: str, python: str) -> dict:
     }
 
 
-def deferred_gather(args, epyc: dict, image: str, python: str) -> dict:
+def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dict:
     """For another host (a spec, a capture, an ssh target): nothing on this machine says anything about
     its runtime, port, HF cache or libraries, so they are assumed and listed -- never probed here."""
     runtime = "docker" if args.runtime == "auto" else args.runtime

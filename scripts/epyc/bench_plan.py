@@ -1,0 +1,275 @@
+"""Which plan and server bench may measure, and where its results go: every refusal before anything is made."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from pathlib import Path
+
+from . import (
+    bundle,
+    errors,
+    hubcache,
+    jsonio,
+    masking,
+    planfile,
+    serve_procs,
+    serve_start,
+    serve_state,
+    serve_verify,
+)
+from .errors import ScriptError
+
+# ---------------------------------------------------------------- I/O
+
+
+MAX_RUNS = 600
+
+
+def int_list(text: str) -> list[int]:
+    """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
+    once (a repeated one would run twice and overwrite its raw file)."""
+    import argparse
+
+    parts = text.split(",")
+    if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of positive whole numbers (e.g. 1,4,8; each at most {1 << 20})"
+        )
+    values = [int(x) for x in parts]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a value: each one runs once")
+    return values
+
+
+CHAT_TEMPLATE_TOKENS = 64
+
+
+def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
+    """The --max-num-seqs the plan's server runs with: the flag in its command, else vLLM's own default for
+    a CPU server (a sizing that leaves the flag out runs at that, whatever capacity the plan computed)."""
+    argv = [str(a) for a in plan.get("argv") or []]
+    for i, arg in enumerate(argv):
+        value = (
+            argv[i + 1]
+            if arg == "--max-num-seqs" and i + 1 < len(argv)
+            else (arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None)
+        )
+        if value is not None and value.isascii() and value.isdigit():
+            return int(value)
+    return vllm_default
+
+
+def matrix_against_the_plan(
+    plan: dict,
+    input_lens: list[int],
+    output_len: int,
+    concurrency: list[int],
+    vllm_default_seqs: int,
+    endpoint: str | None = None,
+) -> tuple[str | None, list[dict]]:
+    """(why the matrix cannot run on this server, what its figures would measure besides the server).
+    A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
+    end blaming a healthy endpoint; a chat endpoint's template adds tokens to each prompt, so a request
+    near the limit may be refused too; a concurrency past --max-num-seqs only queues at the server, so
+    its latencies include the wait, which is worth knowing but not wrong."""
+    longest = max(input_lens) + output_len
+    limit = plan.get("max_model_len")
+    if isinstance(limit, int) and longest > limit:
+        return (
+            f"--input-lens up to {max(input_lens)} + --output-len {output_len} is {longest} tokens a request, "
+            f"past the plan's --max-model-len {limit}: vLLM refuses every such request"
+        ), []
+    warnings = []
+    if (
+        isinstance(limit, int)
+        and (endpoint or plan.get("primary_endpoint")) == "chat_completions"
+        and longest > limit - CHAT_TEMPLATE_TOKENS
+    ):  # `endpoint`: the one verify settled, when the plan's is unknown
+        warnings.append(
+            {
+                "check": "length",
+                "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
+                f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
+                "refuse those requests",
+                "fix": "bench shorter lengths",
+            }
+        )
+    seqs = served_max_num_seqs(plan, vllm_default_seqs)
+    over = [c for c in concurrency if c > seqs]
+    if over:
+        warnings.append(
+            {
+                "check": "concurrency",
+                "message": f"--concurrency {','.join(map(str, over))} is past the "
+                f"--max-num-seqs {seqs} the server runs with: it runs {seqs} at once and queues the rest, "
+                "so TTFT and E2EL include that wait",
+                "fix": None,
+            }
+        )
+    return None, warnings
+
+
+def endpoint_of(plan: dict) -> str:
+    """The endpoint to load: the plan's, or, when check_model could not tell, the one verify settled on
+    the running server (in its state file) -- never a guess of /v1/completions for a chat-only model."""
+    if plan["primary_endpoint"] != "unknown":
+        return plan["primary_endpoint"]
+    settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
+    if settled not in ("chat_completions", "completions"):
+        raise ScriptError(
+            "the plan's endpoint is unknown and verify has not settled it on the running server",
+            "run launch.py verify --plan PLAN first (it tries both endpoints and records the one that "
+            "answers), then bench",
+        )
+    return settled
+
+
+def started_state(plan: dict, state: dict | None) -> dict:
+    """The state this plan's start recorded (own_state's), or the error that nothing was started from it:
+    bench measures only a server of its own plan, on either path."""
+    if state is None:
+        raise ScriptError(
+            f"no server from this plan is running ({serve_verify.no_state_said(plan)})",
+            "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify, then bench",
+        )
+    return state
+
+
+def recorded_container(plan: dict) -> str:
+    """The id of the container this plan's start recorded: bench runs inside that one. By name, the exec
+    could land in another plan's container on this port (ours exited, and its start took the name)."""
+    return started_state(plan, serve_procs.own_state(plan, "bench"))["container_id"]
+
+
+def require_own_host_server(plan: dict, state: dict | None) -> None:
+    """bench measures this plan's server: the process group its start recorded, alive. Whatever answered on
+    the port was measured before, and another plan's server (its own state dir, the same port) was filed
+    under this plan's name, costed with this plan's weights. A container plan gets the same from
+    recorded_container."""
+    if serve_procs.alive(plan, started_state(plan, state)) is False:
+        raise ScriptError(
+            "the server this plan started has exited",
+            "python3 scripts/launch.py stop --plan <plan.json>, then start, verify and bench again",
+        )
+
+
+def result_dir(spec: str, make: bool = True) -> Path:
+    """--out: a folder bench makes, or an empty one: nothing planted there (a link named plot.png,
+    raw/NAME.json or skill/) takes a write elsewhere, and `--out /` is never filled with results."""
+    return jsonio.empty_output_dir(
+        spec,
+        "--out",
+        "pass --out a new or empty folder: bench writes summary.json, "
+        "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
+        "and nothing else may be in it",
+        make=make,
+    )
+
+
+def new_bench_dir(state_dir: Path) -> Path:
+    """bench-TIME in the state dir, made new here: never an entry someone planted under the next
+    second's name (a link to another folder would take the results and truncate its files)."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        out = state_dir / time.strftime("bench-%Y%m%d-%H%M%S")
+        os.mkdir(out, 0o755)
+    except FileExistsError:
+        raise ScriptError(f"{out} exists already", "run bench again in a second, or pass --out FOLDER")
+    except OSError as exc:
+        raise ScriptError(f"cannot make a bench folder in {state_dir}: {exc.strerror or exc}", "pass --out FOLDER")
+    return out
+
+
+def write_out(path: Path, text: str) -> None:
+    """A file of bench's own in its result folder, never written through a link planted there (a
+    summary.json linked elsewhere overwrote the link's target)."""
+    try:
+        with os.fdopen(
+            serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w"
+        ) as f:
+            f.write(text)
+    except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
+        raise errors.os_error(exc, f"cannot write {path}")
+
+
+def refuse_to_compare(plan: dict, state: dict | None) -> None:
+    """--compare starts servers of its own on the plan's port: not while the plan's server (`state`, its
+    own_state) runs, and only from a plan the disk still renders as start would (a model folder or cache
+    moved since is not served)."""
+    if state and serve_procs.alive(plan, state) is not False:  # running, or its runtime did not say
+        raise ScriptError(
+            "the plan's server is running: --compare starts its own servers on the same port",
+            "python3 scripts/launch.py stop --plan <plan.json>, then run --compare",
+        )
+    serve_start.refuse_edited(plan, planfile.rerender(plan, bundle.load_epyc(), phase="bench"), "bench")
+
+
+def refuse_an_out_folder(out: str | None, plan: dict) -> None:
+    """The default folder goes in the state dir (one only a start would write into); a given one never there."""
+    problem = None if out else serve_state.state_dir_problem(Path(plan["state_dir"]))
+    if problem:
+        raise ScriptError(
+            f"the plan's state dir {plan['state_dir']} {problem}",
+            "pass --out FOLDER, or plan again with a --state-dir of this bundle's own",
+        )
+    if out and jsonio.real_path(jsonio.user_path(out, "--out")).is_relative_to(jsonio.real_path(plan["state_dir"])):
+        raise ScriptError(  # start would then refuse the state dir (a folder not its own there)
+            f"--out {masking.clip(repr(out), 200)} is inside the plan's state dir "
+            f"{plan['state_dir']}: bench names its own folders there (bench-TIME), and start "
+            "refuses a state dir holding anything else",
+            "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
+            "folder outside the state dir",
+        )
+    if out:
+        result_dir(out, make=False)  # the first fix to make
+
+
+def checked_plan(args: argparse.Namespace, epyc: dict) -> tuple[dict, dict | None]:
+    """The plan bench may measure and its server's state: every refusal comes before anything is made, so a
+    refused bench leaves no folder to pass for a result. `args` holds bench's flags."""
+    runs = len(args.input_lens) * len(args.concurrency) * args.repeats
+    if runs > MAX_RUNS:  # each flag in range, the product days of a real server
+        raise ScriptError(
+            f"--input-lens x --concurrency x --repeats is {runs:,} runs of vllm bench serve, over {MAX_RUNS}",
+            "benchmark fewer cells or repeats per call (the default matrix is 18 runs)",
+        )
+    plan = planfile.load_plan(args.plan)
+    # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one. It
+    # starts nothing (--compare checks again as start does), so it renders as verify does
+    serve_start.refuse_edited(plan, planfile.rerender(plan, epyc, phase="bench", env_from_plan=True), "bench")
+    settled = (
+        (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
+        if plan["primary_endpoint"] == "unknown"
+        else None
+    )  # the endpoint verify settled on the server
+    too_long, args.warnings = matrix_against_the_plan(
+        plan,
+        args.input_lens,
+        args.output_len,
+        args.concurrency,
+        epyc["serve"]["vllm_cpu_default_max_num_seqs"],
+        settled,
+    )
+    if too_long:
+        raise ScriptError(
+            too_long,
+            f"bench lengths within {plan['max_model_len']} tokens (input + output), or "
+            "plan with a larger --max-model-len",
+        )
+    serve_state.require_api_key(plan, "bench")
+    state = serve_procs.own_state(plan, "bench")  # another plan's server in this state dir: refused, never loaded
+    if plan["path"] == "host":  # `vllm bench serve` loads the tokenizer from the Hub cache this shell names
+        hubcache.refuse_a_relative_hub_cache(dict(os.environ))
+    refuse_an_out_folder(args.out, plan)
+    if args.compare:
+        refuse_to_compare(plan, state)
+    elif plan["path"] == "host":
+        require_own_host_server(plan, state)
+    else:
+        started_state(plan, state)  # (recorded_container's check, on the state read above)
+    if not args.compare:
+        endpoint_of(plan)  # an unknown endpoint verify has not settled yet
+    return plan, state
