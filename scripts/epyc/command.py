@@ -84,9 +84,13 @@ def serve_options(
     return opts + (["--device", "cpu"] if device_flag else [])
 
 
-def runtime_stop_pair(rt: list[str], name: str) -> str:
-    """The runtime's own graceful stop and removal of the container: the by-hand form of launch.py stop."""
-    return " && ".join(shlex.join(c) for c in ([*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name]))
+def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = None) -> str:
+    """The by-hand form of launch.py stop: the runtime's own graceful stop and removal of the container, and
+    (with the state dir) of the key files start wrote there."""
+    steps = [[*rt, "stop", "-t", str(STOP_GRACE_S), name], [*rt, "rm", name]]
+    if state_dir is not None:
+        steps.append(["rm", "-rf", str(Path(state_dir) / "secrets")])
+    return " && ".join(shlex.join(c) for c in steps)
 
 
 def kv_capacity(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from . import hubcache, jsonio, masking, runtimes
@@ -98,10 +97,7 @@ def stop_by_hand(plan: dict) -> str:
     except (ScriptError, TypeError):
         rt = None
     if rt and isinstance(name, str) and CONTAINER_NAME.fullmatch(name):
-        keys = (
-            f" && {shlex.join(['rm', '-rf', str(Path(state_dir) / 'secrets')])}" if isinstance(state_dir, str) else ""
-        )
-        return f"stop its server by hand ({runtime_stop_pair(rt, name)}{keys})"
+        return f"stop its server by hand ({runtime_stop_pair(rt, name, state_dir if isinstance(state_dir, str) else None)})"
     if isinstance(plan.get("state_file"), str):
         return f"stop its server by hand (kill -- -PGID, with the pgid {plan['state_file']} records)"
     return "stop its server by hand (ps, then kill its process group)"

@@ -467,7 +467,7 @@ def container_command(
         epyc["container"]["shm_size_if_ipc_isolated"],
     )
     # launch.py stop first: it also removes the key files start wrote (the runtime's pair leaves them)
-    by_hand = runtime_stop_pair(rt, name) + " && " + shlex.join(["rm", "-rf", str(state_dir / "secrets")])
+    by_hand = runtime_stop_pair(rt, name, state_dir)
     return {
         "argv": argv,
         "pre_argv": [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]],
