@@ -30,12 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import (
-    argtypes,
-    bench_plan,
-    bundle,
-    cli,
-)
+from epyc import argtypes, bench_plan, bundle, cli, runs
 from epyc.benchmark import (
     compare,
     finish,
@@ -47,8 +42,9 @@ from epyc.benchmark import (
 def parser() -> cli.JsonArgumentParser:
     p = cli.JsonArgumentParser(prog="scripts/bench.py", description=__doc__.split("\n")[0])
     p.add_argument(
-        "--plan", required=True, type=argtypes.nonempty, help="the plan of the running endpoint (launch.py plan)"
+        "--plan", type=argtypes.nonempty, help="the plan of the running endpoint (default: the run's plan.json)"
     )
+    runs.add_run_arg(p)
     p.add_argument("--input-lens", type=bench_plan.int_list, default=[128, 512])
     p.add_argument("--concurrency", type=bench_plan.int_list, default=[1, 4, 8])
     p.add_argument("--repeats", type=argtypes.int_in(1, 100), default=3)
@@ -68,6 +64,7 @@ def parser() -> cli.JsonArgumentParser:
 
 def main(argv: Sequence[str] | None = None):
     args = parser().parse_args(argv)
+    args.plan = args.plan or str(runs.run_dir(args.run) / "plan.json")
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)
     plan, state = bench_plan.checked_plan(args, bundle.load_epyc())

@@ -18,10 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, model_check, runtimes
-from epyc.model_check import (
-    pick_registry,
-)
+from epyc import argtypes, bundle, cli, model_check, remote_host, runs, runtimes
+from epyc.model_check import pick_registry
 
 
 def parser(epyc: dict) -> cli.JsonArgumentParser:
@@ -37,10 +35,15 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         "--revision", type=argtypes.revision_arg, default=None, help="branch, tag or commit (Hub ids; default main)"
     )
     p.add_argument(
+        "--config",
+        type=argtypes.nonempty,
+        help="judge the model from this config.json alone, offline (no Hub, no folder)",
+    )
+    p.add_argument(
         "--vllm-version",
         type=argtypes.version,
-        default=epyc["vllm_version"],
-        help="vLLM that will serve: stack.vllm from validate.py (default: the pinned %(default)s)",
+        help="vLLM that will serve (default: stack.vllm of the run's validate.json, else the pinned "
+        f"{epyc['vllm_version']})",
     )
     p.add_argument(
         "--python", type=argtypes.executable, help="probe the registry of the vLLM installed for this interpreter"
@@ -52,6 +55,7 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         choices=sorted(runtimes.CONTAINER_RUNTIMES),
         help="container runtime for --image (default docker)",
     )
+    runs.add_run_arg(p)
     p.add_argument(
         "--hub-timeout",
         type=argtypes.float_in(0, 3600, lo_open=True),
@@ -64,9 +68,29 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
 def main(argv: Sequence[str] | None = None):
     epyc = bundle.load_epyc()
     args = parser(epyc).parse_args(argv)
+    folder = runs.keep(args, "check_model")
+    if not (args.vllm_version or args.python or args.image):
+        the_stack_validate_found(args, runs.earlier(folder, "validate"))
+    args.vllm_version = args.vllm_version or epyc["vllm_version"]
     notes: list[str] = []
     registry = pick_registry(args, notes)
-    return model_check.check(args.model, args.revision, args.vllm_version, registry, args.hub_timeout, epyc, notes)
+    return model_check.check(
+        args.model, args.revision, args.vllm_version, registry, args.hub_timeout, epyc, notes, args.config
+    )
+
+
+def the_stack_validate_found(args, validated: dict | None) -> None:
+    """The vLLM that will serve, as the run's validate.json names it: its interpreter or image is probed only
+    when it is on this machine (a plan for another host judges by the saved registry of its version)."""
+    if not validated:
+        return
+    args.vllm_version = (validated.get("stack") or {}).get("vllm")
+    if remote_host.is_another_host(validated.get("target", "localhost")):
+        return
+    if validated.get("python"):
+        args.python = validated["python"]
+    elif validated.get("image") and validated.get("runtime") in runtimes.CONTAINER_RUNTIMES:
+        args.image, args.runtime = validated["image"], validated["runtime"]
 
 
 if __name__ == "__main__":

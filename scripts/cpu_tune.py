@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, remote_host
+from epyc import argtypes, bundle, cli, errors, remote_host, runs
 from epyc.sizing import env_lines, plan, sample_busy
 
 
@@ -50,15 +50,35 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument(
         "--host", type=argtypes.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)"
     )
+    runs.add_run_arg(p)
     args = p.parse_args(argv)
+    from_the_run(args, runs.keep(args, "cpu_tune"))
     facts = remote_host.gather_from_args(args.sysroot, args.host)
     live = not (args.sysroot or args.host)
     busy = None
-    if live:  # a short sample when it cannot change the choice: it is only reported then
-        decides = args.socket is None and len(facts.topology.sockets) > 1
-        busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if decides else 0.1)
+    if live:  # a short sample under --socket, where it is only reported
+        busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if args.socket is None else 0.1)
     result = plan(facts, epyc, busy, args)
     return result, errors.EXIT_OK
+
+
+def from_the_run(args: argparse.Namespace, folder: Path) -> None:
+    """What the run's earlier steps say, where no flag says otherwise: the weights and KV need from
+    estimate_memory.json, the host from detect.json (the tree it read, or its ssh target)."""
+    est = runs.earlier(folder, "estimate_memory") or {}
+    if args.weight_gb is None and args.kv_needed_gb is None and "fit" in est:
+        args.weight_gb, args.kv_needed_gb = est["weight_gb"], est["fit"]["kv_needed_gb"]
+    det = runs.earlier(folder, "detect") or {}
+    target = det.get("target", "localhost")
+    if args.sysroot or args.host or target == "localhost":
+        return
+    kind, _, where = target.partition(":")
+    if kind == "spec":
+        args.sysroot = (det.get("spec") or {}).get("sysroot")  # detect.py --spec rendered it there
+    elif kind in ("sysroot", "capture"):
+        args.sysroot = where
+    else:
+        args.host = target
 
 
 def render_env(doc: dict, ok: bool) -> str:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, hostspec, jsonio
+import shutil
+
+from epyc import argtypes, bundle, cli, errors, hostspec, jsonio, runs
 from epyc.cpuid import report
 from epyc.errors import ScriptError
 from epyc.remote_host import gather_from_args, spec_host
@@ -36,6 +38,12 @@ def parser() -> cli.JsonArgumentParser:
     )
     spec = p.add_argument_group("a host you cannot reach yet (--spec)")
     spec.add_argument("--spec", type=argtypes.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
+    spec.add_argument(
+        "--cores",
+        type=argtypes.int_in(1, 1024),
+        help="a part the SKU table lacks: --spec names its generation (Genoa, Turin, ...), this its cores per socket",
+    )
+    spec.add_argument("--threads", type=argtypes.int_in(1, 2048), help="with --cores: threads per socket (default 2x)")
     spec.add_argument("--sockets", type=argtypes.int_in(1, 2), default=1)
     spec.add_argument(
         "--ram-gb-per-socket",
@@ -48,8 +56,9 @@ def parser() -> cli.JsonArgumentParser:
         "--save-sysroot",
         type=argtypes.nonempty,
         metavar="DIR",
-        help="keep the rendered files in DIR (cpu_tune.py --sysroot DIR plans on them)",
+        help="keep the rendered files in DIR (default: RUN/host, where cpu_tune.py finds them)",
     )
+    runs.add_run_arg(p)
     return p
 
 
@@ -66,6 +75,8 @@ def capture(args: argparse.Namespace) -> dict:
             ("--nps", args.nps),
             ("--smt", args.smt),
             ("--sockets", args.sockets != 1),
+            ("--cores", args.cores),
+            ("--threads", args.threads),
         )
         if v
     ]
@@ -87,8 +98,9 @@ def capture(args: argparse.Namespace) -> dict:
 def main(argv: Sequence[str] | None = None):
     args = parser().parse_args(argv)
     epyc = bundle.load_epyc()
-    if args.capture:
+    if args.capture:  # (a receipt, not a fact for the next step: it stays out of the run folder)
         return capture(args), errors.EXIT_OK
+    folder = runs.keep(args, "detect")
     spec_only = [
         f
         for f, v in (
@@ -97,6 +109,8 @@ def main(argv: Sequence[str] | None = None):
             ("--nps", args.nps),
             ("--smt", args.smt),
             ("--save-sysroot", args.save_sysroot),
+            ("--cores", args.cores),
+            ("--threads", args.threads),
         )
         if v
     ]
@@ -109,12 +123,25 @@ def main(argv: Sequence[str] | None = None):
     if args.spec:
         if args.sysroot or args.host:
             raise ScriptError("--spec describes a host: it goes without --sysroot and --host", "pass one of them")
-        hostspec.find_sku(hostspec.load_skus(), args.spec)  # an unknown part is the first thing to say
+        if args.threads and not args.cores:
+            raise ScriptError("--threads goes with --cores (a part the SKU table lacks)", "add --cores N, or drop it")
+        if args.cores:
+            generations = sorted({g["name"] for g in epyc["generations"]})
+            if args.spec not in generations:
+                raise ScriptError(
+                    f"--spec {args.spec[:40]!r} with --cores names a generation: one of {', '.join(generations)}",
+                    "e.g. --spec Turin --cores 128",
+                )
+        else:
+            hostspec.find_sku(hostspec.load_skus(), args.spec)  # an unknown part is the first thing to say
         if args.ram_gb_per_socket is None:
             raise ScriptError(
                 "--spec needs --ram-gb-per-socket (the memory behind each socket)",
                 "e.g. --ram-gb-per-socket 384 for 768 GB on two sockets",
             )
+        if not args.save_sysroot:  # the run folder's own rendering of the host, replaced by each spec
+            shutil.rmtree(folder / "host", ignore_errors=True)
+            args.save_sysroot = str(folder / "host")
         facts, described = spec_host(args, epyc)
         return {**report(facts, epyc), "spec": described}, errors.EXIT_OK
     facts = gather_from_args(args.sysroot, args.host)

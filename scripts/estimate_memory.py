@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, estimate
+from epyc import argtypes, bundle, cli, errors, estimate, runs
 
 
 def main(argv: Sequence[str] | None = None):
@@ -26,8 +26,8 @@ def main(argv: Sequence[str] | None = None):
         "--model",
         "--model-id",
         dest="model",
-        default=epyc["default_model"],
-        help="Hub id or local folder; --model-id is the old name, kept for one release",
+        help="Hub id or local folder (default: the one the run's check_model.json checked, else "
+        f"{epyc['default_model']})",
     )
     p.add_argument(
         "--revision",
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument(
         "--ram-gb",
         type=argtypes.float_in(0, 1 << 20, lo_open=True),
-        help="RAM to fit in: ram_gb from detect.py or socket_ram_gb from cpu_tune.py; without it no verdict",
+        help="RAM to fit in (default: ram_gb of the run's detect.json; without either, no verdict)",
     )
     p.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24), default=epyc["serve"]["default_max_model_len"])
     p.add_argument(
@@ -76,9 +76,19 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument(
         "--config",
         type=argtypes.nonempty,
-        help="a config.json to size from, offline (no Hub, no folder); needs --weight-gb",
+        help="a config.json to size from, offline (no Hub, no folder); weights from --weight-gb, else counted",
     )
+    runs.add_run_arg(p)
     a = p.parse_args(argv)
+    folder = runs.keep(a, "estimate_memory")
+    if a.model is None:  # the model check_model judged, at its revision
+        checked = runs.earlier(folder, "check_model") or {}
+        a.model = checked.get("model") or epyc["default_model"]
+        a.revision = a.revision if a.revision is not None else checked.get("revision")
+    detected = runs.earlier(folder, "detect") or {}
+    a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
+    if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
+        a.avx512_bf16 = "yes" if detected["avx512_bf16"] else "no"
     req = estimate.Request(
         model=a.model,
         revision=a.revision,

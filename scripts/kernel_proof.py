@@ -18,16 +18,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, cli, errors
+from epyc import argtypes, cli, errors, runs
 from epyc.kernels import SHOWN_LINE_CHARS, count_kernels, log_lines, shown_names
 
 
 def main(argv: Sequence[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/kernel_proof.py", description=__doc__.split("\n")[0])
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--plan", type=argtypes.nonempty, help="launch plan JSON: read the log of what it started")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument(
+        "--plan", type=argtypes.nonempty, help="launch plan JSON: read the log of what it started (default: the run's)"
+    )
     src.add_argument("--log", type=argtypes.nonempty, help="a server log file")
+    runs.add_run_arg(p)
     args = p.parse_args(argv)
+    args.plan = args.plan or (None if args.log else str(runs.run_dir(args.run) / "plan.json"))
     lines, source, backend = log_lines(args)  # masked: a log can hold anything the server printed, a token included
     doc = {"source": source, **count_kernels(lines)}
     doc["fallback_lines"] = [line[:SHOWN_LINE_CHARS] for line in doc["fallback_lines"]]

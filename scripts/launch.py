@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, jsonio
+from epyc import argtypes, bundle, cli, errors, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.planfile import host_facts
 from epyc.planner import SIZINGS, build_plan
@@ -52,7 +52,10 @@ PLAN_OPTIONS = (
 def add_plan(sub, epyc: dict) -> None:
     pl = sub.add_parser("plan", help="render the exact command and the summary to confirm")
     for name in INPUT_FLAGS:
-        pl.add_argument(f"--{name}", required=True, type=argtypes.nonempty, help=f"{name} JSON file ('-' for stdin)")
+        pl.add_argument(
+            f"--{name}", type=argtypes.nonempty, help=f"{name} JSON file ('-' for stdin; default: the run's)"
+        )
+    runs.add_run_arg(pl)
     pl.add_argument("--model", type=argtypes.nonempty, help="model to serve (default: the one check_model.py checked)")
     pl.add_argument("--port", type=argtypes.int_in(1, 65535))
     pl.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
@@ -87,7 +90,8 @@ def add_plan(sub, epyc: dict) -> None:
 def add_life_verbs(sub, epyc: dict) -> None:
     for name in ("start", "verify", "handoff", "stop"):
         sp = sub.add_parser(name)
-        sp.add_argument("--plan", required=True, type=argtypes.nonempty, help="the plan JSON file")
+        sp.add_argument("--plan", type=argtypes.nonempty, help="the plan JSON file (default: the run's plan.json)")
+        runs.add_run_arg(sp)
         if name == "start":
             sp.add_argument("--confirm", action="store_true", help="the human approved the plan")
             sp.add_argument(
@@ -147,8 +151,13 @@ def plan_from_files(a, epyc: dict) -> dict:
     """launch.py plan: the five documents read and checked, then the plan."""
     if sum(getattr(a, k) == "-" for k in INPUT_FLAGS) > 1:
         raise ScriptError("only one input can come from stdin", "save the others to files")
-    inputs = {v: jsonio.read_json_input(getattr(a, k), v) for k, v in INPUT_FLAGS.items()}  # keyed by script
+    folder = runs.keep(a, "plan")
+    inputs = {}  # keyed by script: a file given, else the run's
     for k, v in INPUT_FLAGS.items():
+        if getattr(a, k) is None:
+            inputs[v] = runs.needed(folder, v, f"--{k}")
+            continue
+        inputs[v] = jsonio.read_json_input(getattr(a, k), v)
         jsonio.check_schema(
             inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output", f"pass the unmodified stdout of {v}.py"
         )
@@ -172,6 +181,7 @@ def main(argv: Sequence[str] | None = None):
         return plan_from_files(a, epyc), errors.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), errors.EXIT_OK
+    a.plan = a.plan or str(runs.run_dir(a.run) / "plan.json")
     try:
         return life_verb(a, epyc)
     except ScriptError as exc:  # a refusal from below (the runtime, the engine) names the verb it stopped

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, jsonio
+from epyc import argtypes, bundle, cli, errors, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.hoststack import (
     cpu_of_this_host,
@@ -52,7 +52,9 @@ def main(argv: Sequence[str] | None = None):
         "--stock", action="store_true", help="stock vLLM CPU without zentorch (%s)" % " ".join(stack["stock"]["pip"])
     )
     p.add_argument("--check", action="store_true", help="only report; install nothing")
+    runs.add_run_arg(p)
     args = p.parse_args(argv)
+    runs.keep(args, "setup_host_stack")
     if args.venv is not None and not args.venv.strip():
         raise ScriptError("--venv is empty", "pass a folder, or leave --venv out for the default")
     # absolute: a relative folder named `--help` reached `python -m venv` as its option (and printed help)

@@ -5,7 +5,7 @@
     python3 scripts/validate.py --detect detect.json --python PY   # the host path's interpreter
     python3 scripts/validate.py --detect detect.json --stock       # stock vLLM CPU, after the user's OK
 
-Without --detect (or --generation/--avx512) the CPU is read from this host. Runtime order: docker
+Without --detect the CPU is the run folder's detect.json (--run), else read from this host. Runtime order: docker
 (daemon answers) > podman (can run a container) > the host path (the stack imports in --python;
 default: the setup_host_stack.py venv of the chosen backend). sudo docker only when asked for
 (--runtime "sudo docker", run as sudo -n).
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, cpuid, errors, hostfacts, jsonio, remote_host
+from epyc import argtypes, bundle, cli, cpuid, errors, hostfacts, jsonio, remote_host, runs
 from epyc.argtypes import parse_bool
 from epyc.errors import ScriptError
 from epyc.validation import cpu_facts, default_python, deferred_gather, gather, verdict
@@ -60,7 +60,9 @@ def main(argv: Sequence[str] | None = None):
     )
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
     p.add_argument("--port-start", type=argtypes.int_in(1, 65535), default=epyc["serve"]["default_port"])
+    runs.add_run_arg(p)
     args = p.parse_args(argv)
+    folder = runs.keep(args, "validate")
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
     if args.python is not None:
         # absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's python
@@ -83,8 +85,10 @@ def main(argv: Sequence[str] | None = None):
             f"--detect {args.detect} is not detect.py's output",
             "pass the unmodified stdout of detect.py",
         )
-    else:
-        detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot("/"), "localhost", live=True), epyc)
+    else:  # the run folder's detect.json, else this host read now
+        detected = runs.earlier(folder, "detect") or cpuid.report(
+            hostfacts.gather(hostfacts.Sysroot("/"), "localhost", live=True), epyc
+        )
     cpu = cpu_facts(detected, args.generation, args.avx512)
     remote = remote_host.is_another_host(detected.get("target", "localhost"))
     gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)

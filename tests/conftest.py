@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -41,6 +42,12 @@ SCHEMAS = ROOT / "data" / "schemas"
 # the engine a user's shell names is not the tests': the fast suite's runtime is the fake docker, and the
 # container e2e passes the real engine it was given (EPYC_TEST_DOCKER_HOST) by name
 os.environ.pop("DOCKER_HOST", None)
+
+
+# the run folders of the scripts the tests start: each call gets its own (run_script), unless a test chains
+# steps through one on purpose (env={"EPYC_RUN": ...} or --run); never the user's ~/.cache one
+RUNS = tempfile.mkdtemp(prefix="epyc-test-runs-")
+os.environ["EPYC_RUN"] = os.path.join(RUNS, "in-process")
 
 
 @dataclass
@@ -88,6 +95,8 @@ def run_script(
     # a file, pipe or socket a script leaves unclosed is an error here (some CI shells set PYTHONWARNINGS=error;
     # the leak then printed a traceback on stderr): every run of the suite checks it
     full_env = {"PYTHONWARNINGS": "error::ResourceWarning", **os.environ, **(env or {})}
+    if "EPYC_RUN" not in (env or {}):  # a run folder of its own: a script here reads no other call's documents
+        full_env["EPYC_RUN"] = tempfile.mkdtemp(prefix="run-", dir=RUNS)
     for name in unset:
         full_env.pop(name, None)
     proc = subprocess.run(

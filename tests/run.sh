@@ -77,7 +77,7 @@ if [ "$#" -eq 0 ]; then
   # lint and format first: zero findings (pyproject.toml [tool.ruff])
   python3 -m ruff check scripts tests || rc=$?
   python3 -m ruff format --check scripts tests || rc=$?
-  python3 -m pytest -n 2 -m "not e2e and not ssh and not serial" || rc=$?
+  python3 -m pytest -n 4 -m "not e2e and not ssh and not serial" || rc=$?
   python3 -m pytest -m "e2e or ssh or serial" || rc=$?
 else
   python3 -m pytest "$@" || rc=$?

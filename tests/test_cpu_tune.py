@@ -30,6 +30,13 @@ def test_choose_socket_by_load():
     # no sample -> lowest usable, and the reason says load is unknown
     s, reason, _ = sizing.choose_socket([1], [0, 1], None, 15, None)
     assert s == 1 and "unknown" in reason
+    # the only usable socket, busy: taken, and the load said (a neighbour slows every token)
+    assert sizing.choose_socket([0], [0], {0: 44.0}, 15, None) == (
+        0,
+        "single usable socket",
+        "the only usable socket (0) is 44% busy: serving will compete with that load",
+    )
+    assert sizing.choose_socket([0], [0], {0: 3.0}, 15, None)[2] is None
 
 
 def test_choose_socket_forced_and_invalid():

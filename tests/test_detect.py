@@ -828,3 +828,17 @@ def test_a_plan_for_another_host_shows_its_assumptions_and_never_starts_here(scr
     plan_file.write_text(plan.stdout)
     r = run_script("launch.py", "start", "--plan", str(plan_file), "--confirm")
     assert r.code == 1 and "not this machine" in r.doc["error"]
+
+
+def test_a_part_the_table_lacks_is_described_by_generation_and_cores(script, tmp_path):
+    r = script("detect.py", "--spec", "Turin", "--cores", "128", "--sockets", "2", "--ram-gb-per-socket", "768")
+    assert r.code == 0 and r.doc["epyc_generation"] == "Turin" and r.doc["route"]["route"] == "zentorch"
+    assert (r.doc["physical_cores"], r.doc["logical_cores"], r.doc["socket_count"]) == (256, 512, 2)
+    assert r.doc["cpu_model"] == "AMD EPYC Turin (described) 128-Core Processor"
+    assert "described by the user" in r.doc["spec"]["source"]
+    r = script("detect.py", "--spec", "9999", "--ram-gb-per-socket", "64")
+    assert r.code == 1 and "--spec GENERATION --cores N" in r.doc["fix"]
+    r = script("detect.py", "--spec", "Zen9", "--cores", "8", "--ram-gb-per-socket", "64")
+    assert r.code == 1 and "names a generation" in r.doc["error"]
+    r = script("detect.py", "--spec", "Turin", "--threads", "8", "--ram-gb-per-socket", "64")
+    assert r.code == 1 and "--threads goes with --cores" in r.doc["error"]

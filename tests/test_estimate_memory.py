@@ -3,6 +3,7 @@ sliding and hybrid models, the fit verdict and its suggestion. Expected numbers 
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -436,7 +437,8 @@ def test_float32_serving_doubles_the_kv_cache(script, tmp_path):
 
 
 def test_offline_config_file_sizes_the_kv_without_the_hub(script):
-    """Planning for a model this machine cannot reach: its config.json and a weight size are enough."""
+    """Planning for a model this machine cannot reach: its config.json is enough (a weight size overrides the
+    count from its shapes)."""
     cfg = FIXTURES / "Qwen3-0.6B" / "config.json"
     r = script(
         "estimate_memory.py",
@@ -454,8 +456,10 @@ def test_offline_config_file_sizes_the_kv_without_the_hub(script):
     )
     assert r.code == 0 and r.doc["kv_bytes_per_token"] == 114688 and r.doc["weight_source"] == "override"
     assert r.doc["model"] == "Qwen/Qwen3-0.6B" and r.doc["fit"]["fits"]
-    bad = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg))
-    assert bad.code == 1 and "--weight-gb" in bad.doc["fix"]
+    counted = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(cfg))
+    # 596M parameters (tied embedding) at bf16: the 1.11 GiB the checkpoint's headers give
+    assert counted.code == 0 and counted.doc["weight_source"] == "config_parameter_count"
+    assert counted.doc["weight_gb"] == 1.11, counted.doc
 
 
 def test_layer_type_names_dtypes_and_empty_fields_as_vllm_reads_them():
@@ -1147,3 +1151,25 @@ def test_a_safetensors_fifo_does_not_hang_the_estimate(script, tmp_path):
     os.mkfifo(folder / "model.safetensors")
     r = script("estimate_memory.py", "--model", str(folder), "--ram-gb", "64", timeout=30)
     assert r.code in (0, 1)  # sized from file sizes or refused, never blocked
+
+
+def test_float32_serving_holds_a_bf16_checkpoint_at_twice_its_stored_size(script, tmp_path):
+    """A size read from the files (the index's total_size) is the stored dtype's: served in float32, a bf16
+    checkpoint holds twice that; the header path already casts each tensor."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "Qwen3-0.6B" / "config.json", folder / "config.json")
+    stored = 1_192_000_000
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": stored}}))
+    sizes = {}
+    for dtype in ("bfloat16", "float32"):
+        r = script("estimate_memory.py", "--model", str(folder), "--dtype", dtype)
+        assert r.code == 0 and r.doc["weight_source"] == "safetensors_index_total_size", r.doc
+        sizes[dtype] = r.doc["weight_bytes"]
+    assert sizes == {"bfloat16": stored, "float32": 2 * stored}
+
+
+def test_a_small_model_is_never_sized_as_zero():
+    from epyc.bundle import GIB, gb
+
+    assert gb(3 * 1024**2) == 0.00293 and gb(1.5 * GIB) == 1.5 and gb(0) == 0.0

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import facts_for, load_docs
+from conftest import SCRIPTS, facts_for, load_docs
 from epyc import (
     handoff,
     planner,
@@ -133,7 +133,8 @@ def test_the_handoff_is_the_table_and_examples_a_user_pastes(inputs):
             "| Why | a chat template is present |",
             f"| Runtime / port | docker / {port} |",
             "| Sizing | 96 OMP threads (96-191), KV 190 GiB, --max-model-len 4096, socket 1, NUMA 1 |",
-            f"| Stop | python3 scripts/launch.py stop --plan <plan.json>  (by hand: docker stop -t 30 {name} && "
+            f"| Stop | python3 {SCRIPTS}/launch.py stop --plan {plan['state_dir']}/plan.json  "
+            f"(by hand: docker stop -t 30 {name} && "
             f"docker rm {name} && rm -rf {plan['state_dir']}/secrets) |",
         ]
     )

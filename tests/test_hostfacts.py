@@ -66,3 +66,20 @@ def test_parse_cpulist_garbage_is_valueerror_or_list(text):
 
 def test_format_cpulist_collapses():
     assert hostfacts.format_cpulist([11, 10, 0, 1, 2, 3, 8, 3]) == "0-3,8,10-11"
+
+
+def test_a_parent_cgroups_memory_limit_bounds_the_ram(tmp_path):
+    """A limit on a systemd slice or a pod's parent binds a leaf without one: the tightest on the path."""
+    import dataclasses
+
+    from sysroots import HOSTS, build
+
+    root = build(tmp_path / "sr", dataclasses.replace(HOSTS["genoa_9654_2s_smt"], cgroup_memory_max="max"))
+    (root / "proc/self/cgroup").write_text("0::/kubepods.slice/pod1/ctr\n")
+    for level, limit in (("kubepods.slice", "max"), ("kubepods.slice/pod1", str(64 << 30))):
+        (root / "sys/fs/cgroup" / level).mkdir(parents=True, exist_ok=True)
+        (root / "sys/fs/cgroup" / level / "memory.max").write_text(limit + "\n")
+    (root / "sys/fs/cgroup/kubepods.slice/pod1/ctr").mkdir()
+    (root / "sys/fs/cgroup/kubepods.slice/pod1/ctr/memory.max").write_text(str(128 << 30) + "\n")
+    facts = hostfacts.gather(hostfacts.Sysroot(root), "sysroot:x", live=False)
+    assert facts.memory_limit_bytes == 64 << 30

@@ -273,7 +273,8 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
     assert not any(a.startswith("--shm-size") or a == "--device" for a in p["argv"])
     assert SECRET not in r.stdout  # by name only
     assert "| CPU sizing | socket 1 (forced by --socket), bind 96-191" in p["summary_markdown"]
-    assert "EPYC Genoa (Zen4), 192 cores" in p["summary_markdown"]
+    # the serving socket's cores, the host's beside them
+    assert "EPYC Genoa (Zen4), 96 cores on socket 1 (host: 2 sockets, 192 cores)" in p["summary_markdown"]
 
 
 def test_plan_options_and_rules(script, inputs, rt, monkeypatch):

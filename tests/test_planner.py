@@ -178,7 +178,7 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
             "holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, "
             "--max-num-batched-tokens 2048",
         ],
-        ["Hardware", "EPYC Genoa (Zen4), 192 cores, AVX-512 yes"],
+        ["Hardware", "EPYC Genoa (Zen4), 96 cores on socket 1 (host: 2 sockets, 192 cores), AVX-512 yes"],
         ["Port", f"{port} on 127.0.0.1"],
         ["Pinning", "--cpuset-* flags in the command"],
         [

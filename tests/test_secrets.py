@@ -12,6 +12,7 @@ import pytest
 from conftest import (
     KEY,
     ROOT_ONLY,
+    SCRIPTS,
     SECRET,
     TOKEN,
     TOKEN_30,
@@ -663,7 +664,8 @@ def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):
 
     plan = planner.build_plan(load_docs(inputs), {}, load_epyc(), facts_for(load_docs(inputs)))
     stop = plan["stop_command"]
-    assert stop.startswith("python3 scripts/launch.py stop --plan <plan.json>")
+    # from any folder, on the copy start keeps in the state dir
+    assert stop.startswith(f"python3 {SCRIPTS}/launch.py stop --plan {plan['state_dir']}/plan.json  (by hand: ")
     assert stop.endswith(f"&& rm -rf {plan['state_dir']}/secrets)")
     assert f"| Stop | {stop} |" in handoff.handoff_doc(plan)["table_markdown"]
 

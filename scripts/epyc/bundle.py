@@ -36,4 +36,6 @@ def load_epyc(path: Path = EPYC_JSON) -> dict:
 
 
 def gb(n_bytes: float, digits: int = 2) -> float:
-    return round(n_bytes / GIB, digits)
+    """GiB to `digits` places, or to 3 significant figures below that: a small model is never 0.0."""
+    value = n_bytes / GIB
+    return round(value, digits) if value == 0 or abs(value) >= 10**-digits else float(f"{value:.3g}")

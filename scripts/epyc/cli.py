@@ -17,29 +17,45 @@ from . import bundle, venv
 from .errors import EXIT_FAIL, EXIT_OK, ScriptError, os_error
 from .jsonio import check_schema
 from .masking import _MaskedStream, mask_secrets, masked_strings, secret_values
+from .serve_state import write_own_file
+
+_KEEP: list[Path] = []
+
+
+def keep_document(path: Path) -> None:
+    """The document this script prints is also written to path (its run folder), whatever the outcome."""
+    _KEEP[:] = [path]
+
+
+def json_text(doc: Any) -> tuple[str, bool]:
+    """The document as strict JSON, masked. A NaN or Infinity that slipped past the boundary checks becomes
+    a clear error document, never output other programs cannot parse. -> (text, False when it had to)."""
+    try:
+        return json.dumps(masked_strings(doc, secret_values()), indent=2, allow_nan=False), True
+    except (ValueError, RecursionError):
+        error = {
+            "ok": False,
+            "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
+            "fix": "check the input documents and flags for non-finite numbers",
+        }
+        return json.dumps(error, indent=2), False
+
+
+def kept(doc: Any) -> dict | None:
+    """The document written to the run folder keep_document named, if any. -> the error document when that
+    failed (the next step would read an older one)."""
+    try:
+        if _KEEP:
+            write_own_file(_KEEP.pop(), json_text(doc)[0] + "\n")
+        return None
+    except ScriptError as exc:
+        return {"ok": False, **exc.as_json()}
 
 
 def emit(doc: Any) -> bool:
-    """One JSON document on stdout. Strict JSON: a NaN or Infinity that slipped past the boundary checks
-    becomes a clear error document, never output other programs cannot parse. -> False when it had to
-    (the caller's exit code must then say failure too)."""
-    try:
-        text, printed = (
-            json.dumps(masked_strings(doc, secret_values()), indent=2, sort_keys=False, allow_nan=False),
-            True,
-        )
-    except (ValueError, RecursionError):
-        text, printed = (
-            json.dumps(
-                {
-                    "ok": False,
-                    "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
-                    "fix": "check the input documents and flags for non-finite numbers",
-                },
-                indent=2,
-            ),
-            False,
-        )
+    """One JSON document on stdout. -> False when it could not say it, or had to replace it (the caller's exit
+    code must then say failure too)."""
+    text, printed = json_text(doc)
     if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
         return False
     try:
@@ -189,6 +205,9 @@ def run_main(
     try:
         if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
             doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
+        failed = kept(doc)
+        if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
+            doc, code = failed, EXIT_FAIL
         if render is None:
             if not emit(doc):
                 code = EXIT_FAIL

@@ -16,7 +16,7 @@ from .kv_cache import (
     ssm_state_dtype,
     text_config,
 )
-from .sizing import fit, weight_floor
+from .sizing import config_weight_bytes, fit, weight_floor
 
 
 @dataclass
@@ -50,11 +50,6 @@ class Model:
 
 def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
     """The config and the weights, from a folder, the cache, the Hub (under the deadline) or --config."""
-    if req.config and not req.weight_gb:
-        raise ScriptError(
-            "--config sizes the KV cache from a config.json alone: the weights are unknown",
-            "add --weight-gb N (the checkpoint size in GiB, e.g. from the model card)",
-        )
     try:  # (no Hub traffic yet: a folder, the offline cache, or an id to ask the Hub about under the deadline)
         files = None if req.config else hf_model.resolve(req.model, req.revision)
     except hf_model.Unreadable as why:
@@ -76,7 +71,7 @@ def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
         # a config without attention shapes is an error before any weight lookup
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype], KV_BYTES_BY_DTYPE[ssm_dtype])
         quant = quantization.describe(cfg)
-        weights, source = weights_of(req, files, text_config(cfg))
+        weights, source = weights_of(req, files, text_config(cfg), quant)
         return Model(layout, weights, source, quant, where)
 
     try:
@@ -85,8 +80,9 @@ def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
         raise ScriptError(why.message, why.fix)
 
 
-def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict) -> tuple[int, str]:
-    """The weight bytes at the serving dtype, and their source; never below the token embedding alone."""
+def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict, quant: dict | None) -> tuple[int, str]:
+    """The weight bytes at the serving dtype, and their source: --weight-gb, the checkpoint's files, else the
+    config's parameter count; never below the token embedding alone."""
     floor = weight_floor(text_cfg)
     if req.weight_gb:
         if int(req.weight_gb * GIB) < floor:  # a typo, or MB taken for GiB: it would size a model as fitting
@@ -96,12 +92,17 @@ def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict) 
                 "pass the checkpoint's size in GiB (the model card, or the sum of its safetensors files)",
             )
         return int(req.weight_gb * GIB), "override"
-    found = files.weights(req.dtype, bool(text_cfg.get("tie_word_embeddings", False)))
+    found = files.weights(req.dtype, bool(text_cfg.get("tie_word_embeddings", False))) if files else None
+    if found is not None and found[1] in STORED_SIZES:  # stored bytes: cast as vLLM casts float weights
+        found = int(found[0] * stored_to_served(text_cfg, req.dtype, quant)), found[1]
     if found is None:
-        raise ScriptError(
-            f"{req.model}: no safetensors metadata or weight files to size the weights",
-            "pass --weight-gb N (the checkpoint size in GiB)",
-        )
+        counted = config_weight_bytes(text_cfg, hf_model.SERVE_DTYPE_BYTES[req.dtype], (quant or {}).get("bits"))
+        if counted is None:
+            raise ScriptError(
+                f"{req.model}: no checkpoint metadata, and its config lacks the shapes to count the weights",
+                "pass --weight-gb N (the checkpoint size in GiB)",
+            )
+        found = counted, "config_parameter_count"
     if not floor <= found[0] <= hf_model.MAX_WEIGHT_BYTES:
         raise ScriptError(
             f"{req.model}: its weights add up to {found[0]:,} bytes ({found[1]}), not a model of "
@@ -109,6 +110,16 @@ def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict) 
             "re-download the model (truncated or pointer files), or pass --weight-gb N",
         )
     return found
+
+
+STORED_SIZES = ("safetensors_index_total_size", "weight_file_sizes")
+
+
+def stored_to_served(cfg: dict, serve_dtype: str, quant: dict | None) -> float:
+    """The factor from a checkpoint's stored bytes to the bytes vLLM holds at serve_dtype: a bf16 checkpoint
+    served in float32 holds twice its files. 1 for a quantized one or an unknown stored dtype."""
+    stored = hf_model.SERVE_DTYPE_BYTES.get(str(cfg.get("torch_dtype") or cfg.get("dtype")))
+    return 1.0 if quant or not stored else hf_model.SERVE_DTYPE_BYTES[serve_dtype] / stored
 
 
 def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batched: int) -> list[str]:
@@ -148,8 +159,10 @@ def estimate(req: Request, epyc: dict) -> dict:
     m = read_model(req, kv_dtype, ssm_dtype)
     layout = m.layout
     notes = (
-        ["weights from the index's total_size: stored dtype, not cast to --dtype"]
-        if m.source == "safetensors_index_total_size"
+        [f"weights from the checkpoint's stored size ({m.source}), scaled to --dtype {req.dtype}"]
+        if m.source in STORED_SIZES
+        else ["weights counted from the config's shapes (no checkpoint read): within a few % of the files"]
+        if m.source == "config_parameter_count"
         else []
     )
     notes.append(epyc["precision"]["kv_note"])

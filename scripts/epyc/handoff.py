@@ -59,13 +59,18 @@ def kv_cell(s: dict) -> str:
     return "capacity not computed (max_model_len differs from the estimate's)"
 
 
-def hardware_cell(det: dict) -> str:
+def hardware_cell(det: dict, sizing: dict) -> str:
+    """The CPU, and the cores of the socket that serves (the host's total only beside it)."""
     cpu = (
         f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})"
         if det.get("is_amd_epyc")
         else f"{det.get('cpu_model')} (not an AMD EPYC)"
     )
-    return f"{cpu}, {det.get('physical_cores')} cores, AVX-512 {'yes' if det.get('avx512') else 'no'}"
+    sockets = det.get("socket_count") or 1
+    cores = f"{sizing['omp_threads']} cores on socket {sizing['socket']}" + (
+        f" (host: {sockets} sockets, {det.get('physical_cores')} cores)" if sockets > 1 else ""
+    )
+    return f"{cpu}, {cores}, AVX-512 {'yes' if det.get('avx512') else 'no'}"
 
 
 def pinning_cell(plan: dict) -> str:
@@ -104,7 +109,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         rows.append(["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"])
     port = f"{plan['port']} on {plan['host']}" + (" (exposed, API key required)" if plan["expose"] else "")
     rows += [
-        ["Hardware", hardware_cell(det)],
+        ["Hardware", hardware_cell(det, s)],
         ["Port", port],
         ["Pinning", pinning_cell(plan)],
         ["Environment", environment_cell(plan)],

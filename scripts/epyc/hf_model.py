@@ -12,6 +12,7 @@ import os
 import re
 import struct
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -455,6 +456,15 @@ def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T
     return result["value"]
 
 
+def config_only(config: str) -> ModelFiles:
+    """A model known by its config.json alone (planned for a host this machine cannot download for): the
+    file is copied alone into a folder of its own, so no file beside it passes for the model's."""
+    text = jsonio.read_input_text(config, "--config", "pass the model's config.json")
+    folder = Path(tempfile.mkdtemp(prefix="epyc-config-"))
+    (folder / "config.json").write_text(text)
+    return ModelFiles(config, "config", None, folder)
+
+
 def resolve(ref: str, revision: str | None) -> ModelFiles:
     """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
     if not ref or not ref.strip():
@@ -505,4 +515,27 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
                 "download it once with network access, or pass a local folder",
             )
         return ModelFiles(ref, "hub-cache", revision, Path(folder))
+    refuse_an_unreachable_hub()
     return ModelFiles(ref, "hub", revision or "main", None)
+
+
+HUB_PROBE_S = 5
+
+
+def refuse_an_unreachable_hub() -> None:
+    """One short request before any Hub call: a Hub nothing answers for is said at once, once, not after the
+    Hub client's retries (each printing its own warning). Any answer, even an error status, goes on."""
+    import requests
+    from huggingface_hub import constants
+
+    try:
+        requests.head(constants.ENDPOINT, timeout=HUB_PROBE_S, allow_redirects=False).close()
+    except requests.RequestException as exc:
+        slow = isinstance(exc, requests.Timeout)
+        raise Unreadable(
+            "timeout" if slow else "network",
+            f"the Hub at {constants.ENDPOINT} did not answer "
+            + (f"within {HUB_PROBE_S}s" if slow else f"({type(exc).__name__})"),
+            "check network access to the Hub (HF_ENDPOINT / proxy); planning offline: pass a local folder, "
+            "or --config with the model's config.json",
+        ) from None

@@ -219,16 +219,18 @@ def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
         if len(parts) != 3 or parts[2] in ("", "/"):
             continue
         ctrls, path = parts[1].split(","), parts[2]
+        # a limit on any parent (a systemd slice, a pod) binds too: every level, leaf to root
+        levels = [path.rsplit("/", n)[0] for n in range(path.count("/")) if path.rsplit("/", n)[0]]
         if parts[1] == "":  # v2 unified
             cpuset.insert(0, f"/sys/fs/cgroup{path}/cpuset.cpus.effective")
-            memory.insert(0, f"/sys/fs/cgroup{path}/memory.max")
+            memory[:0] = [f"/sys/fs/cgroup{p}/memory.max" for p in levels]
             cpu_max.insert(0, f"/sys/fs/cgroup{path}/cpu.max")
         if "cpu" in ctrls:
             cfs.insert(0, f"/sys/fs/cgroup/{parts[1]}{path}")
         if "cpuset" in ctrls:
             cpuset.insert(0, f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus")
         if "memory" in ctrls:
-            memory.insert(0, f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+            memory[:0] = [f"/sys/fs/cgroup/memory{p}/memory.limit_in_bytes" for p in levels]
     return {"cpuset": cpuset, "memory": memory, "cpu_max": cpu_max, "cfs": cfs}
 
 
@@ -431,7 +433,7 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     allowed_set = set(topo.cpus if allowed is None else allowed) & set(topo.cpus)
     if cgroup_cpus is not None:
         allowed_set &= set(cgroup_cpus)
-    limit = parse_cgroup_limit(_first_readable(sr, cg["memory"]))
+    limit = min(filter(None, (parse_cgroup_limit(sr.read(p)) for p in cg["memory"])), default=None)
     cfs_dir = next((d for d in cg["cfs"] if sr.read(f"{d}/cpu.cfs_quota_us") is not None), None)
     quota = parse_cpu_quota(
         _first_readable(sr, cg["cpu_max"]),
@@ -454,7 +456,7 @@ def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], to
     not add up to MemTotal (sandboxes, some hypervisors), say so: per-socket sizing then takes the
     smaller figure, because vLLM's CPU worker sizes its KV cache check from sysfs."""
     usable = min(mem_total, limit) if limit else mem_total
-    if bundle.gb(usable) <= 0:  # a figure no machine runs on, which no document can carry as a size of RAM
+    if usable < bundle.GIB // 200:  # a figure no machine runs on (it printed as 0.0 GiB of RAM)
         where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
         raise ScriptError(
             f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",

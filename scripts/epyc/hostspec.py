@@ -57,6 +57,18 @@ def load_skus(path: Path = SKUS_JSON) -> dict:
     return doc
 
 
+def described_part(generation: str, cores: int, threads: int | None) -> dict:
+    """A part the table does not hold, as the user describes it: its generation and cores per socket."""
+    return {
+        "model": f"{generation} (described)",
+        "epyc_generation": generation,
+        "cores_per_socket": cores,
+        "threads_per_socket": threads or 2 * cores,
+        "socket_support": "2P",
+        "source": "user",
+    }
+
+
 def find_sku(table: dict, model: str) -> dict:
     """'9654', 'EPYC 9654' or 'AMD EPYC 9654P' -> its row; an unknown part names what the table holds."""
     key = model.upper().replace("AMD", "").replace("EPYC", "").strip()
@@ -66,8 +78,8 @@ def find_sku(table: dict, model: str) -> dict:
     series = sorted({r["series"] for r in table["skus"]})
     raise ScriptError(
         f"EPYC {key} is not in data/epyc_skus.json (it holds the {', '.join(series)} series, each row with its source)",
-        "capture the host itself (detect.py --capture FILE there, then "
-        "--sysroot FILE here), or pass the listed part closest to it",
+        "describe it: --spec GENERATION --cores N (e.g. --spec Turin --cores 128; --threads N without SMT), "
+        "or capture the host itself (detect.py --capture FILE there, then --sysroot FILE here)",
     )
 
 

@@ -309,20 +309,24 @@ def check(
     hub_timeout: float,
     epyc: dict,
     notes: list[str],
+    config: str | None = None,
 ) -> tuple[dict, int]:
     """check_model.py's document and exit code: the architecture judged by the registry of the vLLM that
-    will serve, the endpoint from the chat template, and a refusal for what vLLM would not load."""
+    will serve, the endpoint from the chat template, and a refusal for what vLLM would not load. With
+    `config` (a config.json) the model is judged from it alone, offline: its chat template is unknown."""
     version = (registry or {}).get("vllm_version") or vllm_version
     probed = registry and (registry["source"] or "").startswith("probe")
     if probed and architectures.normalize_version(version) != architectures.normalize_version(vllm_version):
         notes.append(f"probed vLLM is {version}, not the --vllm-version {vllm_version} given")
     base = {"model": model_ref, "revision": revision}
     try:
-        files = hf_model.resolve(model_ref, revision)
+        files = hf_model.config_only(config) if config else hf_model.resolve(model_ref, revision)
         model = hf_model.with_deadline(lambda: read_model(files), hub_timeout, online=files.kind == "hub")
     except hf_model.Unreadable as why:
         return unreadable_doc(base, registry, version, why, epyc, notes), 0
-    tmpl = classify_template(model["jinja"], model["tokenizer_config"], model["template_json"])
+    tmpl = classify_template(
+        model["jinja"], model["tokenizer_config"], model["template_json"], readable=files.kind != "config"
+    )
     kind, arch = classify_kind(model["architectures"], registry)
     eps = endpoints_for(kind, tmpl["status"], epyc["model_support_policy"])
     code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jsonio, masking, runtimes
+from . import bundle, jsonio, masking, runtimes
 from .architectures import normalize_version
 from .command import (
     API_KEY_MIN,
@@ -429,7 +429,7 @@ def host_command(ch: Choices, val: dict, tune: dict, epyc: dict, env: dict, mode
         "argv": argv,
         "pre_argv": [],
         "runtime": "host",
-        "stop_command": "python3 scripts/launch.py stop --plan <plan.json>  (or: kill the recorded pid's group)",
+        "stop_command": "(or: kill the recorded pid's group)",
     }
 
 
@@ -472,7 +472,7 @@ def container_command(
         "argv": argv,
         "pre_argv": [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]],
         "runtime": val["runtime"],
-        "stop_command": f"python3 scripts/launch.py stop --plan <plan.json>  (by hand: {by_hand})",
+        "stop_command": f"(by hand: {by_hand})",
     }
 
 
@@ -512,6 +512,9 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         cmd = host_command(ch, val, tune, epyc, env, facts.get("model_dir") or ch.model, opts)
     else:
         cmd = container_command(ch, val, tune, epyc, env, facts, opts, name, state_dir, secrets)
+    # from any folder, on the copy of the plan start keeps beside the server's state
+    launch_stop = ["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(state_dir / "plan.json")]
+    cmd["stop_command"] = f"{shlex.join(launch_stop)}  {cmd['stop_command']}"
     extra = (
         [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]
         if ch.throughput

@@ -187,7 +187,11 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
     assumption, stated in the output), then read like any sysroot."""
     table = hostspec.load_skus()
-    sku = hostspec.find_sku(table, args.spec)
+    sku = (
+        hostspec.described_part(args.spec, args.cores, args.threads)
+        if args.cores
+        else hostspec.find_sku(table, args.spec)
+    )
     gen = sku["epyc_generation"]
     entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
         g for g in epyc["generations"] if g["name"] == gen
@@ -229,7 +233,7 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     facts = gather(hostfacts.check_sysroot(str(root)), target, live=False)
     spec = {
         "sku": sku,
-        "source": table["sources"][sku["source"]],
+        "source": table["sources"].get(sku["source"], "described by the user (--spec GENERATION --cores N)"),
         "sysroot": str(root) if args.save_sysroot else None,
         "assumptions": [
             "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -26,6 +27,7 @@ from .serve_state import (
     secret_values,
     state_dir_problem,
     up_in_progress,
+    write_own_file,
     write_secret_files,
     write_state,
 )
@@ -120,7 +122,10 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
                 "wait for it, then verify (or start again if it was a stop)",
                 phase="start",
             )
-        return _start_locked(plan, pull_policy)
+        started = _start_locked(plan, pull_policy)
+        # a copy beside the state: the plan that stops this server, whatever later happens to the one given
+        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
+        return started
 
 
 # docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container

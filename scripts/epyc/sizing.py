@@ -58,8 +58,18 @@ def choose_socket(
         )
     if busy is None:
         return candidates[0], "load unknown (no live sample); lowest usable socket", None
-    if len(candidates) == 1:
-        return candidates[0], "single usable socket", None
+    if len(candidates) == 1:  # no choice, but a load on it slows every token: said, not hidden
+        only = candidates[0]
+        loaded = busy[only] >= threshold
+        return (
+            only,
+            "single usable socket",
+            (
+                f"the only usable socket ({only}) is {busy[only]:.0f}% busy: serving will compete with that load"
+                if loaded
+                else None
+            ),
+        )
     free = [s for s in candidates if busy[s] < threshold]
     if free:
         pick, by_memory = roomiest(free, free_bytes)
@@ -405,3 +415,43 @@ def weight_floor(cfg: dict) -> int:
     vocab, hidden = cfg.get("vocab_size"), cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("n_embd")
     ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (vocab, hidden))
     return vocab * hidden // 2 if ints else 1
+
+
+def _positive(cfg: dict, *keys: str) -> int:
+    return next((v for k in keys if isinstance(v := cfg.get(k), int) and not isinstance(v, bool) and v > 0), 0)
+
+
+def config_params(cfg: dict) -> tuple[int, int] | None:
+    """(embedding, layer) parameters of a decoder from its config alone -- token embedding (and an untied LM
+    head), attention, a gated MLP or its experts: the weights of a model planned without its checkpoint.
+    None when a shape it needs is missing."""
+    hidden, layers, vocab = (
+        _positive(cfg, "hidden_size"),
+        _positive(cfg, "num_hidden_layers"),
+        _positive(cfg, "vocab_size"),
+    )
+    heads = _positive(cfg, "num_attention_heads")
+    if not (hidden and layers and vocab and heads):
+        return None
+    kv_heads, head_dim = _positive(cfg, "num_key_value_heads") or heads, _positive(cfg, "head_dim") or hidden // heads
+    attention = hidden * head_dim * 2 * (heads + kv_heads)
+    inter = _positive(cfg, "intermediate_size") or 4 * hidden
+    experts = _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    if experts:
+        expert = _positive(cfg, "moe_intermediate_size") or inter
+        shared = _positive(cfg, "shared_expert_intermediate_size") + _positive(cfg, "n_shared_experts") * expert
+        mlp = 3 * hidden * (experts * expert + shared) + hidden * experts  # + the router
+    else:
+        mlp = 3 * hidden * inter
+    embedding = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    return embedding, layers * (attention + mlp + 2 * hidden)
+
+
+def config_weight_bytes(cfg: dict, serve_dtype_bytes: float, bits: int | None) -> int | None:
+    """Weight bytes from config_params: layers at the checkpoint's quantized bits when it has them, the rest
+    at the serving dtype."""
+    params = config_params(cfg)
+    if params is None:
+        return None
+    embedding, layers = params
+    return int(embedding * serve_dtype_bytes + layers * (bits / 8 if bits else serve_dtype_bytes))

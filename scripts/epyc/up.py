@@ -490,9 +490,7 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             "started": started,
             "verify": result,
             "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
-            "stop_command": shlex.join(
-                [sys.executable, str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(plan_file)]
-            ),
+            "stop_command": plan["stop_command"],
         }
     except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
         stopped, said = stop_for_up(plan, plan_file)  # up ends with a handoff or with nothing left running

@@ -1,0 +1,68 @@
+"""The run folder: each step keeps its document there, and the next step reads what it needs from it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from . import cli, jsonio
+from .errors import ScriptError
+from .serve_state import state_root
+
+# the documents a run folder holds, by the script that writes each (up's folder holds the same names)
+STEPS = ("detect", "validate", "setup_host_stack", "check_model", "estimate_memory", "cpu_tune", "plan")
+DEFAULT = "local"
+
+
+def run_dir(spec: str) -> Path:
+    """--run: a plain name is a folder under ~/.cache/serving-llms-on-epyc/run/, anything with a '/' a path."""
+    if "/" not in spec and spec not in (".", ".."):
+        if not spec or spec.startswith("-") or not spec.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ScriptError(
+                f"--run {spec[:100]!r} is not a plain name (letters, digits, . _ -) nor a path",
+                "pass a name like box9654, or a folder path like ./run",
+            )
+        return state_root() / spec
+    return Path(os.path.abspath(jsonio.user_path(spec, "--run")))
+
+
+def add_run_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--run",
+        default=os.environ.get("EPYC_RUN") or DEFAULT,
+        help="run folder: each step keeps its JSON there and reads the earlier steps' (a name under "
+        "~/.cache/serving-llms-on-epyc/run/, or a path; default: $EPYC_RUN, else %(default)s)",
+    )
+
+
+def keep(args: argparse.Namespace, step: str) -> Path:
+    """This script's document, whatever its outcome, also goes to RUN/STEP.json. -> the run folder."""
+    folder = run_dir(args.run)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cli.keep_document(folder / f"{step}.json")
+    return folder
+
+
+def earlier(folder: Path, step: str) -> dict | None:
+    """An earlier step's document from the run folder (None when that step has not run there). One that
+    failed is refused with its own error and fix (read_json_input): its facts are not there to take."""
+    path = folder / f"{step}.json"
+    if not path.exists():
+        return None
+    doc = jsonio.read_json_input(str(path), step)
+    if step != "plan":
+        jsonio.check_schema(doc, step, f"{path} is not {step}.py's output", f"run {step}.py again with --run {folder}")
+    return doc
+
+
+def needed(folder: Path, step: str, flag: str) -> dict:
+    """An earlier step's document that this step cannot go on without."""
+    doc = earlier(folder, step)
+    if doc is None:
+        raise ScriptError(
+            f"no {step}.json in the run folder {folder}, and no {flag}",
+            f"run python3 scripts/{'launch.py plan' if step == 'plan' else step + '.py'} --run {folder} first, "
+            f"or pass {flag}",
+        )
+    return doc
