@@ -47,7 +47,13 @@ os.environ.pop("DOCKER_HOST", None)
 # the run folders of the scripts the tests start: each call gets its own (run_script), unless a test chains
 # steps through one on purpose (env={"EPYC_RUN": ...} or --run); never the user's ~/.cache one
 RUNS = tempfile.mkdtemp(prefix="epyc-test-runs-")
-os.environ["EPYC_RUN"] = os.path.join(RUNS, "in-process")
+os.environ["EPYC_RUN"] = os.path.join(RUNS, "session")
+
+
+@pytest.fixture(autouse=True)
+def own_run_folder(tmp_path, monkeypatch):
+    """A test's in-process calls and the processes it starts share one run folder of the test's own."""
+    monkeypatch.setenv("EPYC_RUN", str(tmp_path / "run"))
 
 
 @dataclass

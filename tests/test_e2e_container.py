@@ -104,6 +104,7 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
     want = "ZenCpuPlatform" if not stock else "CpuPlatform"
     assert val.doc["stack"]["platform"].rsplit(".", 1)[-1] == want and val.doc["backend"] == stack["backend"]
     assert SECRET_TOKEN not in val.stdout + val.stderr
+    save(tmp, "validate", val)  # the run folder Step 3 reads it from
     chk = skill_check_model(tmp, env, model, val.doc)
     assert chk.code == 0 and chk.doc["registry_source"] == f"probe:image:{image}", chk.doc
     assert chk.doc["primary_endpoint"] == "chat_completions"
@@ -134,25 +135,22 @@ def container_plan(tmp: Path, stack: dict, image: str, env: dict, model: str, *e
 
 
 def skill_check_model(tmp: Path, env: dict, model: str, validate: dict):
-    """SKILL.md's Step 3 for the container path, run by bash as written, its variables set from validate.json
-    as the step says: the registry is read inside the image validate chose."""
+    """SKILL.md's Step 3, run by bash as written in a run folder that holds validate's document: the
+    registry is read inside the image validate chose. The user's model stands in for the default."""
     from conftest import Result
     from docs import commands
 
-    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
+    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag is None)
     shell_env = {
         **os.environ,
         **env,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "RUN": str(tmp),
-        "MODEL": model,
-        "REV": "main",
-        "VLLM": validate["stack"]["vllm"],
-        "IMAGE": validate["image"],
-        "RUNTIME": validate["runtime"],
+        "EPYC_RUN": str(tmp),
     }
+    assert json.loads((tmp / "validate.json").read_text()) == validate
+    line = line.replace(bundle.load_epyc()["default_model"], model)
     res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    out = (tmp / "check.json").read_text()
+    out = (tmp / "check_model.json").read_text()
     return Result(res.returncode, json.loads(out), out, res.stderr)
 
 

@@ -869,7 +869,8 @@ def test_start_never_writes_into_a_folder_an_edited_plan_names(script, tmp_path,
     (victim / "notes.txt").write_text("mine")
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     v = str(victim)
-    plan.update(state_dir=v, log_file=f"{v}/server.log", state_file=f"{v}/state.json")
+    stop = plan["stop_command"].replace(plan["state_dir"], v)  # edited as consistently as its inputs render it
+    plan.update(state_dir=v, log_file=f"{v}/server.log", state_file=f"{v}/state.json", stop_command=stop)
     plan["options"]["state_dir"] = v
     plan_file.write_text(json.dumps(plan))
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")

@@ -147,6 +147,7 @@ def test_stop_never_deletes_what_start_did_not_write(script, tmp_path, inputs, l
         "state_file": str(decoy / "state.json"),
         "log_file": str(decoy / "server.log"),
         "options": {**plan["options"], "state_dir": str(decoy)},
+        "stop_command": plan["stop_command"].replace(plan["state_dir"], str(decoy)),
     }
     f = tmp_path / "edited.json"
     f.write_text(json.dumps(edited))
