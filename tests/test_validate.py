@@ -362,8 +362,8 @@ def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, i
 
 def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulled(tmp_path, inputs, rt):
     """validate is ready on the stock container path with the image not pulled, and its stack.vllm is null (the
-    `latest` tag names no version): SKILL.md's Step 3 then ran check_model --vllm-version None, exit 1. Step 3
-    says what VLLM is then (data/epyc.json's vllm_version, as up uses), and its container line runs as written."""
+    `latest` tag names no version): SKILL.md's Step 3, run as written in that run folder, takes the pinned
+    vllm_version (as up does) and judges by its snapshot, saying the image is not pulled."""
     import os
     import subprocess
     import sys
@@ -374,26 +374,22 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
     from epyc.bundle import load_epyc
 
     _, env = rt  # a docker that answers, with no image pulled
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--stock", env=env)
+    run = {"EPYC_RUN": str(tmp_path / "run")}
+    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--stock", env={**env, **run})
     assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["stack"]["vllm"] is None, val.doc
-    skill = (ROOT / "SKILL.md").read_text()
-    assert "null when the stock image is not pulled yet" in skill and "`vllm_version` from `data/epyc.json`" in skill
-    vllm = val.doc["stack"]["vllm"] or load_epyc()["vllm_version"]  # the rule SKILL.md states
-    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag == "container path")
-    shell_env = {
-        **os.environ,
-        **env,
-        "PATH": f"{Path(sys.executable).parent}:{env['PATH']}",
-        "RUN": str(tmp_path),
-        "MODEL": str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B"),
-        "REV": "main",
-        "VLLM": vllm,
-        "IMAGE": val.doc["image"],
-        "RUNTIME": val.doc["runtime"],
-    }
-    res = subprocess.run(["bash", "-c", line], env=shell_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    doc = json.loads((tmp_path / "check.json").read_text())
-    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == vllm, doc
+    line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag is None)
+    model = str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B")
+    shell_env = {**os.environ, **env, **run, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
+    res = subprocess.run(
+        ["bash", "-c", line.replace(load_epyc()["default_model"], model)],
+        env=shell_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    doc = json.loads((tmp_path / "run" / "check_model.json").read_text())
+    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == load_epyc()["vllm_version"], doc
     assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
 
 
