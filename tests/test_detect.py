@@ -350,8 +350,8 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
             False,
             "stop",
             "not an AMD EPYC: Intel(R) Xeon(R) Platinum 8480+ (Intel). This skill serves on AMD EPYC CPUs",
-            "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, run the stock path "
-            "(launch.py up --stock)",
+            "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, take the stock "
+            "path: the same steps with --stock (validate.py --stock)",
         ),
         (
             XEON,

@@ -131,7 +131,7 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
             "route": "stop",
             "reason": f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
             "fix": "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
-            "run the stock path (launch.py up --stock)",
+            "take the stock path: the same steps with --stock (validate.py --stock)",
         }
     if not (facts.get("avx512") and facts.get("avx512_bf16")):
         return {
