@@ -148,6 +148,24 @@ def abandon_thread() -> None:
     _ABANDONED.append(True)
 
 
+def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | None) -> int:
+    """The document out: kept in the run folder, then printed (as JSON, or as `render` makes it). -> the
+    exit code, 1 when either write failed."""
+    if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
+        doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
+    failed = kept(doc)
+    if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
+        doc, code = failed, EXIT_FAIL
+    if render is None:
+        return code if emit(doc) else EXIT_FAIL
+    try:  # cpu_tune --format env: shell lines, masked as any text we print
+        sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
+        return EXIT_FAIL
+    return code
+
+
 def run_main(
     main: Callable[[Sequence[str] | None], tuple[Any, int]],
     argv: Sequence[str] | None = None,
@@ -203,20 +221,7 @@ def run_main(
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
     try:
-        if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
-            doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
-        failed = kept(doc)
-        if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
-            doc, code = failed, EXIT_FAIL
-        if render is None:
-            if not emit(doc):
-                code = EXIT_FAIL
-        else:  # cpu_tune --format env: shell lines, masked as any text we print
-            try:
-                sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
-                sys.stdout.flush()
-            except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
-                code = EXIT_FAIL
+        code = say(doc, code, ok, render)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
