@@ -68,17 +68,8 @@ def from_the_run(args: argparse.Namespace, folder: Path) -> None:
     est = runs.earlier(folder, "estimate_memory") or {}
     if args.weight_gb is None and args.kv_needed_gb is None and "fit" in est:
         args.weight_gb, args.kv_needed_gb = est["weight_gb"], est["fit"]["kv_needed_gb"]
-    det = runs.earlier(folder, "detect") or {}
-    target = det.get("target", "localhost")
-    if args.sysroot or args.host or target == "localhost":
-        return
-    kind, _, where = target.partition(":")
-    if kind == "spec":
-        args.sysroot = (det.get("spec") or {}).get("sysroot")  # detect.py --spec rendered it there
-    elif kind in ("sysroot", "capture"):
-        args.sysroot = where
-    else:
-        args.host = target
+    if not (args.sysroot or args.host):
+        args.sysroot, args.host = runs.host_source(runs.earlier(folder, "detect") or {})
 
 
 def render_env(doc: dict, ok: bool) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, jsonio, runs
+from epyc import argtypes, bundle, cli, errors, fleet, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.planfile import host_facts
 from epyc.planner import SIZINGS, build_plan
@@ -79,6 +79,11 @@ def add_plan(sub, epyc: dict) -> None:
         default="skill",
         help="skill (default) or a baseline for bench.py --compare: vllm-default, all-cores, unpinned, "
         "skill+throughput",
+    )
+    pl.add_argument(
+        "--engines",
+        type=fleet.engines_arg,
+        help="a fleet behind vllm-router: per-socket (one engine on each socket), or N engines sharing one socket",
     )
     pl.add_argument(
         "--kernel-log",
@@ -162,6 +167,8 @@ def plan_from_files(a, epyc: dict) -> dict:
             inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output", f"pass the unmodified stdout of {v}.py"
         )
     opts = {k: getattr(a, k) for k in PLAN_OPTIONS}
+    if a.engines:  # each engine's state dir is the run folder's engine-N
+        return fleet.plan_from_run(inputs, {**opts, "state_dir": None}, epyc, folder, a.engines)
     if opts["state_dir"]:
         opts["state_dir"] = state_dir_arg(opts["state_dir"])
     plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
@@ -182,6 +189,8 @@ def main(argv: Sequence[str] | None = None):
     if a.cmd == "up":
         return up(a, epyc), errors.EXIT_OK
     a.plan = a.plan or str(runs.run_dir(a.run) / "plan.json")
+    if fleet.is_fleet_file(a.plan):
+        return fleet.life_verb(a, epyc), errors.EXIT_OK
     try:
         return life_verb(a, epyc)
     except ScriptError as exc:  # a refusal from below (the runtime, the engine) names the verb it stopped

