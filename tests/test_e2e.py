@@ -318,6 +318,49 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
     assert not (tmp_path / "gone" / "raw").exists()
 
 
+def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
+    """Issue 33's proof on the runner: its cores split between two real vLLM engines behind the real
+    vllm-router, through the scripts. Chat through the router reaches both engines; one engine killed,
+    verify names it and the router still answers; stop leaves no process."""
+    import shutil
+
+    from epyc.serve_verify import http
+
+    assert run_script("setup_host_stack.py", "--router", timeout=900).code == 0
+    model = models["tiny"]["folder"]
+    plan_for(tmp_path, stack, model)
+    run = tmp_path / "fleet"
+    run.mkdir()
+    for src, name in (("check", "check_model"), ("estimate", "estimate_memory"), ("tune", "cpu_tune")):
+        shutil.copy(tmp_path / f"{src}.json", run / f"{name}.json")
+    for name in ("detect", "validate"):
+        shutil.copy(tmp_path / f"{name}.json", run / f"{name}.json")
+    port = free_port()
+    p = run_script("launch.py", "plan", "--engines", "2", "--port", str(port), "--run", str(run))
+    assert p.code == 0, p.doc
+    engines = [json.loads(Path(e).read_text()) for e in p.doc["engines"]]
+    body = {"model": engines[0]["served_model_name"], "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    try:
+        assert run_script("launch.py", "start", "--run", str(run), "--confirm").code == 0
+        v = run_script("launch.py", "verify", "--run", str(run), "--timeout", "400", timeout=900)
+        assert v.code == 0 and v.doc["router"]["answered"], json.dumps(v.doc)[-3000:]
+        for _ in range(4):
+            status, text = http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 120, body=body)
+            assert status == 200, text
+        for e in engines:  # verify's own request, then the router's share of the five it sent
+            assert Path(e["log_file"]).read_text(errors="replace").count("/v1/chat/completions") >= 2, e["log_file"]
+        victim = json.loads(Path(engines[1]["state_file"]).read_text())
+        os.killpg(victim["pgid"], signal.SIGKILL)
+        v = run_script("launch.py", "verify", "--run", str(run), "--timeout", "60", timeout=300)
+        assert v.code == 1 and "engine 1" in v.doc["error"] and "the router answers from the others" in v.doc["error"]
+        status, text = http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 120, body=body)
+        assert status == 200, text
+    finally:
+        st = run_script("launch.py", "stop", "--run", str(run), timeout=300)
+    assert st.code == 0 and st.doc["router"]["stopped"], st.doc
+    assert vllm_processes(model) == []
+
+
 def test_engine_that_dies_on_the_first_request_fails_in_smoke(stack, models, tmp_path):
     """head_dim 16: vLLM loads the model and answers /health, then the first request kills the engine."""
     model = models["headdim16"]["folder"]

@@ -148,15 +148,15 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
         )
     sysroot, host = runs.host_source(inputs["detect"])
     facts = remote_host.gather_from_args(sysroot, host)
-    cfg, est = epyc["cpu"], inputs["estimate_memory"]
+    cfg, est, tune = epyc["cpu"], inputs["estimate_memory"], inputs["cpu_tune"]
     busy = None if sysroot or host else sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
-    base = argparse.Namespace(
+    base = argparse.Namespace(  # cpu_tune's own thresholds, as the user ran it for one engine
         socket=None,
-        busy_threshold=cfg["busy_threshold_pct"],
+        busy_threshold=tune["busy_threshold"],
         reserve_cores=cfg["default_reserved_cores"],
         weight_gb=est["weight_gb"],
         kv_needed_gb=est["fit"]["kv_needed_gb"],
-        os_reserve_gb=epyc["memory"]["os_reserve_gb"],
+        os_reserve_gb=tune["os_reserve_gb"],
         part=None,
     )
     tunes = engine_tunes(facts, epyc, busy, base, engines)
