@@ -123,7 +123,8 @@ def stop_host(plan: dict, state: dict | None) -> dict:
                 f"kill -- -{state['pgid']}, then run stop again (the state file is kept)",
                 phase="stop",
             )
-        return stopped({"stopped": False, "reason": "not running"}, remove_state(plan))
+        freed = orphan_segments(state.get("create_time")) if state else []
+        return stopped({"stopped": False, "reason": "not running", "freed_segments": freed}, remove_state(plan))
     left, late = end_group(state, group)
     return stopped(
         {
@@ -131,9 +132,36 @@ def stop_host(plan: dict, state: dict | None) -> dict:
             "pid": state.get("pid"),
             "processes": len(group) + len(late),
             "killed_after_timeout": len(left) + len(late),
+            "freed_segments": orphan_segments(state.get("create_time")),
         },
         remove_state(plan),
     )
+
+
+def orphan_segments(since: float | None) -> list[str]:
+    """vLLM's shared-memory segments (/dev/shm/psm_*) that a server of ours left: this user's, made since it
+    started, mapped by no process now (a killed engine never unlinks them: 200+ MB each). Removed."""
+    if since is None:
+        return []
+    shm = Path("/dev/shm")
+    try:
+        ours = [p for p in shm.glob("psm_*") if p.lstat().st_uid == os.getuid() and p.lstat().st_mtime >= since - 1]
+    except OSError:
+        return []
+    if not ours:
+        return []
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.rsplit(" ", 1)[-1] for line in maps.read_text().splitlines() if "/dev/shm/psm_" in line)
+        except OSError:
+            continue  # a process gone, or not ours to read
+    freed = []
+    for seg in ours:
+        if str(seg) not in mapped:
+            seg.unlink(missing_ok=True)
+            freed.append(seg.name)
+    return freed
 
 
 def end_group(state: dict, group: list) -> tuple[list, set[int]]:
