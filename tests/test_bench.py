@@ -89,7 +89,15 @@ def test_decode_bound():
     assert b["min_tpot_ms"] == pytest.approx(19.86, abs=0.01) and b["fraction_of_bound"] == pytest.approx(
         0.473, abs=0.001
     )
-    assert benchmark.decode_bound(None, 60e9, 42.0) == {"min_tpot_ms": None, "fraction_of_bound": None}
+    assert b["gap_ms_per_token"] == pytest.approx(42.0 - 19.86, abs=0.01)
+    assert benchmark.decode_bound(None, 60e9, 42.0) == {
+        "min_tpot_ms": None,
+        "fraction_of_bound": None,
+        "gap_ms_per_token": None,
+    }
+    # a step reads the weights and its context's KV
+    est = {"weight_bytes": 1000, "kv_bytes_per_token": 10}
+    assert benchmark.step_bytes(est, 50) == 1500 and benchmark.step_bytes({}, 50) is None
 
 
 def test_bench_argv_is_vllms_own_benchmark_with_the_method():
