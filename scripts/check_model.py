@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
 from epyc import argtypes, bundle, cli, model_check, remote_host, runs, runtimes
+from epyc.errors import ScriptError
 from epyc.model_check import pick_registry
 
 
@@ -28,8 +29,7 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         "--model",
         "--model-id",
         dest="model",
-        default=epyc["default_model"],
-        help="Hub id or local folder (default: %(default)s); --model-id is the old name, kept for one release",
+        help=f"Hub id or local folder (default: {epyc['default_model']}; needed with --config)",
     )
     p.add_argument(
         "--revision", type=argtypes.revision_arg, default=None, help="branch, tag or commit (Hub ids; default main)"
@@ -67,8 +67,12 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
 
 def main(argv: Sequence[str] | None = None):
     epyc = bundle.load_epyc()
+    runs.keep_before_parsing(argv, "check_model")
     args = parser(epyc).parse_args(argv)
     folder = runs.keep(args, "check_model")
+    if args.config and args.model is None:
+        raise ScriptError("--config judges a model that is named by --model", "add --model ORG/NAME (the model's id)")
+    args.model = epyc["default_model"] if args.model is None else args.model
     if not (args.vllm_version or args.python or args.image):
         the_stack_validate_found(args, runs.earlier(folder, "validate"))
     args.vllm_version = args.vllm_version or epyc["vllm_version"]

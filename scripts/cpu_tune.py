@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None):
         "--host", type=argtypes.nonempty, help="[user@]host[:port]: plan for another host over ssh (load unknown)"
     )
     runs.add_run_arg(p)
+    runs.keep_before_parsing(argv, "cpu_tune")
     args = p.parse_args(argv)
     from_the_run(args, runs.keep(args, "cpu_tune"))
     facts = remote_host.gather_from_args(args.sysroot, args.host)

@@ -96,9 +96,11 @@ def capture(args: argparse.Namespace) -> dict:
 
 
 def main(argv: Sequence[str] | None = None):
+    runs.keep_before_parsing(argv, "detect")
     args = parser().parse_args(argv)
     epyc = bundle.load_epyc()
     if args.capture:  # (a receipt, not a fact for the next step: it stays out of the run folder)
+        cli.keep_document(None)
         return capture(args), errors.EXIT_OK
     folder = runs.keep(args, "detect")
     spec_only = [

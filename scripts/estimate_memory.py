@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None):
         help="a config.json to size from, offline (no Hub, no folder); weights from --weight-gb, else counted",
     )
     runs.add_run_arg(p)
+    runs.keep_before_parsing(argv, "estimate_memory")
     a = p.parse_args(argv)
     folder = runs.keep(a, "estimate_memory")
     if a.model is None:  # the model check_model judged, at its revision

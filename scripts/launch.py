@@ -154,9 +154,10 @@ def add_up(sub, epyc: dict) -> None:
 
 def plan_from_files(a, epyc: dict) -> dict:
     """launch.py plan: the five documents read and checked, then the plan."""
+    fleet.refuse_a_running_fleet(runs.run_dir(a.run))  # before its plan.json is replaced
+    folder = runs.keep(a, "plan")
     if sum(getattr(a, k) == "-" for k in INPUT_FLAGS) > 1:
         raise ScriptError("only one input can come from stdin", "save the others to files")
-    folder = runs.keep(a, "plan")
     inputs = {}  # keyed by script: a file given, else the run's
     for k, v in INPUT_FLAGS.items():
         if getattr(a, k) is None:

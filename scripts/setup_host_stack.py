@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None):
         "--router", action="store_true", help=f"only the fleet's router ({epyc['router']['pip']}), in a venv of its own"
     )
     runs.add_run_arg(p)
+    runs.keep_before_parsing(argv, "setup_host_stack")
     args = p.parse_args(argv)
     if args.router:
         return router_only(epyc, args.check), errors.EXIT_OK

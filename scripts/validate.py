@@ -61,6 +61,7 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
     p.add_argument("--port-start", type=argtypes.int_in(1, 65535), default=epyc["serve"]["default_port"])
     runs.add_run_arg(p)
+    runs.keep_before_parsing(argv, "validate")
     args = p.parse_args(argv)
     folder = runs.keep(args, "validate")
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])

@@ -281,3 +281,19 @@ def test_stdin_that_cannot_be_read_is_an_error(tmp_path, how):
         res = subprocess.run(["bash", "-c", 'exec "$@" <&-', "bash", *argv], capture_output=True, text=True, timeout=60)
     doc = json.loads(res.stdout)
     assert res.returncode == 1 and "stdin cannot be read" in doc["error"] and doc["fix"], res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (bundle.ROOT / "scripts").glob("*.py")))
+def test_every_script_starts_from_an_interpreter_without_the_bundles_dependencies(script):
+    """`python3 scripts/X.py` from a python3 that has none of psutil, requests, ... moves into the bundle's
+    venv before it needs them: nothing a script imports at its top may need them."""
+    import subprocess
+
+    bare = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run([bare, "-c", "import psutil"], capture_output=True, timeout=60)
+    if probe.returncode == 0:
+        pytest.skip(f"{bare} has psutil: not a bare interpreter")
+    res = subprocess.run(
+        [bare, "-I", str(bundle.ROOT / "scripts" / script), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]

@@ -350,6 +350,7 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
         for e in engines:  # verify's own request, then the router's share of the five it sent
             assert Path(e["log_file"]).read_text(errors="replace").count("/v1/chat/completions") >= 2, e["log_file"]
         victim = json.loads(Path(engines[1]["state_file"]).read_text())
+        assert victim["shm_segments"], victim  # vLLM's shared memory, recorded by verify
         os.killpg(victim["pgid"], signal.SIGKILL)
         v = run_script("launch.py", "verify", "--run", str(run), "--timeout", "60", timeout=300)
         assert v.code == 1 and "engine 1" in v.doc["error"] and "the router answers from the others" in v.doc["error"]
@@ -359,6 +360,7 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
         st = run_script("launch.py", "stop", "--run", str(run), timeout=300)
     assert st.code == 0 and st.doc["router"]["stopped"], st.doc
     assert vllm_processes(model) == []
+    assert not [n for n in victim["shm_segments"] if Path("/dev/shm", n).exists()]  # the killed engine's, freed
 
 
 def test_engine_that_dies_on_the_first_request_fails_in_smoke(stack, models, tmp_path):

@@ -61,6 +61,12 @@ def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_
             chat(port)
         h = run_script("launch.py", "handoff", "--run", run)
         assert h.code == 0 and h.doc["base_url"] == f"http://127.0.0.1:{port}/v1", h.doc
+        # the fleet's stop, not engine 0's; the router's port
+        assert h.doc["stop_command"].endswith(f"stop --plan {run}/plan.json") and h.doc["port"] == port
+        assert f"| Stop | {h.doc['stop_command']} |" in h.doc["table_markdown"]
+        again = run_script("launch.py", "plan", "--run", run)  # over a running fleet: refused, its plan kept
+        assert again.code == 1 and "holds a running fleet" in again.doc["error"], again.doc
+        assert json.loads(open(os.path.join(run, "plan.json")).read())["fleet_version"] == 1
         state = json.loads(open(os.path.join(engines[1]["state_dir"], "state.json")).read())
         os.killpg(state["pgid"], signal.SIGKILL)  # an engine dies while the router serves
         v = run_script("launch.py", "verify", "--run", run, "--timeout", "10")
@@ -82,6 +88,13 @@ def test_a_fleet_is_an_explicit_choice_and_refuses_what_it_cannot_do(router, tmp
     assert r.code == 1 and "from 2 to 64" in r.doc["error"]
     r = run_script("launch.py", "plan", "--engines", "64", "--run", run)
     assert r.code == 1 and "engines cannot share" in r.doc["error"]
+    # a fleet whose engines are named elsewhere (another plan's server) is never acted on
+    p = run_script("launch.py", "plan", "--engines", "2", "--run", run)
+    assert p.code == 0, p.doc
+    other = tmp_path / "elsewhere.json"
+    other.write_text(json.dumps({**p.doc, "engines": [str(tmp_path / "x" / "plan.json")] * 2}))
+    r = run_script("launch.py", "stop", "--plan", str(other))
+    assert r.code == 1 and "is not a fleet this bundle planned" in r.doc["error"]
 
 
 def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():

@@ -64,3 +64,17 @@ def test_a_plain_run_name_lives_in_the_users_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert runs.run_dir("box9654") == tmp_path / "cache" / "serving-llms-on-epyc" / "run" / "box9654"
     assert runs.run_dir("./here") == runs.Path.cwd() / "here"
+
+
+def test_a_step_refused_for_its_arguments_leaves_no_older_document_to_read(script, tmp_path):
+    run = str(tmp_path / "r")
+    assert script("estimate_memory.py", "--config", str(CONFIG), "--run", run).code == 0
+    bad = script("estimate_memory.py", "--config", str(CONFIG), "--max-model-len", "4", "--run", run)
+    assert bad.code == 1 and "bad arguments" in bad.doc["error"]
+    r = script("cpu_tune.py", "--run", run)  # the refusal is what the run folder now says, not the older fit
+    assert r.code == 1 and r.doc["error"].startswith("the estimate_memory step failed: bad arguments")
+
+
+def test_check_model_judges_a_config_only_under_the_name_given(script, tmp_path):
+    r = script("check_model.py", "--config", str(CONFIG), "--run", str(tmp_path / "r"))
+    assert r.code == 1 and "--model" in r.doc["fix"]

@@ -39,26 +39,23 @@ def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, li
     assert again["stopped"] is False and again["reason"] == "not running" and again["warnings"]
 
 
-def test_stop_frees_the_shared_memory_a_dead_engine_left_and_nothing_else():
-    """A killed vLLM engine leaves its /dev/shm/psm_* segments (hundreds of MB, memory): stop removes this
-    user's made since the server started that no process maps, and keeps a mapped one and an older one."""
+def test_stop_frees_the_shared_memory_verify_saw_its_engine_map_once_nothing_holds_it():
+    """A killed vLLM engine leaves its /dev/shm/psm_* segments (hundreds of MB, memory): stop frees the ones
+    verify recorded for this server, unless a process still maps one; it never touches an unrecorded one."""
     import mmap
-    import time as _time
 
-    from epyc.serve_stop import orphan_segments
+    from epyc.serve_stop import free_segments
 
-    t0 = _time.time()
     shm = Path("/dev/shm")
-    old, left, held = (shm / f"psm_test{os.getpid()}_{n}" for n in ("old", "left", "held"))
-    for seg in (old, left, held):
+    left, held, other = (shm / f"psm_test{os.getpid()}_{n}" for n in ("left", "held", "other"))
+    for seg in (left, held, other):
         seg.write_bytes(b"\0" * 4096)
-    os.utime(old, (t0 - 3600, t0 - 3600))
+    state = {"shm_segments": [left.name, held.name, "../../etc/passwd"]}
     with open(held, "r+b") as f, mmap.mmap(f.fileno(), 4096):
         try:
-            freed = orphan_segments(t0)
-            assert left.name in freed and not left.exists()
-            assert held.exists() and old.exists() and held.name not in freed
+            assert free_segments(state) == [left.name] and not left.exists()
+            assert held.exists() and other.exists()
         finally:
-            for seg in (old, left, held):
+            for seg in (left, held, other):
                 seg.unlink(missing_ok=True)
-    assert orphan_segments(None) == []
+    assert free_segments(None) == [] and free_segments({}) == []

@@ -22,9 +22,10 @@ from .serve_state import write_own_file
 _KEEP: list[Path] = []
 
 
-def keep_document(path: Path) -> None:
-    """The document this script prints is also written to path (its run folder), whatever the outcome."""
-    _KEEP[:] = [path]
+def keep_document(path: Path | None) -> None:
+    """The document this script prints is also written to path (its run folder), whatever the outcome;
+    None: to none."""
+    _KEEP[:] = [path] if path else []
 
 
 def json_text(doc: Any) -> tuple[str, bool]:
@@ -44,11 +45,14 @@ def json_text(doc: Any) -> tuple[str, bool]:
 def kept(doc: Any) -> dict | None:
     """The document written to the run folder keep_document named, if any. -> the error document when that
     failed (the next step would read an older one)."""
+    path = _KEEP.pop() if _KEEP else None
     try:
-        if _KEEP:
-            write_own_file(_KEEP.pop(), json_text(doc)[0] + "\n")
+        if path:
+            write_own_file(path, json_text(doc)[0] + "\n")
         return None
     except ScriptError as exc:
+        with contextlib.suppress(OSError):  # an older document there must not pass for this step's
+            os.unlink(path)
         return {"ok": False, **exc.as_json()}
 
 
@@ -155,7 +159,7 @@ def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | Non
         doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
     failed = kept(doc)
     if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
-        doc, code = failed, EXIT_FAIL
+        doc, code, ok = failed, EXIT_FAIL, False
     if render is None:
         return code if emit(doc) else EXIT_FAIL
     try:  # cpu_tune --format env: shell lines, masked as any text we print

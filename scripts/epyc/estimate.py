@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import bundle, cpuid, hf_model, jsonio, quantization
+from . import bundle, cpuid, hf_model, quantization
 from .bundle import GIB
 from .errors import ScriptError
 from .kv_cache import (
@@ -50,24 +50,14 @@ class Model:
 
 def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
     """The config and the weights, from a folder, the cache, the Hub (under the deadline) or --config."""
-    try:  # (no Hub traffic yet: a folder, the offline cache, or an id to ask the Hub about under the deadline)
-        files = None if req.config else hf_model.resolve(req.model, req.revision)
+    try:  # (no Hub traffic yet: a config alone, a folder, the offline cache, or an id to ask under the deadline)
+        files = hf_model.config_only(req.config) if req.config else hf_model.resolve(req.model, req.revision)
     except hf_model.Unreadable as why:
         raise ScriptError(why.message, why.fix)
 
     def read() -> Model:
-        if files is None:  # planning for a model this machine cannot download: its config.json is enough
-            cfg = jsonio.read_json_input(req.config, "config.json")
-            jsonio.check_schema(
-                cfg,
-                "model_config",
-                f"{req.config} has a value of the wrong type or range",
-                "pass the model's unmodified config.json",
-            )
-            where = {}
-        else:
-            where = {"model_dir": str(files.folder) if files.kind == "local" else None}
-            cfg = files.config()
+        where = {} if files.kind == "config" else {"model_dir": str(files.folder) if files.kind == "local" else None}
+        cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype], KV_BYTES_BY_DTYPE[ssm_dtype])
         quant = quantization.describe(cfg)
@@ -75,7 +65,7 @@ def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
         return Model(layout, weights, source, quant, where)
 
     try:
-        return hf_model.with_deadline(read, req.hub_timeout, online=files is not None and files.kind == "hub")
+        return hf_model.with_deadline(read, req.hub_timeout, online=files.kind == "hub")
     except hf_model.Unreadable as why:
         raise ScriptError(why.message, why.fix)
 

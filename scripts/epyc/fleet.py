@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -12,16 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
-from . import errors, hubcache, jsonio, remote_host, runs, subproc
+from . import bundle, errors, hubcache, jsonio, remote_host, runs, subproc
 from .errors import ScriptError
 from .handoff import handoff_doc, markdown_table
 from .planfile import host_facts, load_plan, read_plan, rerender
 from .planner import build_plan
-from .serve_procs import log_tail
+from .serve_procs import log_tail, state_server
 from .serve_start import refuse_edited, start
-from .serve_state import open_own_file, write_own_file
+from .serve_state import open_own_file, read_state, write_own_file
 from .serve_stop import stop
 from .serve_verify import http, verify
 from .sizing import plan as size_socket
@@ -131,6 +130,24 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     }
 
 
+def refuse_a_running_fleet(folder: Path) -> None:
+    """A plan written over a running fleet's would leave its router and engines named by nothing: refused,
+    with the stop that works (the fleet's own plan is the only record of its router)."""
+    path = folder / "plan.json"
+    if not is_fleet_file(str(path)):
+        return
+    fleet = json.loads(path.read_text())
+    states = [
+        read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(len(fleet["engines"]))
+    ]
+    if router_alive(router_state(fleet)) or any(state_server(s) for s in states if s):
+        stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(path)])
+        raise ScriptError(
+            f"{folder} holds a running fleet: a new plan there would leave it named by nothing",
+            f"{stop_cmd} first, or plan with another --run",
+        )
+
+
 def write_fleet(fleet: dict, folder: Path) -> dict:
     """The engines' plans into their state dirs (where start keeps them), the fleet's into the run folder."""
     for plan in fleet.pop("_engine_plans"):
@@ -179,9 +196,16 @@ def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
     """The fleet and its engines, each engine read as every verb reads a plan (refused if edited), and the
     router's command refused unless it is what those engines render."""
     fleet = jsonio.read_json_input(path, "plan")
-    if fleet.get("fleet_version") != FLEET_VERSION or not isinstance(fleet.get("engines"), list):
-        raise ScriptError(f"{path} is not a fleet of this bundle", "plan the fleet again (launch.py plan --engines)")
-    engines = [read_plan(p, verb, epyc) if verb != "start" else rerender_checked(p, epyc) for p in fleet["engines"]]
+    folder = Path(os.path.abspath(path)).parent
+    own = [str(folder / f"engine-{i}" / "plan.json") for i in range(len(fleet.get("engines") or []))]
+    if fleet.get("fleet_version") != FLEET_VERSION or fleet.get("engines") != own or len(own) < 2:
+        raise ScriptError(
+            f"{path} is not a fleet this bundle planned in {folder} (its engines are {folder}/engine-N/plan.json)",
+            "plan the fleet again (launch.py plan --engines)",
+        )
+    engines = [read_plan(p, verb, epyc) if verb != "start" else rerender_checked(p, epyc) for p in own]
+    if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
+        raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     want = router_plan(engines, fleet["router"]["port"], Path(fleet["router"]["state_dir"]).parent, epyc)
     if fleet["router"] != want:
         raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
@@ -211,9 +235,11 @@ def start_fleet(fleet: dict, engines: list[dict]) -> dict:
         for plan in engines:
             started.append(start(plan, confirm=True))
         return {"engines": started, "router": start_router(fleet)}
-    except (ScriptError, KeyboardInterrupt):
-        for plan in engines[: len(started)]:
-            stop(plan)
+    except BaseException as exc:  # an engine interrupted after its launch was recorded runs too: stop it
+        launched = len(started) + int(isinstance(exc, ScriptError) and "pid" in exc.extra)
+        for plan in engines[:launched]:
+            with contextlib.suppress(ScriptError, OSError):
+                stop(plan)
         raise
 
 
@@ -221,6 +247,8 @@ def start_router(fleet: dict) -> dict:
     r = fleet["router"]
     folder = Path(r["state_dir"])
     folder.mkdir(parents=True, exist_ok=True)
+    if router_alive(router_state(fleet)):
+        raise ScriptError(f"the fleet's router ({folder}) is running", "stop the fleet first, then start it")
     if not Path(r["argv"][0]).exists():
         raise ScriptError("vllm-router is not installed", "run launch.py plan --engines again: it installs the pin")
     log = os.fdopen(open_own_file(folder / "router.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
@@ -235,13 +263,19 @@ def start_router(fleet: dict) -> dict:
         )
     proc.returncode = 0  # detached on purpose: not ours to wait for (no ResourceWarning at exit)
     state = {"pid": proc.pid, "pgid": proc.pid, "argv": r["argv"], "started_at": time.time()}
-    write_own_file(folder / "state.json", json.dumps(state) + "\n")
+    try:
+        write_own_file(folder / "state.json", json.dumps(state) + "\n")
+    except BaseException:  # a router no state names would outlive every stop
+        subproc.kill_group(proc)
+        raise
     return state
 
 
 def router_alive(state: dict | None) -> bool:
     """The recorded router runs: its pid, in its own group, started when start said (it renames itself
     `vllm::router`, so its command line names nothing)."""
+    import psutil  # (here: a script imports this module before it moves into the bundle's venv)
+
     if not state:
         return False
     try:
@@ -307,37 +341,55 @@ def judge_router(fleet: dict, served: str, timeout: float) -> dict:
 
 
 def stop_fleet(fleet: dict, engines: list[dict]) -> dict:
-    """The router first (no new request reaches a stopping engine), then every engine, then the shared
-    memory segments the engines left in /dev/shm."""
+    """The router first (no new request reaches a stopping engine), then every engine, each whatever the
+    one before it said: one that cannot be stopped is named, the others are still stopped."""
     router = stop_router(fleet)
-    stopped = [stop(plan) for plan in engines]
-    return {
-        "router": router,
-        "engines": stopped,
-        "stopped": all(s.get("stopped") for s in stopped) and router["stopped"],
-    }
+    stopped, refused = [], []
+    for i, plan in enumerate(engines):
+        try:
+            stopped.append(stop(plan))
+        except ScriptError as exc:
+            refused.append(f"engine {i}: {exc.error} ({exc.fix})")
+            stopped.append({"stopped": False, "reason": exc.error})
+    if refused:
+        raise ScriptError(
+            "; ".join(refused), "do what each says, then stop the fleet again", router=router, engines=stopped
+        )
+    return {"router": router, "engines": stopped, "stopped": True}
 
 
 def stop_router(fleet: dict) -> dict:
+    """SIGTERM to the router's own group, SIGKILL after 10 s; its state removed after."""
     state = router_state(fleet)
-    if router_alive(state):
-        os.killpg(state["pgid"], signal.SIGTERM)
-        for _ in range(100):
-            if not router_alive(state):
-                break
+    running = router_alive(state)
+    for sig in (signal.SIGTERM, signal.SIGKILL) if running else ():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(state["pgid"], sig)
+        deadline = time.monotonic() + 10
+        while router_alive(state) and time.monotonic() < deadline:
             time.sleep(0.1)
-        else:
-            os.killpg(state["pgid"], signal.SIGKILL)
+        if not router_alive(state):
+            break
     (Path(fleet["router"]["state_dir"]) / "state.json").unlink(missing_ok=True)
-    return {"stopped": True, "was_running": bool(state)}
+    return {"stopped": True, "was_running": running}
 
 
-def handoff_fleet(fleet: dict, engines: list[dict]) -> dict:
-    doc = handoff_doc(engines[0])
-    base = fleet["base_url"]
+def handoff_fleet(fleet: dict, engines: list[dict], plan_file: str) -> dict:
+    """One engine's handoff, told as the fleet's: the router's URL and port, the fleet's stop command."""
+    from .serve_verify import verified_state
+
+    doc = handoff_doc(engines[0], settled=verified_state(engines[0]).get("primary_endpoint"))
+    base, port = fleet["base_url"], fleet["router"]["port"]
+    stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", os.path.abspath(plan_file)])
+    swap = {engines[0]["base_url"]: base, engines[0]["stop_command"]: stop_cmd, f"/ {engines[0]['port']}": f"/ {port}"}
+    for key in ("curl_example", "python_example", "table_markdown"):
+        for old, new in swap.items():
+            doc[key] = doc[key].replace(old, new)
     return {
-        **{k: (v.replace(engines[0]["base_url"], base) if isinstance(v, str) else v) for k, v in doc.items()},
+        **doc,
         "base_url": base,
+        "port": port,
+        "stop_command": stop_cmd,
         "engines": [e["base_url"] for e in engines],
     }
 
@@ -352,7 +404,7 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
     if a.cmd == "verify":
         return verify_fleet(fleet, engines, a.timeout, epyc["serve"]["smoke_timeout_s"])
     if a.cmd == "handoff":
-        return handoff_fleet(fleet, engines)
+        return handoff_fleet(fleet, engines, a.plan)
     return stop_fleet(fleet, engines)
 
 

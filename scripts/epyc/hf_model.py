@@ -12,7 +12,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -460,7 +459,7 @@ def config_only(config: str) -> ModelFiles:
     """A model known by its config.json alone (planned for a host this machine cannot download for): the
     file is copied alone into a folder of its own, so no file beside it passes for the model's."""
     text = jsonio.read_input_text(config, "--config", "pass the model's config.json")
-    folder = Path(tempfile.mkdtemp(prefix="epyc-config-"))
+    folder = jsonio.scratch_dir("epyc-config-")
     (folder / "config.json").write_text(text)
     return ModelFiles(config, "config", None, folder)
 
@@ -528,8 +527,18 @@ def refuse_an_unreachable_hub() -> None:
     import requests
     from huggingface_hub import constants
 
-    try:
-        requests.head(constants.ENDPOINT, timeout=HUB_PROBE_S, allow_redirects=False).close()
+    try:  # under a deadline of its own: requests' timeout does not bound a name lookup
+        with_deadline(
+            lambda: requests.head(constants.ENDPOINT, timeout=HUB_PROBE_S, allow_redirects=False).close(),
+            HUB_PROBE_S + 1,
+        )
+    except Unreadable:
+        raise Unreadable(
+            "timeout",
+            f"the Hub at {constants.ENDPOINT} did not answer within {HUB_PROBE_S}s",
+            "check network access to the Hub (HF_ENDPOINT / proxy); planning offline: pass a local folder, "
+            "or --config with the model's config.json",
+        ) from None
     except requests.RequestException as exc:
         slow = isinstance(exc, requests.Timeout)
         raise Unreadable(

@@ -15,6 +15,18 @@ from .errors import ScriptError, os_error
 from .masking import clip
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A folder for an unpacked tree or a lone config, removed when the script exits (an explicit cleanup: a
+    TemporaryDirectory left to its finaliser warns, a traceback under PYTHONWARNINGS=error)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    dest = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, dest, True)
+    return dest
+
+
 def real_path(path: str | Path) -> Path:
     """The path with every link followed, as far as it goes. Path.resolve() raises RuntimeError on a link
     loop (Python 3.10 and 3.11); realpath stops at the loop, and the next open names it (ELOOP)."""

@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,20 +145,9 @@ def gather_remote(spec: str) -> HostFacts:
             "check that `ssh -o BatchMode=yes HOST true` works (key-based login, host reachable)",
             host=target.label,
         )
-    tree = scratch_dir("epyc-detect-")
+    tree = jsonio.scratch_dir("epyc-detect-")
     unpack_capture(res.stdout, tree, target.label)
     return gather(Sysroot(str(tree)), target.label, live=False)
-
-
-def scratch_dir(prefix: str) -> Path:
-    """A folder for an unpacked tree, removed when the script exits (an explicit cleanup: a
-    TemporaryDirectory left to its finaliser warns, a traceback under PYTHONWARNINGS=error)."""
-    import atexit
-    import shutil
-
-    dest = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, dest, True)
-    return dest
 
 
 def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
@@ -172,7 +160,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     except OSError:  # a name too long: check_sysroot below says so
         archive = False
     if archive:  # an archive from detect.py --capture on the host
-        dest = scratch_dir("epyc-capture-")
+        dest = jsonio.scratch_dir("epyc-capture-")
         hostspec.unpack(Path(sysroot), dest)
         return gather(hostfacts.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
     if sysroot:
@@ -224,7 +212,7 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
             args.save_sysroot, "--save-sysroot", "pass a new or empty folder for the rendered host files"
         )
     else:  # read once, then gone: a spec leaves nothing behind unless asked to
-        root = scratch_dir("epyc-spec-")
+        root = jsonio.scratch_dir("epyc-spec-")
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
     try:
         hostspec.write_files(root, {**files, TARGET_FILE: target + "\n"})

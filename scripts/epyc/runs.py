@@ -39,9 +39,20 @@ def add_run_arg(p: argparse.ArgumentParser) -> None:
 def keep(args: argparse.Namespace, step: str) -> Path:
     """This script's document, whatever its outcome, also goes to RUN/STEP.json. -> the run folder."""
     folder = run_dir(args.run)
+    cli.keep_document(folder / f"{step}.json")  # first: a refusal below replaces the older document too
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cli.keep_document(folder / f"{step}.json")
     return folder
+
+
+def keep_before_parsing(argv, step: str) -> None:
+    """The run folder read off the command line before it is parsed: a bad-arguments exit is this step's
+    document too, never the older one left for the next step to read. (A bad --run is said by the parser.)"""
+    pre = cli.JsonArgumentParser(add_help=False)
+    pre.add_argument("--run", default=os.environ.get("EPYC_RUN") or DEFAULT)
+    try:
+        keep(pre.parse_known_args(argv)[0], step)
+    except (ScriptError, OSError):
+        pass
 
 
 def earlier(folder: Path, step: str) -> dict | None:

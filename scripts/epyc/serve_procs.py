@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
     import psutil
 
+import contextlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -59,6 +61,22 @@ def settled_environ(proc: psutil.Process) -> dict | None:
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
+
+
+SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}")
+
+
+def segments_in_use(pids: list[int] | None = None) -> set[str]:
+    """The /dev/shm/psm_* names these processes (default: every one we may read) map or hold open."""
+    held: set[str] = set()
+    for pid in pids if pids is not None else [p.name for p in Path("/proc").glob("[0-9]*")]:
+        with contextlib.suppress(OSError):
+            held.update(SEGMENT.findall(Path(f"/proc/{pid}/maps").read_text()))
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    held.update(SEGMENT.findall(os.readlink(fd)))
+    return held
 
 
 def group_members(state: dict) -> list:

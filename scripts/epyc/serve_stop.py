@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -12,11 +13,13 @@ from . import masking, runtimes, subproc
 from .command import STOP_GRACE_S
 from .errors import ScriptError
 from .serve_procs import (
+    SEGMENT,
     foreign_state,
     group_members,
     inspect_container,
     orphaned_workers,
     own_state,
+    segments_in_use,
     started_here,
 )
 from .serve_start import container_gone, runtime_silent
@@ -123,7 +126,7 @@ def stop_host(plan: dict, state: dict | None) -> dict:
                 f"kill -- -{state['pgid']}, then run stop again (the state file is kept)",
                 phase="stop",
             )
-        freed = orphan_segments(state.get("create_time")) if state else []
+        freed = free_segments(state)
         return stopped({"stopped": False, "reason": "not running", "freed_segments": freed}, remove_state(plan))
     left, late = end_group(state, group)
     return stopped(
@@ -132,35 +135,26 @@ def stop_host(plan: dict, state: dict | None) -> dict:
             "pid": state.get("pid"),
             "processes": len(group) + len(late),
             "killed_after_timeout": len(left) + len(late),
-            "freed_segments": orphan_segments(state.get("create_time")),
+            "freed_segments": free_segments(state),
         },
         remove_state(plan),
     )
 
 
-def orphan_segments(since: float | None) -> list[str]:
-    """vLLM's shared-memory segments (/dev/shm/psm_*) that a server of ours left: this user's, made since it
-    started, mapped by no process now (a killed engine never unlinks them: 200+ MB each). Removed."""
-    if since is None:
+def free_segments(state: dict | None) -> list[str]:
+    """The shared-memory segments (/dev/shm/psm_*) verify saw this server map, once no process maps or holds
+    them open: a killed engine never unlinks its own (hundreds of MB of memory each). -> the names freed."""
+    names = [n for n in (state or {}).get("shm_segments") or [] if isinstance(n, str) and SEGMENT.fullmatch(n)]
+    if not names:
         return []
-    shm = Path("/dev/shm")
-    try:
-        ours = [p for p in shm.glob("psm_*") if p.lstat().st_uid == os.getuid() and p.lstat().st_mtime >= since - 1]
-    except OSError:
-        return []
-    if not ours:
-        return []
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped.update(line.rsplit(" ", 1)[-1] for line in maps.read_text().splitlines() if "/dev/shm/psm_" in line)
-        except OSError:
-            continue  # a process gone, or not ours to read
+    held = segments_in_use()
     freed = []
-    for seg in ours:
-        if str(seg) not in mapped:
-            seg.unlink(missing_ok=True)
-            freed.append(seg.name)
+    for name in names:
+        seg = Path("/dev/shm") / name
+        with contextlib.suppress(OSError):
+            if name not in held and seg.lstat().st_uid == os.getuid():
+                seg.unlink()
+                freed.append(name)
     return freed
 
 
