@@ -28,21 +28,38 @@ from .errors import ScriptError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 RUN_TIMEOUT_S = 3600
-# the bandwidth a decode step gets: every bound thread reading one buffer far past the caches (torch's own
-# threads, as the server's), the best of several passes; a float64 sum per process was compute-bound and
-# measured under what a real engine then beat (issue 34)
+# the fastest read of memory the bound CPUs manage, so that no engine can beat the bound: torch's threads
+# reading one buffer far past the caches (best of several passes), and one process per CPU summing its
+# own; the faster wins (torch on the Turin runner, the per-process sum on the Intel one: issue 34)
 BANDWIDTH_CODE = r"""
 import json, os, time
+import multiprocessing as mp
 cpus = %(cpus)r
-os.sched_setaffinity(0, set(cpus))
-import torch
-torch.set_num_threads(len(cpus))
-t = torch.ones(%(mib)d * 1024 * 1024 // 4, dtype=torch.float32)
-t.sum()
-best = 0.0
-for _ in range(%(passes)d):
-    t0 = time.perf_counter(); t.sum(); best = max(best, t.nbytes / (time.perf_counter() - t0))
-print("@@BW@@" + json.dumps({"bytes_per_s": best, "cpus": cpus}))
+def per_cpu(cpu, q):
+    import numpy as np
+    os.sched_setaffinity(0, {cpu})
+    a = np.ones(%(mib)d * 1024 * 1024 // 8 // len(cpus))
+    a.sum()
+    t0 = time.perf_counter(); n = 0
+    while time.perf_counter() - t0 < 1.0:
+        a.sum(); n += 1
+    q.put(n * a.nbytes / (time.perf_counter() - t0))
+if __name__ == "__main__":
+    os.sched_setaffinity(0, set(cpus))
+    import torch
+    torch.set_num_threads(len(cpus))
+    t = torch.ones(%(mib)d * 1024 * 1024 // 4, dtype=torch.float32)
+    t.sum()
+    threads = 0.0
+    for _ in range(%(passes)d):
+        t0 = time.perf_counter(); t.sum(); threads = max(threads, t.nbytes / (time.perf_counter() - t0))
+    del t
+    q = mp.Queue()
+    ps = [mp.Process(target=per_cpu, args=(c, q)) for c in cpus]
+    [p.start() for p in ps]
+    processes = sum(q.get() for _ in ps)
+    [p.join() for p in ps]
+    print("@@BW@@" + json.dumps({"bytes_per_s": max(threads, processes), "cpus": cpus}))
 """
 
 # ---------------------------------------------------------------- pure: the summary
