@@ -250,7 +250,9 @@ def start_router(fleet: dict) -> dict:
     if router_alive(router_state(fleet)):
         raise ScriptError(f"the fleet's router ({folder}) is running", "stop the fleet first, then start it")
     if not Path(r["argv"][0]).exists():
-        raise ScriptError("vllm-router is not installed", "run launch.py plan --engines again: it installs the pin")
+        raise ScriptError(
+            "vllm-router is not installed", "run python3 scripts/setup_host_stack.py --router, then start again"
+        )
     log = os.fdopen(open_own_file(folder / "router.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
     with log:
         proc = subprocess.Popen(
