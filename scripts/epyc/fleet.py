@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -411,10 +412,14 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
 
 
 def is_fleet_file(path: str) -> bool:
+    """A regular file holding a fleet's plan (anything else: the plan reader says what is wrong with it)."""
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > jsonio.MAX_INPUT_BYTES:
+            return False
         return is_fleet(json.loads(Path(path).read_text()))
-    except (OSError, ValueError):
-        return False  # the plan reader says what is wrong with it
+    except (OSError, ValueError, RecursionError):
+        return False
 
 
 def engines_arg(text: str) -> str:

@@ -127,7 +127,8 @@ def stop_host(plan: dict, state: dict | None) -> dict:
                 phase="stop",
             )
         freed = free_segments(state)
-        return stopped({"stopped": False, "reason": "not running", "freed_segments": freed}, remove_state(plan))
+        doc = {"stopped": False, "reason": "not running", **({"freed_segments": freed} if freed else {})}
+        return stopped(doc, remove_state(plan))
     left, late = end_group(state, group)
     return stopped(
         {
@@ -135,7 +136,7 @@ def stop_host(plan: dict, state: dict | None) -> dict:
             "pid": state.get("pid"),
             "processes": len(group) + len(late),
             "killed_after_timeout": len(left) + len(late),
-            "freed_segments": free_segments(state),
+            **({"freed_segments": freed} if (freed := free_segments(state)) else {}),
         },
         remove_state(plan),
     )
