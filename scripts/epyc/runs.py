@@ -10,9 +10,7 @@ from . import cli, jsonio
 from .errors import ScriptError
 from .serve_state import state_root
 
-# the documents a run folder holds, by the script that writes each (up's folder holds the same names)
-STEPS = ("detect", "validate", "setup_host_stack", "check_model", "estimate_memory", "cpu_tune", "plan")
-DEFAULT = "local"
+DEFAULT = "local"  # this machine's run folder; another target's is named by --run
 
 
 def run_dir(spec: str) -> Path:
