@@ -30,13 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bench_plan, bundle, cli, runs
+from epyc import argtypes, bench_plan, bundle, cli, fleet, runs
 from epyc.benchmark import (
     compare,
     finish,
     loopback_env,
     run_matrix,
 )
+from epyc.errors import ScriptError
 
 
 def parser() -> cli.JsonArgumentParser:
@@ -67,7 +68,15 @@ def main(argv: Sequence[str] | None = None):
     args.plan = args.plan or str(runs.run_dir(args.run) / "plan.json")
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)
-    plan, state = bench_plan.checked_plan(args, bundle.load_epyc())
+    epyc = bundle.load_epyc()
+    the_fleet = fleet.read_fleet(args.plan, "bench", epyc) if fleet.is_fleet_file(args.plan) else None
+    if the_fleet:  # the router's endpoint, measured as one engine's plan with every engine's cores
+        args.plan = the_fleet[0]["engines"][0]
+    plan, state = bench_plan.checked_plan(args, epyc)
+    if the_fleet:
+        if args.compare:
+            raise ScriptError("--compare serves one engine's sizings, not a fleet", "bench the fleet without it")
+        plan = fleet.as_one_endpoint(*the_fleet)
     out = bench_plan.result_dir(args.out) if args.out else bench_plan.new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only

@@ -349,6 +349,24 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
             assert status == 200, text
         for e in engines:  # verify's own request, then the router's share of the five it sent
             assert Path(e["log_file"]).read_text(errors="replace").count("/v1/chat/completions") >= 2, e["log_file"]
+        b = run_script(  # bench measures the router's endpoint
+            "bench.py",
+            "--run",
+            str(run),
+            "--input-lens",
+            "16",
+            "--concurrency",
+            "2",
+            "--repeats",
+            "1",
+            "--output-len",
+            "8",
+            timeout=600,
+        )
+        assert b.code == 0 and b.doc["base_url"] == p.doc["base_url"] and b.doc["cells"][0]["completed"] > 0, b.doc
+        assert b.doc["bandwidth_cpus"] == sorted(
+            {c for e in engines for c in hostfacts.parse_cpulist(e["env"]["VLLM_CPU_OMP_THREADS_BIND"])}
+        )
         victim = json.loads(Path(engines[1]["state_file"]).read_text())
         assert victim["shm_segments"], victim  # vLLM's shared memory, recorded by verify
         os.killpg(victim["pgid"], signal.SIGKILL)

@@ -397,6 +397,16 @@ def handoff_fleet(fleet: dict, engines: list[dict], plan_file: str) -> dict:
     }
 
 
+def as_one_endpoint(fleet: dict, engines: list[dict]) -> dict:
+    """Engine 0's plan as bench measures a fleet: the router's URL, every engine's bound CPUs."""
+    first = engines[0]
+    binds = ",".join(e["env"]["VLLM_CPU_OMP_THREADS_BIND"] for e in engines)
+    # without engine 0's pin: the bandwidth is read on every engine's CPUs, not engine 0's memory node alone
+    argv = first["argv"][next(i for i, a in enumerate(first["argv"]) if a.endswith("/vllm")) :]
+    env = {**first["env"], "VLLM_CPU_OMP_THREADS_BIND": binds}
+    return {**first, "argv": argv, "base_url": fleet["base_url"], "env": env}
+
+
 def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
     """launch.py start, verify, handoff or stop on a fleet's plan."""
     fleet, engines = read_fleet(a.plan, a.cmd, epyc)
