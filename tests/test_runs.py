@@ -35,6 +35,8 @@ def test_a_remote_plan_chains_through_the_run_folder_with_only_the_users_choices
     assert plan["deferred"] and "--device" not in plan["argv"]
     assert "--cpuset-cpus=0-95,192-287" in plan["argv"] and "--cpuset-mems=0" in plan["argv"]
     assert "96 cores on socket 0 (host: 2 sockets, 192 cores)" in plan["summary_markdown"]
+    # the fit against the host's RAM, and what the one serving socket holds
+    assert "vs 768.0 GiB RAM; the serving socket holds 384.0 GiB |" in plan["summary_markdown"]
     start = script("launch.py", "start", "--run", run, "--confirm")  # a plan for another host never starts here
     assert start.code == 1 and "not this machine" in start.doc["error"]
 

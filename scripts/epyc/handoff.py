@@ -89,6 +89,18 @@ def environment_cell(plan: dict) -> str:
     return env
 
 
+def fit_cell(fit: dict | None, plan: dict) -> str:
+    """The fit against the RAM estimate_memory was given, and the serving socket's own when that differs
+    (a dual-socket host's RAM is twice what one engine may use)."""
+    if not fit:
+        return "not estimated"
+    socket_ram = (plan.get("inputs") or {}).get("cpu_tune", {}).get("socket_ram_gb")
+    cell = f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM"
+    if socket_ram is not None and abs(socket_ram - fit["ram_gb"]) > 0.01:
+        cell += f"; the serving socket holds {socket_ram} GiB"
+    return cell
+
+
 def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     """The table the human confirms: every row a fact of the plan, the exact command among them."""
     s = plan["sizing"]
@@ -97,7 +109,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["Backend", backend_cell(plan)],
         ["Path", path_cell(plan)],
         ["Precision", precision_cell(plan)],
-        ["Fit", f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM" if fit else "not estimated"],
+        ["Fit", fit_cell(fit, plan)],
         [
             "CPU sizing",
             f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
