@@ -81,15 +81,7 @@ def main(argv: Sequence[str] | None = None):
     runs.add_run_arg(p)
     runs.keep_before_parsing(argv, "estimate_memory")
     a = p.parse_args(argv)
-    folder = runs.keep(a, "estimate_memory")
-    if a.model is None:  # the model check_model judged, at its revision
-        checked = runs.earlier(folder, "check_model") or {}
-        a.model = checked.get("model") or epyc["default_model"]
-        a.revision = a.revision if a.revision is not None else checked.get("revision")
-    detected = runs.earlier(folder, "detect") or {}
-    a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
-    if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
-        a.avx512_bf16 = "yes" if detected["avx512_bf16"] else "no"
+    from_the_run(a, runs.keep(a, "estimate_memory"), epyc)
     req = estimate.Request(
         model=a.model,
         revision=a.revision,
@@ -106,6 +98,19 @@ def main(argv: Sequence[str] | None = None):
     )
     doc = estimate.estimate(req, epyc)
     return doc, errors.EXIT_FAIL if "error" in doc else errors.EXIT_OK
+
+
+def from_the_run(a, folder, epyc: dict) -> None:
+    """What the run's earlier steps say, where no flag says otherwise: the model and revision check_model
+    judged, detect's RAM and whether the serving CPU has AVX-512 BF16."""
+    if a.model is None:
+        checked = runs.earlier(folder, "check_model") or {}
+        a.model = checked.get("model") or epyc["default_model"]
+        a.revision = a.revision if a.revision is not None else checked.get("revision")
+    detected = runs.earlier(folder, "detect") or {}
+    a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
+    if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
+        a.avx512_bf16 = "yes" if detected["avx512_bf16"] else "no"
 
 
 if __name__ == "__main__":

@@ -52,8 +52,7 @@ def router_only(epyc: dict, check: bool) -> dict:
     return doc
 
 
-def main(argv: Sequence[str] | None = None):
-    epyc = bundle.load_epyc()
+def parser(epyc: dict) -> cli.JsonArgumentParser:
     stack = epyc["host_stack"]
     p = cli.JsonArgumentParser(prog="scripts/setup_host_stack.py", description=__doc__.split("\n")[0])
     p.add_argument(
@@ -69,8 +68,14 @@ def main(argv: Sequence[str] | None = None):
         "--router", action="store_true", help=f"only the fleet's router ({epyc['router']['pip']}), in a venv of its own"
     )
     runs.add_run_arg(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None):
+    epyc = bundle.load_epyc()
+    stack = epyc["host_stack"]
     runs.keep_before_parsing(argv, "setup_host_stack")
-    args = p.parse_args(argv)
+    args = parser(epyc).parse_args(argv)
     if args.router:
         return router_only(epyc, args.check), errors.EXIT_OK
     runs.keep(args, "setup_host_stack")
