@@ -62,24 +62,24 @@ def parser() -> cli.JsonArgumentParser:
     return p
 
 
+def spec_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that describe a --spec host (each means nothing without --spec, or with --capture)."""
+    given = (
+        ("--sockets", args.sockets != 1),
+        ("--ram-gb-per-socket", args.ram_gb_per_socket),
+        ("--nps", args.nps),
+        ("--smt", args.smt),
+        ("--save-sysroot", args.save_sysroot),
+        ("--cores", args.cores),
+        ("--threads", args.threads),
+    )
+    return [flag for flag, value in given if value]
+
+
 def capture(args: argparse.Namespace) -> dict:
     """--capture: this machine's files into an archive, alone (every other flag would be ignored)."""
-    others = [
-        f
-        for f, v in (
-            ("--sysroot", args.sysroot),
-            ("--host", args.host),
-            ("--spec", args.spec),
-            ("--save-sysroot", args.save_sysroot),
-            ("--ram-gb-per-socket", args.ram_gb_per_socket),
-            ("--nps", args.nps),
-            ("--smt", args.smt),
-            ("--sockets", args.sockets != 1),
-            ("--cores", args.cores),
-            ("--threads", args.threads),
-        )
-        if v
-    ]
+    others = [f for f, v in (("--sysroot", args.sysroot), ("--host", args.host), ("--spec", args.spec)) if v]
+    others += spec_flags(args)
     if others:
         raise ScriptError(
             f"--capture archives this machine's files: {', '.join(others)} would be ignored",
@@ -103,19 +103,7 @@ def main(argv: Sequence[str] | None = None):
         cli.keep_document(None)
         return capture(args), errors.EXIT_OK
     folder = runs.keep(args, "detect")
-    spec_only = [
-        f
-        for f, v in (
-            ("--sockets", args.sockets != 1),
-            ("--ram-gb-per-socket", args.ram_gb_per_socket),
-            ("--nps", args.nps),
-            ("--smt", args.smt),
-            ("--save-sysroot", args.save_sysroot),
-            ("--cores", args.cores),
-            ("--threads", args.threads),
-        )
-        if v
-    ]
+    spec_only = spec_flags(args)
     if spec_only and not args.spec:
         raise ScriptError(
             f"{', '.join(spec_only)} describe a host given by --spec: without --spec they would be ignored",
