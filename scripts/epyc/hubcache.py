@@ -100,12 +100,11 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
                 "characters, without ':' or ','",
                 "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)",
             )
-    if system_folder(source):
+    if in_system_tree("/" + os.path.normpath(source).lstrip("/")):  # POSIX keeps a leading '//'
         raise ScriptError(
-            f"cannot mount {source!r} into the container: it is a system folder (the HF cache is "
+            f"cannot mount {source!r} into the container: it is in a system tree (the HF cache is "
             "mounted read-write into a root container)",
-            "point HF_HOME at a cache folder of its own, "
-            "e.g. export HF_HOME=~/.cache/huggingface, and run validate.py again",
+            "point HF_HOME at a cache folder of its own, e.g. export HF_HOME=~/.cache/huggingface",
         )
     return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
 
@@ -115,80 +114,16 @@ HF_MOUNT_FIX = (
     "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again"
 )
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
-SYSTEM_FOLDERS = (
-    "/",
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib64",
-    "/var",
-    "/home",
-    "/root",
-    "/opt",
-    "/tmp",
-    "/srv",
-    "/mnt",
-    "/media",
-    "/snap",
-    "/var/lib",
-    "/var/tmp",
-    "/var/log",
-    "/var/spool",
-    "/var/cache",
-)
-# never mounted read-write into a root container, at any depth: programs and libraries, container engines'
-# and schedulers' state, logs and cron, keys
-MOUNT_REFUSED_TREES = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/libx32",
-    "/lib64",
-    "/var/lib/containerd",
-    "/var/lib/containers",
-    "/var/lib/kubelet",
-    "/var/lib/etcd",
-    "/var/lib/rancher",
-    "/var/lib/dpkg",
-    "/var/lib/systemd",
-    "/var/log",
-    "/var/spool",
-    "/var/mail",
-    "/var/backups",
-)
-KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
-
-
-def system_folder(path: str) -> bool:
-    """A folder a document must never name as a mount: a system tree (the docker socket lives in /run),
-    programs, libraries and engines' state at any depth, a key folder, or a whole top-level folder (and
-    /var's). A cache below one (/root/.cache/huggingface, /var/lib/hf-cache) is fine. This is the first
-    fence only: what the HF cache holds is checked too (hf_mount_problem), as no list names every folder."""
-    norm = "/" + os.path.normpath(path).lstrip("/")  # POSIX keeps a leading '//', which the runtime reads as '/'
-    return (
-        norm in SYSTEM_FOLDERS
-        or in_system_tree(norm)
-        or ".." in path.split("/")
-        or _at_or_below(norm, MOUNT_REFUSED_TREES)
-        or not set(KEY_FOLDERS).isdisjoint(norm.split("/"))
-    )
 
 
 def in_system_tree(path: str) -> bool:
     """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
-    return _at_or_below(path, SYSTEM_TREES)
+    return any(path == t or path.startswith(t + "/") for t in SYSTEM_TREES)
 
 
-def _at_or_below(path: str, trees: tuple[str, ...]) -> bool:
-    return any(path == t or path.startswith(t + "/") for t in trees)
-
-
-# What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top: a folder
-# mounted read-write into a root container as the hub cache holds nothing else. A home, ~/.aws, /nix/store
-# or a disk's root each hold something else.
+# What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top. A folder is
+# mounted read-write into a root container only when it holds nothing else (or does not exist yet): /, /etc,
+# a home, ~/.ssh or a disk's root each hold something else, so no list of system folders is needed.
 # (`blobs`: huggingface_hub 2.x's store shared by every Xet-backed download, <hub>/blobs/XX/HASH)
 HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
 _HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
@@ -203,8 +138,7 @@ def hf_mount_problem(path: str, found: dict | None) -> str | None:
     """Why the hub cache validate.py recorded cannot be mounted read-write into a root container now, or
     None. `found` is the folder as it is now (validate.cache_listing). It must be at that very path (a
     link made since then would be followed by the runtime: validate records the real path), and hold
-    only models, datasets and spaces, or nothing yet: a list of system folders can refuse / or /etc,
-    but never names every folder that holds what a container must not write."""
+    only models, datasets and spaces, or nothing yet."""
     if not found:
         return "was not looked at on this machine"
     if found.get("error"):
