@@ -100,6 +100,26 @@ def test_decode_bound():
     assert benchmark.step_bytes(est, 50) == 1500 and benchmark.step_bytes({}, 50) is None
 
 
+def test_the_summary_names_the_bounds_bytes_bandwidth_and_gap_and_the_host():
+    from epyc.bench_report import bound_and_host
+
+    host = {
+        "cpu_model": "AMD EPYC 9654",
+        "logical_cores": 2,
+        "vllm": "0.32.0",
+        "backend": "zentorch",
+        "date": "2026-12-05",
+    }
+    doc = {"host": host, "bound_bytes_per_step": 1_210_449_920, "memory_bandwidth_gbs": 31.0, "bandwidth_cpus": [0, 1]}
+    doc.update(benchmark.decode_bound(1_210_449_920, 31.0e9, 68.0))
+    text = bound_and_host(doc)
+    assert "AMD EPYC 9654, 2 vCPUs, vLLM 0.32.0 (zentorch), 2026-12-05" in text
+    assert "1.21 GB read per step (weights + KV) at 31.0 GB/s on CPUs 0,1 = 39.0 ms per token" in text
+    assert "measured 68.0 ms, 29.0 ms per token above it" in text
+    doc.update(benchmark.decode_bound(None, None, 68.0))  # --no-bandwidth: the host only
+    assert "Decode bound" not in bound_and_host(doc) and "AMD EPYC 9654" in bound_and_host(doc)
+
+
 def test_bench_argv_is_vllms_own_benchmark_with_the_method():
     argv = benchmark.bench_argv(
         ["/v/bin/vllm"],

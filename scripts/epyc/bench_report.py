@@ -37,6 +37,27 @@ def markdown(cells: list[dict]) -> str:
     )
 
 
+def bound_and_host(doc: dict) -> str:
+    """The decode bound in words (bytes per step, bandwidth, floor, gap) and the host the figures are from."""
+    h = doc["host"]
+    text = (
+        f"\nMeasured on {h['cpu_model']}, {h['logical_cores']} vCPUs, vLLM {h['vllm']} ({h['backend']}), {h['date']}.\n"
+    )
+    if doc.get("min_tpot_ms") is None:
+        return text
+    gap = doc.get("gap_ms_per_token")
+    cpus = ",".join(map(str, doc["bandwidth_cpus"])) or "the server's"
+    return text + (
+        f"\nDecode bound at concurrency 1: {doc['bound_bytes_per_step'] / 1e9:.2f} GB read per step (weights + KV)"
+        f" at {doc['memory_bandwidth_gbs']} GB/s on CPUs {cpus} = {doc['min_tpot_ms']:.1f} ms per token"
+        + (
+            f"; measured {doc['min_tpot_ms'] + gap:.1f} ms, {gap:.1f} ms per token above it.\n"
+            if gap is not None
+            else ".\n"
+        )
+    )
+
+
 def host_record(plan: dict) -> dict:
     """Where the figures come from: measured figures name their host, versions and date."""
     return {

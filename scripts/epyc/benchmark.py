@@ -23,7 +23,7 @@ from . import (
     subproc,
 )
 from .bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
-from .bench_report import compare_markdown, host_record, markdown, plot, side_by_side
+from .bench_report import bound_and_host, compare_markdown, host_record, markdown, plot, side_by_side
 from .errors import ScriptError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -412,7 +412,7 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
         "warnings": args.warnings,
     }
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
-    write_out(out / "summary.md", markdown(cells))
+    write_out(out / "summary.md", markdown(cells) + bound_and_host(doc))
     doc["plot"] = plot(cells, out / "plot.png")
     if failed:
         doc.update(
