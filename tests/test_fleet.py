@@ -97,8 +97,49 @@ def test_a_fleet_is_an_explicit_choice_and_refuses_what_it_cannot_do(router, tmp
     assert r.code == 1 and "is not a fleet this bundle planned" in r.doc["error"]
 
 
+def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_line(
+    router, tmp_path, inputs, live_tune
+):
+    """--expose puts the router on all interfaces and needs --api-key-env; the engines stay on 127.0.0.1
+    and each checks the key the client sends (the router passes the Authorization header on)."""
+    from epyc.serve_verify import http
+
+    key = "sk-fleet-key-0123456789"
+    env = {"FLEET_KEY": key}
+    run = run_with(tmp_path, host_docs(tmp_path, inputs, live_tune))
+    port = free_port()
+    r = run_script("launch.py", "plan", "--engines", "2", "--expose", "--port", str(port), "--run", run, env=env)
+    assert r.code == 1 and "--api-key-env" in r.doc["fix"], r.doc
+    args = ["--engines", "2", "--expose", "--api-key-env", "FLEET_KEY", "--port", str(port), "--run", run]
+    p = run_script("launch.py", "plan", *args, env=env)
+    assert p.code == 0, p.doc
+    argv = p.doc["router"]["argv"]
+    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    engines = [json.loads(open(e).read()) for e in p.doc["engines"]]
+    assert all("127.0.0.1" in e["argv"] and "0.0.0.0" not in e["argv"] for e in engines)
+    assert "all interfaces (every engine checks the key in $FLEET_KEY)" in p.doc["summary_markdown"]
+    for text in [json.dumps(p.doc)] + [open(e).read() for e in p.doc["engines"]]:
+        assert key not in text
+    body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    try:
+        s = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
+        assert s.code == 0, s.doc
+        procs = [psutil.Process(s.doc["router"]["pid"])] + [psutil.Process(e["pid"]) for e in s.doc["engines"]]
+        assert not any(key in " ".join(pr.cmdline()) for pr in procs)
+        v = run_script("launch.py", "verify", "--run", run, "--timeout", "30", env=env)
+        assert v.code == 0 and v.doc["router"]["answered"], v.doc
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        assert http("POST", url, 20, body=body)[0] == 401
+        assert http("POST", url, 20, body=body, headers={"Authorization": "Bearer wrong-key"})[0] == 401
+        assert http("POST", url, 20, body=body, headers={"Authorization": f"Bearer {key}"})[0] == 200
+    finally:
+        st = run_script("launch.py", "stop", "--run", run, env=env)
+    assert st.code == 0, st.doc
+
+
 def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
-    """Recorded topology: a dual Genoa, NPS1: engine i binds socket i's physical cores and its memory."""
+    """Recorded topologies, a dual Genoa NPS1 and a dual Turin NPS4: engine i binds socket i's physical cores
+    and its memory (all four nodes of it on NPS4)."""
     import argparse
 
     import sysroots
@@ -116,6 +157,14 @@ def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
     assert [t["chosen_socket"] for t in tunes] == [0, 1]
     assert [t["vllm_cpu_omp_threads_bind"] for t in tunes] == ["0-95", "96-191"]
     assert [t["numa_nodes"] for t in tunes] == [[0], [1]]
+    nps4 = sysroots.build(
+        __import__("pathlib").Path(__import__("tempfile").mkdtemp()) / "sr", sysroots.HOSTS["turin_9755_2s_nps4"]
+    )
+    on_nps4 = fleet.engine_tunes(
+        hostfacts.gather(hostfacts.Sysroot(nps4), "sysroot:y", live=False), epyc, None, base, "per-socket"
+    )
+    assert [t["numa_nodes"] for t in on_nps4] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # NPS4: a socket's four nodes each
+    assert [t["vllm_cpu_omp_threads_bind"] for t in on_nps4] == ["0-127", "128-255"]
     halves = fleet.engine_tunes(facts, epyc, None, base, "2")
     assert [t["vllm_cpu_omp_threads_bind"] for t in halves] == ["0-47", "48-95"]
     assert halves[0]["socket_ram_gb"] == tunes[0]["socket_ram_gb"] / 2

@@ -21,7 +21,7 @@ from .planfile import host_facts, load_plan, read_plan, rerender
 from .planner import build_plan
 from .serve_procs import log_tail, state_server
 from .serve_start import refuse_edited, start
-from .serve_state import open_own_file, read_state, write_own_file
+from .serve_state import auth_headers, open_own_file, read_state, write_own_file
 from .serve_stop import stop
 from .serve_verify import http, verify
 from .sizing import plan as size_socket
@@ -80,10 +80,13 @@ def engine_tunes(facts, epyc: dict, busy: dict | None, base: argparse.Namespace,
     return [first] + [size_socket(facts, epyc, busy, argparse.Namespace(**{**on, "part": (i, n)})) for i in range(1, n)]
 
 
-def router_plan(engines: list[dict], port: int, folder: Path, epyc: dict) -> dict:
-    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port."""
+def router_plan(engines: list[dict], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
+    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
+    interfaces with --expose). It holds no key: it passes the client's Authorization header on, and each
+    engine checks it (measured with vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
     urls = [f"http://127.0.0.1:{e['port']}" for e in engines]
-    argv = [str(router_binary(epyc)), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls]
+    bind = "0.0.0.0" if expose else "127.0.0.1"
+    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
     metrics = port + len(engines) + 1  # the port after the engines': the fleet's block, one per fleet
     argv += ["--policy", epyc["router"]["policy"], "--log-level", "info"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
@@ -93,22 +96,24 @@ def router_plan(engines: list[dict], port: int, folder: Path, epyc: dict) -> dic
         "port": port,
         "base_url": f"http://127.0.0.1:{port}/v1",
         "state_dir": str(folder / "router"),
+        "expose": expose,
     }
 
 
 def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
     """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
-    if opts.get("expose"):
+    expose = bool(opts.get("expose"))
+    if expose and not opts.get("api_key_env"):
         raise ScriptError(
-            "a fleet listens on 127.0.0.1 only (the router takes its API key on its command line)",
-            "drop --expose, or serve one engine exposed with launch.py plan --expose",
+            "--expose serves the router on all interfaces: an API key is required",
+            "export a key in an env var and pass --api-key-env NAME (every engine checks it)",
         )
     port = opts.get("port") or inputs["validate"]["port"]
     engines = []
-    for i, tune in enumerate(tunes):
-        opt = {**opts, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
+    for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
+        opt = {**opts, "expose": False, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
         engines.append(build_plan({**inputs, "cpu_tune": tune}, opt, epyc, facts_host))
-    router = router_plan(engines, port, folder, epyc)
+    router = router_plan(engines, port, folder, epyc, expose)
     rows = [
         [
             f"engine {i}",
@@ -118,7 +123,11 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         for i, e in enumerate(engines)
     ]
     rows.append(
-        ["router", f"port {port}, {epyc['router']['pip']}, policy {epyc['router']['policy']}: `{router['command']}`"]
+        [
+            "router",
+            f"port {port} on {'all interfaces (every engine checks the key in $' + opts['api_key_env'] + ')' if expose else '127.0.0.1'}, "
+            f"{epyc['router']['pip']}, policy {epyc['router']['policy']}: `{router['command']}`",
+        ]
     )
     return {
         "fleet_version": FLEET_VERSION,
@@ -207,7 +216,8 @@ def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
     engines = [read_plan(p, verb, epyc) if verb != "start" else rerender_checked(p, epyc) for p in own]
     if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
-    want = router_plan(engines, fleet["router"]["port"], Path(fleet["router"]["state_dir"]).parent, epyc)
+    folder = Path(fleet["router"]["state_dir"]).parent
+    want = router_plan(engines, fleet["router"]["port"], folder, epyc, fleet["router"].get("expose") is True)
     if fleet["router"] != want:
         raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
     return fleet, engines
@@ -305,7 +315,7 @@ def verify_fleet(fleet: dict, engines: list[dict], timeout: float, smoke_timeout
                     "log_tail": exc.extra.get("log_tail") or log_tail(plan),
                 }
             )
-    router = judge_router(fleet, engines[0]["served_model_name"], timeout if not failed else 30)
+    router = judge_router(fleet, engines[0], timeout if not failed else 30)
     doc = {"engines": results, "failed_engines": failed, "router": router, "base_url": fleet["base_url"]}
     if failed or not router["answered"]:
         which = ", ".join(f"engine {f['engine']} (port {f['port']}): {f['error']}" for f in failed)
@@ -319,8 +329,10 @@ def verify_fleet(fleet: dict, engines: list[dict], timeout: float, smoke_timeout
     return doc
 
 
-def judge_router(fleet: dict, served: str, timeout: float) -> dict:
-    """The router's health, then one chat through it, within timeout."""
+def judge_router(fleet: dict, engine: dict, timeout: float) -> dict:
+    """The router's health, then one chat through it (with the engines' key, when they have one), within
+    timeout."""
+    served, headers = engine["served_model_name"], auth_headers(engine)
     base = f"http://127.0.0.1:{fleet['router']['port']}"
     deadline = time.monotonic() + timeout
     why = "not started"
@@ -335,7 +347,8 @@ def judge_router(fleet: dict, served: str, timeout: float) -> dict:
                 "max_tokens": 4,
                 "temperature": 0,
             }
-            status, text = http("POST", f"{base}/v1/chat/completions", max(5.0, deadline - time.monotonic()), body=body)
+            left = max(5.0, deadline - time.monotonic())
+            status, text = http("POST", f"{base}/v1/chat/completions", left, body=body, headers=headers)
             if status == 200 and '"choices"' in text:
                 return {"answered": True, "why": None}
         why = f"HTTP {status}" if status else text
