@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, fleet, jsonio, runs
+from epyc import argtypes, bundle, cli, errors, fleet, front, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.planfile import host_facts
 from epyc.planner import SIZINGS, build_plan
@@ -84,6 +84,13 @@ def add_plan(sub, epyc: dict) -> None:
         "--engines",
         type=fleet.engines_arg,
         help="a fleet behind vllm-router: per-socket (one engine on each socket), or N engines sharing one socket",
+    )
+    pl.add_argument(
+        "--hosts",
+        nargs="+",
+        type=front.host_arg,
+        metavar="RUN=ADDRESS",
+        help="one router here in front of several hosts, each planned in its run folder with --expose and the key",
     )
     pl.add_argument(
         "--kernel-log",
@@ -156,6 +163,8 @@ def plan_from_files(a, epyc: dict) -> dict:
     """launch.py plan: the five documents read and checked, then the plan."""
     fleet.refuse_a_running_fleet(runs.run_dir(a.run))  # before its plan.json is replaced
     folder = runs.keep(a, "plan")
+    if a.hosts:
+        return front.plan_front(a.hosts, {k: getattr(a, k) for k in ("port", "expose", "api_key_env")}, epyc, folder)
     if sum(getattr(a, k) == "-" for k in INPUT_FLAGS) > 1:
         raise ScriptError("only one input can come from stdin", "save the others to files")
     inputs = {}  # keyed by script: a file given, else the run's
@@ -190,8 +199,9 @@ def main(argv: Sequence[str] | None = None):
     if a.cmd == "up":
         return up(a, epyc), errors.EXIT_OK
     a.plan = a.plan or str(runs.run_dir(a.run) / "plan.json")
-    if fleet.is_fleet_file(a.plan):
-        return fleet.life_verb(a, epyc), errors.EXIT_OK
+    kind = fleet.file_kind(a.plan)
+    if kind:
+        return (front if kind == "front" else fleet).life_verb(a, epyc), errors.EXIT_OK
     try:
         return life_verb(a, epyc)
     except ScriptError as exc:  # a refusal from below (the runtime, the engine) names the verb it stopped

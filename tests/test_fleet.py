@@ -137,6 +137,97 @@ def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_
     assert st.code == 0, st.doc
 
 
+def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_path, inputs, live_tune):
+    """Two hosts, each an exposed keyed fleet planned in its own run folder (here both on this machine, at
+    127.0.0.1), and one front router over them: planned from the hosts' plans, started, verified, chatting
+    with the key only, stopped on its own; the hosts' fleets keep serving and are stopped by their own plan."""
+    from epyc.serve_verify import http
+
+    key = "sk-front-key-0123456789"
+    env = {"FRONT_KEY": key}
+    runs, ports = [], []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        run = run_with(tmp_path / name, host_docs(tmp_path, inputs, live_tune))
+        port = free_port()
+        args = ["--engines", "2", "--port", str(port), "--api-key-env", "FRONT_KEY", "--run", run]
+        unexposed = run_script("launch.py", "plan", *args, env=env)
+        assert unexposed.code == 0, unexposed.doc
+        runs.append(run)
+        ports.append(port)
+    fport = free_port()
+    front_run = str(tmp_path / "front")
+    hosts = [f"{runs[0]}=127.0.0.1", f"{runs[1]}=127.0.0.1"]
+    r = run_script(
+        "launch.py",
+        "plan",
+        "--hosts",
+        *hosts,
+        "--api-key-env",
+        "FRONT_KEY",
+        "--port",
+        str(fport),
+        "--run",
+        front_run,
+        env=env,
+    )
+    assert r.code == 1 and "is not exposed with --api-key-env FRONT_KEY" in r.doc["error"], r.doc
+    assert "--expose --api-key-env FRONT_KEY" in r.doc["fix"]
+    for run, port in zip(runs, ports):
+        args = ["--engines", "2", "--expose", "--port", str(port), "--api-key-env", "FRONT_KEY", "--run", run]
+        assert run_script("launch.py", "plan", *args, env=env).code == 0
+    r = run_script("launch.py", "plan", "--hosts", hosts[0], "--api-key-env", "FRONT_KEY", "--run", front_run, env=env)
+    assert r.code == 1 and "two hosts or more" in r.doc["error"]
+    p = run_script(
+        "launch.py",
+        "plan",
+        "--hosts",
+        *hosts,
+        "--api-key-env",
+        "FRONT_KEY",
+        "--port",
+        str(fport),
+        "--run",
+        front_run,
+        env=env,
+    )
+    assert p.code == 0, p.doc
+    argv = p.doc["router"]["argv"]
+    assert argv[argv.index("--worker-urls") + 1 : argv.index("--worker-urls") + 3] == [
+        f"http://127.0.0.1:{q}" for q in ports
+    ]
+    assert f"open TCP {ports[0]} to this machine only" in p.doc["summary_markdown"]
+    body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    url = f"http://127.0.0.1:{fport}/v1/chat/completions"
+    try:
+        for run in runs:
+            s = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
+            assert s.code == 0, s.doc
+        s = run_script("launch.py", "start", "--run", front_run, "--confirm", env=env)
+        assert s.code == 0 and key not in " ".join(psutil.Process(s.doc["router"]["pid"]).cmdline()), s.doc
+        v = run_script("launch.py", "verify", "--run", front_run, "--timeout", "30", env=env)
+        assert v.code == 0 and v.doc["router"]["answered"], v.doc
+        assert http("POST", url, 20, body=body)[0] == 401
+        for _ in range(4):
+            assert http("POST", url, 20, body=body, headers={"Authorization": f"Bearer {key}"})[0] == 200
+        h = run_script("launch.py", "handoff", "--run", front_run, env=env)
+        assert (
+            h.code == 0 and h.doc["base_url"] == f"http://127.0.0.1:{fport}/v1" and h.doc["api_key_env"] == "FRONT_KEY"
+        )
+        # a host planned again since: the front refuses to act on a router its hosts no longer render
+        edited = json.loads(open(os.path.join(front_run, "plan.json")).read())
+        edited["router"]["argv"][-1] = "debug"
+        open(os.path.join(tmp_path, "edited.json"), "w").write(json.dumps(edited))
+        e = run_script("launch.py", "start", "--plan", str(tmp_path / "edited.json"), "--confirm", env=env)
+        assert e.code == 1 and "is not what its hosts' plans render now" in e.doc["error"], e.doc
+    finally:
+        st = run_script("launch.py", "stop", "--run", front_run, env=env)
+        assert st.code == 0 and st.doc["stopped"] and not st.doc["running"], st.doc
+        assert run_script("launch.py", "verify", "--run", runs[0], "--timeout", "10", env=env).code == 0
+        for run in runs:
+            assert run_script("launch.py", "stop", "--run", run, env=env).code == 0
+
+
 def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
     """Recorded topologies, a dual Genoa NPS1 and a dual Turin NPS4: engine i binds socket i's physical cores
     and its memory (all four nodes of it on NPS4)."""

@@ -80,15 +80,16 @@ def engine_tunes(facts, epyc: dict, busy: dict | None, base: argparse.Namespace,
     return [first] + [size_socket(facts, epyc, busy, argparse.Namespace(**{**on, "part": (i, n)})) for i in range(1, n)]
 
 
-def router_plan(engines: list[dict], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
+def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
     """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
     interfaces with --expose). It holds no key: it passes the client's Authorization header on, and each
     engine checks it (measured with vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
-    urls = [f"http://127.0.0.1:{e['port']}" for e in engines]
     bind = "0.0.0.0" if expose else "127.0.0.1"
     argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
-    metrics = port + len(engines) + 1  # the port after the engines': the fleet's block, one per fleet
-    argv += ["--policy", epyc["router"]["policy"], "--log-level", "info"]
+    metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
+    # its workers' first check every 2 s, not 30: an engine healthy a second after the router's first look
+    # (every vLLM start, a host's router started just before) would otherwise wait 30 s more
+    argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
     return {
         "argv": argv,
@@ -98,6 +99,10 @@ def router_plan(engines: list[dict], port: int, folder: Path, epyc: dict, expose
         "state_dir": str(folder / "router"),
         "expose": expose,
     }
+
+
+def engine_urls(engines: list[dict]) -> list[str]:
+    return [f"http://127.0.0.1:{e['port']}" for e in engines]
 
 
 def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
@@ -113,7 +118,7 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
         opt = {**opts, "expose": False, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
         engines.append(build_plan({**inputs, "cpu_tune": tune}, opt, epyc, facts_host))
-    router = router_plan(engines, port, folder, epyc, expose)
+    router = router_plan(engine_urls(engines), port, folder, epyc, expose)
     rows = [
         [
             f"engine {i}",
@@ -144,11 +149,12 @@ def refuse_a_running_fleet(folder: Path) -> None:
     """A plan written over a running fleet's would leave its router and engines named by nothing: refused,
     with the stop that works (the fleet's own plan is the only record of its router)."""
     path = folder / "plan.json"
-    if not is_fleet_file(str(path)):
+    if file_kind(str(path)) is None:
         return
     fleet = json.loads(path.read_text())
     states = [
-        read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(len(fleet["engines"]))
+        read_state({"state_file": str(folder / f"engine-{i}" / "state.json")})
+        for i in range(len(fleet.get("engines") or []))
     ]
     if router_alive(router_state(fleet)) or any(state_server(s) for s in states if s):
         stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(path)])
@@ -217,7 +223,9 @@ def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
     if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     folder = Path(fleet["router"]["state_dir"]).parent
-    want = router_plan(engines, fleet["router"]["port"], folder, epyc, fleet["router"].get("expose") is True)
+    want = router_plan(
+        engine_urls(engines), fleet["router"]["port"], folder, epyc, fleet["router"].get("expose") is True
+    )
     if fleet["router"] != want:
         raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
     return fleet, engines
@@ -434,15 +442,21 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
     return stop_fleet(fleet, engines)
 
 
-def is_fleet_file(path: str) -> bool:
-    """A regular file holding a fleet's plan (anything else: the plan reader says what is wrong with it)."""
+def file_kind(path: str) -> str | None:
+    """ "fleet" or "front" for a regular file holding such a plan, else None (the plan reader then says what
+    is wrong with it)."""
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size > jsonio.MAX_INPUT_BYTES:
-            return False
-        return is_fleet(json.loads(Path(path).read_text()))
+            return None
+        doc = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError):
-        return False
+        return None
+    return "fleet" if is_fleet(doc) else "front" if isinstance(doc, dict) and "front_version" in doc else None
+
+
+def is_fleet_file(path: str) -> bool:
+    return file_kind(path) == "fleet"
 
 
 def engines_arg(text: str) -> str:
