@@ -49,6 +49,9 @@ PLAN_OPTIONS = (
 )
 
 
+FRONT_FLAGS = ("port", "expose", "api_key_env")  # all that --hosts takes beside the hosts
+
+
 def add_plan(sub, epyc: dict) -> None:
     pl = sub.add_parser("plan", help="render the exact command and the summary to confirm")
     for name in INPUT_FLAGS:
@@ -164,7 +167,13 @@ def plan_from_files(a, epyc: dict) -> dict:
     fleet.refuse_a_running_fleet(runs.run_dir(a.run))  # before its plan.json is replaced
     folder = runs.keep(a, "plan")
     if a.hosts:
-        return front.plan_front(a.hosts, {k: getattr(a, k) for k in ("port", "expose", "api_key_env")}, epyc, folder)
+        others = [f"--{k.replace('_', '-')}" for k in (*INPUT_FLAGS, *PLAN_OPTIONS, "engines") if k not in FRONT_FLAGS]
+        if [flag for flag in others if getattr(a, flag[2:].replace("-", "_")) not in (None, False, "skill")]:
+            raise ScriptError(
+                "--hosts plans only the front router: each host's engines are planned in its own run folder",
+                "pass --hosts with --api-key-env, --port and --expose only",
+            )
+        return front.plan_front(a.hosts, {k: getattr(a, k) for k in FRONT_FLAGS}, epyc, folder)
     if sum(getattr(a, k) == "-" for k in INPUT_FLAGS) > 1:
         raise ScriptError("only one input can come from stdin", "save the others to files")
     inputs = {}  # keyed by script: a file given, else the run's

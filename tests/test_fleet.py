@@ -210,22 +210,67 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
         assert http("POST", url, 20, body=body)[0] == 401
         for _ in range(4):
             assert http("POST", url, 20, body=body, headers={"Authorization": f"Bearer {key}"})[0] == 200
+        w = run_script(
+            "launch.py", "verify", "--run", front_run, "--timeout", "60", env={"FRONT_KEY": "sk-not-the-key-000"}
+        )
+        assert (
+            w.code == 1 and "refused the key in $FRONT_KEY" in w.doc["error"] and w.doc["router"]["answered"] is False
+        )
+        b = run_script("bench.py", "--plan", os.path.join(front_run, "plan.json"), env=env)
+        assert b.code == 1 and "is a front router over several hosts" in b.doc["error"], b.doc
         h = run_script("launch.py", "handoff", "--run", front_run, env=env)
         assert (
             h.code == 0 and h.doc["base_url"] == f"http://127.0.0.1:{fport}/v1" and h.doc["api_key_env"] == "FRONT_KEY"
         )
-        # a host planned again since: the front refuses to act on a router its hosts no longer render
-        edited = json.loads(open(os.path.join(front_run, "plan.json")).read())
-        edited["router"]["argv"][-1] = "debug"
-        open(os.path.join(tmp_path, "edited.json"), "w").write(json.dumps(edited))
-        e = run_script("launch.py", "start", "--plan", str(tmp_path / "edited.json"), "--confirm", env=env)
-        assert e.code == 1 and "is not what its hosts' plans render now" in e.doc["error"], e.doc
     finally:
         st = run_script("launch.py", "stop", "--run", front_run, env=env)
         assert st.code == 0 and st.doc["stopped"] and not st.doc["running"], st.doc
         assert run_script("launch.py", "verify", "--run", runs[0], "--timeout", "10", env=env).code == 0
         for run in runs:
             assert run_script("launch.py", "stop", "--run", run, env=env).code == 0
+    # a host planned again (another port): the front refuses to start a router its hosts no longer render,
+    # and its stop still works
+    args = ["--engines", "2", "--expose", "--port", str(free_port()), "--api-key-env", "FRONT_KEY", "--run", runs[1]]
+    assert run_script("launch.py", "plan", *args, env=env).code == 0
+    again = run_script("launch.py", "start", "--run", front_run, "--confirm", env=env)
+    assert again.code == 1 and "is not what its hosts' plans render now" in again.doc["error"], again.doc
+    assert run_script("launch.py", "stop", "--run", front_run, env=env).code == 0
+    own = run_script("launch.py", "plan", "--hosts", *hosts, "--api-key-env", "FRONT_KEY", "--run", runs[1], env=env)
+    assert own.code == 1 and "the front's own --run among the hosts'" in own.doc["error"], own.doc
+
+
+def test_a_container_fleet_runs_one_container_per_socket_and_stop_removes_each(router, tmp_path, inputs, rt):
+    """The container path (the fake runtime: it records each call and starts no server): per-socket on the
+    recorded dual Genoa plans one container per socket, each with its socket's cpuset and memory node;
+    start runs both and the router; stop removes both containers and the router."""
+    from conftest import load_docs
+
+    d, env = rt
+    run = run_with(tmp_path, load_docs(inputs))
+    port = free_port()
+    p = run_script("launch.py", "plan", "--engines", "per-socket", "--port", str(port), "--run", run, env=env)
+    assert p.code == 0, p.doc
+    engines = [json.loads(open(e).read()) for e in p.doc["engines"]]
+    assert [e["path"] for e in engines] == ["container", "container"]
+    cpusets = [next(a for a in e["argv"] if a.startswith("--cpuset-cpus=")) for e in engines]
+    assert cpusets == ["--cpuset-cpus=0-95,192-287", "--cpuset-cpus=96-191,288-383"]
+    assert [next(a for a in e["argv"] if a.startswith("--cpuset-mems=")) for e in engines] == [
+        "--cpuset-mems=0",
+        "--cpuset-mems=1",
+    ]
+    try:
+        s = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
+        assert s.code == 0, s.doc
+        router_pid = s.doc["router"]["pid"]
+        calls = [json.loads(line)["argv"] for line in (d / "calls.jsonl").read_text().splitlines()]
+        runs = [c for c in calls if c[:2] == ["run", "-d"]]
+        assert [next(a for a in c if a.startswith("--cpuset-cpus=")) for c in runs] == cpusets
+    finally:
+        st = run_script("launch.py", "stop", "--run", run, env=env)
+    assert st.code == 0 and st.doc["router"]["was_running"], st.doc
+    names = {e["container_name"] for e in engines}
+    assert {f.name.removeprefix("removed-") for f in d.glob("removed-*")} == names
+    assert not psutil.pid_exists(router_pid) or psutil.Process(router_pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():

@@ -129,6 +129,14 @@ def test_the_legacy_hub_cache_variable_is_read_as_huggingface_hub_reads_it(tmp_p
     ] == str(tmp_path / "new")
 
 
+@pytest.mark.parametrize("folder", ["/root/.ssh", "/home/alice/.ssh/new", "/root/.docker", "/home/bob/.kube"])
+def test_a_key_folder_is_never_mounted_even_empty_or_not_there_yet(folder):
+    from epyc.hubcache import bind_mount
+
+    with pytest.raises(ScriptError, match="a key folder"):
+        bind_mount(folder, "/root/.cache/huggingface/hub")
+
+
 def test_nothing_under_run_is_mounted_or_a_state_dir():
     """Eighteenth F6: the /run/media exception let a state dir, or a cache docker would create, into /run."""
     from epyc.hubcache import in_system_tree

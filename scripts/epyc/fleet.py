@@ -152,10 +152,8 @@ def refuse_a_running_fleet(folder: Path) -> None:
     if file_kind(str(path)) is None:
         return
     fleet = json.loads(path.read_text())
-    states = [
-        read_state({"state_file": str(folder / f"engine-{i}" / "state.json")})
-        for i in range(len(fleet.get("engines") or []))
-    ]
+    engines = fleet.get("engines") if isinstance(fleet.get("engines"), list) else []
+    states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(len(engines))]
     if router_alive(router_state(fleet)) or any(state_server(s) for s in states if s):
         stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(path)])
         raise ScriptError(
@@ -228,6 +226,8 @@ def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
     )
     if fleet["router"] != want:
         raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
+    if want["expose"] and not all(e.get("api_key_env") for e in engines):
+        raise ScriptError(f"{path}: an exposed router in front of an engine without a key", "plan the fleet again")
     return fleet, engines
 
 
@@ -243,7 +243,7 @@ def rerender_checked(path: str, epyc: dict) -> dict:
 def router_state(fleet: dict) -> dict | None:
     try:
         return json.loads((Path(fleet["router"]["state_dir"]) / "state.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, TypeError):  # none recorded, or a plan of no router at all
         return None
 
 
@@ -359,6 +359,9 @@ def judge_router(fleet: dict, engine: dict, timeout: float) -> dict:
             status, text = http("POST", f"{base}/v1/chat/completions", left, body=body, headers=headers)
             if status == 200 and '"choices"' in text:
                 return {"answered": True, "why": None}
+            if status in (401, 403):  # no wait makes a wrong key right
+                name = engine.get("api_key_env")
+                return {"answered": False, "why": f"HTTP {status}: the engines refused the key in ${name} (set it)"}
         why = f"HTTP {status}" if status else text
         time.sleep(1)
     return {"answered": False, "why": f"no answer within {timeout:g}s ({why})"}

@@ -30,27 +30,28 @@ def host_arg(text: str) -> tuple[str, str]:
 def host_endpoint(run: str, address: str, key_env: str) -> dict:
     """What the front router needs of one host: its plan's port, exposed, keyed with the front's key."""
     path = runs.run_dir(run) / "plan.json"
+    fix = (
+        f"plan it with: python3 scripts/launch.py plan --run {shlex.quote(run)} --expose --api-key-env {key_env}"
+        " (--engines per-socket for a fleet)"
+    )
+    if not path.is_file():
+        raise ScriptError(f"--hosts {run}: no plan in that run folder ({path})", fix)
     plan = jsonio.read_json_input(str(path), "plan")
-    first = jsonio.read_json_input(plan["engines"][0], "plan") if is_fleet(plan) else plan
-    exposed = plan["router"].get("expose") is True if is_fleet(plan) else plan.get("expose") is True
+    try:
+        first = jsonio.read_json_input(plan["engines"][0], "plan") if is_fleet(plan) else plan
+        exposed = plan["router"].get("expose") is True if is_fleet(plan) else plan.get("expose") is True
+        port = plan["router"]["port"] if is_fleet(plan) else plan["port"]
+        served, engines = first["served_model_name"], len(plan["engines"]) if is_fleet(plan) else 1
+    except (KeyError, TypeError, IndexError, AttributeError):
+        exposed = False
     if not exposed or first.get("api_key_env") != key_env:
         raise ScriptError(
             f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env}: the front router "
             "reaches each host over the network, and only a keyed endpoint may listen there",
-            f"plan it with: python3 scripts/launch.py plan --run {shlex.quote(run)} --engines per-socket "
-            f"--expose --api-key-env {key_env}",
+            fix,
         )
-    port = plan["router"]["port"] if is_fleet(plan) else plan["port"]
-    engines = len(plan["engines"]) if is_fleet(plan) else 1
-    return {
-        "run": run,
-        "address": address,
-        "port": port,
-        "url": f"http://{address}:{port}",
-        "engines": engines,
-        "served_model_name": first["served_model_name"],
-        "plan_id": first.get("plan_id"),
-    }
+    url = f"http://{address}:{port}"
+    return {"run": run, "address": address, "port": port, "url": url, "engines": engines, "served_model_name": served}
 
 
 def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Path) -> dict:
@@ -60,6 +61,13 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
         raise ScriptError(
             "--hosts needs two hosts or more and --api-key-env (each host is reached over the network)",
             "pass --hosts RUN=ADDRESS RUN=ADDRESS --api-key-env NAME, each RUN planned with --expose and that key",
+        )
+    named = [runs.run_dir(run) for run, _ in hosts]
+    if len(set(named)) < len(named) or runs.run_dir(str(folder)) in named:
+        raise ScriptError(
+            "--hosts: a run folder named twice, or the front's own --run among the hosts' (its plan.json "
+            "would replace that host's)",
+            "name each host's run folder once, and plan the front with a --run of its own (e.g. --run front)",
         )
     ends = [host_endpoint(run, address, key_env) for run, address in hosts]
     if len({e["served_model_name"] for e in ends}) > 1:
@@ -94,22 +102,24 @@ def is_front(doc: object) -> bool:
     return isinstance(doc, dict) and "front_version" in doc
 
 
-def read_front(path: str, epyc: dict) -> dict:
-    """The front plan, refused unless its hosts' plans, read again, render the very router it names."""
+def read_front(path: str, epyc: dict, hosts_again: bool) -> dict:
+    """The front plan, refused unless it names the router its own hosts' URLs render and, with
+    `hosts_again` (start, verify), unless its hosts' plans, read again, render the very same front. stop
+    and handoff check the file alone: a host planned again must never leave a front no verb can stop."""
     front = {k: v for k, v in jsonio.read_json_input(path, "plan").items() if k != "ok"}  # ok: the CLI's
     try:
-        hosts = [(h["run"], h["address"]) for h in front["hosts"]]
-        opts = {
-            "api_key_env": front["api_key_env"],
-            "port": front["router"]["port"],
-            "expose": front["router"]["expose"],
-        }
-        folder = Path(front["router"]["state_dir"]).parent
-    except (KeyError, TypeError):
-        hosts = None
-    if front.get("front_version") != FRONT_VERSION or not hosts or plan_front(hosts, opts, epyc, folder) != front:
+        hosts = [host_arg(f"{h['run']}={h['address']}") for h in front["hosts"]]
+        r = front["router"]
+        folder = Path(r["state_dir"]).parent
+        own = router_plan([h["url"] for h in front["hosts"]], r["port"], folder, epyc, r["expose"] is True) == r
+        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"]}
+    except (KeyError, TypeError, argparse.ArgumentTypeError):
+        own = False
+    if front.get("front_version") != FRONT_VERSION or not own:
+        raise ScriptError(f"{path} is not a front plan this bundle wrote", "plan the front again (--hosts)")
+    if hosts_again and plan_front(hosts, opts, epyc, folder) != front:
         raise ScriptError(
-            f"{path} is not what its hosts' plans render now (edited, or a host planned again since)",
+            f"{path} is not what its hosts' plans render now (a host planned again since)",
             "plan the front again: python3 scripts/launch.py plan --hosts RUN=ADDRESS ... --api-key-env NAME",
         )
     return front
@@ -118,7 +128,7 @@ def read_front(path: str, epyc: dict) -> dict:
 def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
     """launch.py start, verify, handoff or stop on a front plan: the front router only; each host's own plan
     is started, verified and stopped on that host."""
-    front = read_front(a.plan, epyc)
+    front = read_front(a.plan, epyc, hosts_again=a.cmd in ("start", "verify"))
     if a.cmd == "start":
         if not a.confirm:
             raise ScriptError("start needs --confirm: the human must approve the plan first", "show the summary first")
@@ -128,13 +138,16 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
         if not router["answered"]:
             raise ScriptError(
                 f"the front router: {router['why']}",
-                "verify each host's plan on that host (launch.py verify --run RUN there), then verify the front again",
+                f"check ${front['api_key_env']} is the hosts' key; verify each host's plan on that host "
+                "(launch.py verify there); then verify the front again",
                 phase="verify",
                 router=router,
             )
         return {"router": router, "base_url": front["base_url"], "hosts": [h["url"] for h in front["hosts"]]}
     stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", os.path.abspath(a.plan)])
     if a.cmd == "handoff":
+        if not router_alive(router_state(front)):
+            raise ScriptError("the front router is not running", "start it (launch.py start --confirm), then verify")
         return {
             "base_url": front["base_url"],
             "port": front["router"]["port"],

@@ -100,9 +100,11 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
                 "characters, without ':' or ','",
                 "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)",
             )
-    if in_system_tree("/" + os.path.normpath(source).lstrip("/")):  # POSIX keeps a leading '//'
+    norm = "/" + os.path.normpath(source).lstrip("/")  # POSIX keeps a leading '//'
+    # a key folder may be empty or not there yet: the check of what a cache holds would pass it
+    if in_system_tree(norm) or not set(KEY_FOLDERS).isdisjoint(norm.split("/")):
         raise ScriptError(
-            f"cannot mount {source!r} into the container: it is in a system tree (the HF cache is "
+            f"cannot mount {source!r} into the container: it is in a system tree or a key folder (the HF cache is "
             "mounted read-write into a root container)",
             "point HF_HOME at a cache folder of its own, e.g. export HF_HOME=~/.cache/huggingface",
         )
@@ -113,6 +115,7 @@ HF_MOUNT_FIX = (
     "move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
     "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again"
 )
+KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
 SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
 
 
@@ -122,8 +125,8 @@ def in_system_tree(path: str) -> bool:
 
 
 # What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top. A folder is
-# mounted read-write into a root container only when it holds nothing else (or does not exist yet): /, /etc,
-# a home, ~/.ssh or a disk's root each hold something else, so no list of system folders is needed.
+# mounted read-write into a root container only when it holds nothing else (or does not exist yet): /, /usr,
+# a home or a disk's root each hold something else, so no list of system folders is needed.
 # (`blobs`: huggingface_hub 2.x's store shared by every Xet-backed download, <hub>/blobs/XX/HASH)
 HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
 _HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
