@@ -86,7 +86,8 @@ def add_plan(sub, epyc: dict) -> None:
     pl.add_argument(
         "--engines",
         type=fleet.engines_arg,
-        help="a fleet behind vllm-router: per-socket (one engine on each socket), or N engines sharing one socket",
+        help="a fleet behind vllm-router: per-socket (one engine on each socket), per-node (one per NUMA node), "
+        "or N engines sharing one socket",
     )
     pl.add_argument(
         "--hosts",

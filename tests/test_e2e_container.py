@@ -379,3 +379,43 @@ def test_kernel_proof_counts_what_the_images_zentorch_writes(image, engine, tmp_
     assert r.code == 0 and r.doc["verdict"] == "zentorch kernels executed", r.doc
     assert r.doc["by_plugin_op"] == {"zentorch::zentorch_linear_unary": 2, "zentorch::zentorch_mm": 1}, r.doc
     assert r.doc["zentorch_matmuls"] == 3 and sum(r.doc["by_kernel"].values()) == 3
+
+
+def test_a_keyed_fleet_of_two_containers_behind_the_router(stack, image, chain_env, tmp_path):
+    """Issue 33's container path on the real engine: the runner's cores split between two containers of the
+    image, each with its cpuset and the key by name, behind the real vllm-router (a host process holding
+    no key): a chat through the router needs the key; stop removes both containers and the router."""
+    from epyc.serve_verify import http
+
+    env = chain_env
+    assert run_script("setup_host_stack.py", "--router", timeout=900).code == 0
+    container_plan(tmp_path, stack, image, env, HUB_ID)
+    run = tmp_path / "fleet"
+    run.mkdir()
+    names = {"detect": "detect", "validate": "validate", "check": "check_model", "estimate": "estimate_memory"}
+    for src, name in {**names, "tune": "cpu_tune"}.items():
+        shutil.copy(tmp_path / f"{src}.json", run / f"{name}.json")
+    port = free_port()
+    args = ["--engines", "2", "--port", str(port), "--api-key-env", "EPYC_TEST_KEY", "--run", str(run)]
+    p = run_script("launch.py", "plan", *args, env=env)
+    assert p.code == 0, p.doc
+    engines = [json.loads(Path(e).read_text()) for e in p.doc["engines"]]
+    assert [e["path"] for e in engines] == ["container", "container"] and SECRET_KEY not in p.stdout
+    body = {"model": engines[0]["served_model_name"], "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        s = run_script("launch.py", "start", "--run", str(run), "--confirm", env=env, timeout=900)
+        assert s.code == 0, s.doc
+        v = run_script("launch.py", "verify", "--run", str(run), "--timeout", "500", env=env, timeout=1200)
+        assert v.code == 0 and v.doc["router"]["answered"], json.dumps(v.doc)[-3000:]
+        for e in engines:  # each container holds its own share of the cores
+            cpus = docker(env, "inspect", "-f", "{{.HostConfig.CpusetCpus}}", e["container_name"]).stdout.strip()
+            assert cpus and cpus == next(a for a in e["argv"] if a.startswith("--cpuset-cpus=")).split("=", 1)[1]
+            assert SECRET_KEY not in docker(env, "inspect", e["container_name"]).stdout
+        assert http("POST", url, 120, body=body)[0] == 401
+        status, text = http("POST", url, 120, body=body, headers={"Authorization": f"Bearer {SECRET_KEY}"})
+        assert status == 200, text
+    finally:
+        st = run_script("launch.py", "stop", "--run", str(run), env=env, timeout=600)
+    assert st.code == 0 and st.doc["router"]["stopped"], st.doc
+    assert all(no_container(env, e["container_name"]) for e in engines) and port_closed(port)

@@ -301,6 +301,55 @@ def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
     )
     assert [t["numa_nodes"] for t in on_nps4] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # NPS4: a socket's four nodes each
     assert [t["vllm_cpu_omp_threads_bind"] for t in on_nps4] == ["0-127", "128-255"]
+    per_node = fleet.engine_tunes(
+        hostfacts.gather(hostfacts.Sysroot(nps4), "sysroot:y", live=False), epyc, None, base, "per-node"
+    )
+    assert [t["numa_nodes"] for t in per_node] == [[n] for n in range(8)]  # one engine per node, its memory alone
+    assert [t["vllm_cpu_omp_threads_bind"] for t in per_node][:2] == ["0-31", "32-63"]
+    assert [t["container_cpuset_argv"] for t in per_node][1] == ["--cpuset-cpus=32-63", "--cpuset-mems=1"]
+    assert per_node[0]["socket_ram_gb"] == on_nps4[0]["socket_ram_gb"] / 4
+    assert fleet.engine_tunes(facts, epyc, None, base, "per-node") == tunes  # NPS1: per-node is per-socket
     halves = fleet.engine_tunes(facts, epyc, None, base, "2")
     assert [t["vllm_cpu_omp_threads_bind"] for t in halves] == ["0-47", "48-95"]
     assert halves[0]["socket_ram_gb"] == tunes[0]["socket_ram_gb"] / 2
+
+
+def test_two_dual_socket_hosts_planned_from_spec_rows_behind_one_front(router, tmp_path):
+    """Recorded topologies, two hosts: each a dual EPYC 9654 (NPS1) from its --spec row, planned as a fleet of
+    its own (an engine per socket, exposed with the key), and one front naming both hosts' routers; nothing
+    is started or reached (the addresses are documentation ones)."""
+    from model_fixtures import FIXTURES
+
+    env = {"FLEET_KEY": "sk-two-hosts-0123456789"}
+    config = str(FIXTURES / "Qwen3-0.6B" / "config.json")
+    hosts = []
+    for name, address in (("boxA", "192.0.2.10"), ("boxB", "192.0.2.11")):
+        run = str(tmp_path / name)
+        chain = [
+            ("detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384", "--nps", "1"),
+            ("validate.py",),
+            ("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", config),
+            ("estimate_memory.py", "--config", config, "--max-model-len", "4096"),
+            ("cpu_tune.py",),
+            ("launch.py", "plan", "--engines", "per-socket", "--expose", "--api-key-env", "FLEET_KEY"),
+        ]
+        for step in chain:
+            r = run_script(*step, "--run", run, env=env)
+            assert r.code == 0, (step, r.doc)
+        engines = [json.loads(open(e).read()) for e in r.doc["engines"]]
+        assert [next(a for a in e["argv"] if a.startswith("--cpuset-")) for e in engines] == [
+            "--cpuset-cpus=0-95,192-287",
+            "--cpuset-cpus=96-191,288-383",
+        ]
+        hosts.append(f"{run}={address}")
+    f = run_script(
+        "launch.py", "plan", "--hosts", *hosts, "--api-key-env", "FLEET_KEY", "--run", str(tmp_path / "front"), env=env
+    )
+    assert f.code == 0, f.doc
+    argv = f.doc["router"]["argv"]
+    assert argv[argv.index("--worker-urls") + 1 :][:2] == ["http://192.0.2.10:8000", "http://192.0.2.11:8000"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert (
+        "| 192.0.2.10 (" in f.doc["summary_markdown"]
+        and "open TCP 8000 to this machine only" in f.doc["summary_markdown"]
+    )

@@ -66,14 +66,22 @@ def engine_tunes(facts, epyc: dict, busy: dict | None, base: argparse.Namespace,
     """cpu_tune's document for each engine: `per-socket` (one engine on each socket this process may use), or
     N engines sharing one socket, each with its slice of the cores and of the memory."""
     topo, allowed = facts.topology, set(facts.allowed_cpus)
-    if engines == "per-socket":
+    if engines in ("per-socket", "per-node"):
         sockets = [s for s in topo.sockets if any(c in allowed for c in topo.socket_cpus(s))]
-        if len(sockets) < 2:
+        ways = {s: len(topo.socket_nodes(s)) if engines == "per-node" else 1 for s in sockets}
+        if sum(ways.values()) < 2:
             raise ScriptError(
-                f"per-socket: this host has {len(sockets)} usable socket(s), so one engine",
+                f"{engines}: this host has {len(sockets)} usable socket(s) of {max(ways.values(), default=0)} "
+                "node(s) each, so one engine",
                 "serve it with launch.py plan, or pass --engines N to split the socket's cores",
             )
-        return [size_socket(facts, epyc, busy, argparse.Namespace(**{**vars(base), "socket": s})) for s in sockets]
+        return [
+            size_socket(
+                facts, epyc, busy, argparse.Namespace(**{**vars(base), "socket": s, "part": (i, n) if n > 1 else None})
+            )
+            for s, n in ways.items()
+            for i in range(n)
+        ]
     n = int(engines)
     first = size_socket(facts, epyc, busy, argparse.Namespace(**{**vars(base), "part": (0, n)}))
     on = {**vars(base), "socket": first["chosen_socket"]}
@@ -464,6 +472,6 @@ def is_fleet_file(path: str) -> bool:
 
 def engines_arg(text: str) -> str:
     """--engines: per-socket, or a count of engines to share one socket."""
-    if text == "per-socket" or (text.isdigit() and 2 <= int(text) <= 64):
+    if text in ("per-socket", "per-node") or (text.isdigit() and 2 <= int(text) <= 64):
         return text
-    raise argparse.ArgumentTypeError(f"{text[:40]!r}: per-socket, or a number of engines from 2 to 64")
+    raise argparse.ArgumentTypeError(f"{text[:40]!r}: per-socket, per-node, or a number of engines from 2 to 64")

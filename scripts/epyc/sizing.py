@@ -283,6 +283,20 @@ def tune_warnings(warning: str | None, quota_warning: dict | None, kv: dict, cho
     return warnings
 
 
+def memory_nodes(topo: hostfacts.Topology, socket: int, bind: list[int], part: tuple[int, int] | None) -> list[int]:
+    """The nodes an engine's memory is bound to: its socket's, or, for one engine per node of the socket
+    (NPS2/NPS4 split as many ways as it has nodes), the one node that holds all its cores."""
+    nodes = topo.socket_nodes(socket)
+    if not nodes:  # nothing to bind memory to: '--membind=' with no node, or 0 GiB of socket RAM
+        raise ScriptError(
+            f"socket {socket} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
+            "re-capture sys/devices/system/node from the host (detect.py --capture)",
+        )
+    if part and part[1] == len(nodes) > 1:
+        return [n for n in nodes if set(bind) <= set(topo.node_cpus.get(n, []))] or nodes
+    return nodes
+
+
 def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
     """cpu_tune.py's document: the socket, its cores to bind, the KV grant from its own RAM, the pin.
     `args` holds the flags it reads: socket, busy_threshold, reserve_cores, weight_gb, kv_needed_gb,
@@ -308,12 +322,7 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     part = getattr(args, "part", None)
     if part:  # engine i of n on this socket: its slice of the cores, its share of the memory
         bind = share_cores(bind, *part)
-    nodes = topo.socket_nodes(chosen)
-    if not nodes:  # nothing to bind memory to: '--membind=' with no node, or 0 GiB of socket RAM
-        raise ScriptError(
-            f"socket {chosen} has no NUMA node listing its CPUs (every node's cpulist leaves them out)",
-            "re-capture sys/devices/system/node from the host (detect.py --capture)",
-        )
+    nodes = memory_nodes(topo, chosen, bind, part)
     ram_gb = by_id[chosen]["ram_gb"] / (part[1] if part else 1)
     kv = size_kv_cache(
         ram_gb,
