@@ -258,6 +258,7 @@ def test_a_container_fleet_runs_one_container_per_socket_and_stop_removes_each(r
         "--cpuset-mems=0",
         "--cpuset-mems=1",
     ]
+    (d / "next_id").write_text("a" * 64 + "\n" + "b" * 64 + "\n")  # two containers, two ids, as an engine gives
     try:
         s = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
         assert s.code == 0, s.doc

@@ -30,7 +30,8 @@ Behaviour is set by files in $FAKE_RT_DIR:
   created-NAME     the id of the container `run --name NAME` made (`inspect`, `rm`, `stop` and `logs` take
                    it by name or by id; inspect knows no other container); `run
                    --name NAME` fails on it as the engine does (name in use) until `rm NAME`
-  next_id          the id the next `run --name` gives its container (default f...f, 64 of them)
+  next_id          the id the next `run --name` gives its container (default f...f, 64 of them); one a
+                   line: each run takes the first, the last is kept
   stopped-NAME     written by podman's run refused on --cpuset-* (it created the container, e...e, and left
                    it exited): `inspect` says it does not run
   run_quiet        `run --name` prints a notice instead of the id it gave (`inspect` still knows it)
@@ -147,7 +148,10 @@ elif cmd == "run":
             )
         (d / f"removed-{cname}").unlink(missing_ok=True)
         (d / f"stopped-{cname}").unlink(missing_ok=True)
-        (d / f"created-{cname}").write_text((d / "next_id").read_text().strip() if flag("next_id") else "f" * 64)
+        ids = (d / "next_id").read_text().split() if flag("next_id") else ["f" * 64]
+        if len(ids) > 1:  # several lines: one id per run, the last one kept for every run after
+            (d / "next_id").write_text("\n".join(ids[1:]) + "\n")
+        (d / f"created-{cname}").write_text(ids[0])
         print("WARNING: a runtime's notice" if flag("run_quiet") else (d / f"created-{cname}").read_text())
     else:
         print("f" * 64)
