@@ -158,19 +158,8 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
     fport = free_port()
     front_run = str(tmp_path / "front")
     hosts = [f"{runs[0]}=127.0.0.1", f"{runs[1]}=127.0.0.1"]
-    r = run_script(
-        "launch.py",
-        "plan",
-        "--hosts",
-        *hosts,
-        "--api-key-env",
-        "FRONT_KEY",
-        "--port",
-        str(fport),
-        "--run",
-        front_run,
-        env=env,
-    )
+    front_plan = ["plan", "--hosts", *hosts, "--api-key-env", "FRONT_KEY", "--port", str(fport), "--run", front_run]
+    r = run_script("launch.py", *front_plan, env=env)
     assert r.code == 1 and "is not exposed with --api-key-env FRONT_KEY" in r.doc["error"], r.doc
     assert "--expose --api-key-env FRONT_KEY" in r.doc["fix"]
     for run, port in zip(runs, ports):
@@ -178,19 +167,7 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
         assert run_script("launch.py", "plan", *args, env=env).code == 0
     r = run_script("launch.py", "plan", "--hosts", hosts[0], "--api-key-env", "FRONT_KEY", "--run", front_run, env=env)
     assert r.code == 1 and "two hosts or more" in r.doc["error"]
-    p = run_script(
-        "launch.py",
-        "plan",
-        "--hosts",
-        *hosts,
-        "--api-key-env",
-        "FRONT_KEY",
-        "--port",
-        str(fport),
-        "--run",
-        front_run,
-        env=env,
-    )
+    p = run_script("launch.py", *front_plan, env=env)
     assert p.code == 0, p.doc
     argv = p.doc["router"]["argv"]
     assert argv[argv.index("--worker-urls") + 1 : argv.index("--worker-urls") + 3] == [
