@@ -199,12 +199,13 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
         assert (
             h.code == 0 and h.doc["base_url"] == f"http://127.0.0.1:{fport}/v1" and h.doc["api_key_env"] == "FRONT_KEY"
         )
-    finally:
+    finally:  # everything stopped before anything is asserted: a failed check leaves no process behind
         st = run_script("launch.py", "stop", "--run", front_run, env=env)
-        assert st.code == 0 and st.doc["stopped"] and not st.doc["running"], st.doc
-        assert run_script("launch.py", "verify", "--run", runs[0], "--timeout", "10", env=env).code == 0
-        for run in runs:
-            assert run_script("launch.py", "stop", "--run", run, env=env).code == 0
+        alive = run_script("launch.py", "verify", "--run", runs[0], "--timeout", "10", env=env)
+        stops = [run_script("launch.py", "stop", "--run", run, env=env) for run in runs]
+    assert st.code == 0 and st.doc["stopped"] and not st.doc["running"], st.doc
+    assert alive.code == 0, alive.doc  # the hosts' fleets serve on after the front stops
+    assert all(s.code == 0 for s in stops), [s.doc for s in stops]
     # a host planned again (another port): the front refuses to start a router its hosts no longer render,
     # and its stop still works
     args = ["--engines", "2", "--expose", "--port", str(free_port()), "--api-key-env", "FRONT_KEY", "--run", runs[1]]
