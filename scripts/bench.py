@@ -69,12 +69,13 @@ def main(argv: Sequence[str] | None = None):
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)
     epyc = bundle.load_epyc()
-    if fleet.file_kind(args.plan) == "front":
+    kind = fleet.file_kind(args.plan)  # the plan file read once to say which kind it is
+    if kind == "front":
         raise ScriptError(
             f"{args.plan} is a front router over several hosts: bench measures one host's plan or fleet",
             "run bench on each host, with that host's plan",
         )
-    the_fleet = fleet.read_fleet(args.plan, "bench", epyc) if fleet.is_fleet_file(args.plan) else None
+    the_fleet = fleet.read_fleet(args.plan, "bench", epyc) if kind == "fleet" else None
     if the_fleet:  # the router's endpoint, measured as one engine's plan with every engine's cores
         args.plan = the_fleet[0]["engines"][0]
     plan, state = bench_plan.checked_plan(args, epyc)

@@ -466,10 +466,6 @@ def file_kind(path: str) -> str | None:
     return "fleet" if is_fleet(doc) else "front" if isinstance(doc, dict) and "front_version" in doc else None
 
 
-def is_fleet_file(path: str) -> bool:
-    return file_kind(path) == "fleet"
-
-
 def engines_arg(text: str) -> str:
     """--engines: per-socket, or a count of engines to share one socket."""
     if text in ("per-socket", "per-node") or (text.isdigit() and 2 <= int(text) <= 64):

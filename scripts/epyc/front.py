@@ -98,10 +98,6 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
     }
 
 
-def is_front(doc: object) -> bool:
-    return isinstance(doc, dict) and "front_version" in doc
-
-
 def read_front(path: str, epyc: dict, hosts_again: bool) -> dict:
     """The front plan, refused unless it names the router its own hosts' URLs render and, with
     `hosts_again` (start, verify), unless its hosts' plans, read again, render the very same front. stop
