@@ -34,7 +34,7 @@ def parser() -> cli.JsonArgumentParser:
         "--capture",
         type=argtypes.nonempty,
         metavar="FILE",
-        help="on the host to plan for: write the files detect and cpu_tune read to FILE (.tar.gz)",
+        help="on the host to plan for: write the files detect and cpu_tune read to FILE",
     )
     spec = p.add_argument_group("a host you cannot reach yet (--spec)")
     spec.add_argument("--spec", type=argtypes.nonempty, metavar="SKU", help="EPYC model number, e.g. 9654")
@@ -77,12 +77,12 @@ def spec_flags(args: argparse.Namespace) -> list[str]:
 
 
 def capture(args: argparse.Namespace) -> dict:
-    """--capture: this machine's files into an archive, alone (every other flag would be ignored)."""
+    """--capture: this machine's files into one file, alone (every other flag would be ignored)."""
     others = [f for f, v in (("--sysroot", args.sysroot), ("--host", args.host), ("--spec", args.spec)) if v]
     others += spec_flags(args)
     if others:
         raise ScriptError(
-            f"--capture archives this machine's files: {', '.join(others)} would be ignored",
+            f"--capture writes this machine's files: {', '.join(others)} would be ignored",
             "run detect.py --capture FILE alone, on the host to plan for",
         )
     target = jsonio.output_file(args.capture, "--capture")

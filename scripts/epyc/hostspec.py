@@ -1,13 +1,13 @@
-"""A host that is not this machine: SKU rows, capture files and their safe unpacking."""
+"""A host that is not this machine: SKU rows, and the dump of its files that --capture and --host read."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
+import re
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from . import bundle, hostfacts
+from . import bundle, hostfacts, jsonio, subproc
 from .errors import ScriptError
 
 SKUS_JSON = bundle.DATA_DIR / "epyc_skus.json"
@@ -142,74 +142,47 @@ def write_files(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def capture_paths(root: Path = Path("/")) -> list[str]:
-    """The files detect and cpu_tune read on this host, relative to root (globs expanded, the process's
-    own cgroup folders included)."""
-    rels: list[str] = []
-    for pattern in CAPTURE_PATTERNS:
-        rels += [str(p.relative_to(root)) for p in sorted(root.glob(pattern)) if p.is_file()]
-    cgroup = root / "proc/self/cgroup"
-    for line in (cgroup.read_text() if cgroup.exists() else "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3 and parts[2] not in ("", "/"):
-            for template in CGROUP_FILES:
-                rel = template.format(p=parts[2])
-                if (root / rel).is_file() and rel not in rels:
-                    rels.append(rel)
-    return rels
-
-
-def capture(archive: Path, root: Path = Path("/")) -> dict:
-    """A tar.gz of those files. /proc files are read as text (their stat size is 0, so tar cannot copy
-    them directly)."""
-    rels = capture_paths(root)
-    with tarfile.open(archive, "w:gz") as tar:
-        for rel in rels:
-            try:
-                data = (root / rel).read_bytes()
-            except OSError:
-                continue
-            info = tarfile.TarInfo(rel)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return {"capture": str(archive), "files": len(rels)}
-
-
+# The dump of those files that both --host (one ssh call) and --capture (this machine) print: each file
+# behind a marker line, the process's own cgroup folders included. One format, one reader.
+DUMP_MARK = "@@EPYC-SKILL-FILE@@"
+DUMP_SCRIPT = (
+    'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + DUMP_MARK + '" "$f"; cat "$f"; }; done; }\n'
+    "dump " + " ".join("/" + pattern for pattern in CAPTURE_PATTERNS) + "\n"
+    'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && dump '
+    + " ".join(f'"/{t.format(p="$p")}"' for t in CGROUP_FILES)
+    + "; "
+    "done < /proc/self/cgroup\n"
+    "exit 0\n"
+)
+_MARK_LINE = re.compile("^" + re.escape(DUMP_MARK) + " (.*)$", re.M)
 CAPTURE_LIMIT = 256 << 20
 CAPTURE_MEMBERS = 50_000
-EXTENDED_HEADER_LIMIT = 64 << 10
+NOT_A_DUMP = "pass a file made by detect.py --capture on the host"
 
 
-class _BoundedTarInfo(tarfile.TarInfo):
-    """tarfile reads a pax or GNU long-name header whole, before any member reaches our checks: a 6 MB
-    archive declaring a 1.5 GB header took 1.5 GB of memory. Such a header is refused at its size."""
+def capture(path: Path) -> dict:
+    """--capture: this machine's dump, written to `path` (sh and cat only: nothing else to install)."""
+    res = subproc.run(["sh", "-c", DUMP_SCRIPT], timeout=60, limit=CAPTURE_LIMIT)
+    if not res.ok:
+        raise ScriptError(f"sh could not read this machine's files: {res.failure or res.stderr[-200:]}", "run it again")
+    path.write_text(res.stdout)
+    return {"capture": str(path), "files": res.stdout.count(DUMP_MARK)}
 
-    def _proc_member(self, tarfile_):
-        if (
-            self.type
-            in (
-                tarfile.GNUTYPE_LONGNAME,
-                tarfile.GNUTYPE_LONGLINK,
-                tarfile.XHDTYPE,
-                tarfile.XGLTYPE,
-                tarfile.SOLARIS_XHDTYPE,
-                tarfile.GNUTYPE_SPARSE,
-            )
-            and self.size > EXTENDED_HEADER_LIMIT
-        ):
-            raise tarfile.HeaderError(f"an extended header of {self.size:,} bytes (at most {EXTENDED_HEADER_LIMIT:,})")
-        return super()._proc_member(tarfile_)
 
-    def _proc_gnusparse_00(self, *args):  # a sparse member's map is read whole, before any cap: no capture
-        raise tarfile.HeaderError("a sparse member (detect.py --capture writes none)")  # has sparse files
-
-    _proc_gnusparse_01 = _proc_gnusparse_10 = _proc_sparse = _proc_gnusparse_00
+def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
+    """The dump -> (absolute path as the host named it, start, end of its text), one file at a time: a
+    file's size is checked before it is copied."""
+    marks = _MARK_LINE.finditer(text)
+    here = next(marks, None)
+    while here is not None:
+        after = next(marks, None)
+        yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
+        here = after
 
 
 def member_problem(name: str, size: int, count: int, total: int) -> str | None:
-    """Why one file of a capture (an archive member, or a file in detect.py --host's ssh dump) is not one
-    a capture of ours holds, or None: a relative path inside the tree that names a file, and sizes within
-    what a capture reaches (a few hundred small text files; sysfs and proc files are read bounded too)."""
+    """Why one file of a dump is not one a capture holds, or None: a relative path inside the tree that
+    names a file, and sizes within what a capture reaches (a few hundred small text files)."""
     rel = PurePosixPath(name)
     if (
         "\0" in name
@@ -228,44 +201,29 @@ def member_problem(name: str, size: int, count: int, total: int) -> str | None:
     return None
 
 
-def write_member(dest: Path, name: str, data: bytes) -> None:
-    """Write one checked capture file under dest (a name both a file and a folder is an OSError)."""
-    out = dest / name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
-
-
-def unpack(archive: Path, dest: Path) -> Path:
-    """Extract a capture, refusing anything but plain files under relative, non-escaping paths."""
-    fix = "pass an archive made by detect.py --capture"
+def read_dump(text: str, dest: Path, where: str, fix: str = NOT_A_DUMP) -> Path:
+    """Write a dump into a sysroot folder: its text is data (a hostile or odd host could name '/', a NUL,
+    a file and a folder at once), so each path and size is checked before it is written."""
+    if DUMP_MARK not in text:
+        raise ScriptError(f"{where} holds no captured file (not what detect.py --capture writes)", fix)
     total = 0
-    try:
-        with tarfile.open(archive, "r:*", tarinfo=_BoundedTarInfo) as tar:
-            for count, member in enumerate(tar, 1):  # member by member: a bomb is refused at its header
-                total += member.size
-                why = (
-                    f"{member.name[:200]!r} is not a plain captured file"
-                    if not member.isfile()
-                    else member_problem(member.name, member.size, count, total)
-                )
-                if why:
-                    raise ScriptError(f"cannot read the capture {archive}: {why}", fix)
-                write_member(dest, member.name, tar.extractfile(member).read())
-    except tarfile.ReadError:  # tarfile's own words list each compression it tried: not one says what is wrong
-        raise ScriptError(
-            f"{archive} is neither a folder nor a capture archive (not a tar file, compressed or not, "
-            "or a damaged one)",
-            "pass a sysroot folder, or an archive made by detect.py --capture",
-        )
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ScriptError(f"cannot read the capture {archive}: {exc}", "pass an archive made by detect.py --capture")
-    except (ValueError, UnicodeError):  # a NUL in a pax path, a sparse map that is not numbers
-        raise ScriptError(
-            f"cannot read the capture {archive}: a header no capture has", "pass an archive made by detect.py --capture"
-        )
-    except RecursionError:  # tarfile follows each extended header into the next by recursion: 400 of them
-        raise ScriptError(
-            f"cannot read the capture {archive}: a chain of extended headers no capture has",
-            "pass an archive made by detect.py --capture",
-        )
+    for count, (path, start, end) in enumerate(split_dump(text), 1):
+        data = (text[start:end].rstrip("\n") + "\n").encode("utf-8", "replace")
+        total += len(data)
+        why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
+        why = why or member_problem(path[1:], len(data), count, total)
+        if why:
+            raise ScriptError(f"cannot read {where}: {why}", fix)
+        out = dest / path[1:]
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+        except OSError as exc:  # a path both a file and a folder, a name the file system refuses
+            raise ScriptError(f"cannot read {where}: {path[:200]!r}: {exc.strerror or exc}", fix)
     return dest
+
+
+def unpack(capture_file: Path, dest: Path) -> Path:
+    """A file from detect.py --capture, read (bounded) into a sysroot folder."""
+    raw = jsonio.read_input_bytes(capture_file, "the capture", NOT_A_DUMP, CAPTURE_LIMIT)
+    return read_dump(raw.decode("utf-8", "replace"), dest, f"the capture {capture_file}")

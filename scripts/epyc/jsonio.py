@@ -148,7 +148,7 @@ def output_file(spec: str | Path, what: str) -> Path:
     if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a file named '-' in this folder
         raise ScriptError(
             f"{what} '-': stdout carries the JSON document, so this writes only to a file",
-            f"pass a file path for {what}, e.g. ./capture.tar.gz",
+            f"pass a file path for {what}, e.g. ./capture.txt",
         )
     path = user_path(spec, what)
     try:
@@ -158,9 +158,7 @@ def output_file(spec: str | Path, what: str) -> Path:
     except OSError as exc:  # a name too long, a path through a file
         raise ScriptError(f"{what} {str(spec)[:200]!r}: {exc.strerror or exc}", f"pass a usable file path for {what}")
     if path.is_dir():
-        raise ScriptError(
-            f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.tar.gz"
-        )
+        raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.txt")
     if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
         raise ScriptError(
             f"{what} {str(spec)!r} exists and is not a regular file (a link, pipe or device)",

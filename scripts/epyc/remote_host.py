@@ -1,4 +1,4 @@
-"""Other hosts: ssh targets, capture archives and --spec rows."""
+"""Other hosts: ssh targets, capture files and --spec rows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,62 +83,13 @@ SSH_TIMEOUT_S = 30
 TARGET_FILE = "EPYC_TARGET"
 
 
-# The remote side of --host: print each file behind a marker, all in one ssh call.
-_REMOTE_FILES = ["/" + pattern for pattern in hostspec.CAPTURE_PATTERNS]
-_MARK = "@@EPYC-SKILL-FILE@@"
-_REMOTE_SCRIPT = (
-    'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + _MARK + '" "$f"; cat "$f"; }; done; }\n'
-    "dump " + " ".join(_REMOTE_FILES) + "\n"
-    'while IFS=: read -r _id ctl p; do [ -n "$p" ] && [ "$p" != / ] && dump '
-    + " ".join(f'"/{t.format(p="$p")}"' for t in hostspec.CGROUP_FILES)
-    + "; "
-    "done < /proc/self/cgroup\n"
-    "exit 0\n"
-)
-
-
-_MARK_LINE = re.compile("^" + re.escape(_MARK) + " (.*)$", re.M)
-
-
-def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
-    """The marker-separated remote dump -> (absolute path as the host named it, start, end of its text),
-    one file at a time: the caller checks a file's size before it copies it (a list of every line cost
-    28 times the answer's size)."""
-    marks = _MARK_LINE.finditer(text)
-    here = next(marks, None)
-    while here is not None:
-        after = next(marks, None)
-        yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
-        here = after
-
-
-def unpack_capture(text: str, dest: Path, label: str) -> None:
-    """Write the remote dump into a sysroot folder, with the checks a capture archive gets: the host's
-    answer is data (a hostile or odd host could name '/', a NUL, a file and a folder at once)."""
-    fix = "the host's answer is not what detect.py's remote script prints: check its shell (sh) and /proc"
-    total = 0
-    for count, (path, start, end) in enumerate(split_dump(text), 1):
-        total += max(0, end - start)
-        why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
-        why = why or hostspec.member_problem(path[1:], max(0, end - start), count, total)
-        if not why:
-            data = (text[start:end].rstrip("\n") + "\n").encode("utf-8", "replace")
-            why = hostspec.member_problem(path[1:], len(data), count, total)
-        if why:
-            raise ScriptError(f"cannot read {label} over ssh: {why}", fix, host=label)
-        try:
-            hostspec.write_member(dest, path[1:], data)
-        except OSError as exc:  # a path both a file and a folder, a name the file system refuses
-            raise ScriptError(f"cannot read {label} over ssh: {path[:200]!r}: {exc.strerror or exc}", fix, host=label)
-
-
 def gather_remote(spec: str) -> HostFacts:
     target = parse_host(spec)
-    argv = ssh_argv(target, ["sh", "-c", _REMOTE_SCRIPT])
+    argv = ssh_argv(target, ["sh", "-c", hostspec.DUMP_SCRIPT])
     errors.log(f"detect: reading {target.label} over ssh")
-    # bounded as a capture archive is: a host printing without end fills no memory
+    # bounded as a capture is: a host printing without end fills no memory
     res = subproc.run(argv, timeout=SSH_TIMEOUT_S, limit=hostspec.CAPTURE_LIMIT)
-    if not res.ok or _MARK not in res.stdout:
+    if not res.ok or hostspec.DUMP_MARK not in res.stdout:
         why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else (res.failure or "no output")
         raise ScriptError(
             f"cannot read {target.label} over ssh: {why}",
@@ -146,7 +97,8 @@ def gather_remote(spec: str) -> HostFacts:
             host=target.label,
         )
     tree = jsonio.scratch_dir("epyc-detect-")
-    unpack_capture(res.stdout, tree, target.label)
+    fix = "the host's answer is not what detect.py's remote script prints: check its shell (sh) and /proc"
+    hostspec.read_dump(res.stdout, tree, f"{target.label} over ssh", fix)
     return gather(Sysroot(str(tree)), target.label, live=False)
 
 
@@ -156,10 +108,10 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     if host:
         return gather_remote(host)
     try:
-        archive = bool(sysroot) and Path(sysroot).is_file()
+        captured = bool(sysroot) and Path(sysroot).is_file()
     except OSError:  # a name too long: check_sysroot below says so
-        archive = False
-    if archive:  # an archive from detect.py --capture on the host
+        captured = False
+    if captured:  # a file from detect.py --capture on the host
         dest = jsonio.scratch_dir("epyc-capture-")
         hostspec.unpack(Path(sysroot), dest)
         return gather(hostfacts.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
