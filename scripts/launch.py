@@ -155,7 +155,7 @@ def add_up(sub, epyc: dict) -> None:
     u.add_argument(
         "--yes",
         action="store_true",
-        help="answer yes to its questions (build the host stack, launch the plan): only after a human has read them",
+        help="launch the plan up showed last: only after a human has read it",
     )
     u.add_argument(
         "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]

@@ -611,20 +611,6 @@ def up_with_no_terminal(monkeypatch, docs: dict, run_dir, port):
     return a, launched
 
 
-def no_runtime_until_built(docs: dict):
-    """up's steps on a machine with no runtime until the host stack is built -> (step, the builds made)."""
-    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
-    built: list[bool] = []
-
-    def step(script, args, phase, run_dir, allow_fail=False):
-        if script == "setup_host_stack.py":
-            built.append(True)
-            return {"python": "/usr/bin/python3"}
-        return (docs["validate"] if built else no_runtime) if phase == "validate" else docs[phase]
-
-    return step, built
-
-
 def plan_from(docs, opts=None, facts=None):
     return planner.build_plan(docs, opts or {}, load_epyc(), facts or facts_for(docs))
 

@@ -665,7 +665,7 @@ def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypat
         up.up(a, load_epyc())
     monkeypatch.setenv("HF_TOKEN", "hf_set_after_the_showing")
     a.yes = True
-    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(secrets\)"):
+    with pytest.raises(ScriptError, match=r"the plan differs from the one up showed last \(secrets\)"):
         up.up(a, load_epyc())
     assert not launched
 

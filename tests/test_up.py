@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import load_epyc_doc, no_runtime_until_built, up_with_no_terminal
+from conftest import load_epyc_doc, up_with_no_terminal
 from epyc.errors import ScriptError
 
 
@@ -177,7 +177,9 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     shown = json.loads((run_dir / "shown-plan.json").read_text())
     assert "--port 18601" in shown["command"] and not launched
     a.yes, docs["validate"]["port"] = True, 18602  # 18601 taken in between: the second run plans another port
-    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(pre_argv, command\)") as changed:
+    with pytest.raises(
+        ScriptError, match=r"the plan differs from the one up showed last \(pre_argv, command\)"
+    ) as changed:
         up.up(a, load_epyc())
     assert "--port 18602" in changed.value.error and changed.value.extra["started"] is False and not launched
     up.up(a, load_epyc())  # the changed plan was shown (stderr, plan.json): a yes now runs exactly it
@@ -187,45 +189,9 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     assert len(launched) == 2
 
 
-def test_up_yes_after_the_host_stack_question_shows_the_plan_before_it_runs(inputs, tmp_path, monkeypatch):
-    """The review of F5: with no runtime, up's first question (no terminal) is the host stack's; the --yes run
-    then built it and launched a plan nobody had seen. The yes answers the build; the plan is shown and held."""
-    from conftest import load_docs
-    from epyc import up
-    from epyc.bundle import load_epyc
-    from epyc.errors import ScriptError
-
-    docs = load_docs(inputs)
-    built = []
-    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no runtime", "fix": "-"}]}
-
-    def step(script, args, phase, run_dir, allow_fail=False):
-        if script == "setup_host_stack.py":
-            built.append(True)
-            return {"python": "/usr/bin/python3"}
-        if phase == "validate":
-            return docs["validate"] if built else no_runtime
-        return docs[phase]
-
-    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18603)
-    monkeypatch.setattr(up, "step", step)
-    with pytest.raises(ScriptError, match="no terminal"):
-        up.up(a, load_epyc())
-    assert not built and not launched
-    a.yes = True
-    with pytest.raises(ScriptError, match=r"up had not shown this plan \(its last question was the host stack's\)"):
-        up.up(a, load_epyc())
-    assert built and not launched  # the build was the question answered
-    up.up(a, load_epyc())
-    assert len(launched) == 1 and launched[0]["port"] == 18603
-
-
-def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs, tmp_path, monkeypatch):
-    """The 33rd left an old showing in the shared default up folder saying "the plan changed since up showed
-    it" to an unrelated `up --model OTHER --yes`. Binding a showing to its request (34th round) let any other
-    spelling of the same request (the folder typed relative, a default given explicitly) launch a plan
-    nobody saw (the 34th audit's F1). A showing holds every --yes after it whose plan differs; the request it
-    records only names the flags that differ, so the message is true."""
+def test_a_showing_holds_every_yes_after_it_whose_plan_differs(inputs, tmp_path, monkeypatch):
+    """A showing holds every --yes after it whose plan differs, however the request was spelled (the folder
+    typed relative, a default given explicitly, another model): only what runs counts."""
     from conftest import load_docs, up_with_no_terminal
     from epyc import up
     from epyc.bundle import load_epyc
@@ -236,12 +202,10 @@ def test_a_showing_holds_every_yes_after_it_and_says_which_request_it_was(inputs
     a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18611)
     with pytest.raises(ScriptError, match="no terminal"):
         up.up(a, load_epyc())  # shown, left in the folder
-    assert json.loads((run_dir / "shown-plan.json").read_text())["request"]["port"] == 18611
+    assert "--port 18611" in json.loads((run_dir / "shown-plan.json").read_text())["command"]
     a.yes, a.port = True, 18612  # another request: its plan was never shown -> shown now, not run
     with pytest.raises(
-        ScriptError,
-        match=r"up last showed a plan for another request \(--port differ\), not this "
-        r"one; it now runs: .*--port 18612",
+        ScriptError, match=r"differs from the one up showed last .*; it now runs: .*--port 18612"
     ) as held:
         up.up(a, load_epyc())
     assert held.value.extra["started"] is False and not launched
@@ -273,37 +237,44 @@ def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path
     assert not launched
 
 
-def test_with_no_terminal_up_shows_each_question_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch, capsys):
-    """With no terminal, up's host-stack question was never shown (ask failed before it wrote), and both of
-    up's no-terminal errors pointed to "launch.py plan ..." with no phase or plan file: an agent was told to
-    answer --yes to a question it had not read. The question now goes to stderr; each error names its phase,
-    says what a --yes does, and the plan's names the up folder's plan.json."""
+def test_with_no_terminal_up_shows_the_plan_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch, capsys):
+    """With no terminal, up's error names its phase, says what a --yes does, and names the up folder's plan."""
     from conftest import load_docs, up_with_no_terminal
     from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
 
     docs = load_docs(inputs)
-    step, built = no_runtime_until_built(docs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18621)
-    monkeypatch.setattr(up, "step", step)
-    with pytest.raises(ScriptError, match="no terminal") as asked:
-        up.up(a, load_epyc())
-    err = capsys.readouterr().err
-    assert "Build the host venv now?" in err and "pip install" in err, err  # the question a --yes answers
-    doc = asked.value.as_json()
-    assert doc["phase"] == "validate" and doc["started"] is False and "--yes" in doc["fix"], doc
-    assert "launch.py plan" not in doc["fix"] and not built
-    a.yes = True
-    with pytest.raises(ScriptError, match="up had not shown this plan"):  # built; the plan shown, held
-        up.up(a, load_epyc())
-    a.yes = False
     with pytest.raises(ScriptError, match="no terminal") as asked:
         up.up(a, load_epyc())
     doc = asked.value.as_json()
     assert doc["phase"] == "confirm" and doc["plan_file"] == str(tmp_path / "up" / "plan.json"), doc
     assert "launch.py plan" not in doc["fix"] and "--yes" in doc["fix"] and not launched
     assert capsys.readouterr().err.count("Launch this?") == 0  # the summary was logged once, not the prompt too
+
+
+def test_with_no_runtime_up_stops_at_validate_with_the_one_time_fix(inputs, tmp_path, monkeypatch):
+    """No container runtime and no host stack: up reports validate's one-time fix and stops; it installs
+    nothing itself, --yes or not."""
+    from conftest import load_docs, up_with_no_terminal
+    from epyc import up
+    from epyc.bundle import load_epyc
+    from epyc.errors import ScriptError
+
+    docs = load_docs(inputs)
+    ran = []
+    no_runtime = {"ok": False, "ready": False, "errors": [{"check": "runtime", "message": "no usable runtime",
+                  "fix": "one-time setup: ... python3 scripts/setup_host_stack.py"}]}  # fmt: skip
+    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18622)
+    monkeypatch.setattr(up, "step", lambda script, args, phase, *r, **k: ran.append(script) or (
+        no_runtime if phase == "validate" else docs[phase]))  # fmt: skip
+    for yes in (False, True):
+        a.yes = yes
+        with pytest.raises(ScriptError, match="FAILED in phase validate: no usable runtime") as failed:
+            up.up(a, load_epyc())
+        assert "setup_host_stack.py" in failed.value.fix
+    assert ran == ["detect.py", "validate.py"] * 2 and not launched
 
 
 # ---- the review of the fixes above
@@ -331,76 +302,22 @@ def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tm
     with pytest.raises(ScriptError, match="port busy"):
         up.up(a, load_epyc())  # what was shown: launched (and failed)
     docs["validate"] = {**docs["validate"], "port": shown_port + 1}  # validate's next free port
-    with pytest.raises(ScriptError, match=r"the plan changed since up showed it \(pre_argv, command\)"):
+    with pytest.raises(ScriptError, match=r"the plan differs from the one up showed last \(pre_argv, command\)"):
         up.up(a, load_epyc())
     assert [p["port"] for p in launched] == [shown_port]
 
 
-def test_a_yes_after_a_plan_was_shown_does_not_build_the_host_stack_unasked(inputs, tmp_path, monkeypatch, capsys):
-    """A plan shown (a runtime then), the runtime gone before the --yes: the yes built the host stack (a
-    90-130 s install) that no question had shown. It answers the plan only: the build's question is shown and
-    held, and the --yes after it builds."""
-    from conftest import load_docs, up_with_no_terminal
-    from epyc import up
-    from epyc.bundle import load_epyc
-    from epyc.errors import ScriptError
-
-    docs = load_docs(inputs)
-    a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18631)
-    with pytest.raises(ScriptError, match="no terminal"):
-        up.up(a, load_epyc())  # a plan shown
-    step, built = no_runtime_until_built(docs)
-    monkeypatch.setattr(up, "step", step)
-    a.yes = True
-    capsys.readouterr()
-    with pytest.raises(ScriptError, match="not built: what up showed last was not this question") as held:
-        up.up(a, load_epyc())
-    assert held.value.extra["phase"] == "validate" and not built and not launched
-    assert "Build the host venv now?" in capsys.readouterr().err
-    with pytest.raises(ScriptError, match="up had not shown this plan"):
-        up.up(a, load_epyc())  # the question shown: this yes builds, then shows the plan
-    assert built and not launched
-
-
 def test_what_a_held_showing_says_is_true():
-    """A showing up could not read was called "the host stack's question"; one another version wrote (no
-    `secrets`) was "changed (secrets)" though nothing changed; a request with a key this bundle does not
-    record named no flag ("(-- differ)")."""
-    import argparse
-
-    from epyc.showing import UP_REQUEST_FLAGS, showing_differs, up_request
+    """A showing that is not this bundle's (not JSON, another version's fields) is said so, never "changed"."""
+    from epyc.showing import showing_differs
 
     now = {"pre_argv": [], "command": "vllm serve m --port 1", "env": {}, "secrets": []}
-    req = up_request(argparse.Namespace(**{k: None for k in UP_REQUEST_FLAGS}), "m")
-    assert showing_differs(None, now, req).startswith("up could not read the plan it showed last")
-    assert showing_differs({"x": 1}, now, req).startswith("up could not read the plan it showed last")
-    assert "host stack" in showing_differs({"question": "Build the host venv now?"}, now, req)
+    assert showing_differs(None, now).startswith("up could not read the plan it showed last")
+    assert showing_differs({"x": 1}, now).startswith("up could not read the plan it showed last")
     old = {k: v for k, v in now.items() if k != "secrets"}
-    assert showing_differs(old, now, req).startswith("up could not read the plan it showed last")
-    other = {**now, "command": "vllm serve m --port 2", "request": {**req, "old_flag": 1}}
-    assert showing_differs(other, now, req) == "the plan changed since up showed it (command)"
-    assert showing_differs({**now, "request": {**req, "old_flag": 1}}, now, req) is None
-
-
-def test_a_showing_that_is_no_object_holds_the_build_with_a_clear_error(inputs, tmp_path, monkeypatch):
-    """Found re-reading the change: a shown-plan.json holding a JSON list made `up --yes` with no runtime end
-    as `internal error: AttributeError` (the build's check read it as an object). It is no showing: held."""
-    from conftest import load_docs, up_with_no_terminal
-    from epyc import up
-    from epyc.bundle import load_epyc
-    from epyc.errors import ScriptError
-
-    docs = load_docs(inputs)
-    run_dir = tmp_path / "up"
-    run_dir.mkdir()
-    (run_dir / "shown-plan.json").write_text("[1]")
-    a, launched = up_with_no_terminal(monkeypatch, docs, run_dir, 18641)
-    step, built = no_runtime_until_built(docs)
-    monkeypatch.setattr(up, "step", step)
-    a.yes = True
-    with pytest.raises(ScriptError, match="not built: what up showed last was not this question"):
-        up.up(a, load_epyc())
-    assert not built and not launched
+    assert showing_differs(old, now).startswith("up could not read the plan it showed last")
+    assert showing_differs({**now, "command": "x"}, now) == "the plan differs from the one up showed last (command)"
+    assert showing_differs({**now, "extra": 1}, now) is None
 
 
 def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):

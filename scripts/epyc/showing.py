@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -21,47 +20,12 @@ def what_runs(plan: dict) -> dict:
     return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"], "secrets": plan["secrets"]}
 
 
-UP_REQUEST_FLAGS = (
-    "model",
-    "port",
-    "served_model_name",
-    "max_model_len",
-    "num_prompts",
-    "python",
-    "stock",
-    "dtype",
-    "expose",
-    "api_key_env",
-    "throughput_flags",
-    "kernel_log",
-)
-
-
-def up_request(a: argparse.Namespace, model: str) -> dict:
-    """What up was asked for (its flags as typed, not --yes/--timeout/--state-dir): recorded with a showing
-    only to say, when a --yes asks for something else, that the plan it holds was shown for another request."""
-    return {**{k: getattr(a, k) for k in UP_REQUEST_FLAGS}, "model": model}
-
-
-def showing_differs(before: dict | None, now: dict, request: dict) -> str | None:
-    """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown).
-    Any difference holds it, however the request was spelled: the same folder typed another way, a default
-    given explicitly, or another model altogether is not proof that the human read this plan."""
-    if isinstance(before, dict) and "command" not in before and before.get("question"):
-        return "up had not shown this plan (its last question was the host stack's)"
+def showing_differs(before: dict | None, now: dict) -> str | None:
+    """Why a --yes cannot launch `now` on the strength of the showing `before` (None: it is what was shown)."""
     if not isinstance(before, dict) or any(k not in before for k in now):  # not JSON, not ours, another version
         return "up could not read the plan it showed last (shown-plan.json is not a showing of this bundle's)"
     changed = [k for k in now if before[k] != now[k]]
-    if not changed:
-        return None
-    asked = before.get("request")
-    flags = [k for k in UP_REQUEST_FLAGS if asked.get(k) != request.get(k)] if isinstance(asked, dict) else []
-    if flags:  # an older showing (another model, other flags)
-        return (
-            f"up last showed a plan for another request (--{', --'.join(f.replace('_', '-') for f in flags)} "
-            f"differ), not this one"
-        )
-    return f"the plan changed since up showed it ({', '.join(changed)})"
+    return f"the plan differs from the one up showed last ({', '.join(changed)})" if changed else None
 
 
 def read_showing(shown: Path) -> dict | None:
@@ -74,7 +38,7 @@ def read_showing(shown: Path) -> dict | None:
     return before if isinstance(before, dict) else None
 
 
-def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) -> None:
+def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
     """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
     it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
     moved, a token set in between made the yes launch a plan nobody read. Without an earlier showing
@@ -83,10 +47,10 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path, request: dict) ->
         return
     before = read_showing(shown)
     now = what_runs(plan)
-    said = showing_differs(before, now, request)
+    said = showing_differs(before, now)
     if said is None:
         return
-    write_own_file(shown, json.dumps({"request": request, **now}, indent=2) + "\n")
+    write_own_file(shown, json.dumps(now, indent=2) + "\n")
     raise ScriptError(
         f"not launched: {said}; it now runs: {masking.clip(plan['command'], 600)}",
         "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",

@@ -16,7 +16,6 @@ from . import (
     cli,
     cpuid,
     errors,
-    hoststack,
     jsonio,
     serve_procs,
     serve_state,
@@ -32,7 +31,7 @@ from .serve_start import start
 from .serve_state import NO_RETRY_FIX, state_root, write_own_file
 from .serve_stop import stop
 from .serve_verify import verify
-from .showing import read_showing, refuse_a_plan_changed_since_shown, up_request, what_runs
+from .showing import refuse_a_plan_changed_since_shown, what_runs
 
 # ---------------------------------------------------------------- up: the whole chain
 
@@ -72,42 +71,18 @@ def phase_failed(phase: str, doc: dict) -> ScriptError:
 TERMINAL = "/dev/tty"
 
 
-def ask(question: str, unanswered: ScriptError, shown: bool = False) -> bool:
-    """A yes/no question on the terminal (never on stdout, which carries the JSON). With no terminal (an
-    agent's shell) it raises `unanswered`, which says what a --yes then does; the question goes to stderr
-    first unless it is there already (`shown`), so what a --yes answers is what was read."""
+def ask(question: str, unanswered: ScriptError) -> bool:
+    """A yes/no question on the terminal (never on stdout, which carries the JSON; the plan it asks about is
+    on stderr already). With no terminal (an agent's shell) it raises `unanswered`, which says what a --yes
+    then does."""
     try:
         tty = open(TERMINAL, "r+")
     except OSError:
-        if not shown:
-            errors.log(question)
-        raise unanswered
+        raise unanswered from None
     with tty:
         tty.write(question + " [y/N] ")
         tty.flush()
         return tty.readline().strip().lower() in ("y", "yes")
-
-
-def only_runtime_missing(val: dict) -> bool:
-    """validate said no because nothing can run vLLM yet -- the one gap `up` may fill itself."""
-    errors = val.get("errors") or []
-    return bool(errors) and all(e["check"] == "runtime" for e in errors)
-
-
-BUILD_ON_YES = (
-    "if the user agrees, run up again with --yes: it builds the host venv, then shows the plan and stops "
-    "before it launches anything"
-)
-
-
-def setup_question(epyc: dict, stock: bool) -> str:
-    hs = epyc["host_stack"]
-    pins = hs["stock"]["pip"] if stock else hs["pip"]
-    return (
-        f"No container runtime and no host stack. Build the host venv now?\n"
-        f"  what:  pip install {' '.join(pins)} into {hoststack.default_venv(hs, stock)}\n"
-        f"  time:  about {hs['install_estimate_s']} s, a few GB of wheels (run once, reused after)"
-    )
 
 
 def dangling(link: Path) -> bool:
@@ -332,7 +307,7 @@ def up(a: argparse.Namespace, epyc: dict) -> dict:
 
 
 def detected_and_validated(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> tuple[dict, dict]:
-    """detect (stop where the route says so), then validate; with no runtime, the host stack built on a yes."""
+    """detect (stop where the route says so), then validate (no runtime: its one-time fix, and stop)."""
     det = step("detect.py", [], "detect", run_dir)
     route = cpuid.route_host(det, epyc["supported_generations"], stock=a.stock)
     if route["route"] in ("stop", "stock_offer"):
@@ -345,38 +320,6 @@ def detected_and_validated(run_dir: Path, model: str, a: argparse.Namespace, epy
         )
     vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
     val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
-    if not val.get("ready") and only_runtime_missing(val) and not a.python:
-        question, shown = setup_question(epyc, a.stock), run_dir / "shown-plan.json"
-        # a --yes answers the question up showed last: after a plan (the runtime gone since), not this build
-        held = a.yes and os.path.lexists(shown) and (read_showing(shown) or {}).get("question") != question
-        if not a.yes or held:  # what a --yes after this answers: the build, not a plan nobody has seen yet
-            write_own_file(shown, json.dumps({"request": up_request(a, model), "question": question}) + "\n")
-        if held:
-            errors.log(question)
-            raise ScriptError(
-                "not built: what up showed last was not this question (a plan to launch, or a "
-                "file it cannot read), and there is no runtime now: up asks to build the host stack "
-                "(the question is on stderr)",
-                BUILD_ON_YES,
-                phase="validate",
-                started=False,
-            )
-        unanswered = ScriptError(
-            "confirmation needed and there is no terminal: up asks to build the host stack (the question is on stderr)",
-            BUILD_ON_YES,
-            phase="validate",
-            started=False,
-        )
-        if not (a.yes or ask(question, unanswered)):
-            raise ScriptError(
-                "FAILED in phase validate: no runtime, and building the host stack was declined",
-                "build it (python3 scripts/setup_host_stack.py"
-                + (" --stock" if a.stock else "")
-                + ") or make docker usable, then run up again",
-                phase="validate",
-            )
-        setup = step("setup_host_stack.py", ["--stock"] if a.stock else [], "setup_host_stack", run_dir)
-        val = step("validate.py", vargs + host_path_args(setup["python"]), "validate", run_dir, allow_fail=True)
     if not val.get("ready"):
         raise phase_failed("validate", val)
     return det, val
@@ -439,9 +382,9 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
     errors.log(plan["summary_markdown"])
     shown = run_dir / "shown-plan.json"
     if a.yes:
-        refuse_a_plan_changed_since_shown(plan, shown, up_request(a, model))
-    else:  # shown: a --yes of the same request later runs only it
-        write_own_file(shown, json.dumps({"request": up_request(a, model), **what_runs(plan)}, indent=2) + "\n")
+        refuse_a_plan_changed_since_shown(plan, shown)
+    else:  # shown: a --yes later runs only it
+        write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
     unanswered = ScriptError(
         "confirmation needed and there is no terminal: up showed its plan (the summary on "
         f"stderr; {plan_file}) and launched nothing",
@@ -451,7 +394,7 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
         plan_file=str(plan_file),
         started=False,
     )
-    if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered, shown=True):
+    if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered):
         raise ScriptError(
             "not launched: the plan was declined",
             f"change what you want and run up again; the plan is in {plan_file}",
