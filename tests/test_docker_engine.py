@@ -252,82 +252,15 @@ def plan_on(runtime, inputs, env, tmp_path):
     return pfile, r.doc
 
 
-def test_a_podman_that_containers_conf_makes_remote_is_never_used(inputs, rt, tmp_path):
-    """Noted since the twenty-fifth audit: a containers.conf with `[engine] remote = true` makes every podman
-    call a remote one, whatever its environment. podman says so itself (Host.ServiceIsRemote): validate does
-    not count such a podman, and start refuses if a later shell's podman has become one. (FAKE podman: it
-    cannot start containers in this sandbox.)"""
-    d, env = rt
-    (d / "daemon_down").touch()
-    (d / "podman_can_run").touch()
-    (d / "podman_remote").touch()
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "podman", env=env)
-    assert val.doc["runtime"] != "podman", val.doc
-    assert "remote client" in val.doc["runtime_detail"]["podman"], val.doc
-    assert not [c for c in calls(d) if c["runtime"] == "podman" and c["argv"][0] == "run"]  # nothing ran remotely
-    (d / "podman_remote").unlink()
-    pfile, _ = plan_on("podman", inputs, env, tmp_path)
-    (d / "podman_remote").touch()  # containers.conf changed since validate
-    before = len(calls(d))
-    refused = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
-    assert refused.code == 1 and "remote client" in refused.doc["error"], refused.doc
-    assert "remote = false" in refused.doc["fix"] and "run this command again" in refused.doc["fix"]
-    assert [c["argv"][0] for c in calls(d)[before:]] == ["info"]  # asked, and nothing else
-    assert not (tmp_path / "st" / "state.json").exists()
-
-
-def test_sudo_docker_is_never_used_on_the_daemon_roots_docker_context_names(
-    inputs,
-    rt,
-    tmp_path,
-    monkeypatch,
-):
-    """Noted since the twenty-seventh audit: sudo resets the environment, but root's docker follows root's
-    own current context, which can name a remote daemon. validate (asked for sudo docker) refuses it then, and
-    start refuses if root's context has moved since. (FAKE sudo and docker: there is no sudo here, and
-    root's context is the fake's file.)"""
+def test_sudo_docker_runs_only_when_asked_for_and_never_prompts(inputs, rt, tmp_path):
+    """validate never reaches for sudo on its own; asked for it, the plan runs `sudo -n docker` (a password
+    prompt is a failure, never a wait). (FAKE sudo and docker: there is no sudo here.)"""
     d, env = rt
     env = {**env, "PATH": f"{FAKE_BIN.parent / 'sudo_bin'}:{env['PATH']}"}
     (d / "user_denied").touch()
-    (d / "root_context").write_text("build tcp://10.0.0.9:2376")
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "sudo docker", env=env)
-    assert val.doc["runtime"] != "sudo docker", val.doc
-    assert "root's current docker context is 'build'" in val.doc["runtime_detail"]["sudo docker"], val.doc
-    assert not [c for c in calls(d) if c["runtime"] == "sudo docker" and c["argv"][0] == "info"]
-    (d / "root_context").write_text("default tcp://10.0.0.9:2376")  # DOCKER_HOST from root's pam_env, say
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "sudo docker", env=env)
-    assert "is another machine's docker" in val.doc["runtime_detail"]["sudo docker"], val.doc
-    (d / "root_context").write_text("rootless unix:///run/user/0/docker.sock")  # another local daemon: its own
-    val = run_script("validate.py", "--detect", str(inputs["detect"]), "--runtime", "sudo docker", env=env)
-    assert val.doc["runtime"] == "sudo docker", val.doc
-    auto = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)  # sudo only when asked for
+    auto = run_script("validate.py", "--detect", str(inputs["detect"]), env=env)
     assert auto.doc["runtime"] != "sudo docker" and "sudo docker" not in auto.doc["runtime_detail"], auto.doc
-    (d / "root_context").unlink()
     pfile, plan = plan_on("sudo docker", inputs, env, tmp_path)
     assert plan["argv"][:3] == ["sudo", "-n", "docker"], plan
-    (d / "root_context").write_text("build tcp://10.0.0.9:2376")  # root switched context since validate
-    before = len(calls(d))
-    refused = run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env)
-    assert refused.code == 1 and "root's current docker context is 'build'" in refused.doc["error"], refused.doc
-    assert "sudo docker context use default" in refused.doc["fix"]
-    assert [c["argv"][:2] for c in calls(d)[before:]] == [["context", "show"], ["context", "inspect"]]  # asked only
-    assert not (tmp_path / "st" / "state.json").exists()
-    (d / "root_context").unlink()
     assert run_script("launch.py", "start", "--plan", str(pfile), "--confirm", env=env).code == 0
-    (d / "root_context").write_text("build tcp://10.0.0.9:2376")  # the twenty-eighth audit's F3: after start,
-    for verb in ("stop", "verify", "handoff"):  # a stop there said "not running" and dropped the running one's state
-        refused = run_script("launch.py", verb, "--plan", str(pfile), env=env)
-        assert refused.code == 1 and "root's current docker context" in refused.doc["error"], (verb, refused.doc)
-        assert refused.doc.get("phase") == verb and (tmp_path / "st" / "state.json").exists(), (verb, refused.doc)
-    from epyc import (  # and a state of it counts as a server that may run (up would write over it otherwise)
-        serve_procs,
-        serve_state,
-    )
-
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setattr(runtimes, "_SEEN_LOCAL", set())
-    said = serve_procs.state_server(serve_state.read_state({"state_file": str(tmp_path / "st" / "state.json")}))
-    assert said and "cannot be asked from here, so it may run" in said, said
-    (d / "root_context").unlink()
     assert run_script("launch.py", "stop", "--plan", str(pfile), env=env).doc["stopped"] is True

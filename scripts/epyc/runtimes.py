@@ -63,96 +63,9 @@ def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
     return [*CONTAINER_RUNTIMES[runtime], f"--host={engine}"]
 
 
-def podman_remote_problem(timeout: float = 20) -> str | None:
-    """Why this machine's `podman` would run a container elsewhere, or None. Its environment is cleared of
-    CONTAINER_HOST/CONTAINER_CONNECTION (run_env), but a containers.conf with `[engine] remote = true` (or
-    a podman-remote build, or a podman machine VM) still makes every call a remote one, which no flag
-    overrides: podman itself says so as Host.ServiceIsRemote. A podman that does not answer is left to the
-    call that follows (its own error says why)."""
-    res = run(["podman", "info", "--format", "{{.Host.ServiceIsRemote}}"], timeout=timeout)
-    if res.ok and res.stdout.strip().lower() == "true":
-        return (
-            "podman here is a remote client (containers.conf `[engine] remote = true`, podman-remote, or a "
-            "podman machine VM): its containers run on another machine, not on the CPUs and memory this plan "
-            "is sized for"
-        )
-    return None
-
-
-def sudo_docker_context_problem(timeout: float = 20) -> str | None:
-    """Why `sudo -n docker` would reach a daemon on another machine, or None. sudo resets the environment
-    (and run_env drops DOCKER_HOST besides), but root's docker follows root's own current context (its
-    ~/.docker/config.json), and a DOCKER_HOST that root's login environment sets (pam_env) shows as the
-    default context's endpoint: the endpoint is judged as a plan's engine is. A plan names no engine for
-    sudo docker, so every verb asks again. A CLI without contexts answers nothing here and uses the
-    default socket."""
-    shown = run(["sudo", "-n", "docker", "context", "show"], timeout=timeout)
-    if not shown.ok:
-        return None
-    name = shown.stdout.strip()
-    host = run(
-        ["sudo", "-n", "docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout
-    )
-    endpoint = host.stdout.strip() if host.ok else ""
-    problem = (
-        docker_engine_problem(endpoint)
-        if endpoint
-        else None
-        if name in ("", "default")
-        else "could not be read (context inspect failed)"
-    )
-    if problem:
-        said = URL_CREDENTIALS.sub(r"\1***@", endpoint)  # user:password@ in an address
-        return (
-            f"root's current docker context is {clip(repr(name), 80)}, whose daemon {clip(repr(said), 120)} "
-            f"{problem}: `sudo docker` would run the server there, not on this machine"
-        )
-    return None
-
-
-SUDO_DOCKER_CONTEXT_FIX = (
-    "run `sudo docker context use default` (and drop any DOCKER_HOST from root's login "
-    "environment), or use docker or the host path (validate.py --runtime)"
-)
-
-
-PODMAN_REMOTE_FIX = (
-    "set `remote = false` under [engine] in containers.conf (or unset CONTAINERS_CONF), or use "
-    "docker or the host path (validate.py --runtime docker|host); to serve on another machine, "
-    "run the chain on it"
-)
-
-
-def remote_runtime_problem(runtime: str, timeout: float = 20) -> tuple[str, str] | None:
-    """(why, fix) when this podman or sudo docker would run containers on another machine now, else None
-    (plain docker names its engine in the argv; these two cannot)."""
-    check, fix = {
-        "podman": (podman_remote_problem, PODMAN_REMOTE_FIX),
-        "sudo docker": (sudo_docker_context_problem, SUDO_DOCKER_CONTEXT_FIX),
-    }.get(runtime, (None, ""))
-    problem = check(timeout) if check else None
-    return (problem, fix) if problem else None
-
-
-_SEEN_LOCAL: set[str] = set()
-
-
 def runtime_of(doc: dict) -> list[str]:
-    """The runtime argv prefix a plan (or the state its start wrote) names: its runtime, on its engine. A
-    podman or sudo docker that would reach another machine now (containers.conf, root's docker context:
-    no flag in the argv overrides them) is refused for every verb, as a later shell's DOCKER_HOST is: a
-    stop there would find nothing, say "not running" and drop the state of the server running here."""
-    argv = runtime_argv(doc["runtime"], doc.get("engine"))
-    if doc["runtime"] not in _SEEN_LOCAL:
-        remote = remote_runtime_problem(doc["runtime"])
-        if remote:
-            raise ScriptError(
-                remote[0],
-                f"{remote[1]}; then run this command again (a plan made while it was "
-                "remote: validate.py and plan again)",
-            )
-        _SEEN_LOCAL.add(doc["runtime"])
-    return argv
+    """The runtime argv prefix a plan (or the state its start wrote) names: its runtime, on its engine."""
+    return runtime_argv(doc["runtime"], doc.get("engine"))
 
 
 def docker_engine(env: dict) -> str | None:
@@ -207,9 +120,6 @@ def docker_answers(prefix: list[str]) -> tuple[bool, str]:
 
 def podman_can_run() -> tuple[bool, str]:
     """podman counts only if it can start a container: run the host's own root as one, no image needed."""
-    remote = remote_runtime_problem("podman", timeout=RUNTIME_TIMEOUT_S)
-    if remote:
-        return False, "; ".join(remote)
     res = subproc.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
     if res.ok:
         return True, "podman runs containers"
@@ -230,10 +140,7 @@ def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict
     if want in ("auto", "podman") and not ok["docker"]:
         ok["podman"], detail["podman"] = podman_can_run()
     if want == "sudo docker":  # only when the user asked for it: validate never reaches for sudo on its own
-        remote = remote_runtime_problem("sudo docker", timeout=RUNTIME_TIMEOUT_S)
-        ok["sudo docker"], detail["sudo docker"] = (
-            (False, "; ".join(remote)) if remote else docker_answers(["sudo", "-n", "docker"])
-        )
+        ok["sudo docker"], detail["sudo docker"] = docker_answers(["sudo", "-n", "docker"])
     return ok, detail
 
 

@@ -173,7 +173,7 @@ def state_server(state: dict) -> str | None:
             or (engine is not None and (runtime != "docker" or runtimes.docker_engine_problem(engine)))
         ):
             return None  # not a state start wrote: it names nothing we could ask about
-        try:  # runtime_of: a podman or sudo docker that would ask another machine is not asked
+        try:  # runtime_of refuses an engine a later shell cannot name
             running = container_running(runtimes.runtime_of(state), name, state)
         except ScriptError as exc:
             return f"container {name} (its runtime cannot be asked from here, so it may run: {exc.error})"

@@ -23,9 +23,7 @@ Behaviour is set by files in $FAKE_RT_DIR:
   logs_lines       `logs` prints that many zentorch kernel lines (a long --kernel-log run)
   logs_hang        `logs` closes its output, then never exits
   logs_text        `logs` prints exactly this file's text, and exits with the number in logs_exit (default 0)
-  podman_remote    `info --format {{.Host.ServiceIsRemote}}` says true (containers.conf remote = true)
   context          "NAME ADDRESS": the current docker context (`context show` / `context inspect`), else default
-  root_context     the same, of root: as `sudo -n docker` sees it (tests/fakes/sudo_bin/sudo is this script too)
   removed-NAME     written by `rm NAME`, removed by `run --name NAME`: `stop NAME` then says "No such container"
   created-NAME     the id of the container `run --name NAME` made (`inspect`, `rm`, `stop` and `logs` take
                    it by name or by id; inspect knows no other container); `run
@@ -86,9 +84,7 @@ def by_name(ref: str) -> str:
 if cmd in ("inspect", "rm", "stop", "logs") and len(args) > 1:
     args[-1] = by_name(args[-1])
 
-if cmd == "info" and "{{.Host.ServiceIsRemote}}" in args:  # podman: would its containers run elsewhere?
-    print("true" if flag("podman_remote") else "false")
-elif cmd == "info":
+if cmd == "info":
     if flag("user_denied") and name == "docker":  # not in the docker group; root (sudo docker) is let in
         sys.exit(
             print(
@@ -183,8 +179,7 @@ elif cmd == "logs":
             sys.stdout.write(block)
     print("INFO fake log line 1\nERROR fake engine failure")
 elif cmd == "context":  # `context show` / `context inspect`: the file `context` holds "NAME ADDRESS"
-    ctx_file = "root_context" if name == "sudo docker" else "context"
-    ctx_name, ctx_host = ((d / ctx_file).read_text().split() + ["", ""])[:2] if flag(ctx_file) else ("default", "")
+    ctx_name, ctx_host = ((d / "context").read_text().split() + ["", ""])[:2] if flag("context") else ("default", "")
     ctx_host = ctx_host or "unix:///var/run/docker.sock"
     print(ctx_name if args[1:2] == ["show"] else ctx_host)
 elif cmd == "rm" and flag("rm_fails"):
