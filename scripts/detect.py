@@ -2,7 +2,7 @@
 """Detect the CPU: is this an AMD EPYC, which generation, can zentorch run, how big is it.
 
     python3 scripts/detect.py                    # this host
-    python3 scripts/detect.py --sysroot DIR      # a captured tree (DIR/proc, DIR/sys)
+    python3 scripts/detect.py --sysroot DIR      # a tree (DIR/proc, DIR/sys), or a --capture FILE
     python3 scripts/detect.py --host user@box    # another host, through one ssh call
 
 Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be read.
@@ -28,7 +28,11 @@ from epyc.remote_host import gather_from_args, spec_host
 
 def parser() -> cli.JsonArgumentParser:
     p = cli.JsonArgumentParser(prog="scripts/detect.py", description=__doc__.split("\n")[0])
-    p.add_argument("--sysroot", type=argtypes.nonempty, help="read DIR/proc and DIR/sys instead of this host's")
+    p.add_argument(
+        "--sysroot",
+        type=argtypes.nonempty,
+        help="read DIR/proc and DIR/sys (or a --capture FILE) instead of this host's",
+    )
     p.add_argument("--host", type=argtypes.nonempty, help="[user@]host[:port]: read another host through one ssh call")
     p.add_argument(
         "--capture",

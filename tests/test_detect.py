@@ -448,7 +448,12 @@ def test_cpuinfo_numbers_are_ascii_and_a_brand_is_as_long_as_a_cpus(script, make
     "extra,needle",
     [
         ("@@EPYC-SKILL-FILE@@ /\nx", "is not a plain captured file"),
-        ("@@EPYC-SKILL-FILE@@ /proc/cpuinfo/inner\nx", "File exists"),  # a file and a folder at once
+        ("@@EPYC-SKILL-FILE@@ /proc/cpuinfo/inner\nx", "is not a plain captured file"),  # no file it reads
+        (  # a file and a folder at once
+            "@@EPYC-SKILL-FILE@@ /sys/fs/cgroup/cpu.max\n1\n@@EPYC-SKILL-FILE@@ /sys/fs/cgroup/cpu.max/a/cpu.max\nx",
+            "Not a directory",
+        ),
+        ("@@EPYC-SKILL-FILE@@ /sys/fs/cgroup/" + "a/" * 40 + "cpu.max\nx", "is not a plain captured file"),
         ("@@EPYC-SKILL-FILE@@ /proc/a\x00b\nx", "is not a plain captured file"),
         ("@@EPYC-SKILL-FILE@@ /proc/" + "a" * 300 + "\nx", "is not a plain captured file"),
         ("@@EPYC-SKILL-FILE@@ proc/relative\nx", "is not an absolute path"),
@@ -486,7 +491,7 @@ def test_a_host_answer_of_short_lines_costs_no_more_than_its_size(tmp_path):
         tmp_path, f"{REAL_DUMP}\nprint('@@EPYC-SKILL-FILE@@ /proc/big')\nsys.stdout.write('xy\\n' * (12 << 20))"
     )  # 36 MiB of 3-byte lines
     code, doc, max_rss_kb = _run_measuring_memory("detect.py", "--host", "root@box", env=env)
-    assert code == 1 and "makes the capture larger" in doc["error"], doc
+    assert code == 1 and "printed more than 16,777,216 bytes" in doc["error"], doc
     assert max_rss_kb < 400_000, f"{max_rss_kb} KB for a 36 MiB answer (a list of its lines took ~1 GB)"
 
 
@@ -625,7 +630,9 @@ def test_a_capture_is_refused_at_a_file_larger_than_any_capture(script, tmp_path
     big = tmp_path / "big.txt"
     big.write_text("@@EPYC-SKILL-FILE@@ /proc/cpuinfo\n" + "x" * (hostfacts.SYS_FILE_LIMIT + 1) + "\n")
     r = script("detect.py", "--sysroot", str(big))
-    assert r.code == 1 and "larger than any detect.py --capture" in r.doc["error"]
+    assert r.code == 1 and "over the 16,777,216 this bundle reads" in r.doc["error"], r.doc
+    with pytest.raises(ScriptError, match="larger than any detect.py --capture"):
+        hostspec.read_dump("@@EPYC-SKILL-FILE@@ /proc/cpuinfo\n" + "x" * (hostfacts.SYS_FILE_LIMIT + 1), tmp_path, "x")
 
 
 @pytest.mark.parametrize(

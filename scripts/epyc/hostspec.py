@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ CAPTURE_PATTERNS = [
     "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us",
 ]
 # The same controllers in the process's own cgroup ({p}: its path in /proc/self/cgroup), v2 then v1.
-# One list for both ways of reading a host: the tar capture here and detect.py's one-call ssh dump.
+# One list for both ways of reading a host: --capture here and --host's one ssh call (DUMP_SCRIPT).
 CGROUP_FILES = [
     "sys/fs/cgroup{p}/cpuset.cpus.effective",
     "sys/fs/cgroup{p}/memory.max",
@@ -155,8 +156,10 @@ DUMP_SCRIPT = (
     "exit 0\n"
 )
 _MARK_LINE = re.compile("^" + re.escape(DUMP_MARK) + " (.*)$", re.M)
-CAPTURE_LIMIT = 256 << 20
-CAPTURE_MEMBERS = 50_000
+CAPTURE_LIMIT = 16 << 20  # a 384-CPU host's dump is under 1 MB
+CAPTURE_MEMBERS = 20_000  # two topology files a CPU, at most 8192 CPUs, and the nodes
+CGROUP_LEAVES = {t.rsplit("/", 1)[1] for t in CGROUP_FILES}
+CGROUP_MEMBERS, CGROUP_DEPTH = 64, 32
 NOT_A_DUMP = "pass a file made by detect.py --capture on the host"
 
 
@@ -164,14 +167,16 @@ def capture(path: Path) -> dict:
     """--capture: this machine's dump, written to `path` (sh and cat only: nothing else to install)."""
     res = subproc.run(["sh", "-c", DUMP_SCRIPT], timeout=60, limit=CAPTURE_LIMIT)
     if not res.ok:
-        raise ScriptError(f"sh could not read this machine's files: {res.failure or res.stderr[-200:]}", "run it again")
-    path.write_text(res.stdout)
+        raise ScriptError(
+            f"sh could not read this machine's files: {res.failure or res.stderr[-200:]}",
+            "run it where /bin/sh and cat work (any Linux host)",
+        )
+    path.write_bytes(res.stdout.encode("utf-8", "replace"))
     return {"capture": str(path), "files": res.stdout.count(DUMP_MARK)}
 
 
 def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
-    """The dump -> (absolute path as the host named it, start, end of its text), one file at a time: a
-    file's size is checked before it is copied."""
+    """The dump -> (absolute path as the host named it, start, end of its text), one file at a time."""
     marks = _MARK_LINE.finditer(text)
     here = next(marks, None)
     while here is not None:
@@ -180,18 +185,21 @@ def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
         here = after
 
 
+def captured_shape(name: str) -> str | None:
+    """'cgroup' or 'fixed' for a path the dump script reads (relative to the root), else None: only those
+    are written, so a dump can make neither deep nor many folders."""
+    if any(fnmatch.fnmatchcase(name, p) and name.count("/") == p.count("/") for p in CAPTURE_PATTERNS):
+        return "fixed"
+    if name.startswith("sys/fs/cgroup/") and name.rsplit("/", 1)[1] in CGROUP_LEAVES:
+        return "cgroup" if name.count("/") < CGROUP_DEPTH else None
+    return None
+
+
 def member_problem(name: str, size: int, count: int, total: int) -> str | None:
-    """Why one file of a dump is not one a capture holds, or None: a relative path inside the tree that
-    names a file, and sizes within what a capture reaches (a few hundred small text files)."""
+    """Why one file of a dump is not one a capture holds, or None: a relative path inside the tree to a
+    file the dump script reads, and sizes within what a capture reaches (a few hundred small text files)."""
     rel = PurePosixPath(name)
-    if (
-        "\0" in name
-        or not rel.parts
-        or rel.is_absolute()
-        or ".." in rel.parts
-        or any(len(part.encode("utf-8", "replace")) > 255 for part in rel.parts)
-        or len(name) > 4096
-    ):
+    if "\0" in name or rel.is_absolute() or ".." in rel.parts or len(name) > 4096 or not captured_shape(name):
         return f"{name[:200]!r} is not a plain captured file"
     if size > hostfacts.SYS_FILE_LIMIT or total > CAPTURE_LIMIT or count > CAPTURE_MEMBERS:
         return (
@@ -203,21 +211,23 @@ def member_problem(name: str, size: int, count: int, total: int) -> str | None:
 
 def read_dump(text: str, dest: Path, where: str, fix: str = NOT_A_DUMP) -> Path:
     """Write a dump into a sysroot folder: its text is data (a hostile or odd host could name '/', a NUL,
-    a file and a folder at once), so each path and size is checked before it is written."""
+    a file and a folder at once), so each path and size is checked before it is copied or written."""
     if DUMP_MARK not in text:
         raise ScriptError(f"{where} holds no captured file (not what detect.py --capture writes)", fix)
-    total = 0
+    total = cgroups = 0
     for count, (path, start, end) in enumerate(split_dump(text), 1):
-        data = (text[start:end].rstrip("\n") + "\n").encode("utf-8", "replace")
-        total += len(data)
+        total += max(0, end - start)
         why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
-        why = why or member_problem(path[1:], len(data), count, total)
+        why = why or member_problem(path[1:], max(0, end - start), count, total)
+        cgroups += not why and captured_shape(path[1:]) == "cgroup"
+        if not why and cgroups > CGROUP_MEMBERS:
+            why = f"more than {CGROUP_MEMBERS} cgroup files (a process has at most a dozen)"
         if why:
             raise ScriptError(f"cannot read {where}: {why}", fix)
         out = dest / path[1:]
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(data)
+            out.write_bytes((text[start:end].rstrip("\n") + "\n").encode("utf-8", "replace"))
         except OSError as exc:  # a path both a file and a folder, a name the file system refuses
             raise ScriptError(f"cannot read {where}: {path[:200]!r}: {exc.strerror or exc}", fix)
     return dest

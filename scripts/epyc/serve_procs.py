@@ -173,10 +173,7 @@ def state_server(state: dict) -> str | None:
             or (engine is not None and (runtime != "docker" or runtimes.docker_engine_problem(engine)))
         ):
             return None  # not a state start wrote: it names nothing we could ask about
-        try:  # runtime_of refuses an engine a later shell cannot name
-            running = container_running(runtimes.runtime_of(state), name, state)
-        except ScriptError as exc:
-            return f"container {name} (its runtime cannot be asked from here, so it may run: {exc.error})"
+        running = container_running(runtimes.runtime_of(state), name, state)  # the guard above: runtime_of says yes
         if running is None:
             return f"container {name} (its runtime did not say whether it runs, so it may)"
         return f"container {name}" if running else None
