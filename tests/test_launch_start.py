@@ -1037,34 +1037,3 @@ def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle
     assert r.code == 1 and r.doc["phase"] == "start"
     assert re.search(needle, r.doc["error"]) and ("differs" in r.doc["error"] or "taskset prefix" in r.doc["error"])
     assert not any(c["argv"][0] in ("run", "pull", "rm") for c in calls(d)[before:])
-
-
-def test_start_never_writes_over_another_versions_state_that_names_a_running_server(
-    script, tmp_path, inputs, live_tune
-):
-    """A state.json without port and plan_id (another version's) is no state of this plan, but the server it
-    names may run: start refuses rather than write over it and leave that server named by nothing."""
-    import psutil
-    from conftest import host_plan
-    from epyc.command import MARKER_ENV
-
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
-    token = "a" * 32
-    older = subprocess.Popen(["sleep", "120"], start_new_session=True, env={**os.environ, MARKER_ENV: token})
-    try:
-        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-        state = {
-            "path": "host",
-            "pid": older.pid,
-            "pgid": older.pid,
-            "marker": token,
-            "create_time": psutil.Process(older.pid).create_time(),
-        }
-        Path(plan["state_file"]).write_text(json.dumps(state))
-        r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
-        assert r.code == 1 and "another version's state" in r.doc["error"], r.doc
-        assert f"process group {older.pid}" in r.doc["error"] and older.poll() is None
-        assert json.loads(Path(plan["state_file"]).read_text()) == state  # left as it was
-    finally:
-        older.kill()
-        older.wait(timeout=10)

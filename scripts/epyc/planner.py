@@ -78,8 +78,7 @@ def mismatches(inp: dict) -> list[str]:
     out = []
     if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
         out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
-    # (an older bundle's estimate has none; no revision is main, as the Hub client reads it)
-    if "revision" in est and (est["revision"] or "main") != (chk.get("revision") or "main"):
+    if (est.get("revision") or "main") != (chk.get("revision") or "main"):  # none is main, as the Hub reads it
         out.append(
             f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
             f"{est['revision'] or 'main'}"

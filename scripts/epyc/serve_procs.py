@@ -8,7 +8,6 @@ if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start with
     import psutil
 
 import contextlib
-import json
 import os
 import re
 import time
@@ -188,17 +187,6 @@ def state_server(state: dict) -> str | None:
     return None
 
 
-def unread_server(state_file: str | Path) -> str | None:
-    """What a state.json this version does not read (another version's, without port or plan_id) names that
-    still runs: start and up must not write over it and leave that server named by nothing."""
-    try:
-        with os.fdopen(open_own_file(state_file, os.O_RDONLY), "rb") as f:
-            older = json.loads(f.read(1 << 20).decode("utf-8"))
-        return state_server(older) if isinstance(older, dict) else None
-    except (ScriptError, OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
-        return None
-
-
 def foreign_state(plan: dict, state: dict) -> str | None:
     """How a state in the plan's state dir shows it was written by a start of another plan (another command,
     path, port or container), or None when it is this plan's."""
@@ -257,10 +245,10 @@ def inspect_container(rt: list[str], name: str) -> dict | None:
 def started_here(state: dict | None, found: dict) -> bool:
     """The container of the plan's name is the one the state's start launched. A name is one per port, not
     per state dir: after another plan's start on that port (another state dir) removed ours, its container
-    carries the name. A state without a usable id (an older bundle's) is taken by the name, as it was."""
+    carries the name."""
     recorded = (state or {}).get("container_id")
     if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
-        return state is not None
+        return False
     return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
 
 

@@ -13,7 +13,7 @@ from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, vali
 from .command import server_env
 from .errors import ScriptError
 from .planner import plan_differences
-from .serve_procs import foreign_state, inspect_container, state_server, unread_server
+from .serve_procs import foreign_state, inspect_container, state_server
 from .serve_state import (
     CONTAINER_ID,
     LOCK_WAIT_S,
@@ -197,13 +197,6 @@ def refuse_to_start_over(plan: dict) -> None:
                 f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir", phase="start"
             )
     state = read_state(plan)
-    older = unread_server(plan["state_file"]) if state is None and os.path.lexists(plan["state_file"]) else None
-    if older:
-        raise ScriptError(
-            f"{plan['state_file']} is another version's state and names a server that runs ({older})",
-            "stop that server by hand (docker stop NAME, or kill -- -PGID), remove the file, then start again",
-            phase="start",
-        )
     running = state_server(state) if state else None
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
         other = foreign_state(plan, state)

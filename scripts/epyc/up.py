@@ -167,8 +167,6 @@ def refuse_a_busy_run_dir(run_dir: Path) -> None:
     named by nothing. A folder whose state names a running server is refused before anything is written."""
     held = serve_state.read_state({"state_file": str(run_dir / "state.json")})
     running = serve_procs.state_server(held) if held else None
-    if held is None and os.path.lexists(run_dir / "state.json"):  # another version's state: never written over
-        running = serve_procs.unread_server(run_dir / "state.json")
     if running:
         stop_cmd = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(run_dir / "plan.json")])
         raise ScriptError(
