@@ -355,3 +355,16 @@ def test_up_writes_its_step_documents_only_as_its_own_files(tmp_path):
     with pytest.raises(ScriptError, match="symbolic link"):
         up.step("detect.py", [], "detect", tmp_path / "run")
     assert victim.read_text() == "keep me"
+
+
+def test_ups_steps_keep_their_documents_in_its_folder_only(tmp_path, monkeypatch):
+    """Each step runs with --run of up's folder: it keeps its document there, and no other run folder
+    ($EPYC_RUN, or the default one) is read or written."""
+    from epyc import up
+
+    monkeypatch.setenv("EPYC_RUN", str(tmp_path / "elsewhere"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    doc = up.step("detect.py", [], "detect", run_dir)
+    assert json.loads((run_dir / "detect.json").read_text())["cpu_model"] == doc["cpu_model"]
+    assert not (tmp_path / "elsewhere").exists()

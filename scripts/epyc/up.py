@@ -37,10 +37,12 @@ from .showing import refuse_a_plan_changed_since_shown, what_runs
 
 
 def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bool = False) -> dict:
-    """Run one of the bundle's scripts (its progress lines pass through to stderr), keep its JSON in the
-    run folder, and stop on failure unless the caller wants to look at a failed verdict itself."""
+    """Run one of the bundle's scripts in up's run folder (it keeps its JSON there and reads the earlier
+    steps' from it; its progress lines pass through to stderr), and stop on failure unless the caller
+    wants to look at a failed verdict itself."""
     errors.log(f"up: {phase}")
-    res = subproc.run([sys.executable, str(bundle.SCRIPTS / script), *args], timeout=3600, stderr_through=True)
+    argv = [sys.executable, str(bundle.SCRIPTS / script), *args, "--run", str(run_dir)]
+    res = subproc.run(argv, timeout=3600, stderr_through=True)
     try:
         doc = json.loads(res.stdout)
     except json.JSONDecodeError:
@@ -49,7 +51,6 @@ def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bo
             NO_RETRY_FIX,
             phase=phase,
         )
-    write_own_file(run_dir / f"{phase}.json", json.dumps(doc, indent=2) + "\n")  # never through a planted link
     if res.returncode != 0 and not allow_fail:
         raise phase_failed(phase, doc)
     return doc
@@ -316,46 +317,23 @@ def detected_and_validated(run_dir: Path, model: str, a: argparse.Namespace, epy
             route=route["route"],
             started=False,
         )
-    vargs = ["--detect", str(run_dir / "detect.json")] + (["--stock"] if a.stock else [])
-    val = step("validate.py", vargs + host_path_args(a.python), "validate", run_dir, allow_fail=True)
+    vargs = (["--stock"] if a.stock else []) + host_path_args(a.python)
+    val = step("validate.py", vargs, "validate", run_dir, allow_fail=True)
     if not val.get("ready"):
         raise phase_failed("validate", val)
     return det, val
 
 
 def sized(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict, det: dict, val: dict) -> dict:
-    """check_model, estimate_memory and cpu_tune for the stack validate found: the five documents."""
-    vllm_version = (val.get("stack") or {}).get("vllm") or epyc["vllm_version"]
-    cargs = ["--model", model, "--vllm-version", vllm_version]
-    cargs += (
-        ["--python", val["python"]]
-        if val.get("python")
-        else (["--image", val["image"], "--runtime", val["runtime"]] if val.get("image") else [])
-    )
-    chk = step("check_model.py", cargs, "check_model", run_dir)
+    """check_model, estimate_memory and cpu_tune, each reading what it needs from the run folder (the stack
+    validate found, the model checked, the RAM detect read, the weights sized): the five documents."""
+    chk = step("check_model.py", ["--model", model], "check_model", run_dir)
     max_len = str(a.max_model_len or epyc["serve"]["default_max_model_len"])
-    est = step(
-        "estimate_memory.py",
-        [
-            "--model",
-            model,
-            "--ram-gb",
-            str(det["ram_gb"]),
-            "--max-model-len",
-            max_len,
-            "--num-prompts",
-            str(a.num_prompts),
-        ]
-        + (["--dtype", a.dtype] if a.dtype else []),
-        "estimate_memory",
-        run_dir,
-    )  # sized as it is served
-    tune = step(
-        "cpu_tune.py",
-        ["--weight-gb", str(est["weight_gb"]), "--kv-needed-gb", str(est["fit"]["kv_needed_gb"])],
-        "cpu_tune",
-        run_dir,
+    sizing = ["--max-model-len", max_len, "--num-prompts", str(a.num_prompts)] + (
+        ["--dtype", a.dtype] if a.dtype else []
     )
+    est = step("estimate_memory.py", sizing, "estimate_memory", run_dir)  # sized as it is served
+    tune = step("cpu_tune.py", [], "cpu_tune", run_dir)
     return {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
 
 
