@@ -345,16 +345,19 @@ def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
         up.state_dir_arg(str(st))
 
 
-def test_up_writes_its_step_documents_only_as_its_own_files(tmp_path):
+def test_a_step_document_is_never_written_through_a_link(tmp_path):
     from epyc import up
 
     victim = tmp_path / "victim.json"
     victim.write_text("keep me")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "detect.json").symlink_to(victim)
-    with pytest.raises(ScriptError, match="symbolic link"):
-        up.step("detect.py", [], "detect", tmp_path / "run")
+    up.step("detect.py", [], "detect", tmp_path / "run")  # the link is removed before the step, never followed
     assert victim.read_text() == "keep me"
+    assert (
+        not (tmp_path / "run" / "detect.json").is_symlink()
+        and "cpu_model" in (tmp_path / "run" / "detect.json").read_text()
+    )
 
 
 def test_ups_steps_keep_their_documents_in_its_folder_only(tmp_path, monkeypatch):

@@ -81,7 +81,7 @@ def mismatches(inp: dict) -> list[str]:
     if (est.get("revision") or "main") != (chk.get("revision") or "main"):  # none is main, as the Hub reads it
         out.append(
             f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
-            f"{est['revision'] or 'main'}"
+            f"{est.get('revision') or 'main'}"
         )
     if tune.get("weight_gb") is not None and tune["weight_gb"] != est.get("weight_gb"):
         out.append(

@@ -142,7 +142,7 @@ def read_state(plan: dict) -> dict | None:
 
 
 def written_by_start(state: object) -> bool:
-    """A state one start wrote: a host server's group and start time, or a container's name. `{}` or a
+    """A state one start wrote: a host server's group and start time, or a container's name and id. `{}` or a
     document of other fields names no server: verify had written its pass into it, handoff handed that
     off, and stop acted on the plan's container by name as if this state dir had started it. A container's
     state names its id: one with a name alone was taken "by the name" and stopped another plan's server."""
@@ -150,7 +150,7 @@ def written_by_start(state: object) -> bool:
         return False
     if not {"path", "port", "plan_id"} <= state.keys():  # a state of another version of this bundle: not ours
         return False
-    return {"pgid", "create_time"} <= state.keys() or (
+    return (state["path"] == "host" and {"pgid", "create_time"} <= state.keys()) or (
         state["path"] == "container"
         and "container_name" in state
         and isinstance(state.get("container_id"), str)

@@ -42,6 +42,7 @@ def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bo
     wants to look at a failed verdict itself."""
     errors.log(f"up: {phase}")
     argv = [sys.executable, str(bundle.SCRIPTS / script), *args, "--run", str(run_dir)]
+    (run_dir / f"{phase}.json").unlink(missing_ok=True)  # a step killed before it wrote leaves no older one
     res = subproc.run(argv, timeout=3600, stderr_through=True)
     try:
         doc = json.loads(res.stdout)
@@ -163,7 +164,7 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
 
 
 def refuse_a_busy_run_dir(run_dir: Path) -> None:
-    """up writes its five documents and plan.json into its folder before it starts: over a running server's
+    """up's steps write their five documents and plan.json into its folder before it starts: over a running server's
     (a second `up` with the default folder), the plan that stops that server would be gone, and the server
     named by nothing. A folder whose state names a running server is refused before anything is written."""
     held = serve_state.read_state({"state_file": str(run_dir / "state.json")})
@@ -305,7 +306,7 @@ def up(a: argparse.Namespace, epyc: dict) -> dict:
         return up_in(run_dir, model, a, epyc)
 
 
-def detected_and_validated(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> tuple[dict, dict]:
+def detected_and_validated(run_dir: Path, a: argparse.Namespace, epyc: dict) -> tuple[dict, dict]:
     """detect (stop where the route says so), then validate (no runtime: its one-time fix, and stop)."""
     det = step("detect.py", [], "detect", run_dir)
     route = cpuid.route_host(det, epyc["supported_generations"], stock=a.stock)
@@ -383,7 +384,7 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
 
 def up_in(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> dict:
     """up's steps, in its folder, which it holds."""
-    det, val = detected_and_validated(run_dir, model, a, epyc)
+    det, val = detected_and_validated(run_dir, a, epyc)
     inputs = sized(run_dir, model, a, epyc, det, val)
     plan, plan_file, shown = planned_and_confirmed(run_dir, model, a, epyc, inputs)
     result = serve_verified(plan, plan_file, a.timeout, epyc["serve"]["smoke_timeout_s"])
