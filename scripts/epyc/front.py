@@ -37,13 +37,14 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
     if not path.is_file():
         raise ScriptError(f"--hosts {run}: no plan in that run folder ({path})", fix)
     plan = jsonio.read_json_input(str(path), "plan")
+    fleet = is_fleet(plan)
     try:
-        first = jsonio.read_json_input(plan["engines"][0], "plan") if is_fleet(plan) else plan
-        exposed = plan["router"].get("expose") is True if is_fleet(plan) else plan.get("expose") is True
-        port = plan["router"]["port"] if is_fleet(plan) else plan["port"]
-        served, engines = first["served_model_name"], len(plan["engines"]) if is_fleet(plan) else 1
-    except (KeyError, TypeError, IndexError, AttributeError):
-        exposed = False
+        first = jsonio.read_json_input(plan["engines"][0], "plan") if fleet else plan
+        exposed = (plan["router"] if fleet else plan).get("expose") is True
+        port = plan["router"]["port"] if fleet else plan["port"]
+        served, engines = first["served_model_name"], len(plan["engines"]) if fleet else 1
+    except (KeyError, TypeError, IndexError, AttributeError):  # a malformed plan: refused below as not exposed
+        exposed, first = False, {}
     if not exposed or first.get("api_key_env") != key_env:
         raise ScriptError(
             f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env}: the front router "
