@@ -328,20 +328,6 @@ def test_an_interrupted_container_start_removes_what_it_launched(script, inputs,
     assert not (tmp_path / "st" / "secrets" / "HF_TOKEN").exists() and not (tmp_path / "st" / "state.json").exists()
 
 
-def test_a_hard_linked_state_file_is_refused_before_the_server_is_launched(script, inputs, live_tune, tmp_path):
-    """F2: the state file's hard-link refusal came after Popen: the server ran and no state named it."""
-    from conftest import host_plan
-
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
-    Path(plan["state_dir"]).mkdir(parents=True)
-    victim = tmp_path / "victim.txt"
-    victim.write_text("keep me\n")
-    os.link(victim, Path(plan["state_dir"]) / "state.json")
-    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
-    assert r.code == 1 and "has other names (a hard link)" in r.doc["error"] and r.doc["phase"] == "start", r.doc
-    assert not Path(plan["log_file"]).exists() and victim.read_text() == "keep me\n"  # nothing was launched
-
-
 def test_a_container_start_that_cannot_remove_what_it_launched_says_so(script, inputs, rt, tmp_path):
     """F3: the clean-up's `rm` result was ignored: with the daemon gone quiet, start said it removed the
     container while it ran on with no state naming it."""

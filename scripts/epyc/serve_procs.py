@@ -279,7 +279,7 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
     # or end inside a secret, and the mask, matching whole values, would not see the part it holds.
     if plan["path"] == "host":
         try:
-            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY, one_name=True), "rb") as f:  # ours alone
+            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:
                 start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES)
                 f.seek(start)
                 lines = f.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()

@@ -182,20 +182,7 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
 
 
 def refuse_to_start_over(plan: dict) -> None:
-    """start writes its own regular files, never over a running server (whichever plan started it) or a busy port."""
-    import stat
-
-    for own in (plan["state_file"], plan["log_file"]):
-        if os.path.lexists(own) and not stat.S_ISREG(os.lstat(own).st_mode):  # checked before anything runs
-            raise ScriptError(
-                f"{own} is not a regular file (a link, pipe, device or folder of that name)",
-                "remove it, or plan with a fresh --state-dir",
-                phase="start",
-            )
-        if os.path.lexists(own) and os.lstat(own).st_nlink > 1:  # writing it would change the other names' file
-            raise ScriptError(
-                f"{own} has other names (a hard link)", "remove it, or plan with a fresh --state-dir", phase="start"
-            )
+    """start never starts over a running server (whichever plan started it) or a busy port."""
     state = read_state(plan)
     running = state_server(state) if state else None
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing

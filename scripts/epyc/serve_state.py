@@ -13,130 +13,47 @@ from pathlib import Path
 from . import errors, hubcache, jsonio
 from .command import SECRET_VALUE, secret_unsendable
 from .errors import ScriptError
-from .hubcache import in_system_tree
 
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 
 
-def open_nofollow(name: str | Path, flags: int, mode: int, dir_fd: int | None, path: str | Path, phase: str) -> tuple:
-    """os.open never through a link (nor blocking on a FIFO), untruncated: -> (fd, made here)."""
+def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
+    """Open a file of a folder of our own, never through a symbolic link: one left there must not take a
+    write elsewhere. (The folder itself is this user's alone: see state_dir_problem.)"""
     import errno
 
-    base = (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK
-    made = False
     try:
-        if flags & os.O_CREAT:  # made new here if it can be (O_EXCL never follows a link: a link is EEXIST)
-            try:
-                fd, made = os.open(name, base | os.O_EXCL, mode, dir_fd=dir_fd), True
-            except FileExistsError:
-                if flags & os.O_EXCL:
-                    raise
-                fd = os.open(name, base & ~os.O_CREAT, mode, dir_fd=dir_fd)
-        else:
-            fd = os.open(name, base, mode, dir_fd=dir_fd)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ScriptError(
                 f"{path} is a symbolic link: {phase} reads and writes only its own files, never through a link",
                 "remove the link, or use a fresh folder",
                 phase=phase,
-            )
-        raise ScriptError(f"cannot open {path}: {exc.strerror or exc}", "remove it, or use a fresh folder", phase=phase)
-    return fd, made
-
-
-def refuse_a_file_not_ours(
-    fd: int, path: str | Path, flags: int, mode: int, phase: str, one_name: bool | None, made: bool
-) -> None:
-    """A regular file, with one name when written, and this user's with `mode`; the fd is closed on refusal."""
-    import stat
-
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise ScriptError(
-            f"{path} is not a regular file (a pipe, device or folder of that name)",
-            "remove it, or use a fresh folder",
-            phase=phase,
-        )
-    if one_name is None:
-        one_name = bool(flags & (os.O_WRONLY | os.O_RDWR))
-    if one_name and st.st_nlink > 1:  # a hard link planted there: its other name is a file elsewhere
-        os.close(fd)
-        raise ScriptError(
-            f"{path} has other names (a hard link): {phase} reads and writes only its own files",
-            "remove it, or use a fresh folder",
-            phase=phase,
-        )
-    if flags & (os.O_WRONLY | os.O_RDWR) and not made:
-        if st.st_uid != os.geteuid():
-            os.close(fd)
-            raise ScriptError(
-                f"{path} belongs to another user (uid {st.st_uid}): {phase} writes only files of its own",
-                "remove it, or use a fresh folder of your own",
-                phase=phase,
-            )
-        try:
-            os.fchmod(fd, mode)
-        except OSError as exc:  # a file system without modes (vfat, some CIFS): the file stays as it was
-            os.close(fd)
-            raise ScriptError(
-                f"cannot make {path} mode {mode:o}: {exc.strerror or exc}",
-                "use a state dir on a file system with Unix permissions (not vfat or CIFS)",
-                phase=phase,
             ) from None
-
-
-def open_own_file(
-    path: str | Path,
-    flags: int,
-    mode: int = 0o600,
-    phase: str = "start",
-    one_name: bool | None = None,
-    dir_fd: int | None = None,
-) -> int:
-    """Open a file of the state dir as a regular file of its own: not through a symbolic link (a link
-    planted there must not make start write, truncate or show a file elsewhere), and not a FIFO, device or
-    folder of that name (a FIFO would block start forever, after the server was launched). With one_name
-    (the default for a write) a file with other names (a hard link) is refused too: writing would change a
-    file elsewhere, and reading the server log would pass another file's lines off as the server's. A
-    state.json read is not refused for it: the process it names is checked anyway, and a refusal there
-    would make stop say "not running" and leave the server up. A file found and written must be this
-    user's, and gets `mode`: one another user made (0666, readable by them) would keep its owner and mode,
-    and the secret or log written into it with them. A file made here is ours whoever the file system says
-    owns it (root-squash NFS). With O_EXCL in `flags`, only a file made here."""
-    # with dir_fd (a folder held open), the name in that folder: never a path looked up again
-    fd, made = open_nofollow(path if dir_fd is None else os.path.basename(path), flags, mode, dir_fd, path, phase)
-    refuse_a_file_not_ours(fd, path, flags, mode, phase, one_name, made)
-    if flags & os.O_TRUNC:  # only once the file is known to be ours alone
-        os.ftruncate(fd, 0)
-    os.set_blocking(fd, True)
+        refusal = errors.os_error(exc, f"cannot open {path}")
+        refusal.extra["phase"] = phase
+        raise refusal from None
+    if flags & os.O_CREAT:  # a file found there keeps no wider mode than one made now
+        os.fchmod(fd, mode)
     return fd
 
 
-def write_own_file(path: str | Path, text: str, dir_fd: int | None = None, new: bool = False) -> None:
-    """Write (or overwrite) a file of the state dir, 0600, through open_own_file: never a link's target.
-    `new`: only a file made now (a name taken meanwhile is an error)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_EXCL if new else 0)
+def write_own_file(path: str | Path, text: str) -> None:
+    """Write (or overwrite) a file of the state dir or run folder, 0600, never through a link."""
     try:
-        with os.fdopen(open_own_file(path, flags, dir_fd=dir_fd), "w") as f:
+        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
             f.write(text)
     except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
-        raise errors.os_error(exc, f"cannot write {path}")
+        raise errors.os_error(exc, f"cannot write {path}") from None
 
 
 def read_state(plan: dict) -> dict | None:
+    """The state start wrote, or None: none, a link, junk or another version's document is no state of ours."""
     try:
         with os.fdopen(open_own_file(plan["state_file"], os.O_RDONLY), "rb") as f:
-            state = jsonio.strict_json_loads(f.read(1 << 20).decode("utf-8"), unique_keys=True)
-    except (jsonio.DuplicateKey, jsonio.NotANumber) as exc:  # edited by hand: which pid or port it names is
-        # anyone's guess (start writes neither a key twice nor a NaN)
-        said = "is ambiguous" if isinstance(exc, jsonio.DuplicateKey) else "holds a number JSON does not have"
-        raise ScriptError(
-            f"{plan['state_file']} {said} ({exc}): it was edited, and what it names cannot be trusted",
-            "look at the server it meant (ps, docker ps) and stop it by hand; then remove the file and start again",
-        ) from None
-    except (OSError, ValueError, RecursionError, ScriptError):  # none, a link, a FIFO, junk: no state of ours
+            state = jsonio.strict_json_loads(f.read(1 << 20).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, ScriptError):
         return None
     return state if written_by_start(state) else None
 
@@ -223,40 +140,16 @@ def secret_values(plan: dict) -> dict:
 
 def write_secret_files(directory: Path, values: dict) -> None:
     """One 0600 file per secret in a 0700 folder of the state dir, mounted read-only; stop removes it."""
-    if directory.is_symlink() or (os.path.lexists(directory) and not directory.is_dir()):
-        raise ScriptError(
-            f"{directory} is not a folder start made (a link, file or pipe): secrets are written "
-            "only into the state dir itself",
-            "remove it, or plan with a fresh --state-dir",
-            phase="start",
-        )
+    if directory.is_symlink():
+        raise ScriptError(f"{directory} is a link", "remove it, then start again", phase="start")
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # held open from here: a link swapped in for the folder after this check cannot take the writes
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise ScriptError(
-            f"cannot make {directory}: {exc.strerror or exc}", "plan with a fresh --state-dir", phase="start"
-        )
-    try:
-        owner = os.fstat(fd).st_uid
-        if owner != os.geteuid():  # its owner could read the keys, or swap the files under us
-            raise ScriptError(
-                f"{directory} belongs to another user (uid {owner}): secrets are written only into a "
-                "folder of your own",
-                "remove it, or plan with a fresh --state-dir",
-                phase="start",
-            )
-        os.fchmod(fd, 0o700)
+        directory.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
         for name, value in values.items():
-            # made new: a file found there may be open in another process already, which would read the key
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=fd)
-            write_own_file(directory / name, value, dir_fd=fd, new=True)
+            (directory / name).unlink(missing_ok=True)  # made new: a reader of the old file never sees the key
+            write_own_file(directory / name, value)
     except OSError as exc:
         raise errors.os_error(exc, f"cannot write the secret files in {directory}") from None
-    finally:
-        os.close(fd)
 
 
 STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
@@ -280,69 +173,45 @@ STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
 
 
 def state_dir_problem(state_dir: Path) -> str | None:
-    """Why start may not write into this folder, or None. start truncates server.log and writes state.json
-    there, stop removes them: so it is an absolute folder other than '/', new, or holding only this
-    bundle's files, and its secrets/ (when there) is a real folder of the secret files start writes."""
+    """Why start may not write into this folder, or None. start truncates server.log and writes its state and
+    secrets there, stop removes them: so it is an absolute folder, new, or this user's alone (no one else may
+    write in it, so every file in it is ours) holding only this bundle's files."""
+    import stat
+
+    if not state_dir.is_absolute():
+        return "is not an absolute path"
     try:
-        if not state_dir.is_absolute():
-            return "is not an absolute path"
-        if state_dir == Path("/"):
-            return "already holds other files (it is /)"
-        if not str(state_dir).isprintable():  # an XDG_CACHE_HOME with a newline: the summary would lie
-            return "holds characters that are not printable"
-        for where in {str(state_dir), os.path.realpath(state_dir)}:  # as written, and through any link
-            if in_system_tree(where):
-                return f"is inside a system tree (/proc, /sys, /dev, /etc, /run...): {where}"
-        try:
-            os.lstat(state_dir)
-        except FileNotFoundError:  # new: start makes it
-            return None
-        if not state_dir.is_dir():
+        st = os.stat(state_dir)
+        if not stat.S_ISDIR(st.st_mode):
             return "exists and is not a folder"
-        owner = state_dir.stat().st_uid
-        if owner != os.geteuid():  # its owner can rename what start checked there, and read what it writes
-            return f"belongs to another user (uid {owner})"
+        if st.st_uid != os.geteuid():
+            return f"belongs to another user (uid {st.st_uid})"
+        if st.st_mode & 0o022:
+            return "may be written by other users (chmod go-w it)"
         foreign = sorted(
             p.name
-            for p in state_dir.iterdir()  # bench's folders are folders, never links
-            if p.name not in OWN_FILES
-            and not STATE_TEMP.fullmatch(p.name)
-            and not (p.name.startswith("bench-") and p.is_dir() and not p.is_symlink())
+            for p in state_dir.iterdir()
+            if p.name not in OWN_FILES and not STATE_TEMP.fullmatch(p.name) and not p.name.startswith("bench-")
         )
-        if foreign:
-            return f"already holds other files ({', '.join(foreign[:5])})"
-        secrets = state_dir / "secrets"
-        if os.path.lexists(secrets):
-            if secrets.is_symlink() or not secrets.is_dir():
-                return "holds a secrets entry that is not a folder (a link, file or pipe)"
-            owner = secrets.stat().st_uid
-            if owner != os.geteuid():
-                return f"holds a secrets folder of another user (uid {owner})"
-            odd = sorted(
-                p.name for p in secrets.iterdir() if p.name not in SECRET_NAMES or p.is_symlink() or not p.is_file()
-            )
-            if odd:
-                return f"holds secrets/{odd[0]}, not a secret file start writes"
+    except FileNotFoundError:  # new: start makes it
+        return None
     except OSError as exc:  # a name too long, a loop of links, no permission
         return f"cannot be read ({exc.strerror or exc})"
-    return None
+    return f"already holds other files ({', '.join(foreign[:5])})" if foreign else None
 
 
 def remove_secret_files(plan: dict) -> str | None:
-    """Remove what start wrote, by name, and the folder if that leaves it empty: never a whole tree a
-    plan file happens to point at, never a folder or a link's target. It never fails (stop must go on);
-    a key file it could not remove is said (a secret left on disk), a foreign entry left is not."""
+    """Remove the key files start wrote, by name, and their folder. It never fails (stop must go on); a key
+    file it could not remove is said (a secret left on disk)."""
     directory = Path(plan["state_dir"]) / "secrets"
+    if directory.is_symlink():  # not the folder start made: nothing in it is ours
+        return None
     try:
-        if directory.is_symlink() or not directory.is_dir():  # not a folder start made: not ours to touch
-            return None
         for name in SECRET_NAMES:
-            entry = directory / name
-            if entry.is_symlink() or entry.is_file():
-                entry.unlink(missing_ok=True)
+            (directory / name).unlink(missing_ok=True)
     except OSError as exc:  # a read-only state dir: the key files stay, and the user must know
         return f"could not remove the key files in {directory} ({exc.strerror or exc}): delete them by hand"
-    with contextlib.suppress(OSError):  # a folder under a secret's name, a foreign file: left where it is
+    with contextlib.suppress(OSError):
         directory.rmdir()
     return None
 
