@@ -15,26 +15,6 @@ from epyc import (
 from epyc.errors import ScriptError
 
 
-@pytest.mark.parametrize("kind", ["file", "link"])
-def test_bench_never_writes_its_raw_results_through_a_planted_name(tmp_path, kind):
-    """F7: an --out folder holding a file named raw was an internal error (FileExistsError); a link named raw
-    had the results written into its target."""
-    import argparse
-
-    from epyc import benchmark
-    from epyc.errors import ScriptError
-
-    out = tmp_path / "out"
-    out.mkdir()
-    (tmp_path / "victim").mkdir()
-    (out / "raw").write_text("x") if kind == "file" else (out / "raw").symlink_to(tmp_path / "victim")
-    plan = {"path": "host", "argv": ["/v/bin/vllm", "serve", "m"]}
-    args = argparse.Namespace(input_lens=[16], concurrency=[1], repeats=1, output_len=8, seed=1)
-    with pytest.raises(ScriptError, match="is not a folder of bench's own"):
-        benchmark.run_matrix(plan, args, out, {})
-    assert not list((tmp_path / "victim").iterdir())
-
-
 def test_bench_warns_of_the_chat_template_on_the_endpoint_verify_settled():
     """F6: a plan whose endpoint check_model could not tell (unknown) skipped the chat warning even after
     verify had settled it on chat."""

@@ -21,7 +21,7 @@ def test_a_final_newline_does_not_pass_a_schema_pattern():
 def test_a_home_of_an_unknown_user_is_an_error_not_a_crash(tmp_path):
     """Path.expanduser raises RuntimeError for ~nosuchuser: every path the scripts expand goes through user_path."""
     for call in (
-        lambda: jsonio.output_dir("~no-such-user-here/x", "--out"),
+        lambda: jsonio.empty_output_dir("~no-such-user-here/x", "--out", "fix"),
         lambda: jsonio.output_file("~no-such-user-here/x.tar", "--capture"),
         lambda: jsonio.user_path("~no-such-user-here", "--venv"),
     ):

@@ -134,7 +134,7 @@ def test_stop_never_deletes_what_start_did_not_write(script, tmp_path, inputs, l
     # options and state_dir disagreeing, or a container that is not ours: refused before anything runs
     f.write_text(json.dumps({**edited, "options": plan["options"]}))
     r = script("launch.py", "stop", "--plan", str(f))
-    assert r.code == 1 and "state dir the plan's options name" in r.doc["error"]
+    assert r.code == 1 and "differs from what its own inputs render" in r.doc["error"]
 
 
 @pytest.mark.parametrize(

@@ -270,29 +270,6 @@ def test_a_reflected_key_in_a_broken_status_line_is_masked_before_any_cut(monkey
     assert not leaks(shown, key), shown
 
 
-def test_the_hubs_last_warning_is_masked_before_it_is_cut(monkeypatch):
-    """F4: a 250-character HF_ENDPOINT password, cut at 300 characters before the '@', showed in part."""
-    import logging
-
-    from epyc import hf_model
-
-    pw = "JwA0H1O2" + "x9Y8z7W6" * 30
-    monkeypatch.setenv("HF_ENDPOINT", f"http://bob:{pw}@127.0.0.1:46004")
-    handler = hf_model._LastWarning()
-    handler.emit(
-        logging.LogRecord(
-            "hf",
-            logging.WARNING,
-            __file__,
-            1,
-            f"HTTP Error 503 thrown while requesting HEAD http://bob:{pw}@127.0.0.1:46004/x",
-            None,
-            None,
-        )
-    )
-    assert not leaks(handler.last, pw), handler.last
-
-
 def test_a_secret_that_is_a_common_word_never_removes_the_documents_keys(script, inputs, rt, tmp_path):
     """F5: MYK=error made verify's failure {"***": ...}: no `error` key, the contract broken. Our keys are
     never masked; and a key under 8 characters is refused at plan (guessable, and masking it blanks words)."""

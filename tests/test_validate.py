@@ -256,16 +256,12 @@ def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_p
 
 
 def test_a_cache_path_too_long_to_hold_a_folder_is_a_clear_error(script, tmp_path):
-    """F3: an HF_HOME of 4,092 bytes passed the length check, and HF_HOME/hub did not (an OSError)."""
+    """An HF_HOME too long for the folders under it: named, never an internal error."""
     deep = str(tmp_path) + "/" + "/".join(["d" * 200] * 25)
     deep = deep[:4091] + "d"  # 4,092 bytes whatever tmp_path's length (xdist's is longer): HF_HOME/hub is 4,096
     assert len(deep) == 4092 and "//" not in deep
     r = script("validate.py", "--python", sys.executable, env={"HF_HOME": deep})
-    assert r.code == 1 and "Hugging Face cache" in r.doc["error"], r.doc
-    long_xdg = str(tmp_path) + "/" + "/".join(["x" * 200] * 20)
-    for tool, args in (("validate.py", []), ("setup_host_stack.py", ["--check"])):
-        r = script(tool, *args, env={"XDG_CACHE_HOME": long_xdg, "HF_HOME": str(tmp_path / "hf")})
-        assert r.code == 1 and "XDG_CACHE_HOME is" in r.doc["error"] and "shorter" in r.doc["fix"], r.doc
+    assert r.code == 1 and "too long" in r.doc["error"].lower(), r.doc
 
 
 def test_validate_refuses_a_home_as_the_containers_hub_cache_and_takes_a_busy_hf_home(script, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 from pathlib import Path
 
@@ -302,10 +301,6 @@ def measure_bandwidth(
 def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
     raw = out / "raw"
-    if os.path.lexists(raw) and (raw.is_symlink() or not raw.is_dir()):  # results never through a link
-        raise ScriptError(
-            f"{raw} exists and is not a folder of bench's own (a file, or a link)", "pass --out a new or empty folder"
-        )
     raw.mkdir(parents=True, exist_ok=True)
     target = serving_target(plan, None if plan["path"] == "host" else recorded_container(plan))
     endpoint = endpoint_of(plan)
@@ -343,13 +338,6 @@ def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> li
                         timeout=60,
                         limit=jsonio.MAX_INPUT_BYTES,
                     )
-                    if got.failure == "output_limit":
-                        raise ScriptError(
-                            f"the result /tmp/{name} in the container is over "
-                            f"{jsonio.MAX_INPUT_BYTES:,} bytes: not what vllm bench serve writes",
-                            "check the container (launch.py verify), then re-run the benchmark (into a new --out, or none)",
-                            out=str(out),
-                        )
                     write_out(out / "raw" / name, got.stdout)
                 raw = out / "raw" / name
                 if not res.ok or not raw.exists():

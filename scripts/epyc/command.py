@@ -18,20 +18,6 @@ def served_model_name(model: str, model_dir: str | None) -> str:
     return Path(model_dir or model).name if (model_dir or model.startswith((".", "/", "~"))) else model
 
 
-def needs_device_flag(vllm_version: str | None, removed_in: str = "0.20") -> bool:
-    """`--device cpu` was removed from `vllm serve` in 0.20 (data/epyc.json serve.device_cpu_flag_removed_in);
-    passing it is an argparse error there."""
-
-    def major_minor(v: str) -> tuple[int, int]:
-        parts = v.split("+")[0].split(".")
-        return int(parts[0]), int(parts[1])
-
-    try:
-        return major_minor(vllm_version or "") < major_minor(removed_in)
-    except (ValueError, IndexError):
-        return False
-
-
 def quantized_path(
     report: dict | None, backend: str, dtype: str, epyc: dict, avx512: bool | None = None
 ) -> dict | None:
@@ -58,7 +44,6 @@ def serve_options(
     port: int,
     dtype: str,
     max_len: int,
-    device_flag: bool,
     max_num_seqs: int | None = None,
     batched_tokens: int | None = None,
 ) -> list[str]:
@@ -81,7 +66,7 @@ def serve_options(
         opts += ["--max-num-seqs", str(max_num_seqs)]
     if batched_tokens:
         opts += ["--max-num-batched-tokens", str(batched_tokens)]
-    return opts + (["--device", "cpu"] if device_flag else [])
+    return opts
 
 
 def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = None) -> str:
@@ -137,8 +122,6 @@ def container_run_argv(
 
     The entrypoint is set explicitly (`vllm`, or `sh` for the loader), so the command is the same
     whatever the image declares (the stock image's entrypoint is `vllm serve`, the zentorch one has none)."""
-    if any(f.startswith("--shm-size") for f in run_flags) and "--ipc=host" in run_flags:
-        raise ScriptError("run flags combine --ipc=host with --shm-size", "use --ipc=host alone (data/epyc.json)")
     argv = [*rt, "run", "-d", "--name", name, *run_flags, *cpuset, *hf_mount, *model_mount]
     if "--ipc=host" not in run_flags:  # an isolated IPC namespace needs a big /dev/shm instead
         argv.append(f"--shm-size={shm_size}")

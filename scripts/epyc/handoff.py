@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shlex
 
-from . import argtypes
 from .command import INHERITED_ENV
 from .errors import ScriptError
 from .masking import redact
@@ -253,11 +252,6 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     )
     base = plan["base_url"]
     key_env = plan.get("api_key_env")
-    if key_env is not None and not argtypes.is_env_name(key_env):  # pasted into a shell example: a name only
-        raise ScriptError(
-            f"the plan's api_key_env {key_env!r} is not an environment variable name",
-            "plan again with --api-key-env NAME",
-        )
     curl, python = examples(endpoint, path, base, served, key_env)
     s = plan["sizing"]
     runs_on = f"{plan['runtime']} / {plan['port']}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")

@@ -170,13 +170,8 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
     """Create the venv and install the pins with the workarounds; progress lines go to stderr."""
     actions = []
     # marked first: a venv creation that fails half-way (no python3-venv, Ctrl-C) is still ours to re-run into
-    try:
-        venv.mkdir(parents=True, exist_ok=True)
-        (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
-    except OSError as exc:
-        raise ScriptError(
-            f"cannot create the venv folder {venv}: {exc.strerror or exc}", "pass --venv to a writable folder"
-        )
+    venv.mkdir(parents=True, exist_ok=True)
+    (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
     if not python.exists():
         errors.log(f"setup_host_stack: creating {venv}")
         res = subproc.run([sys.executable, "-m", "venv", str(venv)], timeout=300)

@@ -59,7 +59,7 @@ def cache_root() -> Path:
     the command happened to run."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
-        return _roomy(user_path(xdg, "XDG_CACHE_HOME"), "XDG_CACHE_HOME")
+        return user_path(xdg, "XDG_CACHE_HOME")
     home = os.environ.get("HOME")
     if not home:  # unset or empty ("" expands to "/"): the account's own home, as a login would set it
         import pwd
@@ -74,19 +74,7 @@ def cache_root() -> Path:
             "folder: there is no cache folder to use",
             "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again",
         )
-    return _roomy(user_path(home, "HOME") / ".cache", "HOME")
-
-
-def _roomy(root: Path, what: str) -> Path:
-    """A cache root with room under it for the bundle's folders (PATH_MAX is 4096 bytes): one past 3000
-    bytes made a venv or state-dir path no file system takes, an OSError wherever it was first touched."""
-    if len(os.fsencode(root)) > 3000:
-        raise ScriptError(
-            f"{what} is {len(os.fsencode(root)):,} bytes long: no room under it for this bundle's "
-            "folders (paths stop at 4096)",
-            f"export {what} as a shorter absolute path",
-        )
-    return root
+    return user_path(home, "HOME") / ".cache"
 
 
 def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
@@ -180,13 +168,7 @@ def resolve_hf_cache(env: dict) -> dict:
         default = os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
         home = jsonio.user_path(env.get("HF_HOME") or default, "HF_HOME", expand_vars=True)
         hub = jsonio.user_path(home / "hub", "the Hugging Face cache (HF_HOME/hub)", expand_vars=True)
-    try:
-        return _hf_cache_at(hub)
-    except OSError as exc:  # a path past what the file system takes (ENAMETOOLONG), a folder we may not read
-        raise ScriptError(
-            f"cannot use the Hugging Face cache {str(hub)[:200]}: {exc.strerror or exc}",
-            "export HF_HUB_CACHE (or HF_HOME) as a shorter, readable folder",
-        )
+    return _hf_cache_at(hub)
 
 
 def _hf_cache_at(home: Path) -> dict:

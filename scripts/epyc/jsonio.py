@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from .bundle import DATA_DIR
-from .errors import ScriptError, os_error
+from .errors import ScriptError
 from .masking import clip
 
 
 def scratch_dir(prefix: str) -> Path:
-    """A folder for an unpacked tree or a lone config, removed when the script exits (an explicit cleanup: a
-    TemporaryDirectory left to its finaliser warns, a traceback under PYTHONWARNINGS=error)."""
+    """A folder for an unpacked tree or a lone config, removed when the script exits."""
     import atexit
     import shutil
     import tempfile
@@ -28,8 +27,7 @@ def scratch_dir(prefix: str) -> Path:
 
 
 def real_path(path: str | Path) -> Path:
-    """The path with every link followed, as far as it goes. Path.resolve() raises RuntimeError on a link
-    loop (Python 3.10 and 3.11); realpath stops at the loop, and the next open names it (ELOOP)."""
+    """The path with every link followed, as far as it goes (a loop is named by the next open, not raised)."""
     return Path(os.path.realpath(path))
 
 
@@ -91,26 +89,9 @@ def nearest_existing(path: Path) -> tuple[Path, list[str]]:
     return path, missing
 
 
-def output_dir(spec: str | Path, what: str) -> Path:
-    """A folder the script writes into: created if missing; an existing file or an unwritable place is a
-    clear error before any work is done."""
-    path = output_folder_path(spec, what)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
-    except OSError as exc:
-        raise ScriptError(
-            f"cannot create {what} {str(spec)!r}: {exc.strerror or exc}", f"pass a writable folder for {what}"
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ScriptError(f"{what} {str(spec)!r} is not writable", f"pass a writable folder for {what}")
-    return path
-
-
 def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -> Path:
-    """output_dir, new or empty: every entry in it is then the script's own, so nothing planted there (a
-    link under one of its file names) takes a write elsewhere, and `/` or a home is never filled.
+    """A folder the script writes into, new or empty: every entry in it is then the script's own, and `/` or a
+    home is never filled.
     make=False checks it and makes nothing: a run that may still refuse (no server to measure) checks its
     output first and makes it only once it goes on, so a refusal leaves no folder behind."""
     path = output_folder_path(spec, what)
@@ -131,43 +112,29 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
     elif not path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
     else:
-        try:
-            held = sorted(os.listdir(path))
-        except OSError as exc:
-            raise os_error(exc, f"cannot read {what} {str(spec)!r}")
+        held = sorted(os.listdir(path))
         if held:
             shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (
                 f" and {len(held) - 3} more" if len(held) > 3 else ""
             )
             raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
-    return output_dir(spec, what) if make else path
+    if make:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def output_file(spec: str | Path, what: str) -> Path:
-    """A file the script writes: its folder must exist and the path must not be a folder."""
-    if str(spec) == "-":  # elsewhere '-' means a stream; here it would be a file named '-' in this folder
+    """A file the script writes: never '-' (stdout carries the document), a link, a pipe or a device."""
+    if str(spec) == "-":
         raise ScriptError(
             f"{what} '-': stdout carries the JSON document, so this writes only to a file",
             f"pass a file path for {what}, e.g. ./capture.txt",
         )
     path = user_path(spec, what)
-    try:
-        path.lstat()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:  # a name too long, a path through a file
-        raise ScriptError(f"{what} {str(spec)[:200]!r}: {exc.strerror or exc}", f"pass a usable file path for {what}")
-    if path.is_dir():
-        raise ScriptError(f"{what} {str(spec)!r} is a folder", f"pass a file path for {what}, e.g. {path}/capture.txt")
     if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
         raise ScriptError(
-            f"{what} {str(spec)!r} exists and is not a regular file (a link, pipe or device)",
+            f"{what} {str(spec)!r} exists and is not a regular file (a link, folder, pipe or device)",
             f"pass a new file path for {what}",
-        )
-    if not path.parent.is_dir():
-        raise ScriptError(
-            f"{what} {str(spec)!r}: folder {str(path.parent)!r} does not exist",
-            "create it first, or pass a path in an existing folder",
         )
     return path
 
@@ -177,17 +144,15 @@ def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INP
     an input is data, never a stream. A `~` is expanded, as in every path the scripts write."""
     path = user_path(spec, what)
     st = require_regular_file(path, what, fix)
+    if st.st_size > limit:
+        raise ScriptError(f"{what} {str(spec)!r} is {st.st_size:,} bytes, over the {limit:,} this bundle reads", fix)
     try:
-        if st.st_size > limit:
-            raise ScriptError(
-                f"{what} {str(spec)!r} is {st.st_size:,} bytes, over the {limit:,} this bundle reads", fix
-            )
         with open(path, "rb") as f:
             data = f.read(limit + 1)
     except OSError as exc:
         raise ScriptError(f"cannot read {what} {str(spec)!r}: {exc.strerror or exc}", fix)
     if len(data) > limit:
-        raise ScriptError(f"{what} {str(spec)!r} grew past {limit:,} bytes while being read", fix)
+        raise ScriptError(f"{what} {str(spec)!r} is over the {limit:,} bytes this bundle reads", fix)
     return data
 
 
@@ -250,11 +215,6 @@ def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False)
     """Text that must hold one JSON object; anything else is a ScriptError naming `what`. unique_keys for
     this bundle's own documents (a plan, a step's output): one of them with a key twice was edited by hand
     or cut and pasted together. A model's config.json is read as vLLM reads it (the last value wins)."""
-    if text.startswith("\ufeff"):  # a byte-order mark: Python's message ("decode using utf-8-sig") helps no user
-        raise ScriptError(
-            f"{what} starts with a byte-order mark (BOM), which JSON does not allow",
-            f"save it as UTF-8 without a BOM; {fix}",
-        )
     try:
         doc = strict_json_loads(text, unique_keys)
     except json.JSONDecodeError as exc:

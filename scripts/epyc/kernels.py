@@ -196,21 +196,15 @@ def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
     program = subproc.find_program(argv[0])
     if program is None:
         raise ScriptError(f"cannot read the container's log: {argv[0]} is not in PATH", fix)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            executable=program,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=subproc.run_env(argv, None),
-        )  # the plan's engine, never the shell's
-    except OSError as exc:  # not a program this system can run (no #! line, a missing interpreter)
-        raise ScriptError(
-            f"cannot read the container's log: {program} cannot be run: {exc.strerror or exc}",
-            f"put a working {argv[0]} CLI first in PATH",
-        )
+    proc = subprocess.Popen(
+        argv,
+        executable=program,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=subproc.run_env(argv, None),
+    )  # the plan's engine, never the shell's
     timer = threading.Timer(LOGS_TIMEOUT_S, subproc.kill_group, args=(proc,))
     timer.daemon = True
     timer.start()

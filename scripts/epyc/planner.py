@@ -14,7 +14,6 @@ from .command import (
     container_run_argv,
     is_served_name,
     kv_capacity,
-    needs_device_flag,
     pin_prefix_problem,
     quantized_path,
     runtime_stop_pair,
@@ -397,14 +396,12 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     capacity = kv_capacity(
         tune["kv_granted_gb"], est.get("kv_bytes_per_token"), per_seq, epyc["serve"]["max_num_seqs_cap"], batched
     )
-    device = needs_device_flag(ch.version, epyc["serve"]["device_cpu_flag_removed_in"])
     opts = serve_options(
         ch.served,
         ch.host,
         ch.port,
         ch.dtype,
         ch.max_len,
-        device,
         capacity["max_num_seqs"] if ch.rules["seqs"] else None,
         batched if ch.rules["seqs"] else None,
     )

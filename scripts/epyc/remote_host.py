@@ -107,11 +107,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
         raise ScriptError("--sysroot and --host are exclusive", "pass one of them")
     if host:
         return gather_remote(host)
-    try:
-        captured = bool(sysroot) and Path(sysroot).is_file()
-    except OSError:  # a name too long: check_sysroot below says so
-        captured = False
-    if captured:  # a file from detect.py --capture on the host
+    if sysroot and os.path.isfile(sysroot):  # a file from detect.py --capture on the host
         dest = jsonio.scratch_dir("epyc-capture-")
         hostspec.unpack(Path(sysroot), dest)
         return gather(hostfacts.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)

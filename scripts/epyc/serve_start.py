@@ -265,12 +265,6 @@ def start_host(plan: dict, secrets: dict) -> dict:
         return state
     except BaseException as exc:
         if proc is None:
-            if isinstance(exc, OSError):  # found and executable, yet not runnable (no #!, a bad interpreter)
-                raise ScriptError(
-                    f"cannot run {plan['argv'][0]} ({program}): {exc.strerror or exc}",
-                    "check that program (reinstall it), then start again",
-                    phase="start",
-                )
             raise
         if not recorded:  # launched, and no state names it (a full disk, a hard-linked file): not left running
             with cli.signals_deferred():  # a second signal must not skip the kill

@@ -156,42 +156,12 @@ def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None
         write_state(plan, new)
 
 
-VERIFY_STOP_WAIT_S = 90.0
-
-
-def ended_by_a_stop(plan: dict, judged: dict) -> bool:
-    """The server verify watched went down because a stop (or a start) of this state dir took it down, not by
-    itself: once whoever holds .lock is done, state.json records no run or another. A crash holds no lock,
-    so it is told at once. Without this, a deliberate stop read as "exited before healthy: do not retry"."""
-
-    def busy() -> ScriptError:
-        return ScriptError("busy", "")
-
-    try:
-        with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_STOP_WAIT_S):
-            now = read_state(plan)
-    except ScriptError:  # a stop still going after the wait, or a state that cannot be read: not told apart
-        return False
-    return now is None or not same_run(now, judged)
-
-
 def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: float, t0: float) -> tuple[float, bool]:
     """Poll /health until 200 while the server lives: -> (seconds since start, healthy at the first poll)."""
     last_note, polls = 0.0, 0
     while True:
         elapsed = time.monotonic() - t0
         if alive(plan, state) is False:  # None (the runtime did not answer this poll): asked again on the next
-            if ended_by_a_stop(plan, state):
-                raise failed(
-                    plan,
-                    "process",
-                    "the server was stopped (or started again) while verify waited: "
-                    "state.json no longer records the run verify watched",
-                    t0,
-                    fix="if you stopped it, nothing is wrong; else run verify again: it judges the server "
-                    "the state dir records now",
-                    state=state,
-                )
             raise failed(plan, "process", "the server process exited before it became healthy", t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:

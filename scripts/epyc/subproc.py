@@ -42,20 +42,21 @@ def find_program(name: str, env: dict | None = None) -> str | None:
     return None
 
 
+PROGRESS_EVERY_S = 15.0
+
+
 def run(
     argv: Sequence[str],
     timeout: float,
     env: dict | None = None,
-    stdin: str | None = None,
     progress: str | None = None,
-    progress_every: float = 15.0,
     stderr_through: bool = False,
     limit: int | None = None,
     engine_query: bool = False,
 ) -> RunResult:
     """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
 
-    ``progress`` names what a long command does: every ``progress_every`` seconds a line with the
+    ``progress`` names what a long command does: every PROGRESS_EVERY_S seconds a line with the
     elapsed time goes to stderr, so a person watching knows it is alive (stdout stays the JSON).
     ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them.
     ``limit``: keep at most that many bytes of stdout and of stderr, and stop the child past it (a probe
@@ -78,7 +79,7 @@ def run(
             errors="replace" if limit is None else None,
             env=env,
             start_new_session=True,
-            stdin=subprocess.PIPE if stdin is not None and limit is None else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
         )
     except FileNotFoundError:
         return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
@@ -87,16 +88,14 @@ def run(
     if limit is not None:
         return _run_bounded(proc, argv, timeout, limit)
     t0 = time.monotonic()
-    pending_input = stdin
     try:
         while True:
             left = timeout - (time.monotonic() - t0)
-            wait = min(left, progress_every) if progress else left
+            wait = min(left, PROGRESS_EVERY_S) if progress else left
             try:
-                out, err = proc.communicate(input=pending_input, timeout=max(wait, 0.01))
+                out, err = proc.communicate(timeout=max(wait, 0.01))
                 return RunResult(argv, proc.returncode, out, err or "")
             except subprocess.TimeoutExpired:
-                pending_input = None
                 elapsed = time.monotonic() - t0
                 if elapsed >= timeout:
                     kill_group(proc)

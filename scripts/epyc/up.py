@@ -87,33 +87,11 @@ def ask(question: str, unanswered: ScriptError) -> bool:
         return tty.readline().strip().lower() in ("y", "yes")
 
 
-def dangling(link: Path) -> bool:
-    """A link whose target is not there (a loop of links is no dangling link: real_path names it)."""
-    try:
-        os.stat(link)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 def state_dir_arg(spec: str) -> str:
     """--state-dir: a folder that is new, empty, or one this bundle already keeps (its own files only),
     recorded by its real absolute path (a relative one is taken from the current folder, once, here).
     start writes and stop removes files there: never '/', a home or a system folder by mistake."""
-    path = jsonio.user_path(spec, "--state-dir")
-    there, _ = jsonio.nearest_existing(Path(os.path.abspath(path)))
-    if there.is_symlink() and dangling(there):  # start would make the link's target, wherever it points
-        raise ScriptError(
-            f"--state-dir {spec[:200]!r}: {str(there)[:200]} is a link to nothing (it points to "
-            f"{os.readlink(there)[:200]!r})",
-            "pass a folder path that is not through a dangling link",
-        )
-    try:
-        path = jsonio.real_path(path)
-    except OSError as exc:  # a name too long, a loop of links
-        raise ScriptError(f"--state-dir {spec[:200]!r}: {exc.strerror or exc}", "pass a usable folder path")
+    path = jsonio.real_path(jsonio.user_path(spec, "--state-dir"))
     problem = serve_state.state_dir_problem(path)
     if problem:
         raise ScriptError(
