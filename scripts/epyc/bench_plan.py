@@ -70,11 +70,8 @@ def matrix_against_the_plan(
     vllm_default_seqs: int,
     endpoint: str | None = None,
 ) -> tuple[str | None, list[dict]]:
-    """(why the matrix cannot run on this server, what its figures would measure besides the server).
-    A request longer than the plan's --max-model-len is refused by vLLM (400) every time, and bench would
-    end blaming a healthy endpoint; a chat endpoint's template adds tokens to each prompt, so a request
-    near the limit may be refused too; a concurrency past --max-num-seqs only queues at the server, so
-    its latencies include the wait, which is worth knowing but not wrong."""
+    """(why the matrix cannot run on this server, what its figures would measure besides the server):
+    a request past --max-model-len is refused (400) every time; a concurrency past --max-num-seqs only queues."""
     longest = max(input_lens) + output_len
     limit = plan.get("max_model_len")
     if isinstance(limit, int) and longest > limit:
@@ -145,10 +142,8 @@ def recorded_container(plan: dict) -> str:
 
 
 def require_own_host_server(plan: dict, state: dict | None) -> None:
-    """bench measures this plan's server: the process group its start recorded, alive. Whatever answered on
-    the port was measured before, and another plan's server (its own state dir, the same port) was filed
-    under this plan's name, costed with this plan's weights. A container plan gets the same from
-    recorded_container."""
+    """bench measures this plan's server only: the process group its start recorded, alive (a container plan:
+    recorded_container)."""
     if serve_procs.alive(plan, started_state(plan, state)) is False:
         raise ScriptError(
             "the server this plan started has exited",

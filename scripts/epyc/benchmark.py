@@ -215,11 +215,8 @@ def bench_argv(
 
 
 def serving_target(plan: dict, container: str | None = None) -> dict:
-    """Where `vllm bench serve` runs: the serving venv's vllm (host path), or inside the running
-    container (it has vllm, the tokenizer's files and the cache mount). The tokenizer is the model as the
-    server's own command names it: a local folder by its real path (host) or its mount (container), never
-    the name as typed at plan time, which a relative path makes mean another folder from here. `container`:
-    the id to exec into (recorded_container); the plan's name where only the tokenizer is asked for."""
+    """Where `vllm bench serve` runs (the serving venv, or inside the running container) and the tokenizer it
+    reads: the model as the server's own command names it. `container`: the id to exec into."""
     from .command import serve_args
 
     model_arg = serve_args(plan["argv"], container=plan["path"] != "host")[0]
@@ -245,11 +242,8 @@ def serving_target(plan: dict, container: str | None = None) -> dict:
 
 
 def revision_snapshot(plan: dict) -> str | None:
-    """The hub cache's folder (models--ORG--NAME/snapshots/COMMIT, relative to the cache) of the revision the
-    server runs (`--revision`), or None for the default
-    branch, a local folder, or a revision not in the cache. `vllm bench serve` takes no revision: given the
-    repo id it tokenizes with the default branch's tokenizer, which may differ, and which an offline
-    cache that holds only the served revision does not have at all (HF_HUB_OFFLINE: the bench fails)."""
+    """The hub cache's snapshot folder of the revision the server runs (relative to the cache), or None: bench
+    serve takes no revision, so it tokenizes from that folder."""
     revision = plan.get("revision")
     if not revision or plan.get("model_dir"):
         return None

@@ -119,12 +119,9 @@ def _interrupt_on_termination() -> dict:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: start
-    launches a server and records it in state.json inside one, so no signal can leave a server that no
-    state names (stop would say "not running", the port stay busy). The server does not inherit the
-    handlers: exec resets caught signals to their defaults. A signal held inside a cleanup that already
-    answers an interrupt is not raised: `timeout` and a double Ctrl-C send a second signal, which must
-    not cut the stop short and leave the server running."""
+    """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: a server is
+    launched and recorded inside one, so no signal leaves a server no state names. A signal held inside a
+    cleanup that already answers an interrupt is not raised again."""
     pending: list[int] = []
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

@@ -116,12 +116,8 @@ def container_run_argv(
     serve_args: list[str],
     shm_size: str = "16g",
 ) -> list[str]:
-    """`RT run -d` with values for the sizing env, and secrets as read-only files, never values in the
-    argv or the container's config: `--env NAME` would put NAME=value into `docker inspect`. With
-    secrets, a constant loader exports them inside the container and execs `vllm serve`.
-
-    The entrypoint is set explicitly (`vllm`, or `sh` for the loader), so the command is the same
-    whatever the image declares (the stock image's entrypoint is `vllm serve`, the zentorch one has none)."""
+    """`RT run -d` with the sizing env as values and secrets as read-only files (never in the argv or
+    `docker inspect`); the entrypoint is set explicitly, so the command is the same whatever the image declares."""
     argv = [*rt, "run", "-d", "--name", name, *run_flags, *cpuset, *hf_mount, *model_mount]
     if "--ipc=host" not in run_flags:  # an isolated IPC namespace needs a big /dev/shm instead
         argv.append(f"--shm-size={shm_size}")
@@ -135,10 +131,8 @@ def container_run_argv(
 
 
 def serve_args(argv: list[str], container: bool) -> list[str]:
-    """What `vllm serve` is given (the model first), read from a command this module built, by its shape:
-    `--entrypoint vllm IMAGE serve ARGS`, `--entrypoint sh IMAGE -c LOADER vllm ARGS` (the secrets' loader),
-    or on the host `[PIN...] /venv/bin/vllm serve ARGS`. Never by looking for the word "serve", which the
-    loader form lacks and an image may be named; the path says which shape (a serve option is no marker)."""
+    """What `vllm serve` is given (the model first), read by the shape of a command this module built: the
+    container's `vllm IMAGE serve ARGS` or loader form, or the host's `[PIN...] /venv/bin/vllm serve ARGS`."""
     if container:
         at = argv.index("--entrypoint")
         return argv[at + 6 :] if argv[at + 1] == "sh" else argv[at + 4 :]

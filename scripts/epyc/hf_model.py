@@ -206,10 +206,8 @@ class ModelFiles:
         return {str(v) for v in weight_map.values()}
 
     def _served_shards(self) -> list[Path]:
-        """The safetensors files vLLM 0.32 loads from this folder (DefaultModelLoader._prepare_weights): any
-        consolidated*.safetensors makes it Mistral's own format, those files alone (Mistral's repos ship
-        the HF shards beside them: counted both, 13.5 GiB read 27); otherwise every *.safetensors. Either
-        is narrowed to the files its index names, and a named file the folder lacks stops vLLM too."""
+        """The safetensors files vLLM 0.32 loads from this folder: consolidated*.safetensors alone when there
+        are any (Mistral's format), else every *.safetensors; either narrowed to the files its index names."""
         consolidated = sorted(self.folder.glob("consolidated*.safetensors"))
         shards, index = (
             (consolidated, "consolidated.safetensors.index.json")
@@ -306,10 +304,8 @@ class ModelFiles:
 
 
 def import_hub() -> None:
-    """huggingface_hub reads HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT and HF_ENDPOINT as it is
-    imported, and on a bad value prints its own line on stdout (which carries only our JSON) and raises:
-    imported here with its prints sent to stderr, a bad value is a clear error. The exception's text is
-    not shown: it can quote part of a URL's password."""
+    """huggingface_hub, imported with its prints on stderr: it reads its env (timeouts, HF_ENDPOINT) at import
+    and prints a bad value on stdout, which carries only our JSON. Its error text can quote a URL's password."""
     import contextlib
 
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
@@ -386,11 +382,8 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
 
 
 def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T:
-    """Run fn (all of a script's Hub traffic) with one overall deadline; `online` False (a local folder, the
-    offline cache): no Hub is asked, so fn just runs, and a slow disk is never called a Hub that did not answer.
-
-    huggingface_hub retries 5xx answers and timeouts with backoff on its own, so a failing Hub can
-    hold a single call for minutes; the script must answer in bounded time regardless."""
+    """Run fn (a script's Hub traffic) within one overall deadline: huggingface_hub retries on its own for
+    minutes. `online` False (a local folder, the offline cache): fn just runs."""
     if not online:
         return fn()
     result: dict = {}

@@ -47,10 +47,8 @@ OWNER_FILE = "serving-llms-on-epyc.venv"
 
 
 def venv_refusal(venv: Path, default: Path) -> str | None:
-    """Why this script must not install into `venv`, or None. It pip-installs, uninstalls packages and
-    writes a dist-info there: only into a folder it made (new or empty, or holding OWNER_FILE), or its
-    own default folder when a venv is already there (made by an earlier version of this bundle). A
-    careless --venv /usr/local, a conda prefix or the bundle's own .venv is someone else's interpreter."""
+    """Why this script must not install into `venv`, or None: only a folder it made (new, empty or holding
+    OWNER_FILE), or its own default one; never someone else's interpreter (/usr/local, conda, .venv)."""
     try:
         if Path(os.path.realpath(venv)) == bundle.ROOT / ".venv":  # bootstrap.py's, made or not yet made
             return (

@@ -13,12 +13,8 @@ from .masking import clip
 
 
 def hub_cache_env_problem(env: dict) -> str | None:
-    """Why the Hugging Face cache this shell names is not one folder, or None. huggingface_hub takes an empty
-    or relative HF_HUB_CACHE / HF_HOME (and, for its default HF_HOME, XDG_CACHE_HOME) as a path relative to
-    wherever it runs: check_model, validate's mount and the server would each find the model in another
-    folder. Judged on the hub path as the client builds it (~ then $VARS, twice for HF_HOME's: a
-    variable holding `~/x` is the home's). (This bundle's cache_root follows the XDG spec and ignores a
-    relative XDG_CACHE_HOME; the Hub client does not, so the hub's folder must not depend on it.)"""
+    """Why the Hugging Face cache this shell names is not one folder, or None: huggingface_hub takes an empty
+    or relative HF_HUB_CACHE / HF_HOME / XDG_CACHE_HOME relative to wherever it runs."""
 
     def expand(value: str) -> str:
         return os.path.expandvars(os.path.expanduser(value))
@@ -53,10 +49,7 @@ def refuse_a_relative_hub_cache(env: dict) -> None:
 
 
 def cache_root() -> Path:
-    """The user's cache folder, as the XDG base-directory spec defines it: $XDG_CACHE_HOME when it is an
-    absolute path (an empty or relative one "is invalid and should be ignored"), else ~/.cache. The host
-    stack's venv and the default state dirs live under it: a relative one would put gigabytes wherever
-    the command happened to run."""
+    """The user's cache folder per the XDG spec: $XDG_CACHE_HOME when absolute, else ~/.cache."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
         return user_path(xdg, "XDG_CACHE_HOME")
@@ -127,9 +120,7 @@ def foreign_cache_entries(entries: list[str]) -> list[str]:
 
 def hf_mount_problem(path: str, found: dict | None) -> str | None:
     """Why the hub cache validate.py recorded cannot be mounted read-write into a root container now, or
-    None. `found` is the folder as it is now (validate.cache_listing). It must be at that very path (a
-    link made since then would be followed by the runtime: validate records the real path), and hold
-    only models, datasets and spaces, or nothing yet."""
+    None: it must be at that real path and hold only models, datasets and spaces (or nothing yet)."""
     if not found:
         return "was not looked at on this machine"
     if found.get("error"):
@@ -150,12 +141,8 @@ NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "lustr
 
 
 def resolve_hf_cache(env: dict) -> dict:
-    """The hub cache a container mounts read-write at /root/.cache/huggingface/hub, found as huggingface_hub
-    finds it: HF_HUB_CACHE (or the older HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, HF_HOME defaulting to
-    $XDG_CACHE_HOME/huggingface or ~/.cache/huggingface; links followed (a link would name a host path the
-    container lacks), NFS flagged. Only the hub cache: the rest of HF_HOME holds other tools' files
-    (Gradio's, a sandbox, tokens), none of which the server needs, and an HF_HUB_CACHE's parent could be
-    anything (HF_HUB_CACHE=$HOME/hub had mounted the home)."""
+    """The hub cache a container mounts read-write, found as huggingface_hub finds it (HF_HUB_CACHE, else
+    HF_HOME/hub), links followed, NFS flagged. Only the hub: the rest of HF_HOME holds other tools' files."""
     refuse_a_relative_hub_cache(env)
     named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     # ~ then $VARS, as huggingface_hub's constants expand them (HF_HUB_CACHE='$HOME/hub' is the home's hub,

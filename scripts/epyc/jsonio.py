@@ -90,10 +90,8 @@ def nearest_existing(path: Path) -> tuple[Path, list[str]]:
 
 
 def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -> Path:
-    """A folder the script writes into, new or empty: every entry in it is then the script's own, and `/` or a
-    home is never filled.
-    make=False checks it and makes nothing: a run that may still refuse (no server to measure) checks its
-    output first and makes it only once it goes on, so a refusal leaves no folder behind."""
+    """A folder the script writes into, new or empty, so every entry in it is the script's own. make=False:
+    checked only, made later, so a refusal leaves no folder behind."""
     path = output_folder_path(spec, what)
     parent, missing = nearest_existing(path)
     if missing:

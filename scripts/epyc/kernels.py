@@ -63,13 +63,9 @@ def shown_names(counts: dict) -> dict:
 
 
 def line_heads(stream: IO[str], secrets: list[str]) -> Iterator[str]:
-    """Each line of a text stream with its secrets masked, at most LINE_READ_CHARS long.
-
-    A longer line's rest is read and dropped, not yielded as lines of their own: such a piece begins
-    mid-line, maybe inside a secret, and the mask (whole values only) would not see the part it holds.
-    Every later cut (the match window, the names, the lines shown) is made in masked text. The one cut
-    made before masking is a long line's own end, where a secret may begin: a cut line loses its last
-    characters, as many as the longest secret has, after it is masked."""
+    """Each line of a text stream with its secrets masked, at most LINE_READ_CHARS long. A longer line's rest
+    is dropped (a piece could start inside a secret), and its kept head loses as many characters as the
+    longest secret has, after it is masked."""
     forms = masking.secret_forms(secrets)  # once, not per line
     reach = max(map(len, forms), default=0)
     while piece := stream.readline(LINE_READ_CHARS):

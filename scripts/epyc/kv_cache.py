@@ -159,10 +159,8 @@ def with_class_defaults(cfg: dict, parent_type: object = None) -> dict:
 
 
 def text_config(cfg: dict) -> dict:
-    """Multimodal configs keep the language model under a sub-key; older ones keep it at the top. A
-    text-only architecture (…ForCausalLM) with its own layers is sized from the top: a stray
-    text_config there is not its language model (it sized a model at 4 bytes a token). Either is read
-    with its class's defaults (with_class_defaults)."""
+    """The language model's config: a multimodal one's sub-key, or the top for a text-only architecture with
+    its own layers; read with its class's defaults."""
     archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     if cfg.get("num_hidden_layers") and archs and all(str(a).endswith("ForCausalLM") for a in archs):
         return with_class_defaults(cfg)

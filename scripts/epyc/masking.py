@@ -26,11 +26,8 @@ def treat_as_secret(*names: str) -> None:
 
 
 def secret_values() -> list[str]:
-    """The values this shell holds under secret-looking names (HF_TOKEN, VLLM_API_KEY, MY_API_KEY, a
-    password) or under a name a plan marked secret: none of them may reach what we print, whatever text
-    carried it there (an upstream error, a server's reply, a log line). Eight characters at least for
-    a name that only looks secret, so `TOKENIZERS_PARALLELISM=false` does not blank every "false"
-    (four for a named one); longest first, so a key inside a longer one is masked whole."""
+    """The values this shell holds under secret-looking names (8 characters at least, so `...=false` is no
+    secret) or names a plan marked secret (4 at least); longest first, so a key inside a longer one is masked whole."""
     found = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v.strip()) >= 8}
     found |= {os.environ[k] for k in _NAMED_SECRETS if len(os.environ.get(k, "").strip()) >= 4}
     for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
@@ -50,10 +47,8 @@ def clip(text: str, limit: int, tail: bool = False) -> str:
 
 
 def secret_forms(values: list[str]) -> list[str]:
-    """Each secret value in the forms an honest echo carries it, longest first: as is and without the
-    spaces or line ends around it; inside a JSON string; percent-encoded (either case of hex, as clients
-    write it); and in base64 as an HTTP Basic header carries `user:SECRET`. A server set on leaking a key
-    can always encode it some other way: these are the accidents the threat model covers."""
+    """Each secret value in the forms an honest echo carries it, longest first: as is and stripped, JSON-escaped,
+    percent-encoded (either hex case), and base64 as an HTTP Basic header carries `user:SECRET`."""
     forms: set[str] = set()
     for value in filter(None, values):
         for form in filter(None, {value, value.strip()}):
@@ -65,10 +60,8 @@ def secret_forms(values: list[str]) -> list[str]:
 
 
 def base64_forms(value: str) -> list[str]:
-    """The characters of value's base64 that it alone decides, at each of the three places it can start
-    in a 3-byte group: an HTTP Basic header carries `user:SECRET` so (a proxy's or a mirror's password
-    echoed by a server), and so does a Kubernetes-style secret dump. The characters a neighbour's bits
-    share are left out: each form is found whatever comes before and after."""
+    """The characters of value's base64 that it alone decides, at each of the three offsets in a 3-byte group
+    (a Basic header's `user:SECRET`): found whatever comes before and after."""
     import base64
 
     raw = value.encode("utf-8", "surrogateescape")
@@ -82,10 +75,8 @@ def base64_forms(value: str) -> list[str]:
 
 
 def mask_forms(text: str, forms: list[str]) -> str:
-    """text with every form (secret_forms) and the credentials of any URL masked. Where two secrets
-    overlap in the text, the union of their spans is masked (masking one first would hide the other's
-    start and leave its tail). Cheap on text without them: kernel_proof masks every line of a log that
-    runs to gigabytes."""
+    """text with every form and any URL's credentials masked; overlapping secrets are masked as the union of
+    their spans. Cheap on text without them (kernel_proof masks every line of a log)."""
     spans = []
     for form in forms:
         at = text.find(form)
@@ -107,10 +98,8 @@ def mask_secrets(text: str, values: list[str] | None = None) -> str:
 
 
 class _MaskedStream:
-    """stderr as the scripts' libraries see it: huggingface_hub and requests log through their own
-    handlers (a retry warning quotes the URL, an HF_ENDPOINT password included), so what reaches the
-    real stream is masked as log() masks. A script installs it at import, before those libraries
-    make their handlers."""
+    """stderr as the libraries see it: what huggingface_hub and requests log through their own handlers is
+    masked as log() masks."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -158,10 +147,8 @@ def mask_token_patterns(text: str) -> str:
 
 
 def mask_server_text(text: str, forms: list[str]) -> str:
-    """A server's text with the secrets' forms (common.secret_forms: every value, longest first, in every
-    form) masked, URL credentials too, and then the token patterns. In that order: a secret holding a
-    shorter one, or the word `token=`, would otherwise lose only that part, and show the rest. The forms
-    come prepared: kernel_proof masks every line of a log with the same ones."""
+    """A server's text with every secret form and URL credentials masked, then the token patterns (in that
+    order, so a secret holding `token=` is masked whole)."""
     return mask_token_patterns(mask_forms(text, forms))
 
 

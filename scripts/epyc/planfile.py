@@ -54,12 +54,9 @@ def check_inputs(inputs: dict, where: str, fix: str) -> None:
 def rerender(
     plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start", disk_from_plan: bool = False
 ) -> dict:
-    """The plan its own inputs and options give in this shell now (start compares it with the file).
-    `env_from_plan`: take the secrets' and offline state from the plan itself, not this shell (stop must
-    work where the API key is not exported; it only needs to know the plan was not edited). It implies
-    `disk_from_plan`: the HF cache and the local model folder as the plan recorded them, not as the disk
-    holds them now (a cache that changed, a model folder moved, under a running server must not make
-    stop refuse it). Only start looks at the disk again."""
+    """The plan its own inputs and options give in this shell now. `env_from_plan`: secrets, offline state,
+    HF cache and model folder as the plan recorded them (stop works where the key is not exported, and
+    under a moved cache); `disk_from_plan`: only the disk as recorded."""
     try:
         check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
         facts = host_facts(plan["options"], plan["inputs"], list_cache=not (env_from_plan or disk_from_plan))

@@ -38,11 +38,8 @@ def docker_engine_problem(engine: object) -> str | None:
 
 
 def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
-    """The argv prefix of a container runtime: one of the known engines, never free text run as a
-    program. 'sudo docker' runs only when the user asked for it (validate.py --runtime "sudo docker"),
-    and always as `sudo -n`: it never waits at a password prompt. `engine` is the docker daemon validate.py probed
-    (this shell's DOCKER_HOST): named in the argv itself, so the command the human approves says which
-    machine runs the server, and every later verb reaches that one whatever its own shell exports."""
+    """The argv prefix of a known container runtime, never free text: 'sudo docker' only when the user asked,
+    as `sudo -n`; `engine` (the docker daemon validate probed) named in the argv, so every verb reaches it."""
     if runtime not in CONTAINER_RUNTIMES:
         raise ScriptError(
             f"unknown container runtime {runtime!r}",
@@ -79,10 +76,8 @@ def docker_engine(env: dict) -> str | None:
 
 
 def shell_docker_engine(timeout: float = 20) -> str | None:
-    """The daemon this shell's `docker` reaches when it is not the default socket: DOCKER_HOST, else the
-    endpoint of the current docker context when that is not `default` (DOCKER_CONTEXT, or `docker context
-    use`). Read before anything is asked of docker (a remote one is refused unasked), and recorded: the
-    plan names it as --host=, and a call that names none runs on the default socket (run_env)."""
+    """The daemon this shell's `docker` reaches when not the default socket: DOCKER_HOST, else a non-default
+    context's endpoint."""
     engine = docker_engine(dict(os.environ))
     if engine is not None:
         return engine

@@ -35,14 +35,8 @@ EXEC_YOUNG_S = 30.0
 
 
 def settled_environ(proc: psutil.Process) -> dict | None:
-    """A process's environment, or None when it cannot be read (gone, a zombie, not ours to read).
-
-    An empty environ is a process inside execve (the pin program exec'ing vllm, vllm's #! line its
-    python): /proc/PID/environ reads empty until the new image has its stack. Measured on a 2-vCPU
-    guest, 14 of 30 launches read empty at least once, and a verify or stop just after start judged the
-    server "exited", or not ours. It is asked again until the exec is done; still empty then, it is an
-    environ nobody can judge (`env -i`), and None says so. Only a young process is waited for: vLLM's
-    workers, renamed by setproctitle, read empty for good, and stop would wait on each of them."""
+    """A process's environment, or None when it cannot be read or judged. A young process inside execve reads
+    an empty environ for a moment: it is asked again for EXEC_SETTLE_S; vLLM's renamed workers read empty for good."""
     import psutil
 
     try:
@@ -79,12 +73,8 @@ def segments_in_use(pids: list[int] | None = None) -> set[str]:
 
 
 def group_members(state: dict) -> list:
-    """The live processes of the server's process group (its session: start made the leader with
-    start_new_session). Judged by the group, not the leader: workers can outlive it.
-
-    Ours only by start's run token (MARKER_ENV) in the environment: the leader's when it lives (vLLM's
-    workers rename themselves with setproctitle, which clobbers their /proc environ, so they cannot be
-    asked), else at least one surviving member's. A state file naming another group matches neither."""
+    """The live processes of the server's process group (workers can outlive the leader), ours only by
+    start's run token (MARKER_ENV): in the leader's environ while it lives, else a surviving member's."""
     import psutil
 
     pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")

@@ -59,10 +59,7 @@ def read_state(plan: dict) -> dict | None:
 
 
 def written_by_start(state: object) -> bool:
-    """A state one start wrote: a host server's group and start time, or a container's name and id. `{}` or a
-    document of other fields names no server: verify had written its pass into it, handoff handed that
-    off, and stop acted on the plan's container by name as if this state dir had started it. A container's
-    state names its id: one with a name alone was taken "by the name" and stopped another plan's server."""
+    """A state one start wrote: a host server's group and start time, or a container's name and id."""
     if not isinstance(state, dict):
         return False
     if not {"path", "port", "plan_id"} <= state.keys():  # a state of another version of this bundle: not ours
@@ -300,11 +297,8 @@ def up_in_progress(plan: dict) -> bool:
 
 @contextlib.contextmanager
 def holding_the_start_lock(plan: dict, busy: ScriptError | None = None, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """stop holds .lock as start does, for its whole run: a start that came in while the server went down
-    would write its state, and stop would then remove it (its server named by nothing). stop makes the lock
-    file where none is yet (a first start could begin while it runs); on a read-only folder it makes none,
-    and no start can write there either. No state dir at all: nothing to hold. `busy()` is the error when
-    another holds it past `wait_s` (stop's own words by default)."""
+    """Hold .lock as start does, for the whole block (a start meanwhile would write a state stop then
+    removes). `busy()` is the error when another holds it past `wait_s`."""
     lock = Path(plan["state_dir"]) / ".lock"
     fd = None
     for flags in (os.O_RDONLY | os.O_CREAT, os.O_RDONLY):

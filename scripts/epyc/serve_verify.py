@@ -79,10 +79,8 @@ def http(
 def failed(
     plan: dict, phase: str, reason: str, t0: float, fix: str = NO_RETRY_FIX, state: dict | None = None
 ) -> ScriptError:
-    """A verify failure. Its reason may quote the server (ids, a status line): masked like any server text,
-    since a server that reflects the Authorization header would otherwise get the key printed. `fix`: where
-    the verdict is not the server's (the runtime or the state dir stood in the way), what to do instead of
-    stopping there. `state`: the run judged, whose container's log is shown (not the name's)."""
+    """A verify failure, its reason masked like any server text. `fix`: what to do where the verdict is not
+    the server's; `state`: the run judged, whose log is shown."""
     reason = redact(reason, known_secrets(plan), limit=2000)
     return ScriptError(
         f"FAILED in phase {phase}: {reason}",
@@ -125,10 +123,8 @@ def same_run(a: dict, b: dict) -> bool:
 
 
 def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None:
-    """verify's writes of the state: under start's .lock, and only while state.json still records the run
-    verify judged. A stop and a start while verify waited on the server would otherwise get their new state
-    overwritten by the old one: the new server named by nothing (stop then leaves it running, and every start
-    after refuses its port), or a stopped server recorded as verified."""
+    """verify's write of the state: under start's .lock, and only while state.json still records the run it
+    judged (a stop and start meanwhile must not get their state overwritten)."""
 
     def busy() -> ScriptError:
         return failed(

@@ -39,10 +39,8 @@ def read_showing(shown: Path) -> dict | None:
 
 
 def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
-    """`up --yes` after an up that showed its plan and launched nothing (no terminal, or declined) plans again:
-    it launches only when what runs is what was shown. A port taken, a socket chosen by load, a Hub revision
-    moved, a token set in between made the yes launch a plan nobody read. Without an earlier showing
-    (--yes given up front), there is nothing to hold it to."""
+    """`up --yes` after an up that showed its plan and launched nothing launches only when what runs is what
+    was shown; with no earlier showing there is nothing to hold it to."""
     if not os.path.lexists(shown):
         return
     before = read_showing(shown)

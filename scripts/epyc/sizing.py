@@ -135,14 +135,9 @@ def size_kv_cache(
     headroom: float,
     default_fraction: float,
 ) -> dict:
-    """The KV cache to grant, in whole GiB (VLLM_CPU_KVCACHE_SPACE is parsed as an int).
-
-    With the model's need (estimate_memory.py): the need x headroom, capped by what the socket has
-    left after weights and the OS -- and a socket that cannot hold weights + need + reserve is a
-    refusal, not a warning (the server would fail or swap). Serving, not one prompt: the grant is at least
-    `default_fraction` of what is left (vLLM's own auto sizing also takes a share of the node, not one
-    request's worth), so a big socket holds many concurrent full-length requests; the need is the floor,
-    and the other share stays free for the OS and other processes."""
+    """The KV cache to grant, in whole GiB: at least `default_fraction` of what the socket has left after
+    weights and the OS, and at least the model's need x headroom; a socket that cannot hold weights + need +
+    reserve is a refusal."""
     left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
     warning = None
     if kv_needed_gb is not None:

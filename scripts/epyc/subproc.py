@@ -54,14 +54,9 @@ def run(
     limit: int | None = None,
     engine_query: bool = False,
 ) -> RunResult:
-    """Run argv (never through a shell) with a hard timeout; never raises for the usual failures.
-
-    ``progress`` names what a long command does: every PROGRESS_EVERY_S seconds a line with the
-    elapsed time goes to stderr, so a person watching knows it is alive (stdout stays the JSON).
-    ``stderr_through`` lets the child's own progress lines reach our stderr instead of capturing them.
-    ``limit``: keep at most that many bytes of stdout and of stderr, and stop the child past it (a probe
-    answered by an interpreter that prints without end). Output is decoded leniently: a byte that is not
-    UTF-8 is shown as U+FFFD, never an exception."""
+    """Run argv (never through a shell) with a hard timeout; never raises for the usual failures. `progress`:
+    a line on stderr every PROGRESS_EVERY_S; `stderr_through`: the child's stderr passes through; `limit`:
+    bytes kept of each stream, the child stopped past it. Output is decoded leniently."""
     argv = [str(a) for a in argv]
     env = env if engine_query else run_env(argv, env)  # engine_query: which daemon does this shell name?
     program = find_program(argv[0], env)
@@ -173,10 +168,8 @@ PROBE_OUTPUT_LIMIT = 16 << 20
 def run_probe(
     prefix: Sequence[str], code: str, marker: str, timeout: float, shape: dict | None = None
 ) -> tuple[dict | None, str]:
-    """Run `python -c code` through prefix ([python] or a container runtime's run ... python3 IMAGE) and
-    read the JSON object it prints after `marker`. -> (doc, "") or (None, why it gave none). The
-    interpreter is the user's (any absolute path): what it prints is checked against `shape`, a JSON
-    Schema, before anyone reads a field of it."""
+    """Run `python -c code` through prefix and read the JSON object it prints after `marker`, checked against
+    `shape`. -> (doc, "") or (None, why)."""
     # the probe sees what the server will see (start passes no PYTHON* variable on): a shell's
     # PYTHONWARNINGS=error turned torch's import-time DeprecationWarning into "the stack is broken"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -197,12 +190,8 @@ def run_probe(
 
 
 def run_env(argv: list[str], env: dict | None) -> dict | None:
-    """The environment of a command (`env`, or this process's): a docker call that names no engine
-    (--host=) runs on the default socket whatever that environment exports, so a plan made for the default
-    engine never starts, verifies, execs or stops on the daemon a later shell's DOCKER_HOST or docker
-    context names. Every docker call goes through here (run, and the log streams that Popen). podman
-    names no engine in a plan: it always runs on this machine's, never where a CONTAINER_HOST or
-    CONTAINER_CONNECTION (podman's remote client) of this shell or a later one points."""
+    """The environment of a command: a docker call that names no engine runs on the default socket, and
+    podman on this machine's, whatever this shell exports (DOCKER_HOST, a context, CONTAINER_HOST)."""
     if argv[:1] == ["podman"]:
         return {
             k: v

@@ -245,11 +245,8 @@ def host_path_args(python: str | None) -> list[str]:
 
 @contextlib.contextmanager
 def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
-    """up holds its folder from its first step document to its last verb: a second up (or a start of a
-    plan there) while the first one's steps run, its start pulls or its verify polls would write its own
-    documents and plan.json over the first one's, and the server that run launches would be named by a plan
-    file that no longer exists (start refuses while another process holds it: serve_life.up_in_progress).
-    (start's own .lock covers only the start itself.)"""
+    """up holds its folder (.up.lock) from its first step to its last verb: a second up, or a start there,
+    would write over its documents and plan.json."""
     import fcntl
 
     if serve_state.start_in_progress({"state_dir": str(run_dir)}):
