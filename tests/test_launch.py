@@ -282,3 +282,16 @@ def test_the_default_state_dir_obeys_the_same_rule(script, inputs, rt, tmp_path)
     assert serve_state.state_dir_problem(default) == "exists and is not a folder"
     assert serve_state.state_dir_problem(Path("relative")) == "is not an absolute path"
     assert "too long" in serve_state.state_dir_problem(tmp_path / LONG_NAME)
+
+
+def test_a_state_dir_through_a_dangling_link_is_refused_before_anything_is_made(script, tmp_path, inputs):
+    """The user named the link, not the folder chain it points at: nothing is made there."""
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere" / "deeper" / "x")
+    for where in ("link", "link/sub"):
+        r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / where)))
+        assert r.code == 1 and "a link that leads nowhere" in r.doc["error"], r.doc
+        assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "ok").symlink_to(tmp_path / "real")  # a link to a folder that is there: followed
+    r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "ok" / "st")))
+    assert r.code == 0 and r.doc["state_dir"] == str((tmp_path / "real" / "st").resolve()), r.doc

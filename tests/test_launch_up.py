@@ -38,7 +38,7 @@ def test_a_link_loop_is_a_clear_error(script, tmp_path, make_sysroot):
     file that loops was an internal error."""
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     r = script("launch.py", "up", "--yes", "--state-dir", str(tmp_path / "loop"))
-    assert r.code == 1 and "cannot be read (Too many levels of symbolic links)" in r.doc["error"], r.doc
+    assert r.code == 1 and "a link that leads nowhere" in r.doc["error"], r.doc
     root = make_sysroot("genoa_9654_2s_smt")
     cpulist = Path(root) / "sys/devices/system/node/node0/cpulist"
     cpulist.unlink()

@@ -584,6 +584,18 @@ def test_start_refuses_a_state_dir_or_secrets_folder_of_another_user(script, inp
     assert not any(c["argv"][0] == "run" for c in calls(d)[before:]) and not (secrets / "HF_TOKEN").exists()
 
 
+def test_start_never_writes_a_key_through_a_secrets_link(script, inputs, rt, tmp_path):
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path, HF_TOKEN=TOKEN_30)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    Path(plan["state_dir"]).mkdir(parents=True, mode=0o700)
+    (Path(plan["state_dir"]) / "secrets").symlink_to(elsewhere)
+    r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={**env, "HF_TOKEN": TOKEN_30})
+    assert r.code == 1 and "is a link" in r.doc["error"], r.doc
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):
     """F6: the handoff's Stop row for a container was the runtime's `stop && rm`, which leaves HF_TOKEN and the
     API key in <state>/secrets (reference.md says stop removes them: launch.py stop does). The row names

@@ -232,6 +232,22 @@ def test_a_state_dir_others_may_write_in_is_refused(tmp_path):
         assert "may be written by other users" in serve_state.state_dir_problem(st)
 
 
+def test_the_folders_the_bundle_makes_are_its_own_under_a_group_writable_umask(script, tmp_path, inputs, live_tune):
+    """Debian and RHEL give users umask 002: a state dir made under it must still pass the own-folder rule."""
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    old = os.umask(0o002)
+    try:
+        for _ in range(2):  # a second start into the folder the first one made
+            r = script("launch.py", "start", "--plan", str(plan_file), "--confirm")
+            assert r.code == 0, r.doc
+            assert script("launch.py", "stop", "--plan", str(plan_file)).code == 0
+        assert os.stat(plan["state_dir"]).st_mode & 0o777 == 0o700
+        r = script("detect.py", "--run", str(tmp_path / "run"))
+        assert r.code == 0 and (tmp_path / "run" / "detect.json").exists(), r.doc
+    finally:
+        os.umask(old)
+
+
 def test_a_brief_hold_of_the_lock_is_waited_out_by_verify_and_stop(tmp_path, inputs, live_tune):
     """The review of the fixes: verify's write (milliseconds under .lock) made a stop at that moment refuse,
     and a verify meeting another verify's write failed a healthy server (up then stopped it)."""

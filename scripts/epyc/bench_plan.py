@@ -168,7 +168,7 @@ def new_bench_dir(state_dir: Path) -> Path:
     """bench-TIME in the state dir, made new here: never an entry someone planted under the next
     second's name (a link to another folder would take the results and truncate its files)."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         out = state_dir / time.strftime("bench-%Y%m%d-%H%M%S")
         os.mkdir(out, 0o755)
     except FileExistsError:

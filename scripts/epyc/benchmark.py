@@ -427,7 +427,7 @@ def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple
         args.warnings += [
             {**w, "message": f"sizing {name}: {w['message']}"} for w in own if w["check"] != "length"
         ]  # the lengths are the plan's, warned of once
-        (sub / "run").mkdir(parents=True, exist_ok=True)
+        (sub / "run").mkdir(parents=True, exist_ok=True, mode=0o700)
         write_out(sub / "plan.json", json.dumps(variant, indent=2) + "\n")
         errors.log(f"bench: --compare: sizing {name}: starting")
         try:

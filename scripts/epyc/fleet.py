@@ -21,7 +21,7 @@ from .planfile import host_facts, load_plan, read_plan, rerender
 from .planner import build_plan
 from .serve_procs import log_tail, state_server
 from .serve_start import refuse_edited, start
-from .serve_state import auth_headers, open_own_file, read_state, write_own_file
+from .serve_state import auth_headers, make_own_folder, open_own_file, read_state, write_own_file
 from .serve_stop import stop
 from .serve_verify import http, verify
 from .sizing import plan as size_socket
@@ -173,7 +173,7 @@ def refuse_a_running_fleet(folder: Path) -> None:
 def write_fleet(fleet: dict, folder: Path) -> dict:
     """The engines' plans into their state dirs (where start keeps them), the fleet's into the run folder."""
     for plan in fleet.pop("_engine_plans"):
-        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
+        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
         write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
     return fleet
 
@@ -273,7 +273,7 @@ def start_fleet(fleet: dict, engines: list[dict]) -> dict:
 def start_router(fleet: dict) -> dict:
     r = fleet["router"]
     folder = Path(r["state_dir"])
-    folder.mkdir(parents=True, exist_ok=True)
+    make_own_folder(folder, "plan the fleet with a folder of your own", "start")
     if router_alive(router_state(fleet)):
         raise ScriptError(f"the fleet's router ({folder}) is running", "stop the fleet first, then start it")
     if not Path(r["argv"][0]).exists():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from . import hubcache, jsonio, masking, runtimes
 from .command import SECRET_VALUE, runtime_stop_pair
@@ -112,7 +113,10 @@ def load_plan(path: str) -> dict:
     jsonio.check_schema(plan, "plan", f"{path} is not a launch plan", PLAN_FIX)
     # the key may live under any name (--api-key-env MYAPI): whatever a verb prints from here on masks it
     masking.treat_as_secret(*(plan.get("secrets") or {}).values(), plan.get("api_key_env") or "")
-    return plan  # its structure (files in the state dir, path and runtime agreeing): rerender compares all of it
+    state_dir = Path(plan["state_dir"])  # read before rerender compares the rest: never a file elsewhere
+    if Path(plan["state_file"]) != state_dir / "state.json" or Path(plan["log_file"]) != state_dir / "server.log":
+        raise ScriptError(f"{path}: state_file and log_file must be state.json and server.log in state_dir", PLAN_FIX)
+    return plan
 
 
 def read_plan(path: str, verb: str, epyc: dict) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import cli, jsonio
 from .errors import ScriptError
-from .serve_state import state_root
+from .serve_state import make_own_folder, state_root
 
 DEFAULT = "local"  # this machine's run folder; another target's is named by --run
 
@@ -38,8 +38,7 @@ def keep(args: argparse.Namespace, step: str) -> Path:
     """This script's document, whatever its outcome, also goes to RUN/STEP.json. -> the run folder."""
     folder = run_dir(args.run)
     cli.keep_document(folder / f"{step}.json")  # first: a refusal below replaces the older document too
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return folder
+    return make_own_folder(folder, "pass --run a folder of your own", step)
 
 
 def keep_before_parsing(argv, step: str) -> None:

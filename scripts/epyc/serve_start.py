@@ -20,6 +20,7 @@ from .serve_state import (
     NO_RETRY_FIX,
     STATE_DIR_FIX,
     flock_within,
+    make_own_folder,
     open_own_file,
     plan_identity,
     read_state,
@@ -100,12 +101,7 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
             STATE_DIR_FIX,
             phase="start",
         )
-    try:
-        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ScriptError(
-            f"cannot make the state dir {plan['state_dir']}: {exc.strerror or exc}", STATE_DIR_FIX, phase="start"
-        )
+    make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
     if up_in_progress(plan):
         raise ScriptError(
             f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, "
@@ -175,8 +171,7 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
     return ScriptError(
         f"the {what} was launched, but its state could not be written to {plan['state_file']} "
         f"({masking.clip(reason, 300)}): start {undone} it",
-        "free the state dir (disk space, "
-        "permissions, a file with other names), or plan with a fresh --state-dir; then start again",
+        "free the state dir (disk space, permissions), or plan with a fresh --state-dir; then start again",
         phase="start",
     )
 
@@ -266,7 +261,7 @@ def start_host(plan: dict, secrets: dict) -> dict:
     except BaseException as exc:
         if proc is None:
             raise
-        if not recorded:  # launched, and no state names it (a full disk, a hard-linked file): not left running
+        if not recorded:  # launched, and no state names it (a full disk): not left running
             with cli.signals_deferred():  # a second signal must not skip the kill
                 subproc.kill_group(proc)
             raise unrecorded(plan, exc, f"server (pid {proc.pid})", "stopped") from None

@@ -18,12 +18,12 @@ NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not
 
 
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
-    """Open a file of a folder of our own, never through a symbolic link: one left there must not take a
-    write elsewhere. (The folder itself is this user's alone: see state_dir_problem.)"""
+    """Open a file the bundle keeps, never through a symbolic link (one left there must not take a write
+    elsewhere) nor blocking on a FIFO; a file written gets `mode`, whatever it had."""
     import errno
 
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ScriptError(
@@ -34,8 +34,13 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         refusal = errors.os_error(exc, f"cannot open {path}")
         refusal.extra["phase"] = phase
         raise refusal from None
-    if flags & os.O_CREAT:  # a file found there keeps no wider mode than one made now
-        os.fchmod(fd, mode)
+    try:
+        if flags & os.O_CREAT:
+            os.fchmod(fd, mode)
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -52,7 +57,7 @@ def read_state(plan: dict) -> dict | None:
     """The state start wrote, or None: none, a link, junk or another version's document is no state of ours."""
     try:
         with os.fdopen(open_own_file(plan["state_file"], os.O_RDONLY), "rb") as f:
-            state = jsonio.strict_json_loads(f.read(1 << 20).decode("utf-8"))
+            state = jsonio.strict_json_loads(f.read(1 << 20).decode("utf-8"), unique_keys=True)
     except (OSError, ValueError, RecursionError, ScriptError):
         return None
     return state if written_by_start(state) else None
@@ -169,22 +174,46 @@ OWN_FILES = {
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
 
 
+def own_folder_problem(folder: Path) -> str | None:
+    """Why a folder the bundle keeps state, logs or keys in is not this user's alone (so a file in it may not
+    be ours), or None; None too for one not there yet."""
+    import stat
+
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        return f"cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "exists and is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    return "may be written by other users (chmod go-w it)" if st.st_mode & 0o022 else None
+
+
+def make_own_folder(folder: Path, fix: str, phase: str) -> Path:
+    """The folder made 0700 when missing, then refused unless it is this user's alone (one made by another
+    user between a check and the mkdir included)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    problem = own_folder_problem(folder)
+    if problem:
+        raise ScriptError(
+            f"{folder} {problem}: the bundle keeps its files only in a folder of your own", fix, phase=phase
+        )
+    return folder
+
+
 def state_dir_problem(state_dir: Path) -> str | None:
     """Why start may not write into this folder, or None. start truncates server.log and writes its state and
     secrets there, stop removes them: so it is an absolute folder, new, or this user's alone (no one else may
     write in it, so every file in it is ours) holding only this bundle's files."""
-    import stat
-
     if not state_dir.is_absolute():
         return "is not an absolute path"
+    problem = own_folder_problem(state_dir)
+    if problem or not state_dir.exists():
+        return problem
     try:
-        st = os.stat(state_dir)
-        if not stat.S_ISDIR(st.st_mode):
-            return "exists and is not a folder"
-        if st.st_uid != os.geteuid():
-            return f"belongs to another user (uid {st.st_uid})"
-        if st.st_mode & 0o022:
-            return "may be written by other users (chmod go-w it)"
         foreign = sorted(
             p.name
             for p in state_dir.iterdir()

@@ -30,7 +30,7 @@ def showing_differs(before: dict | None, now: dict) -> str | None:
 
 def read_showing(shown: Path) -> dict | None:
     """What up last showed (shown-plan.json), or None where it cannot be read as a showing."""
-    try:  # as a file of the state dir is read: never through a link, never a FIFO that blocks
+    try:  # as a file of the state dir is read: never through a link
         with os.fdopen(serve_state.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
             before = json.loads(f.read(1 << 20))
     except (OSError, ValueError, RecursionError, ScriptError):

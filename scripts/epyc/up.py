@@ -91,7 +91,13 @@ def state_dir_arg(spec: str) -> str:
     """--state-dir: a folder that is new, empty, or one this bundle already keeps (its own files only),
     recorded by its real absolute path (a relative one is taken from the current folder, once, here).
     start writes and stop removes files there: never '/', a home or a system folder by mistake."""
-    path = jsonio.real_path(jsonio.user_path(spec, "--state-dir"))
+    path = jsonio.user_path(spec, "--state-dir")
+    there, _ = jsonio.nearest_existing(Path(os.path.abspath(path)))
+    if there.is_symlink() and not there.exists():  # start would make the link's target, wherever it points
+        raise ScriptError(
+            f"--state-dir {spec[:200]!r} goes through a link that leads nowhere ({there})", "pass a real folder path"
+        )
+    path = jsonio.real_path(path)
     problem = serve_state.state_dir_problem(path)
     if problem:
         raise ScriptError(
@@ -259,7 +265,7 @@ def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
             raise ScriptError(
                 f"another up is running in {run_dir}", "wait for it to finish, or run up with another --state-dir"
             ) from None
-        # start's own lock file, checked now: a link, pipe or folder there is refused before five steps run
+        # start's own lock file, checked now: a link or folder there is refused before five steps run
         os.close(serve_state.open_own_file(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, phase="up"))
         held = {str(run_dir), str(jsonio.real_path(run_dir))}  # the plan names the folder by its real path
         serve_state.UP_HOLDS.update(held)  # this up's own start is not another's
@@ -276,7 +282,7 @@ def up(a: argparse.Namespace, epyc: dict) -> dict:
     refuse_before_up(a, model)
     run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
     refuse_a_busy_run_dir(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    serve_state.make_own_folder(run_dir, "pass --state-dir with a new folder of your own", "up")
     with holding_the_run_dir(run_dir):
         return up_in(run_dir, model, a, epyc)
 
