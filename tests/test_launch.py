@@ -1,6 +1,7 @@
 """launch.py as a whole: its verbs, their arguments and the plan file they share."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -218,17 +219,19 @@ def test_a_model_or_served_name_that_reads_as_an_option_is_refused(script, input
 
 
 @pytest.mark.parametrize("name", ["server.log", "state.json"])
-def test_a_folder_under_a_state_file_name_is_refused_cleanly(
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_fifo_or_folder_under_a_state_file_name_is_refused_not_waited_on(
     script,
     tmp_path,
     inputs,
     live_tune,
     name,
+    kind,
 ):
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     st = Path(plan["state_dir"])
     st.mkdir(parents=True, exist_ok=True)
-    (st / name).mkdir()
+    os.mkfifo(st / name) if kind == "fifo" else (st / name).mkdir()
     try:
         for verb in ("start", "verify", "handoff", "stop"):
             r = script(

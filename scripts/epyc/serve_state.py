@@ -19,8 +19,9 @@ NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not
 
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
     """Open a file the bundle keeps, never through a symbolic link (one left there must not take a write
-    elsewhere) nor blocking on a FIFO; a file written gets `mode`, whatever it had."""
+    elsewhere) nor waiting on a FIFO; a file written gets `mode`, whatever it had."""
     import errno
+    import stat
 
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
@@ -35,10 +36,12 @@ def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = 
         refusal.extra["phase"] = phase
         raise refusal from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device of that name: never waited on
+            raise ScriptError(f"{path} is not a regular file", "remove it, or use a fresh folder", phase=phase)
         if flags & os.O_CREAT:
             os.fchmod(fd, mode)
         os.set_blocking(fd, True)
-    except OSError:
+    except BaseException:
         os.close(fd)
         raise
     return fd
