@@ -214,7 +214,7 @@ def state_dir_problem(state_dir: Path) -> str | None:
     if not state_dir.is_absolute():
         return "is not an absolute path"
     problem = own_folder_problem(state_dir)
-    if problem or not state_dir.exists():
+    if problem:
         return problem
     try:
         foreign = sorted(
