@@ -216,8 +216,8 @@ def test_an_input_that_is_not_a_document_is_a_clear_error(script, bad_files, nam
         (["check_model.py", "--vllm-version", "../../../etc/passwd"], "not a version number"),
         (["check_model.py", "--python", "/nonexistent/python"], "not an executable file"),
         (["check_model.py", "--revision", "../../x"], "argument --revision"),
-        (["check_model.py", "--model", "x" * 5000], "not a usable path"),
-        (["estimate_memory.py", "--model", "x" * 5000], "not a usable path"),
+        (["check_model.py", "--model", "x" * 5000], "File name too long"),
+        (["estimate_memory.py", "--model", "x" * 5000], "File name too long"),
         (["validate.py", "--generation", "$(id)"], "invalid choice"),
     ],
 )

@@ -14,6 +14,9 @@ EPYC_JSON = DATA_DIR / "epyc.json"
 
 GIB = 1024**3
 
+# the five step documents a plan is rendered from, in the order they run
+INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
+
 
 # ---------------------------------------------------------------- pinned facts
 

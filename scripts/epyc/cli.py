@@ -89,10 +89,6 @@ class JsonArgumentParser(argparse.ArgumentParser):
         return ns, extra
 
 
-# the documents launch.py plan reads: each is checked against its schema as it is printed, too
-PLAN_INPUTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
-
-
 _INTERRUPTED: list[int] = []
 
 
@@ -186,7 +182,7 @@ def run_main(
         name = Path(main.__code__.co_filename).stem
         # (not detect --capture's receipt: it is no fact for the next script, and it runs on the host to plan
         # for with the standard library only, where jsonschema is not installed)
-        if code == EXIT_OK and isinstance(doc, dict) and name in PLAN_INPUTS and "capture" not in doc:
+        if code == EXIT_OK and isinstance(doc, dict) and name in bundle.INPUT_SCRIPTS and "capture" not in doc:
             # what we print is what the next script reads: a fact past what the schema allows (a socket
             # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
             check_schema(

@@ -44,13 +44,6 @@ def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -
             f"{what} {str(spec)!r}: no such user's home for the '~'",
             f"spell {what} without ~user, or with ~ for your own home",
         )
-    # what no file system holds (ENAMETOOLONG): Path.exists()/is_file() raise it instead of saying False
-    if len(os.fsencode(path)) > 4095 or any(len(os.fsencode(part)) > 255 for part in path.parts):
-        raise ScriptError(
-            f"{what} {str(spec)[:120]!r}{'...' if len(str(spec)) > 120 else ''} is not a usable path: "
-            "too long for any file system (4095 bytes, 255 a name)",
-            "pass a real path",
-        )
     return path
 
 

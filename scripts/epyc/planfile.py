@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import hubcache, jsonio, masking, runtimes
+from . import bundle, hubcache, jsonio, masking, runtimes
 from .command import SECRET_VALUE, runtime_stop_pair
 from .errors import ScriptError
 from .planner import PLAN_SCHEMA_VERSION, build_plan
@@ -42,13 +42,10 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     }
 
 
-INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
-
-
 def check_inputs(inputs: dict, where: str, fix: str) -> None:
     """The five documents a plan is rendered from, each against its script's output schema: a plan and
     its re-rendering read them by the same rule (an edited input is refused before it is used)."""
-    for name in INPUT_SCRIPTS:
+    for name in bundle.INPUT_SCRIPTS:
         jsonio.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
 
 

@@ -57,7 +57,6 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
     counts: the command, env and paths decide what runs, and the rest (the stop command, the summary,
     the base URL) is what the human and the handoff are told -- an edit anywhere is refused."""
     return sorted(k for k in plan.keys() | fresh.keys() if k != "ok" and plan.get(k) != fresh.get(k))
-    # contract's verdict, added when the plan is printed
 
 
 LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")
@@ -67,13 +66,7 @@ def mismatches(inp: dict) -> list[str]:
     """Why the five documents do not describe one serve: each script echoes the inputs its decision
     used, so a set assembled from different runs (another model, other weights, a KV grant below the
     need, another host) is caught here instead of serving something nobody sized."""
-    det, val, chk, est, tune = (
-        inp["detect"],
-        inp["validate"],
-        inp["check_model"],
-        inp["estimate_memory"],
-        inp["cpu_tune"],
-    )
+    det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
     out = []
     if chk.get("model") and est.get("model") and chk["model"] != est["model"]:
         out.append(f"check_model.py ran for {chk['model']}, estimate_memory.py for {est['model']}")
@@ -306,13 +299,7 @@ def refuse_unrunnable_command(val: dict, epyc: dict, facts: dict) -> None:
 def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     """Every refusal, before anything is assembled: what remains is a serve that start would run."""
     refuse_inconsistent_inputs(inp, opt)
-    det, val, chk, est, tune = (
-        inp["detect"],
-        inp["validate"],
-        inp["check_model"],
-        inp["estimate_memory"],
-        inp["cpu_tune"],
-    )
+    det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
     model = opt.get("model") or chk.get("model")
     refuse_unsafe_arguments(model, val, tune)
     backend = val.get("backend") or "zentorch"
@@ -493,13 +480,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     options, and the host facts that matter (planfile.host_facts: secrets set, the model's folder, the
     cache's listing). Every refusal comes first (choose); then the command is assembled."""
     ch = choose(inp, opt, epyc, facts)
-    det, val, chk, est, tune = (
-        inp["detect"],
-        inp["validate"],
-        inp["check_model"],
-        inp["estimate_memory"],
-        inp["cpu_tune"],
-    )
+    det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
     env, secrets = plan_env(ch, tune, epyc, opt, facts)
     opts, capacity, batched = serve_opts(ch, inp, opt, epyc)
     name = f"{epyc['container']['name']}-{ch.port}"  # one container per endpoint: plans never remove each other's
