@@ -276,7 +276,8 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
 
 
 def test_engine_that_dies_in_the_container_fails_in_smoke(stack, image, models, engine, tmp_path):
-    """head_dim 16, mounted as a local folder (/models, read-only): healthy, then the first request kills it."""
+    """head_dim 16, mounted as a local folder (/models, read-only): healthy, then the first request kills it.
+    The shared memory its engine left in the host's /dev/shm (--ipc=host) is freed by stop."""
     env = {**engine, "HF_HUB_OFFLINE": "1"}
     plan_file, plan = container_plan(tmp_path, stack, image, env, models["headdim16"]["folder"])
     assert any(a.endswith(":/models/headdim16-qwen3:ro") for a in plan["argv"])
@@ -285,9 +286,12 @@ def test_engine_that_dies_in_the_container_fails_in_smoke(stack, image, models, 
         ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "400", env=env, timeout=500)
         assert ver.code == 1 and ver.doc["phase"] in ("smoke", "process"), json.dumps(ver.doc)[-2000:]
         assert ver.doc["log_tail"], "the container's log tail is part of the failure"
+        segments = json.loads(Path(plan["state_file"]).read_text())["shm_segments"]
+        assert segments, "verify records the healthy engine's shared memory before its first request"
     finally:
-        run_script("launch.py", "stop", "--plan", str(plan_file), env=env, timeout=200)
+        stop = run_script("launch.py", "stop", "--plan", str(plan_file), env=env, timeout=200)
     assert no_container(env, plan["container_name"])
+    assert stop.code == 0 and not [n for n in segments if Path("/dev/shm", n).exists()], stop.doc
 
 
 def test_container_removed_while_verify_polls(stack, image, chain_env, tmp_path):

@@ -72,6 +72,24 @@ def segments_in_use(pids: list[int] | None = None) -> set[str]:
     return held
 
 
+def server_pids(plan: dict, state: dict) -> list[int]:
+    """The server's processes: the host path's group, or the container's first process and its descendants
+    (the runtime's pid, on this machine; none where the runtime does not say or they are not ours to read)."""
+    if plan["path"] == "host":
+        return [p.pid for p in group_members(state)]
+    import psutil
+
+    cid = state.get("container_id")
+    if not isinstance(cid, str) or not CONTAINER_ID.fullmatch(cid):
+        return []
+    res = subproc.run([*runtimes.runtime_of(plan), "inspect", "-f", "{{.State.Pid}}", cid], timeout=30)
+    try:
+        first = psutil.Process(int(res.stdout.strip()))
+        return [first.pid, *(c.pid for c in first.children(recursive=True))]
+    except (ValueError, psutil.Error):
+        return []
+
+
 def group_members(state: dict) -> list:
     """The live processes of the server's process group (workers can outlive the leader), ours only by
     start's run token (MARKER_ENV): in the leader's environ while it lives, else a surviving member's."""

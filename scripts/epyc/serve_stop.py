@@ -42,10 +42,12 @@ def remove_state(plan: dict) -> str | None:
     return None
 
 
-def stopped(doc: dict, *problems: str | None) -> dict:
-    """stop's document, with what it could not tidy up after the server was gone."""
+def stopped(doc: dict, *problems: str | None, state: dict | None = None) -> dict:
+    """stop's document once the server is gone: the shared memory it left, freed, and what could not be
+    tidied up."""
     said = [p for p in problems if p]
-    return {**doc, "warnings": said} if said else doc
+    freed = free_segments(state)
+    return {**doc, **({"freed_segments": freed} if freed else {}), **({"warnings": said} if said else {})}
 
 
 def stop(plan: dict) -> dict:
@@ -85,7 +87,7 @@ def stop_container(plan: dict, state: dict | None) -> dict:
             remove_state(plan),
         )
     if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
-        return stopped(gone, remove_secret_files(plan), remove_state(plan))
+        return stopped(gone, remove_secret_files(plan), remove_state(plan), state=state)
     # by the id judged above: the name may pass to another start's container meanwhile
     graceful = subproc.run([*rt, "stop", "-t", str(STOP_GRACE_S), found["id"]], timeout=STOP_GRACE_S + 60)
     res = subproc.run([*rt, "rm", "-f", found["id"]], timeout=120)
@@ -99,7 +101,7 @@ def stop_container(plan: dict, state: dict | None) -> dict:
             phase="stop",
         )
     if not graceful.ok and "no such container" in (graceful.stderr or "").lower():  # never started, or gone
-        return stopped(gone, remove_secret_files(plan), remove_state(plan))
+        return stopped(gone, remove_secret_files(plan), remove_state(plan), state=state)
     return stopped(
         {
             "stopped": True,
@@ -109,6 +111,7 @@ def stop_container(plan: dict, state: dict | None) -> dict:
         },
         remove_secret_files(plan),
         remove_state(plan),
+        state=state,
     )
 
 
@@ -126,9 +129,7 @@ def stop_host(plan: dict, state: dict | None) -> dict:
                 f"kill -- -{state['pgid']}, then run stop again (the state file is kept)",
                 phase="stop",
             )
-        freed = free_segments(state)
-        doc = {"stopped": False, "reason": "not running", **({"freed_segments": freed} if freed else {})}
-        return stopped(doc, remove_state(plan))
+        return stopped({"stopped": False, "reason": "not running"}, remove_state(plan), state=state)
     left, late = end_group(state, group)
     return stopped(
         {
@@ -136,15 +137,16 @@ def stop_host(plan: dict, state: dict | None) -> dict:
             "pid": state.get("pid"),
             "processes": len(group) + len(late),
             "killed_after_timeout": len(left) + len(late),
-            **({"freed_segments": freed} if (freed := free_segments(state)) else {}),
         },
         remove_state(plan),
+        state=state,
     )
 
 
 def free_segments(state: dict | None) -> list[str]:
     """The shared-memory segments (/dev/shm/psm_*) verify saw this server map, once no process maps or holds
-    them open: a killed engine never unlinks its own (hundreds of MB of memory each). -> the names freed."""
+    them open: a killed engine, or a container's whose first process exited, never unlinks its own. -> the
+    names freed."""
     names = [n for n in (state or {}).get("shm_segments") or [] if isinstance(n, str) and SEGMENT.fullmatch(n)]
     if not names:
         return []

@@ -12,7 +12,7 @@ from . import errors
 from .errors import ScriptError
 from .handoff import judge_smoke, smoke_request
 from .masking import redact
-from .serve_procs import alive, foreign_state, group_members, log_tail, own_state, segments_in_use
+from .serve_procs import alive, foreign_state, log_tail, own_state, segments_in_use, server_pids
 from .serve_start import runtime_silent
 from .serve_state import (
     NO_RETRY_FIX,
@@ -265,6 +265,9 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         rewrite_state_of_run(plan, state, state, t0)
     base, headers = f"http://127.0.0.1:{plan['port']}", auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
+    # the shared memory the healthy engine maps, recorded before any request: stop frees what a dead engine left
+    state = {**state, "shm_segments": sorted(segments_in_use(server_pids(plan, state)))}
+    rewrite_state_of_run(plan, state, state, t0)
     errors.log(
         f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else "")
     )
@@ -272,9 +275,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     endpoint, path, detail, smoke_s = smoke(plan, base, headers, smoke_timeout, t0)
     still_alive(plan, state, base, headers, t0)
     # handoff and bench read what verify settled and that it passed, on this run of the server
-    # and the shared memory its engine maps, which stop frees should the engine die without unlinking it
-    shm = sorted(segments_in_use([p.pid for p in group_members(state)])) if plan["path"] == "host" else []
-    passed = {**state, "primary_endpoint": endpoint, "verified_at": time.time(), "shm_segments": shm}
+    passed = {**state, "primary_endpoint": endpoint, "verified_at": time.time()}
     rewrite_state_of_run(plan, state, passed, t0)
     # a server may list thousands of ids (one listed 40,001): the served one and a few beside it say enough
     shown = [plan["served_model_name"], *[m for m in ids if m != plan["served_model_name"]][: MODELS_SHOWN - 1]]
