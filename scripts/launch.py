@@ -52,6 +52,36 @@ PLAN_OPTIONS = (
 FRONT_FLAGS = ("port", "expose", "api_key_env")  # all that --hosts takes beside the hosts
 
 
+def add_serve_options(p, epyc: dict, model_default: str) -> None:
+    """What plan and up both take about the serve itself."""
+    p.add_argument("--model", type=argtypes.nonempty, help=f"model to serve ({model_default})")
+    p.add_argument("--port", type=argtypes.int_in(1, 65535))
+    p.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
+    p.add_argument(
+        "--served-model-name",
+        type=argtypes.served_name_arg,
+        help="the id clients send (default: the Hub id, or a folder's name)",
+    )
+    p.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
+    p.add_argument("--dtype", choices=epyc["precision"]["supported"])
+    p.add_argument("--expose", action="store_true", help="listen on all interfaces (needs --api-key-env)")
+    p.add_argument(
+        "--api-key-env",
+        type=argtypes.api_key_env_arg,
+        help="name of the env var holding the API key (its value is never shown)",
+    )
+    p.add_argument(
+        "--throughput-flags",
+        action="store_true",
+        help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)",
+    )
+    p.add_argument(
+        "--kernel-log",
+        action="store_true",
+        help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)",
+    )
+
+
 def add_plan(sub, epyc: dict) -> None:
     pl = sub.add_parser("plan", help="render the exact command and the summary to confirm")
     for name in INPUT_FLAGS:
@@ -59,23 +89,7 @@ def add_plan(sub, epyc: dict) -> None:
             f"--{name}", type=argtypes.nonempty, help=f"{name} JSON file ('-' for stdin; default: the run's)"
         )
     runs.add_run_arg(pl)
-    pl.add_argument("--model", type=argtypes.nonempty, help="model to serve (default: the one check_model.py checked)")
-    pl.add_argument("--port", type=argtypes.int_in(1, 65535))
-    pl.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
-    pl.add_argument("--served-model-name", type=argtypes.served_name_arg)
-    pl.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
-    pl.add_argument("--dtype", choices=epyc["precision"]["supported"])
-    pl.add_argument("--expose", action="store_true", help="listen on all interfaces (needs --api-key-env)")
-    pl.add_argument(
-        "--api-key-env",
-        type=argtypes.api_key_env_arg,
-        help="name of the env var holding the API key (its value is never shown)",
-    )
-    pl.add_argument(
-        "--throughput-flags",
-        action="store_true",
-        help="opt in to TORCHINDUCTOR_FREEZING=1 + VLLM_USE_AOT_COMPILE=0 (+ weight prepack)",
-    )
+    add_serve_options(pl, epyc, "default: the one check_model.py checked")
     pl.add_argument(
         "--sizing",
         choices=sorted(SIZINGS),
@@ -95,11 +109,6 @@ def add_plan(sub, epyc: dict) -> None:
         type=front.host_arg,
         metavar="RUN=ADDRESS",
         help="one router here in front of several hosts, each planned in its run folder with --expose and the key",
-    )
-    pl.add_argument(
-        "--kernel-log",
-        action="store_true",
-        help="log every zentorch/oneDNN kernel call, for kernel_proof.py (verbose: not for production)",
     )
 
 
@@ -126,14 +135,7 @@ def add_up(sub, epyc: dict) -> None:
     u = sub.add_parser(
         "up", help="detect -> validate -> check -> estimate -> tune -> plan -> confirm -> start -> verify -> handoff"
     )
-    u.add_argument("--model", type=argtypes.nonempty, help=f"default: {epyc['default_model']}")
-    u.add_argument("--port", type=argtypes.int_in(1, 65535))
-    u.add_argument(
-        "--served-model-name",
-        type=argtypes.served_name_arg,
-        help="the id clients send (default: the Hub id, or a folder's name)",
-    )
-    u.add_argument("--max-model-len", type=argtypes.int_in(16, 1 << 24))
+    add_serve_options(u, epyc, f"default: {epyc['default_model']}")
     u.add_argument("--num-prompts", type=argtypes.int_in(1, 65536), default=1)
     u.add_argument(
         "--python",
@@ -147,11 +149,6 @@ def add_up(sub, epyc: dict) -> None:
         help="the stock vLLM CPU path (no zentorch): only on an explicit "
         "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC",
     )
-    u.add_argument("--dtype", choices=epyc["precision"]["supported"])
-    u.add_argument("--expose", action="store_true")
-    u.add_argument("--api-key-env", type=argtypes.api_key_env_arg)
-    u.add_argument("--throughput-flags", action="store_true")
-    u.add_argument("--kernel-log", action="store_true")
     u.add_argument(
         "--yes",
         action="store_true",
@@ -160,7 +157,6 @@ def add_up(sub, epyc: dict) -> None:
     u.add_argument(
         "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]
     )
-    u.add_argument("--state-dir", type=argtypes.nonempty)
 
 
 def plan_from_files(a, epyc: dict) -> dict:

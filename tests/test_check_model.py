@@ -16,10 +16,7 @@ from conftest import (
     plan_from,
     plan_from_4,
 )
-from epyc import (
-    architectures,
-    model_check,
-)
+from epyc import architectures, bundle, model_check
 from epyc.errors import ScriptError
 from epyc.model_check import classify_template
 from model_fixtures import FIXTURES, model_folder
@@ -56,13 +53,14 @@ def test_fixture_models_against_the_host_stack_registry(script, model, kind, pri
 
 
 def test_endpoints_follow_the_template():
-    d = model_check.endpoints_for("text", "present")
+    policy = bundle.load_epyc()["model_support_policy"]
+    d = model_check.endpoints_for("text", "present", policy)
     assert d["supported_endpoints"] == ["chat_completions", "completions"]
     for status in ("absent", "ambiguous"):
-        assert model_check.endpoints_for("text", status)["primary_endpoint"] == "completions"
+        assert model_check.endpoints_for("text", status, policy)["primary_endpoint"] == "completions"
     # a template that could not be read is not guessed at: verify settles it on the running server
     for kind in ("text", "multimodal", "undetermined"):
-        d = model_check.endpoints_for(kind, "unknown")
+        d = model_check.endpoints_for(kind, "unknown", policy)
         assert (d["primary_endpoint"], d["supported_endpoints"], d["launchable"]) == ("unknown", [], True)
 
 

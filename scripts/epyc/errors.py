@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .masking import mask_secrets
+from .masking import clip, mask_secrets
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -43,7 +43,7 @@ def os_error(exc: OSError, doing: str) -> ScriptError:
     naming the file where the error does."""
     import errno
 
-    where = f" ({exc.filename})" if exc.filename else ""
+    where = f" ({clip(str(exc.filename), 300)})" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         fix = "free space on that disk (or raise the file-size limit, ulimit -f), then run it again"
     elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

@@ -424,7 +424,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
     if revision is not None and not is_revision(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
-    p = jsonio.user_path(ref, "--model")  # (refuses a name no file system holds)
+    p = jsonio.user_path(ref, "--model")
     is_dir, exists = p.is_dir(), p.exists()
     if is_dir:
         # a folder has no revisions: another one would be recorded, then never served. `main`, the default

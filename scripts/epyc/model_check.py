@@ -121,15 +121,7 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
     )
 
 
-DEFAULT_POLICY = {
-    "generation_kinds": ["text", "multimodal"],
-    "refuse_kinds": ["pooling", "unsupported"],
-    "multimodal_needs_chat_template": True,
-    "undetermined_proceeds": True,
-}
-
-
-def endpoints_for(kind: str, template_status: str, policy: dict = DEFAULT_POLICY) -> dict:
+def endpoints_for(kind: str, template_status: str, policy: dict) -> dict:
     """Which OpenAI endpoints the served model answers, and which one to hand off.
 
     Chat needs a template vLLM can pick by itself; without one a text model still serves raw

@@ -85,6 +85,7 @@ def stop_container(plan: dict, state: dict | None) -> dict:
             f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
             remove_secret_files(plan),
             remove_state(plan),
+            state=state,
         )
     if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
         return stopped(gone, remove_secret_files(plan), remove_state(plan), state=state)
@@ -145,7 +146,8 @@ def stop_host(plan: dict, state: dict | None) -> dict:
 
 def free_segments(state: dict | None) -> list[str]:
     """The shared-memory segments (/dev/shm/psm_*) verify saw this server map, once no process maps or holds
-    them open: a killed engine, or a container's whose first process exited, never unlinks its own. -> the
+    them open: a killed engine, or a container's whose first process exited, never unlinks its own. Only a
+    user's own: a root container's, run by a user in the docker group, are neither seen nor freed. -> the
     names freed."""
     names = [n for n in (state or {}).get("shm_segments") or [] if isinstance(n, str) and SEGMENT.fullmatch(n)]
     if not names:

@@ -266,7 +266,9 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     base, headers = f"http://127.0.0.1:{plan['port']}", auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
     # the shared memory the healthy engine maps, recorded before any request: stop frees what a dead engine left
-    state = {**state, "shm_segments": sorted(segments_in_use(server_pids(plan, state)))}
+    # (an earlier verify's names are kept: a runtime that does not answer now names no process)
+    seen = set(state.get("shm_segments") or []) | segments_in_use(server_pids(plan, state))
+    state = {**state, "shm_segments": sorted(seen)}
     rewrite_state_of_run(plan, state, state, t0)
     errors.log(
         f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else "")
