@@ -130,8 +130,6 @@ def nonempty(text: str) -> str:
 def revision_arg(text: str) -> str:
     """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
     if not is_revision(text):
-        import argparse
-
         raise argparse.ArgumentTypeError(
             f"{text[:200]!r} is not a branch, tag or commit (letters, digits and "
             "._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')"

@@ -31,8 +31,6 @@ MAX_RUNS = 600
 def int_list(text: str) -> list[int]:
     """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
     once (a repeated one would run twice and overwrite its raw file)."""
-    import argparse
-
     parts = text.split(",")
     if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
         raise argparse.ArgumentTypeError(
@@ -48,18 +46,10 @@ CHAT_TEMPLATE_TOKENS = 64
 
 
 def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
-    """The --max-num-seqs the plan's server runs with: the flag in its command, else vLLM's own default for
-    a CPU server (a sizing that leaves the flag out runs at that, whatever capacity the plan computed)."""
-    argv = [str(a) for a in plan.get("argv") or []]
-    for i, arg in enumerate(argv):
-        value = (
-            argv[i + 1]
-            if arg == "--max-num-seqs" and i + 1 < len(argv)
-            else (arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None)
-        )
-        if value is not None and value.isascii() and value.isdigit():
-            return int(value)
-    return vllm_default
+    """The --max-num-seqs the plan's server runs with (its command, as the planner writes it), else vLLM's own
+    default for a CPU server (a sizing that leaves the flag out runs at that, whatever capacity was computed)."""
+    argv = plan["argv"]
+    return int(argv[argv.index("--max-num-seqs") + 1]) if "--max-num-seqs" in argv else vllm_default
 
 
 def matrix_against_the_plan(

@@ -18,7 +18,7 @@ from . import bundle, errors, hubcache, jsonio, remote_host, runs, subproc
 from .errors import ScriptError
 from .handoff import handoff_doc, markdown_table
 from .planfile import host_facts, load_plan, read_plan, rerender
-from .planner import build_plan
+from .planner import build_plan, refuse_unkeyed_exposure
 from .serve_procs import log_tail, state_server
 from .serve_start import refuse_edited, start
 from .serve_state import auth_headers, make_own_folder, open_own_file, read_state, write_own_file
@@ -116,11 +116,7 @@ def engine_urls(engines: list[dict]) -> list[str]:
 def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
     """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
     expose = bool(opts.get("expose"))
-    if expose and not opts.get("api_key_env"):
-        raise ScriptError(
-            "--expose serves the router on all interfaces: an API key is required",
-            "export a key in an env var and pass --api-key-env NAME (every engine checks it)",
-        )
+    refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
     port = opts.get("port") or inputs["validate"]["port"]
     engines = []
     for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed

@@ -16,6 +16,14 @@ from .serve_state import CONTAINER_NAME, read_state
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
 
+def key_facts(key_env: str | None) -> dict:
+    """Whether the API key variable is set in this shell, and its length (its value never leaves here)."""
+    return {
+        "api_key_set": bool(key_env and os.environ.get(key_env)),
+        "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
+    }
+
+
 def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     """What a plan depends on besides its five documents, read from this shell and this disk: at plan
     time and again at start (the HF cache a container mounts is looked at again then, as it is now).
@@ -27,8 +35,7 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     return {
         "hf_token_set": bool(os.environ.get("HF_TOKEN")),
         "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
-        "api_key_set": bool(key_env and os.environ.get(key_env)),
-        "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
+        **key_facts(key_env),
         # a value no header carries is refused here, as start would refuse it, not after the human confirmed
         "unsendable_secrets": [
             name

@@ -24,9 +24,9 @@ from .serve_state import (
     open_own_file,
     plan_identity,
     read_state,
+    refuse_state_dir,
     remove_secret_files,
     secret_values,
-    state_dir_problem,
     up_in_progress,
     write_own_file,
     write_secret_files,
@@ -94,13 +94,7 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
     if fresh is not None:
         refuse_edited(plan, fresh, "start")
     # the folder is checked again here: a plan names it, and a plan file is data anyone may have edited
-    problem = state_dir_problem(Path(plan["state_dir"]))
-    if problem:
-        raise ScriptError(
-            f"state dir {plan['state_dir']} {problem}: start writes its log and state there and stop removes them",
-            STATE_DIR_FIX,
-            phase="start",
-        )
+    refuse_state_dir(Path(plan["state_dir"]), f"state dir {plan['state_dir']}", STATE_DIR_FIX, phase="start")
     make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
     if up_in_progress(plan):
         raise ScriptError(

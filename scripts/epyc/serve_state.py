@@ -207,6 +207,15 @@ def make_own_folder(folder: Path, fix: str, phase: str) -> Path:
     return folder
 
 
+def refuse_state_dir(state_dir: Path, named: str, fix: str, **extra) -> None:
+    """A ScriptError when start may not write into state_dir (state_dir_problem), naming it as `named`."""
+    problem = state_dir_problem(state_dir)
+    if problem:
+        raise ScriptError(
+            f"{named} {problem}: start writes its log and state there and stop removes them", fix, **extra
+        )
+
+
 def state_dir_problem(state_dir: Path) -> str | None:
     """Why start may not write into this folder, or None. start truncates server.log and writes its state and
     secrets there, stop removes them: so it is an absolute folder, new, or this user's alone (no one else may

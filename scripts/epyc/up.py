@@ -25,8 +25,8 @@ from . import (
 from .command import is_served_name, served_model_name
 from .errors import ScriptError
 from .handoff import handoff_doc
-from .planfile import host_facts, load_plan, read_plan, rerender
-from .planner import build_plan
+from .planfile import host_facts, key_facts, load_plan, read_plan, rerender
+from .planner import build_plan, refuse_unkeyed_exposure
 from .serve_start import start
 from .serve_state import NO_RETRY_FIX, state_root, write_own_file
 from .serve_stop import stop
@@ -98,24 +98,20 @@ def state_dir_arg(spec: str) -> str:
             f"--state-dir {spec[:200]!r} goes through a link that leads nowhere ({there})", "pass a real folder path"
         )
     path = jsonio.real_path(path)
-    problem = serve_state.state_dir_problem(path)
-    if problem:
-        raise ScriptError(
-            f"--state-dir {spec[:200]} {problem}: start writes its log and state there and stop removes them",
-            "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME",
-        )
+    serve_state.refuse_state_dir(
+        path, f"--state-dir {spec[:200]}", "pass a new or empty folder, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
+    )
     return str(path)
 
 
 def check_default_state_dir(plan: dict) -> None:
     """The state dir a plan names when --state-dir was not given (~/.cache/.../run/host-PORT) obeys the
     same rule as one that was: new, or holding only this bundle's files."""
-    problem = serve_state.state_dir_problem(Path(plan["state_dir"]))
-    if problem:
-        raise ScriptError(
-            f"the state dir {plan['state_dir']} {problem}: start writes its log and state there and stop removes them",
-            "pass --state-dir with a new or empty folder, or clear that one",
-        )
+    serve_state.refuse_state_dir(
+        Path(plan["state_dir"]),
+        f"the state dir {plan['state_dir']}",
+        "pass --state-dir with a new or empty folder, or clear that one",
+    )
 
 
 def refuse_before_up(a: argparse.Namespace, model: str) -> None:
@@ -125,11 +121,7 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
             f"--model {model[:100]!r} starts with '-': not a model name or folder",
             "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)",
         )
-    if a.expose and not a.api_key_env:
-        raise ScriptError(
-            "--expose serves on all interfaces: an API key is required",
-            "export a key in an env var and pass --api-key-env NAME",
-        )
+    refuse_unkeyed_exposure(a.expose, a.api_key_env, key_facts(a.api_key_env))
     # a folder is served by its name: one that is not a plain name needs --served-model-name (plan would say so
     # after five scripts ran)
     local = os.path.isdir(model)
@@ -139,11 +131,6 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
             f"the model would be served as {served[:100]!r}, not a plain name (letters, digits and "
             "._:@+/-, not starting with '-', at most 200)",
             "pass --served-model-name NAME",
-        )
-    if a.api_key_env and not os.environ.get(a.api_key_env):
-        raise ScriptError(
-            f"--api-key-env {a.api_key_env}: that variable is not set in this shell",
-            f"export {a.api_key_env}=<your key> first (its value is never printed)",
         )
 
 
