@@ -58,4 +58,4 @@ def test_stop_frees_the_shared_memory_verify_saw_its_engine_map_once_nothing_hol
         finally:
             for seg in (left, held, other):
                 seg.unlink(missing_ok=True)
-    assert free_segments(None) == [] and free_segments({}) == []
+    assert free_segments(None) == [] and free_segments({}) == [] and free_segments({"shm_segments": 5}) == []

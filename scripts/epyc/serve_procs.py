@@ -59,6 +59,12 @@ def settled_environ(proc: psutil.Process) -> dict | None:
 SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}")
 
 
+def recorded_segments(state: dict | None) -> list[str]:
+    """The segment names verify recorded in a state (anything else there is no name of ours)."""
+    names = (state or {}).get("shm_segments")
+    return [n for n in names if isinstance(n, str) and SEGMENT.fullmatch(n)] if isinstance(names, list) else []
+
+
 def segments_in_use(pids: list[int] | None = None) -> set[str]:
     """The /dev/shm/psm_* names these processes (default: every one we may read) map or hold open."""
     held: set[str] = set()

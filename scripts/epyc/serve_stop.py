@@ -13,12 +13,12 @@ from . import masking, runtimes, subproc
 from .command import STOP_GRACE_S
 from .errors import ScriptError
 from .serve_procs import (
-    SEGMENT,
     foreign_state,
     group_members,
     inspect_container,
     orphaned_workers,
     own_state,
+    recorded_segments,
     segments_in_use,
     started_here,
 )
@@ -149,7 +149,7 @@ def free_segments(state: dict | None) -> list[str]:
     them open: a killed engine, or a container's whose first process exited, never unlinks its own. Only a
     user's own: a root container's, run by a user in the docker group, are neither seen nor freed. -> the
     names freed."""
-    names = [n for n in (state or {}).get("shm_segments") or [] if isinstance(n, str) and SEGMENT.fullmatch(n)]
+    names = recorded_segments(state)
     if not names:
         return []
     held = segments_in_use()

@@ -12,7 +12,7 @@ from . import errors
 from .errors import ScriptError
 from .handoff import judge_smoke, smoke_request
 from .masking import redact
-from .serve_procs import alive, foreign_state, log_tail, own_state, segments_in_use, server_pids
+from .serve_procs import alive, foreign_state, log_tail, own_state, recorded_segments, segments_in_use, server_pids
 from .serve_start import runtime_silent
 from .serve_state import (
     NO_RETRY_FIX,
@@ -267,7 +267,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
     # the shared memory the healthy engine maps, recorded before any request: stop frees what a dead engine left
     # (an earlier verify's names are kept: a runtime that does not answer now names no process)
-    seen = set(state.get("shm_segments") or []) | segments_in_use(server_pids(plan, state))
+    seen = set(recorded_segments(state)) | segments_in_use(server_pids(plan, state))
     state = {**state, "shm_segments": sorted(seen)}
     rewrite_state_of_run(plan, state, state, t0)
     errors.log(
