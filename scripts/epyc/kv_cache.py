@@ -17,62 +17,27 @@ NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
 QWEN2_MODELS = {"qwen2", "qwen3"}
-# The model types whose KV cache vLLM 0.32 keeps as one compressed latent (MLA): its is_deepseek_mla list, and
-# Sarvam's, whose model code always builds the latent cache. Another config with a kv_lora_rank is not MLA to
-# vLLM: MiniCPM3 decompresses the latent and caches K and V of every head (qk_nope + qk_rope wide). Sized as
-# MLA, its cache came out 27x too small and a model needing 39 GiB "fit" in 24.
-MLA_MODEL_TYPES = {
-    "axk1",
-    "deepseek_v2",
-    "deepseek_v3",
-    "deepseek_v32",
-    "deepseek_v4",
-    "deepseek_v41",
-    "dots3_note",
-    "deepseek_mtp",
-    "k3_dspark",
-    "glm5_next",
-    "glm5_next_text",
-    "glm_moe_dsa",
-    "glm4_moe_lite",
-    "glm4_moe_lite_mtp",
-    "kimi_k2",
-    "kimi_linear",
-    "longcat_flash",
-    "pangu_ultra_moe",
-    "pangu_ultra_moe_mtp",
-    "bailing_hybrid",
-    "bailing_hybrid_mtp",
-    "bailing_hybrid_v3_mtp",
-    "hy_v4",
-    "hy_v4_mtp",
-    "sarvam_mla",
-}
+# The model types whose KV cache vLLM 0.32 keeps as one compressed latent (MLA): its is_deepseek_mla list and
+# Sarvam's. Another config with a kv_lora_rank (MiniCPM3) caches K and V of every head, so it is not MLA here.
+MLA_MODEL_TYPES = frozenset(
+    "axk1 deepseek_v2 deepseek_v3 deepseek_v32 deepseek_v4 deepseek_v41 dots3_note deepseek_mtp k3_dspark glm5_next "
+    "glm5_next_text glm_moe_dsa glm4_moe_lite glm4_moe_lite_mtp kimi_k2 kimi_linear longcat_flash pangu_ultra_moe "
+    "pangu_ultra_moe_mtp bailing_hybrid bailing_hybrid_mtp bailing_hybrid_v3_mtp hy_v4 hy_v4_mtp sarvam_mla".split()
+)
 # Multimodal wrappers whose language model is one of those: a text_config that names no model_type is read
 # under the parent's, and vLLM's config class gives it its DeepSeek type (checked with vLLM's get_config)
 MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl"}
-# Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache.
-# Read as attention, Mamba-Codestral's SSM heads were sized as 64 attention layers (8 GiB per 4k tokens, for a
-# state of 0.5 GiB a sequence) and FalconMamba was refused for lacking attention heads it does not have.
+# Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache
 ATTENTION_FREE_TYPES = {"mamba", "mamba2", "falcon_mamba"}
 # what vLLM reads as the model's length (the smallest present wins; model_max_length, Cohere's, overrides)
 MODEL_LEN_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_target_positions",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
+    "max_position_embeddings n_positions max_seq_len seq_length model_max_length max_target_positions "
+    "max_sequence_length max_seq_length seq_len"
+).split()
 # What the transformers config classes (5.x, as vLLM 0.32.0 installs them; ChatGLM's is vLLM's own) fill in
-# where a checkpoint's config.json leaves a field out, for the fields this sizing reads. Read as absent,
-# Gemma-3-27B (no sliding_window_pattern: every 6th layer is global) was sized with every layer sliding, its
-# KV need 7x too small, and Gemma-3-4B (no heads at all) was refused. A field the file has, null included,
-# is the file's. Only families whose published configs leave such fields out, and whose class defaults a
-# test compares with vLLM's own reading (tests/test_estimate_memory.py).
+# where a checkpoint's config.json leaves a field out (Gemma-3-27B names no sliding_window_pattern), for the
+# fields this sizing reads; a field the file has, null included, is the file's. A test compares them with vLLM's
+# own reading (tests/test_estimate_memory.py).
 CLASS_DEFAULTS = {
     "gemma3_text": {
         "num_hidden_layers": 26,
@@ -120,15 +85,6 @@ CLASS_DEFAULTS = {
         "use_sliding_window": False,
         "max_window_layers": 28,
     },
-    "qwen3": {
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "hidden_size": 4096,
-        "vocab_size": 151936,
-        "max_position_embeddings": 32768,
-        "use_sliding_window": False,
-        "max_window_layers": 28,
-    },
     "falcon": {
         "num_hidden_layers": 32,
         "num_attention_heads": 71,
@@ -139,6 +95,7 @@ CLASS_DEFAULTS = {
     "dbrx": {"n_layers": 24, "n_heads": 16, "d_model": 2048, "vocab_size": 32000, "max_seq_len": 2048},
     "chatglm": {"num_layers": 28, "num_attention_heads": 32, "hidden_size": 4096, "seq_length": 2048},
 }
+CLASS_DEFAULTS["qwen3"] = CLASS_DEFAULTS["qwen2"]
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
@@ -199,9 +156,7 @@ def kv_heads_of(cfg: dict, heads: int) -> int:
     - ChatGLM: multi_query_group_num heads when multi_query_attention is on;
     - DBRX: attn_config.kv_n_heads (its config class's default is 1);
     - the rest: the first of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num,
-      num_attention_groups; else multi_query (GPT-BigCode) means one; else one per query head.
-    Read as full multi-head attention, Falcon-40B's cache came out 16x too big; read through multi_query,
-    8x too small: a model planned as fitting that did not."""
+      num_attention_groups; else multi_query (GPT-BigCode) means one; else one per query head."""
     kind = cfg.get("model_type")
     if kind in FALCON_TYPES:
         grouped = cfg.get("new_decoder_architecture") or (kind != "falcon" and cfg.get("hidden_size") == 8192)
@@ -397,59 +352,16 @@ def kv_layout(
     layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     kind = tc.get("model_type")
     if kind in ATTENTION_FREE_TYPES:
-        state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes)
-        if state is None:
-            raise ScriptError(
-                f"config.json: a {kind} model whose recurrent state this config does not size (it "
-                "needs the state size, conv kernel and inner size or heads)",
-                LAYOUT_FIX,
-            )
-        return {
-            "attention": "none",
-            "bytes_per_token_per_layer": 0,
-            "full": 0,
-            "sliding": 0,
-            "none": layers,
-            "sliding_window": None,
-            "bytes_per_token": 0,
-            "recurrent_family": state[0],
-            "recurrent_state_bytes": state[1],
-            "max_position_embeddings": model_len_of(tc),
-        }
-    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
-        per_layer = (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
-        attention = "mla"
-    elif tc.get("kv_lora_rank"):
-        heads = _req_int(tc, "num_attention_heads")
-        width = _first_int(tc, "qk_nope_head_dim") or 0
-        width += _first_int(tc, "qk_rope_head_dim") or 0
-        if not width:
-            raise ScriptError(
-                "config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
-                "of the heads vLLM caches is unknown",
-                LAYOUT_FIX,
-            )
-        per_layer = 2 * heads * width * kv_dtype_bytes
-        attention = "mha"
+        (attention, per_layer), (full, sliding, none) = ("none", 0), (0, 0, layers)
     else:
-        heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
-        kv_heads = kv_heads_of(tc, heads)
-        if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
-            raise ScriptError(
-                f"config.json: {kv_heads} KV heads do not divide the {heads} attention heads",
-                "check the config: no model has such heads, and vLLM refuses to load it",
-            )
-        head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
-        if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
-            raise ScriptError(
-                f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no "
-                "attention head has a dimension",
-                "set head_dim, or check num_attention_heads",
-            )
-        per_layer = 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
-        attention = "gqa" if kv_heads < heads else "mha"
-    full, sliding, none = layer_split(tc, layers)
+        (attention, per_layer), (full, sliding, none) = attention_shape(tc, kv_dtype_bytes), layer_split(tc, layers)
     state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes) if none else None
+    if state is None and kind in ATTENTION_FREE_TYPES:
+        raise ScriptError(
+            f"config.json: a {kind} model whose recurrent state this config does not size (it "
+            "needs the state size, conv kernel and inner size or heads)",
+            LAYOUT_FIX,
+        )
     return {
         "attention": attention,
         "bytes_per_token_per_layer": per_layer,
@@ -462,6 +374,38 @@ def kv_layout(
         "recurrent_state_bytes": state[1] if state else None,
         "max_position_embeddings": model_len_of(tc),
     }
+
+
+def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int]:
+    """(mla | mha | gqa, KV bytes per token in one attention layer)."""
+    kind = tc.get("model_type")
+    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
+        return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
+    if tc.get("kv_lora_rank"):
+        heads = _req_int(tc, "num_attention_heads")
+        width = _first_int(tc, "qk_nope_head_dim") or 0
+        width += _first_int(tc, "qk_rope_head_dim") or 0
+        if not width:
+            raise ScriptError(
+                "config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
+                "of the heads vLLM caches is unknown",
+                LAYOUT_FIX,
+            )
+        return "mha", 2 * heads * width * kv_dtype_bytes
+    heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    kv_heads = kv_heads_of(tc, heads)
+    if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
+        raise ScriptError(
+            f"config.json: {kv_heads} KV heads do not divide the {heads} attention heads",
+            "check the config: no model has such heads, and vLLM refuses to load it",
+        )
+    head_dim = tc.get("head_dim") or (_req_int(tc, "hidden_size", "n_embd", "d_model") // heads)
+    if head_dim < 1:  # more heads than hidden units: a KV cache of 0 bytes would "fit" anything
+        raise ScriptError(
+            f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no attention head has a dimension",
+            "set head_dim, or check num_attention_heads",
+        )
+    return ("gqa" if kv_heads < heads else "mha"), 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
 
 
 def page_block(layout: dict, block: int) -> int:
