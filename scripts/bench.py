@@ -31,12 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
 from epyc import argtypes, bench_plan, bundle, cli, fleet, runs
-from epyc.benchmark import (
-    compare,
-    finish,
-    loopback_env,
-    run_matrix,
-)
+from epyc.benchmark import compare, finish, loopback_env, run_matrix
 from epyc.errors import ScriptError
 
 

@@ -20,12 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
 from epyc import argtypes, cli, errors, runtimes
-from epyc.architectures import (
-    SNAPSHOT_DIR,
-    normalize_version,
-    probe_argv,
-    probe_live,
-)
+from epyc.architectures import SNAPSHOT_DIR, normalize_version, probe_argv, probe_live
 from epyc.errors import ScriptError
 
 

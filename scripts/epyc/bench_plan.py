@@ -8,18 +8,7 @@ import re
 import time
 from pathlib import Path
 
-from . import (
-    bundle,
-    errors,
-    hubcache,
-    jsonio,
-    masking,
-    planfile,
-    serve_procs,
-    serve_start,
-    serve_state,
-    serve_verify,
-)
+from . import bundle, errors, hubcache, jsonio, masking, planfile, serve_procs, serve_start, serve_state, serve_verify
 from .errors import ScriptError
 
 # ---------------------------------------------------------------- I/O

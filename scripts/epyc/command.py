@@ -38,37 +38,6 @@ def quantized_path(
     }
 
 
-def serve_options(
-    served: str,
-    host: str,
-    port: int,
-    dtype: str,
-    max_len: int,
-    max_num_seqs: int | None = None,
-    batched_tokens: int | None = None,
-) -> list[str]:
-    """vLLM's serve flags. The KV sizing's assumptions are pinned, not left to vLLM's defaults: how many
-    sequences run at once, and how many tokens a step takes (a sliding-window layer keeps that many
-    beyond its window, so the KV estimate depends on it)."""
-    opts = [
-        "--served-model-name",
-        served,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--dtype",
-        dtype,
-        "--max-model-len",
-        str(max_len),
-    ]
-    if max_num_seqs:
-        opts += ["--max-num-seqs", str(max_num_seqs)]
-    if batched_tokens:
-        opts += ["--max-num-batched-tokens", str(batched_tokens)]
-    return opts
-
-
 def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = None) -> str:
     """The by-hand form of launch.py stop: the runtime's own graceful stop and removal of the container, and
     (with the state dir) of the key files start wrote there."""
@@ -244,32 +213,10 @@ def bound_cpus(tune: dict) -> list[int] | None:
 MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"
 # what a host server takes from the shell that starts it, besides the plan's own env and secrets
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
-INHERITED_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "TMPDIR",
-    "HF_HOME",
-    "HF_HUB_CACHE",
-    "HUGGINGFACE_HUB_CACHE",
-    "XDG_CACHE_HOME",
-    "HF_ENDPOINT",
-    "HF_HUB_ETAG_TIMEOUT",
-    "HF_HUB_DOWNLOAD_TIMEOUT",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
+INHERITED_ENV = tuple(
+    "PATH HOME USER LOGNAME LANG LANGUAGE TZ TMPDIR HF_HOME HF_HUB_CACHE HUGGINGFACE_HUB_CACHE XDG_CACHE_HOME "
+    "HF_ENDPOINT HF_HUB_ETAG_TIMEOUT HF_HUB_DOWNLOAD_TIMEOUT SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE "
+    "CURL_CA_BUNDLE HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy".split()
 )
 
 

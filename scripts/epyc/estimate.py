@@ -7,15 +7,7 @@ from dataclasses import dataclass
 from . import bundle, cpuid, hf_model, quantization
 from .bundle import GIB
 from .errors import ScriptError
-from .kv_cache import (
-    KV_BYTES_BY_DTYPE,
-    kv_bytes_for,
-    kv_dtype_for,
-    kv_layout,
-    page_block,
-    ssm_state_dtype,
-    text_config,
-)
+from .kv_cache import KV_BYTES_BY_DTYPE, kv_bytes_for, kv_dtype_for, kv_layout, page_block, ssm_state_dtype, text_config
 from .sizing import config_weight_bytes, fit, weight_floor
 
 

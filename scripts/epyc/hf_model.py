@@ -267,10 +267,7 @@ class ModelFiles:
 
     def _hub_weights(self, serve_dtype: str, tied: bool) -> tuple[int, str] | None:
         from huggingface_hub import HfApi
-        from huggingface_hub.errors import (
-            NotASafetensorsRepoError,
-            SafetensorsParsingError,
-        )
+        from huggingface_hub.errors import NotASafetensorsRepoError, SafetensorsParsingError
 
         api = HfApi()
         try:

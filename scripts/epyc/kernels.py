@@ -169,11 +169,7 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str]:
             )
 
         def opener():
-            return os.fdopen(
-                open_own_file(path, os.O_RDONLY, phase="kernel_proof"),
-                encoding="utf-8",
-                errors="replace",
-            )
+            return os.fdopen(open_own_file(path, os.O_RDONLY, phase="kernel_proof"), encoding="utf-8", errors="replace")
 
     def lines():
         try:

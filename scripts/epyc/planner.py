@@ -18,7 +18,6 @@ from .command import (
     quantized_path,
     runtime_stop_pair,
     secret_unsendable,
-    serve_options,
     served_model_name,
     throughput_env,
 )
@@ -383,16 +382,20 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     capacity = kv_capacity(
         tune["kv_granted_gb"], est.get("kv_bytes_per_token"), per_seq, epyc["serve"]["max_num_seqs_cap"], batched
     )
-    opts = serve_options(
-        ch.served,
-        ch.host,
-        ch.port,
-        ch.dtype,
-        ch.max_len,
-        capacity["max_num_seqs"] if ch.rules["seqs"] else None,
-        batched if ch.rules["seqs"] else None,
-    )
-    return opts + (["--revision", ch.revision] if ch.revision else []), capacity, batched
+    # the KV sizing's assumptions are pinned, not left to vLLM's defaults: how many sequences run at once, and
+    # how many tokens a step takes (a sliding-window layer keeps that many beyond its window)
+    seqs = ch.rules["seqs"]
+    flags = {
+        "--served-model-name": ch.served,
+        "--host": ch.host,
+        "--port": ch.port,
+        "--dtype": ch.dtype,
+        "--max-model-len": ch.max_len,
+        "--max-num-seqs": capacity["max_num_seqs"] if seqs else None,
+        "--max-num-batched-tokens": batched if seqs else None,
+        "--revision": ch.revision,
+    }
+    return [x for flag, value in flags.items() if value for x in (flag, str(value))], capacity, batched
 
 
 def host_command(ch: Choices, val: dict, tune: dict, epyc: dict, env: dict, model_arg: str, opts: list[str]) -> dict:

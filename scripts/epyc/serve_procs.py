@@ -17,14 +17,7 @@ from . import masking, runtimes, subproc
 from .command import MARKER_ENV
 from .errors import ScriptError
 from .masking import redact
-from .serve_state import (
-    CONTAINER_ID,
-    CONTAINER_NAME,
-    known_secrets,
-    open_own_file,
-    plan_identity,
-    read_state,
-)
+from .serve_state import CONTAINER_ID, CONTAINER_NAME, known_secrets, open_own_file, plan_identity, read_state
 
 LOG_TAIL = 50
 LOG_TAIL_BYTES = 256 * 1024

@@ -6,10 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from . import (
-    masking,
-    serve_state,
-)
+from . import masking, serve_state
 from .errors import ScriptError
 from .serve_state import write_own_file
 

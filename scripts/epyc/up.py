@@ -11,17 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import (
-    bundle,
-    cli,
-    cpuid,
-    errors,
-    jsonio,
-    serve_procs,
-    serve_state,
-    serve_verify,
-    subproc,
-)
+from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, serve_verify, subproc
 from .command import is_served_name, served_model_name
 from .errors import ScriptError
 from .handoff import handoff_doc
@@ -172,6 +162,18 @@ def up_fix(fix: str, stopped: dict) -> str:
     return f"{stopped['fix']}; then {fix}" if "refused" in stopped else fix
 
 
+def interrupted(plan: dict, plan_file: Path, when: str, phase: str) -> ScriptError:
+    """A signal landed while up's server ran unverified: up stops it (by the recorded container or group)."""
+    stopped, said = stop_for_up(plan, plan_file)
+    return ScriptError(
+        f"interrupted {when}: {said}",
+        up_fix("run up again", stopped),
+        phase=phase,
+        plan_file=str(plan_file),
+        stopped=stopped,
+    )
+
+
 def start_or_stop(plan: dict, plan_file: Path) -> dict:
     """up's start: a Ctrl-C or SIGTERM that start held while it launched (it then says the server runs)
     stops that server, as an interrupted verify does: nothing unverified is left running."""
@@ -182,14 +184,7 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
             raise
     except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
         pass
-    stopped, said = stop_for_up(plan, plan_file)  # by the recorded container or group, whether or not it got going
-    raise ScriptError(
-        f"interrupted during start: {said}",
-        up_fix("run up again", stopped),
-        phase="start",
-        plan_file=str(plan_file),
-        stopped=stopped,
-    )
+    raise interrupted(plan, plan_file, "during start", "start")  # whether or not the server got going
 
 
 def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: float) -> dict:
@@ -204,14 +199,7 @@ def verify_or_stop(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         exc.extra.update(plan_file=str(plan_file), stopped=stopped)
         raise
     except KeyboardInterrupt:  # the second signal of `timeout` or a double Ctrl-C waits in stop_for_up
-        stopped, said = stop_for_up(plan, plan_file)
-        raise ScriptError(
-            f"interrupted during verify: {said}",
-            up_fix("run up again", stopped),
-            phase="verify",
-            plan_file=str(plan_file),
-            stopped=stopped,
-        )
+        raise interrupted(plan, plan_file, "during verify", "verify") from None
     except Exception as exc:  # a full disk as verify records its verdict: nothing unverified is left running
         raise stopped_after(exc, "verify", plan_file, *stop_for_up(plan, plan_file)) from None
 
@@ -380,15 +368,8 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
             "stop_command": plan["stop_command"],
         }
-    except KeyboardInterrupt:  # between the two guarded steps (start recorded, verify not begun) or after them:
-        stopped, said = stop_for_up(plan, plan_file)  # up ends with a handoff or with nothing left running
-        raise ScriptError(
-            f"interrupted after start: {said}",
-            up_fix("run up again", stopped),
-            phase="verify",
-            plan_file=str(plan_file),
-            stopped=stopped,
-        )
+    except KeyboardInterrupt:  # between the guarded steps or after them: a handoff, or nothing left running
+        raise interrupted(plan, plan_file, "after start", "verify") from None
     except ScriptError:  # each step's own: it stopped the server already, or nothing was started
         raise
     except Exception as exc:  # the handoff after a passed verify, say: the same rule

@@ -10,21 +10,9 @@ import sys
 
 from . import architectures, cpuid, hoststack, runtimes
 from .errors import ScriptError
-from .hubcache import (
-    HF_MOUNT_FIX,
-    bind_mount,
-    cache_listing,
-    hf_mount_problem,
-    resolve_hf_cache,
-)
+from .hubcache import HF_MOUNT_FIX, bind_mount, cache_listing, hf_mount_problem, resolve_hf_cache
 from .preload import execstack_libs, find_libs, ld_preload_value
-from .runtimes import (
-    RUNTIME_TIMEOUT_S,
-    choose_runtime,
-    host_runtime_ok,
-    image_is_local,
-    probe_runtimes,
-)
+from .runtimes import RUNTIME_TIMEOUT_S, choose_runtime, host_runtime_ok, image_is_local, probe_runtimes
 
 # ---------------------------------------------------------------- pure decisions
 
