@@ -37,6 +37,11 @@ PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
 
 
+def start_error(error: str, fix: str, **extra) -> ScriptError:
+    """start's refusals carry phase "start"."""
+    return ScriptError(error, fix, phase="start", **extra)
+
+
 def port_in_use(port: int) -> bool:
     return not validation.port_is_free(port)
 
@@ -77,19 +82,17 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
             "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
         )
     if plan.get("deferred"):
-        raise ScriptError(
+        raise start_error(
             f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} were assumed",
             "run the chain on that host itself (detect.py there reads it live), then plan and start there",
-            phase="start",
         )
     if plan["path"] == "host":
         foreign = cpus_not_here(plan)
         if foreign:
-            raise ScriptError(
+            raise start_error(
                 f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized "
                 f"for {plan.get('target')}",
                 "run the chain on the machine that serves (detect.py without --sysroot), then plan and start there",
-                phase="start",
             )
     if fresh is not None:
         refuse_edited(plan, fresh, "start")
@@ -97,20 +100,18 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
     refuse_state_dir(Path(plan["state_dir"]), f"state dir {plan['state_dir']}", STATE_DIR_FIX, phase="start")
     make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
     if up_in_progress(plan):
-        raise ScriptError(
+        raise start_error(
             f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, "
             "would not name the server this start launches",
             "wait for that up to finish (then "
             "verify or stop with the plan.json it wrote), or plan this one with a state dir of its "
             "own (--state-dir)",
-            phase="start",
         )
     with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         if not flock_within(lock.fileno(), LOCK_WAIT_S):
-            raise ScriptError(
+            raise start_error(
                 f"another start, or a stop, for {plan['state_dir']} is running",
                 "wait for it, then verify (or start again if it was a stop)",
-                phase="start",
             )
         started = _start_locked(plan, pull_policy)
         # a copy beside the state: the plan that stops this server, whatever later happens to the one given
@@ -151,10 +152,9 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
     """start launched a server and no state names it (interrupted, or state.json could not be written):
     start has taken it down again, and says why in words a user acts on (not an internal error)."""
     if isinstance(exc, KeyboardInterrupt):
-        return ScriptError(
+        return start_error(
             f"interrupted before the {what} was recorded: start {undone} it",
             "run start again",
-            phase="start",
             interrupted=True,
         )
     reason = (
@@ -162,11 +162,10 @@ def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> Script
         if isinstance(exc, ScriptError)
         else (f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}")
     )
-    return ScriptError(
+    return start_error(
         f"the {what} was launched, but its state could not be written to {plan['state_file']} "
         f"({masking.clip(reason, 300)}): start {undone} it",
         "free the state dir (disk space, permissions), or plan with a fresh --state-dir; then start again",
-        phase="start",
     )
 
 
@@ -177,22 +176,19 @@ def refuse_to_start_over(plan: dict) -> None:
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
         other = foreign_state(plan, state)
         if other is None:
-            raise ScriptError(
+            raise start_error(
                 f"a server from this plan is already running ({running}; {plan['state_file']})",
                 "python3 scripts/launch.py stop --plan <plan.json> first",
-                phase="start",
             )
-        raise ScriptError(
+        raise start_error(
             f"a server of another plan ({other}) is already running from the state dir {plan['state_dir']} ({running})",
             "stop it with the plan that started it, or plan this one with a state dir of its own (--state-dir)",
-            phase="start",
         )
     if port_in_use(plan["port"]):
-        raise ScriptError(
+        raise start_error(
             f"port {plan['port']} is already in use",
             "re-run validate.py (it picks a free port) "
             "and plan again; with --network=host a busy port cannot be remapped",
-            phase="start",
         )
 
 
@@ -218,10 +214,9 @@ def start_host(plan: dict, secrets: dict) -> dict:
     env = server_env(dict(os.environ), plan["env"], secrets, token)
     program = subproc.find_program(plan["argv"][0], env)  # the pin program (numactl / taskset) or vllm
     if program is None:
-        raise ScriptError(
+        raise start_error(
             f"{plan['argv'][0]} is not in any absolute folder of PATH (the current folder is never searched)",
             "install it (apt-get install numactl), or run start from a shell whose PATH has /usr/bin",
-            phase="start",
         )
     proc, recorded = None, False
     try:
@@ -260,11 +255,10 @@ def start_host(plan: dict, secrets: dict) -> dict:
                 subproc.kill_group(proc)
             raise unrecorded(plan, exc, f"server (pid {proc.pid})", "stopped") from None
         if isinstance(exc, KeyboardInterrupt):  # held until both were done: it runs and its state names it
-            raise ScriptError(
+            raise start_error(
                 "interrupted, after the server was launched and recorded: it is running",
                 "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
                 "python3 scripts/launch.py stop --plan <plan.json>",
-                phase="start",
                 pid=proc.pid,
                 interrupted=True,
             )
@@ -283,23 +277,21 @@ def clear_leftover(plan: dict, rm: list[str]) -> None:
     if found is None:  # nothing is removed by name that the runtime has not said is a leftover
         raise runtime_silent(plan, "start", "nothing was removed or started")
     if found and found["running"]:
-        raise ScriptError(
+        raise start_error(
             f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that "
             f"the state dir {plan['state_dir']} has no record of: another plan's on this port, or "
             "one whose state was lost",
             "stop it with the plan that started it (or by hand: "
             + shlex.join([*runtimes.runtime_of(plan), "stop", plan["container_name"]])
             + "), or plan this one on another port; then start again",
-            phase="start",
         )
     if found:
         leftover = subproc.run(by_id(rm, found["id"]), timeout=60)
         if not container_gone(leftover):
-            raise ScriptError(
+            raise start_error(
                 f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
                 f"({masking.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
                 f"check the runtime ({plan['runtime']} info), then start again",
-                phase="start",
             )
 
 
@@ -332,10 +324,9 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
             subproc.run(by_id(rm, refused["id"]), timeout=60)
         res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok:
-        raise ScriptError(
+        raise start_error(
             f"{plan['runtime']} run failed: {masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
             NO_RETRY_FIX,
-            phase="start",
         )
     return argv, res
 
@@ -355,10 +346,9 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
         if not CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
             printed = (inspect_container(runtimes.runtime_of(plan), plan["container_name"]) or {}).get("id", "")
         if not CONTAINER_ID.fullmatch(printed):  # a state without it names no server: not left running unnamed
-            raise ScriptError(
+            raise start_error(
                 f"{plan['runtime']} run printed no container id, and inspect named none: start removed the container",
                 "check the runtime (" + plan["runtime"] + " info), then start again",
-                phase="start",
                 own_words=True,
             )
         state = {
@@ -388,19 +378,18 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
     if NAME_TAKEN in exc.error.lower():
         # another plan's container took the name since clear_leftover: ours was never created
         remove_secret_files(plan)
-        raise ScriptError(
+        raise start_error(
             f"{plan['runtime']} run failed: another container took the name "
             f"{plan['container_name']} while this start ran (another plan's start on this "
             "port)",
             "stop it with the plan that started it, or plan this one on another port; then start again",
-            phase="start",
         ) from None
     # docker checks a bad mount, cpuset or image before it takes the name: a container now of that name may
     # be another plan's; only one that is not running can be what our refused run left
     left = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if left is None or (left and left["running"]):
         remove_secret_files(plan)
-        raise ScriptError(
+        raise start_error(
             exc.error
             + (
                 f"; a running container named {plan['container_name']} (id "
@@ -409,7 +398,6 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
                 else f"; {plan['runtime']} did not say whether a container of its name exists: nothing was removed"
             ),
             exc.fix,
-            phase="start",
         ) from None
     if not left:  # the refused run made nothing: nothing to remove
         remove_secret_files(plan)
@@ -426,12 +414,11 @@ def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseExceptio
         removed = subproc.run(rm, timeout=60)
         remove_secret_files(plan)
     if not container_gone(removed):  # it may run, and no state names it: say so, and how to take it down
-        raise ScriptError(
+        raise start_error(
             f"start launched {plan['container_name']} and could not record it, nor remove "
             f"it ({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}"
             f"): it may be running",
             f"{shlex.join(rm)} once the runtime answers ({plan['runtime']} info)",
-            phase="start",
             interrupted=isinstance(exc, KeyboardInterrupt),
         ) from None
     if isinstance(exc, ScriptError) and (not launched or exc.extra.pop("own_words", False)):  # its own words

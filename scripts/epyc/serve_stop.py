@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import time
 from pathlib import Path
 
 from . import masking, runtimes, subproc
-from .command import STOP_GRACE_S
+from .command import STOP_GRACE_S, runtime_stop_pair
 from .errors import ScriptError
 from .serve_procs import (
     foreign_state,
@@ -42,10 +41,10 @@ def remove_state(plan: dict) -> str | None:
     return None
 
 
-def stopped(doc: dict, *problems: str | None, state: dict | None = None) -> dict:
-    """stop's document once the server is gone: the shared memory it left, freed, and what could not be
-    tidied up."""
-    said = [p for p in problems if p]
+def stopped(plan: dict, state: dict | None, doc: dict, *problems: str) -> dict:
+    """stop's document once the server is gone: its key files, state and the shared memory it left are
+    removed, and what could not be tidied up is said."""
+    said = [p for p in (*problems, remove_secret_files(plan), remove_state(plan)) if p]
     freed = free_segments(state)
     return {**doc, **({"freed_segments": freed} if freed else {}), **({"warnings": said} if said else {})}
 
@@ -72,23 +71,20 @@ def stop_container(plan: dict, state: dict | None) -> dict:
             f"id {found['id'][:12]}) that the state dir {plan['state_dir']} has no record of: "
             "another plan's on the same port (its own state dir), or one whose state was lost",
             "stop it with the plan that started it; if it is this plan's, remove it by hand: "
-            + shlex.join([*rt, "stop", "-t", str(STOP_GRACE_S), plan["container_name"]])
-            + " && "
-            + shlex.join([*rt, "rm", plan["container_name"]]),
+            + runtime_stop_pair(rt, plan["container_name"]),
             phase="stop",
         )
     gone = {"stopped": False, "reason": "not running", "container_name": plan["container_name"]}
     if found and not started_here(state, found):  # ours is gone; the name is another start's now
         return stopped(
+            plan,
+            state,
             gone,
             f"the container named {plan['container_name']} now is another start's (id "
             f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
-            remove_secret_files(plan),
-            remove_state(plan),
-            state=state,
         )
     if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
-        return stopped(gone, remove_secret_files(plan), remove_state(plan), state=state)
+        return stopped(plan, state, gone)
     # by the id judged above: the name may pass to another start's container meanwhile
     graceful = subproc.run([*rt, "stop", "-t", str(STOP_GRACE_S), found["id"]], timeout=STOP_GRACE_S + 60)
     res = subproc.run([*rt, "rm", "-f", found["id"]], timeout=120)
@@ -102,17 +98,16 @@ def stop_container(plan: dict, state: dict | None) -> dict:
             phase="stop",
         )
     if not graceful.ok and "no such container" in (graceful.stderr or "").lower():  # never started, or gone
-        return stopped(gone, remove_secret_files(plan), remove_state(plan), state=state)
+        return stopped(plan, state, gone)
     return stopped(
+        plan,
+        state,
         {
             "stopped": True,
             "container_name": plan["container_name"],
             "graceful": graceful.ok,
             "detail": masking.clip((res.stdout or res.stderr).strip(), 200),
         },
-        remove_secret_files(plan),
-        remove_state(plan),
-        state=state,
     )
 
 
@@ -130,17 +125,17 @@ def stop_host(plan: dict, state: dict | None) -> dict:
                 f"kill -- -{state['pgid']}, then run stop again (the state file is kept)",
                 phase="stop",
             )
-        return stopped({"stopped": False, "reason": "not running"}, remove_state(plan), state=state)
+        return stopped(plan, state, {"stopped": False, "reason": "not running"})
     left, late = end_group(state, group)
     return stopped(
+        plan,
+        state,
         {
             "stopped": True,
             "pid": state.get("pid"),
             "processes": len(group) + len(late),
             "killed_after_timeout": len(left) + len(late),
         },
-        remove_state(plan),
-        state=state,
     )
 
 
@@ -169,16 +164,12 @@ def end_group(state: dict, group: list) -> tuple[list, set[int]]:
     import psutil
 
     for proc in group:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
     _, left = psutil.wait_procs(group, timeout=STOP_GRACE_S)
     for proc in left:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(left, timeout=10)
     late: set[int] = set()
     for _ in range(50):
@@ -186,10 +177,8 @@ def end_group(state: dict, group: list) -> tuple[list, set[int]]:
         if not members:
             return left, late
         late |= {m.pid for m in members} - {m.pid for m in group}
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(state["pgid"], signal.SIGKILL)  # ours: group_members found the run's marker in it
-        except (ProcessLookupError, PermissionError):
-            pass
         time.sleep(0.2)
     stuck = [p.pid for p in group_members(state)]  # still there after 10 s of SIGKILL: stuck in the kernel
     if stuck:
