@@ -56,10 +56,10 @@ def kept(doc: Any) -> dict | None:
         return {"ok": False, **exc.as_json()}
 
 
-def emit(doc: Any) -> bool:
-    """One JSON document on stdout. -> False when it could not say it, or had to replace it (the caller's exit
-    code must then say failure too)."""
-    text, printed = json_text(doc)
+def emit(doc: Any, rendered: str | None = None) -> bool:
+    """One JSON document on stdout (or the `rendered` text that stands for it, masked). -> False when it could
+    not say it, or had to replace it (the caller's exit code must then say failure too)."""
+    text, printed = json_text(doc) if rendered is None else (mask_secrets(rendered), True)
     if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
         return False
     try:
@@ -99,18 +99,21 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _install(handler) -> dict:
+    """handler on SIGTERM, SIGHUP and SIGINT. -> the handlers to put back."""
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
 def _interrupt_on_termination() -> dict:
     """SIGTERM, SIGHUP and SIGINT (an agent's tool timeout, a closed terminal, Ctrl-C) end a script once:
     the children run() started in sessions of their own are killed on the way out, not left running, and
     the JSON says "interrupted"; a later signal lets that way out finish. -> the handlers to put back."""
     _INTERRUPTED.clear()  # a script's signal regime starts here (tests run several in one process)
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        try:
-            previous[sig] = signal.signal(sig, _raise_interrupt)
-        except (ValueError, OSError):  # not the main thread
-            pass
-    return previous
+    return _install(_raise_interrupt)
 
 
 @contextlib.contextmanager
@@ -119,12 +122,7 @@ def signals_deferred() -> Iterator[None]:
     launched and recorded inside one, so no signal leaves a server no state names. A signal held inside a
     cleanup that already answers an interrupt is not raised again."""
     pending: list[int] = []
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        try:
-            previous[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
-        except (ValueError, OSError):  # not the main thread
-            pass
+    previous = _install(lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
@@ -141,7 +139,7 @@ _ABANDONED: list[bool] = []
 def abandon_thread() -> None:
     """A worker thread is left running (a Hub call past its deadline): at the end run_main leaves with
     os._exit once its document is out, since a thread still inside C code while the interpreter tears down
-    can crash it (exit 139 was seen after a correct document)."""
+    can crash it."""
     _ABANDONED.append(True)
 
 
@@ -153,14 +151,7 @@ def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | Non
     failed = kept(doc)
     if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
         doc, code, ok = failed, EXIT_FAIL, False
-    if render is None:
-        return code if emit(doc) else EXIT_FAIL
-    try:  # cpu_tune --format env: shell lines, masked as any text we print
-        sys.stdout.write(mask_secrets(render(doc, ok)) + "\n")
-        sys.stdout.flush()
-    except (OSError, ValueError):  # as emit: a closed stdout or a full disk is exit 1, no traceback
-        return EXIT_FAIL
-    return code
+    return code if emit(doc, None if render is None else render(doc, ok)) else EXIT_FAIL  # cpu_tune --format env
 
 
 def run_main(

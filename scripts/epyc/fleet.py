@@ -17,10 +17,10 @@ from pathlib import Path
 from . import bundle, errors, hubcache, jsonio, remote_host, runs, subproc
 from .errors import ScriptError
 from .handoff import handoff_doc, markdown_table
-from .planfile import host_facts, load_plan, read_plan, rerender
+from .planfile import host_facts, read_plan
 from .planner import build_plan, refuse_unkeyed_exposure
 from .serve_procs import log_tail, state_server
-from .serve_start import refuse_edited, start
+from .serve_start import start
 from .serve_state import auth_headers, make_own_folder, open_own_file, read_state, write_own_file
 from .serve_stop import stop
 from .serve_verify import http, verify
@@ -221,7 +221,7 @@ def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
             f"{path} is not a fleet this bundle planned in {folder} (its engines are {folder}/engine-N/plan.json)",
             "plan the fleet again (launch.py plan --engines)",
         )
-    engines = [read_plan(p, verb, epyc) if verb != "start" else rerender_checked(p, epyc) for p in own]
+    engines = [read_plan(p, verb, epyc) for p in own]
     if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     folder = Path(fleet["router"]["state_dir"]).parent
@@ -233,12 +233,6 @@ def read_fleet(path: str, verb: str, epyc: dict) -> tuple[dict, list[dict]]:
     if want["expose"] and not all(e.get("api_key_env") for e in engines):
         raise ScriptError(f"{path}: an exposed router in front of an engine without a key", "plan the fleet again")
     return fleet, engines
-
-
-def rerender_checked(path: str, epyc: dict) -> dict:
-    plan = load_plan(path)
-    refuse_edited(plan, rerender(plan, epyc), "start")
-    return plan
 
 
 # ---------------------------------------------------------------- the life cycle

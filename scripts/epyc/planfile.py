@@ -56,15 +56,13 @@ def check_inputs(inputs: dict, where: str, fix: str) -> None:
         jsonio.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
 
 
-def rerender(
-    plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start", disk_from_plan: bool = False
-) -> dict:
+def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start") -> dict:
     """The plan its own inputs and options give in this shell now. `env_from_plan`: secrets, offline state,
     HF cache and model folder as the plan recorded them (stop works where the key is not exported, and
-    under a moved cache); `disk_from_plan`: only the disk as recorded."""
+    under a moved cache)."""
     try:
         check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
-        facts = host_facts(plan["options"], plan["inputs"], list_cache=not (env_from_plan or disk_from_plan))
+        facts = host_facts(plan["options"], plan["inputs"], list_cache=not env_from_plan)
         if env_from_plan:
             facts.update(
                 hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
@@ -73,7 +71,6 @@ def rerender(
                 unsendable_secrets=[],
                 hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1",
             )
-        if env_from_plan or disk_from_plan:
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None, "error": None}
             # the folder start served (its state records it): not the plan's field, which an edit could change
             # along with the argv; no state (nothing started): the disk
@@ -126,7 +123,8 @@ def load_plan(path: str) -> dict:
 def read_plan(path: str, verb: str, epyc: dict) -> dict:
     """A plan as every verb but start reads it: load_plan's rules, then only as its own inputs render it
     (with the secrets and offline state the plan records, so it works where the key is not exported):
-    an edited stop command, summary or command is refused before anything acts on it or shows it."""
+    an edited stop command, summary or command is refused before anything acts on it or shows it. start
+    renders it in this shell instead (the key and HF_TOKEN must be set here, now)."""
     plan = load_plan(path)
-    refuse_edited(plan, rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
+    refuse_edited(plan, rerender(plan, epyc, env_from_plan=verb != "start", phase=verb), verb)
     return plan

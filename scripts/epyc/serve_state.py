@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import errors, hubcache, jsonio
+from . import bundle, errors, hubcache, jsonio
 from .command import SECRET_VALUE, secret_unsendable
 from .errors import ScriptError
 
@@ -160,19 +160,8 @@ def write_secret_files(directory: Path, values: dict) -> None:
 STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")
 # what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
-OWN_FILES = {
-    "server.log",
-    "state.json",
-    ".state.json.tmp",
-    ".lock",
-    ".up.lock",
-    "secrets",
-    "plan.json",
-    "shown-plan.json",
-    *(
-        f"{phase}.json"
-        for phase in ("detect", "validate", "setup_host_stack", "check_model", "estimate_memory", "cpu_tune")
-    ),
+OWN_FILES = {"server.log", "state.json", ".lock", ".up.lock", "secrets", "plan.json", "shown-plan.json"} | {
+    f"{step}.json" for step in (*bundle.INPUT_SCRIPTS, "setup_host_stack")
 }
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
 

@@ -56,19 +56,17 @@ def http(
                         box["result"] = (None, f"the answer is over {HTTP_BODY_LIMIT:,} bytes")
                         return
                 box["result"] = (r.status_code, data.decode(r.encoding or "utf-8", errors="replace"))
-        except requests.Timeout:  # requests' per-read timeout can beat the join below by a hair: one wording
-            box["result"] = (None, deadline_missed)
-        except requests.ConnectionError as exc:
+        except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
             from urllib3.exceptions import ReadTimeoutError
 
-            # a read timeout while the body streams reaches us as a ConnectionError wrapping urllib3's
-            # ReadTimeoutError (iter_content re-raises it so): the same deadline, the same words
-            late = bool(exc.args) and isinstance(exc.args[0], ReadTimeoutError)
+            # requests' per-read timeout (while the body streams, a ConnectionError wrapping urllib3's) can beat
+            # the join below by a hair: one wording. Anything else whole: its caller masks, then shortens it
+            late = isinstance(exc, requests.Timeout) or (
+                isinstance(exc, requests.ConnectionError)
+                and bool(exc.args)
+                and isinstance(exc.args[0], ReadTimeoutError)
+            )
             box["result"] = (None, deadline_missed if late else f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
-            # whole: its caller masks and then shortens it (a cut made here could end inside the key a
-            # server reflected in its status line, where no mask would know it any more)
-            box["result"] = (None, f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=exchange, daemon=True)
     worker.start()
@@ -232,13 +230,11 @@ def smoke(plan: dict, base: str, headers: dict, smoke_timeout: float, t0: float)
 
 def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) -> None:
     """A pass needs the runtime's yes and a healthy answer after the request: a server can answer, then die."""
-    time.sleep(1)
-    running = alive(plan, state)
-    for _ in range(ALIVE_ASKS - 1):  # whatever answers on the port is no proof that ours runs
-        if running is not None:
-            break
+    for _ in range(ALIVE_ASKS):  # whatever answers on the port is no proof that ours runs
         time.sleep(1)
         running = alive(plan, state)
+        if running is not None:
+            break
     if running is None:
         raise failed(
             plan,
