@@ -12,36 +12,21 @@ from . import bundle, hostfacts, jsonio, subproc
 from .errors import ScriptError
 
 SKUS_JSON = bundle.DATA_DIR / "epyc_skus.json"
-CAPTURE_PATTERNS = [
-    "proc/cpuinfo",
-    "proc/meminfo",
-    "proc/self/status",
-    "proc/self/cgroup",
-    "sys/devices/system/cpu/online",
-    "sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id",
-    "sys/devices/system/cpu/cpu[0-9]*/topology/core_id",
-    "sys/devices/system/node/node[0-9]*/cpulist",
-    "sys/devices/system/node/node[0-9]*/meminfo",
-    "sys/hypervisor/type",
-    "sys/class/dmi/id/sys_vendor",
-    "sys/fs/cgroup/cpuset.cpus.effective",
-    "sys/fs/cgroup/memory.max",
-    "sys/fs/cgroup/cpu.max",
-    "sys/fs/cgroup/cpuset/cpuset.effective_cpus",
-    "sys/fs/cgroup/memory/memory.limit_in_bytes",
-    "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us",
-    "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us",
-]
 # The same controllers in the process's own cgroup ({p}: its path in /proc/self/cgroup), v2 then v1.
 # One list for both ways of reading a host: --capture here and --host's one ssh call (DUMP_SCRIPT).
-CGROUP_FILES = [
-    "sys/fs/cgroup{p}/cpuset.cpus.effective",
-    "sys/fs/cgroup{p}/memory.max",
-    "sys/fs/cgroup{p}/cpu.max",
-    "sys/fs/cgroup/cpuset{p}/cpuset.effective_cpus",
-    "sys/fs/cgroup/memory{p}/memory.limit_in_bytes",
-    "sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_quota_us",
-    "sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_period_us",
+CGROUP_FILES = (
+    "sys/fs/cgroup{p}/cpuset.cpus.effective sys/fs/cgroup{p}/memory.max sys/fs/cgroup{p}/cpu.max "
+    "sys/fs/cgroup/cpuset{p}/cpuset.effective_cpus sys/fs/cgroup/memory{p}/memory.limit_in_bytes "
+    "sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_quota_us sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_period_us"
+).split()
+CAPTURE_PATTERNS = [
+    *(
+        "proc/cpuinfo proc/meminfo proc/self/status proc/self/cgroup sys/devices/system/cpu/online "
+        "sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id sys/devices/system/cpu/cpu[0-9]*/topology/core_id "
+        "sys/devices/system/node/node[0-9]*/cpulist sys/devices/system/node/node[0-9]*/meminfo sys/hypervisor/type "
+        "sys/class/dmi/id/sys_vendor"
+    ).split(),
+    *(t.format(p="") for t in CGROUP_FILES),
 ]
 ZEN_FLAGS = (
     "fpu tsc msr pae cx8 apic sep pge cmov pat clflush mmx fxsr sse sse2 ht syscall nx lm sse3 ssse3 fma "
@@ -94,20 +79,15 @@ def linux_layout(sockets: int, cores: int, threads: int, nps: int) -> list[tuple
 
 
 def spec_files(
-    brand: str,
-    family: int,
-    model: int,
-    avx512: bool,
-    bf16: bool,
-    sockets: int,
-    cores: int,
-    threads: int,
-    nps: int,
-    ram_gb_per_socket: float,
+    brand: str, entry: dict, sockets: int, cores: int, threads: int, nps: int, ram_gb_per_socket: float
 ) -> dict[str, str]:
-    """The files of a sysroot for a described host (pure): what detect and cpu_tune would read there."""
+    """The files of a sysroot for a described host (pure): what detect and cpu_tune would read there. `entry`
+    is its generation in data/epyc.json (CPUID family/model and flags)."""
     layout = linux_layout(sockets, cores, threads, nps)
-    flags = ZEN_FLAGS + (" " + AVX512_FLAGS if avx512 else "") + (" avx512_bf16" if bf16 else "")
+    family, model = (entry["cpuid"][0][0], entry["cpuid"][0][1]) if entry["cpuid"] else (26, 0)
+    flags = (
+        ZEN_FLAGS + (" " + AVX512_FLAGS if entry["avx512"] else "") + (" avx512_bf16" if entry["avx512_bf16"] else "")
+    )
     cpus = [x[0] for x in layout]
     node_kb = int(ram_gb_per_socket / nps * 1024 * 1024)
     files = {

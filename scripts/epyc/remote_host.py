@@ -132,7 +132,6 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
         g for g in epyc["generations"] if g["name"] == gen
     )
-    family, model = (entry["cpuid"][0][0], entry["cpuid"][0][1]) if entry["cpuid"] else (26, 0)
     cores = sku["cores_per_socket"]
     threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
     if cores % args.nps:
@@ -142,18 +141,8 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
             f"EPYC {sku['model']} is a single-socket part (socket support 1P in data/epyc_skus.json)",
             "pass --sockets 1, or the 2P part of the same core count",
         )
-    files = hostspec.spec_files(
-        f"AMD EPYC {sku['model']} {cores}-Core Processor",
-        family,
-        model,
-        entry["avx512"],
-        entry["avx512_bf16"],
-        args.sockets,
-        cores,
-        threads,
-        args.nps,
-        args.ram_gb_per_socket,
-    )
+    brand = f"AMD EPYC {sku['model']} {cores}-Core Processor"
+    files = hostspec.spec_files(brand, entry, args.sockets, cores, threads, args.nps, args.ram_gb_per_socket)
     if args.save_sysroot:
         # the rendered proc/ and sys/ files go in a folder of their own, never over others
         root = jsonio.empty_output_dir(

@@ -27,58 +27,38 @@ def cpu_gate(cpu: dict, supported: list[str], stock: bool) -> list[dict]:
     outside the validated generations needs consent. `cpu` has detect.py's fields."""
     who = f"{cpu.get('cpu_model') or 'unknown CPU'} ({cpuid.vendor_name(cpu.get('vendor'))})"
     generation = cpu.get("epyc_generation")
+    stock_fix = "offer the stock vLLM CPU path; on the user's explicit OK re-run validate.py with --stock"
     if stock:
         what = (
             "not an AMD EPYC, zentorch does not apply"
             if not cpu.get("is_amd_epyc")
             else "no zentorch acceleration (slower); verified on EPYC 7763 (Milan) with bfloat16"
         )
-        return [
-            issue(
-                "cpu",
-                "confirmation",
-                f"stock vLLM CPU path on {who}: {what}",
-                "get the user's explicit OK before launching",
-            )
-        ]
-    if not cpu.get("is_amd_epyc"):
-        return [
-            issue(
-                "cpu",
-                "error",
-                f"not an AMD EPYC: {who}; zentorch runs only on AMD EPYC",
-                "stop: this skill serves on AMD EPYC. Only on a human's explicit request, re-run "
-                "validate.py with --stock for unaccelerated stock vLLM",
-            )
-        ]
-    if not cpu.get("avx512"):
-        return [
-            issue(
-                "cpu",
-                "error",
-                f"no AVX-512 on {who} ({generation or 'unknown generation'}): zentorch cannot run",
-                "offer the stock vLLM CPU path; on the user's explicit OK re-run validate.py with --stock",
-            )
-        ]
-    if not cpu.get("avx512_bf16"):
-        return [
-            issue(
-                "cpu",
-                "error",
-                f"AVX-512 without AVX512_BF16 on {who}: zentorch's bf16 path cannot run",
-                "offer the stock vLLM CPU path; on the user's OK re-run with --stock",
-            )
-        ]
-    if generation not in supported:
-        return [
-            issue(
-                "cpu",
-                "confirmation",
-                f"zentorch is not validated on {generation or 'this generation'} (validated: {', '.join(supported)})",
-                "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path",
-            )
-        ]
-    return []
+        found = "confirmation", f"stock vLLM CPU path on {who}: {what}", "get the user's explicit OK before launching"
+    elif not cpu.get("is_amd_epyc"):
+        found = (
+            "error",
+            f"not an AMD EPYC: {who}; zentorch runs only on AMD EPYC",
+            "stop: this skill serves on AMD EPYC. Only on a human's explicit request, re-run "
+            "validate.py with --stock for unaccelerated stock vLLM",
+        )
+    elif not cpu.get("avx512"):
+        found = "error", f"no AVX-512 on {who} ({generation or 'unknown generation'}): zentorch cannot run", stock_fix
+    elif not cpu.get("avx512_bf16"):
+        found = (
+            "error",
+            f"AVX-512 without AVX512_BF16 on {who}: zentorch's bf16 path cannot run",
+            "offer the stock vLLM CPU path; on the user's OK re-run with --stock",
+        )
+    elif generation not in supported:
+        found = (
+            "confirmation",
+            f"zentorch is not validated on {generation or 'this generation'} (validated: {', '.join(supported)})",
+            "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path",
+        )
+    else:
+        return []
+    return [issue("cpu", *found)]
 
 
 def cpu_facts(detected: dict, generation: str | None, avx512: bool | None) -> dict:
@@ -139,6 +119,9 @@ def stack_compatibility(
     return {"status": "proceed", "message": f"vLLM {version} on ZenCpuPlatform"}
 
 
+STACK_KEYS = ("vllm", "zentorch", "torch", "platform")
+
+
 def versions_from_tag(image: str) -> dict:
     """'..:vllm_v0.25.1_zentorch_v2.11.0.3_..' -> {'vllm': '0.25.1', 'zentorch': '2.11.0.3'}."""
     m = re.search(r"vllm_v([0-9.]+)", image)
@@ -187,7 +170,7 @@ def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[di
     from its tag (the tag is ours, in data/epyc.json); any other image must be local to be read."""
     found = probe["found"]
     if not probe["local"] and not pinned:
-        stack = {"vllm": None, "zentorch": None, "torch": None, "platform": None, "source": f"absent:{image}"}
+        stack = {**dict.fromkeys(STACK_KEYS), "source": f"absent:{image}"}
         return stack, [
             issue(
                 "image",
@@ -197,16 +180,7 @@ def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[di
             )
         ]
     if found and not found.get("import_error"):
-        return (
-            {
-                "vllm": found.get("vllm"),
-                "zentorch": found.get("zentorch"),
-                "torch": found.get("torch"),
-                "platform": found.get("platform"),
-                "source": f"probe:image:{image}",
-            },
-            [],
-        )
+        return {**{k: found.get(k) for k in STACK_KEYS}, "source": f"probe:image:{image}"}, []
     stack = {**versions_from_tag(image), "torch": None, "platform": None, "source": f"tag:{image}"}
     if found:
         return stack, [
@@ -259,13 +233,7 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
         }
         return stack, hs["vllm_version"], []
     host = gathered["host_stack"]
-    stack = {
-        "vllm": host.get("vllm"),
-        "zentorch": host.get("zentorch"),
-        "torch": host.get("torch"),
-        "platform": host.get("platform"),
-        "source": f"probe:python:{gathered['python']}",
-    }
+    stack = {**{k: host.get(k) for k in STACK_KEYS}, "source": f"probe:python:{gathered['python']}"}
     return stack, epyc["host_stack"]["vllm_version"], []
 
 
