@@ -29,7 +29,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 RUN_TIMEOUT_S = 3600
 # the fastest read of memory the bound CPUs manage, so that no engine can beat the bound: torch's threads
 # reading one buffer far past the caches (best of several passes), and one process per CPU summing its
-# own; the faster wins (torch on the Turin runner, the per-process sum on the Intel one: issue 34)
+# own; the faster wins (which one differs by CPU)
 BANDWIDTH_CODE = r"""
 import json, os, time
 import multiprocessing as mp
@@ -165,53 +165,29 @@ def bench_argv(
     name: str,
     seed: int,
 ) -> list[str]:
-    """One `vllm bench serve` run of the matrix, as an argv (no shell).
-
-    Each run gets its own seed: with one seed for all, a repeat sends the prompts of the run before it,
-    vLLM's prefix cache answers their prefill, and TTFT reads low. `concurrency` warm-up requests first,
-    so the first measured requests do not pay for lazy start-up work (the first repeat read 4x TTFT).
-    vLLM's warm-ups are copies of the run's first prompt: that one request of 10 x C finds its prefill
-    cached; the medians do not move for it."""
+    """One `vllm bench serve` run of the matrix, as an argv (no shell). Each run gets its own seed (with one
+    seed, a repeat's prompts would find their prefill in vLLM's prefix cache and TTFT would read low), and
+    `concurrency` warm-up requests go first, so the measured ones do not pay for lazy start-up work."""
     chat = endpoint == "chat_completions"
-    return [
-        *vllm,
-        "bench",
-        "serve",
-        "--backend",
-        "openai-chat" if chat else "vllm",
-        "--base-url",
-        base_url.removesuffix("/v1"),
-        "--endpoint",
-        "/v1/chat/completions" if chat else "/v1/completions",
-        "--model",
-        model,
-        "--tokenizer",
-        tokenizer,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(input_len),
-        "--random-output-len",
-        str(output_len),
-        "--ignore-eos",
-        "--max-concurrency",
-        str(concurrency),
-        "--num-prompts",
-        str(10 * concurrency),
-        "--percentile-metrics",
-        ",".join(METRICS),
-        "--metric-percentiles",
-        "50,90,99",
-        "--seed",
-        str(seed),
-        "--num-warmups",
-        str(concurrency),
-        "--save-result",
-        "--result-dir",
-        result_dir,
-        "--result-filename",
-        name,
-    ]
+    flags = {
+        "--backend": "openai-chat" if chat else "vllm",
+        "--base-url": base_url.removesuffix("/v1"),
+        "--endpoint": "/v1/chat/completions" if chat else "/v1/completions",
+        "--model": model,
+        "--tokenizer": tokenizer,
+        "--dataset-name": "random",
+        "--random-input-len": input_len,
+        "--random-output-len": output_len,
+        "--max-concurrency": concurrency,
+        "--num-prompts": 10 * concurrency,
+        "--percentile-metrics": ",".join(METRICS),
+        "--metric-percentiles": "50,90,99",
+        "--seed": seed,
+        "--num-warmups": concurrency,
+        "--result-dir": result_dir,
+        "--result-filename": name,
+    }
+    return [*vllm, "bench", "serve", "--ignore-eos", "--save-result", *(str(x) for kv in flags.items() for x in kv)]
 
 
 def serving_target(plan: dict, container: str | None = None) -> dict:

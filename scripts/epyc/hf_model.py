@@ -7,6 +7,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 import json
+import math
 import os
 import re
 import struct
@@ -25,26 +26,12 @@ os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 SAFETENSORS_DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "U16": 2,
-    "U32": 4,
-    "U64": 8,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "E8M0": 1,
+    **dict.fromkeys(("F64", "I64", "U64"), 8),
+    **dict.fromkeys(("F32", "I32", "U32"), 4),
+    **dict.fromkeys(("F16", "BF16", "I16", "U16"), 2),
+    **dict.fromkeys(("I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0"), 1),
+    **dict.fromkeys(("F6_E2M3", "F6_E3M2"), 0.75),
     "F4": 0.5,
-    "F6_E2M3": 0.75,
-    "F6_E3M2": 0.75,
 }
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -96,9 +83,7 @@ def tensors_from_header(header: dict) -> dict[str, tuple[str, int]]:
             isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 40 for d in shape
         ):
             raise ValueError(f"tensor {name!r} has an invalid shape {str(shape)[:80]}")
-        n = 1
-        for dim in shape:
-            n *= dim
+        n = math.prod(shape)
         if n > 1 << 44:  # 17.6 trillion elements in one tensor: a corrupt header, not a checkpoint
             raise ValueError(f"tensor {name!r} claims more than 2**44 elements")
         out[name] = (str(info.get("dtype", "BF16")), n)
@@ -191,16 +176,19 @@ class ModelFiles:
             return self._hub_weights(serve_dtype, tied_embeddings)
         return self._folder_weights(serve_dtype, tied_embeddings)
 
+    def _index(self, name: str) -> dict:
+        """A safetensors index file of the folder, or {} (none, or not a readable JSON object)."""
+        index = self._local(name)
+        try:
+            doc = json.loads(jsonio.read_input_text(index, "index", "re-download it")) if index else {}
+        except (ValueError, RecursionError, ScriptError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
     def _index_shards(self, name: str) -> set[str] | None:
         """The shard files an index names, or None (no index, or one without a weight map: then every
         file of the format is the model's)."""
-        index = self._local(name)
-        if not index:
-            return None
-        try:
-            weight_map = json.loads(jsonio.read_input_text(index, "index", "re-download it")).get("weight_map")
-        except (ValueError, AttributeError, RecursionError, ScriptError):
-            return None
+        weight_map = self._index(name).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             return None
         return {str(v) for v in weight_map.values()}
@@ -241,12 +229,9 @@ class ModelFiles:
                 return total, "safetensors_headers"
             except (OSError, ValueError, struct.error) as exc:
                 unreadable = str(exc) or type(exc).__name__  # truncated or pointer files: the index may still say
-        index = self._local("model.safetensors.index.json")
-        if index:
-            try:
-                total = json.loads(jsonio.read_input_text(index, "index", "re-download it"))["metadata"]["total_size"]
-            except (ValueError, KeyError, TypeError, RecursionError, ScriptError):
-                total = None
+        metadata = self._index("model.safetensors.index.json").get("metadata")
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if total is not None:
             if isinstance(total, int) and not isinstance(total, bool) and 0 < total <= MAX_WEIGHT_BYTES:
                 return total, "safetensors_index_total_size"
             if isinstance(total, int) and not isinstance(total, bool):  # a number, but no model's size
@@ -351,11 +336,7 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
             "check the id (owner/name); for a private repo export HF_TOKEN",
         )
     if any(isinstance(c, e.OfflineModeIsEnabled) for c in chain):
-        return Unreadable(
-            "offline",
-            f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
-            "download it once with network access, or pass a local folder",
-        )
+        return not_cached(ref)
     if "Timeout" in names or "timed out" in text.lower():
         return Unreadable(
             "timeout",
@@ -375,6 +356,14 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
         "hub_error",
         f"Hub request for {ref} failed: {type(exc).__name__}: {exc}",
         "check network access to the Hub, or pass a local folder",
+    )
+
+
+def not_cached(ref: str) -> Unreadable:
+    return Unreadable(
+        "offline",
+        f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
+        "download it once with network access, or pass a local folder",
     )
 
 
@@ -455,11 +444,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         try:
             folder = snapshot_download(ref, revision=revision, local_files_only=True)
         except Exception:
-            raise Unreadable(
-                "offline",
-                f"{ref} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
-                "download it once with network access, or pass a local folder",
-            )
+            raise not_cached(ref) from None
         return ModelFiles(ref, "hub-cache", revision, Path(folder))
     refuse_an_unreachable_hub()
     return ModelFiles(ref, "hub", revision or "main", None)
@@ -479,15 +464,8 @@ def refuse_an_unreachable_hub() -> None:
             lambda: requests.head(constants.ENDPOINT, timeout=HUB_PROBE_S, allow_redirects=False).close(),
             HUB_PROBE_S + 1,
         )
-    except Unreadable:
-        raise Unreadable(
-            "timeout",
-            f"the Hub at {constants.ENDPOINT} did not answer within {HUB_PROBE_S}s",
-            "check network access to the Hub (HF_ENDPOINT / proxy); planning offline: pass a local folder, "
-            "or --config with the model's config.json",
-        ) from None
-    except requests.RequestException as exc:
-        slow = isinstance(exc, requests.Timeout)
+    except (Unreadable, requests.RequestException) as exc:  # Unreadable: with_deadline's own timeout
+        slow = isinstance(exc, (Unreadable, requests.Timeout))
         raise Unreadable(
             "timeout" if slow else "network",
             f"the Hub at {constants.ENDPOINT} did not answer "
