@@ -10,6 +10,7 @@ error ({"error", "fix"}).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,21 +82,9 @@ def main(argv: Sequence[str] | None = None):
     runs.add_run_arg(p)
     runs.keep_before_parsing(argv, "estimate_memory")
     a = p.parse_args(argv)
+    a.avx512_bf16 = None if a.avx512_bf16 is None else a.avx512_bf16 == "yes"
     from_the_run(a, runs.keep(a, "estimate_memory"), epyc)
-    req = estimate.Request(
-        model=a.model,
-        revision=a.revision,
-        dtype=a.dtype,
-        max_model_len=a.max_model_len,
-        num_prompts=a.num_prompts,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        os_reserve_gb=a.os_reserve_gb,
-        hub_timeout=a.hub_timeout,
-        ram_gb=a.ram_gb,
-        weight_gb=a.weight_gb,
-        config=a.config,
-        avx512_bf16=None if a.avx512_bf16 is None else a.avx512_bf16 == "yes",
-    )
+    req = estimate.Request(**{f.name: getattr(a, f.name) for f in dataclasses.fields(estimate.Request)})
     doc = estimate.estimate(req, epyc)
     return doc, errors.EXIT_FAIL if "error" in doc else errors.EXIT_OK
 
@@ -110,7 +99,7 @@ def from_the_run(a, folder, epyc: dict) -> None:
     detected = runs.earlier(folder, "detect") or {}
     a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
     if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
-        a.avx512_bf16 = "yes" if detected["avx512_bf16"] else "no"
+        a.avx512_bf16 = bool(detected["avx512_bf16"])
 
 
 if __name__ == "__main__":

@@ -29,10 +29,12 @@ def epyc_model_number(brand: str) -> str | None:
     return "".join(m.groups()) if m else None
 
 
-def generation_from_model_number(number: str) -> tuple[str, str | None] | None:
-    """Model number -> (generation name, zen_arch override). The last digit is the generation;
-    the first is the series (7 = 1st-3rd gen, 9 = flagship, 8 = Siena, 4 = AM5 parts)."""
+def generation_from_model_number(number: str) -> str | None:
+    """Model number -> generation name. The last digit is the generation; the first is the series (7 = 1st-3rd
+    gen, 9 = flagship, 8 = Siena, 4 = AM5 parts)."""
     series, second, last = number[0], number[1], number[3]
+    if (series, last) == ("9", "4"):
+        return "Bergamo" if second == "7" else "Genoa"  # 97x4 is Bergamo (Zen 4c)
     table = {
         ("7", "1"): "Naples",
         ("7", "2"): "Rome",
@@ -43,10 +45,7 @@ def generation_from_model_number(number: str) -> tuple[str, str | None] | None:
         ("4", "4"): "EPYC 4004",
         ("4", "5"): "EPYC 4005",
     }
-    if (series, last) == ("9", "4"):
-        return ("Bergamo", None) if second == "7" else ("Genoa", None)  # 97x4 is Bergamo (Zen 4c)
-    name = table.get((series, last))
-    return (name, None) if name else None
+    return table.get((series, last))
 
 
 def classify_generation(brand: str, family: int | None, model: int | None, generations: list[dict]) -> dict:
@@ -55,39 +54,28 @@ def classify_generation(brand: str, family: int | None, model: int | None, gener
     Cloud guests often mask the brand to plain 'AMD EPYC'; CPUID family/model still tells the
     silicon. Bergamo and Siena share a CPUID range, so a CPUID-only answer names both."""
     number = epyc_model_number(brand)
-    if number:
-        hit = generation_from_model_number(number)
-        if hit:
-            name = hit[0]
-            entries = [g for g in generations if g["name"] == name]
-            dense = [g for g in entries if number[:4] in g.get("model_numbers", [])]
-            entry = dense[0] if dense else next(g for g in entries if not g.get("model_numbers"))
-            return {
-                "epyc_generation": name,
-                "zen_arch": entry["zen_arch"],
-                "model_number": number,
-                "generation_source": "model_number",
-                "entry": entry,
-            }
+
+    def found(name: str, arch: str, source: str, entry: dict | None) -> dict:
+        return {
+            "epyc_generation": name,
+            "zen_arch": arch,
+            "model_number": number,
+            "generation_source": source,
+            "entry": entry,
+        }
+
+    name = generation_from_model_number(number) if number else None
+    if name:
+        entries = [g for g in generations if g["name"] == name]
+        dense = [g for g in entries if number[:4] in g.get("model_numbers", [])]
+        entry = dense[0] if dense else next(g for g in entries if not g.get("model_numbers"))
+        return found(name, entry["zen_arch"], "model_number", entry)
     if family is not None and model is not None:
         matches = [g for g in generations if any(f == family and lo <= model <= hi for f, lo, hi in g["cpuid"])]
         if matches:
             names = "/".join(dict.fromkeys(g["name"] for g in matches))
-            archs = "/".join(dict.fromkeys(g["zen_arch"] for g in matches))
-            return {
-                "epyc_generation": names,
-                "zen_arch": archs,
-                "model_number": number,
-                "generation_source": "cpuid",
-                "entry": matches[0],
-            }
-    return {
-        "epyc_generation": "unknown",
-        "zen_arch": "unknown",
-        "model_number": number,
-        "generation_source": "unknown",
-        "entry": None,
-    }
+            return found(names, "/".join(dict.fromkeys(g["zen_arch"] for g in matches)), "cpuid", matches[0])
+    return found("unknown", "unknown", "unknown", None)
 
 
 def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
@@ -108,6 +96,10 @@ def vendor_name(vendor: str | None) -> str:
     return VENDOR_NAMES.get(vendor or "", vendor or "unknown vendor")
 
 
+def _route(route: str, reason: str, fix: str | None = None) -> dict:
+    return {"route": route, "reason": reason, "fix": fix}
+
+
 def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
     """Which path SKILL.md takes on this CPU: zentorch | confirm | stock | stock_offer | stop.
 
@@ -117,41 +109,29 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
     cpu = f"{facts.get('cpu_model') or 'unknown CPU'} ({vendor_name(facts.get('vendor'))})"
     if stock:
         why = (
-            "zentorch does not apply to " + cpu
-            if not facts.get("is_amd_epyc")
-            else "stock vLLM CPU (no zentorch) on " + cpu
-        )
-        return {
-            "route": "stock",
-            "reason": f"{why}: the stock vLLM CPU path, at the user's explicit request",
-            "fix": None,
-        }
+            "zentorch does not apply to " if not facts.get("is_amd_epyc") else "stock vLLM CPU (no zentorch) on "
+        ) + cpu
+        return _route("stock", f"{why}: the stock vLLM CPU path, at the user's explicit request")
     if not facts.get("is_amd_epyc"):
-        return {
-            "route": "stop",
-            "reason": f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
-            "fix": "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
+        return _route(
+            "stop",
+            f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
+            "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
             "take the stock path: the same steps with --stock (validate.py --stock)",
-        }
+        )
     if not (facts.get("avx512") and facts.get("avx512_bf16")):
-        return {
-            "route": "stock_offer",
-            "reason": f"{cpu}: {facts.get('epyc_generation')} has no AVX-512 BF16, so zentorch cannot run",
-            "fix": "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit "
-            "OK use --stock",
-        }
+        return _route(
+            "stock_offer",
+            f"{cpu}: {facts.get('epyc_generation')} has no AVX-512 BF16, so zentorch cannot run",
+            "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit OK use --stock",
+        )
     if facts.get("epyc_generation") not in supported:
-        return {
-            "route": "confirm",
-            "reason": f"zentorch is not validated on {facts.get('epyc_generation')} "
-            f"(validated: {', '.join(supported)})",
-            "fix": "get the user's explicit OK to try zentorch, or offer the stock path (--stock)",
-        }
-    return {
-        "route": "zentorch",
-        "reason": f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): the validated zentorch path",
-        "fix": None,
-    }
+        return _route(
+            "confirm",
+            f"zentorch is not validated on {facts.get('epyc_generation')} (validated: {', '.join(supported)})",
+            "get the user's explicit OK to try zentorch, or offer the stock path (--stock)",
+        )
+    return _route("zentorch", f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): the validated zentorch path")
 
 
 def report(f: HostFacts, epyc: dict) -> dict:

@@ -178,11 +178,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "kv_attention": layout["attention"],
         "kv_bytes_per_token": layout["bytes_per_token"],
         "kv_layers": {
-            "full": layout["full"],
-            "sliding": layout["sliding"],
-            "none": layout["none"],
-            "sliding_window": layout["sliding_window"],
-            "recurrent_family": layout["recurrent_family"],
+            **{k: layout[k] for k in ("full", "sliding", "none", "sliding_window", "recurrent_family")},
             "recurrent_state_bytes": layout["recurrent_state_bytes"],
             "ssm_state_dtype": ssm_dtype if layout["recurrent_state_bytes"] else None,
         },

@@ -54,16 +54,9 @@ def classify_template(
             # shown, not all carried: a list of 100,000 templates was 100,000 names in the output and its notes
             names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]
             names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
-            if "default" in every:
-                return {**out, "status": "present", "source": source, "selected_name": "default", "names": names}
-            if len(value) == 1:
-                return {
-                    **out,
-                    "status": "present",
-                    "source": source,
-                    "selected_name": names[0] if names else None,
-                    "names": names,
-                }
+            if "default" in every or len(value) == 1:  # the one transformers selects
+                selected = "default" if "default" in every else names[0]
+                return {**out, "status": "present", "source": source, "selected_name": selected, "names": names}
             return {**out, "status": "ambiguous", "source": source, "names": names}
         if not isinstance(value, str):  # a number or an object where a template goes
             return {**out, "source": source}
