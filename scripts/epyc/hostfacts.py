@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -43,15 +44,8 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     ordered = sorted(set(cpus))
     if any(c < 0 for c in ordered):
         raise ValueError("negative CPU id")
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    runs = [[c for _, c in run] for _, run in itertools.groupby(enumerate(ordered), lambda ic: ic[1] - ic[0])]
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 # ---------------------------------------------------------------- sysroot files

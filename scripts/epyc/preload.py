@@ -12,14 +12,7 @@ from . import jsonio, subproc
 from .errors import ScriptError
 
 _PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
-PRELOAD_DIRS = (
-    "/usr/lib",
-    "/usr/lib64",
-    "/lib",
-    "/lib64",
-    "/usr/local/lib",
-    "/opt/conda/lib",
-)  # trees a preload may come from
+PRELOAD_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/opt/conda/lib")  # a preload's trees
 
 
 def preload_value(value: str | None, allowed: list[str]) -> str | None:

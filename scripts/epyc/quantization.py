@@ -61,8 +61,18 @@ def cpu_kernel(
     first table row that matches; a checkpoint no row knows is 'unknown' (vLLM decides at load time and
     verify tells), never assumed to work. On a CPU without AVX-512 (`avx512` False) a kernel vLLM builds
     only for AVX-512 (`needs_avx512`, data/epyc.json) is not served: the engine would die at start."""
+
+    def found(kernel: str | None, served: bool | None, note: str | None, source: str | None) -> dict:
+        return {
+            "quantized": desc is not None,
+            "kernel": kernel,
+            "served_on_cpu": served,
+            "note": note,
+            "source": source,
+        }
+
     if desc is None:
-        return {"quantized": False, "kernel": None, "served_on_cpu": True, "note": None, "source": None}
+        return found(None, True, None, None)
     for row in kernels:
         if _matches(desc, row["match"]):
             kernel = row.get(backend)
@@ -71,27 +81,14 @@ def cpu_kernel(
                 kernel, note = row.get("otherwise"), f"served in {dtype}, not {row['needs_dtype']}: " + (note or "")
             if kernel and needs_avx512 and kernel.startswith(needs_avx512["kernel"]):
                 if avx512 is False:
-                    return {
-                        "quantized": True,
-                        "kernel": None,
-                        "served_on_cpu": False,
-                        "note": needs_avx512["text"],
-                        "source": needs_avx512["source"],
-                    }
+                    return found(None, False, needs_avx512["text"], needs_avx512["source"])
                 if avx512 is None:  # check_model does not know the CPU: say where it cannot run
                     note = f"{note + '; ' if note else ''}needs AVX-512: {needs_avx512['text']}"
-            return {
-                "quantized": True,
-                "kernel": kernel,
-                "served_on_cpu": kernel is not None,
-                "note": note,
-                "source": row.get("source"),
-            }
-    return {
-        "quantized": True,
-        "kernel": None,
-        "served_on_cpu": None,
-        "note": f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "
+            return found(kernel, kernel is not None, note, row.get("source"))
+    return found(
+        None,
+        None,
+        f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "
         "decided at start (verify reports it)",
-        "source": None,
-    }
+        None,
+    )
