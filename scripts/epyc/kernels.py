@@ -34,10 +34,8 @@ ZEN_LINE = re.compile(
 ACCESS_LINE = re.compile(r'"[A-Z]{3,8} \S* HTTP/[0-9.]{1,3}" [0-9]{3}')
 ONEDNN_EXEC = re.compile(r"onednn_verbose,(?:[^,]*,)*?exec,cpu,(?P<prim>[^,]+),(?P<impl>[^,]+),")
 FALLBACK = re.compile(r"fall(?:ing)?\s*back|fallback", re.I)
-# A kernel log line is a few hundred characters. The patterns above are tried at each `plugin_op=` /
-# `onednn_verbose,` of a line and scan on from there, so a line of 64,000 of them took minutes: each
-# line is matched on its first LINE_MATCH_CHARS only, and only its first LINE_READ_CHARS are read into
-# memory (line_heads: a longer line's rest is read and dropped).
+# A kernel log line is a few hundred characters; the patterns scan on from each `plugin_op=`, so a line is
+# matched on its head alone and only that much of it is held (line_heads drops a longer line's rest).
 LINE_MATCH_CHARS = 4096
 LINE_READ_CHARS = 1 << 16
 # A real log names a dozen ops and kernels. A log of a million distinct names would carry each into the
@@ -182,8 +180,8 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str]:
 
 
 def container_log_lines(argv: list[str], secrets: list[str]) -> Iterator[str]:
-    """`docker logs NAME`, streamed line by line as the host log is read (a kernel log runs to gigabytes;
-    read whole it was held twice in memory), within LOGS_TIMEOUT_S for the whole read."""
+    """`docker logs NAME`, streamed line by line as the host log is read (a kernel log runs to gigabytes),
+    within LOGS_TIMEOUT_S for the whole read."""
     fix = "is the container still there? (launch.py stop removes it)"
     program = subproc.find_program(argv[0])
     if program is None:

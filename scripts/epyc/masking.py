@@ -12,10 +12,8 @@ SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 
 
 _NAMED_SECRETS: set[str] = set()
-# credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed
-# The scheme is at most 32 characters, so a text like 'a.a.a.' costs linear time, not quadratic (each
-# start had scanned to the end); the credentials run to the authority's last '@', as urllib3 reads a
-# password holding one.
+# credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed. A bounded
+# scheme keeps the scan linear; the credentials run to the authority's last '@', as urllib3 reads them.
 URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s]*@")
 
 
@@ -120,7 +118,7 @@ OUR_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 def masked_strings(value: Any, values: list[str]) -> Any:
     """The document with secrets masked inside its strings (and keys that are not ours), never across its
-    syntax: a value `true` or `4096` masked in the printed text had made `"ok": ***`, which is not JSON."""
+    syntax, so what is printed stays JSON."""
     if isinstance(value, str):
         return mask_secrets(value, values)
     if isinstance(value, dict):
