@@ -21,44 +21,18 @@ def issue(check: str, severity: str, message: str, fix: str | None = None) -> di
     return {"check": check, "severity": severity, "message": message, "fix": fix}
 
 
+# how validate weighs detect's route (cpuid.route_host): one decision, said the same way by both
+ROUTE_SEVERITY = {"stop": "error", "stock_offer": "error", "confirm": "confirmation", "stock": "confirmation"}
+
+
 def cpu_gate(cpu: dict, supported: list[str], stock: bool) -> list[dict]:
-    """zentorch needs an AMD EPYC with AVX-512 BF16 (Zen 4 and later); vLLM activates it only on AMD.
-    Without that the flow stops unless the user took the stock-vLLM offer (--stock); an AVX-512 EPYC
-    outside the validated generations needs consent. `cpu` has detect.py's fields."""
-    who = f"{cpu.get('cpu_model') or 'unknown CPU'} ({cpuid.vendor_name(cpu.get('vendor'))})"
-    generation = cpu.get("epyc_generation")
-    stock_fix = "offer the stock vLLM CPU path; on the user's explicit OK re-run validate.py with --stock"
-    if stock:
-        what = (
-            "not an AMD EPYC, zentorch does not apply"
-            if not cpu.get("is_amd_epyc")
-            else "no zentorch acceleration (slower); verified on EPYC 7763 (Milan) with bfloat16"
-        )
-        found = "confirmation", f"stock vLLM CPU path on {who}: {what}", "get the user's explicit OK before launching"
-    elif not cpu.get("is_amd_epyc"):
-        found = (
-            "error",
-            f"not an AMD EPYC: {who}; zentorch runs only on AMD EPYC",
-            "stop: this skill serves on AMD EPYC. Only on a human's explicit request, re-run "
-            "validate.py with --stock for unaccelerated stock vLLM",
-        )
-    elif not cpu.get("avx512"):
-        found = "error", f"no AVX-512 on {who} ({generation or 'unknown generation'}): zentorch cannot run", stock_fix
-    elif not cpu.get("avx512_bf16"):
-        found = (
-            "error",
-            f"AVX-512 without AVX512_BF16 on {who}: zentorch's bf16 path cannot run",
-            "offer the stock vLLM CPU path; on the user's OK re-run with --stock",
-        )
-    elif generation not in supported:
-        found = (
-            "confirmation",
-            f"zentorch is not validated on {generation or 'this generation'} (validated: {', '.join(supported)})",
-            "get the user's explicit OK to try zentorch unvalidated, or take the stock vLLM path",
-        )
-    else:
+    """The CPU's route as validate's finding: a host zentorch cannot serve is an error unless the user took the
+    stock path (--stock), which, like an unvalidated generation, needs consent. `cpu` has detect.py's fields."""
+    route = cpuid.route_host(cpu, supported, stock)
+    severity = ROUTE_SEVERITY.get(route["route"])
+    if severity is None:
         return []
-    return [issue("cpu", *found)]
+    return [issue("cpu", severity, route["reason"], route["fix"] or "get the user's explicit OK before launching")]
 
 
 def cpu_facts(detected: dict, generation: str | None, avx512: bool | None) -> dict:
