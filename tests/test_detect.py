@@ -348,7 +348,7 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
             True,
             "stock",
             "zentorch does not apply to Intel(R) Xeon(R) Platinum 8480+ (Intel): the stock vLLM CPU "
-            "path, at the user's explicit request",
+            "path (slower; verified on EPYC 7763 (Milan) with bfloat16), at the user's explicit request",
             None,
         ),
         (
@@ -356,7 +356,7 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
             True,
             "stock",
             "stock vLLM CPU (no zentorch) on AMD EPYC 7763 64-Core Processor (AMD): the stock vLLM CPU "
-            "path, at the user's explicit request",
+            "path (slower; verified on EPYC 7763 (Milan) with bfloat16), at the user's explicit request",
             None,
         ),
     ],

@@ -111,7 +111,8 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
         why = (
             "zentorch does not apply to " if not facts.get("is_amd_epyc") else "stock vLLM CPU (no zentorch) on "
         ) + cpu
-        return _route("stock", f"{why}: the stock vLLM CPU path, at the user's explicit request")
+        slower = "slower; verified on EPYC 7763 (Milan) with bfloat16"
+        return _route("stock", f"{why}: the stock vLLM CPU path ({slower}), at the user's explicit request")
     if not facts.get("is_amd_epyc"):
         return _route(
             "stop",
@@ -122,13 +123,14 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
     if not (facts.get("avx512") and facts.get("avx512_bf16")):
         return _route(
             "stock_offer",
-            f"{cpu}: {facts.get('epyc_generation')} has no AVX-512 BF16, so zentorch cannot run",
+            f"{cpu}: {facts.get('epyc_generation') or 'this generation'} has no AVX-512 BF16, so zentorch cannot run",
             "offer the stock vLLM CPU path (slower, verified on EPYC 7763); on the user's explicit OK use --stock",
         )
     if facts.get("epyc_generation") not in supported:
         return _route(
             "confirm",
-            f"zentorch is not validated on {facts.get('epyc_generation')} (validated: {', '.join(supported)})",
+            f"zentorch is not validated on {facts.get('epyc_generation') or 'this generation'} (validated: "
+            f"{', '.join(supported)})",
             "get the user's explicit OK to try zentorch, or offer the stock path (--stock)",
         )
     return _route("zentorch", f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): the validated zentorch path")
