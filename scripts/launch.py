@@ -24,31 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package bes
 from epyc import argtypes, bundle, cli, errors, fleet, front, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.planfile import host_facts
-from epyc.planner import SIZINGS, build_plan
+from epyc.planner import SERVE_OPTIONS, SIZINGS, build_plan
 from epyc.up import check_default_state_dir, life_verb, state_dir_arg, up
 
-INPUT_FLAGS = {
-    "detect": "detect",
-    "validate": "validate",
-    "check": "check_model",
-    "estimate": "estimate_memory",
-    "tune": "cpu_tune",
-}  # plan's flag -> the script whose output it takes
-PLAN_OPTIONS = (
-    "model",
-    "port",
-    "max_model_len",
-    "served_model_name",
-    "state_dir",
-    "dtype",
-    "expose",
-    "api_key_env",
-    "throughput_flags",
-    "kernel_log",
-    "sizing",
-)
-
-
+# plan's flag -> the script whose output it takes
+INPUT_FLAGS = dict(zip(("detect", "validate", "check", "estimate", "tune"), bundle.INPUT_SCRIPTS))
+PLAN_OPTIONS = (*SERVE_OPTIONS, "sizing")
 FRONT_FLAGS = ("port", "expose", "api_key_env")  # all that --hosts takes beside the hosts
 
 

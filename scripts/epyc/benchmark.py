@@ -351,16 +351,11 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     best = min(c1, key=lambda c: c["median_tpot_ms"]) if c1 else None
     read = step_bytes(est, best["input_len"] + args.output_len // 2) if best else weights  # mid-decode context
     bound = decode_bound(read, bw, best["median_tpot_ms"] if best else None)
-    failed = sum(c["failed"] for c in cells)
     doc = {
-        "out": str(out),
-        "base_url": plan["base_url"],
-        "served_model_name": plan["served_model_name"],
-        "output_len": args.output_len,
-        "repeats": args.repeats,
+        **summary_head(plan, args, out),
         "seed": args.seed,
         "cells": cells,
-        "failed": failed,
+        "failed": sum(c["failed"] for c in cells),
         "memory_bandwidth_gbs": round(bw / 1e9, 2) if bw else None,
         "bandwidth_cpus": bind,
         "weight_bytes": weights,
@@ -372,11 +367,28 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
     write_out(out / "summary.md", markdown(cells) + bound_and_host(doc))
     doc["plot"] = plot(cells, out / "plot.png")
-    if failed:
-        doc.update(
-            error=f"{failed} requests FAILED during the benchmark",
-            fix="a failed request makes the figures meaningless: check the server log (launch.py verify) and run again",
-        )
+    return settled(
+        doc,
+        "the benchmark",
+        "a failed request makes the figures meaningless: check the server log (launch.py verify) and run again",
+    )
+
+
+def summary_head(plan: dict, args: argparse.Namespace, out: Path) -> dict:
+    """What a benchmark's and a comparison's documents both open with."""
+    return {
+        "out": str(out),
+        "base_url": plan["base_url"],
+        "served_model_name": plan["served_model_name"],
+        "output_len": args.output_len,
+        "repeats": args.repeats,
+    }
+
+
+def settled(doc: dict, what: str, fix: str) -> tuple[dict, int]:
+    """The document and exit code: a failed request fails the run (its figures do not count)."""
+    if doc["failed"]:
+        doc.update(error=f"{doc['failed']} requests FAILED during {what}", fix=fix)
         return doc, errors.EXIT_FAIL
     return doc, errors.EXIT_OK
 
@@ -430,14 +442,9 @@ def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple
         )
     cmp = side_by_side(results)
     cmp["not_run"] = not_run
-    failed = sum(c["failed"] for cells in results.values() for c in cells)
     doc = {
-        "out": str(out),
-        "base_url": plan["base_url"],
-        "served_model_name": plan["served_model_name"],
-        "output_len": args.output_len,
-        "repeats": args.repeats,
-        "failed": failed,
+        **summary_head(plan, args, out),
+        "failed": sum(c["failed"] for cells in results.values() for c in cells),
         "comparison": cmp,
         "host": host_record(plan),
         "warnings": args.warnings,
@@ -446,10 +453,8 @@ def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple
     write_out(
         out / "compare.md", compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
     )
-    if failed:
-        doc.update(
-            error=f"{failed} requests FAILED during the comparison",
-            fix="the figures of a sizing with failed requests do not count: check its server log and rerun",
-        )
-        return doc, errors.EXIT_FAIL
-    return doc, errors.EXIT_OK
+    return settled(
+        doc,
+        "the comparison",
+        "the figures of a sizing with failed requests do not count: check its server log and rerun",
+    )

@@ -30,6 +30,10 @@ from .preload import preload_value
 from .serve_state import state_root
 
 PLAN_SCHEMA_VERSION = 2  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
+# the options plan and up both take about the serve itself (launch.add_serve_options declares them)
+SERVE_OPTIONS = (
+    "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
+).split()
 
 SIZINGS = {
     # name: bind (the socket's cores / nobind / vLLM's default), kv (grant VLLM_CPU_KVCACHE_SPACE), pin (CPU +

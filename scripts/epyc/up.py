@@ -16,7 +16,7 @@ from .command import is_served_name, served_model_name
 from .errors import ScriptError
 from .handoff import handoff_doc
 from .planfile import host_facts, key_facts, load_plan, read_plan, rerender
-from .planner import build_plan, refuse_unkeyed_exposure
+from .planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
 from .serve_start import start
 from .serve_state import NO_RETRY_FIX, state_root, write_own_file
 from .serve_stop import stop
@@ -298,15 +298,9 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
     """The plan, written and shown; launched only on a yes (a --yes only for what was shown).
     -> (plan, plan_file, shown)."""
     opts = {
+        **{k: getattr(a, k) for k in SERVE_OPTIONS},
         "model": model,
-        "port": a.port,
         "max_model_len": inputs["estimate_memory"]["fit"]["max_model_len"],
-        "expose": a.expose,
-        "served_model_name": a.served_model_name,
-        "api_key_env": a.api_key_env,
-        "throughput_flags": a.throughput_flags,
-        "kernel_log": a.kernel_log,
-        "dtype": a.dtype,
         "state_dir": str(jsonio.real_path(run_dir)),
     }
     plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
