@@ -45,6 +45,11 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument(
         "--kv-needed-gb", type=argtypes.float_in(0, 65536), help="KV cache the model needs, from estimate_memory.py"
     )
+    p.add_argument(
+        "--kv-per-sequence-gb",
+        type=argtypes.float_in(0, 65536),
+        help="KV one full-length sequence needs, from estimate_memory.py: bounds the grant by what a batch uses",
+    )
     p.add_argument("--os-reserve-gb", type=argtypes.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
     p.add_argument("--sysroot", type=argtypes.nonempty, help="plan for a captured host tree (load is then unknown)")
     p.add_argument(
@@ -66,9 +71,13 @@ def main(argv: Sequence[str] | None = None):
 def from_the_run(args: argparse.Namespace, folder: Path) -> None:
     """What the run's earlier steps say, where no flag says otherwise: the weights and KV need from
     estimate_memory.json, the host from detect.json (the tree it read, or its ssh target)."""
-    est = runs.earlier(folder, "estimate_memory") or {}
-    if args.weight_gb is None and args.kv_needed_gb is None and "fit" in est:
+    est = (
+        (runs.earlier(folder, "estimate_memory") or {}) if args.weight_gb is None and args.kv_needed_gb is None else {}
+    )
+    if "fit" in est:
         args.weight_gb, args.kv_needed_gb = est["weight_gb"], est["fit"]["kv_needed_gb"]
+        if args.kv_per_sequence_gb is None:
+            args.kv_per_sequence_gb = est["kv_bytes_per_sequence"] / bundle.GIB
     if not (args.sysroot or args.host):
         args.sysroot, args.host = runs.host_source(runs.earlier(folder, "detect") or {})
 

@@ -96,7 +96,7 @@ def from_the_run(a, folder, epyc: dict) -> None:
         checked = runs.earlier(folder, "check_model") or {}
         a.model = checked.get("model") or epyc["default_model"]
         a.revision = a.revision if a.revision is not None else checked.get("revision")
-    detected = runs.earlier(folder, "detect") or {}
+    detected = (runs.earlier(folder, "detect") or {}) if a.ram_gb is None or a.avx512_bf16 is None else {}
     a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
     if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
         a.avx512_bf16 = bool(detected["avx512_bf16"])

@@ -122,7 +122,7 @@ def test_container_command_sets_the_vllm_entrypoint_whatever_the_image_declares(
         [],
         {"A": "1"},
         [],
-        "vllm/vllm-openai-cpu:latest-x86_64",
+        "vllm/vllm-openai-cpu:v0.32.0-x86_64",
         ["m", "--port", "1"],
     )
-    assert plan[-7:] == ["--entrypoint", "vllm", "vllm/vllm-openai-cpu:latest-x86_64", "serve", "m", "--port", "1"]
+    assert plan[-7:] == ["--entrypoint", "vllm", "vllm/vllm-openai-cpu:v0.32.0-x86_64", "serve", "m", "--port", "1"]

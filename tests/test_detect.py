@@ -246,7 +246,7 @@ def test_a_host_described_by_sku_plans_like_a_real_one(script, tmp_path):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--spec", "9999"], "not in data/epyc_skus.json"),
+        (["--spec", "9999"], "names no EPYC part or generation"),
         (["--spec", "9654"], "--ram-gb-per-socket"),
         (["--spec", "9654", "--ram-gb-per-socket", "384", "--sysroot", "/x"], "without --sysroot"),
         (["--spec", "9654", "--ram-gb-per-socket", "-1"], "out of range"),
@@ -341,7 +341,8 @@ XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "vendor": "GenuineIntel"
             "stop",
             "not an AMD EPYC: Intel(R) Xeon(R) Platinum 8480+ (Intel). This skill serves on AMD EPYC CPUs",
             "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, take the stock "
-            "path: the same steps with --stock (validate.py --stock)",
+            "path: the same steps with --stock (validate.py --stock). To serve on an EPYC host later, plan for it "
+            "from here: SKILL.md's 'Another host' (detect.py --spec SKU ...)",
         ),
         (
             XEON,
@@ -774,8 +775,32 @@ def test_a_part_the_table_lacks_is_described_by_generation_and_cores(script, tmp
     assert r.doc["cpu_model"] == "AMD EPYC Turin (described) 128-Core Processor"
     assert "described by the user" in r.doc["spec"]["source"]
     r = script("detect.py", "--spec", "9999", "--ram-gb-per-socket", "64")
-    assert r.code == 1 and "--spec GENERATION --cores N" in r.doc["fix"]
+    assert r.code == 1 and "--spec Turin --cores 128" in r.doc["fix"]
     r = script("detect.py", "--spec", "Zen9", "--cores", "8", "--ram-gb-per-socket", "64")
-    assert r.code == 1 and "names a generation" in r.doc["error"]
+    assert r.code == 1 and "names no EPYC part or generation" in r.doc["error"]
     r = script("detect.py", "--spec", "Turin", "--threads", "8", "--ram-gb-per-socket", "64")
     assert r.code == 1 and "--threads goes with --cores" in r.doc["error"]
+
+
+@pytest.mark.parametrize(
+    "spec,generation,missing",
+    [
+        (["--spec", "9755", "--sockets", "2"], "Turin", ["--cores", "--ram-gb-per-socket"]),
+        (["--spec", "Genoa", "--ram-gb-per-socket", "384"], "Genoa", ["--cores"]),
+        (["--spec", "9004", "--ram-gb-per-socket", "384"], "Genoa", ["--cores"]),
+        (["--spec", "9654"], None, ["--ram-gb-per-socket"]),
+    ],
+)
+def test_a_spec_names_every_missing_fact_at_once(script, spec, generation, missing):
+    """Facts only the user knows come back in one refusal, each named by its flag: the agent asks for them
+    all; a part number or series the table lacks already says its generation and asks only for the cores."""
+    r = script("detect.py", *spec)
+    assert r.code == 1 and r.doc["missing"] == missing and "ask the user" in r.doc["fix"]
+    assert generation is None or f"a {generation} part" in r.doc["error"]
+
+
+def test_an_unlisted_part_number_is_its_generation_with_the_cores_given(script):
+    r = script("detect.py", "--spec", "EPYC 9755", "--cores", "128", "--sockets", "2", "--ram-gb-per-socket", "384")
+    assert r.code == 0 and (r.doc["epyc_generation"], r.doc["physical_cores"]) == ("Turin", 256)
+    assert r.doc["spec"]["sku"]["model"] == "9755 (described)"
+    assert any("384 GB installed per socket" in a for a in r.doc["spec"]["assumptions"])

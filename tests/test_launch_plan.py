@@ -265,7 +265,7 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
     # sized for serving, not one prompt: a 384 GiB socket's KV holds hundreds of full-length 4k requests
     assert p["sizing"]["kv_tokens"] == 190 * 2**30 // 114688 and p["sizing"]["kv_full_length_requests"] >= 64
     assert (
-        "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, --max-num-batched-tokens 2048 |"
+        "| KV cache | holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, --max-num-batched-tokens 2048; granted as 0.5 of the socket RAM left after OS reserve and weights (380.9 GiB); at least the need, at most what the socket has left |"
         in p["summary_markdown"]
     )
     assert p["secrets"] == {"HF_TOKEN": "HF_TOKEN"} and p["env_by_name"] == ["HF_TOKEN"]

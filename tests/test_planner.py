@@ -176,7 +176,8 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
         [
             "KV cache",
             "holds 1,778,834 tokens = 434 requests of 4096 tokens at once; --max-num-seqs 256, "
-            "--max-num-batched-tokens 2048",
+            "--max-num-batched-tokens 2048; granted as 0.5 of the socket RAM left after OS reserve and weights "
+            "(380.9 GiB); at least the need, at most what the socket has left",
         ],
         ["Hardware", "EPYC Genoa (Zen4), 96 cores on socket 1 (host: 2 sockets, 192 cores), AVX-512 yes"],
         ["Port", f"{port} on 127.0.0.1"],

@@ -90,7 +90,7 @@ def test_no_avx512_blocks_unless_stock_was_accepted(script, fake_rt):
     s = run_validate(script, env, "--avx512", "false", "--generation", "Milan", "--stock")
     assert s.code == 0 and s.doc["path"] == "container" and s.doc["backend"] == "stock"
     assert s.doc["requires_confirmation"] is True
-    assert s.doc["image"] == "vllm/vllm-openai-cpu:latest-x86_64" and s.doc["zentorch_capable"] is False
+    assert s.doc["image"] == "vllm/vllm-openai-cpu:v0.32.0-x86_64" and s.doc["zentorch_capable"] is False
 
 
 def test_unvalidated_generation_needs_confirmation(script, fake_rt):
@@ -357,9 +357,9 @@ def test_validate_gives_a_relative_python_back_absolute_and_unresolved(script, i
 
 
 def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulled(tmp_path, inputs, rt):
-    """validate is ready on the stock container path with the image not pulled, and its stack.vllm is null (the
-    `latest` tag names no version): SKILL.md's Step 3, run as written in that run folder, takes the pinned
-    vllm_version (as up does) and judges by its snapshot, saying the image is not pulled."""
+    """validate is ready on the stock container path with the image not pulled, its stack read from the pinned
+    tag (vX.Y.Z): SKILL.md's Step 3, run as written in that run folder, judges by that version's snapshot,
+    saying the image is not pulled."""
     import os
     import subprocess
     import sys
@@ -372,7 +372,7 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
     _, env = rt  # a docker that answers, with no image pulled
     run = {"EPYC_RUN": str(tmp_path / "run")}
     val = run_script("validate.py", "--detect", str(inputs["detect"]), "--stock", env={**env, **run})
-    assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["stack"]["vllm"] is None, val.doc
+    assert val.code == 0 and val.doc["runtime"] == "docker" and val.doc["stack"]["vllm"] == "0.32.0", val.doc
     line = next(c.line for c in commands("SKILL.md") if c.script == "check_model.py" and c.tag is None)
     model = str(Path(inputs["detect"]).parent / "models" / "Qwen3-0.6B")
     shell_env = {**os.environ, **env, **run, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
@@ -385,7 +385,7 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
         timeout=120,
     )
     doc = json.loads((tmp_path / "run" / "check_model.json").read_text())
-    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == load_epyc()["vllm_version"], doc
+    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == load_epyc()["stock_image"]["vllm_version"], doc
     assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
 
 

@@ -118,7 +118,8 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
             "stop",
             f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
             "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
-            "take the stock path: the same steps with --stock (validate.py --stock)",
+            "take the stock path: the same steps with --stock (validate.py --stock). To serve on an EPYC "
+            "host later, plan for it from here: SKILL.md's 'Another host' (detect.py --spec SKU ...)",
         )
     if not (facts.get("avx512") and facts.get("avx512_bf16")):
         return _route(

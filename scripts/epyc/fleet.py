@@ -49,7 +49,7 @@ def install_router(epyc: dict) -> dict:
         ]
         for argv, timeout in steps:
             errors.log(f"fleet: {shlex.join(argv)}")
-            res = subproc.run(argv, timeout=timeout, stderr_through=True)
+            res = subproc.run(argv, timeout=timeout, stderr_through=True, env=subproc.no_python_settings())
             if res.returncode != 0:
                 raise ScriptError(
                     f"installing {epyc['router']['pip']} failed ({res.failure or res.returncode})",
@@ -138,6 +138,14 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
             f"{epyc['router']['pip']}, policy {epyc['router']['policy']}: `{router['command']}`",
         ]
     )
+    if engines[0]["deferred"]:  # another host: what the engines assume, and the router to install there
+        rows.append(
+            [
+                "Planned for",
+                f"{engines[0]['target']} -- not this machine: {', '.join(engines[0]['deferred'])} are assumed; "
+                f"there, first: python3 scripts/setup_host_stack.py --router ({epyc['router']['pip']})",
+            ]
+        )
     return {
         "fleet_version": FLEET_VERSION,
         "engines": [str(Path(e["state_dir"]) / "plan.json") for e in engines],
@@ -176,7 +184,8 @@ def write_fleet(fleet: dict, folder: Path) -> dict:
 
 def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: str) -> dict:
     """launch.py plan --engines: the host detect read, read again and sized per engine; the router pinned."""
-    if not router_binary(epyc).exists():
+    remote = remote_host.is_another_host(inputs["detect"].get("target", "localhost"))
+    if not remote and not router_binary(epyc).exists():  # another host's router is installed there
         raise ScriptError(
             f"a fleet needs vllm-router ({epyc['router']['pip']}), not installed",
             "run python3 scripts/setup_host_stack.py --router (a venv of its own under the cache), then plan again",
@@ -191,6 +200,7 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
         reserve_cores=cfg["default_reserved_cores"],
         weight_gb=est["weight_gb"],
         kv_needed_gb=est["fit"]["kv_needed_gb"],
+        kv_per_sequence_gb=est["kv_bytes_per_sequence"] / bundle.GIB,
         os_reserve_gb=tune["os_reserve_gb"],
         part=None,
     )
@@ -410,6 +420,8 @@ def handoff_fleet(fleet: dict, engines: list[dict], plan_file: str) -> dict:
     for key in ("curl_example", "python_example", "table_markdown"):
         for old, new in swap.items():
             doc[key] = doc[key].replace(old, new)
+    # engine 0's by-hand stop is not the fleet's: its own stop command stops every part
+    doc["table_markdown"] = "\n".join(r for r in doc["table_markdown"].splitlines() if "| Stop without" not in r)
     return {
         **doc,
         "base_url": base,

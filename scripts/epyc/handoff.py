@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from .command import INHERITED_ENV
+from . import runtimes
+from .command import INHERITED_ENV, runtime_stop_pair
 from .errors import ScriptError
 from .masking import redact
 
@@ -114,7 +115,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
             f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
             f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes {','.join(map(str, s['numa_nodes']))}",
         ],
-        ["KV cache", kv_cell(s)],
+        ["KV cache", f"{kv_cell(s)}; granted as {s['kv_basis']}"],
     ]
     if s["sizing_rule"] != "skill":
         rows.append(["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"])
@@ -131,7 +132,8 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
             [
                 "Planned for",
                 f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
-                "assumed; re-check on the host before start (run the chain there)",
+                "assumed; re-check on the host before start (run the chain there)"
+                + (f"; export {plan['api_key_env']} there (8+ characters)" if plan.get("api_key_env") else ""),
             ]
         )
     rows += [["Warning", w["message"]] for w in plan["warnings"]]
@@ -278,6 +280,9 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
         ],
         ["Stop", plan["stop_command"]],
     ]
+    if plan.get("container_name"):  # the same stop without the bundle (it leaves the key files in the state dir)
+        rt = runtimes.runtime_argv(plan["runtime"], plan.get("engine"))
+        rows.append(["Stop without the bundle", runtime_stop_pair(rt, plan["container_name"], plan["state_dir"])])
     return {
         "base_url": base,
         "served_model_name": served,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from . import bundle, hostfacts, jsonio, subproc
+from . import bundle, cpuid, hostfacts, jsonio, subproc
 from .errors import ScriptError
 
 SKUS_JSON = bundle.DATA_DIR / "epyc_skus.json"
@@ -39,30 +39,50 @@ def load_skus(path: Path = SKUS_JSON) -> dict:
     return json.loads(path.read_text())
 
 
-def described_part(generation: str, cores: int, threads: int | None) -> dict:
-    """A part the table does not hold, as the user describes it: its generation and cores per socket."""
+def named_generation(spec: str, generations: list[str]) -> str | None:
+    """The generation a --spec names without a table row: 'Turin', a series ('9005') or a part number
+    ('9755'), whose last digit is its generation. -> None when it names none."""
+    key = spec.upper().replace("AMD", "").replace("EPYC", "").strip()
+    named = next((g for g in generations if g.upper() == key), None)
+    number = cpuid.epyc_model_number(f"EPYC {key}")
+    return named or (cpuid.generation_from_model_number(number) if number == key else None)
+
+
+def resolve_part(spec: str, cores: int | None, threads: int | None, ram: float | None, generations: list[str]) -> dict:
+    """--spec's part: its table row, or the generation it names with the cores the user gave. Every fact
+    only the user knows and did not give is named in one refusal (`missing`: the flags to ask for)."""
+    table = load_skus()
+    key = spec.upper().replace("AMD", "").replace("EPYC", "").strip()
+    row = next((r for r in table["skus"] if r["model"] == key), None)
+    gen = row["epyc_generation"] if row else named_generation(spec, generations)
+    if gen is None:
+        raise ScriptError(
+            f"--spec {spec[:40]!r} names no EPYC part or generation (the table holds the "
+            f"{', '.join(sorted({r['series'] for r in table['skus']}))} series; generations: {', '.join(generations)})",
+            "pass the part number (e.g. --spec 9654) or its generation with its cores (--spec Turin --cores 128), "
+            "or capture the host itself (detect.py --capture FILE there, then --sysroot FILE here)",
+        )
+    missing = {}
+    if row is None and cores is None:
+        missing["--cores"] = f"its cores per socket (--cores N: a {gen} part the SKU table lacks)"
+    if ram is None:
+        missing["--ram-gb-per-socket"] = "the memory installed behind each socket (--ram-gb-per-socket N, in GB)"
+    if missing:
+        raise ScriptError(
+            f"--spec {spec[:40]} needs facts only the user knows: {'; '.join(missing.values())}",
+            "ask the user for them all (or state an assumption they accept), then run detect.py again with them",
+            missing=list(missing),
+        )
+    if cores is None:
+        return row
     return {
-        "model": f"{generation} (described)",
-        "epyc_generation": generation,
+        "model": f"{key} (described)" if key.upper() != gen.upper() else f"{gen} (described)",
+        "epyc_generation": gen,
         "cores_per_socket": cores,
         "threads_per_socket": threads or 2 * cores,
         "socket_support": "2P",
         "source": "user",
     }
-
-
-def find_sku(table: dict, model: str) -> dict:
-    """'9654', 'EPYC 9654' or 'AMD EPYC 9654P' -> its row; an unknown part names what the table holds."""
-    key = model.upper().replace("AMD", "").replace("EPYC", "").strip()
-    for row in table["skus"]:
-        if row["model"] == key:
-            return row
-    series = sorted({r["series"] for r in table["skus"]})
-    raise ScriptError(
-        f"EPYC {key} is not in data/epyc_skus.json (it holds the {', '.join(series)} series, each row with its source)",
-        "describe it: --spec GENERATION --cores N (e.g. --spec Turin --cores 128; --threads N without SMT), "
-        "or capture the host itself (detect.py --capture FILE there, then --sysroot FILE here)",
-    )
 
 
 def linux_layout(sockets: int, cores: int, threads: int, nps: int) -> list[tuple[int, int, int, int]]:

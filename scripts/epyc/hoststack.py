@@ -172,7 +172,7 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
     (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
     if not python.exists():
         errors.log(f"setup_host_stack: creating {venv}")
-        res = subproc.run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+        res = subproc.run([sys.executable, "-m", "venv", str(venv)], timeout=300, env=subproc.no_python_settings())
         if not res.ok:
             raise ScriptError(
                 f"cannot create a venv at {venv}: {masking.clip(res.stderr.strip(), 300, tail=True)}",
@@ -185,7 +185,10 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
     errors.log(label)
     res = subproc.run(
-        [str(python), "-m", "pip", "install", "-q", *want["pip"]], timeout=PIP_TIMEOUT_S, progress=label.split(" (")[0]
+        [str(python), "-m", "pip", "install", "-q", *want["pip"]],
+        timeout=PIP_TIMEOUT_S,
+        progress=label.split(" (")[0],
+        env=subproc.no_python_settings(),
     )
     if not res.ok:
         raise ScriptError(
@@ -193,7 +196,11 @@ def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) 
             "check access to the package index; the pins are in data/epyc.json host_stack",
         )
     actions.append("installed " + " ".join(want["pip"]))
-    subproc.run([str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300)
+    subproc.run(
+        [str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]],
+        timeout=300,
+        env=subproc.no_python_settings(),
+    )
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
     shim_version = stack["dist_info_shim"]["version"]
     dist_info_shim(site_packages, shim_version)

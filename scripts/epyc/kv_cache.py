@@ -49,6 +49,7 @@ CLASS_DEFAULTS = {
         "max_position_embeddings": 131072,
         "sliding_window": 4096,
         "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
     },
     "gemma2": {
         "num_hidden_layers": 26,
@@ -59,6 +60,7 @@ CLASS_DEFAULTS = {
         "vocab_size": 256000,
         "max_position_embeddings": 8192,
         "sliding_window": 4096,
+        "tie_word_embeddings": True,
     },
     "llama": {
         "num_hidden_layers": 32,

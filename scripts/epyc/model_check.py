@@ -171,13 +171,18 @@ def verdict(
         return 1, f"{arch} is multimodal in {v} but {why}: pass --chat-template <file> to serve it"
     if kind == "undetermined":
         return 0, "support could not be determined here; proceed, the launch confirms"
+    if tmpl["status"] == "unknown":  # plan and verify say the same: verify settles it on the server
+        return (
+            0,
+            f"{arch} serves as {kind} generation in {v}; endpoint unknown (the chat template could not be "
+            "read here): verify settles it on the server, chat first, then completions",
+        )
     endpoint = "/v1/chat/completions" if tmpl["status"] == "present" else "/v1/completions"
     extra = {
         "present": "chat template present",
         "absent": "no chat template: raw prompts only (add one with --chat-template <file>)",
         "ambiguous": f"several chat templates, no default ({', '.join(tmpl['names'])}): "
         "choose one with --chat-template",
-        "unknown": "chat template could not be read",
     }[tmpl["status"]]
     return 0, f"{arch} serves as {kind} generation in {v}; use {endpoint} ({extra})"
 

@@ -35,7 +35,8 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
     return {
         "hf_token_set": bool(os.environ.get("HF_TOKEN")),
         "hf_offline": os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"),
-        **key_facts(key_env),
+        # another host's key is set there (its plan says so): this shell need not hold it
+        **(key_facts(key_env) if not val.get("deferred") else {"api_key_set": bool(key_env), "api_key_length": None}),
         # a value no header carries is refused here, as start would refuse it, not after the human confirmed
         "unsendable_secrets": [
             name

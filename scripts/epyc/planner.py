@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from .kv_cache import ssm_state_dtype
 from .preload import preload_value
 from .serve_state import state_root
 
-PLAN_SCHEMA_VERSION = 2  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
+PLAN_SCHEMA_VERSION = 3  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
 SERVE_OPTIONS = (
     "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
@@ -415,11 +416,13 @@ def host_command(ch: Choices, val: dict, tune: dict, epyc: dict, env: dict, mode
         model_arg,
         *opts,
     ]
+    # another host has neither this bundle nor its state: the process is found by its command there
+    pattern = f"vllm serve {re.escape(model_arg)} .*--port {ch.port}( |$)"
     return {
         "argv": argv,
         "pre_argv": [],
         "runtime": "host",
-        "stop_command": "(or: kill the recorded pid's group)",
+        "remote_stop": shlex.join(["pkill", "-TERM", "-f", pattern]),
     }
 
 
@@ -456,13 +459,11 @@ def container_command(
         [model_arg, *opts],
         epyc["container"]["shm_size_if_ipc_isolated"],
     )
-    # launch.py stop first: it also removes the key files start wrote (the runtime's pair leaves them)
-    by_hand = runtime_stop_pair(rt, name, state_dir)
     return {
         "argv": argv,
         "pre_argv": [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]],
         "runtime": val["runtime"],
-        "stop_command": f"(by hand: {by_hand})",
+        "remote_stop": runtime_stop_pair(rt, name),
     }
 
 
@@ -475,6 +476,7 @@ def sizing_doc(opt: dict, tune: dict, capacity: dict, batched: int | None, max_l
         "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"],
         "omp_threads": tune.get("omp_threads"),
         "kv_granted_gb": tune["kv_granted_gb"],
+        "kv_basis": tune["kv_basis"],
         **capacity,
         "numa_nodes": tune["numa_nodes"],
         "max_num_batched_tokens": batched,
@@ -496,9 +498,10 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         cmd = host_command(ch, val, tune, epyc, env, facts.get("model_dir") or ch.model, opts)
     else:
         cmd = container_command(ch, val, tune, epyc, env, facts, opts, name, state_dir, secrets)
-    # from any folder, on the copy of the plan start keeps beside the server's state
+    # here: from any folder, on the copy of the plan start keeps beside the server's state (it also removes
+    # the key files start wrote); another host: the runtime's own stop, or the process by its command
     launch_stop = ["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(state_dir / "plan.json")]
-    cmd["stop_command"] = f"{shlex.join(launch_stop)}  {cmd['stop_command']}"
+    stop_command = cmd["remote_stop"] if val.get("deferred") else shlex.join(launch_stop)
     extra = (
         [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]
         if ch.throughput
@@ -541,7 +544,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "state_dir": str(state_dir),
         "log_file": str(state_dir / "server.log"),
         "state_file": str(state_dir / "state.json"),
-        "stop_command": cmd["stop_command"],
+        "stop_command": stop_command,
         "requires_confirmation": bool(val.get("requires_confirmation")),
         "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
         "warnings": [

@@ -122,12 +122,8 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
 def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
     assumption, stated in the output), then read like any sysroot."""
-    table = hostspec.load_skus()
-    sku = (
-        hostspec.described_part(args.spec, args.cores, args.threads)
-        if args.cores
-        else hostspec.find_sku(table, args.spec)
-    )
+    names = list(dict.fromkeys(g["name"] for g in epyc["generations"]))
+    sku = hostspec.resolve_part(args.spec, args.cores, args.threads, args.ram_gb_per_socket, names)
     gen = sku["epyc_generation"]
     entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
         g for g in epyc["generations"] if g["name"] == gen
@@ -158,13 +154,14 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     facts = gather(hostfacts.check_sysroot(str(root)), target, live=False)
     spec = {
         "sku": sku,
-        "source": table["sources"].get(sku["source"], "described by the user (--spec GENERATION --cores N)"),
+        "source": hostspec.load_skus()["sources"].get(sku["source"], "described by the user (--spec ... --cores N)"),
         "sysroot": str(root) if args.save_sysroot else None,
         "assumptions": [
             "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "
             "(cpu = thread x sockets x cores + socket x cores + core)",
             f"NPS{args.nps}: each socket's cores split into {args.nps} consecutive NUMA node(s) with equal memory",
-            f"{args.ram_gb_per_socket:g} GiB per socket, all of it usable (no cgroup limit, no other load)",
+            f"{args.ram_gb_per_socket:g} GB installed per socket (memory sizes are binary: {args.ram_gb_per_socket:g} "
+            "GiB), all of it usable (no cgroup limit, no other load)",
             "re-check on the host before start: detect.py --capture FILE there, then plan from --sysroot FILE",
         ],
     }

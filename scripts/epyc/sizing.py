@@ -134,31 +134,39 @@ def size_kv_cache(
     kv_needed_gb: float | None,
     headroom: float,
     default_fraction: float,
+    batch_gb: float | None = None,
+    prefix_share: float = 0.0,
 ) -> dict:
-    """The KV cache to grant, in whole GiB: at least `default_fraction` of what the socket has left after
-    weights and the OS, and at least the model's need x headroom; a socket that cannot hold weights + need +
-    reserve is a refusal."""
+    """The KV cache to grant, in whole GiB: `default_fraction` of what the socket has left after weights and
+    the OS, bounded by what the largest running batch can use (`batch_gb`) plus `prefix_share` of it for the
+    prefix cache (vLLM reserves the grant at start: more would only take memory from the host), and at least
+    the model's need x headroom. A socket that cannot hold weights + need + reserve is a refusal."""
     left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
-    warning = None
-    if kv_needed_gb is not None:
-        if left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb):
-            raise ScriptError(
-                f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
-                f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
-                "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
-                "model (or another socket with --socket)",
-            )
-        need = max(1, math.ceil(kv_needed_gb * headroom))
-        share = math.floor(left * default_fraction)
-        kv = min(max(need, share), math.floor(left))
+    if kv_needed_gb is not None and (left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb)):
+        raise ScriptError(
+            f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
+            f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
+            "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
+            "model (or another socket with --socket)",
+        )
+    need = max(1, math.ceil(kv_needed_gb * headroom)) if kv_needed_gb is not None else 0
+    share = math.floor(left * default_fraction)
+    usable = math.ceil(batch_gb * (1 + prefix_share)) if batch_gb is not None else None
+    kv = min(max(need, min(share, usable if usable is not None else share)), math.floor(left))
+    if kv_needed_gb is None and usable is None:
+        basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
+    elif usable is not None and usable < share and kv > need:
+        basis = (
+            f"what the largest running batch can use ({batch_gb:g} GiB) + {prefix_share:.0%} for the prefix "
+            "cache; estimate_memory.py --num-prompts N sizes it for N full-length requests"
+        )
+    else:
         basis = (
             f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
             if share >= need
             else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom"
         ) + "; at least the need, at most what the socket has left"
-    else:
-        kv = math.floor(left * default_fraction)
-        basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
+    warning = None
     if kv < 1:
         kv = 1
         warning = (
@@ -326,6 +334,8 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
         args.kv_needed_gb,
         mem_cfg["kv_headroom_factor"],
         mem_cfg["kv_default_fraction"],
+        per_seq * epyc["serve"]["max_num_seqs_cap"] if (per_seq := getattr(args, "kv_per_sequence_gb", None)) else None,
+        mem_cfg["kv_prefix_cache_share"],
     )
     tools = {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
     pins = pin_commands(bind, bind if part else usable, nodes, tools)  # a part's container: its cores alone

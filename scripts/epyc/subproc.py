@@ -165,15 +165,19 @@ def kill_group(proc: subprocess.Popen) -> None:
 PROBE_OUTPUT_LIMIT = 16 << 20
 
 
+def no_python_settings() -> dict:
+    """This environment without PYTHON* variables, for another interpreter (pip, venv, a probe): a shell's
+    PYTHONWARNINGS=error makes a warning in their own code a traceback or a failure that is not ours."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+
+
 def run_probe(
     prefix: Sequence[str], code: str, marker: str, timeout: float, shape: dict | None = None
 ) -> tuple[dict | None, str]:
     """Run `python -c code` through prefix and read the JSON object it prints after `marker`, checked against
     `shape`. -> (doc, "") or (None, why)."""
-    # the probe sees what the server will see (start passes no PYTHON* variable on): a shell's
-    # PYTHONWARNINGS=error turned torch's import-time DeprecationWarning into "the stack is broken"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    res = run([*prefix, "-c", code], timeout=timeout, limit=PROBE_OUTPUT_LIMIT, env=env)
+    # the probe sees what the server will see (start passes no PYTHON* variable on)
+    res = run([*prefix, "-c", code], timeout=timeout, limit=PROBE_OUTPUT_LIMIT, env=no_python_settings())
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith(marker)), None)
     if line is None:
         tail = (res.stderr or res.failure or "").strip().splitlines()[-1:]

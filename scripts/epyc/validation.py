@@ -7,8 +7,9 @@ import os
 import re
 import socket
 import sys
+from pathlib import Path
 
-from . import architectures, cpuid, hoststack, runtimes
+from . import architectures, cpuid, hoststack, runtimes, venv
 from .errors import ScriptError
 from .hubcache import HF_MOUNT_FIX, bind_mount, cache_listing, hf_mount_problem, resolve_hf_cache
 from .preload import execstack_libs, find_libs, ld_preload_value
@@ -98,7 +99,7 @@ STACK_KEYS = ("vllm", "zentorch", "torch", "platform")
 
 def versions_from_tag(image: str) -> dict:
     """'..:vllm_v0.25.1_zentorch_v2.11.0.3_..' -> {'vllm': '0.25.1', 'zentorch': '2.11.0.3'}."""
-    m = re.search(r"vllm_v([0-9.]+)", image)
+    m = re.search(r"(?:vllm_v|:v)([0-9.]+)", image)  # zentorch's tag names it, the stock image's is vX.Y.Z
     z = re.search(r"zentorch_v([0-9.]+?)(?:_|$)", image)
     return {"vllm": m.group(1).rstrip(".") if m else None, "zentorch": z.group(1) if z else None}
 
@@ -127,9 +128,11 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def default_python(epyc: dict, stock: bool) -> str:
-    """The setup_host_stack.py venv of the chosen backend when it exists, else this interpreter."""
+    """The setup_host_stack.py venv of the chosen backend when it exists, else this interpreter (a python3
+    with vLLM of the user's), but never the bundle's own venv: it holds the scripts' libraries, not a stack."""
     venv_py = hoststack.default_venv(epyc["host_stack"], stock) / "bin" / "python"
-    return str(venv_py) if venv_py.exists() else sys.executable
+    own = Path(sys.prefix).resolve() == venv.BUNDLE_VENV.resolve()
+    return str(venv_py) if venv_py.exists() or own else sys.executable
 
 
 def probe_image(runtime: str, image: str, engine: str | None = None) -> dict:
@@ -195,7 +198,8 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
         image = gathered["image"]
         pinned_images = (epyc["container"]["image"], epyc["stock_image"]["image"])
         stack, image_issues = image_stack(gathered["image_probe"], image, image in pinned_images, runtime)
-        return stack, epyc["container"]["vllm_version"], image_issues
+        pinned = epyc["stock_image" if image == pinned_images[1] else "container"]["vllm_version"]
+        return stack, pinned, image_issues
     if gathered.get("deferred"):  # another host's venv: the pins setup_host_stack.py would install there
         hs = epyc["host_stack"]
         stack = {
@@ -346,6 +350,8 @@ def gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dic
     detail["host"] = (
         f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
         if host_ok
+        else f"no host stack venv at {Path(python).parent.parent} yet"
+        if not os.path.exists(python)
         else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}"
     )
     runtime = choose_runtime(

@@ -41,7 +41,9 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
     actions = []
     if not python.exists():
         errors.log(f"bootstrap: creating {BUNDLE_VENV}")
-        res = subproc.run([sys.executable, "-m", "venv", str(BUNDLE_VENV)], timeout=300)
+        res = subproc.run(
+            [sys.executable, "-m", "venv", str(BUNDLE_VENV)], timeout=300, env=subproc.no_python_settings()
+        )
         if not res.ok:
             raise ScriptError(
                 f"cannot create {BUNDLE_VENV}: {masking.clip(res.stderr.strip(), 300, tail=True) or res.failure}",
@@ -54,6 +56,7 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
         [str(python), "-m", "pip", "install", "-q", "-e", target],
         timeout=PIP_TIMEOUT_S,
         progress="bootstrap: pip install",
+        env=subproc.no_python_settings(),
     )
     if not res.ok:
         raise ScriptError(
@@ -68,7 +71,6 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
 BUNDLE_DEPS = {
     "huggingface_hub": "huggingface_hub",
     "psutil": "psutil",
-    "cpuinfo": "py-cpuinfo",
     "requests": "requests",
     "jsonschema": "jsonschema",
 }
