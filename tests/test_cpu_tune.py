@@ -73,6 +73,18 @@ def test_socket_ram_takes_the_smaller_truth():
     assert sizing.socket_ram_bytes([0], {}, 24 * gib) == 24 * gib
 
 
+def test_the_kv_grant_is_what_the_largest_batch_can_use(script, make_sysroot):
+    """Qwen3-0.6B at 4096 tokens on the recorded dual Genoa: 256 sequences x 0.4375 GiB = 112 GiB is all a
+    running batch can hold; + 25 % for the prefix cache = 140 GiB, not half the socket (190). A test model of
+    4 MB a sequence gets 2 GiB of a 24 GiB machine. The need (--num-prompts) still wins when it is larger."""
+    root = str(make_sysroot("genoa_9654_2s_smt"))
+    args = ["--sysroot", root, "--weight-gb", "1.11", "--kv-needed-gb", "0.44", "--kv-per-sequence-gb", "0.4375"]
+    t = script("cpu_tune.py", *args)
+    assert t.code == 0 and t.doc["kv_granted_gb"] == 140 and "largest running batch" in t.doc["kv_basis"]
+    assert sizing.size_kv_cache(23.5, 2, 0.01, 0.004, 1.25, 0.5, 256 * 0.004, 0.25)["kv_gb"] == 2
+    assert sizing.size_kv_cache(384, 2, 1.11, 150, 1.25, 0.5, 112, 0.25)["kv_gb"] == 188
+
+
 def test_size_kv_cache():
     # no model need: half of (8 - 2 reserve) = 3
     assert sizing.size_kv_cache(8, 2, None, None, 1.25, 0.5)["kv_gb"] == 3

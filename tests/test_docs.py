@@ -276,25 +276,28 @@ def test_readme_example_outputs_use_the_fields_the_scripts_print():
 def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     """SKILL.md's plan for a host that is not reachable yet, each line run by bash in a fresh shell as written
     (no variable survives between them), the user's config.json given where the line names it: the 9654
-    request of the issue, with the Hub unreachable. Nothing is probed here; the plan is for that host."""
-    import os
+    request of the issue, with the Hub unreachable. Nothing is installed or probed here: a PATH of python3
+    alone (no docker, podman, numactl), an empty home (no host stack, no router), no network. The same
+    chain's fleet plan, exposed with a key that is set there, not here, names the router to install there."""
     import subprocess
     import sys
 
     lines = [c.line for c in commands("SKILL.md") if c.tag == "another host"]
     assert len(lines) == 6
+    lines.append("python3 scripts/launch.py plan --engines per-socket --expose --api-key-env BOX_KEY --run box")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").symlink_to(sys.executable)
     env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PATH": str(tmp_path / "bin"),
+        "HOME": str(tmp_path / "home"),
         "XDG_CACHE_HOME": str(tmp_path / "cache"),  # where `--run box` lives
         "HF_HUB_OFFLINE": "1",
         "HF_ENDPOINT": "http://127.0.0.1:1",
     }
-    env.pop("EPYC_RUN", None)
     config = ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json"
     for line in lines:
         res = subprocess.run(
-            ["bash", "-c", line.replace("config.json", str(config))],
+            ["/bin/bash", "-c", line.replace("config.json", str(config))],
             env=env,
             cwd=ROOT,
             capture_output=True,
@@ -307,5 +310,8 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     assert tune["target"].startswith("spec:EPYC 9654") and tune["vllm_cpu_omp_threads_bind"] == "0-95"
     assert json.loads((box / "estimate_memory.json").read_text())["avx512_bf16"] is True  # the 9654's
     assert json.loads((box / "validate.json").read_text())["deferred"]
-    plan = json.loads(res.stdout)
+    fleet = json.loads(res.stdout)
+    assert "there, first: python3 scripts/setup_host_stack.py --router" in fleet["summary_markdown"]
+    plan = json.loads((box / "engine-0" / "plan.json").read_text())
     assert plan["deferred"] and "--cpuset-mems=0" in plan["argv"] and "--device" not in plan["argv"]
+    assert plan["stop_command"].startswith("docker stop") and "BOX_KEY there" in plan["summary_markdown"]

@@ -182,3 +182,42 @@ def test_the_handoff_is_the_table_and_examples_a_user_pastes(inputs):
 )
 def test_each_bad_smoke_reply_gets_its_own_verdict(body, verdict):
     assert handoff.judge_smoke(200, json.dumps(body), "chat_completions") == (False, verdict)
+
+
+@pytest.mark.parametrize("path", ["container", "host"])
+@pytest.mark.parametrize("remote", [False, True])
+def test_every_stop_command_runs_as_printed(inputs, tmp_path, path, remote):
+    """A stop command is pasted into a shell as it is: each one the plan and the handoff print parses in bash
+    and runs (here: launch.py stop answers in JSON; pkill finds no such server). Another host's is the
+    runtime's own stop, or the process by its command: neither names this machine's bundle or state."""
+    import subprocess
+    import sys
+
+    docs = load_docs(inputs)
+    if path == "host":
+        docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable)
+    if remote:
+        for name in ("detect", "validate", "cpu_tune"):
+            docs[name]["target"] = "spec:EPYC 9654 2S NPS1 SMT on"
+        docs["validate"]["deferred"] = ["runtime", "port"]
+    opt = {"port": 8123, "state_dir": str(tmp_path / "st")}
+    plan = planner.build_plan(docs, opt, load_epyc(), facts_for(docs))
+    table = handoff.handoff_doc(plan)["table_markdown"] if not remote else ""
+    stops = [
+        plan["stop_command"],
+        *(r.split(" | ")[1].removesuffix(" |") for r in table.splitlines() if r.startswith("| Stop")),
+    ]
+    for stop in stops:
+        assert subprocess.run(["bash", "-n", "-c", stop], capture_output=True).returncode == 0, stop
+    assert (str(tmp_path) in plan["stop_command"]) is not remote and (
+        SCRIPTS.name in plan["stop_command"]
+    ) is not remote
+    if remote and path == "container":
+        assert plan["stop_command"] == "docker stop -t 30 vllm-epyc-8123 && docker rm vllm-epyc-8123"
+    if path == "host" or not remote:
+        env = {"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"}
+        res = subprocess.run(["bash", "-c", plan["stop_command"]], capture_output=True, text=True, env=env, timeout=60)
+        if remote:  # pkill: 1 = no process matched (it ran)
+            assert res.returncode == 1 and not res.stderr, res.stderr
+        else:
+            assert res.returncode in (0, 1) and json.loads(res.stdout), res.stderr

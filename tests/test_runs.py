@@ -48,6 +48,12 @@ def test_a_step_refuses_what_a_failed_earlier_step_left(script, tmp_path):
     r = script("cpu_tune.py", "--run", run)
     assert r.code == 1 and r.doc["error"].startswith("the estimate_memory step failed: does not fit")
     assert r.doc["fix"] == bad.doc["fix"]
+    # given every value that document holds by flags, the step does not read it
+    r = script("cpu_tune.py", "--weight-gb", "1.1", "--kv-needed-gb", "0.5", "--run", run)
+    assert r.code == 0 and r.doc["weight_gb"] == 1.1
+    assert script("detect.py", "--spec", "9654", "--run", run).code == 1  # a detect.json that failed too
+    r = script("estimate_memory.py", "--config", str(CONFIG), "--ram-gb", "24", "--avx512-bf16", "yes", "--run", run)
+    assert r.code == 0 and r.doc["fit"]["ram_gb"] == 24
 
 
 def test_plan_names_the_missing_step_and_a_bad_run_name_is_refused(script, tmp_path):
@@ -80,3 +86,7 @@ def test_a_step_refused_for_its_arguments_leaves_no_older_document_to_read(scrip
 def test_check_model_judges_a_config_only_under_the_name_given(script, tmp_path):
     r = script("check_model.py", "--config", str(CONFIG), "--run", str(tmp_path / "r"))
     assert r.code == 1 and "--model" in r.doc["fix"]
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(CONFIG), "--run", str(tmp_path / "r"))
+    # no chat template with a config alone: check_model says what plan and verify say (verify settles it)
+    assert r.code == 0 and r.doc["primary_endpoint"] == "unknown" and "/v1/completions" not in r.doc["message"]
+    assert "verify settles it on the server, chat first, then completions" in r.doc["message"]

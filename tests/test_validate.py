@@ -385,7 +385,11 @@ def test_skill_step_3_runs_on_the_stock_container_path_before_the_image_is_pulle
         timeout=120,
     )
     doc = json.loads((tmp_path / "run" / "check_model.json").read_text())
-    assert res.returncode == 0 and doc["kind"] == "text" and doc["vllm_version"] == load_epyc()["stock_image"]["vllm_version"], doc
+    assert (
+        res.returncode == 0
+        and doc["kind"] == "text"
+        and doc["vllm_version"] == load_epyc()["stock_image"]["vllm_version"]
+    ), doc
     assert any("is not pulled" in n and "snapshot" in n for n in doc["notes"]), doc["notes"]
 
 
@@ -437,3 +441,13 @@ def test_rootless_podman_cpuset_rejection_drops_the_flags(script, inputs, rt, tm
     # podman made the refused run's container (exited): it is removed by its id before the retry takes the name
     removals = [c["argv"] for c in calls(d) if c["argv"][0] == "rm"]
     assert removals == [["rm", "-f", "e" * 64]] and r.doc["container_id"] == "f" * 64, removals
+
+
+def test_no_host_stack_is_named_as_the_venv_to_make_not_the_bundles_own(script, inputs, tmp_path):
+    """With no runtime and no host stack yet, the runtime error names the venv setup_host_stack.py makes: the
+    bundle's own .venv (the scripts' libraries) is never probed as if it could serve."""
+    r = script(
+        "validate.py", "--detect", str(inputs["detect"]), "--runtime", "host", env={"XDG_CACHE_HOME": str(tmp_path)}
+    )
+    assert r.code == 1 and f"no host stack venv at {tmp_path}/serving-llms-on-epyc/" in r.doc["error"], r.doc
+    assert ".venv" not in r.doc["error"] and "setup_host_stack.py" in r.doc["fix"]
