@@ -39,9 +39,40 @@ def chat(port: int) -> dict:
     return json.loads(text)
 
 
+def load_while(port: int, action, clients: int = 8) -> tuple[list, object]:
+    """`clients` threads sending chats through the router until `action` (run meanwhile) returns and 2 s
+    more: -> (every request's HTTP status, what action returned)."""
+    import threading
+    import time
+
+    from epyc.serve_verify import http
+
+    body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    codes, done = [], threading.Event()
+
+    def client() -> None:
+        for _ in range(2000):  # bounded; ends with the action
+            if done.is_set():
+                return
+            codes.append(http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 20, body=body)[0])
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        result = action()
+        time.sleep(2)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    return codes, result
+
+
 def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_path, inputs, live_tune):
     """Plan 2 engines sharing this runner's socket, start, verify (each engine and the router), chat through
-    the router, kill one engine: verify names it and the router still answers; stop leaves nothing."""
+    the router, kill one engine: verify names it and the router still answers; start repairs it alone under
+    load (no request fails) and verify passes again; stop leaves nothing."""
     run = run_with(tmp_path, host_docs(tmp_path, inputs, live_tune))
     port = free_port()
     p = run_script("launch.py", "plan", "--engines", "2", "--port", str(port), "--run", run)
@@ -72,7 +103,17 @@ def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_
         v = run_script("launch.py", "verify", "--run", run, "--timeout", "10")
         assert v.code == 1 and "engine 1" in v.doc["error"] and "the router answers from the others" in v.doc["error"]
         assert [f["engine"] for f in v.doc["failed_engines"]] == [1]
+        # a death after verify passed is said as one, and the fix is the repair, not a full outage
+        assert "died after it had been healthy" in v.doc["failed_engines"][0]["error"]
+        assert "restarts only the failed engines" in v.doc["fix"]
         chat(port)  # and it does
+        # the repair: start on the running fleet restarts engine 1 alone while 8 clients send through the router
+        answered, repair = load_while(port, lambda: run_script("launch.py", "start", "--run", run, "--confirm"))
+        assert repair.code == 0 and repair.doc["repaired"] == 1 and repair.doc["engines"][0]["started"] is False
+        assert answered and all(code == 200 for code in answered), answered
+        pids += [repair.doc["engines"][1]["pid"]]
+        v = run_script("launch.py", "verify", "--run", run, "--timeout", "30")
+        assert v.code == 0 and v.doc["failed_engines"] == [], v.doc
     finally:
         st = run_script("launch.py", "stop", "--run", run)
     assert st.code == 0 and st.doc["router"]["stopped"], st.doc

@@ -19,7 +19,7 @@ from .errors import ScriptError
 from .handoff import handoff_doc, markdown_table
 from .planfile import host_facts, read_plan
 from .planner import build_plan, refuse_unkeyed_exposure
-from .serve_procs import log_tail, state_server
+from .serve_procs import alive, log_tail, state_server
 from .serve_start import start
 from .serve_state import auth_headers, make_own_folder, open_own_file, read_state, write_own_file
 from .serve_stop import stop
@@ -255,8 +255,26 @@ def router_state(fleet: dict) -> dict | None:
         return None
 
 
+def repair_fleet(fleet: dict, engines: list[dict]) -> dict:
+    """A running fleet's start: each engine that no longer runs is stopped (what its death left is freed) and
+    started again from its own plan, while the router, never stopped, serves from the others and sends to it
+    again once its health check passes. An engine whose runtime does not answer is left alone."""
+    engines_out = []
+    for plan in engines:
+        state = read_state(plan)
+        if state is not None and alive(plan, state) is not False:
+            engines_out.append({"started": False, "running": True})
+            continue
+        stop(plan)
+        engines_out.append(start(plan, confirm=True))
+    return {"engines": engines_out, "router": router_state(fleet), "repaired": sum(e["started"] for e in engines_out)}
+
+
 def start_fleet(fleet: dict, engines: list[dict]) -> dict:
-    """Every engine, then the router (it waits for them itself); a failure stops what this start started."""
+    """Every engine, then the router (it waits for them itself); a failure stops what this start started. A
+    fleet whose router runs is repaired in place (repair_fleet)."""
+    if router_alive(router_state(fleet)):
+        return repair_fleet(fleet, engines)
     started = []
     try:
         for plan in engines:
@@ -338,7 +356,8 @@ def verify_fleet(fleet: dict, engines: list[dict], timeout: float, smoke_timeout
         say = "the router answers from the others" if router["answered"] else f"the router: {router['why']}"
         raise ScriptError(
             f"{'degraded: ' + which + '; ' if failed else ''}{say}",
-            "stop the fleet and start it again; read each failed engine's log_tail first",
+            "read each failed engine's log_tail, then python3 scripts/launch.py start --plan <the fleet's plan.json> "
+            "--confirm: it restarts only the failed engines while the router serves",
             phase="verify",
             **doc,
         )

@@ -150,13 +150,37 @@ def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None
         write_state(plan, new)
 
 
+REPAIR_FIX = (
+    "read log_tail for why it died, then start it again: python3 scripts/launch.py start --plan <plan.json> "
+    "--confirm (on a fleet's plan that restarts only the failed engines, while the router serves)"
+)
+
+
+def died(plan: dict, state: dict, t0: float) -> ScriptError:
+    """The server is gone: a start that never became healthy, or a death while serving (an earlier verify saw
+    it healthy), told apart because their causes and fixes differ."""
+    seen = state.get("healthy_at")
+    if isinstance(seen, (int, float)) and not isinstance(seen, bool):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seen))
+        return failed(
+            plan,
+            "process",
+            f"the server died after it had been healthy (last seen healthy at {when}, "
+            f"{max(0.0, time.time() - seen):.0f}s ago): a crash while serving, not a failed start",
+            t0,
+            fix=REPAIR_FIX,
+            state=state,
+        )
+    return failed(plan, "process", "the server process exited before it became healthy", t0)
+
+
 def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: float, t0: float) -> tuple[float, bool]:
     """Poll /health until 200 while the server lives: -> (seconds since start, healthy at the first poll)."""
     last_note, polls = 0.0, 0
     while True:
         elapsed = time.monotonic() - t0
         if alive(plan, state) is False:  # None (the runtime did not answer this poll): asked again on the next
-            raise failed(plan, "process", "the server process exited before it became healthy", t0)
+            raise died(plan, state, t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:
             return time_since_start(state), polls == 0
@@ -264,7 +288,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     # the shared memory the healthy engine maps, recorded before any request: stop frees what a dead engine left
     # (an earlier verify's names are kept: a runtime that does not answer now names no process)
     seen = set(recorded_segments(state)) | segments_in_use(server_pids(plan, state))
-    state = {**state, "shm_segments": sorted(seen)}
+    state = {**state, "shm_segments": sorted(seen), "healthy_at": time.time()}
     rewrite_state_of_run(plan, state, state, t0)
     errors.log(
         f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else "")
