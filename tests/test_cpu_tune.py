@@ -82,7 +82,10 @@ def test_the_kv_grant_is_what_the_largest_batch_can_use(script, make_sysroot):
     t = script("cpu_tune.py", *args)
     assert t.code == 0 and t.doc["kv_granted_gb"] == 140 and "largest running batch" in t.doc["kv_basis"]
     assert sizing.size_kv_cache(23.5, 2, 0.01, 0.004, 1.25, 0.5, 256 * 0.004, 0.25)["kv_gb"] == 2
-    assert sizing.size_kv_cache(384, 2, 1.11, 150, 1.25, 0.5, 112, 0.25)["kv_gb"] == 188
+    out = sizing.size_kv_cache(384, 2, 1.11, 131.25, 1.25, 0.5, 112, 0.25)  # 256 full-length requests asked
+    assert out["kv_gb"] == 165 and out["basis"].startswith("model need 131.25 GiB x 1.25 headroom")
+    out = sizing.size_kv_cache(16, 2, 2, 11, 1.25, 0.5, 1, 0.25)  # the need x headroom is past what is left
+    assert out["kv_gb"] == 12 and out["basis"].startswith("all the socket RAM left")
 
 
 def test_size_kv_cache():

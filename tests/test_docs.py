@@ -314,4 +314,6 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     assert "there, first: python3 scripts/setup_host_stack.py --router" in fleet["summary_markdown"]
     plan = json.loads((box / "engine-0" / "plan.json").read_text())
     assert plan["deferred"] and "--cpuset-mems=0" in plan["argv"] and "--device" not in plan["argv"]
-    assert plan["stop_command"].startswith("docker stop") and "BOX_KEY there" in plan["summary_markdown"]
+    assert plan["stop_command"].startswith("docker stop")
+    # the human reads the fleet's summary: the key reaches the engines only through a start on that host
+    assert "$BOX_KEY reaches the server only through launch.py start there" in fleet["summary_markdown"]

@@ -185,3 +185,33 @@ def test_an_unknown_endpoint_is_settled_by_verify_on_the_running_server(
         assert json.loads(curl.stdout)["choices"][0]  # the handed-off example answers
     finally:
         script("launch.py", "stop", "--plan", str(plan_file))
+
+
+def test_the_host_handoff_carries_a_systemd_unit_its_verifier_passes(script, inputs, live_tune, tmp_path):
+    """What keeps a host server up across a crash or a reboot: a unit rendered from the plan (the same argv and
+    pin, its environment from a file, secrets from a file the user writes, restart on failure), passed by
+    systemd-analyze verify. What that cannot check here (systemd is not PID 1): that it starts; the argv is
+    the one start ran, which verify has just passed."""
+    import shutil
+    from pathlib import Path
+
+    from epyc import serve_start
+
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune)
+    serve_start.start(plan, confirm=True)
+    try:
+        assert script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "20").code == 0
+        h = script("launch.py", "handoff", "--plan", str(plan_file))
+    finally:
+        script("launch.py", "stop", "--plan", str(plan_file))
+    svc = h.doc["service"]
+    unit = Path(svc["unit_file"]).read_text()
+    assert "\nRestart=on-failure\n" in unit and f"EnvironmentFile={svc['env_file']}\n" in unit
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert exec_start.split()[0][len("ExecStart=") :].startswith("/") and plan["argv"][-1] in exec_start
+    assert "VLLM_CPU_OMP_THREADS_BIND=" in Path(svc["env_file"]).read_text()
+    assert svc["install"][0] == plan["stop_command"] and "systemctl enable --now" in svc["install"][2]
+    res = subprocess.run(["systemd-analyze", "verify", svc["unit_file"]], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr

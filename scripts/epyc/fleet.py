@@ -138,12 +138,13 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
             f"{epyc['router']['pip']}, policy {epyc['router']['policy']}: `{router['command']}`",
         ]
     )
-    if engines[0]["deferred"]:  # another host: what the engines assume, and the router to install there
+    planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)
+    if planned_for:  # another host: what the engines assume, and the router to install there
         rows.append(
             [
                 "Planned for",
-                f"{engines[0]['target']} -- not this machine: {', '.join(engines[0]['deferred'])} are assumed; "
-                f"there, first: python3 scripts/setup_host_stack.py --router ({epyc['router']['pip']})",
+                f"{planned_for}; there, first: python3 scripts/setup_host_stack.py --router "
+                f"({epyc['router']['pip']}; the router's path above is where it installs for this user)",
             ]
         )
     return {

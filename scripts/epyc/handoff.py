@@ -133,7 +133,12 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
                 "Planned for",
                 f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
                 "assumed; re-check on the host before start (run the chain there)"
-                + (f"; export {plan['api_key_env']} there (8+ characters)" if plan.get("api_key_env") else ""),
+                + (
+                    f"; the key in ${plan['api_key_env']} reaches the server only through launch.py start there "
+                    "(this command pasted alone would serve without it)"
+                    if plan.get("api_key_env")
+                    else ""
+                ),
             ]
         )
     rows += [["Warning", w["message"]] for w in plan["warnings"]]
@@ -236,6 +241,46 @@ def examples(endpoint: str, path: str, base: str, served: str, key_env: str | No
         f"model = {json.dumps(served)}  # the served model name\n" + py_call
     )
     return curl, python
+
+
+def systemd_word(word: str) -> str:
+    """One ExecStart word as systemd reads it: quoted when it must be, `%` and `$` doubled (no expansion)."""
+    word = word.replace("%", "%%").replace("$", "$$")
+    if word and not any(c in word for c in " \t\"'\\;"):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_unit(plan: dict, user: str, program: str) -> dict:
+    """The host server as a systemd service, rendered from the plan: the same argv (`program`: its first word
+    as an absolute path) and pin, its environment from a file beside the state, secrets from a file the user
+    writes (never in the unit), restarted on failure. -> the unit's name, text and its environment file's."""
+    name = f"{plan['container_name'] or 'vllm-epyc-' + str(plan['port'])}.service"
+    env_file, secrets_file = f"{plan['state_dir']}/server.env", f"{plan['state_dir']}/secrets.env"
+    unit = "\n".join(
+        [
+            "[Unit]",
+            f"Description=vLLM {plan['served_model_name']} on port {plan['port']} (serving-llms-on-epyc)",
+            "After=network-online.target",
+            "Wants=network-online.target",
+            "",
+            "[Service]",
+            "Type=exec",
+            f"User={user}",
+            f"EnvironmentFile={env_file}",
+            *([f"EnvironmentFile={secrets_file}"] if plan["env_by_name"] else []),
+            "ExecStart=" + " ".join(systemd_word(w) for w in [program, *plan["argv"][1:]]),
+            "Restart=on-failure",
+            "RestartSec=10",
+            "TimeoutStopSec=60",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
+    env = "".join(f"{k}={json.dumps(str(v))}\n" for k, v in plan["env"].items())
+    return {"name": name, "unit": unit, "env_file": env_file, "env": env, "secrets_file": secrets_file}
 
 
 def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None) -> dict:

@@ -153,19 +153,22 @@ def size_kv_cache(
     share = math.floor(left * default_fraction)
     usable = math.ceil(batch_gb * (1 + prefix_share)) if batch_gb is not None else None
     kv = min(max(need, min(share, usable if usable is not None else share)), math.floor(left))
-    if kv_needed_gb is None and usable is None:
-        basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
-    elif usable is not None and usable < share and kv > need:
+    if kv == math.floor(left) and kv < max(need, min(share, usable if usable is not None else share)):
+        basis = f"all the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
+    elif need and kv == need:
+        basis = f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom (more than the share below)"
+    elif usable is not None and usable < share:
         basis = (
             f"what the largest running batch can use ({batch_gb:g} GiB) + {prefix_share:.0%} for the prefix "
             "cache; estimate_memory.py --num-prompts N sizes it for N full-length requests"
         )
+    elif kv_needed_gb is None:
+        basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
     else:
         basis = (
-            f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
-            if share >= need
-            else f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom"
-        ) + "; at least the need, at most what the socket has left"
+            f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB); "
+            "at least the need, at most what the socket has left"
+        )
     warning = None
     if kv < 1:
         kv = 1

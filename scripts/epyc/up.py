@@ -14,7 +14,7 @@ from pathlib import Path
 from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, serve_verify, subproc
 from .command import is_served_name, served_model_name
 from .errors import ScriptError
-from .handoff import handoff_doc
+from .handoff import handoff_doc, systemd_unit
 from .planfile import host_facts, key_facts, load_plan, read_plan, rerender
 from .planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
 from .serve_start import start
@@ -380,5 +380,35 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> tuple[dict, int]:
     if a.cmd == "verify":
         return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), errors.EXIT_OK
     if a.cmd == "handoff":
-        return handoff_doc(plan, settled=serve_verify.verified_state(plan).get("primary_endpoint")), errors.EXIT_OK
+        doc = handoff_doc(plan, settled=serve_verify.verified_state(plan).get("primary_endpoint"))
+        return {**doc, **({"service": keep_service(plan)} if plan["path"] == "host" else {})}, errors.EXIT_OK
     return stop(plan), errors.EXIT_OK
+
+
+def keep_service(plan: dict) -> dict:
+    """The host server as a systemd unit beside its state (handoff.systemd_unit), and how to install it: what
+    keeps it up across a crash or a reboot. A container has its runtime's restart policy instead."""
+    import getpass
+
+    svc = systemd_unit(plan, getpass.getuser(), subproc.find_program(plan["argv"][0]) or plan["argv"][0])
+    unit_file = Path(plan["state_dir"]) / svc["name"]
+    write_own_file(unit_file, svc["unit"])
+    write_own_file(Path(svc["env_file"]), svc["env"])
+    secrets = list(plan["env_by_name"])
+    return {
+        "unit_file": str(unit_file),
+        "env_file": svc["env_file"],
+        "secrets_file": svc["secrets_file"] if secrets else None,
+        "install": [
+            plan["stop_command"],  # this server first: the unit's takes the same port
+            f"sudo install -m 0644 {shlex.quote(str(unit_file))} /etc/systemd/system/{svc['name']}",
+            f"sudo systemctl daemon-reload && sudo systemctl enable --now {svc['name']}",
+        ],
+        "note": (
+            f"first write {', '.join(n + '=...' for n in secrets)} into {svc['secrets_file']} (mode 0600): "
+            if secrets
+            else ""
+        )
+        + "systemd restarts it on failure and starts it at boot; stop it with sudo systemctl disable --now "
+        + svc["name"],
+    }
