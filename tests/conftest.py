@@ -906,3 +906,33 @@ hub_path_values = st.sampled_from(
         "~nosuchuser_zz/x",
     ]
 )
+
+
+def load_while(port: int, model: str, action, clients: int = 8, timeout: float = 20) -> tuple[list, object]:
+    """`clients` threads sending chats through the router until `action` (run meanwhile) returns and 2 s
+    more: -> (every request's HTTP status, what action returned)."""
+    import threading
+    import time
+
+    from epyc.serve_verify import http
+
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    codes, done = [], threading.Event()
+
+    def client() -> None:
+        for _ in range(2000):  # bounded; ends with the action
+            if done.is_set():
+                return
+            codes.append(http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", timeout, body=body)[0])
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        result = action()
+        time.sleep(2)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    return codes, result

@@ -80,7 +80,7 @@ def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs
         ["docker", f"--host={SOCK}", "rm", "-f", plan["container_name"]],
         ["docker", f"--host={SOCK}", "pull", plan["image"]],
     ]
-    assert f"--host={SOCK}" in plan["command"] and f"--host={SOCK}" in plan["stop_command"]
+    assert f"--host={SOCK}" in plan["command"]
     assert f"on the engine at {SOCK}" in plan["summary_markdown"]
     from epyc import (  # the handoff names it too: `docker logs` or `exec` of that container must reach that daemon
         handoff,
@@ -88,6 +88,7 @@ def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs
 
     hand = handoff.handoff_doc(plan)
     assert hand["engine"] == SOCK and f"docker / {plan['port']} (engine {SOCK})" in hand["table_markdown"]
+    assert f"| Stop without the bundle | docker --host={SOCK} stop" in hand["table_markdown"]
     jsonio.check_schema(hand, "launch", "handoff", "fix")
     pfile = tmp_path / "plan.json"
     pfile.write_text(r.stdout)

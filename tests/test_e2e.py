@@ -28,6 +28,7 @@ from conftest import (
     E2E_KV_GB,
     ROOT,
     free_port,
+    load_while,
     run_script,
     save,
     small_kv_tune,
@@ -374,6 +375,19 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
         assert v.code == 1 and "engine 1" in v.doc["error"] and "the router answers from the others" in v.doc["error"]
         status, text = http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 120, body=body)
         assert status == 200, text
+        # repaired in place under load: engine 1 alone restarted while 8 clients send through the router
+        t0 = time.monotonic()
+        codes, repair = load_while(
+            port, body["model"], lambda: run_script("launch.py", "start", "--run", str(run), "--confirm"), timeout=120
+        )
+        assert repair.code == 0 and repair.doc["repaired"] == 1, repair.doc
+        v = run_script("launch.py", "verify", "--run", str(run), "--timeout", "400", timeout=900)
+        assert v.code == 0 and v.doc["failed_engines"] == [], json.dumps(v.doc)[-3000:]
+        print(
+            f"\nfleet repair under load: {codes.count(200)} of {len(codes)} requests answered 200 at concurrency 8 "
+            f"while engine 1 restarted; verified again {time.monotonic() - t0:.0f} s after the repair began"
+        )
+        assert codes and all(c == 200 for c in codes), sorted(set(codes), key=str)
     finally:
         st = run_script("launch.py", "stop", "--run", str(run), timeout=300)
     assert st.code == 0 and st.doc["router"]["stopped"], st.doc

@@ -264,15 +264,46 @@ def test_container_chain_serves_by_hub_id_from_the_mounted_cache(stack, image, c
             assert proof.code == 0 and proof.doc["zentorch_matmuls"] > 0, proof.doc
         else:
             assert proof.code == 1 and proof.doc["zentorch_matmuls"] == 0
+        back_s = engine_killed_and_back(env, name, plan, shell)
         print(
             f"\ncontainer ({stack['backend']} path, {info['Config']['Image']}): healthy after "
-            f"{ver.doc['time_to_healthy_s']} s, cpuset {cpuset}, {proof.doc['zentorch_matmuls']} zentorch matmuls"
+            f"{ver.doc['time_to_healthy_s']} s, cpuset {cpuset}, {proof.doc['zentorch_matmuls']} zentorch matmuls; "
+            f"its engine killed, answering again after {back_s:.0f} s (restart policy)"
         )
     finally:
         stop = run_script("launch.py", "stop", "--plan", str(plan_file), env=shell, timeout=200)
     assert stop.code == 0 and stop.doc["stopped"] is True and stop.doc["graceful"] is True
     assert no_container(env, name) and port_closed(plan["port"])
     assert not (Path(plan["state_dir"]) / "secrets").exists()
+
+
+def engine_killed_and_back(env: dict, name: str, plan: dict, shell: dict) -> float:
+    """SIGKILL to the engine core inside the container (the crash a user sees): vLLM's API process then exits,
+    and the restart policy brings the same container back; it answers again and verify passes on it.
+    -> seconds from the kill to a healthy answer."""
+    import psutil
+    from epyc.serve_verify import http
+
+    before = json.loads(docker(env, "inspect", name).stdout)[0]
+    main = psutil.Process(before["State"]["Pid"])
+    core = next(p for p in main.children(recursive=True) if "EngineCore" in " ".join(p.cmdline()) + p.name())
+    t0 = time.monotonic()
+    core.kill()
+    while time.monotonic() - t0 < 600:
+        after = json.loads(docker(env, "inspect", name).stdout)[0]
+        if (
+            after["RestartCount"] > before["RestartCount"]
+            and http("GET", f"{plan['base_url'][:-3]}/health", 5)[0] == 200
+        ):
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"not back within 600 s: {after['State']}")
+    back_s = time.monotonic() - t0
+    assert after["Id"] == before["Id"] and after["State"]["Pid"] != before["State"]["Pid"]
+    ver = run_script("launch.py", "verify", "--plan", plan["state_dir"] + "/plan.json", "--timeout", "400", env=shell)
+    assert ver.code == 0, json.dumps(ver.doc, indent=1)[-3000:]
+    return back_s
 
 
 def test_engine_that_dies_in_the_container_fails_in_smoke(stack, image, models, engine, tmp_path):

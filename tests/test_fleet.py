@@ -10,7 +10,7 @@ import signal
 
 import psutil
 import pytest
-from conftest import free_port, host_docs, run_script
+from conftest import free_port, host_docs, load_while, run_script
 from epyc import fleet
 from epyc.bundle import load_epyc
 
@@ -37,36 +37,6 @@ def chat(port: int) -> dict:
     status, text = http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 20, body=body)
     assert status == 200, text
     return json.loads(text)
-
-
-def load_while(port: int, action, clients: int = 8) -> tuple[list, object]:
-    """`clients` threads sending chats through the router until `action` (run meanwhile) returns and 2 s
-    more: -> (every request's HTTP status, what action returned)."""
-    import threading
-    import time
-
-    from epyc.serve_verify import http
-
-    body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    codes, done = [], threading.Event()
-
-    def client() -> None:
-        for _ in range(2000):  # bounded; ends with the action
-            if done.is_set():
-                return
-            codes.append(http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 20, body=body)[0])
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    try:
-        result = action()
-        time.sleep(2)
-    finally:
-        done.set()
-        for t in threads:
-            t.join(30)
-    return codes, result
 
 
 def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_path, inputs, live_tune):
@@ -108,7 +78,9 @@ def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_
         assert "restarts only the failed engines" in v.doc["fix"]
         chat(port)  # and it does
         # the repair: start on the running fleet restarts engine 1 alone while 8 clients send through the router
-        answered, repair = load_while(port, lambda: run_script("launch.py", "start", "--run", run, "--confirm"))
+        answered, repair = load_while(
+            port, "Qwen3-0.6B", lambda: run_script("launch.py", "start", "--run", run, "--confirm")
+        )
         assert repair.code == 0 and repair.doc["repaired"] == 1 and repair.doc["engines"][0]["started"] is False
         assert answered and all(code == 200 for code in answered), answered
         pids += [repair.doc["engines"][1]["pid"]]

@@ -228,6 +228,7 @@ def test_container_plan_renders_the_exact_command(script, inputs, rt, tmp_path):
         "--ipc=host",
         "--network=host",
         "--cap-add=SYS_NICE",
+        "--restart=unless-stopped",
         "--cpuset-cpus=96-191,288-383",
         "--cpuset-mems=1",
         "-v",

@@ -239,14 +239,15 @@ def own_state(plan: dict, verb: str) -> dict | None:
 
 def inspect_container(rt: list[str], name: str) -> dict | None:
     """{"id", "running"} of the container of that name, {} when there is none, None when the runtime did not
-    say (down, not in PATH, an answer of another shape)."""
-    res = subproc.run([*rt, "inspect", "-f", "{{.Id}} {{.State.Running}}", name], timeout=30)
+    say (down, not in PATH, an answer of another shape). One its restart policy is bringing back counts as
+    running: the same container, its next process starting."""
+    res = subproc.run([*rt, "inspect", "-f", "{{.Id}} {{.State.Running}} {{.State.Restarting}}", name], timeout=30)
     if not res.ok:
         return {} if "no such" in (res.stderr or "").lower() else None
     found = res.stdout.split()
-    if len(found) != 2 or not CONTAINER_ID.fullmatch(found[0]) or found[1] not in ("true", "false"):
+    if len(found) != 3 or not CONTAINER_ID.fullmatch(found[0]) or not {found[1], found[2]} <= {"true", "false"}:
         return None
-    return {"id": found[0], "running": found[1] == "true"}
+    return {"id": found[0], "running": "true" in found[1:]}
 
 
 def started_here(state: dict | None, found: dict) -> bool:

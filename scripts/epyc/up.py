@@ -391,7 +391,7 @@ def keep_service(plan: dict) -> dict:
     import getpass
 
     svc = systemd_unit(plan, getpass.getuser(), subproc.find_program(plan["argv"][0]) or plan["argv"][0])
-    unit_file = Path(plan["state_dir"]) / svc["name"]
+    unit_file = Path(plan["state_dir"]) / "server.service"
     write_own_file(unit_file, svc["unit"])
     write_own_file(Path(svc["env_file"]), svc["env"])
     secrets = list(plan["env_by_name"])

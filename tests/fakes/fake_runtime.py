@@ -153,10 +153,11 @@ elif cmd == "run":
         print("f" * 64)
 elif cmd == "inspect" and flag("inspect_fails"):  # a daemon too slow to answer this once
     sys.exit(print("Error response from daemon: context deadline exceeded", file=sys.stderr) or 1)
-elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}}" NAME`: of a container `run` made, not removed
+elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}} {{.State.Restarting}}" NAME`: of a container run made
     if not flag(f"created-{args[-1]}") or flag(f"removed-{args[-1]}"):
         sys.exit(print(f"Error: No such object: {args[-1]}", file=sys.stderr) or 1)
-    print((d / f"created-{args[-1]}").read_text(), "false" if flag("exited") or flag(f"stopped-{args[-1]}") else "true")
+    running = "false" if flag("exited") or flag(f"stopped-{args[-1]}") else "true"
+    print((d / f"created-{args[-1]}").read_text(), running, "false")
 elif cmd == "logs":
     if flag("logs_lines"):  # a long kernel log: that many zentorch lines
         chunk = "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear, kernel=brgemm\n" * 10_000
