@@ -161,12 +161,10 @@ STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/servi
 SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")
 # what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
 # (handoff: the host path's systemd unit and its environment; secrets.env is the user's, for that unit)
-OWN_FILES = {"server.log", "state.json", ".lock", ".up.lock", "secrets", "plan.json", "shown-plan.json"} | {
-    "server.service",
-    "server.env",
+OWN_FILES = {
+    *"server.log state.json .lock .up.lock secrets plan.json shown-plan.json server.service server.env".split(),
     "secrets.env",
-} | {
-    f"{step}.json" for step in (*bundle.INPUT_SCRIPTS, "setup_host_stack")
+    *(f"{step}.json" for step in (*bundle.INPUT_SCRIPTS, "setup_host_stack")),
 }
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
 
