@@ -256,10 +256,25 @@ def small_kv_tune(weight_gb: float, kv_needed_gb: float, env: dict | None = None
     return run_script("cpu_tune.py", *args, "--os-reserve-gb", f"{reserve:.2f}", env=env)
 
 
-def free_port() -> int:
+def free_port(block: int = 5) -> int:
+    """A free port with the `block` - 1 after it free too: a fleet takes its engines' and the router's metrics
+    port after it (and another test's connections come and go on this machine's ephemeral ports)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + block < 65536 and all(port_free(p) for p in range(port + 1, port + block)):
+            return port
+    raise AssertionError("no free block of ports")
+
+
+def port_free(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def save(tmp: Path, name: str, r) -> Path:

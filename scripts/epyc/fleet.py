@@ -113,6 +113,9 @@ def engine_urls(engines: list[dict]) -> list[str]:
     return [f"http://127.0.0.1:{e['port']}" for e in engines]
 
 
+ENGINE_ROWS = ("CPU sizing", "Port", "Pinning", "Environment", "Command (exactly what start runs)", "Planned for")
+
+
 def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
     """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
     expose = bool(opts.get("expose"))
@@ -152,7 +155,11 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         "engines": [str(Path(e["state_dir"]) / "plan.json") for e in engines],
         "router": router,
         "base_url": router["base_url"],
-        "summary_markdown": engines[0]["summary_markdown"].split("| Command")[0]
+        # the rows every engine shares; each engine's socket, cores, KV, port and command are in its own row
+        "summary_markdown": markdown_table(
+            ["Field", "Value"], [r for r in engines[0]["summary"] if r[0] not in ENGINE_ROWS]
+        )
+        + "\n\n"
         + markdown_table(["Part", "What runs"], rows),
         "_engine_plans": engines,
     }

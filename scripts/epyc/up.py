@@ -359,7 +359,7 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             "plan_file": str(plan_file),
             "started": started,
             "verify": result,
-            "handoff": handoff_doc(plan, result["served_model_name"], result["primary_endpoint"]),
+            "handoff": handed_off(plan, result["primary_endpoint"], result["served_model_name"]),
             "stop_command": plan["stop_command"],
         }
     except KeyboardInterrupt:  # between the guarded steps or after them: a handoff, or nothing left running
@@ -380,9 +380,14 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> tuple[dict, int]:
     if a.cmd == "verify":
         return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), errors.EXIT_OK
     if a.cmd == "handoff":
-        doc = handoff_doc(plan, settled=serve_verify.verified_state(plan).get("primary_endpoint"))
-        return {**doc, **({"service": keep_service(plan)} if plan["path"] == "host" else {})}, errors.EXIT_OK
+        return handed_off(plan, serve_verify.verified_state(plan).get("primary_endpoint")), errors.EXIT_OK
     return stop(plan), errors.EXIT_OK
+
+
+def handed_off(plan: dict, settled: str | None, served: str | None = None) -> dict:
+    """The handoff; on the host path with the systemd unit that keeps the server up (keep_service)."""
+    doc = handoff_doc(plan, served, settled)
+    return {**doc, **({"service": keep_service(plan)} if plan["path"] == "host" else {})}
 
 
 def keep_service(plan: dict) -> dict:
