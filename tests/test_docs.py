@@ -285,6 +285,11 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     lines = [c.line for c in commands("SKILL.md") if c.tag == "another host"]
     assert len(lines) == 6
     lines.append("python3 scripts/launch.py plan --engines per-socket --expose --api-key-env BOX_KEY --run box")
+    # reference.md's several hosts: a second host's chain, then the front router over both (it runs here)
+    lines += [line.replace("--run box", "--run box2") for line in lines]
+    lines.append(
+        "BOX_KEY=0123456789abcdef python3 scripts/launch.py plan --hosts box=10.0.0.5 box2=10.0.0.6 --api-key-env BOX_KEY --run front"
+    )
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "python3").symlink_to(sys.executable)
     env = {
@@ -310,7 +315,9 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     assert tune["target"].startswith("spec:EPYC 9654") and tune["vllm_cpu_omp_threads_bind"] == "0-95"
     assert json.loads((box / "estimate_memory.json").read_text())["avx512_bf16"] is True  # the 9654's
     assert json.loads((box / "validate.json").read_text())["deferred"]
-    fleet = json.loads(res.stdout)
+    front = json.loads(res.stdout)
+    assert front["front_version"] == 1 and len(front["hosts"]) == 2, front
+    fleet = json.loads((box / "plan.json").read_text())
     assert "there, first: python3 scripts/setup_host_stack.py --router" in fleet["summary_markdown"]
     plan = json.loads((box / "engine-0" / "plan.json").read_text())
     assert plan["deferred"] and "--cpuset-mems=0" in plan["argv"] and "--device" not in plan["argv"]
