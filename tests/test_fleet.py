@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -75,17 +76,33 @@ def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_
         assert [f["engine"] for f in v.doc["failed_engines"]] == [1]
         # a death after verify passed is said as one, and the fix is the repair, not a full outage
         assert "died after it had been healthy" in v.doc["failed_engines"][0]["error"]
-        assert "restarts only the failed engines" in v.doc["fix"]
+        assert "restarts only what failed" in v.doc["fix"]
         chat(port)  # and it does
-        # the repair: start on the running fleet restarts engine 1 alone while 8 clients send through the router
-        answered, repair = load_while(
-            port, "Qwen3-0.6B", lambda: run_script("launch.py", "start", "--run", run, "--confirm")
-        )
+
+        # the repair: start on the running fleet restarts engine 1 alone while 8 clients send through the router,
+        # until verify passes again; then the router sends to the repaired engine too (its new log says so)
+        def repair_and_verify():
+            repair = run_script("launch.py", "start", "--run", run, "--confirm")
+            verified = run_script("launch.py", "verify", "--run", run, "--timeout", "30")
+            for _ in range(60):  # the router's health check takes the engine back (every 5 s, 2 passes)
+                if open(engines[1]["log_file"]).read().count("POST /v1/chat/completions") > 1:
+                    break
+                time.sleep(1)
+            return repair, verified
+
+        answered, (repair, v) = load_while(port, "Qwen3-0.6B", repair_and_verify)
         assert repair.code == 0 and repair.doc["repaired"] == 1 and repair.doc["engines"][0]["started"] is False
         assert answered and all(code == 200 for code in answered), answered
         pids += [repair.doc["engines"][1]["pid"]]
-        v = run_script("launch.py", "verify", "--run", run, "--timeout", "30")
         assert v.code == 0 and v.doc["failed_engines"] == [], v.doc
+        served = open(engines[1]["log_file"]).read().count("POST /v1/chat/completions")
+        assert served > 1, served  # verify's own request, and the router's
+        # the router gone too: start brings it back, and leaves the engines that serve alone
+        os.killpg(json.loads(open(os.path.join(run, "router", "state.json")).read())["pgid"], signal.SIGKILL)
+        again = run_script("launch.py", "start", "--run", run, "--confirm")
+        assert again.code == 0 and again.doc["repaired"] == 0 and again.doc["router"]["pid"] not in pids, again.doc
+        pids.append(again.doc["router"]["pid"])
+        assert run_script("launch.py", "verify", "--run", run, "--timeout", "30").code == 0
     finally:
         st = run_script("launch.py", "stop", "--run", run)
     assert st.code == 0 and st.doc["router"]["stopped"], st.doc

@@ -869,9 +869,21 @@ def test_container_that_exited_fails_verify_in_process_phase_with_logs(script, i
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
-    (d / "exited").touch()
+    (d / "exited").touch()  # (a runtime without the restart policy: podman with no restart service)
     r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "5", env=env)
     assert r.code == 1 and r.doc["phase"] == "process" and "ERROR fake engine failure" in r.doc["log_tail"]
+
+
+def test_a_container_its_restart_policy_brings_back_before_health_is_a_failed_start(script, inputs, rt, tmp_path):
+    """--restart=unless-stopped restarts a container whose server exits, so it never reads as exited: a
+    restart before verify ever saw it healthy is a failed start (a crash loop), not a wait for the timeout."""
+    d, env = rt
+    plan_file, _ = container_plan(script, inputs, rt, tmp_path)
+    assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env).code == 0
+    (d / "restarts").write_text("3")
+    r = script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "60", env=env)
+    assert r.code == 1 and r.doc["phase"] == "process" and "restarted 3 times" in r.doc["error"], r.doc
+    assert r.doc["elapsed_s"] < 30
 
 
 def test_start_needs_confirmation(script, inputs, rt, tmp_path):

@@ -97,7 +97,10 @@ def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bo
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
     # its workers' first check every 2 s, not 30: an engine healthy a second after the router's first look
     # (every vLLM start, a host's router started just before) would otherwise wait 30 s more
+    # and a dead engine's circuit tried again after 10 s, not 60: a repaired engine gets requests again within
+    # seconds of its start (measured: the 60 s default left it idle a minute after its repair)
     argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
+    argv += ["--cb-timeout-duration-secs", "10"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
     return {
         "argv": argv,
@@ -113,7 +116,22 @@ def engine_urls(engines: list[dict]) -> list[str]:
     return [f"http://127.0.0.1:{e['port']}" for e in engines]
 
 
-ENGINE_ROWS = ("CPU sizing", "Port", "Pinning", "Environment", "Command (exactly what start runs)", "Planned for")
+ENGINE_ROWS = (
+    *("CPU sizing", "Hardware", "Port", "Pinning", "Environment", "Command (exactly what start runs)"),
+    *("Planned for", "Warning"),
+)
+
+
+def fleet_warnings(engines: list[dict]) -> list[list[str]]:
+    """Every engine's warnings, each once: one that only some engines have names them."""
+    said: dict[str, list[int]] = {}
+    for i, e in enumerate(engines):
+        for w in e["warnings"]:
+            said.setdefault(w["message"], []).append(i)
+    return [
+        ["Warning", m if len(ix) == len(engines) else f"engine {', '.join(map(str, ix))}: {m}"]
+        for m, ix in said.items()
+    ]
 
 
 def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
@@ -157,7 +175,7 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         "base_url": router["base_url"],
         # the rows every engine shares; each engine's socket, cores, KV, port and command are in its own row
         "summary_markdown": markdown_table(
-            ["Field", "Value"], [r for r in engines[0]["summary"] if r[0] not in ENGINE_ROWS]
+            ["Field", "Value"], [r for r in engines[0]["summary"] if r[0] not in ENGINE_ROWS] + fleet_warnings(engines)
         )
         + "\n\n"
         + markdown_table(["Part", "What runs"], rows),
@@ -263,25 +281,33 @@ def router_state(fleet: dict) -> dict | None:
         return None
 
 
+def engine_serves(plan: dict) -> bool:
+    """The engine of this plan runs and answers /health (its runtime not answering counts as running)."""
+    state = read_state(plan)
+    running = alive(plan, state) if state is not None else False
+    return running is None or (running and http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)[0] == 200)
+
+
 def repair_fleet(fleet: dict, engines: list[dict]) -> dict:
-    """A running fleet's start: each engine that no longer runs is stopped (what its death left is freed) and
-    started again from its own plan, while the router, never stopped, serves from the others and sends to it
-    again once its health check passes. An engine whose runtime does not answer is left alone."""
+    """A running fleet's start: each engine that does not serve (gone, or alive and not healthy) is stopped
+    (what its death left is freed) and started again from its own plan, while the router serves from the
+    others and sends to it again once its health check passes; a router that is gone is started again."""
     engines_out = []
     for plan in engines:
-        state = read_state(plan)
-        if state is not None and alive(plan, state) is not False:
+        if engine_serves(plan):
             engines_out.append({"started": False, "running": True})
             continue
         stop(plan)
         engines_out.append(start(plan, confirm=True))
-    return {"engines": engines_out, "router": router_state(fleet), "repaired": sum(e["started"] for e in engines_out)}
+    router = router_state(fleet) if router_alive(router_state(fleet)) else start_router(fleet)
+    return {"engines": engines_out, "router": router, "repaired": sum(e["started"] for e in engines_out)}
 
 
 def start_fleet(fleet: dict, engines: list[dict]) -> dict:
     """Every engine, then the router (it waits for them itself); a failure stops what this start started. A
-    fleet whose router runs is repaired in place (repair_fleet)."""
-    if router_alive(router_state(fleet)):
+    fleet of which anything still runs is repaired in place (repair_fleet)."""
+    states = [read_state(e) for e in engines]
+    if router_alive(router_state(fleet)) or any(s and alive(e, s) is not False for e, s in zip(engines, states)):
         return repair_fleet(fleet, engines)
     started = []
     try:
@@ -335,7 +361,8 @@ def router_alive(state: dict | None) -> bool:
         return False
     try:
         proc = psutil.Process(state["pid"])
-        return os.getpgid(state["pid"]) == state["pgid"] and abs(proc.create_time() - state["started_at"]) < 5
+        started = abs(proc.create_time() - state["started_at"]) < 5
+        return os.getpgid(state["pid"]) == state["pgid"] and started and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.Error, OSError, KeyError, TypeError):
         return False
 
@@ -365,7 +392,7 @@ def verify_fleet(fleet: dict, engines: list[dict], timeout: float, smoke_timeout
         raise ScriptError(
             f"{'degraded: ' + which + '; ' if failed else ''}{say}",
             "read each failed engine's log_tail, then python3 scripts/launch.py start --plan <the fleet's plan.json> "
-            "--confirm: it restarts only the failed engines while the router serves",
+            "--confirm: it restarts only what failed (an engine, or the router) while the rest serves",
             phase="verify",
             **doc,
         )

@@ -251,10 +251,11 @@ def systemd_word(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def systemd_unit(plan: dict, user: str, program: str) -> dict:
+def systemd_unit(plan: dict, user: str, program: str, inherited: dict) -> dict:
     """The host server as a systemd service, rendered from the plan: the same argv (`program`: its first word
-    as an absolute path) and pin, its environment from a file beside the state, secrets from a file the user
-    writes (never in the unit), restarted on failure. -> the unit's name, text and its environment file's."""
+    as an absolute path) and pin, its environment from a file beside the state (the plan's, over what start
+    passes on from its shell: `inherited`), secrets from a file the user writes (never in the unit),
+    restarted on failure. -> the unit's name, text and its environment file's."""
     name = f"{plan['container_name'] or 'vllm-epyc-' + str(plan['port'])}.service"
     env_file, secrets_file = f"{plan['state_dir']}/server.env", f"{plan['state_dir']}/secrets.env"
     unit = "\n".join(
@@ -279,7 +280,7 @@ def systemd_unit(plan: dict, user: str, program: str) -> dict:
             "",
         ]
     )
-    env = "".join(f"{k}={json.dumps(str(v))}\n" for k, v in plan["env"].items())
+    env = "".join(f"{k}={json.dumps(str(v), ensure_ascii=False)}\n" for k, v in {**inherited, **plan["env"]}.items())
     return {"name": name, "unit": unit, "env_file": env_file, "env": env, "secrets_file": secrets_file}
 
 

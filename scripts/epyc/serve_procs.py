@@ -238,16 +238,22 @@ def own_state(plan: dict, verb: str) -> dict | None:
 
 
 def inspect_container(rt: list[str], name: str) -> dict | None:
-    """{"id", "running"} of the container of that name, {} when there is none, None when the runtime did not
-    say (down, not in PATH, an answer of another shape). One its restart policy is bringing back counts as
-    running: the same container, its next process starting."""
-    res = subproc.run([*rt, "inspect", "-f", "{{.Id}} {{.State.Running}} {{.State.Restarting}}", name], timeout=30)
+    """{"id", "running", "restarts"} of the container of that name, {} when there is none, None when the
+    runtime did not say (down, not in PATH, an answer of another shape). One its restart policy is bringing
+    back counts as running: the same container, its next process starting."""
+    argv = [*rt, "inspect", "-f", "{{.Id}} {{.State.Running}} {{.State.Restarting}} {{.RestartCount}}", name]
+    res = subproc.run(argv, timeout=30)
     if not res.ok:
         return {} if "no such" in (res.stderr or "").lower() else None
     found = res.stdout.split()
-    if len(found) != 3 or not CONTAINER_ID.fullmatch(found[0]) or not {found[1], found[2]} <= {"true", "false"}:
+    if (
+        len(found) != 4
+        or not CONTAINER_ID.fullmatch(found[0])
+        or not {found[1], found[2]} <= {"true", "false"}
+        or not found[3].isdigit()
+    ):
         return None
-    return {"id": found[0], "running": "true" in found[1:]}
+    return {"id": found[0], "running": "true" in found[1:3], "restarts": int(found[3])}
 
 
 def started_here(state: dict | None, found: dict) -> bool:
@@ -268,6 +274,14 @@ def container_running(rt: list[str], name: str, state: dict | None = None) -> bo
     if found is None:
         return None
     return bool(found) and found["running"] and (state is None or started_here(state, found))
+
+
+def restarted(plan: dict, state: dict) -> int:
+    """How often the runtime's restart policy has brought this start's container back (0 on the host path)."""
+    if plan["path"] == "host":
+        return 0
+    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"]) or {}
+    return found.get("restarts", 0) if found and started_here(state, found) else 0
 
 
 def alive(plan: dict, state: dict) -> bool | None:

@@ -12,7 +12,16 @@ from . import errors
 from .errors import ScriptError
 from .handoff import judge_smoke, smoke_request
 from .masking import redact
-from .serve_procs import alive, foreign_state, log_tail, own_state, recorded_segments, segments_in_use, server_pids
+from .serve_procs import (
+    alive,
+    foreign_state,
+    log_tail,
+    own_state,
+    recorded_segments,
+    restarted,
+    segments_in_use,
+    server_pids,
+)
 from .serve_start import runtime_silent
 from .serve_state import (
     NO_RETRY_FIX,
@@ -181,6 +190,9 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
         elapsed = time.monotonic() - t0
         if alive(plan, state) is False:  # None (the runtime did not answer this poll): asked again on the next
             raise died(plan, state, t0)
+        # a container that exits is restarted by its policy: before it was ever healthy that is a failed start
+        if "healthy_at" not in state and (n := restarted(plan, state)):
+            raise failed(plan, "process", f"the server exited before it became healthy (restarted {n} times)", t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:
             return time_since_start(state), polls == 0

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, serve_verify, subproc
-from .command import is_served_name, served_model_name
+from .command import INHERITED_ENV, is_served_name, served_model_name
 from .errors import ScriptError
 from .handoff import handoff_doc, systemd_unit
+from .masking import URL_CREDENTIALS
 from .planfile import host_facts, key_facts, load_plan, read_plan, rerender
 from .planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
 from .serve_start import start
@@ -385,17 +386,33 @@ def life_verb(a: argparse.Namespace, epyc: dict) -> tuple[dict, int]:
 
 
 def handed_off(plan: dict, settled: str | None, served: str | None = None) -> dict:
-    """The handoff; on the host path with the systemd unit that keeps the server up (keep_service)."""
+    """The handoff; on the host path with the systemd unit that keeps the server up (keep_service). A unit
+    that cannot be written (a full disk) is said in the guidance: the server it would keep up is handed off."""
     doc = handoff_doc(plan, served, settled)
-    return {**doc, **({"service": keep_service(plan)} if plan["path"] == "host" else {})}
+    if plan["path"] != "host":
+        return doc
+    try:
+        return {**doc, "service": keep_service(plan)}
+    except ScriptError as exc:
+        return {**doc, "guidance": [*doc["guidance"], f"no systemd unit: {exc.error} ({exc.fix})"]}
 
 
 def keep_service(plan: dict) -> dict:
     """The host server as a systemd unit beside its state (handoff.systemd_unit), and how to install it: what
     keeps it up across a crash or a reboot. A container has its runtime's restart policy instead."""
-    import getpass
+    import pwd
 
-    svc = systemd_unit(plan, getpass.getuser(), subproc.find_program(plan["argv"][0]) or plan["argv"][0])
+    # what start passes on from its shell (the HF cache, locale, CA files), but what systemd gives a service
+    # itself (PATH, HOME, the user) and a URL that carries a password
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if (k in INHERITED_ENV or k.startswith("LC_"))
+        and k not in ("PATH", "HOME", "USER", "LOGNAME")
+        and not URL_CREDENTIALS.search(v)
+    }
+    program = subproc.find_program(plan["argv"][0]) or plan["argv"][0]
+    svc = systemd_unit(plan, pwd.getpwuid(os.getuid()).pw_name, program, inherited)
     unit_file = Path(plan["state_dir"]) / "server.service"
     write_own_file(unit_file, svc["unit"])
     write_own_file(Path(svc["env_file"]), svc["env"])

@@ -157,7 +157,8 @@ elif cmd == "inspect":  # `inspect -f "{{.Id}} {{.State.Running}} {{.State.Resta
     if not flag(f"created-{args[-1]}") or flag(f"removed-{args[-1]}"):
         sys.exit(print(f"Error: No such object: {args[-1]}", file=sys.stderr) or 1)
     running = "false" if flag("exited") or flag(f"stopped-{args[-1]}") else "true"
-    print((d / f"created-{args[-1]}").read_text(), running, "false")
+    restarts = (d / "restarts").read_text().strip() if flag("restarts") else "0"  # its restart policy at work
+    print((d / f"created-{args[-1]}").read_text(), running, "true" if restarts != "0" else "false", restarts)
 elif cmd == "logs":
     if flag("logs_lines"):  # a long kernel log: that many zentorch lines
         chunk = "[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op=zentorch_linear, kernel=brgemm\n" * 10_000
