@@ -923,9 +923,11 @@ hub_path_values = st.sampled_from(
 )
 
 
-def load_while(port: int, model: str, action, clients: int = 8, timeout: float = 20) -> tuple[list, object]:
-    """`clients` threads sending chats through the router until `action` (run meanwhile) returns and 2 s
-    more: -> (every request's HTTP status, what action returned)."""
+def load_while(
+    port: int, model: str, action, clients: int = 8, timeout: float = 20, pause: float = 0.0
+) -> tuple[list, object]:
+    """`clients` threads sending chats through the router (each `pause` s after its last answer) until
+    `action` (run meanwhile) returns and 2 s more: -> (every request's HTTP status, what action returned)."""
     import threading
     import time
 
@@ -934,11 +936,14 @@ def load_while(port: int, model: str, action, clients: int = 8, timeout: float =
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     codes, done = [], threading.Event()
 
+    deadline = time.monotonic() + 900
+
     def client() -> None:
-        for _ in range(2000):  # bounded; ends with the action
-            if done.is_set():
+        for _ in range(200_000):  # bounded in count and time; ends with the action
+            if done.is_set() or time.monotonic() > deadline:
                 return
             codes.append(http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", timeout, body=body)[0])
+            time.sleep(pause)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:
