@@ -220,9 +220,13 @@ INHERITED_ENV = tuple(
 )
 
 
+def inherited_env(shell: dict) -> dict:
+    """The few INHERITED_ENV names and LC_* of this shell that a host server takes from it."""
+    return {k: v for k, v in shell.items() if k in INHERITED_ENV or k.startswith("LC_")}
+
+
 def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
-    """The host server's whole environment: the plan's env and secrets (what the human approved), the
-    few INHERITED_ENV names and LC_* from this shell, and the run marker -- not whatever else the shell
-    holds (an LD_LIBRARY_PATH or VLLM_* there would change what runs without being in the summary)."""
-    base = {k: v for k, v in shell.items() if k in INHERITED_ENV or k.startswith("LC_")}
-    return {**base, **plan_env, **secrets, MARKER_ENV: token}
+    """The host server's whole environment: the plan's env and secrets (what the human approved), what it
+    inherits from this shell, and the run marker -- not whatever else the shell holds (an LD_LIBRARY_PATH
+    or VLLM_* there would change what runs without being in the summary)."""
+    return {**inherited_env(shell), **plan_env, **secrets, MARKER_ENV: token}

@@ -210,8 +210,7 @@ def write_fleet(fleet: dict, folder: Path) -> dict:
 
 def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: str) -> dict:
     """launch.py plan --engines: the host detect read, read again and sized per engine; the router pinned."""
-    remote = remote_host.is_another_host(inputs["detect"].get("target", "localhost"))
-    if not remote and not router_binary(epyc).exists():  # another host's router is installed there
+    if not inputs["validate"].get("deferred") and not router_binary(epyc).exists():  # another host's: there
         raise ScriptError(
             f"a fleet needs vllm-router ({epyc['router']['pip']}), not installed",
             "run python3 scripts/setup_host_stack.py --router (a venv of its own under the cache), then plan again",
@@ -281,34 +280,34 @@ def router_state(fleet: dict) -> dict | None:
         return None
 
 
-def engine_serves(plan: dict) -> bool:
-    """The engine of this plan runs and answers /health (its runtime not answering counts as running)."""
+def engine_running(plan: dict) -> bool | None:
+    """alive() of the server this engine's state records (False with no state)."""
     state = read_state(plan)
-    running = alive(plan, state) if state is not None else False
-    return running is None or (running and http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)[0] == 200)
+    return alive(plan, state) if state is not None else False
 
 
-def repair_fleet(fleet: dict, engines: list[dict]) -> dict:
+def repair_fleet(fleet: dict, engines: list[dict], running: list[bool | None]) -> dict:
     """A running fleet's start: each engine that does not serve (gone, or alive and not healthy) is stopped
     (what its death left is freed) and started again from its own plan, while the router serves from the
     others and sends to it again once its health check passes; a router that is gone is started again."""
     engines_out = []
-    for plan in engines:
-        if engine_serves(plan):
+    for plan, up in zip(engines, running):  # a runtime that did not say (None) counts as running
+        if up is None or (up and http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)[0] == 200):
             engines_out.append({"started": False, "running": True})
             continue
         stop(plan)
         engines_out.append(start(plan, confirm=True))
-    router = router_state(fleet) if router_alive(router_state(fleet)) else start_router(fleet)
+    state = router_state(fleet)
+    router = state if router_alive(state) else start_router(fleet)
     return {"engines": engines_out, "router": router, "repaired": sum(e["started"] for e in engines_out)}
 
 
 def start_fleet(fleet: dict, engines: list[dict]) -> dict:
     """Every engine, then the router (it waits for them itself); a failure stops what this start started. A
     fleet of which anything still runs is repaired in place (repair_fleet)."""
-    states = [read_state(e) for e in engines]
-    if router_alive(router_state(fleet)) or any(s and alive(e, s) is not False for e, s in zip(engines, states)):
-        return repair_fleet(fleet, engines)
+    running = [engine_running(e) for e in engines]
+    if router_alive(router_state(fleet)) or any(r is not False for r in running):
+        return repair_fleet(fleet, engines, running)
     started = []
     try:
         for plan in engines:
@@ -467,15 +466,14 @@ def handoff_fleet(fleet: dict, engines: list[dict], plan_file: str) -> dict:
     """One engine's handoff, told as the fleet's: the router's URL and port, the fleet's stop command."""
     from .serve_verify import verified_state
 
-    doc = handoff_doc(engines[0], settled=verified_state(engines[0]).get("primary_endpoint"))
+    # engine 0's by-hand stop is not the fleet's: the fleet's own stop command stops every part
+    doc = handoff_doc(engines[0], settled=verified_state(engines[0]).get("primary_endpoint"), by_hand=False)
     base, port = fleet["base_url"], fleet["router"]["port"]
     stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", os.path.abspath(plan_file)])
     swap = {engines[0]["base_url"]: base, engines[0]["stop_command"]: stop_cmd, f"/ {engines[0]['port']}": f"/ {port}"}
     for key in ("curl_example", "python_example", "table_markdown"):
         for old, new in swap.items():
             doc[key] = doc[key].replace(old, new)
-    # engine 0's by-hand stop is not the fleet's: its own stop command stops every part
-    doc["table_markdown"] = "\n".join(r for r in doc["table_markdown"].splitlines() if "| Stop without" not in r)
     return {
         **doc,
         "base_url": base,

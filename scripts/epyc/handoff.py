@@ -256,7 +256,7 @@ def systemd_unit(plan: dict, user: str, program: str, inherited: dict) -> dict:
     as an absolute path) and pin, its environment from a file beside the state (the plan's, over what start
     passes on from its shell: `inherited`), secrets from a file the user writes (never in the unit),
     restarted on failure. -> the unit's name, text and its environment file's."""
-    name = f"{plan['container_name'] or 'vllm-epyc-' + str(plan['port'])}.service"
+    name = f"vllm-epyc-{plan['port']}.service"
     env_file, secrets_file = f"{plan['state_dir']}/server.env", f"{plan['state_dir']}/secrets.env"
     unit = "\n".join(
         [
@@ -284,7 +284,7 @@ def systemd_unit(plan: dict, user: str, program: str, inherited: dict) -> dict:
     return {"name": name, "unit": unit, "env_file": env_file, "env": env, "secrets_file": secrets_file}
 
 
-def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None) -> dict:
+def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None, by_hand: bool = True) -> dict:
     """What the user gets: base URL, endpoint, examples. An endpoint the plan left "unknown" is the one
     verify settled on the running server (`settled`); before that there is nothing true to hand off."""
     served = served or plan["served_model_name"]
@@ -326,7 +326,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
         ],
         ["Stop", plan["stop_command"]],
     ]
-    if plan.get("container_name"):  # the same stop without the bundle (it leaves the key files in the state dir)
+    if by_hand and plan.get("container_name"):  # the same stop without the bundle (the key files stay behind)
         rt = runtimes.runtime_argv(plan["runtime"], plan.get("engine"))
         rows.append(["Stop without the bundle", runtime_stop_pair(rt, plan["container_name"], plan["state_dir"])])
     return {

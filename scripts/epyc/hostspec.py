@@ -39,22 +39,22 @@ def load_skus(path: Path = SKUS_JSON) -> dict:
     return json.loads(path.read_text())
 
 
-def named_generation(spec: str, generations: list[str]) -> str | None:
-    """The generation a --spec names without a table row: 'Turin', a series ('9005') or a part number
+def named_generation(key: str, generations: list[str]) -> str | None:
+    """The generation a --spec key names without a table row: 'TURIN', a series ('9005') or a part number
     ('9755'), whose last digit is its generation. -> None when it names none."""
-    key = spec.upper().replace("AMD", "").replace("EPYC", "").strip()
     named = next((g for g in generations if g.upper() == key), None)
     number = cpuid.epyc_model_number(f"EPYC {key}")
     return named or (cpuid.generation_from_model_number(number) if number == key else None)
 
 
-def resolve_part(spec: str, cores: int | None, threads: int | None, ram: float | None, generations: list[str]) -> dict:
-    """--spec's part: its table row, or the generation it names with the cores the user gave. Every fact
-    only the user knows and did not give is named in one refusal (`missing`: the flags to ask for)."""
-    table = load_skus()
+def resolve_part(
+    table: dict, spec: str, cores: int | None, threads: int | None, ram: float | None, generations: list[str]
+) -> dict:
+    """--spec's part: its row in `table` (load_skus), or the generation it names with the cores the user gave.
+    Every fact only the user knows and did not give is named in one refusal (`missing`: the flags to ask for)."""
     key = spec.upper().replace("AMD", "").replace("EPYC", "").strip()
     row = next((r for r in table["skus"] if r["model"] == key), None)
-    gen = row["epyc_generation"] if row else named_generation(spec, generations)
+    gen = row["epyc_generation"] if row else named_generation(key, generations)
     if gen is None:
         raise ScriptError(
             f"--spec {spec[:40]!r} names no EPYC part or generation (the table holds the "

@@ -123,7 +123,8 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
     assumption, stated in the output), then read like any sysroot."""
     names = list(dict.fromkeys(g["name"] for g in epyc["generations"]))
-    sku = hostspec.resolve_part(args.spec, args.cores, args.threads, args.ram_gb_per_socket, names)
+    table = hostspec.load_skus()
+    sku = hostspec.resolve_part(table, args.spec, args.cores, args.threads, args.ram_gb_per_socket, names)
     gen = sku["epyc_generation"]
     entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
         g for g in epyc["generations"] if g["name"] == gen
@@ -154,7 +155,7 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     facts = gather(hostfacts.check_sysroot(str(root)), target, live=False)
     spec = {
         "sku": sku,
-        "source": hostspec.load_skus()["sources"].get(sku["source"], "described by the user (--spec ... --cores N)"),
+        "source": table["sources"].get(sku["source"], "described by the user (--spec ... --cores N)"),
         "sysroot": str(root) if args.save_sysroot else None,
         "assumptions": [
             "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "

@@ -152,8 +152,9 @@ def size_kv_cache(
     need = max(1, math.ceil(kv_needed_gb * headroom)) if kv_needed_gb is not None else 0
     share = math.floor(left * default_fraction)
     usable = math.ceil(batch_gb * (1 + prefix_share)) if batch_gb is not None else None
-    kv = min(max(need, min(share, usable if usable is not None else share)), math.floor(left))
-    if kv == math.floor(left) and kv < max(need, min(share, usable if usable is not None else share)):
+    wanted = max(need, share if usable is None else min(share, usable))
+    kv = min(wanted, math.floor(left))
+    if kv < wanted:
         basis = f"all the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
     elif need and kv == need:
         basis = f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom (more than the share below)"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, serve_verify, subproc
-from .command import INHERITED_ENV, is_served_name, served_model_name
+from .command import inherited_env, is_served_name, served_model_name
 from .errors import ScriptError
 from .handoff import handoff_doc, systemd_unit
 from .masking import URL_CREDENTIALS
@@ -406,10 +406,8 @@ def keep_service(plan: dict) -> dict:
     # itself (PATH, HOME, the user) and a URL that carries a password
     inherited = {
         k: v
-        for k, v in os.environ.items()
-        if (k in INHERITED_ENV or k.startswith("LC_"))
-        and k not in ("PATH", "HOME", "USER", "LOGNAME")
-        and not URL_CREDENTIALS.search(v)
+        for k, v in inherited_env(dict(os.environ)).items()
+        if k not in ("PATH", "HOME", "USER", "LOGNAME") and not URL_CREDENTIALS.search(v)
     }
     program = subproc.find_program(plan["argv"][0]) or plan["argv"][0]
     svc = systemd_unit(plan, pwd.getpwuid(os.getuid()).pw_name, program, inherited)
