@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Size vLLM's CPU runtime to one socket: which socket, which cores, how much KV cache, how to pin.
+"""Size vLLM's CPU runtime: which socket (or NUMA nodes, one rank each), which cores, how much KV cache, how to pin.
 
     python3 scripts/cpu_tune.py                        # JSON: the plan and the facts behind it
     eval "$(python3 scripts/cpu_tune.py --format env)" # exports VLLM_CPU_OMP_THREADS_BIND, VLLM_CPU_KVCACHE_SPACE
 
-One instance runs on one socket and that socket's memory: vLLM scales poorly across sockets.
+One engine runs on one socket and that socket's memory; a model that does not fit one socket is split over
+the NUMA nodes by tensor parallelism (one rank each, its memory on its node), as --tensor-parallel N asks too.
 Exit 0 with the plan; exit 1 with {"error", "fix"} (in env format: the JSON on stderr, `false`).
 """
 
@@ -50,6 +51,12 @@ def main(argv: Sequence[str] | None = None):
         type=argtypes.float_in(0, 65536),
         help="KV one full-length sequence needs, from estimate_memory.py: bounds the grant by what a batch uses",
     )
+    p.add_argument(
+        "--tensor-parallel",
+        type=argtypes.int_in(1, 1024),
+        help="ranks of one engine, spread evenly over the NUMA nodes (default: 1, or one per node when the model "
+        "does not fit one socket)",
+    )
     p.add_argument("--os-reserve-gb", type=argtypes.float_in(0, 65536), default=epyc["memory"]["os_reserve_gb"])
     p.add_argument("--sysroot", type=argtypes.nonempty, help="plan for a captured host tree (load is then unknown)")
     p.add_argument(
@@ -78,6 +85,7 @@ def from_the_run(args: argparse.Namespace, folder: Path) -> None:
         args.weight_gb, args.kv_needed_gb = est["weight_gb"], est["fit"]["kv_needed_gb"]
         if args.kv_per_sequence_gb is None:
             args.kv_per_sequence_gb = est["kv_bytes_per_sequence"] / bundle.GIB
+    args.rank_table = est.get("tensor_parallel")
     if not (args.sysroot or args.host):
         args.sysroot, args.host = runs.host_source(runs.earlier(folder, "detect") or {})
 

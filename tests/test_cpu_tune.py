@@ -161,12 +161,14 @@ def test_dual_genoa_smt_binds_physical_cores_of_one_socket(script, make_sysroot)
     assert (d1["weight_gb"], d1["kv_needed_gb"], d1["os_reserve_gb"]) == (15.2, 7.0, 2.0)  # the inputs it used
 
 
-def test_turin_nps4_binds_memory_across_the_sockets_nodes(script, make_sysroot):
+def test_turin_nps4_sizes_one_engine_to_its_first_cores_node(script, make_sysroot):
+    # vLLM 0.32's worker binds its memory to the node of its first core: the grant comes from that node alone
     d = script("cpu_tune.py", "--sysroot", str(make_sysroot("turin_9755_2s_nps4")), "--socket", "1").doc
     assert d["vllm_cpu_omp_threads_bind"] == "128-255" and d["numa_nodes"] == [4, 5, 6, 7]
     nps = [w for w in d["warnings"] if w["check"] == "nps"]
-    assert d["socket_ram_gb"] == 768.0 and nps and "4, 5, 6, 7" in nps[0]["message"]
-    assert d["container_cpuset"].endswith("--cpuset-mems=4,5,6,7")
+    assert d["socket_ram_gb"] == 192.0 and nps and "4, 5, 6, 7" in nps[0]["message"]
+    assert "node 4's RAM" in nps[0]["message"] and "--tensor-parallel 4" in nps[0]["fix"]
+    assert d["container_cpuset"].endswith("--cpuset-mems=4,5,6,7") and d["ranks"][0]["numa_node"] == 4
 
 
 def test_cgroup_cpuset_limits_choice_and_binding(script, make_sysroot):

@@ -316,7 +316,8 @@ def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
     assert [t["numa_nodes"] for t in per_node] == [[n] for n in range(8)]  # one engine per node, its memory alone
     assert [t["vllm_cpu_omp_threads_bind"] for t in per_node][:2] == ["0-31", "32-63"]
     assert [t["container_cpuset_argv"] for t in per_node][1] == ["--cpuset-cpus=32-63", "--cpuset-mems=1"]
-    assert per_node[0]["socket_ram_gb"] == on_nps4[0]["socket_ram_gb"] / 4
+    # vLLM keeps an engine's memory on its first core's node: a socket-wide engine has no more of it than one per node
+    assert per_node[0]["socket_ram_gb"] == on_nps4[0]["socket_ram_gb"] == 192.0
     assert fleet.engine_tunes(facts, epyc, None, base, "per-node") == tunes  # NPS1: per-node is per-socket
     halves = fleet.engine_tunes(facts, epyc, None, base, "2")
     assert [t["vllm_cpu_omp_threads_bind"] for t in halves] == ["0-47", "48-95"]

@@ -199,13 +199,14 @@ def pin_prefix_problem(
 
 
 def bound_cpus(tune: dict) -> list[int] | None:
-    """The CPUs cpu_tune binds vLLM's OpenMP threads to (VLLM_CPU_OMP_THREADS_BIND), or None when it binds
-    none by list (`nobind`, `auto`)."""
+    """The CPUs cpu_tune binds vLLM's OpenMP threads to (VLLM_CPU_OMP_THREADS_BIND, every rank's), or None when
+    it binds none by list (`nobind`, `auto`)."""
     value = tune.get("vllm_cpu_omp_threads_bind")
-    if not isinstance(value, str) or not _CPULIST.fullmatch(value):
+    lists = value.split("|") if isinstance(value, str) else []  # a list per tensor-parallel rank
+    if not lists or not all(_CPULIST.fullmatch(x) for x in lists):
         return None
     try:
-        return hostfacts.parse_cpulist(value)
+        return sorted({c for x in lists for c in hostfacts.parse_cpulist(x)})
     except ValueError:
         return None
 

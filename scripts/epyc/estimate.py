@@ -7,8 +7,17 @@ from dataclasses import dataclass
 from . import bundle, cpuid, hf_model, quantization
 from .bundle import GIB
 from .errors import ScriptError
-from .kv_cache import KV_BYTES_BY_DTYPE, kv_bytes_for, kv_dtype_for, kv_layout, page_block, ssm_state_dtype, text_config
-from .sizing import config_weight_bytes, fit, weight_floor
+from .kv_cache import (
+    KV_BYTES_BY_DTYPE,
+    kv_bytes_for,
+    kv_dtype_for,
+    kv_layout,
+    page_block,
+    rank_layout,
+    ssm_state_dtype,
+    text_config,
+)
+from .sizing import config_weight_bytes, fit, idle_expert_params, replicated_params, weight_floor
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Model:
     source: str
     quant: dict | None
     model_dir: dict  # {"model_dir": path or None} for a model read here; {} for --config
+    cfg: dict  # the text model's config
 
 
 def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
@@ -54,7 +64,7 @@ def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
         layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype], KV_BYTES_BY_DTYPE[ssm_dtype])
         quant = quantization.describe(cfg)
         weights, source = weights_of(req, files, text_config(cfg), quant)
-        return Model(layout, weights, source, quant, where)
+        return Model(layout, weights, source, quant, where, text_config(cfg))
 
     try:
         return hf_model.with_deadline(read, req.hub_timeout, online=files.kind == "hub")
@@ -132,6 +142,38 @@ def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batch
     return notes
 
 
+def rank_rows(m: Model, req: Request, max_len: int, block: int, sizes: list[int]) -> list[dict]:
+    """One row per tensor-parallel size vLLM can split this model into: what each rank holds (its shard of the
+    weights plus what every rank keeps whole, its share of the KV cache)."""
+    whole = replicated_params(m.cfg) * hf_model.SERVE_DTYPE_BYTES[req.dtype]
+    rows = []
+    for n in sizes:
+        layout = rank_layout(m.layout, n)
+        if layout is None:
+            continue
+        weights, per_seq = (
+            (m.weights - whole) // n + whole,
+            kv_bytes_for(layout, max_len, block, req.max_num_batched_tokens),
+        )
+        rows.append(
+            {
+                "ranks": n,
+                "weight_gb": bundle.gb(weights),
+                "kv_bytes_per_token": layout["bytes_per_token"],
+                "kv_bytes_per_sequence": per_seq,
+                "kv_needed_gb": bundle.gb(per_seq * req.num_prompts),
+            }
+        )
+    return rows
+
+
+def active_weight_bytes(m: Model, dtype: str) -> int:
+    """The weights one decode step reads: all of a dense model's, a mixture-of-experts' without its idle experts."""
+    bits = (m.quant or {}).get("bits")
+    idle = idle_expert_params(m.cfg) * (bits / 8 if bits else hf_model.SERVE_DTYPE_BYTES[dtype])
+    return max(weight_floor(m.cfg), int(m.weights - idle))
+
+
 def estimate(req: Request, epyc: dict) -> dict:
     """estimate_memory.py's document: the model's sizes, and the fit when RAM was given (fit.fits false:
     the document also carries error and fix)."""
@@ -173,6 +215,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "weight_gb": bundle.gb(m.weights),
         "weight_bytes": m.weights,
         "weight_source": m.source,
+        "active_weight_bytes": active_weight_bytes(m, req.dtype),
         "quantization": m.quant,
         "kv_dtype": kv_dtype,
         "kv_attention": layout["attention"],
@@ -188,6 +231,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "model_max_seq_len": model_max,
         "kv_needed_gb_per_sequence": bundle.gb(per_sequence, 3),
         "kv_bytes_per_sequence": per_sequence,
+        "tensor_parallel": rank_rows(m, req, max_len, block, epyc["serve"]["tensor_parallel_sizes"]),
         "notes": notes,
     }
     if req.ram_gb is not None:

@@ -67,10 +67,27 @@ def hardware_cell(det: dict, sizing: dict) -> str:
         else f"{det.get('cpu_model')} (not an AMD EPYC)"
     )
     sockets = det.get("socket_count") or 1
-    cores = f"{sizing['omp_threads']} cores on socket {sizing['socket']}" + (
+    where = f"socket {sizing['socket']}" if sizing["tensor_parallel_size"] == 1 else f"{len(sizing['ranks'])} ranks"
+    cores = f"{sizing['omp_threads']} cores on {where}" + (
         f" (host: {sockets} sockets, {det.get('physical_cores')} cores)" if sockets > 1 else ""
     )
     return f"{cpu}, {cores}, AVX-512 {'yes' if det.get('avx512') else 'no'}"
+
+
+def sizing_cell(s: dict) -> str:
+    """One socket and its bind, or the tensor-parallel ranks: each one's node and cores, its KV."""
+    if s["tensor_parallel_size"] == 1:
+        return (
+            f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
+            f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes {','.join(map(str, s['numa_nodes']))}"
+        )
+    ranks = "; ".join(
+        f"rank {r['rank']}: node {r['numa_node']} (socket {r['socket']}), cores {r['cpus']}" for r in s["ranks"]
+    )
+    return (
+        f"one engine, tensor parallel over {s['tensor_parallel_size']} ranks ({s['socket_choice_reason']}); {ranks}; "
+        f"KV {s['kv_granted_gb']} GiB per rank, each in its own node's memory"
+    )
 
 
 def pinning_cell(plan: dict) -> str:
@@ -97,7 +114,8 @@ def fit_cell(fit: dict | None, plan: dict) -> str:
     socket_ram = (plan.get("inputs") or {}).get("cpu_tune", {}).get("socket_ram_gb")
     cell = f"required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM"
     if socket_ram is not None and abs(socket_ram - fit["ram_gb"]) > 0.01:
-        cell += f"; the serving socket holds {socket_ram} GiB"
+        where = "the serving socket" if plan["sizing"]["tensor_parallel_size"] == 1 else "each rank's node"
+        cell += f"; {where} holds {socket_ram} GiB"
     return cell
 
 
@@ -110,11 +128,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["Path", path_cell(plan)],
         ["Precision", precision_cell(plan)],
         ["Fit", fit_cell(fit, plan)],
-        [
-            "CPU sizing",
-            f"socket {s['socket']} ({s['socket_choice_reason']}), bind {s['vllm_cpu_omp_threads_bind']}, "
-            f"KV {s['kv_granted_gb']} GiB (socket-local), memory on nodes {','.join(map(str, s['numa_nodes']))}",
-        ],
+        ["CPU sizing", sizing_cell(s)],
         ["KV cache", f"{kv_cell(s)}; granted as {s['kv_basis']}"],
     ]
     if s["sizing_rule"] != "skill":

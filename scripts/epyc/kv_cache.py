@@ -354,9 +354,10 @@ def kv_layout(
     layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     kind = tc.get("model_type")
     if kind in ATTENTION_FREE_TYPES:
-        (attention, per_layer), (full, sliding, none) = ("none", 0), (0, 0, layers)
+        (attention, per_layer, heads, kv_heads), (full, sliding, none) = ("none", 0, None, None), (0, 0, layers)
     else:
-        (attention, per_layer), (full, sliding, none) = attention_shape(tc, kv_dtype_bytes), layer_split(tc, layers)
+        (attention, per_layer, heads, kv_heads) = attention_shape(tc, kv_dtype_bytes)
+        full, sliding, none = layer_split(tc, layers)
     state = recurrent_state_bytes(tc, kv_dtype_bytes, ssm_bytes) if none else None
     if state is None and kind in ATTENTION_FREE_TYPES:
         raise ScriptError(
@@ -366,6 +367,8 @@ def kv_layout(
         )
     return {
         "attention": attention,
+        "heads": heads,
+        "kv_heads": kv_heads,
         "bytes_per_token_per_layer": per_layer,
         "full": full,
         "sliding": sliding,
@@ -378,11 +381,13 @@ def kv_layout(
     }
 
 
-def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int]:
-    """(mla | mha | gqa, KV bytes per token in one attention layer)."""
+def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int, int, int]:
+    """(mla | mha | gqa, KV bytes per token in one attention layer, attention heads, KV heads cached); MLA's
+    one latent counts as one KV head."""
     kind = tc.get("model_type")
     if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
-        return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes
+        heads = _req_int(tc, "num_attention_heads")
+        return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes, heads, 1
     if tc.get("kv_lora_rank"):
         heads = _req_int(tc, "num_attention_heads")
         width = _first_int(tc, "qk_nope_head_dim") or 0
@@ -393,7 +398,7 @@ def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int]:
                 "of the heads vLLM caches is unknown",
                 LAYOUT_FIX,
             )
-        return "mha", 2 * heads * width * kv_dtype_bytes
+        return "mha", 2 * heads * width * kv_dtype_bytes, heads, heads
     heads = _req_int(tc, "num_attention_heads", "n_head", "num_heads", "n_heads")
     kv_heads = kv_heads_of(tc, heads)
     if kv_heads > heads or heads % kv_heads:  # each KV head serves a whole group of query heads
@@ -407,7 +412,25 @@ def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int]:
             f"config.json: hidden_size / num_attention_heads ({heads}) is below 1: no attention head has a dimension",
             "set head_dim, or check num_attention_heads",
         )
-    return ("gqa" if kv_heads < heads else "mha"), 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes
+    kind = "gqa" if kv_heads < heads else "mha"
+    return kind, 2 * int(kv_heads) * int(head_dim) * kv_dtype_bytes, heads, kv_heads
+
+
+def rank_layout(layout: dict, ranks: int) -> dict | None:
+    """The KV one of `ranks` tensor-parallel ranks holds, or None when vLLM cannot split the model that many
+    ways. Its attention heads divide by the ranks; KV heads are split across them, or replicated when fewer
+    (MLA's one latent is on every rank); a recurrent layer's state is split with its heads."""
+    heads, kv = layout["heads"], layout["kv_heads"]
+    if heads and (heads % ranks or (kv % ranks if kv >= ranks else ranks % kv)):
+        return None
+    per = layout["bytes_per_token_per_layer"] * max(1, kv // ranks) // kv if heads else 0
+    state = layout["recurrent_state_bytes"]
+    return {
+        **layout,
+        "bytes_per_token_per_layer": per,
+        "bytes_per_token": per * (layout["full"] + layout["sliding"]),
+        "recurrent_state_bytes": state // ranks if state else state,
+    }
 
 
 def page_block(layout: dict, block: int) -> int:

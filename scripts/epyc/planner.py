@@ -30,7 +30,7 @@ from .kv_cache import ssm_state_dtype
 from .preload import preload_value
 from .serve_state import state_root
 
-PLAN_SCHEMA_VERSION = 3  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
+PLAN_SCHEMA_VERSION = 4  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
 SERVE_OPTIONS = (
     "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
@@ -79,11 +79,15 @@ def mismatches(inp: dict) -> list[str]:
             f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
             f"{est.get('revision') or 'main'}"
         )
-    if tune.get("weight_gb") is not None and tune["weight_gb"] != est.get("weight_gb"):
+    ranks = tune.get("tensor_parallel_size") or 1
+    # a rank holds the share of weights and KV the estimate's row for that many ranks gives it
+    sized = est if ranks == 1 else next((r for r in est.get("tensor_parallel") or [] if r.get("ranks") == ranks), {})
+    if tune.get("weight_gb") is not None and tune["weight_gb"] != sized.get("weight_gb"):
         out.append(
-            f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights, estimate_memory.py says {est.get('weight_gb')}"
+            f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights{f' per rank ({ranks})' if ranks > 1 else ''}, "
+            f"estimate_memory.py says {sized.get('weight_gb')}"
         )
-    need = (est.get("fit") or {}).get("kv_needed_gb")
+    need = (est.get("fit") or {}).get("kv_needed_gb") if ranks == 1 else sized.get("kv_needed_gb")
     if tune.get("kv_needed_gb") is not None and need is not None and tune["kv_needed_gb"] != need:
         out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
     if need is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] < need:
@@ -95,13 +99,13 @@ def mismatches(inp: dict) -> list[str]:
     ram = tune.get("socket_ram_gb")
     if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
         out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")
-    sized = (est.get("kv_layers") or {}).get("ssm_state_dtype")
-    if sized and det.get("avx512_bf16") is not None:
+    ssm = (est.get("kv_layers") or {}).get("ssm_state_dtype")
+    if ssm and det.get("avx512_bf16") is not None:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
         served = ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
-        if sized != served:
+        if ssm != served:
             out.append(
-                f"estimate_memory.py sized the recurrent state in {sized}, vLLM keeps it in {served} on the "
+                f"estimate_memory.py sized the recurrent state in {ssm}, vLLM keeps it in {served} on the "
                 f"CPU detect.py read (AVX-512 BF16: {'yes' if det['avx512_bf16'] else 'no'}; pass "
                 f"--avx512-bf16 {'yes' if det['avx512_bf16'] else 'no'})"
             )
@@ -381,11 +385,13 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     est, tune = inp["estimate_memory"], inp["cpu_tune"]
     sized = (est.get("fit") or {}).get("max_model_len")
     batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
+    ranks = tune.get("tensor_parallel_size") or 1
+    rank = est if ranks == 1 else next(r for r in est["tensor_parallel"] if r["ranks"] == ranks)  # what one rank holds
     per_seq = (
-        est.get("kv_bytes_per_sequence") if not opt.get("max_model_len") or opt["max_model_len"] == sized else None
+        rank.get("kv_bytes_per_sequence") if not opt.get("max_model_len") or opt["max_model_len"] == sized else None
     )
     capacity = kv_capacity(
-        tune["kv_granted_gb"], est.get("kv_bytes_per_token"), per_seq, epyc["serve"]["max_num_seqs_cap"], batched
+        tune["kv_granted_gb"], rank.get("kv_bytes_per_token"), per_seq, epyc["serve"]["max_num_seqs_cap"], batched
     )
     # the KV sizing's assumptions are pinned, not left to vLLM's defaults: how many sequences run at once, and
     # how many tokens a step takes (a sliding-window layer keeps that many beyond its window)
@@ -396,6 +402,7 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
         "--port": ch.port,
         "--dtype": ch.dtype,
         "--max-model-len": ch.max_len,
+        "--tensor-parallel-size": ranks if ranks > 1 else None,
         "--max-num-seqs": capacity["max_num_seqs"] if seqs else None,
         "--max-num-batched-tokens": batched if seqs else None,
         "--revision": ch.revision,
@@ -475,6 +482,8 @@ def sizing_doc(opt: dict, tune: dict, capacity: dict, batched: int | None, max_l
         "socket_choice_reason": tune["socket_choice_reason"],
         "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"],
         "omp_threads": tune.get("omp_threads"),
+        "tensor_parallel_size": tune["tensor_parallel_size"],
+        "ranks": tune["ranks"],
         "kv_granted_gb": tune["kv_granted_gb"],
         "kv_basis": tune["kv_basis"],
         **capacity,

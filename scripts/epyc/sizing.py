@@ -11,6 +11,11 @@ from .bundle import GIB
 from .errors import ScriptError
 from .kv_cache import kv_bytes_for
 
+
+class DoesNotFit(ScriptError):
+    """The memory a rank has cannot hold its weights, KV need and reserve: tensor parallelism may."""
+
+
 # ---------------------------------------------------------------- pure decisions
 
 
@@ -136,6 +141,7 @@ def size_kv_cache(
     default_fraction: float,
     batch_gb: float | None = None,
     prefix_share: float = 0.0,
+    where: str = "socket",
 ) -> dict:
     """The KV cache to grant, in whole GiB: `default_fraction` of what the socket has left after weights and
     the OS, bounded by what the largest running batch can use (`batch_gb`) plus `prefix_share` of it for the
@@ -143,8 +149,8 @@ def size_kv_cache(
     the model's need x headroom. A socket that cannot hold weights + need + reserve is a refusal."""
     left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
     if kv_needed_gb is not None and (left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb)):
-        raise ScriptError(
-            f"socket RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
+        raise DoesNotFit(
+            f"{where} RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
             f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
             "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
             "model (or another socket with --socket)",
@@ -155,7 +161,7 @@ def size_kv_cache(
     wanted = max(need, share if usable is None else min(share, usable))
     kv = min(wanted, math.floor(left))
     if kv < wanted:
-        basis = f"all the socket RAM left after OS reserve and weights ({left:.1f} GiB)"
+        basis = f"all the {where} RAM left after OS reserve and weights ({left:.1f} GiB)"
     elif need and kv == need:
         basis = f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom (more than the share below)"
     elif usable is not None and usable < share:
@@ -164,11 +170,11 @@ def size_kv_cache(
             "cache; estimate_memory.py --num-prompts N sizes it for N full-length requests"
         )
     elif kv_needed_gb is None:
-        basis = f"{default_fraction:g} of socket RAM left after OS reserve and weights (no model need given)"
+        basis = f"{default_fraction:g} of {where} RAM left after OS reserve and weights (no model need given)"
     else:
         basis = (
-            f"{default_fraction:g} of the socket RAM left after OS reserve and weights ({left:.1f} GiB); "
-            "at least the need, at most what the socket has left"
+            f"{default_fraction:g} of the {where} RAM left after OS reserve and weights ({left:.1f} GiB); "
+            f"at least the need, at most what the {where} has left"
         )
     warning = None
     if kv < 1:
@@ -282,9 +288,10 @@ def tune_warnings(warning: str | None, quota_warning: dict | None, kv: dict, cho
         warnings.append(
             {
                 "check": "nps",
-                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): memory "
-                "is bound across them; one instance per node could add performance",
-                "fix": None,
+                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's "
+                f"memory on the node of its first core, so the KV cache is sized to node {nodes[0]}'s RAM",
+                "fix": f"--tensor-parallel {len(nodes)} on cpu_tune.py puts one rank on each node: all their "
+                "memory and bandwidth",
             }
         )
     return warnings
@@ -305,13 +312,30 @@ def memory_nodes(topo: hostfacts.Topology, socket: int, bind: list[int], part: t
 
 
 def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
-    """cpu_tune.py's document: the socket, its cores to bind, the KV grant from its own RAM, the pin.
+    """cpu_tune.py's document: one engine on one socket, or one engine split over the NUMA nodes by tensor
+    parallelism -- when --tensor-parallel asks for it, or when the model does not fit one socket and the
+    estimate says how vLLM splits it (`args.rank_table`)."""
+    ranks = getattr(args, "tensor_parallel", None)
+    if ranks not in (None, 1):
+        return across_nodes(facts, epyc, busy, args, ranks, f"--tensor-parallel {ranks}")
+    try:
+        return one_socket(facts, epyc, busy, args)
+    except DoesNotFit as why:
+        if ranks == 1 or args.socket is not None or not getattr(args, "rank_table", None):
+            raise
+        return across_nodes(facts, epyc, busy, args, None, f"the model does not fit one socket ({why.error})")
+
+
+def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
+    """One engine: the socket, its cores to bind, the KV grant from its own RAM, the pin.
     `args` holds the flags it reads: socket, busy_threshold, reserve_cores, weight_gb, kv_needed_gb,
     os_reserve_gb, and part: (i, n) for engine i of n sharing the socket (a fleet on a socket of its own)."""
     topo, allowed = facts.topology, set(facts.allowed_cpus)
-    mem_cfg = epyc["memory"]
     truth = hostfacts.memory_truth(
-        facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, mem_cfg["sysfs_disagreement_tolerance"]
+        facts.mem_total_bytes,
+        facts.memory_limit_bytes,
+        topo.node_mem_bytes,
+        epyc["memory"]["sysfs_disagreement_tolerance"],
     )
     sockets = socket_rows(facts, truth["usable_bytes"], busy)
     by_id = {d["socket"]: d for d in sockets}
@@ -323,51 +347,150 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     )  # live only: a capture's free memory is stale
     chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket, free_mem)
     usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
-    cores = topo.physical_cores(usable)
-    bind, reserved = split_reserved(cores, args.reserve_cores)
+    bind, reserved = split_reserved(topo.physical_cores(usable), args.reserve_cores)
     bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
     part = getattr(args, "part", None)
     if part:  # engine i of n on this socket: its slice of the cores, its share of the memory
         bind = share_cores(bind, *part)
     nodes = memory_nodes(topo, chosen, bind, part)
-    ram_gb = by_id[chosen]["ram_gb"] / (part[1] if part else 1)
-    kv = size_kv_cache(
-        ram_gb,
-        args.os_reserve_gb / (part[1] if part else 1),
-        args.weight_gb,
-        args.kv_needed_gb,
-        mem_cfg["kv_headroom_factor"],
-        mem_cfg["kv_default_fraction"],
-        per_seq * epyc["serve"]["max_num_seqs_cap"] if (per_seq := getattr(args, "kv_per_sequence_gb", None)) else None,
-        mem_cfg["kv_prefix_cache_share"],
+    ram_gb = (  # vLLM keeps a worker's memory on its first core's node
+        bundle.gb(
+            socket_ram_bytes([topo.node_of_cpu.get(bind[0], nodes[0])], topo.node_mem_bytes, truth["usable_bytes"])
+        )
+        if len(nodes) > 1
+        else by_id[chosen]["ram_gb"] / (part[1] if part else 1)
     )
-    tools = {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
-    pins = pin_commands(bind, bind if part else usable, nodes, tools)  # a part's container: its cores alone
-    warnings = tune_warnings(warning, quota_warning, kv, chosen, nodes)
+    where = "socket" if len(nodes) == 1 else f"node {topo.node_of_cpu.get(bind[0], nodes[0])}"
+    kv = grant(epyc, args, ram_gb, args.os_reserve_gb / (part[1] if part else 1), vars(args), where)
+    pins = pin_commands(bind, bind if part else usable, nodes, tool_presence())  # a part's container: its cores
     notes = list(truth["notes"]) + hostfacts.merged_note(topo)
-    if pins["pin_note"]:
-        notes.append(pins["pin_note"])
     if len(usable) < len(topo.socket_cpus(chosen)):
         notes.append(
             f"this process may use {hostfacts.format_cpulist(usable)} of socket {chosen}'s "
             f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound"
         )
     bind_s = hostfacts.format_cpulist(bind)
+    ranks = [{"rank": 0, "socket": chosen, "numa_node": topo.node_of_cpu.get(bind[0], nodes[0]), "cpus": bind_s}]
+    return tune_doc(
+        facts, args, sockets, busy, (chosen, reason), ranks, reserved, kv, ram_gb, nodes, pins,
+        tune_warnings(warning, quota_warning, kv, chosen, nodes), notes,
+    )  # fmt: skip
+
+
+def tool_presence() -> dict[str, bool]:
+    return {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
+
+
+def grant(epyc: dict, args: argparse.Namespace, ram_gb: float, reserve_gb: float, need: dict, where: str) -> dict:
+    """The KV grant for one rank from its memory and what it holds (`need`: weight_gb, kv_needed_gb,
+    kv_per_sequence_gb)."""
+    mem = epyc["memory"]
+    per_seq = need.get("kv_per_sequence_gb")
+    return size_kv_cache(
+        ram_gb,
+        reserve_gb,
+        need.get("weight_gb"),
+        need.get("kv_needed_gb"),
+        mem["kv_headroom_factor"],
+        mem["kv_default_fraction"],
+        per_seq * epyc["serve"]["max_num_seqs_cap"] if per_seq else None,
+        mem["kv_prefix_cache_share"],
+        where,
+    )
+
+
+def rank_cores(topo: hostfacts.Topology, allowed: set, nodes: list[int], ranks: int, reserve: int) -> list[list[int]]:
+    """Each rank's physical cores: ranks / nodes ranks on every NUMA node, each a contiguous slice of its cores."""
+    per_node, out = ranks // len(nodes), []
+    for node in nodes:
+        bind, _ = split_reserved(topo.physical_cores([c for c in topo.node_cpus[node] if c in allowed]), reserve)
+        out += [share_cores(bind, i, per_node) for i in range(per_node)]
+    return out
+
+
+def across_nodes(
+    facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace,
+    forced: int | None, reason: str,
+) -> dict:  # fmt: skip
+    """One engine, tensor parallel: a rank per NUMA node this process may use (or several, sharing its cores, when
+    --tensor-parallel asks for more), each sized from its own node's memory -- vLLM binds a rank's memory to
+    the node of its first core -- with the share of weights and KV the estimate's table gives it."""
+    topo, allowed = facts.topology, set(facts.allowed_cpus)
+    nodes = [n for n in sorted(topo.node_cpus) if allowed & set(topo.node_cpus[n])]
+    ranks = forced or len(nodes)
+    table = {row["ranks"]: row for row in getattr(args, "rank_table", None) or []}
+    if args.socket is not None:
+        raise ScriptError("--socket and --tensor-parallel both given", "drop --socket: the ranks use every node")
+    if ranks < 2 or ranks % len(nodes):
+        raise ScriptError(
+            f"{reason}, and {ranks} ranks do not spread evenly over the {len(nodes)} NUMA node(s) this process "
+            "may use (vLLM binds each rank's memory to one node)",
+            f"--tensor-parallel {max(2, len(nodes))} (one rank per node, or a multiple), or a smaller model",
+        )
+    if ranks not in table:
+        raise ScriptError(
+            f"{reason}, but vLLM cannot split this model {ranks} ways"
+            + (f" (its heads allow {sorted(table)})" if table else " (no estimate_memory.py per-rank table)"),
+            "run estimate_memory.py in the same --run first" if not table else "use a smaller model",
+        )
+    truth = hostfacts.memory_truth(
+        facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, epyc["memory"]["sysfs_disagreement_tolerance"]
+    )  # fmt: skip
+    per_node = ranks // len(nodes)
+    ram_gb = min(bundle.gb(socket_ram_bytes([n], topo.node_mem_bytes, truth["usable_bytes"])) for n in nodes) / per_node
+    row = {**table[ranks], "kv_per_sequence_gb": table[ranks]["kv_bytes_per_sequence"] / GIB}
+    kv = grant(epyc, args, ram_gb, args.os_reserve_gb / per_node, row, "rank's node")
+    cores = rank_cores(topo, allowed, nodes, ranks, args.reserve_cores)
+    if facts.cpu_quota is not None and sum(map(len, cores)) > facts.cpu_quota:
+        cores = [c[: max(1, math.floor(facts.cpu_quota / ranks))] for c in cores]
+    bind = sorted(c for rank in cores for c in rank)
+    usable = sorted(c for n in nodes for c in topo.node_cpus[n] if c in allowed)
+    sockets = socket_rows(facts, truth["usable_bytes"], busy)
+    busy_sockets = sorted(
+        {topo.package[c] for c in bind if busy and busy.get(topo.package[c], 0) >= args.busy_threshold}
+    )
+    warnings = [
+        {"check": "socket", "message": f"socket {s} is {busy[s]:.0f}% busy: its rank will compete with that load", "fix": None}
+        for s in busy_sockets
+    ]  # fmt: skip
+    if kv["warning"]:
+        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger host"})
+    ranks_doc = [
+        {"rank": i, "socket": topo.package[c[0]], "numa_node": topo.node_of_cpu[c[0]], "cpus": hostfacts.format_cpulist(c)}
+        for i, c in enumerate(cores)
+    ]  # fmt: skip
+    reason = f"{reason}; over NUMA node(s) {','.join(map(str, nodes))}"
+    return tune_doc(
+        facts, args, sockets, busy, (ranks_doc[0]["socket"], reason), ranks_doc, [], kv, ram_gb, nodes,
+        pin_commands(bind, usable, nodes, tool_presence()), warnings, list(truth["notes"]) + hostfacts.merged_note(topo),
+        weight_gb=row["weight_gb"], kv_needed_gb=row["kv_needed_gb"],
+    )  # fmt: skip
+
+
+def tune_doc(
+    facts, args, sockets, busy, choice, ranks, reserved, kv, ram_gb, nodes, pins, warnings, notes, **need
+) -> dict:  # fmt: skip
+    """cpu_tune.py's document from the decisions made."""
+    if pins["pin_note"]:
+        notes.append(pins["pin_note"])
+    bind_s = "|".join(r["cpus"] for r in ranks)
     return {
         "target": facts.target,
-        "chosen_socket": chosen,
-        "socket_choice_reason": reason,
+        "chosen_socket": choice[0],
+        "socket_choice_reason": choice[1],
+        "tensor_parallel_size": len(ranks),
+        "ranks": ranks,
         "sockets": sockets,
         "socket_busy_pct": {str(k): v for k, v in busy.items()} if busy else None,
         "busy_threshold": args.busy_threshold,
         "vllm_cpu_omp_threads_bind": bind_s,
-        "omp_threads": len(bind),
+        "omp_threads": sum(len(hostfacts.parse_cpulist(r["cpus"])) for r in ranks),
         "cpu_quota": facts.cpu_quota,
         "reserved_cpus": hostfacts.format_cpulist(reserved),
         "kv_granted_gb": kv["kv_gb"],
         "kv_basis": kv["basis"],
-        "weight_gb": args.weight_gb,
-        "kv_needed_gb": args.kv_needed_gb,
+        "weight_gb": need.get("weight_gb", args.weight_gb),
+        "kv_needed_gb": need.get("kv_needed_gb", args.kv_needed_gb),
         "os_reserve_gb": args.os_reserve_gb,
         "socket_ram_gb": round(ram_gb, 2),
         "numa_nodes": nodes,
@@ -485,3 +608,22 @@ def config_weight_bytes(cfg: dict, serve_dtype_bytes: float, bits: int | None) -
         return None
     embedding, layers = params
     return int(embedding * serve_dtype_bytes + layers * (bits / 8 if bits else serve_dtype_bytes))
+
+
+def replicated_params(cfg: dict) -> int:
+    """Parameters every tensor-parallel rank holds whole: the norms and an MoE router (vLLM shards the rest,
+    the vocabulary included)."""
+    hidden, layers = _positive(cfg, "hidden_size", "d_model", "n_embd"), _positive(cfg, "num_hidden_layers")
+    return layers * hidden * (2 + _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")) + hidden
+
+
+def idle_expert_params(cfg: dict) -> int:
+    """Parameters of the experts a token does not route to: a decode step of a mixture-of-experts model reads
+    only the active ones (0 for a dense model)."""
+    experts = _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    active = _positive(cfg, "num_experts_per_tok", "moe_topk")
+    if not experts or not active or active >= experts:
+        return 0
+    layers = _positive(cfg, "num_hidden_layers") - _positive(cfg, "first_k_dense_replace")
+    expert = _positive(cfg, "moe_intermediate_size") or _positive(cfg, "intermediate_size")
+    return max(0, layers) * 3 * _positive(cfg, "hidden_size") * expert * (experts - active)
