@@ -398,6 +398,51 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
     assert not [n for n in victim["shm_segments"] if Path("/dev/shm", n).exists()]  # the killed engine's, freed
 
 
+def test_one_engine_in_two_tensor_parallel_ranks(stack, models, tmp_path):
+    """Issue 44's proof on the runner: the chain with --tensor-parallel 2 serves one engine as two ranks of one
+    core each; vLLM's KV cache per rank is the plan's (within 5 %); stop leaves no process and none of the
+    shared-memory buffers the ranks reduce through."""
+    import shutil
+
+    model = models["tiny"]["folder"]
+    plan_for(tmp_path, stack, model)
+    run = tmp_path / "tp"
+    run.mkdir()
+    for src, name in (("detect", "detect"), ("validate", "validate"), ("check", "check_model")):
+        shutil.copy(tmp_path / f"{src}.json", run / f"{name}.json")
+    est = run_script("estimate_memory.py", "--model", model, "--max-model-len", "2048", "--run", str(run))
+    assert est.code == 0 and est.doc["tensor_parallel"][0]["ranks"] == 2, est.doc
+    tune = run_script("cpu_tune.py", "--tensor-parallel", "2", "--run", str(run))
+    assert tune.code == 0 and tune.doc["tensor_parallel_size"] == 2, tune.doc
+    cpus = [hostfacts.parse_cpulist(r["cpus"]) for r in tune.doc["ranks"]]
+    assert len(cpus) == 2 and all(len(c) == 1 for c in cpus) and cpus[0] != cpus[1]
+    assert tune.doc["vllm_cpu_omp_threads_bind"] == "|".join(r["cpus"] for r in tune.doc["ranks"])
+    port = free_port()
+    p = run_script("launch.py", "plan", "--port", str(port), "--state-dir", str(tmp_path / "state"), "--run", str(run))
+    assert p.code == 0, p.doc
+    plan = p.doc
+    assert plan["argv"][plan["argv"].index("--tensor-parallel-size") + 1] == "2"
+    plan_file = save(tmp_path, "plan", p)
+    try:
+        assert run_script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
+        ver = run_script("launch.py", "verify", "--plan", str(plan_file), "--timeout", "300", timeout=400)
+        assert ver.code == 0 and ver.doc["smoke"], json.dumps(ver.doc, indent=1)[-3000:]
+        segments = json.loads(Path(plan["state_file"]).read_text()).get("shm_segments") or []
+        log = Path(plan["log_file"]).read_text(errors="replace")
+    finally:
+        stop = run_script("launch.py", "stop", "--plan", str(plan_file))
+    assert stop.code == 0 and any(n.startswith("vllm_dist_") for n in stop.doc.get("freed_segments", [])), stop.doc
+    grants = re.findall(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache", log)
+    assert len(grants) == 2 and all(float(g) == plan["sizing"]["kv_granted_gb"] for g in grants), grants
+    m = re.search(r"CPU KV cache size: ([\d,]+) tokens", log)
+    vllm_tokens, ours = int(m.group(1).replace(",", "")), plan["sizing"]["kv_tokens"]
+    print(f"\ntensor parallel 2: vLLM holds {vllm_tokens:,} tokens per rank, the plan {ours:,}; segments {segments}")
+    assert abs(vllm_tokens - ours) <= 0.05 * ours
+    assert any(n.startswith("vllm_dist_") for n in segments), segments  # the ranks' reduction buffers, recorded
+    assert vllm_processes(model) == []
+    assert not [n for n in segments if Path("/dev/shm", n).exists()]
+
+
 def test_engine_that_dies_on_the_first_request_fails_in_smoke(stack, models, tmp_path):
     """head_dim 16: vLLM loads the model and answers /health, then the first request kills the engine."""
     model = models["headdim16"]["folder"]

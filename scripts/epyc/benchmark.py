@@ -11,7 +11,6 @@ from . import (
     bundle,
     cli,
     errors,
-    hostfacts,
     jsonio,
     planfile,
     planner,
@@ -23,6 +22,7 @@ from . import (
 )
 from .bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
 from .bench_report import bound_and_host, compare_markdown, host_record, markdown, plot, side_by_side
+from .command import bound_cpus
 from .errors import ScriptError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -147,8 +147,9 @@ def decode_bound(step_bytes: int | None, bytes_per_s: float | None, tpot_c1_ms: 
 
 
 def step_bytes(estimate: dict, context: int) -> int | None:
-    """What one decode step reads: the weights as held, and the KV of `context` tokens."""
-    weights = estimate.get("weight_bytes")
+    """What one decode step reads: the weights as held (a mixture-of-experts model's active ones), and the KV of
+    `context` tokens -- over all tensor-parallel ranks, each reading its share."""
+    weights = estimate.get("active_weight_bytes") or estimate.get("weight_bytes")
     return weights + estimate.get("kv_bytes_per_token", 0) * context if weights else None
 
 
@@ -338,11 +339,7 @@ def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> li
 def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -> tuple[dict, int]:
     """The summary document, table and plot of one served configuration."""
     target = serving_target(plan)
-    bind = (
-        hostfacts.parse_cpulist(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", ""))
-        if plan["env"].get("VLLM_CPU_OMP_THREADS_BIND", "") not in ("", "auto", "nobind")
-        else []
-    )
+    bind = bound_cpus({"vllm_cpu_omp_threads_bind": plan["env"].get("VLLM_CPU_OMP_THREADS_BIND")}) or []
     pin = plan["argv"][: plan["argv"].index(target["vllm"][0])] if plan["path"] == "host" else []
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind, pin)
     est = plan["inputs"]["estimate_memory"]

@@ -49,7 +49,8 @@ def settled_environ(proc: psutil.Process) -> dict | None:
         time.sleep(0.02)
 
 
-SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}")
+# Python's shared memory (psm_*), and the buffers tensor-parallel ranks reduce through (vllm_dist_*)
+SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}|vllm_dist_[0-9a-f]{1,64}-[A-Za-z0-9:_\[\]-]{1,64}")
 
 
 def recorded_segments(state: dict | None) -> list[str]:
@@ -59,7 +60,7 @@ def recorded_segments(state: dict | None) -> list[str]:
 
 
 def segments_in_use(pids: list[int] | None = None) -> set[str]:
-    """The /dev/shm/psm_* names these processes (default: every one we may read) map or hold open."""
+    """The /dev/shm segment names these processes (default: every one we may read) map or hold open."""
     held: set[str] = set()
     for pid in pids if pids is not None else [p.name for p in Path("/proc").glob("[0-9]*")]:
         with contextlib.suppress(OSError):

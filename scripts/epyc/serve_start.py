@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, validation
-from .command import server_env
+from .command import bound_cpus, server_env
 from .errors import ScriptError
 from .planner import plan_differences
 from .serve_procs import foreign_state, inspect_container, state_server
@@ -65,11 +65,10 @@ def cpus_not_here(plan: dict) -> str | None:
     (a sysroot or a hand-unpacked capture) names CPUs this machine does not have. None when all are here."""
     import psutil
 
-    try:
-        bind = set(hostfacts.parse_cpulist(plan["sizing"]["vllm_cpu_omp_threads_bind"]))
-    except ValueError:
+    bind = bound_cpus(plan["sizing"])
+    if bind is None:
         return plan["sizing"]["vllm_cpu_omp_threads_bind"]
-    missing = bind - set(psutil.Process().cpu_affinity())
+    missing = set(bind) - set(psutil.Process().cpu_affinity())
     return hostfacts.format_cpulist(missing) if missing else None
 
 

@@ -140,7 +140,7 @@ def stop_host(plan: dict, state: dict | None) -> dict:
 
 
 def free_segments(state: dict | None) -> list[str]:
-    """The shared-memory segments (/dev/shm/psm_*) verify saw this server map, once no process maps or holds
+    """The shared-memory segments (/dev/shm/psm_*, vllm_dist_*) verify saw this server map, once no process maps or holds
     them open: a killed engine, or a container's whose first process exited, never unlinks its own. Only a
     user's own: a root container's, run by a user in the docker group, are neither seen nor freed. -> the
     names freed."""
