@@ -167,7 +167,7 @@ def test_turin_nps4_sizes_one_engine_to_its_first_cores_node(script, make_sysroo
     assert d["vllm_cpu_omp_threads_bind"] == "128-255" and d["numa_nodes"] == [4, 5, 6, 7]
     nps = [w for w in d["warnings"] if w["check"] == "nps"]
     assert d["socket_ram_gb"] == 192.0 and nps and "4, 5, 6, 7" in nps[0]["message"]
-    assert "node 4's RAM" in nps[0]["message"] and "--tensor-parallel 4" in nps[0]["fix"]
+    assert "node 4's RAM" in nps[0]["message"] and "--tensor-parallel N" in nps[0]["fix"]
     assert d["container_cpuset"].endswith("--cpuset-mems=4,5,6,7") and d["ranks"][0]["numa_node"] == 4
 
 

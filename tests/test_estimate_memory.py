@@ -19,8 +19,9 @@ from conftest import (
 from epyc import (
     errors,
     kv_cache,
-    sizing,
+    model_params,
 )
+from epyc import estimate as estimate_module
 from hub_server import Hub
 from model_fixtures import (
     FIXTURES,
@@ -508,18 +509,18 @@ def test_fit_boundary_is_inclusive_and_the_suggestion_is_the_largest_block_that_
     kv_4096 = kv_cache.kv_bytes_for(lay, 4096, 128, 2048)
     assert kv_4096 == 2 * 32 * 128 * 1024  # 2 layers x 32 pages of 128 tokens x 1 KiB
     weights = 3 * gib - kv_4096  # weights + KV + 1 GiB reserve == 4 GiB exactly
-    exact = sizing.fit(weights, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    exact = estimate_module.fit(weights, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert exact["fits"] is True and "suggested_max_model_len" not in exact
-    one_byte_over = sizing.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    one_byte_over = estimate_module.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     # one byte too many: 31 pages (3968 tokens) still fit, 32 do not
     assert one_byte_over["fits"] is False and one_byte_over["suggested_max_model_len"] == 3968
     # the model's own limit caps the search, and no block at all gives None with the reason
-    assert sizing.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
-    nothing = sizing.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    assert estimate_module.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
+    nothing = estimate_module.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert nothing["suggested_max_model_len"] is None and nothing["action"].startswith("weights alone exceed RAM")
-    exactly_full = sizing.fit(3 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)  # budget 0: no KV at all
+    exactly_full = estimate_module.fit(3 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)  # budget 0: no KV at all
     assert exactly_full["action"].startswith("weights alone exceed RAM")
-    tight = sizing.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
+    tight = estimate_module.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
     assert tight["suggested_max_model_len"] is None and tight["action"].startswith("not even 128 tokens")
 
 
@@ -1114,10 +1115,8 @@ def test_weights_smaller_than_the_embedding_are_not_a_model(script, tmp_path, to
     (m / "model.safetensors.index.json").write_text('{"metadata": {"total_size": %d}}' % total)
     r = script("estimate_memory.py", "--model", str(m), "--ram-gb", "64")
     assert r.code == 1 and "the embedding alone" in r.doc["error"] and "--weight-gb" in r.doc["fix"]
-    from epyc import sizing
-
-    assert sizing.weight_floor({"vocab_size": 1000, "hidden_size": 64}) == 32000
-    assert sizing.weight_floor({"vocab_size": "x"}) == 1
+    assert model_params.weight_floor({"vocab_size": 1000, "hidden_size": 64}) == 32000
+    assert model_params.weight_floor({"vocab_size": "x"}) == 1
 
 
 # ---- F7: a dangling weight link

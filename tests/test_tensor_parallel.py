@@ -3,7 +3,9 @@ serves -- for a model bigger than one socket of the recorded dual Genoa (NPS1) a
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,9 +44,9 @@ def test_a_rank_holds_its_share_of_the_kv_heads_or_a_replica():
     assert rank_layout(mla, 2)["bytes_per_token"] == mla["bytes_per_token"]  # the one latent is on every rank
 
 
-def chain(tmp_path: Path, host: str, *tune_args: str, weight_gb: str | None = None):
+def chain(tmp_path: Path, host, *tune_args: str, weight_gb: str | None = None, last: str = "plan"):
     """The skill's chain on a recorded host tree (validate sees the fake docker): -> the last result."""
-    root = sysroots.build(tmp_path / "sr", sysroots.HOSTS[host])
+    root = sysroots.build(tmp_path / "sr", sysroots.HOSTS[host] if isinstance(host, str) else host)
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(QWEN3_235B))
     run, env = tmp_path / "run", {"FAKE_RT_DIR": str(tmp_path), "PATH": f"{FAKE_BIN}:/usr/bin:/bin"}
@@ -54,8 +56,10 @@ def chain(tmp_path: Path, host: str, *tune_args: str, weight_gb: str | None = No
         ["check_model.py", "--model", "Qwen/Qwen3-235B-A22B", "--config", str(cfg)],
         ["estimate_memory.py", "--config", str(cfg), *(["--weight-gb", weight_gb] if weight_gb else [])],
         ["cpu_tune.py", *tune_args],
-        ["launch.py", "plan", "--state-dir", str(tmp_path / "st")],
+        ["launch.py", "plan", "--state-dir", str(tmp_path / "st")][: 4 if last == "plan" else 0],
     ):
+        if not step:
+            break
         r = run_script(*step, "--run", str(run), env=env)
         if r.code:
             return r
@@ -70,7 +74,7 @@ def test_a_model_bigger_than_one_socket_is_one_engine_with_a_rank_per_node(tmp_p
     r = chain(tmp_path, host)
     assert r.code == 0, r.doc
     p, tune = r.doc, r.doc["inputs"]["cpu_tune"]
-    assert tune["tensor_parallel_size"] == ranks and "does not fit one socket" in tune["socket_choice_reason"]
+    assert tune["tensor_parallel_size"] == ranks and "does not fit one engine's memory" in tune["socket_choice_reason"]
     assert [x["numa_node"] for x in tune["ranks"]] == list(range(ranks))
     assert (tune["vllm_cpu_omp_threads_bind"] + "|").startswith(first) and tune["kv_granted_gb"] == rank_kv
     row = next(x for x in p["inputs"]["estimate_memory"]["tensor_parallel"] if x["ranks"] == ranks)
@@ -107,3 +111,48 @@ def test_one_too_big_for_the_host_or_unevenly_split_is_refused_with_the_numbers(
     assert r.code == 1 and "do not spread evenly over the 2 NUMA node(s)" in r.doc["error"]
     r = chain(tmp_path / "socket", "genoa_9654_2s_smt", "--tensor-parallel", "2", "--socket", "0")
     assert r.code == 1 and "--socket and --tensor-parallel both given" in r.doc["error"]
+
+
+def test_ranks_share_a_memory_limit_and_no_node_is_promised_twice(tmp_path):
+    limited = dataclasses.replace(sysroots.HOSTS["genoa_9654_2s_smt"], cgroup_memory_max=str(460 * 2**30))
+    tune = chain(tmp_path, limited, last="cpu_tune").doc  # each rank's weights + grant within its half of 460
+    assert tune["tensor_parallel_size"] == 2 and tune["weight_gb"] + tune["kv_granted_gb"] + 1 <= 230
+    r = chain(tmp_path / "nps4", "turin_9755_2s_nps4", "--socket", "0", weight_gb="20", last="cpu_tune")
+    assert r.doc["socket_ram_gb"] == 192.0, r.doc  # one engine on an NPS4 socket: its first core's node
+    assert chain(tmp_path / "one", "epyc_4584px", last="cpu_tune").code == 1  # 128 GiB, one node: estimate says no
+    run, cfg = str(tmp_path / "one" / "run"), str(tmp_path / "one" / "config.json")
+    assert run_script("estimate_memory.py", "--config", cfg, "--ram-gb", "1000", "--run", run).code == 0
+    one_node = run_script("cpu_tune.py", "--run", run)  # and nothing to split it over: the socket's refusal
+    assert one_node.code == 1 and "socket RAM 128 GiB cannot hold" in one_node.doc["error"], one_node.doc
+
+
+def test_a_bind_edited_away_from_its_ranks_is_refused(tmp_path):
+    assert chain(tmp_path, "genoa_9654_2s_smt", last="cpu_tune").code == 0
+    tune_file = tmp_path / "run" / "cpu_tune.json"
+    doc = json.loads(tune_file.read_text())
+    doc["vllm_cpu_omp_threads_bind"] = doc["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0-95"
+    tune_file.write_text(json.dumps(doc))
+    r = run_script("launch.py", "plan", "--run", str(tmp_path / "run"), "--state-dir", str(tmp_path / "st"))
+    assert r.code == 1 and "bind has 1 core list(s), its ranks say otherwise (2 ranks)" in r.doc["error"], r.doc
+
+
+def test_a_mixture_of_experts_step_reads_its_active_experts_whatever_the_bytes(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(QWEN3_235B))
+    full, four_bit = (
+        run_script("estimate_memory.py", "--config", str(cfg), *extra).doc for extra in ([], ["--weight-gb", "120"])
+    )
+    assert 40 < full["active_weight_bytes"] / 2**30 < 43  # 22B active parameters in bfloat16
+    assert four_bit["active_weight_bytes"] / full["active_weight_bytes"] == pytest.approx(120 / full["weight_gb"], 0.01)
+    assert [r["ranks"] for r in full["tensor_parallel"]] == [2, 4, 8]  # vLLM's shared-memory reduce stops at 8
+
+
+def test_the_env_format_says_the_ranks_vllm_must_be_told(tmp_path):
+    assert chain(tmp_path, "genoa_9654_2s_smt", last="cpu_tune").code == 0
+    env = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/cpu_tune.py"), "--format", "env", "--run", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "export VLLM_CPU_OMP_THREADS_BIND='0-95|96-191'" in env and "--tensor-parallel-size 2' >&2" in env

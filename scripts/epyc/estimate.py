@@ -17,7 +17,7 @@ from .kv_cache import (
     ssm_state_dtype,
     text_config,
 )
-from .sizing import config_weight_bytes, fit, idle_expert_params, replicated_params, weight_floor
+from .model_params import config_params, config_weight_bytes, idle_expert_params, replicated_params, weight_floor
 
 
 @dataclass
@@ -114,6 +114,57 @@ def stored_to_served(cfg: dict, serve_dtype: str, quant: dict | None) -> float:
     return 1.0 if quant or not stored else hf_model.SERVE_DTYPE_BYTES[serve_dtype] / stored
 
 
+def fit(
+    weight_bytes: int,
+    layout: dict,
+    max_model_len: int,
+    num_prompts: int,
+    ram_gb: float,
+    os_reserve_gb: float,
+    block: int,
+    model_max: int | None,
+    batched_tokens: int,
+) -> dict:
+    """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
+    fits (a multiple of the block size), or say that no context fits."""
+    kv = kv_bytes_for(layout, max_model_len, block, batched_tokens) * num_prompts
+    required = weight_bytes + kv + os_reserve_gb * GIB
+    ram = ram_gb * GIB
+    out = {
+        "max_model_len": max_model_len,
+        "num_prompts": num_prompts,
+        "weight_gb": bundle.gb(weight_bytes),
+        "kv_needed_gb": bundle.gb(kv),
+        "os_reserve_gb": os_reserve_gb,
+        "required_gb": bundle.gb(required),
+        "ram_gb": ram_gb,
+        "fits": required <= ram,
+    }
+    if out["fits"]:
+        return out
+    budget = ram - weight_bytes - os_reserve_gb * GIB
+    ceiling = (model_max or max_model_len) // block
+    lo, hi = 0, min(ceiling, max_model_len // block)
+    while lo < hi:  # largest number of blocks whose KV fits the budget
+        mid = (lo + hi + 1) // 2
+        if kv_bytes_for(layout, mid * block, block, batched_tokens) * num_prompts <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        out["suggested_max_model_len"] = None
+        out["action"] = (
+            "weights alone exceed RAM -- use a smaller model"
+            if budget <= 0
+            else f"not even {block} tokens of KV fit at {num_prompts} concurrent prompts -- "
+            "lower --num-prompts or use a smaller model"
+        )
+    else:
+        out["suggested_max_model_len"] = lo * block
+        out["action"] = f"lower --max-model-len to {lo * block} (or lower --num-prompts), or use a smaller model"
+    return out
+
+
 def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batched: int) -> list[str]:
     """What the KV figures hold for recurrent and sliding-window layers, in words."""
     notes = []
@@ -167,11 +218,13 @@ def rank_rows(m: Model, req: Request, max_len: int, block: int, sizes: list[int]
     return rows
 
 
-def active_weight_bytes(m: Model, dtype: str) -> int:
-    """The weights one decode step reads: all of a dense model's, a mixture-of-experts' without its idle experts."""
-    bits = (m.quant or {}).get("bits")
-    idle = idle_expert_params(m.cfg) * (bits / 8 if bits else hf_model.SERVE_DTYPE_BYTES[dtype])
-    return max(weight_floor(m.cfg), int(m.weights - idle))
+def active_weight_bytes(m: Model) -> int:
+    """The weights one decode step reads: all of a dense model's; a mixture-of-experts' less the share of its
+    parameters that sit in the experts a token skips (a share: the bytes may be quantized or given by hand)."""
+    params, idle = config_params(m.cfg), idle_expert_params(m.cfg)
+    if not params or not idle:
+        return m.weights
+    return max(weight_floor(m.cfg), int(m.weights * (1 - idle / sum(params))))
 
 
 def estimate(req: Request, epyc: dict) -> dict:
@@ -215,7 +268,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "weight_gb": bundle.gb(m.weights),
         "weight_bytes": m.weights,
         "weight_source": m.source,
-        "active_weight_bytes": active_weight_bytes(m, req.dtype),
+        "active_weight_bytes": active_weight_bytes(m),
         "quantization": m.quant,
         "kv_dtype": kv_dtype,
         "kv_attention": layout["attention"],

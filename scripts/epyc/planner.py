@@ -82,6 +82,13 @@ def mismatches(inp: dict) -> list[str]:
     ranks = tune.get("tensor_parallel_size") or 1
     # a rank holds the share of weights and KV the estimate's row for that many ranks gives it
     sized = est if ranks == 1 else next((r for r in est.get("tensor_parallel") or [] if r.get("ranks") == ranks), {})
+    if ranks > 1 and not sized:
+        out.append(f"cpu_tune.py split the model {ranks} ways, estimate_memory.py has no row for {ranks} ranks")
+    lists = str(tune.get("vllm_cpu_omp_threads_bind")).split("|")
+    if "ranks" in tune and (
+        lists != [r.get("cpus") for r in tune["ranks"] if isinstance(r, dict)] or len(lists) != ranks
+    ):
+        out.append(f"cpu_tune.py's bind has {len(lists)} core list(s), its ranks say otherwise ({ranks} ranks)")
     if tune.get("weight_gb") is not None and tune["weight_gb"] != sized.get("weight_gb"):
         out.append(
             f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights{f' per rank ({ranks})' if ranks > 1 else ''}, "

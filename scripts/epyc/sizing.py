@@ -9,7 +9,6 @@ import shlex
 from . import bundle, hostfacts, subproc
 from .bundle import GIB
 from .errors import ScriptError
-from .kv_cache import kv_bytes_for
 
 
 class DoesNotFit(ScriptError):
@@ -228,6 +227,9 @@ def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: di
 def env_lines(plan: dict) -> str:
     """Shell text safe to eval: every value quoted."""
     out = [f"# cpu_tune: socket {plan['chosen_socket']} ({plan['socket_choice_reason']})"]
+    if plan["tensor_parallel_size"] > 1:  # the bind holds one list per rank: vLLM needs as many ranks
+        note = f"cpu_tune: one list per rank: serve with --tensor-parallel-size {plan['tensor_parallel_size']}"
+        out.append(f"echo {shlex.quote(note)} >&2")
     for key, value in plan["env"].items():
         out.append(f"export {key}={shlex.quote(str(value))}")
     for w in plan.get("warnings") or []:
@@ -290,8 +292,8 @@ def tune_warnings(warning: str | None, quota_warning: dict | None, kv: dict, cho
                 "check": "nps",
                 "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's "
                 f"memory on the node of its first core, so the KV cache is sized to node {nodes[0]}'s RAM",
-                "fix": f"--tensor-parallel {len(nodes)} on cpu_tune.py puts one rank on each node: all their "
-                "memory and bandwidth",
+                "fix": "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all "
+                "their memory and bandwidth",
             }
         )
     return warnings
@@ -321,9 +323,10 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     try:
         return one_socket(facts, epyc, busy, args)
     except DoesNotFit as why:
-        if ranks == 1 or args.socket is not None or not getattr(args, "rank_table", None):
+        nodes = [n for n, cpus in facts.topology.node_cpus.items() if set(cpus) & set(facts.allowed_cpus)]
+        if ranks == 1 or args.socket is not None or not getattr(args, "rank_table", None) or len(nodes) < 2:
             raise
-        return across_nodes(facts, epyc, busy, args, None, f"the model does not fit one socket ({why.error})")
+        return across_nodes(facts, epyc, busy, args, None, f"the model does not fit one engine's memory ({why.error})")
 
 
 def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
@@ -353,14 +356,10 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
     if part:  # engine i of n on this socket: its slice of the cores, its share of the memory
         bind = share_cores(bind, *part)
     nodes = memory_nodes(topo, chosen, bind, part)
-    ram_gb = (  # vLLM keeps a worker's memory on its first core's node
-        bundle.gb(
-            socket_ram_bytes([topo.node_of_cpu.get(bind[0], nodes[0])], topo.node_mem_bytes, truth["usable_bytes"])
-        )
-        if len(nodes) > 1
-        else by_id[chosen]["ram_gb"] / (part[1] if part else 1)
-    )
-    where = "socket" if len(nodes) == 1 else f"node {topo.node_of_cpu.get(bind[0], nodes[0])}"
+    ram_gb, first = by_id[chosen]["ram_gb"] / (part[1] if part else 1), topo.node_of_cpu.get(bind[0], nodes[0])
+    if len(nodes) > 1:  # vLLM keeps a worker's memory on its first core's node: at most that node's
+        ram_gb = min(ram_gb, bundle.gb(socket_ram_bytes([first], topo.node_mem_bytes, truth["usable_bytes"])))
+    where = "socket" if len(nodes) == 1 else f"node {first}"
     kv = grant(epyc, args, ram_gb, args.os_reserve_gb / (part[1] if part else 1), vars(args), where)
     pins = pin_commands(bind, bind if part else usable, nodes, tool_presence())  # a part's container: its cores
     notes = list(truth["notes"]) + hostfacts.merged_note(topo)
@@ -370,7 +369,7 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
             f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound"
         )
     bind_s = hostfacts.format_cpulist(bind)
-    ranks = [{"rank": 0, "socket": chosen, "numa_node": topo.node_of_cpu.get(bind[0], nodes[0]), "cpus": bind_s}]
+    ranks = [{"rank": 0, "socket": chosen, "numa_node": first, "cpus": bind_s}]
     return tune_doc(
         facts, args, sockets, busy, (chosen, reason), ranks, reserved, kv, ram_gb, nodes, pins,
         tune_warnings(warning, quota_warning, kv, chosen, nodes), notes,
@@ -399,13 +398,16 @@ def grant(epyc: dict, args: argparse.Namespace, ram_gb: float, reserve_gb: float
     )
 
 
-def rank_cores(topo: hostfacts.Topology, allowed: set, nodes: list[int], ranks: int, reserve: int) -> list[list[int]]:
-    """Each rank's physical cores: ranks / nodes ranks on every NUMA node, each a contiguous slice of its cores."""
-    per_node, out = ranks // len(nodes), []
+def rank_cores(
+    topo: hostfacts.Topology, allowed: set, nodes: list[int], ranks: int, reserve: int
+) -> tuple[list[list[int]], list[int]]:
+    """Each rank's physical cores: ranks / nodes ranks on every NUMA node, each a contiguous slice of its cores
+    less `reserve` per node -> (the ranks' cores, the cores held back)."""
+    per_node, out, held = ranks // len(nodes), [], []
     for node in nodes:
-        bind, _ = split_reserved(topo.physical_cores([c for c in topo.node_cpus[node] if c in allowed]), reserve)
-        out += [share_cores(bind, i, per_node) for i in range(per_node)]
-    return out
+        bind, kept = split_reserved(topo.physical_cores([c for c in topo.node_cpus[node] if c in allowed]), reserve)
+        out, held = out + [share_cores(bind, i, per_node) for i in range(per_node)], held + kept
+    return out, held
 
 
 def across_nodes(
@@ -421,7 +423,7 @@ def across_nodes(
     table = {row["ranks"]: row for row in getattr(args, "rank_table", None) or []}
     if args.socket is not None:
         raise ScriptError("--socket and --tensor-parallel both given", "drop --socket: the ranks use every node")
-    if ranks < 2 or ranks % len(nodes):
+    if ranks < 2 or not nodes or ranks % len(nodes):
         raise ScriptError(
             f"{reason}, and {ranks} ranks do not spread evenly over the {len(nodes)} NUMA node(s) this process "
             "may use (vLLM binds each rank's memory to one node)",
@@ -436,13 +438,16 @@ def across_nodes(
     truth = hostfacts.memory_truth(
         facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, epyc["memory"]["sysfs_disagreement_tolerance"]
     )  # fmt: skip
-    per_node = ranks // len(nodes)
-    ram_gb = min(bundle.gb(socket_ram_bytes([n], topo.node_mem_bytes, truth["usable_bytes"])) for n in nodes) / per_node
+    per_node, limit = ranks // len(nodes), truth["usable_bytes"] // len(nodes)  # a cgroup limit is shared by all
+    ram_gb = min(bundle.gb(socket_ram_bytes([n], topo.node_mem_bytes, limit)) for n in nodes) / per_node
     row = {**table[ranks], "kv_per_sequence_gb": table[ranks]["kv_bytes_per_sequence"] / GIB}
     kv = grant(epyc, args, ram_gb, args.os_reserve_gb / per_node, row, "rank's node")
-    cores = rank_cores(topo, allowed, nodes, ranks, args.reserve_cores)
-    if facts.cpu_quota is not None and sum(map(len, cores)) > facts.cpu_quota:
-        cores = [c[: max(1, math.floor(facts.cpu_quota / ranks))] for c in cores]
+    cores, reserved = rank_cores(topo, allowed, nodes, ranks, args.reserve_cores)
+    # a step runs at the slowest rank's pace: every rank gets as many cores as the smallest, within the quota
+    even = min(map(len, cores))
+    if facts.cpu_quota is not None:
+        even = max(1, min(even, math.floor(facts.cpu_quota / ranks)))
+    trimmed, cores = sum(map(len, cores)) - even * ranks, [c[:even] for c in cores]
     bind = sorted(c for rank in cores for c in rank)
     usable = sorted(c for n in nodes for c in topo.node_cpus[n] if c in allowed)
     sockets = socket_rows(facts, truth["usable_bytes"], busy)
@@ -455,13 +460,18 @@ def across_nodes(
     ]  # fmt: skip
     if kv["warning"]:
         warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger host"})
+    if trimmed:
+        warnings.append(
+            {"check": "cpu_quota", "message": f"{even} cores per rank: {trimmed} left unbound so that every rank "
+             "has as many (the cgroup CPU quota, or nodes with fewer usable cores)", "fix": None}
+        )  # fmt: skip
     ranks_doc = [
         {"rank": i, "socket": topo.package[c[0]], "numa_node": topo.node_of_cpu[c[0]], "cpus": hostfacts.format_cpulist(c)}
         for i, c in enumerate(cores)
     ]  # fmt: skip
     reason = f"{reason}; over NUMA node(s) {','.join(map(str, nodes))}"
     return tune_doc(
-        facts, args, sockets, busy, (ranks_doc[0]["socket"], reason), ranks_doc, [], kv, ram_gb, nodes,
+        facts, args, sockets, busy, (ranks_doc[0]["socket"], reason), ranks_doc, reserved, kv, ram_gb, nodes,
         pin_commands(bind, usable, nodes, tool_presence()), warnings, list(truth["notes"]) + hostfacts.merged_note(topo),
         weight_gb=row["weight_gb"], kv_needed_gb=row["kv_needed_gb"],
     )  # fmt: skip
@@ -503,127 +513,3 @@ def tune_doc(
         "notes": notes,
         "env": {"VLLM_CPU_OMP_THREADS_BIND": bind_s, "VLLM_CPU_KVCACHE_SPACE": kv["kv_gb"]},
     }
-
-
-# ---------------------------------------------------------------- pure decisions
-
-
-def fit(
-    weight_bytes: int,
-    layout: dict,
-    max_model_len: int,
-    num_prompts: int,
-    ram_gb: float,
-    os_reserve_gb: float,
-    block: int,
-    model_max: int | None,
-    batched_tokens: int,
-) -> dict:
-    """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
-    fits (a multiple of the block size), or say that no context fits."""
-    kv = kv_bytes_for(layout, max_model_len, block, batched_tokens) * num_prompts
-    required = weight_bytes + kv + os_reserve_gb * GIB
-    ram = ram_gb * GIB
-    out = {
-        "max_model_len": max_model_len,
-        "num_prompts": num_prompts,
-        "weight_gb": bundle.gb(weight_bytes),
-        "kv_needed_gb": bundle.gb(kv),
-        "os_reserve_gb": os_reserve_gb,
-        "required_gb": bundle.gb(required),
-        "ram_gb": ram_gb,
-        "fits": required <= ram,
-    }
-    if out["fits"]:
-        return out
-    budget = ram - weight_bytes - os_reserve_gb * GIB
-    ceiling = (model_max or max_model_len) // block
-    lo, hi = 0, min(ceiling, max_model_len // block)
-    while lo < hi:  # largest number of blocks whose KV fits the budget
-        mid = (lo + hi + 1) // 2
-        if kv_bytes_for(layout, mid * block, block, batched_tokens) * num_prompts <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo == 0:
-        out["suggested_max_model_len"] = None
-        out["action"] = (
-            "weights alone exceed RAM -- use a smaller model"
-            if budget <= 0
-            else f"not even {block} tokens of KV fit at {num_prompts} concurrent prompts -- "
-            "lower --num-prompts or use a smaller model"
-        )
-    else:
-        out["suggested_max_model_len"] = lo * block
-        out["action"] = f"lower --max-model-len to {lo * block} (or lower --num-prompts), or use a smaller model"
-    return out
-
-
-# ---------------------------------------------------------------- main
-
-
-def weight_floor(cfg: dict) -> int:
-    """The fewest bytes a checkpoint of this config can hold: its token embedding (vocab x hidden) at 4 bits,
-    the narrowest a checkpoint stores it in. A 1-byte .bin or a total_size of 1 sized as "fits" otherwise."""
-    vocab, hidden = cfg.get("vocab_size"), cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("n_embd")
-    ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (vocab, hidden))
-    return vocab * hidden // 2 if ints else 1
-
-
-def _positive(cfg: dict, *keys: str) -> int:
-    return next((v for k in keys if isinstance(v := cfg.get(k), int) and not isinstance(v, bool) and v > 0), 0)
-
-
-def config_params(cfg: dict) -> tuple[int, int] | None:
-    """(embedding, layer) parameters of a decoder from its config alone -- token embedding (and an untied LM
-    head), attention, a gated MLP or its experts: the weights of a model planned without its checkpoint.
-    None when a shape it needs is missing."""
-    hidden, layers, vocab = (
-        _positive(cfg, "hidden_size"),
-        _positive(cfg, "num_hidden_layers"),
-        _positive(cfg, "vocab_size"),
-    )
-    heads = _positive(cfg, "num_attention_heads")
-    if not (hidden and layers and vocab and heads):
-        return None
-    kv_heads, head_dim = _positive(cfg, "num_key_value_heads") or heads, _positive(cfg, "head_dim") or hidden // heads
-    attention = hidden * head_dim * 2 * (heads + kv_heads)
-    inter = _positive(cfg, "intermediate_size") or 4 * hidden
-    experts = _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")
-    if experts:
-        expert = _positive(cfg, "moe_intermediate_size") or inter
-        shared = _positive(cfg, "shared_expert_intermediate_size") + _positive(cfg, "n_shared_experts") * expert
-        mlp = 3 * hidden * (experts * expert + shared) + hidden * experts  # + the router
-    else:
-        mlp = 3 * hidden * inter
-    embedding = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    return embedding, layers * (attention + mlp + 2 * hidden)
-
-
-def config_weight_bytes(cfg: dict, serve_dtype_bytes: float, bits: int | None) -> int | None:
-    """Weight bytes from config_params: layers at the checkpoint's quantized bits when it has them, the rest
-    at the serving dtype."""
-    params = config_params(cfg)
-    if params is None:
-        return None
-    embedding, layers = params
-    return int(embedding * serve_dtype_bytes + layers * (bits / 8 if bits else serve_dtype_bytes))
-
-
-def replicated_params(cfg: dict) -> int:
-    """Parameters every tensor-parallel rank holds whole: the norms and an MoE router (vLLM shards the rest,
-    the vocabulary included)."""
-    hidden, layers = _positive(cfg, "hidden_size", "d_model", "n_embd"), _positive(cfg, "num_hidden_layers")
-    return layers * hidden * (2 + _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")) + hidden
-
-
-def idle_expert_params(cfg: dict) -> int:
-    """Parameters of the experts a token does not route to: a decode step of a mixture-of-experts model reads
-    only the active ones (0 for a dense model)."""
-    experts = _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")
-    active = _positive(cfg, "num_experts_per_tok", "moe_topk")
-    if not experts or not active or active >= experts:
-        return 0
-    layers = _positive(cfg, "num_hidden_layers") - _positive(cfg, "first_k_dense_replace")
-    expert = _positive(cfg, "moe_intermediate_size") or _positive(cfg, "intermediate_size")
-    return max(0, layers) * 3 * _positive(cfg, "hidden_size") * expert * (experts - active)
