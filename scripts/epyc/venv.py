@@ -24,13 +24,13 @@ print("@@DEPS@@" + json.dumps(out))
 
 
 def installed_versions(python: str, dists: list[str]) -> dict:
-    found, why = subproc.run_probe(
-        [python],
-        VERSIONS_CODE % (dists,),
-        "@@DEPS@@",
-        timeout=60,
-        shape={"type": "object", "additionalProperties": {"type": ["string", "null"]}},
-    )
+    """Each distribution's version in `python`, None where it has none. Checked by hand, not by schema: this
+    runs before jsonschema is installed (bootstrap on a bare python3)."""
+    found, why = subproc.run_probe([python], VERSIONS_CODE % (dists,), "@@DEPS@@", timeout=60)
+    if found is not None and not (
+        set(found) == set(dists) and all(isinstance(found[d], (str, type(None))) for d in dists)
+    ):
+        found, why = None, "its answer is not a version per distribution"
     if found is None:
         raise ScriptError(f"cannot query {python}: {why}", f"delete {BUNDLE_VENV} and run bootstrap.py again")
     return found
