@@ -968,8 +968,9 @@ def test_port_taken_before_start(script, tmp_path, inputs, live_tune):
         (lambda p: p["env"].update(LD_PRELOAD="/tmp/evil.so"), "env"),
         (lambda p: p.update(image="docker.io/evil/image:1"), "image"),
         # a bind its cpuset holds: with numactl the pin prefix still fits and the rendered argv differs; without it
-        # (taskset -c, exactly the bind) the pin prefix itself no longer fits the bind
-        (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv|taskset prefix"),
+        # (taskset -c, exactly the bind) the pin prefix itself no longer fits the bind; or the plan's cross-check
+        # refuses it first: the bind is no longer its ranks' cores
+        (lambda p: p["inputs"]["cpu_tune"].update(vllm_cpu_omp_threads_bind="96-100"), "argv|taskset prefix|rank"),
     ],
 )
 def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle):
@@ -982,5 +983,5 @@ def test_start_refuses_an_edited_plan(script, inputs, rt, tmp_path, edit, needle
     before = len(calls(d))
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=env)
     assert r.code == 1 and r.doc["phase"] == "start"
-    assert re.search(needle, r.doc["error"]) and ("differs" in r.doc["error"] or "taskset prefix" in r.doc["error"])
+    assert re.search(needle, r.doc["error"]) and re.search("differs|taskset prefix|not one core list", r.doc["error"])
     assert not any(c["argv"][0] in ("run", "pull", "rm") for c in calls(d)[before:])

@@ -133,7 +133,7 @@ def test_a_bind_edited_away_from_its_ranks_is_refused(tmp_path):
     doc["vllm_cpu_omp_threads_bind"] = doc["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "0-95"
     tune_file.write_text(json.dumps(doc))
     r = run_script("launch.py", "plan", "--run", str(tmp_path / "run"), "--state-dir", str(tmp_path / "st"))
-    assert r.code == 1 and "bind has 1 core list(s), its ranks say otherwise (2 ranks)" in r.doc["error"], r.doc
+    assert r.code == 1 and "binds 0-95, not one core list per rank of its 2 ranks" in r.doc["error"], r.doc
 
 
 def test_a_mixture_of_experts_step_reads_its_active_experts_whatever_the_bytes(tmp_path):

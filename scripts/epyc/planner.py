@@ -88,7 +88,10 @@ def mismatches(inp: dict) -> list[str]:
     if "ranks" in tune and (
         lists != [r.get("cpus") for r in tune["ranks"] if isinstance(r, dict)] or len(lists) != ranks
     ):
-        out.append(f"cpu_tune.py's bind has {len(lists)} core list(s), its ranks say otherwise ({ranks} ranks)")
+        out.append(
+            f"cpu_tune.py binds {masking.clip(str(tune.get('vllm_cpu_omp_threads_bind')), 80)}, not one core list "
+            f"per rank of its {ranks} ranks"
+        )
     if tune.get("weight_gb") is not None and tune["weight_gb"] != sized.get("weight_gb"):
         out.append(
             f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights{f' per rank ({ranks})' if ranks > 1 else ''}, "
