@@ -27,6 +27,7 @@ import pytest
 from conftest import (
     E2E_KV_GB,
     ROOT,
+    SCRIPT_OF,
     free_port,
     load_while,
     run_script,
@@ -108,6 +109,15 @@ def plan_for(
     assert plan.code == 0, plan.doc
     assert plan.doc["backend"] == stack["backend"]
     return save(tmp, "plan", plan), {"plan": plan.doc, "estimate": est.doc, "tune": tune.doc}
+
+
+def run_folder(tmp: Path, name: str, *docs: str) -> Path:
+    """A run folder holding the documents plan_for saved (`docs`: their short names), as each script names its own."""
+    run = tmp / name
+    run.mkdir()
+    for doc in docs:
+        (run / f"{SCRIPT_OF[doc]}.json").write_text((tmp / f"{doc}.json").read_text())
+    return run
 
 
 def serve_verify_stop(plan_file: Path, plan: dict) -> str:
@@ -323,19 +333,12 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
     """Issue 33's proof on the runner: its cores split between two real vLLM engines behind the real
     vllm-router, through the scripts. Chat through the router reaches both engines; one engine killed,
     verify names it and the router still answers; stop leaves no process."""
-    import shutil
-
     from epyc.serve_verify import http
 
     assert run_script("setup_host_stack.py", "--router", timeout=900).code == 0
     model = models["tiny"]["folder"]
     plan_for(tmp_path, stack, model)
-    run = tmp_path / "fleet"
-    run.mkdir()
-    for src, name in (("check", "check_model"), ("estimate", "estimate_memory"), ("tune", "cpu_tune")):
-        shutil.copy(tmp_path / f"{src}.json", run / f"{name}.json")
-    for name in ("detect", "validate"):
-        shutil.copy(tmp_path / f"{name}.json", run / f"{name}.json")
+    run = run_folder(tmp_path, "fleet", "detect", "validate", "check", "estimate", "tune")
     port = free_port()
     p = run_script("launch.py", "plan", "--engines", "2", "--port", str(port), "--run", str(run))
     assert p.code == 0, p.doc
@@ -402,14 +405,9 @@ def test_one_engine_in_two_tensor_parallel_ranks(stack, models, tmp_path):
     """Issue 44's proof on the runner: the chain with --tensor-parallel 2 serves one engine as two ranks of one
     core each; vLLM's KV cache per rank is the plan's (within 5 %); stop leaves no process and none of the
     shared-memory buffers the ranks reduce through."""
-    import shutil
-
     model = models["tiny"]["folder"]
     plan_for(tmp_path, stack, model)
-    run = tmp_path / "tp"
-    run.mkdir()
-    for src, name in (("detect", "detect"), ("validate", "validate"), ("check", "check_model")):
-        shutil.copy(tmp_path / f"{src}.json", run / f"{name}.json")
+    run = run_folder(tmp_path, "tp", "detect", "validate", "check")
     est = run_script("estimate_memory.py", "--model", model, "--max-model-len", "2048", "--run", str(run))
     assert est.code == 0 and est.doc["tensor_parallel"][0]["ranks"] == 2, est.doc
     tune = run_script("cpu_tune.py", "--tensor-parallel", "2", "--run", str(run))

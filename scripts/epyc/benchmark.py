@@ -339,7 +339,7 @@ def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> li
 def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -> tuple[dict, int]:
     """The summary document, table and plot of one served configuration."""
     target = serving_target(plan)
-    bind = bound_cpus({"vllm_cpu_omp_threads_bind": plan["env"].get("VLLM_CPU_OMP_THREADS_BIND")}) or []
+    bind = bound_cpus(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND")) or []
     pin = plan["argv"][: plan["argv"].index(target["vllm"][0])] if plan["path"] == "host" else []
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind, pin)
     est = plan["inputs"]["estimate_memory"]

@@ -198,10 +198,9 @@ def pin_prefix_problem(
     return None
 
 
-def bound_cpus(tune: dict) -> list[int] | None:
-    """The CPUs cpu_tune binds vLLM's OpenMP threads to (VLLM_CPU_OMP_THREADS_BIND, every rank's), or None when
-    it binds none by list (`nobind`, `auto`)."""
-    value = tune.get("vllm_cpu_omp_threads_bind")
+def bound_cpus(value: object) -> list[int] | None:
+    """The CPUs a VLLM_CPU_OMP_THREADS_BIND value binds vLLM's OpenMP threads to (every rank's), or None when it
+    binds none by list (`nobind`, `auto`)."""
     lists = value.split("|") if isinstance(value, str) else []  # a list per tensor-parallel rank
     if not lists or not all(_CPULIST.fullmatch(x) for x in lists):
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import bundle, hostfacts
-from .hostfacts import HostFacts, memory_truth, merged_note, parse_cpuinfo
+from .hostfacts import HostFacts, merged_note, parse_cpuinfo
 
 
 def this_cpu() -> dict | None:
@@ -141,9 +141,7 @@ def report(f: HostFacts, epyc: dict) -> dict:
     cpu, topo = f.cpu, f.topology
     gen = classify_generation(cpu["brand"], cpu["family"], cpu["model"], epyc["generations"])
     flags = cpu["flags"]
-    mem = memory_truth(
-        f.mem_total_bytes, f.memory_limit_bytes, topo.node_mem_bytes, epyc["memory"]["sysfs_disagreement_tolerance"]
-    )
+    mem = f.memory(epyc["memory"]["sysfs_disagreement_tolerance"])
     physical = topo.physical_cores()
     amd_epyc = is_amd_epyc(cpu["vendor"], cpu["brand"], gen["generation_source"])
     supported = amd_epyc and gen["epyc_generation"] in epyc["supported_generations"]

@@ -202,10 +202,8 @@ def rank_rows(m: Model, req: Request, max_len: int, block: int, sizes: list[int]
         layout = rank_layout(m.layout, n)
         if layout is None:
             continue
-        weights, per_seq = (
-            (m.weights - whole) // n + whole,
-            kv_bytes_for(layout, max_len, block, req.max_num_batched_tokens),
-        )
+        weights = (m.weights - whole) // n + whole
+        per_seq = kv_bytes_for(layout, max_len, block, req.max_num_batched_tokens)
         rows.append(
             {
                 "ranks": n,

@@ -367,6 +367,10 @@ class HostFacts:
     sysroot: Sysroot
     cpu_quota: float | None = None
 
+    def memory(self, tolerance: float) -> dict:
+        """memory_truth of these facts."""
+        return memory_truth(self.mem_total_bytes, self.memory_limit_bytes, self.topology.node_mem_bytes, tolerance)
+
 
 def _first_readable(sr: Sysroot, paths: list[str]) -> str | None:
     for p in paths:

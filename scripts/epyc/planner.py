@@ -66,6 +66,13 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
 LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")
 
 
+def rank_share(est: dict, ranks: int) -> dict:
+    """What one of `ranks` tensor-parallel ranks holds: the estimate itself for one, else its row for that many
+    ranks ({} when it has none: mismatches says so)."""
+    rows = est.get("tensor_parallel") or []
+    return est if ranks == 1 else next((r for r in rows if isinstance(r, dict) and r.get("ranks") == ranks), {})
+
+
 def mismatches(inp: dict) -> list[str]:
     """Why the five documents do not describe one serve: each script echoes the inputs its decision
     used, so a set assembled from different runs (another model, other weights, a KV grant below the
@@ -80,8 +87,7 @@ def mismatches(inp: dict) -> list[str]:
             f"{est.get('revision') or 'main'}"
         )
     ranks = tune.get("tensor_parallel_size") or 1
-    # a rank holds the share of weights and KV the estimate's row for that many ranks gives it
-    sized = est if ranks == 1 else next((r for r in est.get("tensor_parallel") or [] if r.get("ranks") == ranks), {})
+    sized = rank_share(est, ranks)
     if ranks > 1 and not sized:
         out.append(f"cpu_tune.py split the model {ranks} ways, estimate_memory.py has no row for {ranks} ranks")
     lists = str(tune.get("vllm_cpu_omp_threads_bind")).split("|")
@@ -204,7 +210,10 @@ def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
             "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
         )
     problem = pin_prefix_problem(
-        tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []), tune.get("numa_nodes"), bound_cpus(tune)
+        tune.get("host_pin_argv", []),
+        tune.get("container_cpuset_argv", []),
+        tune.get("numa_nodes"),
+        bound_cpus(tune.get("vllm_cpu_omp_threads_bind")),
     )
     if problem:
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
@@ -396,7 +405,7 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     sized = (est.get("fit") or {}).get("max_model_len")
     batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
     ranks = tune.get("tensor_parallel_size") or 1
-    rank = est if ranks == 1 else next(r for r in est["tensor_parallel"] if r["ranks"] == ranks)  # what one rank holds
+    rank = rank_share(est, ranks)
     per_seq = (
         rank.get("kv_bytes_per_sequence") if not opt.get("max_model_len") or opt["max_model_len"] == sized else None
     )

@@ -65,7 +65,7 @@ def cpus_not_here(plan: dict) -> str | None:
     (a sysroot or a hand-unpacked capture) names CPUs this machine does not have. None when all are here."""
     import psutil
 
-    bind = bound_cpus(plan["sizing"])
+    bind = bound_cpus(plan["sizing"]["vllm_cpu_omp_threads_bind"])
     if bind is None:
         return plan["sizing"]["vllm_cpu_omp_threads_bind"]
     missing = set(bind) - set(psutil.Process().cpu_affinity())

@@ -323,8 +323,12 @@ def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, 
     try:
         return one_socket(facts, epyc, busy, args)
     except DoesNotFit as why:
-        nodes = [n for n, cpus in facts.topology.node_cpus.items() if set(cpus) & set(facts.allowed_cpus)]
-        if ranks == 1 or args.socket is not None or not getattr(args, "rank_table", None) or len(nodes) < 2:
+        if (
+            ranks == 1
+            or args.socket is not None
+            or not getattr(args, "rank_table", None)
+            or len(usable_nodes(facts)) < 2
+        ):
             raise
         return across_nodes(facts, epyc, busy, args, None, f"the model does not fit one engine's memory ({why.error})")
 
@@ -334,12 +338,7 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
     `args` holds the flags it reads: socket, busy_threshold, reserve_cores, weight_gb, kv_needed_gb,
     os_reserve_gb, and part: (i, n) for engine i of n sharing the socket (a fleet on a socket of its own)."""
     topo, allowed = facts.topology, set(facts.allowed_cpus)
-    truth = hostfacts.memory_truth(
-        facts.mem_total_bytes,
-        facts.memory_limit_bytes,
-        topo.node_mem_bytes,
-        epyc["memory"]["sysfs_disagreement_tolerance"],
-    )
+    truth = facts.memory(epyc["memory"]["sysfs_disagreement_tolerance"])
     sockets = socket_rows(facts, truth["usable_bytes"], busy)
     by_id = {d["socket"]: d for d in sockets}
     candidates = [d["socket"] for d in sockets if d["allowed_cpus"]]
@@ -374,6 +373,12 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
         facts, args, sockets, busy, (chosen, reason), ranks, reserved, kv, ram_gb, nodes, pins,
         tune_warnings(warning, quota_warning, kv, chosen, nodes), notes,
     )  # fmt: skip
+
+
+def usable_nodes(facts: hostfacts.HostFacts) -> list[int]:
+    """The NUMA nodes holding a CPU this process may use, in id order."""
+    allowed = set(facts.allowed_cpus)
+    return [n for n in sorted(facts.topology.node_cpus) if allowed & set(facts.topology.node_cpus[n])]
 
 
 def tool_presence() -> dict[str, bool]:
@@ -417,8 +422,7 @@ def across_nodes(
     """One engine, tensor parallel: a rank per NUMA node this process may use (or several, sharing its cores, when
     --tensor-parallel asks for more), each sized from its own node's memory -- vLLM binds a rank's memory to
     the node of its first core -- with the share of weights and KV the estimate's table gives it."""
-    topo, allowed = facts.topology, set(facts.allowed_cpus)
-    nodes = [n for n in sorted(topo.node_cpus) if allowed & set(topo.node_cpus[n])]
+    topo, allowed, nodes = facts.topology, set(facts.allowed_cpus), usable_nodes(facts)
     ranks = forced or len(nodes)
     table = {row["ranks"]: row for row in getattr(args, "rank_table", None) or []}
     if args.socket is not None:
@@ -435,9 +439,7 @@ def across_nodes(
             + (f" (its heads allow {sorted(table)})" if table else " (no estimate_memory.py per-rank table)"),
             "run estimate_memory.py in the same --run first" if not table else "use a smaller model",
         )
-    truth = hostfacts.memory_truth(
-        facts.mem_total_bytes, facts.memory_limit_bytes, topo.node_mem_bytes, epyc["memory"]["sysfs_disagreement_tolerance"]
-    )  # fmt: skip
+    truth = facts.memory(epyc["memory"]["sysfs_disagreement_tolerance"])
     per_node, limit = ranks // len(nodes), truth["usable_bytes"] // len(nodes)  # a cgroup limit is shared by all
     ram_gb = min(bundle.gb(socket_ram_bytes([n], topo.node_mem_bytes, limit)) for n in nodes) / per_node
     row = {**table[ranks], "kv_per_sequence_gb": table[ranks]["kv_bytes_per_sequence"] / GIB}
