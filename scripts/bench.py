@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bench_plan, bundle, cli, fleet, runs
+from epyc import argtypes, bench_plan, bundle, cli, deployment, fleet, runs
 from epyc.benchmark import compare, finish, loopback_env, run_matrix
 from epyc.errors import ScriptError
 
@@ -64,20 +64,20 @@ def main(argv: Sequence[str] | None = None):
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)
     epyc = bundle.load_epyc()
-    kind = fleet.file_kind(args.plan)  # the plan file read once to say which kind it is
+    kind = deployment.kind_of(args.plan)
     if kind == "front":
         raise ScriptError(
             f"{args.plan} is a front router over several hosts: bench measures one host's plan or fleet",
             "run bench on each host, with that host's plan",
         )
-    the_fleet = fleet.read_fleet(args.plan, "bench", epyc) if kind == "fleet" else None
+    the_fleet = deployment.open_deployment(args.plan, "bench", epyc) if kind == "fleet" else None
     if the_fleet:  # the router's endpoint, measured as one engine's plan with every engine's cores
-        args.plan = the_fleet[0]["engines"][0]
+        args.plan = the_fleet.doc["engines"][0]
     plan, state = bench_plan.checked_plan(args, epyc)
     if the_fleet:
         if args.compare:
             raise ScriptError("--compare serves one engine's sizings, not a fleet", "bench the fleet without it")
-        plan = fleet.as_one_endpoint(*the_fleet)
+        plan = fleet.as_one_endpoint(the_fleet.doc, the_fleet.engines)
     out = bench_plan.result_dir(args.out) if args.out else bench_plan.new_bench_dir(Path(plan["state_dir"]))
     env = loopback_env(dict(os.environ))
     if plan.get("api_key_env"):  # vllm bench serve reads the key from OPENAI_API_KEY: by value, in env only

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, fleet, front, jsonio, runs
+from epyc import argtypes, bundle, cli, deployment, errors, fleet, front, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.planfile import host_facts
 from epyc.planner import SERVE_OPTIONS, SIZINGS, build_plan
-from epyc.up import check_default_state_dir, life_verb, state_dir_arg, up
+from epyc.up import check_default_state_dir, state_dir_arg, up
 
 # plan's flag -> the script whose output it takes
 INPUT_FLAGS = dict(zip(("detect", "validate", "check", "estimate", "tune"), bundle.INPUT_SCRIPTS))
@@ -93,9 +93,18 @@ def add_plan(sub, epyc: dict) -> None:
     )
 
 
+LIFE_VERBS = {
+    "start": "launch what the plan says, after the human approved it (--confirm); on a running fleet or front, "
+    "start again only what failed while the rest serves",
+    "verify": "health, the model listed, one real request (a fleet: each engine, then through the router)",
+    "handoff": "the connection table and client examples, once verify passed",
+    "stop": "stop exactly what start started, and remove what it left",
+}
+
+
 def add_life_verbs(sub, epyc: dict) -> None:
-    for name in ("start", "verify", "handoff", "stop"):
-        sp = sub.add_parser(name)
+    for name, what in LIFE_VERBS.items():
+        sp = sub.add_parser(name, help=what, description=what)
         sp.add_argument("--plan", type=argtypes.nonempty, help="the plan JSON file (default: the run's plan.json)")
         runs.add_run_arg(sp)
         if name == "start":
@@ -142,7 +151,7 @@ def add_up(sub, epyc: dict) -> None:
 
 def plan_from_files(a, epyc: dict) -> dict:
     """launch.py plan: the five documents read and checked, then the plan."""
-    fleet.refuse_a_running_fleet(runs.run_dir(a.run))  # before its plan.json is replaced
+    deployment.refuse_to_plan_over(runs.run_dir(a.run))  # before its plan.json is replaced
     folder = runs.keep(a, "plan")
     if a.hosts:
         others = [f"--{k.replace('_', '-')}" for k in (*INPUT_FLAGS, *PLAN_OPTIONS, "engines") if k not in FRONT_FLAGS]
@@ -185,15 +194,14 @@ def main(argv: Sequence[str] | None = None):
         return plan_from_files(a, epyc), errors.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), errors.EXIT_OK
-    a.plan = a.plan or str(runs.run_dir(a.run) / "plan.json")
-    kind = fleet.file_kind(a.plan)
-    if kind:
-        return (front if kind == "front" else fleet).life_verb(a, epyc), errors.EXIT_OK
-    try:
-        return life_verb(a, epyc)
-    except ScriptError as exc:  # a refusal from below (the runtime, the engine) names the verb it stopped
-        exc.extra.setdefault("phase", a.cmd)
-        raise
+    kw = (
+        {"confirm": a.confirm, "pull": a.pull}
+        if a.cmd == "start"
+        else {"timeout": a.timeout}
+        if a.cmd == "verify"
+        else {}
+    )
+    return deployment.act(a.cmd, a.plan or str(runs.run_dir(a.run) / "plan.json"), epyc, **kw), errors.EXIT_OK
 
 
 if __name__ == "__main__":

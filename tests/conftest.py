@@ -25,6 +25,7 @@ from epyc import (
     hubcache,
     planfile,
     planner,
+    process,
     serve_procs,
     serve_start,
     serve_state,
@@ -439,7 +440,6 @@ def leader_killed_workers_left(tmp_path, plan):
 
     from conftest import server_mode
     from epyc import (
-        serve_procs,
         serve_start,
     )
 
@@ -448,7 +448,7 @@ def leader_killed_workers_left(tmp_path, plan):
     pgid = serve_state.read_state(plan)["pgid"]
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(serve_procs.group_scan(pgid, 0)) < 2:
+        while time.monotonic() < deadline and len(process.group_scan(pgid, 0)) < 2:
             time.sleep(0.2)
         os.kill(pgid, signal.SIGKILL)  # the leader only
         time.sleep(1)

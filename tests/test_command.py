@@ -9,7 +9,7 @@ import time
 from epyc import (
     command,
     preload,
-    serve_procs,
+    process,
 )
 from epyc.bundle import load_epyc
 
@@ -101,10 +101,10 @@ def test_a_server_inside_execve_is_still_alive_and_ours():
             proc = psutil.Process(leader.pid)
             deadline = time.monotonic() + 0.6  # both execs happen in this window; read as often as we can
             while time.monotonic() < deadline:
-                env = serve_procs.settled_environ(proc)
+                env = process.settled_environ(proc)
                 assert env and env.get(command.MARKER_ENV) == token, "a launching server read as not ours"
             state = {"pgid": leader.pid, "create_time": proc.create_time(), "marker": token}
-            assert serve_procs.process_alive(state)
+            assert process.process_alive(state)
         finally:
             os.killpg(leader.pid, signal.SIGKILL)
             leader.wait()

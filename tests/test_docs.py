@@ -316,7 +316,7 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     assert json.loads((box / "estimate_memory.json").read_text())["avx512_bf16"] is True  # the 9654's
     assert json.loads((box / "validate.json").read_text())["deferred"]
     front = json.loads(res.stdout)
-    assert front["front_version"] == 1 and len(front["hosts"]) == 2, front
+    assert front["kind"] == "front" and len(front["hosts"]) == 2, front
     fleet = json.loads((box / "plan.json").read_text())
     assert "there, first: python3 scripts/setup_host_stack.py --router" in fleet["summary_markdown"]
     plan = json.loads((box / "engine-0" / "plan.json").read_text())

@@ -68,7 +68,7 @@ def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_
         assert f"| Stop | {h.doc['stop_command']} |" in h.doc["table_markdown"]
         again = run_script("launch.py", "plan", "--run", run)  # over a running fleet: refused, its plan kept
         assert again.code == 1 and "holds a running fleet" in again.doc["error"], again.doc
-        assert json.loads(open(os.path.join(run, "plan.json")).read())["fleet_version"] == 1
+        assert json.loads(open(os.path.join(run, "plan.json")).read())["kind"] == "fleet"
         state = json.loads(open(os.path.join(engines[1]["state_dir"], "state.json")).read())
         os.killpg(state["pgid"], signal.SIGKILL)  # an engine dies while the router serves
         v = run_script("launch.py", "verify", "--run", run, "--timeout", "10")

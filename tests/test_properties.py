@@ -29,8 +29,8 @@ from epyc import (
     jsonio,
     kv_cache,
     masking,
+    process,
     remote_host,
-    serve_procs,
     serve_state,
 )
 from epyc.errors import ScriptError
@@ -319,7 +319,7 @@ def test_state_file_of_any_content_is_not_trusted(tmp_path_factory, doc):
         return
     assert state is None or isinstance(state, dict)
     if state is not None:  # whatever it says, only a live group started at its recorded time is ours
-        members = serve_procs.group_members(state)
+        members = process.group_members(state)
         assert members == [] or (isinstance(state.get("pgid"), int) and state["pgid"] > 1)
 
 

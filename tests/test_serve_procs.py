@@ -11,6 +11,7 @@ import pytest
 from conftest import TOKEN, host_plan, leaks
 from epyc import (
     command,
+    process,
     serve_procs,
 )
 
@@ -61,21 +62,18 @@ def test_an_old_process_with_an_empty_environ_is_not_waited_for(monkeypatch):
     import subprocess
 
     import psutil
-    from epyc import (
-        serve_procs,
-    )
 
     worker = subprocess.Popen(["sleep", "30"], env={})
     try:
         time.sleep(0.5)
-        monkeypatch.setattr(serve_procs, "EXEC_YOUNG_S", 0.2)
+        monkeypatch.setattr(process, "EXEC_YOUNG_S", 0.2)
         t0 = time.monotonic()
-        assert serve_procs.settled_environ(psutil.Process(worker.pid)) is None
+        assert process.settled_environ(psutil.Process(worker.pid)) is None
         assert time.monotonic() - t0 < 0.5
-        monkeypatch.setattr(serve_procs, "EXEC_YOUNG_S", 60.0)
+        monkeypatch.setattr(process, "EXEC_YOUNG_S", 60.0)
         t0 = time.monotonic()
-        assert serve_procs.settled_environ(psutil.Process(worker.pid)) is None
-        assert time.monotonic() - t0 >= serve_procs.EXEC_SETTLE_S  # young: asked again until the settle time
+        assert process.settled_environ(psutil.Process(worker.pid)) is None
+        assert time.monotonic() - t0 >= process.EXEC_SETTLE_S  # young: asked again until the settle time
     finally:
         worker.kill()
         worker.wait()
@@ -104,9 +102,9 @@ def test_workers_whose_environ_is_unreadable_are_still_the_servers(tmp_path):
     try:
         time.sleep(0.5)
         state = {"pgid": leader.pid, "create_time": psutil.Process(leader.pid).create_time(), "marker": token}
-        members = serve_procs.group_members(state)
+        members = process.group_members(state)
         assert len(members) == 2 and {p.pid for p in members} >= {leader.pid}
-        assert serve_procs.group_members({**state, "marker": "b" * 32}) == []  # another run's token: not ours
+        assert process.group_members({**state, "marker": "b" * 32}) == []  # another run's token: not ours
     finally:
         os.killpg(leader.pid, signal.SIGKILL)
         leader.wait()

@@ -12,6 +12,7 @@ from conftest import (
     plan_from,
 )
 from epyc import (
+    process,
     serve_start,
 )
 from epyc.errors import ScriptError
@@ -26,6 +27,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
     import psutil
     from conftest import host_plan
     from epyc import (
+        process,
         serve_start,
     )
     from epyc.errors import ScriptError
@@ -42,7 +44,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    monkeypatch.setattr(serve_start, "write_state", full_disk)
+    monkeypatch.setattr(process, "write_state", full_disk)
     with pytest.raises(ScriptError) as err:
         serve_start.start(plan, confirm=True)
     assert "its state could not be written" in err.value.error and "No space left on device" in err.value.error
@@ -55,7 +57,6 @@ def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tun
     """F4 on the host path: start refused already, but stop with the other plan would have killed the running
     server (the state names a process group, not a plan)."""
     from epyc import (
-        serve_procs,
         serve_start,
         serve_state,
         serve_stop,
@@ -76,7 +77,7 @@ def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tun
             with pytest.raises(ScriptError) as err:
                 act()
             assert f"port {a['port']}" in err.value.error, err.value.error
-        assert serve_procs.process_alive(serve_state.read_state(a))
+        assert process.process_alive(serve_state.read_state(a))
         serve_verify.verify(a, 30, 10)
     finally:
         serve_stop.stop(a)

@@ -20,6 +20,7 @@ from conftest import (
 )
 from epyc import (
     bundle,
+    process,
     serve_state,
     serve_stop,
 )
@@ -48,13 +49,13 @@ def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_
         real_write(p, state)
         os.kill(os.getpid(), signal.SIGTERM)  # held by signals_deferred until the block ends
 
-    monkeypatch.setattr(serve_start, "write_state", write_then_signal)
+    monkeypatch.setattr(process, "write_state", write_then_signal)
     previous = cli._interrupt_on_termination()
     try:
         with pytest.raises(ScriptError) as got:
             serve_start.start(planfile.load_plan(str(plan_file)), True)
         assert "it is running" in got.value.error and "stop" in got.value.fix
-        monkeypatch.setattr(serve_start, "write_state", real_write)
+        monkeypatch.setattr(process, "write_state", real_write)
         state = serve_state.read_state(plan)
         assert state and serve_procs.alive(plan, state)
     finally:
@@ -126,7 +127,6 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
     said "not running" and removed the only state that named them. It keeps it now, names them, and kills
     nothing it cannot prove is this run's."""
     from epyc import (
-        serve_procs,
         serve_state,
         serve_stop,
     )
@@ -138,7 +138,7 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
             serve_stop.stop(plan)
         assert "cannot be proven this run's" in err.value.error and f"kill -- -{pgid}" in err.value.fix
         assert serve_state.read_state(plan) is not None
-        assert [p for p in serve_procs.group_scan(pgid, 0) if p.name() == "sleep"]  # not killed
+        assert [p for p in process.group_scan(pgid, 0) if p.name() == "sleep"]  # not killed
     assert serve_stop.stop(plan) == {"stopped": False, "reason": "not running"}
     assert serve_state.read_state(plan) is None
 

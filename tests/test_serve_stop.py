@@ -15,7 +15,7 @@ def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, li
     import pathlib
 
     from epyc import (
-        serve_procs,
+        process,
         serve_start,
         serve_state,
         serve_stop,
@@ -33,7 +33,7 @@ def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, li
 
     monkeypatch.setattr(pathlib.Path, "unlink", read_only)
     doc = serve_stop.stop(plan)
-    assert doc["stopped"] is True and not serve_procs.group_members(state)
+    assert doc["stopped"] is True and not process.group_members(state)
     assert "could not be removed" in doc["warnings"][0] and "Read-only file system" in doc["warnings"][0]
     again = serve_stop.stop(plan)  # the state names a server that is gone: "not running", still no error
     assert again["stopped"] is False and again["reason"] == "not running" and again["warnings"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import another_process_holding, host_plan
 from epyc import (
+    process,
     serve_verify,
 )
 
@@ -48,7 +49,6 @@ def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs
     judged A's server with B's model name and cleared its pass, B's stop killed it. The state records the
     plan's identity (command, env, where) now."""
     from epyc import (
-        serve_procs,
         serve_start,
         serve_state,
         serve_stop,
@@ -71,7 +71,7 @@ def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs
             with pytest.raises(ScriptError) as err:
                 act()
             assert "another command on the same port" in err.value.error, err.value.error
-        assert serve_procs.process_alive(serve_state.read_state(a)) and serve_verify.verified_state(a)
+        assert process.process_alive(serve_state.read_state(a)) and serve_verify.verified_state(a)
     finally:
         assert serve_stop.stop(a)["stopped"] is True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -36,6 +37,11 @@ def quantized_path(
             epyc["quantization"].get("stock_needs_avx512"),
         ),
     }
+
+
+def stop_command(plan_file: str | Path) -> str:
+    """The one stop command every document prints: this bundle's launch.py, by absolute paths, on a plan file."""
+    return shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", os.path.abspath(plan_file)])
 
 
 def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = None) -> str:

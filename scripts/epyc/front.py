@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 from pathlib import Path
 
-from . import bundle, jsonio, runs
+from . import jsonio, runs
 from .errors import ScriptError
-from .fleet import is_fleet, judge_router, router_alive, router_plan, router_state, start_router, stop_router
+from .fleet import router_plan
 from .handoff import markdown_table
+from .planner import PLAN_SCHEMA_VERSION
 
-FRONT_VERSION = 1
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 
 
@@ -37,7 +36,7 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
     if not path.is_file():
         raise ScriptError(f"--hosts {run}: no plan in that run folder ({path})", fix)
     plan = jsonio.read_json_input(str(path), "plan")
-    fleet = is_fleet(plan)
+    fleet = isinstance(plan, dict) and plan.get("kind") == "fleet"
     try:
         first = jsonio.read_json_input(plan["engines"][0], "plan") if fleet else plan
         exposed = (plan["router"] if fleet else plan).get("expose") is True
@@ -89,7 +88,8 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
     ]
     rows.append(["front router", f"port {port} here: `{router['command']}`"])
     return {
-        "front_version": FRONT_VERSION,
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "kind": "front",
         "hosts": ends,
         "api_key_env": key_env,
         "served_model_name": ends[0]["served_model_name"],
@@ -99,11 +99,11 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
     }
 
 
-def read_front(path: str, epyc: dict, hosts_again: bool) -> dict:
-    """The front plan, refused unless it names the router its own hosts' URLs render and, with
-    `hosts_again` (start, verify), unless its hosts' plans, read again, render the very same front. stop
-    and handoff check the file alone: a host planned again must never leave a front no verb can stop."""
-    front = {k: v for k, v in jsonio.read_json_input(path, "plan").items() if k != "ok"}  # ok: the CLI's
+def read_front(front: dict, path: str, epyc: dict, hosts_again: bool) -> dict:
+    """The front plan, refused unless it names the router its own hosts' URLs render and, with `hosts_again`
+    (start, verify), unless its hosts' plans, read again, render the very same front. stop and handoff check
+    the file alone: a host planned again must never leave a front no verb can stop."""
+    front = {k: v for k, v in front.items() if k != "ok"}  # ok: the CLI's
     try:
         hosts = [host_arg(f"{h['run']}={h['address']}") for h in front["hosts"]]
         r = front["router"]
@@ -112,46 +112,11 @@ def read_front(path: str, epyc: dict, hosts_again: bool) -> dict:
         opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"]}
     except (KeyError, TypeError, argparse.ArgumentTypeError):
         own = False
-    if front.get("front_version") != FRONT_VERSION or not own:
+    if not own:
         raise ScriptError(f"{path} is not a front plan this bundle wrote", "plan the front again (--hosts)")
-    if hosts_again and plan_front(hosts, opts, epyc, folder) != front:
+    if hosts_again and {k: v for k, v in plan_front(hosts, opts, epyc, folder).items() if k != "ok"} != front:
         raise ScriptError(
             f"{path} is not what its hosts' plans render now (a host planned again since)",
             "plan the front again: python3 scripts/launch.py plan --hosts RUN=ADDRESS ... --api-key-env NAME",
         )
     return front
-
-
-def life_verb(a: argparse.Namespace, epyc: dict) -> dict:
-    """launch.py start, verify, handoff or stop on a front plan: the front router only; each host's own plan
-    is started, verified and stopped on that host."""
-    front = read_front(a.plan, epyc, hosts_again=a.cmd in ("start", "verify"))
-    if a.cmd == "start":
-        if not a.confirm:
-            raise ScriptError("start needs --confirm: the human must approve the plan first", "show the summary first")
-        return {"router": start_router(front), "base_url": front["base_url"]}
-    if a.cmd == "verify":
-        router = judge_router(front, front, a.timeout)
-        if not router["answered"]:
-            raise ScriptError(
-                f"the front router: {router['why']}",
-                f"check ${front['api_key_env']} is the hosts' key; verify each host's plan on that host "
-                "(launch.py verify there); then verify the front again",
-                phase="verify",
-                router=router,
-            )
-        return {"router": router, "base_url": front["base_url"], "hosts": [h["url"] for h in front["hosts"]]}
-    stop_cmd = shlex.join(["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", os.path.abspath(a.plan)])
-    if a.cmd == "handoff":
-        if not router_alive(router_state(front)):
-            raise ScriptError("the front router is not running", "start it (launch.py start --confirm), then verify")
-        return {
-            "base_url": front["base_url"],
-            "port": front["router"]["port"],
-            "served_model_name": front["served_model_name"],
-            "api_key_env": front["api_key_env"],
-            "hosts": [h["url"] for h in front["hosts"]],
-            "router": front["router"],
-            "stop_command": stop_cmd,
-        }
-    return {"router": stop_router(front), "stopped": True, "running": router_alive(router_state(front))}

@@ -18,7 +18,7 @@ def model_cell(plan: dict) -> str:
         else plan["primary_endpoint"]
     )
     revision = f" at revision {plan['revision']}" if plan.get("revision") else ""
-    return f"{plan['model']}{revision} -- {plan['kind']}, endpoint {endpoint}"
+    return f"{plan['model']}{revision} -- {plan['model_kind']}, endpoint {endpoint}"
 
 
 def backend_cell(plan: dict) -> str:
@@ -298,9 +298,10 @@ def systemd_unit(plan: dict, user: str, program: str, inherited: dict) -> dict:
     return {"name": name, "unit": unit, "env_file": env_file, "env": env, "secrets_file": secrets_file}
 
 
-def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None, by_hand: bool = True) -> dict:
-    """What the user gets: base URL, endpoint, examples. An endpoint the plan left "unknown" is the one
-    verify settled on the running server (`settled`); before that there is nothing true to hand off."""
+def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None, entry: dict | None = None) -> dict:
+    """What the user gets: base URL, endpoint, examples; at `entry` (base_url, port, stop_command: a router's)
+    when the engine is not what clients reach. An endpoint the plan left "unknown" is the one verify settled
+    on the running server (`settled`); before that there is nothing true to hand off."""
     served = served or plan["served_model_name"]
     endpoint = plan["primary_endpoint"] if plan["primary_endpoint"] != "unknown" else settled
     if endpoint not in ("chat_completions", "completions"):
@@ -312,15 +313,16 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
         "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
     )
-    base = plan["base_url"]
+    entry = entry or {k: plan[k] for k in ("base_url", "port", "stop_command")}
+    base, port = entry["base_url"], entry["port"]
     key_env = plan.get("api_key_env")
     curl, python = examples(endpoint, path, base, served, key_env)
     s = plan["sizing"]
-    runs_on = f"{plan['runtime']} / {plan['port']}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
+    runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     # an exposed server listens on every address: the base URL is this machine's; others use its address
     reach = (
         (
-            f"; it listens on every address ({plan['host']}:{plan['port']}): from another machine use this "
+            f"; it listens on every address ({plan['host']}:{port}): from another machine use this "
             f"host's address, with the key in ${key_env}"
         )
         if plan.get("expose")
@@ -338,9 +340,9 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
             f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
             f"{','.join(map(str, s['numa_nodes']))}",
         ],
-        ["Stop", plan["stop_command"]],
+        ["Stop", entry["stop_command"]],
     ]
-    if by_hand and plan.get("container_name"):  # the same stop without the bundle (the key files stay behind)
+    if entry["stop_command"] == plan["stop_command"] and plan.get("container_name"):  # the key files stay behind
         rt = runtimes.runtime_argv(plan["runtime"], plan.get("engine"))
         rows.append(["Stop without the bundle", runtime_stop_pair(rt, plan["container_name"], plan["state_dir"])])
     return {
@@ -351,9 +353,9 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
         "runtime": plan["runtime"],
         # the daemon the container runs on (docker --host=...): the one `docker logs` or `exec` must name
         "engine": plan.get("engine"),
-        "port": plan["port"],
+        "port": port,
         "sizing": s,
-        "stop_command": plan["stop_command"],
+        "stop_command": entry["stop_command"],
         "curl_example": curl,
         "python_example": python,
         "table_markdown": markdown_table(["Field", "Value"], rows),

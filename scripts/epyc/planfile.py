@@ -102,23 +102,34 @@ def stop_by_hand(plan: dict) -> str:
     return "stop its server by hand (ps, then kill its process group)"
 
 
-def load_plan(path: str) -> dict:
-    """A plan is data: checked against its schema, and its state and log live in its own state dir
-    (nothing else is ever written or removed)."""
-    plan = jsonio.read_json_input(path, "plan")
-    if isinstance(plan, dict) and "argv" in plan and plan.get("schema_version") != PLAN_SCHEMA_VERSION:
+def refuse_older(doc: object, path: str) -> None:
+    """A plan file of another version of this bundle is never read on: one message, with the stop by hand."""
+    if not isinstance(doc, dict) or doc.get("schema_version") == PLAN_SCHEMA_VERSION:
+        return
+    if {"argv", "kind", "fleet_version", "front_version"} & doc.keys():
         raise ScriptError(
             f"{path} is a plan of another version of this bundle (schema_version "
-            f"{masking.clip(str(plan.get('schema_version')), 20)}; this bundle reads {PLAN_SCHEMA_VERSION})",
-            stop_by_hand(plan) + ", then plan again with this bundle",
+            f"{masking.clip(str(doc.get('schema_version')), 20)}; this bundle reads {PLAN_SCHEMA_VERSION})",
+            stop_by_hand(doc) + ", then plan again with this bundle",
         )
+
+
+def check_plan(plan: object, path: str) -> dict:
+    """An engine's plan is data: checked against its schema, its state and log in its own state dir (nothing
+    else is ever written or removed), its secrets masked in whatever a verb prints from here on."""
     jsonio.check_schema(plan, "plan", f"{path} is not a launch plan", PLAN_FIX)
-    # the key may live under any name (--api-key-env MYAPI): whatever a verb prints from here on masks it
     masking.treat_as_secret(*(plan.get("secrets") or {}).values(), plan.get("api_key_env") or "")
     state_dir = Path(plan["state_dir"])  # read before rerender compares the rest: never a file elsewhere
     if Path(plan["state_file"]) != state_dir / "state.json" or Path(plan["log_file"]) != state_dir / "server.log":
         raise ScriptError(f"{path}: state_file and log_file must be state.json and server.log in state_dir", PLAN_FIX)
     return plan
+
+
+def load_plan(path: str) -> dict:
+    """An engine's plan file, read and checked (check_plan)."""
+    plan = jsonio.read_json_input(path, "plan")
+    refuse_older(plan, path)
+    return check_plan(plan, path)
 
 
 def read_plan(path: str, verb: str, epyc: dict) -> dict:

@@ -20,6 +20,7 @@ from .command import (
     runtime_stop_pair,
     secret_unsendable,
     served_model_name,
+    stop_command,
     throughput_env,
 )
 from .errors import ScriptError
@@ -30,7 +31,7 @@ from .kv_cache import ssm_state_dtype
 from .preload import preload_value
 from .serve_state import state_root
 
-PLAN_SCHEMA_VERSION = 4  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
+PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
 SERVE_OPTIONS = (
     "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
@@ -528,8 +529,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         cmd = container_command(ch, val, tune, epyc, env, facts, opts, name, state_dir, secrets)
     # here: from any folder, on the copy of the plan start keeps beside the server's state (it also removes
     # the key files start wrote); another host: the runtime's own stop, or the process by its command
-    launch_stop = ["python3", str(bundle.SCRIPTS / "launch.py"), "stop", "--plan", str(state_dir / "plan.json")]
-    stop_command = cmd["remote_stop"] if val.get("deferred") else shlex.join(launch_stop)
+    stop = cmd["remote_stop"] if val.get("deferred") else stop_command(state_dir / "plan.json")
     extra = (
         [{"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}]
         if ch.throughput
@@ -537,6 +537,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     )
     plan = {
         "schema_version": PLAN_SCHEMA_VERSION,
+        "kind": "engine",
         "target": det.get("target", "localhost"),
         "deferred": val.get("deferred", []),
         "path": ch.path,
@@ -547,7 +548,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "image": val.get("image"),
         "model": ch.model,
         "served_model_name": ch.served,
-        "kind": chk.get("kind"),
+        "model_kind": chk.get("kind"),
         "primary_endpoint": chk.get("primary_endpoint") or "unknown",
         "supported_endpoints": chk.get("supported_endpoints") or [],
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
@@ -572,7 +573,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "state_dir": str(state_dir),
         "log_file": str(state_dir / "server.log"),
         "state_file": str(state_dir / "state.json"),
-        "stop_command": stop_command,
+        "stop_command": stop,
         "requires_confirmation": bool(val.get("requires_confirmation")),
         "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
         "warnings": [

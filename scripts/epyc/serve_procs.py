@@ -2,51 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
-    import psutil
-
 import contextlib
 import os
 import re
-import time
 from pathlib import Path
 
 from . import masking, runtimes, subproc
-from .command import MARKER_ENV
 from .errors import ScriptError
 from .masking import redact
+from .process import group_members, orphaned_workers, process_alive
 from .serve_state import CONTAINER_ID, CONTAINER_NAME, known_secrets, open_own_file, plan_identity, read_state
 
 LOG_TAIL = 50
 LOG_TAIL_BYTES = 256 * 1024
-
-
-EXEC_SETTLE_S = 2.0
-EXEC_YOUNG_S = 30.0
-
-
-def settled_environ(proc: psutil.Process) -> dict | None:
-    """A process's environment, or None when it cannot be read or judged. A young process inside execve reads
-    an empty environ for a moment: it is asked again for EXEC_SETTLE_S; vLLM's renamed workers read empty for good."""
-    import psutil
-
-    try:
-        young = time.time() - proc.create_time() < EXEC_YOUNG_S
-    except psutil.Error:
-        return None
-    deadline = time.monotonic() + (EXEC_SETTLE_S if young else 0.0)
-    while True:
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            return None
-        if env:
-            return env
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.02)
 
 
 # Python's shared memory (psm_*), and the buffers tensor-parallel ranks reduce through (vllm_dist_*)
@@ -88,83 +56,6 @@ def server_pids(plan: dict, state: dict) -> list[int]:
         return [first.pid, *(c.pid for c in first.children(recursive=True))]
     except (ValueError, psutil.Error):
         return []
-
-
-def group_members(state: dict) -> list:
-    """The live processes of the server's process group (workers can outlive the leader), ours only by
-    start's run token (MARKER_ENV): in the leader's environ while it lives, else a surviving member's."""
-    import psutil
-
-    pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
-    if (
-        not isinstance(pgid, int)
-        or not isinstance(started, (int, float))
-        or pgid <= 1
-        or not isinstance(token, str)
-        or len(token) < 16
-    ):
-        return []
-
-    def marked(proc) -> bool | None:  # None: its environ cannot be read
-        env = settled_environ(proc)
-        return None if env is None else env.get(MARKER_ENV) == token
-
-    leader_marked = None
-    try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
-        leader = psutil.Process(pgid)
-        if abs(leader.create_time() - started) > 0.01:
-            return []
-        leader_marked = marked(leader)
-    except psutil.Error:
-        pass  # the leader is gone (or a zombie); its workers may not be
-    if leader_marked is False:
-        return []
-    out = group_scan(pgid, started)
-    if leader_marked is None and not any(marked(p) for p in out):
-        return []
-    return out
-
-
-def leader_gone(pgid: int) -> bool:
-    """The process that led group `pgid` has exited (gone, or a zombie nobody reaped)."""
-    import psutil
-
-    try:
-        return psutil.Process(pgid).status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
-
-
-def group_scan(pgid: int, started: float) -> list:
-    """The live processes in process group `pgid` started since `started`: the candidates, unproven."""
-    import psutil
-
-    out = []
-    for proc in psutil.process_iter(["pid", "create_time", "status"]):
-        try:
-            if (
-                os.getpgid(proc.pid) == pgid
-                and proc.info["create_time"] >= started - 1
-                and proc.info["status"] != psutil.STATUS_ZOMBIE
-            ):
-                out.append(proc)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return out
-
-
-def orphaned_workers(state: dict) -> list:
-    """The processes left in a host state's group whose leader is gone and that cannot show the run's marker
-    (vLLM's renamed workers read an empty environ): not provably ours, so never killed, and never forgotten
-    (the state that names them is kept). A live leader without the marker is another group: none."""
-    pgid, started = state.get("pgid"), state.get("create_time")
-    if not isinstance(pgid, int) or pgid <= 1 or isinstance(started, bool) or not isinstance(started, (int, float)):
-        return []
-    return group_scan(pgid, started) if leader_gone(pgid) else []
-
-
-def process_alive(state: dict) -> bool:
-    return bool(group_members(state))
 
 
 def state_server(state: dict) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, vali
 from .command import bound_cpus, server_env
 from .errors import ScriptError
 from .planner import plan_differences
+from .process import launch, start_error, unrecorded
 from .serve_procs import foreign_state, inspect_container, state_server
 from .serve_state import (
     CONTAINER_ID,
@@ -35,11 +35,6 @@ from .serve_state import (
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
-
-
-def start_error(error: str, fix: str, **extra) -> ScriptError:
-    """start's refusals carry phase "start"."""
-    return ScriptError(error, fix, phase="start", **extra)
 
 
 def port_in_use(port: int) -> bool:
@@ -147,27 +142,6 @@ def container_gone(removal: subproc.RunResult) -> bool:
     return removal.ok or "no such container" in (removal.stderr or "").lower()
 
 
-def unrecorded(plan: dict, exc: BaseException, what: str, undone: str) -> ScriptError:
-    """start launched a server and no state names it (interrupted, or state.json could not be written):
-    start has taken it down again, and says why in words a user acts on (not an internal error)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return start_error(
-            f"interrupted before the {what} was recorded: start {undone} it",
-            "run start again",
-            interrupted=True,
-        )
-    reason = (
-        exc.error
-        if isinstance(exc, ScriptError)
-        else (f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}")
-    )
-    return start_error(
-        f"the {what} was launched, but its state could not be written to {plan['state_file']} "
-        f"({masking.clip(reason, 300)}): start {undone} it",
-        "free the state dir (disk space, permissions), or plan with a fresh --state-dir; then start again",
-    )
-
-
 def refuse_to_start_over(plan: dict) -> None:
     """start never starts over a running server (whichever plan started it) or a busy port."""
     state = read_state(plan)
@@ -206,8 +180,6 @@ def start_host(plan: dict, secrets: dict) -> dict:
     """The plan's argv as a process group of its own, launched and recorded in state.json as one step."""
     import secrets as tokens
 
-    import psutil
-
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # the server reads the Hub from start's folder
     token = tokens.token_hex(16)
     env = server_env(dict(os.environ), plan["env"], secrets, token)
@@ -217,56 +189,7 @@ def start_host(plan: dict, secrets: dict) -> dict:
             f"{plan['argv'][0]} is not in any absolute folder of PATH (the current folder is never searched)",
             "install it (apt-get install numactl), or run start from a shell whose PATH has /usr/bin",
         )
-    proc, recorded = None, False
-    try:
-        with cli.signals_deferred():  # launched and recorded as one step: no server without a state
-            # a new log per start (an old run's lines prove nothing), never through a link
-            with os.fdopen(open_own_file(plan["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
-                proc = subprocess.Popen(
-                    plan["argv"],
-                    executable=program,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    start_new_session=True,
-                )
-            state = {
-                "path": "host",
-                "port": plan["port"],
-                "plan_id": plan_identity(plan),
-                "pid": proc.pid,
-                "pgid": proc.pid,
-                "create_time": psutil.Process(proc.pid).create_time(),
-                "marker": token,
-                "log_file": plan["log_file"],
-                "started_at": time.time(),
-                "model_dir": plan["model_dir"],
-            }
-            write_state(plan, state)
-            recorded = True
-        return state
-    except BaseException as exc:
-        if proc is None:
-            raise
-        if not recorded:  # launched, and no state names it (a full disk): not left running
-            with cli.signals_deferred():  # a second signal must not skip the kill
-                subproc.kill_group(proc)
-            raise unrecorded(plan, exc, f"server (pid {proc.pid})", "stopped") from None
-        if isinstance(exc, KeyboardInterrupt):  # held until both were done: it runs and its state names it
-            raise start_error(
-                "interrupted, after the server was launched and recorded: it is running",
-                "python3 scripts/launch.py verify --plan <plan.json> to use it, or "
-                "python3 scripts/launch.py stop --plan <plan.json>",
-                pid=proc.pid,
-                interrupted=True,
-            )
-        raise
-    finally:
-        # handed over: the server outlives this script on purpose, and the state file is how we know it now;
-        # a returncode set here tells Popen's finaliser it is not ours to wait for (no ResourceWarning)
-        if proc is not None:
-            proc.returncode = 0
+    return launch(plan, env, program, "server", marker=token, model_dir=plan["model_dir"])
 
 
 def clear_leftover(plan: dict, rm: list[str]) -> None:

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import time
 from pathlib import Path
 
 from . import masking, runtimes, subproc
 from .command import STOP_GRACE_S, runtime_stop_pair
 from .errors import ScriptError
-from .serve_procs import (
-    foreign_state,
-    group_members,
-    inspect_container,
-    orphaned_workers,
-    own_state,
-    recorded_segments,
-    segments_in_use,
-    started_here,
-)
+from .process import end_group, group_members, orphaned_workers
+from .serve_procs import foreign_state, inspect_container, own_state, recorded_segments, segments_in_use, started_here
 from .serve_start import container_gone, runtime_silent
 from .serve_state import holding_the_start_lock, read_state, remove_secret_files
 
@@ -156,38 +146,3 @@ def free_segments(state: dict | None) -> list[str]:
                 seg.unlink()
                 freed.append(name)
     return freed
-
-
-def end_group(state: dict, group: list) -> tuple[list, set[int]]:
-    """SIGTERM to our own group, SIGKILL after the grace, and again until the group is empty (a worker forked
-    on the way down has had its grace). -> (processes killed after the grace, pids that came late)."""
-    import psutil
-
-    for proc in group:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGTERM)
-    _, left = psutil.wait_procs(group, timeout=STOP_GRACE_S)
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(left, timeout=10)
-    late: set[int] = set()
-    for _ in range(50):
-        members = group_members(state)
-        if not members:
-            return left, late
-        late |= {m.pid for m in members} - {m.pid for m in group}
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(state["pgid"], signal.SIGKILL)  # ours: group_members found the run's marker in it
-        time.sleep(0.2)
-    stuck = [p.pid for p in group_members(state)]  # still there after 10 s of SIGKILL: stuck in the kernel
-    if stuck:
-        raise ScriptError(
-            f"the server's process group {state['pgid']} still has {len(stuck)} process(es) "
-            f"after SIGKILL (pids {stuck[:10]}; stuck in the kernel)",
-            "look at them (ps -o "
-            "pid,stat,wchan -p PID), then run stop again; the state file is kept until they are "
-            "gone",
-            phase="stop",
-        )
-    return left, late

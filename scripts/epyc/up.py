@@ -6,17 +6,16 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, serve_verify, subproc
-from .command import inherited_env, is_served_name, served_model_name
+from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, subproc
+from .command import is_served_name, served_model_name, stop_command
+from .deployment import with_service
 from .errors import ScriptError
-from .handoff import handoff_doc, systemd_unit
-from .masking import URL_CREDENTIALS
-from .planfile import host_facts, key_facts, load_plan, read_plan, rerender
+from .handoff import handoff_doc
+from .planfile import host_facts, key_facts
 from .planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
 from .serve_start import start
 from .serve_state import NO_RETRY_FIX, state_root, write_own_file
@@ -132,10 +131,9 @@ def refuse_a_busy_run_dir(run_dir: Path) -> None:
     held = serve_state.read_state({"state_file": str(run_dir / "state.json")})
     running = serve_procs.state_server(held) if held else None
     if running:
-        stop_cmd = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(run_dir / "plan.json")])
         raise ScriptError(
             f"{run_dir} holds a running server ({running}): up would write its plan over the one that stops it",
-            f"{stop_cmd} first, or run up with another --state-dir",
+            f"{stop_command(run_dir / 'plan.json')} first, or run up with another --state-dir",
         )
 
 
@@ -150,7 +148,7 @@ def stop_for_up(plan: dict, plan_file: Path) -> tuple[dict, str]:
         try:
             return stop(plan), UP_STOPPED
         except ScriptError as err:
-            again = shlex.join(["python3", "scripts/launch.py", "stop", "--plan", str(plan_file)])
+            again = stop_command(plan_file)
             return (
                 {"stopped": False, "refused": err.error, "fix": f"{err.fix}; then {again}"},
                 f"up could NOT stop the server it had started ({err.error}); it may be running: {err.fix}, "
@@ -360,7 +358,7 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             "plan_file": str(plan_file),
             "started": started,
             "verify": result,
-            "handoff": handed_off(plan, result["primary_endpoint"], result["served_model_name"]),
+            "handoff": with_service(plan, handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])),
             "stop_command": plan["stop_command"],
         }
     except KeyboardInterrupt:  # between the guarded steps or after them: a handoff, or nothing left running
@@ -369,66 +367,3 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         raise
     except Exception as exc:  # the handoff after a passed verify, say: the same rule
         raise stopped_after(exc, phase, plan_file, *stop_for_up(plan, plan_file)) from None
-
-
-def life_verb(a: argparse.Namespace, epyc: dict) -> tuple[dict, int]:
-    """start, verify, handoff or stop, on the plan file named."""
-    if a.cmd == "start":  # rendered again in this shell: the key and HF_TOKEN must be set here, now
-        plan = load_plan(a.plan)
-        return start(plan, a.confirm, a.pull, fresh=rerender(plan, epyc) if a.confirm else None), errors.EXIT_OK
-    # the other verbs act on, and show, only what the plan's own inputs still render
-    plan = read_plan(a.plan, a.cmd, epyc)
-    if a.cmd == "verify":
-        return verify(plan, a.timeout, epyc["serve"]["smoke_timeout_s"]), errors.EXIT_OK
-    if a.cmd == "handoff":
-        return handed_off(plan, serve_verify.verified_state(plan).get("primary_endpoint")), errors.EXIT_OK
-    return stop(plan), errors.EXIT_OK
-
-
-def handed_off(plan: dict, settled: str | None, served: str | None = None) -> dict:
-    """The handoff; on the host path with the systemd unit that keeps the server up (keep_service). A unit
-    that cannot be written (a full disk) is said in the guidance: the server it would keep up is handed off."""
-    doc = handoff_doc(plan, served, settled)
-    if plan["path"] != "host":
-        return doc
-    try:
-        return {**doc, "service": keep_service(plan)}
-    except ScriptError as exc:
-        return {**doc, "guidance": [*doc["guidance"], f"no systemd unit: {exc.error} ({exc.fix})"]}
-
-
-def keep_service(plan: dict) -> dict:
-    """The host server as a systemd unit beside its state (handoff.systemd_unit), and how to install it: what
-    keeps it up across a crash or a reboot. A container has its runtime's restart policy instead."""
-    import pwd
-
-    # what start passes on from its shell (the HF cache, locale, CA files), but what systemd gives a service
-    # itself (PATH, HOME, the user) and a URL that carries a password
-    inherited = {
-        k: v
-        for k, v in inherited_env(dict(os.environ)).items()
-        if k not in ("PATH", "HOME", "USER", "LOGNAME") and not URL_CREDENTIALS.search(v)
-    }
-    program = subproc.find_program(plan["argv"][0]) or plan["argv"][0]
-    svc = systemd_unit(plan, pwd.getpwuid(os.getuid()).pw_name, program, inherited)
-    unit_file = Path(plan["state_dir"]) / "server.service"
-    write_own_file(unit_file, svc["unit"])
-    write_own_file(Path(svc["env_file"]), svc["env"])
-    secrets = list(plan["env_by_name"])
-    return {
-        "unit_file": str(unit_file),
-        "env_file": svc["env_file"],
-        "secrets_file": svc["secrets_file"] if secrets else None,
-        "install": [
-            plan["stop_command"],  # this server first: the unit's takes the same port
-            f"sudo install -m 0644 {shlex.quote(str(unit_file))} /etc/systemd/system/{svc['name']}",
-            f"sudo systemctl daemon-reload && sudo systemctl enable --now {svc['name']}",
-        ],
-        "note": (
-            f"first write {', '.join(n + '=...' for n in secrets)} into {svc['secrets_file']} (mode 0600): "
-            if secrets
-            else ""
-        )
-        + "systemd restarts it on failure and starts it at boot; stop it with sudo systemctl disable --now "
-        + svc["name"],
-    }

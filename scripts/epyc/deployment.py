@@ -1,0 +1,354 @@
+"""One lifecycle for every deployment: one engine (its ranks included), a fleet behind a router, a front over hosts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import fleet, front, jsonio, masking, serve_start, serve_stop, serve_verify, subproc
+from .command import inherited_env, stop_command
+from .errors import ScriptError
+from .handoff import handoff_doc, systemd_unit
+from .planfile import check_plan, refuse_older, rerender
+from .process import end_group, group_members, launch
+from .serve_procs import alive, log_tail
+from .serve_state import auth_headers, make_own_folder, read_state, write_own_file
+
+KINDS = ("engine", "fleet", "front")
+CONFIRM = (
+    "start needs --confirm: the human must approve the plan first",
+    "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
+)
+
+
+@dataclass
+class Deployment:
+    """What one plan file runs here: its engines' plans and, for a fleet or a front, the router in front."""
+
+    kind: str
+    file: str  # the plan file, absolute
+    doc: dict  # the file's document (one engine's: its plan)
+    engines: list[dict]
+    router: dict | None
+
+    @property
+    def stop_command(self) -> str:
+        return self.doc["stop_command"] if self.kind == "engine" else stop_command(self.file)
+
+
+def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
+    """The plan file read once, as its `kind` says, every part refused unless its own inputs render it (start
+    renders the engines again in this shell, after the human's --confirm)."""
+    doc = jsonio.read_json_input(path, "plan")
+    refuse_older(doc, path)
+    kind, file = doc.get("kind"), os.path.abspath(path)
+    if kind == "fleet":
+        return Deployment(kind, file, doc, fleet.read_fleet(doc, path, verb, epyc), doc["router"])
+    if kind == "front":
+        doc = front.read_front(doc, path, epyc, hosts_again=verb in ("start", "verify"))
+        return Deployment(kind, file, doc, [], doc["router"])
+    plan = check_plan(doc, path)
+    if verb != "start":
+        serve_start.refuse_edited(plan, rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
+    return Deployment("engine", file, plan, [plan], None)
+
+
+def kind_of(path: str) -> str | None:
+    """The kind a plan file says it is; None where it is no plan of this version (its reader then says why)."""
+    try:
+        doc = jsonio.read_json_input(path, "plan")
+    except ScriptError:
+        return None
+    return doc.get("kind") if isinstance(doc, dict) and doc.get("kind") in KINDS else None
+
+
+# ---------------------------------------------------------------- the router: one more host process
+
+
+def router_running(router: dict) -> bool:
+    state = read_state(router)
+    return bool(state and group_members(state))
+
+
+def start_router(router: dict) -> dict:
+    make_own_folder(Path(router["state_dir"]), "plan the fleet with a folder of your own", "start")
+    if router_running(router):
+        raise ScriptError(f"the router ({router['state_dir']}) is running", "stop it first, then start it")
+    if not Path(router["argv"][0]).exists():
+        raise ScriptError(
+            "vllm-router is not installed", "run python3 scripts/setup_host_stack.py --router, then start again"
+        )
+    # PATH alone: a proxy variable would send the router's calls to its engines through the proxy
+    return launch(router, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, router["argv"][0], "router")
+
+
+def stop_router(router: dict) -> dict:
+    state = read_state(router)
+    group = group_members(state) if state else []
+    if group:
+        end_group(state, group)
+    Path(router["state_file"]).unlink(missing_ok=True)
+    return {"stopped": True, "was_running": bool(group)}
+
+
+def judge_router(dep: Deployment, timeout: float) -> dict:
+    """The router's health, then one chat through it (with the key, when there is one), within timeout."""
+    served, headers = dep.doc["served_model_name"], auth_headers(dep.doc)
+    base = f"http://127.0.0.1:{dep.router['port']}"
+    deadline = time.monotonic() + timeout
+    why = "not started"
+    while time.monotonic() < deadline:
+        if not router_running(dep.router):
+            return {"answered": False, "why": "its process is gone (router.log in its state dir)"}
+        status, text = serve_verify.http("GET", f"{base}/health", 5)
+        if status == 200:
+            body = {"model": served, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}
+            left = max(5.0, deadline - time.monotonic())
+            status, text = serve_verify.http(
+                "POST", f"{base}/v1/chat/completions", left, body={**body, "temperature": 0}, headers=headers
+            )
+            if status == 200 and '"choices"' in text:
+                return {"answered": True, "why": None}
+            if status in (401, 403):  # no wait makes a wrong key right
+                return {
+                    "answered": False,
+                    "why": f"HTTP {status}: the engines refused the key in ${dep.doc['api_key_env']} (set it)",
+                }
+        why = f"HTTP {status}" if status else text
+        time.sleep(1)
+    return {"answered": False, "why": f"no answer within {timeout:g}s ({why})"}
+
+
+# ---------------------------------------------------------------- the verbs
+
+
+def engine_running(plan: dict) -> bool | None:
+    """alive() of the server this engine's state records (False with no state)."""
+    state = read_state(plan)
+    return alive(plan, state) if state is not None else False
+
+
+def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> dict:
+    """Every engine, then the router (it waits for them itself); what a failure leaves started is stopped. A
+    deployment with a router of which anything runs is repaired in place: each part that does not serve is
+    started again while the rest serves."""
+    if not confirm:
+        raise ScriptError(*CONFIRM)
+    for plan in dep.engines:  # rendered in this shell: the key and HF_TOKEN must be set here, now
+        serve_start.refuse_edited(plan, rerender(plan, epyc), "start")
+    if dep.router is None:
+        return serve_start.start(dep.engines[0], True, pull)
+    running = [engine_running(e) for e in dep.engines]
+    if router_running(dep.router) or any(r is not False for r in running):
+        return {"kind": dep.kind, **repair(dep, running)}
+    started = []
+    try:
+        for plan in dep.engines:
+            started.append(serve_start.start(plan, True, pull))
+        return {
+            "kind": dep.kind,
+            "engines": started,
+            "router": start_router(dep.router),
+            "base_url": dep.doc["base_url"],
+        }
+    except BaseException as exc:  # an engine interrupted after its launch was recorded runs too: stop it
+        launched = len(started) + int(isinstance(exc, ScriptError) and "pid" in exc.extra)
+        for plan in dep.engines[:launched]:
+            with contextlib.suppress(ScriptError, OSError):
+                serve_stop.stop(plan)
+        raise
+
+
+def repair(dep: Deployment, running: list[bool | None]) -> dict:
+    """Each engine that does not serve (gone, or alive and not healthy) stopped and started again from its own
+    plan, the router started again when it is gone."""
+    out = []
+    for plan, up in zip(dep.engines, running):  # a runtime that did not say (None) counts as running
+        if up is None or (up and serve_verify.http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)[0] == 200):
+            out.append({"started": False, "running": True})
+            continue
+        serve_stop.stop(plan)
+        out.append(serve_start.start(plan, confirm=True))
+    router = read_state(dep.router) if router_running(dep.router) else start_router(dep.router)
+    return {
+        "engines": out,
+        "router": router,
+        "repaired": sum(e["started"] for e in out),
+        "base_url": dep.doc["base_url"],
+    }
+
+
+def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
+    """One engine: serve_verify's phases. With a router: each engine on its own port (a failed one is named),
+    then one request through the router, which must answer from the others."""
+    smoke = epyc["serve"]["smoke_timeout_s"]
+    if dep.router is None:
+        return serve_verify.verify(dep.engines[0], timeout, smoke)
+    results, failed = [], []
+    for i, plan in enumerate(dep.engines):
+        try:
+            results.append(serve_verify.verify(plan, timeout, smoke))
+        except ScriptError as exc:
+            tail = exc.extra.get("log_tail") or log_tail(plan)
+            failed.append(
+                {
+                    "engine": i,
+                    "port": plan["port"],
+                    "error": exc.error,
+                    "phase": exc.extra.get("phase"),
+                    "log_tail": tail,
+                }
+            )
+    router = judge_router(dep, timeout if not failed else 30)
+    doc = {
+        "kind": dep.kind,
+        "engines": results,
+        "failed_engines": failed,
+        "router": router,
+        "base_url": dep.doc["base_url"],
+    }
+    if dep.kind == "front":
+        doc["hosts"] = [h["url"] for h in dep.doc["hosts"]]
+    if not failed and router["answered"]:
+        return doc
+    which = ", ".join(f"engine {f['engine']} (port {f['port']}): {f['error']}" for f in failed)
+    say = "the router answers from the others" if router["answered"] else f"the router: {router['why']}"
+    fix = (
+        "read each failed engine's log_tail, then python3 scripts/launch.py start --plan <the fleet's plan.json> "
+        "--confirm: it restarts only what failed (an engine, or the router) while the rest serves"
+        if dep.kind == "fleet"
+        else f"check ${dep.doc['api_key_env']} is the hosts' key; verify each host's plan on that host "
+        "(launch.py verify there); then verify the front again"
+    )
+    raise ScriptError(f"{'degraded: ' + which + '; ' if failed else ''}{say}", fix, phase="verify", **doc)
+
+
+def handoff(dep: Deployment) -> dict:
+    """What the user gets, at the deployment's entry: its URL, port and stop command."""
+    if dep.kind == "front":
+        if not router_running(dep.router):
+            raise ScriptError("the front router is not running", "start it (launch.py start --confirm), then verify")
+        keys = ("base_url", "served_model_name", "api_key_env", "router")
+        return {
+            "kind": "front",
+            **{k: dep.doc[k] for k in keys},
+            "port": dep.router["port"],
+            "hosts": [h["url"] for h in dep.doc["hosts"]],
+            "stop_command": dep.stop_command,
+        }
+    first = dep.engines[0]
+    settled = serve_verify.verified_state(first).get("primary_endpoint")
+    if dep.kind == "engine":
+        return with_service(first, handoff_doc(first, settled=settled))
+    entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": dep.stop_command}
+    doc = handoff_doc(first, settled=settled, entry=entry)
+    return {"kind": "fleet", **doc, "engines": [e["base_url"] for e in dep.engines]}
+
+
+def stop(dep: Deployment) -> dict:
+    """The router first (no new request reaches a stopping engine), then every engine whatever the one before
+    said: one that cannot be stopped is named, the others are still stopped."""
+    if dep.router is None:
+        return serve_stop.stop(dep.engines[0])
+    router = stop_router(dep.router)
+    stopped, refused = [], []
+    for i, plan in enumerate(dep.engines):
+        try:
+            stopped.append(serve_stop.stop(plan))
+        except ScriptError as exc:
+            refused.append(f"engine {i}: {exc.error} ({exc.fix})")
+            stopped.append({"stopped": False, "reason": exc.error})
+    if refused:
+        raise ScriptError("; ".join(refused), "do what each says, then stop again", router=router, engines=stopped)
+    return {
+        "kind": dep.kind,
+        "router": router,
+        "engines": stopped,
+        "stopped": True,
+        "running": router_running(dep.router),
+    }
+
+
+def act(verb: str, path: str, epyc: dict, confirm: bool = False, pull: str = "missing", timeout: float = 0) -> dict:
+    """launch.py start, verify, handoff or stop on any plan file: a refusal from below names the verb."""
+    try:
+        dep = open_deployment(path, verb, epyc)
+        if verb == "start":
+            return start(dep, epyc, confirm, pull)
+        if verb == "verify":
+            return verify(dep, epyc, timeout)
+        return handoff(dep) if verb == "handoff" else stop(dep)
+    except ScriptError as exc:
+        exc.extra.setdefault("phase", verb)
+        raise
+
+
+# ---------------------------------------------------------------- around the verbs
+
+
+def refuse_to_plan_over(folder: Path) -> None:
+    """A plan written over a running fleet's or front's would leave its router and engines named by nothing."""
+    path = folder / "plan.json"
+    try:
+        doc = json.loads(path.read_bytes()[: jsonio.MAX_INPUT_BYTES + 1])
+        engines = len(doc["engines"]) if doc.get("kind") == "fleet" else 0
+        router = doc["router"] if doc.get("kind") in ("fleet", "front") else None
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return
+    states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(engines)]
+    from .serve_procs import state_server
+
+    if (isinstance(router, dict) and router_running(router)) or any(state_server(s) for s in states if s):
+        raise ScriptError(
+            f"{folder} holds a running {doc['kind']}: a new plan there would leave it named by nothing",
+            f"{stop_command(path)} first, or plan with another --run",
+        )
+
+
+def with_service(plan: dict, doc: dict) -> dict:
+    """The host path's handoff with the systemd unit that keeps the server up; a unit that cannot be written
+    (a full disk) is said in the guidance: the server it would keep up is handed off."""
+    if plan["path"] != "host":
+        return doc
+    try:
+        return {**doc, "service": keep_service(plan)}
+    except ScriptError as exc:
+        return {**doc, "guidance": [*doc["guidance"], f"no systemd unit: {exc.error} ({exc.fix})"]}
+
+
+def keep_service(plan: dict) -> dict:
+    """The host server as a systemd unit beside its state, and how to install it: what keeps it up across a
+    crash or a reboot (a container has its runtime's restart policy instead)."""
+    import pwd
+
+    # what start passes on from its shell, less what systemd gives a service itself and a URL with a password
+    inherited = {
+        k: v
+        for k, v in inherited_env(dict(os.environ)).items()
+        if k not in ("PATH", "HOME", "USER", "LOGNAME") and not masking.URL_CREDENTIALS.search(v)
+    }
+    program = subproc.find_program(plan["argv"][0]) or plan["argv"][0]
+    svc = systemd_unit(plan, pwd.getpwuid(os.getuid()).pw_name, program, inherited)
+    unit_file = Path(plan["state_dir"]) / "server.service"
+    write_own_file(unit_file, svc["unit"])
+    write_own_file(Path(svc["env_file"]), svc["env"])
+    secrets = list(plan["env_by_name"])
+    first = f"first write {', '.join(n + '=...' for n in secrets)} into {svc['secrets_file']} (mode 0600): "
+    return {
+        "unit_file": str(unit_file),
+        "env_file": svc["env_file"],
+        "secrets_file": svc["secrets_file"] if secrets else None,
+        "install": [
+            plan["stop_command"],  # this server first: the unit's takes the same port
+            f"sudo install -m 0644 {shlex.quote(str(unit_file))} /etc/systemd/system/{svc['name']}",
+            f"sudo systemctl daemon-reload && sudo systemctl enable --now {svc['name']}",
+        ],
+        "note": (first if secrets else "")
+        + "systemd restarts it on failure and starts it at boot; stop it with sudo systemctl disable --now "
+        + svc["name"],
+    }
