@@ -14,7 +14,7 @@ from . import fleet, front, jsonio, masking, serve_start, serve_stop, serve_veri
 from .command import inherited_env, stop_command
 from .errors import ScriptError
 from .handoff import handoff_doc, systemd_unit
-from .planfile import check_plan, refuse_older, rerender
+from .planfile import check_plan, refuse_edited, refuse_older, rerender
 from .process import end_group, group_members, launch
 from .serve_procs import alive, log_tail
 from .serve_state import auth_headers, make_own_folder, read_state, write_own_file
@@ -54,7 +54,7 @@ def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
         return Deployment(kind, file, doc, [], doc["router"])
     plan = check_plan(doc, path)
     if verb != "start":
-        serve_start.refuse_edited(plan, rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
+        refuse_edited(plan, rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
     return Deployment("engine", file, plan, [plan], None)
 
 
@@ -140,7 +140,7 @@ def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> 
     if not confirm:
         raise ScriptError(*CONFIRM)
     for plan in dep.engines:  # rendered in this shell: the key and HF_TOKEN must be set here, now
-        serve_start.refuse_edited(plan, rerender(plan, epyc), "start")
+        refuse_edited(plan, rerender(plan, epyc), "start")
     if dep.router is None:
         return serve_start.start(dep.engines[0], True, pull)
     running = [engine_running(e) for e in dep.engines]

@@ -8,9 +8,8 @@ from pathlib import Path
 from . import bundle, hubcache, jsonio, masking, runtimes
 from .command import SECRET_VALUE, runtime_stop_pair
 from .errors import ScriptError
-from .planner import PLAN_SCHEMA_VERSION, build_plan
+from .planner import PLAN_SCHEMA_VERSION, build_plan, plan_differences
 from .serve_procs import foreign_state
-from .serve_start import refuse_edited
 from .serve_state import CONTAINER_NAME, read_state
 
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
@@ -48,6 +47,20 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
         if list_cache and val.get("path") == "container" and not val.get("deferred")
         else None,
     }
+
+
+def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
+    """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
+
+    diff = plan_differences(plan, fresh)
+    if diff:
+        raise ScriptError(
+            f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
+            "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
+            "the API key variable, the model folder)",
+            "plan again in this shell and confirm that plan: what the human approves is exactly what runs",
+            phase=phase,
+        )
 
 
 def check_inputs(inputs: dict, where: str, fix: str) -> None:

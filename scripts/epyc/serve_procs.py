@@ -212,3 +212,27 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
         lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
     secrets = known_secrets(plan)
     return [redact(line, secrets, limit=1000) for line in lines[-n:]]
+
+
+def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True) -> ScriptError:
+    """The runtime did not say whether a container of the plan's name exists (down, slow, an answer of
+    another shape): nothing is done by name then, since the name is one per port and may be another plan's."""
+    return ScriptError(
+        f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
+        f"(inspect failed): {undone}",
+        f"check the runtime ({plan['runtime']} info), then run {verb} "
+        "again" + ("; the state and secret files are kept" if keeps_files else ""),
+        phase=verb,
+    )
+
+
+def by_id(rm: list[str], container_id: str) -> list[str]:
+    """The plan's `RT rm -f NAME`, narrowed to the one container the runtime named: by the time a removal by
+    name runs, another plan's start on this port may have made the container of that name (a slow daemon
+    held our `rm` while theirs ran), and `rm -f` would end their server."""
+    return [*rm[:-1], container_id]
+
+
+def container_gone(removal: subproc.RunResult) -> bool:
+    """`RT rm -f NAME` removed it, or there was none: a runtime that did not answer leaves it maybe running."""
+    return removal.ok or "no such container" in (removal.stderr or "").lower()

@@ -11,9 +11,8 @@ from pathlib import Path
 from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, validation
 from .command import bound_cpus, server_env
 from .errors import ScriptError
-from .planner import plan_differences
 from .process import launch, start_error, unrecorded
-from .serve_procs import foreign_state, inspect_container, state_server
+from .serve_procs import by_id, container_gone, foreign_state, inspect_container, runtime_silent, state_server
 from .serve_state import (
     CONTAINER_ID,
     LOCK_WAIT_S,
@@ -41,20 +40,6 @@ def port_in_use(port: int) -> bool:
     return not validation.port_is_free(port)
 
 
-def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
-    """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
-
-    diff = plan_differences(plan, fresh)
-    if diff:
-        raise ScriptError(
-            f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
-            "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
-            "the API key variable, the model folder)",
-            "plan again in this shell and confirm that plan: what the human approves is exactly what runs",
-            phase=phase,
-        )
-
-
 def cpus_not_here(plan: dict) -> str | None:
     """The plan's OMP bind, less the CPUs this process may run on: a plan made from another host's tree
     (a sysroot or a hand-unpacked capture) names CPUs this machine does not have. None when all are here."""
@@ -67,9 +52,9 @@ def cpus_not_here(plan: dict) -> str | None:
     return hostfacts.format_cpulist(missing) if missing else None
 
 
-def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict | None = None) -> dict:
-    """Run what the plan says, once: under a lock in the state dir, refusing a plan whose command differs
-    from a fresh rendering of its own inputs (`fresh`), a running server, a busy port, a missing secret."""
+def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
+    """Run what the plan says, once: under a lock in the state dir, refusing a running server, a busy port, a
+    missing secret (a plan file is rendered again and refused if edited before: deployment.start)."""
     if not confirm:
         raise ScriptError(
             "start needs --confirm: the human must approve the plan first",
@@ -88,8 +73,6 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
                 f"for {plan.get('target')}",
                 "run the chain on the machine that serves (detect.py without --sysroot), then plan and start there",
             )
-    if fresh is not None:
-        refuse_edited(plan, fresh, "start")
     # the folder is checked again here: a plan names it, and a plan file is data anyone may have edited
     refuse_state_dir(Path(plan["state_dir"]), f"state dir {plan['state_dir']}", STATE_DIR_FIX, phase="start")
     make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
@@ -116,30 +99,6 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing", fresh: dict |
 # docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container
 # name "N" is already in use by ID': `run` refused to create ours
 NAME_TAKEN = "is already in use"
-
-
-def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True) -> ScriptError:
-    """The runtime did not say whether a container of the plan's name exists (down, slow, an answer of
-    another shape): nothing is done by name then, since the name is one per port and may be another plan's."""
-    return ScriptError(
-        f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
-        f"(inspect failed): {undone}",
-        f"check the runtime ({plan['runtime']} info), then run {verb} "
-        "again" + ("; the state and secret files are kept" if keeps_files else ""),
-        phase=verb,
-    )
-
-
-def by_id(rm: list[str], container_id: str) -> list[str]:
-    """The plan's `RT rm -f NAME`, narrowed to the one container the runtime named: by the time a removal by
-    name runs, another plan's start on this port may have made the container of that name (a slow daemon
-    held our `rm` while theirs ran), and `rm -f` would end their server."""
-    return [*rm[:-1], container_id]
-
-
-def container_gone(removal: subproc.RunResult) -> bool:
-    """`RT rm -f NAME` removed it, or there was none: a runtime that did not answer leaves it maybe running."""
-    return removal.ok or "no such container" in (removal.stderr or "").lower()
 
 
 def refuse_to_start_over(plan: dict) -> None:

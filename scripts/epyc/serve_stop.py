@@ -10,8 +10,16 @@ from . import masking, runtimes, subproc
 from .command import STOP_GRACE_S, runtime_stop_pair
 from .errors import ScriptError
 from .process import end_group, group_members, orphaned_workers
-from .serve_procs import foreign_state, inspect_container, own_state, recorded_segments, segments_in_use, started_here
-from .serve_start import container_gone, runtime_silent
+from .serve_procs import (
+    container_gone,
+    foreign_state,
+    inspect_container,
+    own_state,
+    recorded_segments,
+    runtime_silent,
+    segments_in_use,
+    started_here,
+)
 from .serve_state import holding_the_start_lock, read_state, remove_secret_files
 
 

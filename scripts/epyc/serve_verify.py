@@ -19,10 +19,10 @@ from .serve_procs import (
     own_state,
     recorded_segments,
     restarted,
+    runtime_silent,
     segments_in_use,
     server_pids,
 )
-from .serve_start import runtime_silent
 from .serve_state import (
     NO_RETRY_FIX,
     auth_headers,
