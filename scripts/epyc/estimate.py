@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import bundle, cpuid, hf_model, quantization
+from . import bundle, cpuid, hf_model, kv_budget, quantization
 from .bundle import GIB
 from .errors import ScriptError
 from .kv_cache import (
@@ -112,57 +112,6 @@ def stored_to_served(cfg: dict, serve_dtype: str, quant: dict | None) -> float:
     served in float32 holds twice its files. 1 for a quantized one or an unknown stored dtype."""
     stored = hf_model.SERVE_DTYPE_BYTES.get(str(cfg.get("torch_dtype") or cfg.get("dtype")))
     return 1.0 if quant or not stored else hf_model.SERVE_DTYPE_BYTES[serve_dtype] / stored
-
-
-def fit(
-    weight_bytes: int,
-    layout: dict,
-    max_model_len: int,
-    num_prompts: int,
-    ram_gb: float,
-    os_reserve_gb: float,
-    block: int,
-    model_max: int | None,
-    batched_tokens: int,
-) -> dict:
-    """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
-    fits (a multiple of the block size), or say that no context fits."""
-    kv = kv_bytes_for(layout, max_model_len, block, batched_tokens) * num_prompts
-    required = weight_bytes + kv + os_reserve_gb * GIB
-    ram = ram_gb * GIB
-    out = {
-        "max_model_len": max_model_len,
-        "num_prompts": num_prompts,
-        "weight_gb": bundle.gb(weight_bytes),
-        "kv_needed_gb": bundle.gb(kv),
-        "os_reserve_gb": os_reserve_gb,
-        "required_gb": bundle.gb(required),
-        "ram_gb": ram_gb,
-        "fits": required <= ram,
-    }
-    if out["fits"]:
-        return out
-    budget = ram - weight_bytes - os_reserve_gb * GIB
-    ceiling = (model_max or max_model_len) // block
-    lo, hi = 0, min(ceiling, max_model_len // block)
-    while lo < hi:  # largest number of blocks whose KV fits the budget
-        mid = (lo + hi + 1) // 2
-        if kv_bytes_for(layout, mid * block, block, batched_tokens) * num_prompts <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo == 0:
-        out["suggested_max_model_len"] = None
-        out["action"] = (
-            "weights alone exceed RAM -- use a smaller model"
-            if budget <= 0
-            else f"not even {block} tokens of KV fit at {num_prompts} concurrent prompts -- "
-            "lower --num-prompts or use a smaller model"
-        )
-    else:
-        out["suggested_max_model_len"] = lo * block
-        out["action"] = f"lower --max-model-len to {lo * block} (or lower --num-prompts), or use a smaller model"
-    return out
 
 
 def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batched: int) -> list[str]:
@@ -286,7 +235,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "notes": notes,
     }
     if req.ram_gb is not None:
-        doc["fit"] = fit(
+        doc["fit"] = kv_budget.fit(
             m.weights, layout, max_len, req.num_prompts, req.ram_gb, req.os_reserve_gb, block, model_max, batched
         )
         if not doc["fit"]["fits"]:
