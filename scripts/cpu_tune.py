@@ -86,15 +86,8 @@ def sizing_request(args: argparse.Namespace, folder: Path) -> SizingRequest:
     need = kv_budget.need_of(est) if "fit" in est else kv_budget.Need(args.weight_gb, args.kv_needed_gb)
     if args.kv_per_sequence_gb is not None:
         need = dataclasses.replace(need, kv_per_sequence_gb=args.kv_per_sequence_gb)
-    return SizingRequest(
-        busy_threshold=args.busy_threshold,
-        reserve_cores=args.reserve_cores,
-        os_reserve_gb=args.os_reserve_gb,
-        need=need,
-        socket=args.socket,
-        tensor_parallel=args.tensor_parallel,
-        rank_table=est.get("tensor_parallel"),
-    )
+    flags = ("busy_threshold", "reserve_cores", "os_reserve_gb", "socket", "tensor_parallel")
+    return SizingRequest(**{k: getattr(args, k) for k in flags}, need=need, rank_table=est.get("tensor_parallel"))
 
 
 def render_env(doc: dict, ok: bool) -> str:

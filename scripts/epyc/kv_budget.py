@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -72,13 +73,11 @@ def fit(
     if out["fits"]:
         return out
     budget = ram - weight_bytes - os_reserve_gb * GIB
-    lo, hi = 0, min((model_max or max_model_len) // block, max_model_len // block)
-    while lo < hi:  # largest number of blocks whose KV fits the budget
-        mid = (lo + hi + 1) // 2
-        if kv_bytes_for(layout, mid * block, block, batched_tokens) * num_prompts <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
+    blocks = range(1, min(model_max or max_model_len, max_model_len) // block + 1)
+    # the most blocks whose KV fits the budget: the KV grows with the length
+    lo = bisect.bisect_right(
+        blocks, budget, key=lambda n: kv_bytes_for(layout, n * block, block, batched_tokens) * num_prompts
+    )
     out["suggested_max_model_len"] = lo * block or None
     if lo:
         out["action"] = f"lower --max-model-len to {lo * block} (or lower --num-prompts), or use a smaller model"
@@ -116,6 +115,29 @@ def _need(row: dict, kv_needed_gb: float | None) -> Need:
 def short_of(grant_gb: float, need_gb: float | None) -> bool:
     """A grant below the need: the one rule the grant refuses by and the plan re-checks documents by."""
     return need_gb is not None and grant_gb < need_gb
+
+
+def disagreements(tune: dict, est: dict) -> list[str]:
+    """Where cpu_tune's document is not the budget estimate_memory's document gives (a set assembled from different
+    runs, or edited): no row for its ranks, other weights or need, a grant below the need or past its memory."""
+    ranks, out = tune.get("tensor_parallel_size") or 1, []
+    sized = need_of(est, ranks)
+    if sized is None:
+        out.append(f"cpu_tune.py split the model {ranks} ways, estimate_memory.py has no row for {ranks} ranks")
+        sized = Need()
+    if tune.get("weight_gb") is not None and tune["weight_gb"] != sized.weight_gb:
+        out.append(
+            f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights{f' per rank ({ranks})' if ranks > 1 else ''}, "
+            f"estimate_memory.py says {sized.weight_gb}"
+        )
+    need, granted, ram = sized.kv_needed_gb, tune.get("kv_granted_gb"), tune.get("socket_ram_gb")
+    if tune.get("kv_needed_gb") is not None and need is not None and tune["kv_needed_gb"] != need:
+        out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
+    if granted is not None and short_of(granted, need):
+        out.append(f"cpu_tune.py grants {granted} GiB of KV cache, below the {need} GiB needed")
+    if granted is not None and ram is not None and granted > ram:
+        out.append(f"cpu_tune.py grants {granted} GiB of KV cache on a socket of {ram} GiB")
+    return out
 
 
 def grant(epyc: dict, ram_gb: float, reserve_gb: float, need: Need, where: str = "socket") -> Grant:

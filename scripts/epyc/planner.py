@@ -78,11 +78,8 @@ def mismatches(inp: dict) -> list[str]:
             f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
             f"{est.get('revision') or 'main'}"
         )
+    out += kv_budget.disagreements(tune, est)
     ranks = tune.get("tensor_parallel_size") or 1
-    sized = kv_budget.need_of(est, ranks)
-    if sized is None:
-        out.append(f"cpu_tune.py split the model {ranks} ways, estimate_memory.py has no row for {ranks} ranks")
-        sized = kv_budget.Need()
     lists = str(tune.get("vllm_cpu_omp_threads_bind")).split("|")
     if "ranks" in tune and (
         lists != [r.get("cpus") for r in tune["ranks"] if isinstance(r, dict)] or len(lists) != ranks
@@ -91,23 +88,10 @@ def mismatches(inp: dict) -> list[str]:
             f"cpu_tune.py binds {masking.clip(str(tune.get('vllm_cpu_omp_threads_bind')), 80)}, not one core list "
             f"per rank of its {ranks} ranks"
         )
-    if tune.get("weight_gb") is not None and tune["weight_gb"] != sized.weight_gb:
-        out.append(
-            f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights{f' per rank ({ranks})' if ranks > 1 else ''}, "
-            f"estimate_memory.py says {sized.weight_gb}"
-        )
-    need = sized.kv_needed_gb
-    if tune.get("kv_needed_gb") is not None and need is not None and tune["kv_needed_gb"] != need:
-        out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
-    if tune.get("kv_granted_gb") is not None and kv_budget.short_of(tune["kv_granted_gb"], need):
-        out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache, below the {need} GiB needed")
     checked = normalize_version(chk.get("vllm_version"))  # '0.32.0+cpu' -> '0.32.0'
     serving = normalize_version((val.get("stack") or {}).get("vllm"))
     if checked and serving and checked != serving:  # the architecture was judged by another vLLM's registry
         out.append(f"check_model.py judged the model with vLLM {checked}'s registry, validate.py found vLLM {serving}")
-    ram = tune.get("socket_ram_gb")
-    if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
-        out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")
     ssm = (est.get("kv_layers") or {}).get("ssm_state_dtype")
     if ssm and det.get("avx512_bf16") is not None:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)

@@ -13,6 +13,11 @@ from .kv_budget import DoesNotFit, Grant, Need, grant, rank_need
 # ---------------------------------------------------------------- pure decisions
 
 
+def warn(check: str, message: str, fix: str | None = None) -> dict:
+    """One entry of cpu_tune's warnings."""
+    return {"check": check, "message": message, "fix": fix}
+
+
 def roomiest(sockets: list[int], free_bytes: dict[int, int] | None, margin: float = 0.10) -> tuple[int, bool]:
     """Among equally idle sockets, the one with clearly more free memory (by `margin`), else the lowest id:
     the KV cache and the weights must fit in the chosen socket's memory, not the host's."""
@@ -121,12 +126,10 @@ def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict 
     if quota is None or len(bind) <= max(1, math.floor(quota)):
         return bind, None
     keep = max(1, math.floor(quota))
-    return bind[:keep], {
-        "check": "cpu_quota",
-        "message": f"the cgroup CPU quota allows {quota:g} CPUs: binding "
-        f"{keep} of the socket's {len(bind)} physical cores",
-        "fix": None,
-    }
+    return bind[:keep], warn(
+        "cpu_quota",
+        f"the cgroup CPU quota allows {quota:g} CPUs: binding {keep} of the socket's {len(bind)} physical cores",
+    )
 
 
 def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: dict[str, bool]) -> dict:
@@ -212,21 +215,20 @@ def socket_rows(facts: hostfacts.HostFacts, usable_bytes: int, busy: dict[int, f
 
 
 def tune_warnings(warning: str | None, quota_warning: dict | None, kv: Grant, chosen: int, nodes: list[int]) -> list:
-    warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
-    if quota_warning:
-        warnings.append(quota_warning)
+    warnings = [warn("socket", warning, "pass --socket N to choose another")] if warning else []
+    warnings += [quota_warning] if quota_warning else []
     if kv.warning:
-        warnings.append({"check": "kv", "message": kv.warning, "fix": "use a smaller model or a bigger socket"})
+        warnings.append(warn("kv", kv.warning, "use a smaller model or a bigger socket"))
     if len(nodes) > 1:
-        warnings.append(
-            {
-                "check": "nps",
-                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's "
-                f"memory on the node of its first core, so the KV cache is sized to node {nodes[0]}'s RAM",
-                "fix": "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all "
-                "their memory and bandwidth",
-            }
+        nps = (
+            f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's memory on the node "
+            f"of its first core, so the KV cache is sized to node {nodes[0]}'s RAM"
         )
+        fix = (
+            "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all their "
+            "memory and bandwidth"
+        )
+        warnings.append(warn("nps", nps, fix))
     return warnings
 
 
@@ -350,12 +352,8 @@ def rank_cores(facts: hostfacts.HostFacts, nodes: list[int], ranks: int, reserve
     if facts.cpu_quota is not None:
         even = max(1, min(even, math.floor(facts.cpu_quota / ranks)))
     trimmed = sum(map(len, out)) - even * ranks
-    warning = {
-        "check": "cpu_quota",
-        "message": f"{even} cores per rank: {trimmed} left unbound so that every rank has as many (the cgroup CPU "
-        "quota, or nodes with fewer usable cores)",
-        "fix": None,
-    }
+    why = f"{even} cores per rank: {trimmed} left unbound so that every rank has as many (the cgroup CPU quota, or "
+    warning = warn("cpu_quota", why + "nodes with fewer usable cores)")
     return [c[:even] for c in out], held, [warning] if trimmed else []
 
 
@@ -392,11 +390,11 @@ def across_nodes(
     usable = sorted(c for n in nodes for c in topo.node_cpus[n] if c in allowed)
     loaded = {topo.package[c] for c in bind if busy and busy.get(topo.package[c], 0) >= req.busy_threshold}
     warnings = [
-        {"check": "socket", "message": f"socket {s} is {busy[s]:.0f}% busy: its rank will compete with that load", "fix": None}
+        warn("socket", f"socket {s} is {busy[s]:.0f}% busy: its rank will compete with that load")
         for s in sorted(loaded)
-    ]  # fmt: skip
+    ]
     if kv.warning:
-        warnings.append({"check": "kv", "message": kv.warning, "fix": "use a smaller model or a bigger host"})
+        warnings.append(warn("kv", kv.warning, "use a smaller model or a bigger host"))
     ranks_doc = [
         {"rank": i, "socket": topo.package[c[0]], "numa_node": topo.node_of_cpu[c[0]], "cpus": hostfacts.format_cpulist(c)}
         for i, c in enumerate(cores)
