@@ -141,10 +141,8 @@ def disagreements(tune: dict, est: dict) -> list[str]:
 
 
 def grant(epyc: dict, ram_gb: float, reserve_gb: float, need: Need, where: str = "socket") -> Grant:
-    """The KV cache to grant one rank, in whole GiB: `kv_default_fraction` of what its memory has left after
-    weights and the OS, bounded by what the largest running batch can use plus `kv_prefix_cache_share` of it
-    for the prefix cache (vLLM reserves the grant at start: more would only take memory from the host), and at
-    least the need x headroom. Memory that cannot hold weights + need + reserve is a refusal."""
+    """The KV cache to grant one rank in whole GiB: a share of what is left after weights and the OS, at most what
+    the largest batch (+ prefix cache) can use since vLLM reserves it all at start, at least the need x headroom."""
     mem, per_seq = epyc["memory"], need.kv_per_sequence_gb
     headroom, fraction, prefix = mem["kv_headroom_factor"], mem["kv_default_fraction"], mem["kv_prefix_cache_share"]
     batch_gb = per_seq * epyc["serve"]["max_num_seqs_cap"] if per_seq else None
@@ -179,17 +177,13 @@ def grant(epyc: dict, ram_gb: float, reserve_gb: float, need: Need, where: str =
         )
     if kv >= 1:
         return Grant(int(kv), basis)
-    return Grant(
-        1,
-        basis,
-        f"only {left:.1f} GiB left on the socket after weights and OS reserve; KV cache set to the 1 GiB minimum",
-    )
+    minimum = f"only {left:.1f} GiB left on the socket after weights and OS reserve; KV cache set to the 1 GiB minimum"
+    return Grant(1, basis, minimum)
 
 
 def capacity(granted_gb: int, need: Need, cap: int, batched_tokens: int | None = None) -> Capacity:
-    """What the granted KV cache holds: tokens, and full-length requests at once. --max-num-seqs
-    follows it (at most `cap`, and never above the tokens one step takes: vLLM refuses that), so vLLM
-    never schedules more sequences than the cache can keep."""
+    """What the grant holds: --max-num-seqs follows it, so vLLM never schedules more sequences than the cache keeps
+    (at most `cap`, never above the tokens one step takes: vLLM refuses that)."""
     granted, per_token, per_seq = granted_gb * GIB, need.kv_bytes_per_token, need.kv_bytes_per_sequence
     requests = granted // per_seq if per_seq else None
     seqs = max(1, min(cap, batched_tokens or cap, requests)) if requests is not None else None

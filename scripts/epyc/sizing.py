@@ -36,12 +36,8 @@ def choose_socket(
     forced: int | None,
     free_bytes: dict[int, int] | None = None,
 ) -> tuple[int, str, str | None]:
-    """Pick the socket to serve on -> (socket, reason, warning).
-
-    A forced socket wins if it exists and this process may run there. Otherwise prefer a free
-    socket (busy% below threshold), lowest id first, because a neighbour's load halves our
-    decode speed; when every socket is busy take the least busy one and say so. Without a
-    load sample (sysroot, remote) the lowest usable socket is taken and the reason says why."""
+    """The socket to serve on -> (socket, reason, warning): --socket if usable, else a free one (below the busy
+    threshold: a neighbour's load halves decode speed), else the least busy, said; without a sample the lowest."""
     if forced is not None:
         if forced not in all_sockets:
             raise ScriptError(
@@ -91,10 +87,8 @@ def share_cores(cores: list[int], i: int, n: int) -> list[int]:
 
 
 def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]]:
-    """Hold back the last `reserve` physical cores (for vLLM's frontend / the OS) -> (bind, reserved).
-
-    Default 0: on this 2-vCPU runner binding every core gave 18.0 vs 13.5 output tok/s (c=1) and
-    63.9 vs 37.2 (c=4) against vLLM's own one-core reserve; on a 96-core socket a reserve costs ~1%."""
+    """Hold back the last `reserve` physical cores (for vLLM's frontend / the OS) -> (bind, reserved); default 0,
+    since binding every core served faster than vLLM's own one-core reserve (reference.md)."""
     if reserve < 0:
         raise ScriptError(f"--reserve-cores {reserve} is negative", "use --reserve-cores 0 or more")
     if reserve >= len(cores):
@@ -133,10 +127,8 @@ def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict 
 
 
 def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: dict[str, bool]) -> dict:
-    """How to pin the chosen socket: cgroup cpuset flags for containers, a launch prefix for the host.
-
-    numactl binds CPU and memory; taskset binds CPU only (memory then follows first touch);
-    with neither, the launch is unpinned and the note says so."""
+    """How to pin: cgroup cpuset flags for a container; for the host numactl (CPU and memory), else taskset (CPU
+    only: memory follows first touch), else nothing, and the note says so."""
     bind_s, mems = hostfacts.format_cpulist(bind), ",".join(map(str, nodes))
     container = [f"--cpuset-cpus={hostfacts.format_cpulist(cpuset)}", f"--cpuset-mems={mems}"]
     note = None
@@ -278,9 +270,8 @@ class Sized:
 
 
 def tune(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, req: SizingRequest) -> dict:
-    """cpu_tune.py's document: one engine on one socket, or one engine split over the NUMA nodes by tensor
-    parallelism -- when --tensor-parallel asks for it, or when the model does not fit one socket and the
-    estimate says how vLLM splits it (`req.rank_table`)."""
+    """cpu_tune.py's document: one engine on one socket, or split over the NUMA nodes by tensor parallelism when
+    --tensor-parallel asks, or when it does not fit one socket and the estimate says how vLLM splits it."""
     ranks = req.tensor_parallel
     if ranks not in (None, 1):
         return across_nodes(facts, epyc, busy, req, ranks, f"--tensor-parallel {ranks}")
@@ -341,9 +332,8 @@ def tool_presence() -> dict[str, bool]:
 
 
 def rank_cores(facts: hostfacts.HostFacts, nodes: list[int], ranks: int, reserve: int) -> tuple[list, list, list]:
-    """Each rank's physical cores: ranks / nodes ranks on every NUMA node, each a contiguous slice of its cores
-    less `reserve` per node, cut to as many as the smallest has (within the quota) since a step runs at the
-    slowest rank's pace -> (the ranks' cores, the cores held back, a warning when some are left unbound)."""
+    """Each rank's contiguous slice of its node's cores less `reserve`, all cut to the smallest (within the quota):
+    a step runs at the slowest rank's pace -> (the ranks' cores, the cores held back, a warning if some are cut)."""
     topo, allowed, per_node, out, held = facts.topology, set(facts.allowed_cpus), ranks // len(nodes), [], []
     for node in nodes:
         bind, kept = split_reserved(topo.physical_cores([c for c in topo.node_cpus[node] if c in allowed]), reserve)
@@ -361,9 +351,8 @@ def across_nodes(
     facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, req: SizingRequest,
     forced: int | None, reason: str,
 ) -> dict:  # fmt: skip
-    """One engine, tensor parallel: a rank per NUMA node this process may use (or several, sharing its cores, when
-    --tensor-parallel asks for more), each sized from its own node's memory -- vLLM binds a rank's memory to
-    the node of its first core -- with the share of weights and KV the estimate's table gives it."""
+    """One engine, tensor parallel: one rank (or more, sharing its cores) per usable NUMA node, each sized from its
+    node's memory (vLLM binds it to its first core's node) with the share the estimate's table gives it."""
     topo, allowed, nodes = facts.topology, set(facts.allowed_cpus), usable_nodes(facts)
     ranks = forced or len(nodes)
     if req.socket is not None:
