@@ -12,6 +12,7 @@ Exit 0 with the plan; exit 1 with {"error", "fix"} (in env format: the JSON on s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -20,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, remote_host, runs
-from epyc.sizing import env_lines, plan, sample_busy
+from epyc import argtypes, bundle, cli, errors, kv_budget, remote_host, runs
+from epyc.sizing import SizingRequest, env_lines, sample_busy, tune
 
 
 def main(argv: Sequence[str] | None = None):
@@ -65,29 +66,28 @@ def main(argv: Sequence[str] | None = None):
     runs.add_run_arg(p)
     runs.keep_before_parsing(argv, "cpu_tune")
     args = p.parse_args(argv)
-    from_the_run(args, runs.keep(args, "cpu_tune"))
+    folder = runs.keep(args, "cpu_tune")
+    req = sizing_request(args, folder)
+    if not (args.sysroot or args.host):  # the host the run's detect.json read: its tree, or its ssh target
+        args.sysroot, args.host = runs.host_source(runs.earlier(folder, "detect") or {})
     facts = remote_host.gather_from_args(args.sysroot, args.host)
-    live = not (args.sysroot or args.host)
     busy = None
-    if live:  # a short sample under --socket, where it is only reported
+    if not (args.sysroot or args.host):  # a short sample under --socket, where it is only reported
         busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if args.socket is None else 0.1)
-    result = plan(facts, epyc, busy, args)
-    return result, errors.EXIT_OK
+    return tune(facts, epyc, busy, req), errors.EXIT_OK
 
 
-def from_the_run(args: argparse.Namespace, folder: Path) -> None:
-    """What the run's earlier steps say, where no flag says otherwise: the weights and KV need from
-    estimate_memory.json, the host from detect.json (the tree it read, or its ssh target)."""
+def sizing_request(args: argparse.Namespace, folder: Path) -> SizingRequest:
+    """The flags, and where none says otherwise the weights, KV need and per-rank rows of the run's
+    estimate_memory.json."""
     est = (
         (runs.earlier(folder, "estimate_memory") or {}) if args.weight_gb is None and args.kv_needed_gb is None else {}
     )
-    if "fit" in est:
-        args.weight_gb, args.kv_needed_gb = est["weight_gb"], est["fit"]["kv_needed_gb"]
-        if args.kv_per_sequence_gb is None:
-            args.kv_per_sequence_gb = est["kv_bytes_per_sequence"] / bundle.GIB
-    args.rank_table = est.get("tensor_parallel")
-    if not (args.sysroot or args.host):
-        args.sysroot, args.host = runs.host_source(runs.earlier(folder, "detect") or {})
+    need = kv_budget.need_of(est) if "fit" in est else kv_budget.Need(args.weight_gb, args.kv_needed_gb)
+    if args.kv_per_sequence_gb is not None:
+        need = dataclasses.replace(need, kv_per_sequence_gb=args.kv_per_sequence_gb)
+    flags = ("busy_threshold", "reserve_cores", "os_reserve_gb", "socket", "tensor_parallel")
+    return SizingRequest(**{k: getattr(args, k) for k in flags}, need=need, rank_table=est.get("tensor_parallel"))
 
 
 def render_env(doc: dict, ok: bool) -> str:

@@ -22,6 +22,16 @@ from epyc import argtypes, bundle, cli, errors, estimate, runs
 
 def main(argv: Sequence[str] | None = None):
     epyc = bundle.load_epyc()
+    runs.keep_before_parsing(argv, "estimate_memory")
+    a = parser(epyc).parse_args(argv)
+    a.avx512_bf16 = None if a.avx512_bf16 is None else a.avx512_bf16 == "yes"
+    from_the_run(a, runs.keep(a, "estimate_memory"), epyc)
+    req = estimate.Request(**{f.name: getattr(a, f.name) for f in dataclasses.fields(estimate.Request)})
+    doc = estimate.estimate(req, epyc)
+    return doc, errors.EXIT_FAIL if "error" in doc else errors.EXIT_OK
+
+
+def parser(epyc: dict) -> cli.JsonArgumentParser:
     p = cli.JsonArgumentParser(prog="scripts/estimate_memory.py", description=__doc__.split("\n")[0])
     p.add_argument(
         "--model",
@@ -80,13 +90,7 @@ def main(argv: Sequence[str] | None = None):
         help="a config.json to size from, offline (no Hub, no folder); weights from --weight-gb, else counted",
     )
     runs.add_run_arg(p)
-    runs.keep_before_parsing(argv, "estimate_memory")
-    a = p.parse_args(argv)
-    a.avx512_bf16 = None if a.avx512_bf16 is None else a.avx512_bf16 == "yes"
-    from_the_run(a, runs.keep(a, "estimate_memory"), epyc)
-    req = estimate.Request(**{f.name: getattr(a, f.name) for f in dataclasses.fields(estimate.Request)})
-    doc = estimate.estimate(req, epyc)
-    return doc, errors.EXIT_FAIL if "error" in doc else errors.EXIT_OK
+    return p
 
 
 def from_the_run(a, folder, epyc: dict) -> None:

@@ -9,6 +9,7 @@ from epyc import (
     bundle,
     errors,
     hostfacts,
+    kv_budget,
     sizing,
 )
 from epyc.errors import ScriptError
@@ -81,38 +82,6 @@ def test_the_kv_grant_is_what_the_largest_batch_can_use(script, make_sysroot):
     args = ["--sysroot", root, "--weight-gb", "1.11", "--kv-needed-gb", "0.44", "--kv-per-sequence-gb", "0.4375"]
     t = script("cpu_tune.py", *args)
     assert t.code == 0 and t.doc["kv_granted_gb"] == 140 and "largest running batch" in t.doc["kv_basis"]
-    assert sizing.size_kv_cache(23.5, 2, 0.01, 0.004, 1.25, 0.5, 256 * 0.004, 0.25)["kv_gb"] == 2
-    out = sizing.size_kv_cache(384, 2, 1.11, 131.25, 1.25, 0.5, 112, 0.25)  # 256 full-length requests asked
-    assert out["kv_gb"] == 165 and out["basis"].startswith("model need 131.25 GiB x 1.25 headroom")
-    out = sizing.size_kv_cache(16, 2, 2, 11, 1.25, 0.5, 1, 0.25)  # the need x headroom is past what is left
-    assert out["kv_gb"] == 12 and out["basis"].startswith("all the socket RAM left")
-
-
-def test_size_kv_cache():
-    # no model need: half of (8 - 2 reserve) = 3
-    assert sizing.size_kv_cache(8, 2, None, None, 1.25, 0.5)["kv_gb"] == 3
-    # serving, not one prompt: a 0.5 GiB need on 8 GiB gets half of the 4.8 left -> 2 (need x 1.25 = 1 is the floor)
-    out = sizing.size_kv_cache(8, 2, 1.2, 0.5, 1.25, 0.5)
-    assert out["kv_gb"] == 2 and out["warning"] is None
-    # a 384 GiB socket with 16 GiB of weights and a 7 GiB need: half of the 366 left = 183, not 9
-    assert sizing.size_kv_cache(384, 2, 16, 7, 1.25, 0.5)["kv_gb"] == 183
-    # a big need on a small socket: the need x headroom wins over the share, capped by what is left
-    assert sizing.size_kv_cache(16, 2, 2, 8, 1.25, 0.5)["kv_gb"] == 10
-    assert sizing.size_kv_cache(16, 2, 2, 11, 1.25, 0.5)["kv_gb"] == 12
-    # cannot hold: 8 - 2 - 5 = 1 left for a 4 GiB need -> refused, never a silent under-grant
-    with pytest.raises(
-        errors.ScriptError,
-        match=r"^socket RAM 8 GiB cannot hold weights 5 GiB \+ KV 4 GiB \+ "
-        r"OS reserve 2 GiB$",
-    ):
-        sizing.size_kv_cache(8, 2, 5, 4, 1.25, 0.5)
-    with pytest.raises(errors.ScriptError, match=r"cannot hold weights 0 GiB \+ KV 7 GiB"):  # no weights given
-        sizing.size_kv_cache(8, 2, None, 7, 1.25, 0.5)
-    # 3.95 left for a 3.9 GiB need: vLLM takes whole GiB, so 3 would be granted -- refused too
-    with pytest.raises(errors.ScriptError, match="cannot hold"):
-        sizing.size_kv_cache(7.95, 2, 2, 3.9, 1.25, 0.5)
-    # exactly enough: the grant is never below the need
-    assert sizing.size_kv_cache(8, 2, 2, 4, 1.25, 0.5)["kv_gb"] == 4
 
 
 def test_pin_commands_fallbacks():
@@ -351,23 +320,10 @@ def test_env_format_echoes_each_warning_to_stderr(make_sysroot):
 
 
 def _plan_in_process(root, busy, **over):
-    import argparse
-
     from epyc import remote_host
 
-    epyc = bundle.load_epyc()
-    args = argparse.Namespace(
-        **{
-            "socket": None,
-            "busy_threshold": 15.0,
-            "reserve_cores": 0,
-            "weight_gb": None,
-            "kv_needed_gb": None,
-            "os_reserve_gb": 2.0,
-            **over,
-        }
-    )
-    return sizing.plan(remote_host.gather_from_args(str(root), None), epyc, busy, args)
+    req = sizing.SizingRequest(busy_threshold=15.0, reserve_cores=0, os_reserve_gb=2.0, **over)
+    return sizing.tune(remote_host.gather_from_args(str(root), None), bundle.load_epyc(), busy, req)
 
 
 def test_every_socket_busy_is_a_socket_warning_and_a_tiny_grant_a_kv_warning(make_sysroot):
@@ -381,7 +337,7 @@ def test_every_socket_busy_is_a_socket_warning_and_a_tiny_grant_a_kv_warning(mak
         }
     ]
     assert d["socket_busy_pct"] == {"0": 60.0, "1": 40.0}
-    d = _plan_in_process(make_sysroot("runner"), None, weight_gb=5.5)
+    d = _plan_in_process(make_sysroot("runner"), None, need=kv_budget.Need(weight_gb=5.5))
     assert d["warnings"] == [
         {
             "check": "kv",

@@ -21,7 +21,6 @@ from epyc import (
     kv_cache,
     model_params,
 )
-from epyc import estimate as estimate_module
 from hub_server import Hub
 from model_fixtures import (
     FIXTURES,
@@ -493,35 +492,6 @@ def test_layer_type_names_dtypes_and_empty_fields_as_vllm_reads_them():
     assert (jamba["full"], jamba["sliding"], jamba["none"]) == (2, 0, 6)
     with pytest.raises(errors.ScriptError, match="num_hidden_layers"):
         kv_cache.kv_layout({**base, "num_hidden_layers": 0})
-
-
-def test_fit_boundary_is_inclusive_and_the_suggestion_is_the_largest_block_that_fits():
-    """Mutation survivors of fit(): `required <= ram` (exactly full RAM fits) and the binary search's bounds."""
-    lay = {
-        "full": 2,
-        "sliding": 0,
-        "none": 0,
-        "bytes_per_token_per_layer": 1024,
-        "sliding_window": None,
-        "recurrent_state_bytes": 0,
-    }
-    gib = 2**30
-    kv_4096 = kv_cache.kv_bytes_for(lay, 4096, 128, 2048)
-    assert kv_4096 == 2 * 32 * 128 * 1024  # 2 layers x 32 pages of 128 tokens x 1 KiB
-    weights = 3 * gib - kv_4096  # weights + KV + 1 GiB reserve == 4 GiB exactly
-    exact = estimate_module.fit(weights, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
-    assert exact["fits"] is True and "suggested_max_model_len" not in exact
-    one_byte_over = estimate_module.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
-    # one byte too many: 31 pages (3968 tokens) still fit, 32 do not
-    assert one_byte_over["fits"] is False and one_byte_over["suggested_max_model_len"] == 3968
-    # the model's own limit caps the search, and no block at all gives None with the reason
-    assert estimate_module.fit(weights + 1, lay, 4096, 1, 4.0, 1.0, 128, 1024, 2048)["suggested_max_model_len"] == 1024
-    nothing = estimate_module.fit(4 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
-    assert nothing["suggested_max_model_len"] is None and nothing["action"].startswith("weights alone exceed RAM")
-    exactly_full = estimate_module.fit(3 * gib, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)  # budget 0: no KV at all
-    assert exactly_full["action"].startswith("weights alone exceed RAM")
-    tight = estimate_module.fit(3 * gib - 1000, lay, 4096, 1, 4.0, 1.0, 128, None, 2048)
-    assert tight["suggested_max_model_len"] is None and tight["action"].startswith("not even 128 tokens")
 
 
 def test_state_and_head_size_from_the_other_spellings_of_hidden_size():

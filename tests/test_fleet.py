@@ -285,18 +285,18 @@ def test_a_container_fleet_runs_one_container_per_socket_and_stop_removes_each(r
 def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
     """Recorded topologies, a dual Genoa NPS1 and a dual Turin NPS4: engine i binds socket i's physical cores
     and its memory (all four nodes of it on NPS4)."""
-    import argparse
-
     import sysroots
     from epyc import hostfacts
+    from epyc.kv_budget import Need
+    from epyc.sizing import SizingRequest
 
     root = sysroots.build(
         __import__("pathlib").Path(__import__("tempfile").mkdtemp()) / "sr", sysroots.HOSTS["genoa_9654_2s_smt"]
     )
     facts = hostfacts.gather(hostfacts.Sysroot(root), "sysroot:x", live=False)
     epyc = load_epyc()
-    base = argparse.Namespace(
-        socket=None, busy_threshold=15, reserve_cores=0, weight_gb=15.0, kv_needed_gb=4.0, os_reserve_gb=2.0, part=None
+    base = SizingRequest(
+        busy_threshold=15, reserve_cores=0, os_reserve_gb=2.0, need=Need(weight_gb=15.0, kv_needed_gb=4.0)
     )
     tunes = fleet.engine_tunes(facts, epyc, None, base, "per-socket")
     assert [t["chosen_socket"] for t in tunes] == [0, 1]

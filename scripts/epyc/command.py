@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-from . import bundle, hostfacts, quantization
+from . import hostfacts, quantization
 from .errors import ScriptError
 from .hubcache import bind_mount
 
@@ -51,23 +51,6 @@ def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = N
     if state_dir is not None:
         steps.append(["rm", "-rf", str(Path(state_dir) / "secrets")])
     return " && ".join(shlex.join(c) for c in steps)
-
-
-def kv_capacity(
-    granted_gb: int,
-    bytes_per_token: int | None,
-    bytes_per_sequence: int | None,
-    cap: int,
-    batched_tokens: int | None = None,
-) -> dict:
-    """What the granted KV cache holds: tokens, and full-length requests at once. --max-num-seqs
-    follows it (at most `cap`, and never above the tokens one step takes: vLLM refuses that), so vLLM
-    never schedules more sequences than the cache can keep."""
-    granted = granted_gb * bundle.GIB
-    tokens = granted // bytes_per_token if bytes_per_token else None
-    requests = granted // bytes_per_sequence if bytes_per_sequence else None
-    seqs = max(1, min(cap, batched_tokens or cap, requests)) if requests is not None else None
-    return {"kv_tokens": tokens, "kv_full_length_requests": requests, "max_num_seqs": seqs}
 
 
 SECRETS_TARGET = "/run/secrets/serving-llms-on-epyc"

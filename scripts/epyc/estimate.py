@@ -4,19 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import bundle, cpuid, hf_model, quantization
+from . import bundle, cpuid, hf_model, kv_budget, kv_cache, quantization
 from .bundle import GIB
 from .errors import ScriptError
-from .kv_cache import (
-    KV_BYTES_BY_DTYPE,
-    kv_bytes_for,
-    kv_dtype_for,
-    kv_layout,
-    page_block,
-    rank_layout,
-    ssm_state_dtype,
-    text_config,
-)
 from .model_params import config_params, config_weight_bytes, idle_expert_params, replicated_params, weight_floor
 
 
@@ -52,21 +42,18 @@ class Model:
 
 def read_model(req: Request, kv_dtype: str, ssm_dtype: str) -> Model:
     """The config and the weights, from a folder, the cache, the Hub (under the deadline) or --config."""
-    try:  # (no Hub traffic yet: a config alone, a folder, the offline cache, or an id to ask under the deadline)
-        files = hf_model.config_only(req.config) if req.config else hf_model.resolve(req.model, req.revision)
-    except hf_model.Unreadable as why:
-        raise ScriptError(why.message, why.fix)
 
     def read() -> Model:
         where = {} if files.kind == "config" else {"model_dir": str(files.folder) if files.kind == "local" else None}
         cfg = files.config()
         # a config without attention shapes is an error before any weight lookup
-        layout = kv_layout(cfg, KV_BYTES_BY_DTYPE[kv_dtype], KV_BYTES_BY_DTYPE[ssm_dtype])
+        layout = kv_cache.kv_layout(cfg, kv_cache.KV_BYTES_BY_DTYPE[kv_dtype], kv_cache.KV_BYTES_BY_DTYPE[ssm_dtype])
         quant = quantization.describe(cfg)
-        weights, source = weights_of(req, files, text_config(cfg), quant)
-        return Model(layout, weights, source, quant, where, text_config(cfg))
+        weights, source = weights_of(req, files, kv_cache.text_config(cfg), quant)
+        return Model(layout, weights, source, quant, where, kv_cache.text_config(cfg))
 
-    try:
+    try:  # no Hub traffic before the deadline: a config alone, a folder, the offline cache, or an id to ask
+        files = hf_model.config_only(req.config) if req.config else hf_model.resolve(req.model, req.revision)
         return hf_model.with_deadline(read, req.hub_timeout, online=files.kind == "hub")
     except hf_model.Unreadable as why:
         raise ScriptError(why.message, why.fix)
@@ -114,57 +101,6 @@ def stored_to_served(cfg: dict, serve_dtype: str, quant: dict | None) -> float:
     return 1.0 if quant or not stored else hf_model.SERVE_DTYPE_BYTES[serve_dtype] / stored
 
 
-def fit(
-    weight_bytes: int,
-    layout: dict,
-    max_model_len: int,
-    num_prompts: int,
-    ram_gb: float,
-    os_reserve_gb: float,
-    block: int,
-    model_max: int | None,
-    batched_tokens: int,
-) -> dict:
-    """Weights + KV(max_model_len) x num_prompts + reserve <= RAM? If not, the longest context that
-    fits (a multiple of the block size), or say that no context fits."""
-    kv = kv_bytes_for(layout, max_model_len, block, batched_tokens) * num_prompts
-    required = weight_bytes + kv + os_reserve_gb * GIB
-    ram = ram_gb * GIB
-    out = {
-        "max_model_len": max_model_len,
-        "num_prompts": num_prompts,
-        "weight_gb": bundle.gb(weight_bytes),
-        "kv_needed_gb": bundle.gb(kv),
-        "os_reserve_gb": os_reserve_gb,
-        "required_gb": bundle.gb(required),
-        "ram_gb": ram_gb,
-        "fits": required <= ram,
-    }
-    if out["fits"]:
-        return out
-    budget = ram - weight_bytes - os_reserve_gb * GIB
-    ceiling = (model_max or max_model_len) // block
-    lo, hi = 0, min(ceiling, max_model_len // block)
-    while lo < hi:  # largest number of blocks whose KV fits the budget
-        mid = (lo + hi + 1) // 2
-        if kv_bytes_for(layout, mid * block, block, batched_tokens) * num_prompts <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo == 0:
-        out["suggested_max_model_len"] = None
-        out["action"] = (
-            "weights alone exceed RAM -- use a smaller model"
-            if budget <= 0
-            else f"not even {block} tokens of KV fit at {num_prompts} concurrent prompts -- "
-            "lower --num-prompts or use a smaller model"
-        )
-    else:
-        out["suggested_max_model_len"] = lo * block
-        out["action"] = f"lower --max-model-len to {lo * block} (or lower --num-prompts), or use a smaller model"
-    return out
-
-
 def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batched: int) -> list[str]:
     """What the KV figures hold for recurrent and sliding-window layers, in words."""
     notes = []
@@ -175,7 +111,7 @@ def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batch
             f"on a CPU {'with' if bf16_cpu else 'without'} AVX-512 BF16), two KV pages each (prefix "
             f"caching keeps a copy)"
             + (
-                f"; attention pages grow to {page_block(layout, block)} tokens to hold it"
+                f"; attention pages grow to {kv_cache.page_block(layout, block)} tokens to hold it"
                 if layout["full"] + layout["sliding"]
                 else "; no attention layer: nothing grows with the length"
             )
@@ -199,11 +135,11 @@ def rank_rows(m: Model, req: Request, max_len: int, block: int, sizes: list[int]
     whole = replicated_params(m.cfg) * hf_model.SERVE_DTYPE_BYTES[req.dtype]
     rows = []
     for n in sizes:
-        layout = rank_layout(m.layout, n)
+        layout = kv_cache.rank_layout(m.layout, n)
         if layout is None:
             continue
         weights = (m.weights - whole) // n + whole
-        per_seq = kv_bytes_for(layout, max_len, block, req.max_num_batched_tokens)
+        per_seq = kv_cache.kv_bytes_for(layout, max_len, block, req.max_num_batched_tokens)
         rows.append(
             {
                 "ranks": n,
@@ -225,21 +161,13 @@ def active_weight_bytes(m: Model) -> int:
     return max(weight_floor(m.cfg), int(m.weights * (1 - idle / sum(params))))
 
 
-def estimate(req: Request, epyc: dict) -> dict:
-    """estimate_memory.py's document: the model's sizes, and the fit when RAM was given (fit.fits false:
-    the document also carries error and fix)."""
-    kv_dtype = kv_dtype_for(req.dtype, epyc["precision"]["kv_cache_dtype"])
-    bf16_cpu = req.avx512_bf16 if req.avx512_bf16 is not None else cpuid.this_cpu_has("avx512_bf16")
-    ssm_dtype = ssm_state_dtype(bf16_cpu, kv_dtype)
-    m = read_model(req, kv_dtype, ssm_dtype)
-    layout = m.layout
-    notes = (
-        [f"weights from the checkpoint's stored size ({m.source}), scaled to --dtype {req.dtype}"]
-        if m.source in STORED_SIZES
-        else ["weights counted from the config's shapes (no checkpoint read): within a few % of the files"]
-        if m.source == "config_parameter_count"
-        else []
-    )
+def model_notes(m: Model, req: Request, epyc: dict, model_max: int | None) -> list[str]:
+    """What the weights figure rests on, the KV cache's dtype, a quantized checkpoint's bytes, a length capped."""
+    notes = []
+    if m.source in STORED_SIZES:
+        notes.append(f"weights from the checkpoint's stored size ({m.source}), scaled to --dtype {req.dtype}")
+    elif m.source == "config_parameter_count":
+        notes.append("weights counted from the config's shapes (no checkpoint read): within a few % of the files")
     notes.append(epyc["precision"]["kv_note"])
     if m.quant and m.source != "override":
         notes.append(
@@ -247,17 +175,27 @@ def estimate(req: Request, epyc: dict) -> dict:
             "as stored (packed), float ones (scales, embeddings, norms) at the serving dtype -- the bytes a "
             "decode step reads"
         )
-    model_max, max_len = layout["max_position_embeddings"], req.max_model_len
-    if model_max and max_len > model_max:
+    if model_max and req.max_model_len > model_max:
         notes.append(
-            f"--max-model-len {max_len} exceeds the model's maximum length {model_max} (vLLM would "
+            f"--max-model-len {req.max_model_len} exceeds the model's maximum length {model_max} (vLLM would "
             f"refuse it); capped to {model_max}"
         )
-        max_len = model_max
+    return notes
+
+
+def estimate(req: Request, epyc: dict) -> dict:
+    """estimate_memory.py's document: the model's sizes, and the fit when RAM was given (fit.fits false:
+    the document also carries error and fix)."""
+    kv_dtype = kv_cache.kv_dtype_for(req.dtype, epyc["precision"]["kv_cache_dtype"])
+    bf16_cpu = req.avx512_bf16 if req.avx512_bf16 is not None else cpuid.this_cpu_has("avx512_bf16")
+    ssm_dtype = kv_cache.ssm_state_dtype(bf16_cpu, kv_dtype)
+    m = read_model(req, kv_dtype, ssm_dtype)
+    layout, model_max = m.layout, m.layout["max_position_embeddings"]
+    max_len = min(req.max_model_len, model_max or req.max_model_len)  # vLLM would refuse a longer one
     block = epyc["serve"]["kv_block_size_mla"] if layout["attention"] == "mla" else epyc["serve"]["kv_block_size"]
     batched = req.max_num_batched_tokens
-    notes += layout_notes(layout, ssm_dtype, bf16_cpu, block, batched)
-    per_sequence = kv_bytes_for(layout, max_len, block, batched)
+    notes = model_notes(m, req, epyc, model_max) + layout_notes(layout, ssm_dtype, bf16_cpu, block, batched)
+    per_sequence = kv_cache.kv_bytes_for(layout, max_len, block, batched)
     doc = {
         "model": req.model,
         **m.model_dir,
@@ -277,7 +215,7 @@ def estimate(req: Request, epyc: dict) -> dict:
             "ssm_state_dtype": ssm_dtype if layout["recurrent_state_bytes"] else None,
         },
         "avx512_bf16": bf16_cpu,
-        "kv_block_size": page_block(layout, block),
+        "kv_block_size": kv_cache.page_block(layout, block),
         "max_num_batched_tokens": batched,
         "model_max_seq_len": model_max,
         "kv_needed_gb_per_sequence": bundle.gb(per_sequence, 3),
@@ -286,7 +224,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "notes": notes,
     }
     if req.ram_gb is not None:
-        doc["fit"] = fit(
+        doc["fit"] = kv_budget.fit(
             m.weights, layout, max_len, req.num_prompts, req.ram_gb, req.os_reserve_gb, block, model_max, batched
         )
         if not doc["fit"]["fits"]:

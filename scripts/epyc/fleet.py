@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -12,11 +13,12 @@ from pathlib import Path
 from . import bundle, errors, hubcache, jsonio, remote_host, runs, subproc
 from .errors import ScriptError
 from .handoff import markdown_table
+from .kv_budget import need_of
 from .planfile import host_facts, load_plan, read_plan
 from .planner import PLAN_SCHEMA_VERSION, build_plan, refuse_unkeyed_exposure
 from .serve_state import write_own_file
-from .sizing import plan as size_socket
-from .sizing import sample_busy
+from .sizing import SizingRequest, sample_busy
+from .sizing import tune as size_socket
 
 # ---------------------------------------------------------------- the router's install
 
@@ -50,7 +52,7 @@ def install_router(epyc: dict) -> dict:
 # ---------------------------------------------------------------- sizing and the plan
 
 
-def engine_tunes(facts, epyc: dict, busy: dict | None, base: argparse.Namespace, engines: str) -> list[dict]:
+def engine_tunes(facts, epyc: dict, busy: dict | None, base: SizingRequest, engines: str) -> list[dict]:
     """cpu_tune's document for each engine: `per-socket` (one engine on each socket this process may use), or
     N engines sharing one socket, each with its slice of the cores and of the memory."""
     topo, allowed = facts.topology, set(facts.allowed_cpus)
@@ -64,16 +66,14 @@ def engine_tunes(facts, epyc: dict, busy: dict | None, base: argparse.Namespace,
                 "serve it with launch.py plan, or pass --engines N to split the socket's cores",
             )
         return [
-            size_socket(
-                facts, epyc, busy, argparse.Namespace(**{**vars(base), "socket": s, "part": (i, n) if n > 1 else None})
-            )
+            size_socket(facts, epyc, busy, dataclasses.replace(base, socket=s, part=(i, n) if n > 1 else None))
             for s, n in ways.items()
             for i in range(n)
         ]
     n = int(engines)
-    first = size_socket(facts, epyc, busy, argparse.Namespace(**{**vars(base), "part": (0, n)}))
-    on = {**vars(base), "socket": first["chosen_socket"]}
-    return [first] + [size_socket(facts, epyc, busy, argparse.Namespace(**{**on, "part": (i, n)})) for i in range(1, n)]
+    first = size_socket(facts, epyc, busy, dataclasses.replace(base, part=(0, n)))
+    on = dataclasses.replace(base, socket=first["chosen_socket"])
+    return [first] + [size_socket(facts, epyc, busy, dataclasses.replace(on, part=(i, n))) for i in range(1, n)]
 
 
 def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
@@ -196,16 +196,8 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
     facts = remote_host.gather_from_args(sysroot, host)
     cfg, est, tune = epyc["cpu"], inputs["estimate_memory"], inputs["cpu_tune"]
     busy = None if sysroot or host else sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
-    base = argparse.Namespace(  # cpu_tune's own thresholds, as the user ran it for one engine
-        socket=None,
-        busy_threshold=tune["busy_threshold"],
-        reserve_cores=cfg["default_reserved_cores"],
-        weight_gb=est["weight_gb"],
-        kv_needed_gb=est["fit"]["kv_needed_gb"],
-        kv_per_sequence_gb=est["kv_bytes_per_sequence"] / bundle.GIB,
-        os_reserve_gb=tune["os_reserve_gb"],
-        part=None,
-    )
+    # cpu_tune's own thresholds, as the user ran it for one engine
+    base = SizingRequest(tune["busy_threshold"], cfg["default_reserved_cores"], tune["os_reserve_gb"], need_of(est))
     tunes = engine_tunes(facts, epyc, busy, base, engines)
     for tune in tunes:
         jsonio.check_schema(

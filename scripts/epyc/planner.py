@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import bundle, jsonio, masking, runtimes
+from . import bundle, jsonio, kv_budget, masking, runtimes
 from .architectures import normalize_version
 from .command import (
     API_KEY_MIN,
     bound_cpus,
     container_run_argv,
     is_served_name,
-    kv_capacity,
     pin_prefix_problem,
     quantized_path,
     runtime_stop_pair,
@@ -67,13 +66,6 @@ def plan_differences(plan: dict, fresh: dict) -> list[str]:
 LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")
 
 
-def rank_share(est: dict, ranks: int) -> dict:
-    """What one of `ranks` tensor-parallel ranks holds: the estimate itself for one, else its row for that many
-    ranks ({} when it has none: mismatches says so)."""
-    rows = est.get("tensor_parallel") or []
-    return est if ranks == 1 else next((r for r in rows if isinstance(r, dict) and r.get("ranks") == ranks), {})
-
-
 def mismatches(inp: dict) -> list[str]:
     """Why the five documents do not describe one serve: each script echoes the inputs its decision
     used, so a set assembled from different runs (another model, other weights, a KV grant below the
@@ -87,10 +79,8 @@ def mismatches(inp: dict) -> list[str]:
             f"check_model.py checked revision {chk.get('revision') or 'main'}, estimate_memory.py sized "
             f"{est.get('revision') or 'main'}"
         )
+    out += kv_budget.disagreements(tune, est)
     ranks = tune.get("tensor_parallel_size") or 1
-    sized = rank_share(est, ranks)
-    if ranks > 1 and not sized:
-        out.append(f"cpu_tune.py split the model {ranks} ways, estimate_memory.py has no row for {ranks} ranks")
     lists = str(tune.get("vllm_cpu_omp_threads_bind")).split("|")
     if "ranks" in tune and (
         lists != [r.get("cpus") for r in tune["ranks"] if isinstance(r, dict)] or len(lists) != ranks
@@ -99,23 +89,10 @@ def mismatches(inp: dict) -> list[str]:
             f"cpu_tune.py binds {masking.clip(str(tune.get('vllm_cpu_omp_threads_bind')), 80)}, not one core list "
             f"per rank of its {ranks} ranks"
         )
-    if tune.get("weight_gb") is not None and tune["weight_gb"] != sized.get("weight_gb"):
-        out.append(
-            f"cpu_tune.py sized for {tune['weight_gb']} GiB of weights{f' per rank ({ranks})' if ranks > 1 else ''}, "
-            f"estimate_memory.py says {sized.get('weight_gb')}"
-        )
-    need = (est.get("fit") or {}).get("kv_needed_gb") if ranks == 1 else sized.get("kv_needed_gb")
-    if tune.get("kv_needed_gb") is not None and need is not None and tune["kv_needed_gb"] != need:
-        out.append(f"cpu_tune.py sized for a {tune['kv_needed_gb']} GiB KV need, estimate_memory.py says {need}")
-    if need is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] < need:
-        out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache, below the {need} GiB needed")
     checked = normalize_version(chk.get("vllm_version"))  # '0.32.0+cpu' -> '0.32.0'
     serving = normalize_version((val.get("stack") or {}).get("vllm"))
     if checked and serving and checked != serving:  # the architecture was judged by another vLLM's registry
         out.append(f"check_model.py judged the model with vLLM {checked}'s registry, validate.py found vLLM {serving}")
-    ram = tune.get("socket_ram_gb")
-    if ram is not None and tune.get("kv_granted_gb") is not None and tune["kv_granted_gb"] > ram:
-        out.append(f"cpu_tune.py grants {tune['kv_granted_gb']} GiB of KV cache on a socket of {ram} GiB")
     ssm = (est.get("kv_layers") or {}).get("ssm_state_dtype")
     if ssm and det.get("avx512_bf16") is not None:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
@@ -400,19 +377,16 @@ def plan_env(ch: Choices, tune: dict, epyc: dict, opt: dict, facts: dict) -> tup
     return env, secrets
 
 
-def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str], dict, int]:
+def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str], kv_budget.Capacity, int]:
     """vllm serve's options after the model, the KV capacity behind --max-num-seqs, and the batched tokens."""
     est, tune = inp["estimate_memory"], inp["cpu_tune"]
     sized = (est.get("fit") or {}).get("max_model_len")
     batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
     ranks = tune.get("tensor_parallel_size") or 1
-    rank = rank_share(est, ranks)
-    per_seq = (
-        rank.get("kv_bytes_per_sequence") if not opt.get("max_model_len") or opt["max_model_len"] == sized else None
-    )
-    capacity = kv_capacity(
-        tune["kv_granted_gb"], rank.get("kv_bytes_per_token"), per_seq, epyc["serve"]["max_num_seqs_cap"], batched
-    )
+    need = kv_budget.need_of(est, ranks) or kv_budget.Need()
+    if opt.get("max_model_len") and opt["max_model_len"] != sized:  # not the length the estimate's sequences have
+        need = replace(need, kv_bytes_per_sequence=None)
+    capacity = kv_budget.capacity(tune["kv_granted_gb"], need, epyc["serve"]["max_num_seqs_cap"], batched)
     # the KV sizing's assumptions are pinned, not left to vLLM's defaults: how many sequences run at once, and
     # how many tokens a step takes (a sliding-window layer keeps that many beyond its window)
     seqs = ch.rules["seqs"]
@@ -423,7 +397,7 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
         "--dtype": ch.dtype,
         "--max-model-len": ch.max_len,
         "--tensor-parallel-size": ranks if ranks > 1 else None,
-        "--max-num-seqs": capacity["max_num_seqs"] if seqs else None,
+        "--max-num-seqs": capacity.max_num_seqs if seqs else None,
         "--max-num-batched-tokens": batched if seqs else None,
         "--revision": ch.revision,
     }
@@ -494,19 +468,14 @@ def container_command(
     }
 
 
-def sizing_doc(opt: dict, tune: dict, capacity: dict, batched: int | None, max_len: int) -> dict:
+def sizing_doc(opt: dict, tune: dict, capacity: kv_budget.Capacity, batched: int | None, max_len: int) -> dict:
     """The plan's sizing: the socket, its bind and KV grant, and what the grant holds."""
     return {
         "sizing_rule": opt.get("sizing") or "skill",
         "socket": tune["chosen_socket"],
-        "socket_choice_reason": tune["socket_choice_reason"],
-        "vllm_cpu_omp_threads_bind": tune["vllm_cpu_omp_threads_bind"],
-        "omp_threads": tune.get("omp_threads"),
-        "tensor_parallel_size": tune["tensor_parallel_size"],
-        "ranks": tune["ranks"],
-        "kv_granted_gb": tune["kv_granted_gb"],
-        "kv_basis": tune["kv_basis"],
-        **capacity,
+        **{k: tune.get(k) for k in ("socket_choice_reason", "vllm_cpu_omp_threads_bind", "omp_threads")},
+        **{k: tune.get(k) for k in ("tensor_parallel_size", "ranks", "kv_granted_gb", "kv_basis")},
+        **asdict(capacity),
         "numa_nodes": tune["numa_nodes"],
         "max_num_batched_tokens": batched,
         "max_model_len": max_len,

@@ -1,21 +1,21 @@
-"""Sizing: does the model fit, which socket, which cores, how much KV cache, how to pin."""
+"""cpu_tune's decisions: which socket (or NUMA nodes, a rank each), which cores, the KV grant, how to pin."""
 
 from __future__ import annotations
 
-import argparse
 import math
 import shlex
+from dataclasses import dataclass
 
 from . import bundle, hostfacts, subproc
-from .bundle import GIB
 from .errors import ScriptError
-
-
-class DoesNotFit(ScriptError):
-    """The memory a rank has cannot hold its weights, KV need and reserve: tensor parallelism may."""
-
+from .kv_budget import DoesNotFit, Grant, Need, grant, rank_need
 
 # ---------------------------------------------------------------- pure decisions
+
+
+def warn(check: str, message: str, fix: str | None = None) -> dict:
+    """One entry of cpu_tune's warnings."""
+    return {"check": check, "message": message, "fix": fix}
 
 
 def roomiest(sockets: list[int], free_bytes: dict[int, int] | None, margin: float = 0.10) -> tuple[int, bool]:
@@ -36,12 +36,8 @@ def choose_socket(
     forced: int | None,
     free_bytes: dict[int, int] | None = None,
 ) -> tuple[int, str, str | None]:
-    """Pick the socket to serve on -> (socket, reason, warning).
-
-    A forced socket wins if it exists and this process may run there. Otherwise prefer a free
-    socket (busy% below threshold), lowest id first, because a neighbour's load halves our
-    decode speed; when every socket is busy take the least busy one and say so. Without a
-    load sample (sysroot, remote) the lowest usable socket is taken and the reason says why."""
+    """The socket to serve on -> (socket, reason, warning): --socket if usable, else a free one (below the busy
+    threshold: a neighbour's load halves decode speed), else the least busy, said; without a sample the lowest."""
     if forced is not None:
         if forced not in all_sockets:
             raise ScriptError(
@@ -64,16 +60,8 @@ def choose_socket(
         return candidates[0], "load unknown (no live sample); lowest usable socket", None
     if len(candidates) == 1:  # no choice, but a load on it slows every token: said, not hidden
         only = candidates[0]
-        loaded = busy[only] >= threshold
-        return (
-            only,
-            "single usable socket",
-            (
-                f"the only usable socket ({only}) is {busy[only]:.0f}% busy: serving will compete with that load"
-                if loaded
-                else None
-            ),
-        )
+        warning = f"the only usable socket ({only}) is {busy[only]:.0f}% busy: serving will compete with that load"
+        return only, "single usable socket", warning if busy[only] >= threshold else None
     free = [s for s in candidates if busy[s] < threshold]
     if free:
         pick, by_memory = roomiest(free, free_bytes)
@@ -82,14 +70,11 @@ def choose_socket(
             return pick, f"all sockets free (< {threshold:g}% busy); {how}", None
         return pick, f"socket {pick} free (< {threshold:g}% busy), others busy; {how}", None
     least = min(candidates, key=lambda s: (busy[s], s))
-    return (
-        least,
-        "all sockets busy; least busy",
-        (
-            f"every socket is at least {threshold:g}% busy (socket {least}: {busy[least]:.0f}%); "
-            "serving will compete with that load"
-        ),
+    warning = (
+        f"every socket is at least {threshold:g}% busy (socket {least}: {busy[least]:.0f}%); "
+        "serving will compete with that load"
     )
+    return least, "all sockets busy; least busy", warning
 
 
 def share_cores(cores: list[int], i: int, n: int) -> list[int]:
@@ -102,10 +87,8 @@ def share_cores(cores: list[int], i: int, n: int) -> list[int]:
 
 
 def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]]:
-    """Hold back the last `reserve` physical cores (for vLLM's frontend / the OS) -> (bind, reserved).
-
-    Default 0: on this 2-vCPU runner binding every core gave 18.0 vs 13.5 output tok/s (c=1) and
-    63.9 vs 37.2 (c=4) against vLLM's own one-core reserve; on a 96-core socket a reserve costs ~1%."""
+    """Hold back the last `reserve` physical cores (for vLLM's frontend / the OS) -> (bind, reserved); default 0,
+    since binding every core served faster than vLLM's own one-core reserve (reference.md)."""
     if reserve < 0:
         raise ScriptError(f"--reserve-cores {reserve} is negative", "use --reserve-cores 0 or more")
     if reserve >= len(cores):
@@ -131,78 +114,21 @@ def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: i
     return min(sum(node_mem[n] for n in nodes), usable_total)
 
 
-def size_kv_cache(
-    socket_ram_gb: float,
-    os_reserve_gb: float,
-    weight_gb: float | None,
-    kv_needed_gb: float | None,
-    headroom: float,
-    default_fraction: float,
-    batch_gb: float | None = None,
-    prefix_share: float = 0.0,
-    where: str = "socket",
-) -> dict:
-    """The KV cache to grant, in whole GiB: `default_fraction` of what the socket has left after weights and
-    the OS, bounded by what the largest running batch can use (`batch_gb`) plus `prefix_share` of it for the
-    prefix cache (vLLM reserves the grant at start: more would only take memory from the host), and at least
-    the model's need x headroom. A socket that cannot hold weights + need + reserve is a refusal."""
-    left = socket_ram_gb - os_reserve_gb - (weight_gb or 0.0)
-    if kv_needed_gb is not None and (left < kv_needed_gb or math.floor(left) < math.ceil(kv_needed_gb)):
-        raise DoesNotFit(
-            f"{where} RAM {socket_ram_gb:g} GiB cannot hold weights {weight_gb or 0:g} GiB + "
-            f"KV {kv_needed_gb:g} GiB + OS reserve {os_reserve_gb:g} GiB",
-            "lower --max-model-len or the concurrency in estimate_memory.py, or use a smaller "
-            "model (or another socket with --socket)",
-        )
-    need = max(1, math.ceil(kv_needed_gb * headroom)) if kv_needed_gb is not None else 0
-    share = math.floor(left * default_fraction)
-    usable = math.ceil(batch_gb * (1 + prefix_share)) if batch_gb is not None else None
-    wanted = max(need, share if usable is None else min(share, usable))
-    kv = min(wanted, math.floor(left))
-    if kv < wanted:
-        basis = f"all the {where} RAM left after OS reserve and weights ({left:.1f} GiB)"
-    elif need and kv == need:
-        basis = f"model need {kv_needed_gb:g} GiB x {headroom:g} headroom (more than the share below)"
-    elif usable is not None and usable < share:
-        basis = (
-            f"what the largest running batch can use ({batch_gb:g} GiB) + {prefix_share:.0%} for the prefix "
-            "cache; estimate_memory.py --num-prompts N sizes it for N full-length requests"
-        )
-    elif kv_needed_gb is None:
-        basis = f"{default_fraction:g} of {where} RAM left after OS reserve and weights (no model need given)"
-    else:
-        basis = (
-            f"{default_fraction:g} of the {where} RAM left after OS reserve and weights ({left:.1f} GiB); "
-            f"at least the need, at most what the {where} has left"
-        )
-    warning = None
-    if kv < 1:
-        kv = 1
-        warning = (
-            f"only {left:.1f} GiB left on the socket after weights and OS reserve; KV cache set to the 1 GiB minimum"
-        )
-    return {"kv_gb": int(kv), "basis": basis, "warning": warning}
-
-
 def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict | None]:
     """A cgroup CPU quota is a hard budget: more OMP threads than it allows only time-slice against each
     other. Bind at most floor(quota) cores (at least one)."""
     if quota is None or len(bind) <= max(1, math.floor(quota)):
         return bind, None
     keep = max(1, math.floor(quota))
-    return bind[:keep], {
-        "check": "cpu_quota",
-        "message": f"the cgroup CPU quota allows {quota:g} CPUs: binding "
-        f"{keep} of the socket's {len(bind)} physical cores",
-        "fix": None,
-    }
+    return bind[:keep], warn(
+        "cpu_quota",
+        f"the cgroup CPU quota allows {quota:g} CPUs: binding {keep} of the socket's {len(bind)} physical cores",
+    )
 
 
 def pin_commands(bind: list[int], cpuset: list[int], nodes: list[int], tools: dict[str, bool]) -> dict:
-    """How to pin the chosen socket: cgroup cpuset flags for containers, a launch prefix for the host.
-
-    numactl binds CPU and memory; taskset binds CPU only (memory then follows first touch);
-    with neither, the launch is unpinned and the note says so."""
+    """How to pin: cgroup cpuset flags for a container; for the host numactl (CPU and memory), else taskset (CPU
+    only: memory follows first touch), else nothing, and the note says so."""
     bind_s, mems = hostfacts.format_cpulist(bind), ",".join(map(str, nodes))
     container = [f"--cpuset-cpus={hostfacts.format_cpulist(cpuset)}", f"--cpuset-mems={mems}"]
     note = None
@@ -280,22 +206,21 @@ def socket_rows(facts: hostfacts.HostFacts, usable_bytes: int, busy: dict[int, f
     return rows
 
 
-def tune_warnings(warning: str | None, quota_warning: dict | None, kv: dict, chosen: int, nodes: list[int]) -> list:
-    warnings = [{"check": "socket", "message": warning, "fix": "pass --socket N to choose another"}] if warning else []
-    if quota_warning:
-        warnings.append(quota_warning)
-    if kv["warning"]:
-        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger socket"})
+def tune_warnings(warning: str | None, quota_warning: dict | None, kv: Grant, chosen: int, nodes: list[int]) -> list:
+    warnings = [warn("socket", warning, "pass --socket N to choose another")] if warning else []
+    warnings += [quota_warning] if quota_warning else []
+    if kv.warning:
+        warnings.append(warn("kv", kv.warning, "use a smaller model or a bigger socket"))
     if len(nodes) > 1:
-        warnings.append(
-            {
-                "check": "nps",
-                "message": f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's "
-                f"memory on the node of its first core, so the KV cache is sized to node {nodes[0]}'s RAM",
-                "fix": "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all "
-                "their memory and bandwidth",
-            }
+        nps = (
+            f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's memory on the node "
+            f"of its first core, so the KV cache is sized to node {nodes[0]}'s RAM"
         )
+        fix = (
+            "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all their "
+            "memory and bandwidth"
+        )
+        warnings.append(warn("nps", nps, fix))
     return warnings
 
 
@@ -313,31 +238,55 @@ def memory_nodes(topo: hostfacts.Topology, socket: int, bind: list[int], part: t
     return nodes
 
 
-def plan(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
-    """cpu_tune.py's document: one engine on one socket, or one engine split over the NUMA nodes by tensor
-    parallelism -- when --tensor-parallel asks for it, or when the model does not fit one socket and the
-    estimate says how vLLM splits it (`args.rank_table`)."""
-    ranks = getattr(args, "tensor_parallel", None)
+@dataclass(frozen=True)
+class SizingRequest:
+    """What cpu_tune is asked to size: its flags (or a fleet engine's socket and share) and what the model needs."""
+
+    busy_threshold: float
+    reserve_cores: int
+    os_reserve_gb: float
+    need: Need = Need()
+    socket: int | None = None
+    part: tuple[int, int] | None = None  # engine i of n sharing the socket (a fleet on a socket of its own)
+    tensor_parallel: int | None = None
+    rank_table: list | None = None  # estimate_memory's per-rank rows: how vLLM splits the model
+
+
+@dataclass
+class Sized:
+    """What one_socket or across_nodes decided, for tune_doc to report."""
+
+    reason: str
+    ranks: list[dict]
+    reserved: list[int]
+    kv: Grant
+    ram_gb: float
+    nodes: list[int]
+    pins: dict
+    warnings: list[dict]
+    notes: list[str]
+    need: Need
+    sockets: list[dict]
+
+
+def tune(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, req: SizingRequest) -> dict:
+    """cpu_tune.py's document: one engine on one socket, or split over the NUMA nodes by tensor parallelism when
+    --tensor-parallel asks, or when it does not fit one socket and the estimate says how vLLM splits it."""
+    ranks = req.tensor_parallel
     if ranks not in (None, 1):
-        return across_nodes(facts, epyc, busy, args, ranks, f"--tensor-parallel {ranks}")
+        return across_nodes(facts, epyc, busy, req, ranks, f"--tensor-parallel {ranks}")
     try:
-        return one_socket(facts, epyc, busy, args)
+        return one_socket(facts, epyc, busy, req)
     except DoesNotFit as why:
-        if (
-            ranks == 1
-            or args.socket is not None
-            or not getattr(args, "rank_table", None)
-            or len(usable_nodes(facts)) < 2
-        ):
+        if ranks == 1 or req.socket is not None or not req.rank_table or len(usable_nodes(facts)) < 2:
             raise
-        return across_nodes(facts, epyc, busy, args, None, f"the model does not fit one engine's memory ({why.error})")
+        return across_nodes(facts, epyc, busy, req, None, f"the model does not fit one engine's memory ({why.error})")
 
 
-def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace) -> dict:
-    """One engine: the socket, its cores to bind, the KV grant from its own RAM, the pin.
-    `args` holds the flags it reads: socket, busy_threshold, reserve_cores, weight_gb, kv_needed_gb,
-    os_reserve_gb, and part: (i, n) for engine i of n sharing the socket (a fleet on a socket of its own)."""
-    topo, allowed = facts.topology, set(facts.allowed_cpus)
+def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, req: SizingRequest) -> dict:
+    """One engine: the socket, its cores to bind, the KV grant from its own RAM, the pin; `req.part` (i, n):
+    engine i of n sharing the socket, with its slice of the cores and its share of the memory."""
+    topo, allowed, part = facts.topology, set(facts.allowed_cpus), req.part
     truth = facts.memory(epyc["memory"]["sysfs_disagreement_tolerance"])
     sockets = socket_rows(facts, truth["usable_bytes"], busy)
     by_id = {d["socket"]: d for d in sockets}
@@ -347,32 +296,29 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
         if busy is not None and topo.node_free_bytes
         else None
     )  # live only: a capture's free memory is stale
-    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, args.busy_threshold, args.socket, free_mem)
+    chosen, reason, warning = choose_socket(candidates, topo.sockets, busy, req.busy_threshold, req.socket, free_mem)
     usable = [c for c in topo.socket_cpus(chosen) if c in allowed]
-    bind, reserved = split_reserved(topo.physical_cores(usable), args.reserve_cores)
+    bind, reserved = split_reserved(topo.physical_cores(usable), req.reserve_cores)
     bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
-    part = getattr(args, "part", None)
-    if part:  # engine i of n on this socket: its slice of the cores, its share of the memory
+    ways = part[1] if part else 1
+    if part:
         bind = share_cores(bind, *part)
     nodes = memory_nodes(topo, chosen, bind, part)
-    ram_gb, first = by_id[chosen]["ram_gb"] / (part[1] if part else 1), topo.node_of_cpu.get(bind[0], nodes[0])
+    ram_gb, first = by_id[chosen]["ram_gb"] / ways, topo.node_of_cpu.get(bind[0], nodes[0])
     if len(nodes) > 1:  # vLLM keeps a worker's memory on its first core's node: at most that node's
         ram_gb = min(ram_gb, bundle.gb(socket_ram_bytes([first], topo.node_mem_bytes, truth["usable_bytes"])))
-    where = "socket" if len(nodes) == 1 else f"node {first}"
-    kv = grant(epyc, args, ram_gb, args.os_reserve_gb / (part[1] if part else 1), vars(args), where)
+    kv = grant(epyc, ram_gb, req.os_reserve_gb / ways, req.need, "socket" if len(nodes) == 1 else f"node {first}")
     pins = pin_commands(bind, bind if part else usable, nodes, tool_presence())  # a part's container: its cores
-    notes = list(truth["notes"]) + hostfacts.merged_note(topo)
+    notes = [*truth["notes"], *hostfacts.merged_note(topo)]
     if len(usable) < len(topo.socket_cpus(chosen)):
         notes.append(
             f"this process may use {hostfacts.format_cpulist(usable)} of socket {chosen}'s "
             f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound"
         )
-    bind_s = hostfacts.format_cpulist(bind)
-    ranks = [{"rank": 0, "socket": chosen, "numa_node": first, "cpus": bind_s}]
-    return tune_doc(
-        facts, args, sockets, busy, (chosen, reason), ranks, reserved, kv, ram_gb, nodes, pins,
-        tune_warnings(warning, quota_warning, kv, chosen, nodes), notes,
-    )  # fmt: skip
+    ranks = [{"rank": 0, "socket": chosen, "numa_node": first, "cpus": hostfacts.format_cpulist(bind)}]
+    warnings = tune_warnings(warning, quota_warning, kv, chosen, nodes)
+    sized = Sized(reason, ranks, reserved, kv, ram_gb, nodes, pins, warnings, notes, req.need, sockets)
+    return tune_doc(facts, req, busy, sized)
 
 
 def usable_nodes(facts: hostfacts.HostFacts) -> list[int]:
@@ -385,47 +331,31 @@ def tool_presence() -> dict[str, bool]:
     return {"numactl": bool(subproc.find_program("numactl")), "taskset": bool(subproc.find_program("taskset"))}
 
 
-def grant(epyc: dict, args: argparse.Namespace, ram_gb: float, reserve_gb: float, need: dict, where: str) -> dict:
-    """The KV grant for one rank from its memory and what it holds (`need`: weight_gb, kv_needed_gb,
-    kv_per_sequence_gb)."""
-    mem = epyc["memory"]
-    per_seq = need.get("kv_per_sequence_gb")
-    return size_kv_cache(
-        ram_gb,
-        reserve_gb,
-        need.get("weight_gb"),
-        need.get("kv_needed_gb"),
-        mem["kv_headroom_factor"],
-        mem["kv_default_fraction"],
-        per_seq * epyc["serve"]["max_num_seqs_cap"] if per_seq else None,
-        mem["kv_prefix_cache_share"],
-        where,
-    )
-
-
-def rank_cores(
-    topo: hostfacts.Topology, allowed: set, nodes: list[int], ranks: int, reserve: int
-) -> tuple[list[list[int]], list[int]]:
-    """Each rank's physical cores: ranks / nodes ranks on every NUMA node, each a contiguous slice of its cores
-    less `reserve` per node -> (the ranks' cores, the cores held back)."""
-    per_node, out, held = ranks // len(nodes), [], []
+def rank_cores(facts: hostfacts.HostFacts, nodes: list[int], ranks: int, reserve: int) -> tuple[list, list, list]:
+    """Each rank's contiguous slice of its node's cores less `reserve`, all cut to the smallest (within the quota):
+    a step runs at the slowest rank's pace -> (the ranks' cores, the cores held back, a warning if some are cut)."""
+    topo, allowed, per_node, out, held = facts.topology, set(facts.allowed_cpus), ranks // len(nodes), [], []
     for node in nodes:
         bind, kept = split_reserved(topo.physical_cores([c for c in topo.node_cpus[node] if c in allowed]), reserve)
         out, held = out + [share_cores(bind, i, per_node) for i in range(per_node)], held + kept
-    return out, held
+    even = min(map(len, out))
+    if facts.cpu_quota is not None:
+        even = max(1, min(even, math.floor(facts.cpu_quota / ranks)))
+    trimmed = sum(map(len, out)) - even * ranks
+    why = f"{even} cores per rank: {trimmed} left unbound so that every rank has as many (the cgroup CPU quota, or "
+    warning = warn("cpu_quota", why + "nodes with fewer usable cores)")
+    return [c[:even] for c in out], held, [warning] if trimmed else []
 
 
 def across_nodes(
-    facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, args: argparse.Namespace,
+    facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | None, req: SizingRequest,
     forced: int | None, reason: str,
 ) -> dict:  # fmt: skip
-    """One engine, tensor parallel: a rank per NUMA node this process may use (or several, sharing its cores, when
-    --tensor-parallel asks for more), each sized from its own node's memory -- vLLM binds a rank's memory to
-    the node of its first core -- with the share of weights and KV the estimate's table gives it."""
+    """One engine, tensor parallel: one rank (or more, sharing its cores) per usable NUMA node, each sized from its
+    node's memory (vLLM binds it to its first core's node) with the share the estimate's table gives it."""
     topo, allowed, nodes = facts.topology, set(facts.allowed_cpus), usable_nodes(facts)
     ranks = forced or len(nodes)
-    table = {row["ranks"]: row for row in getattr(args, "rank_table", None) or []}
-    if args.socket is not None:
+    if req.socket is not None:
         raise ScriptError("--socket and --tensor-parallel both given", "drop --socket: the ranks use every node")
     if ranks < 2 or not nodes or ranks % len(nodes):
         raise ScriptError(
@@ -433,85 +363,63 @@ def across_nodes(
             "may use (vLLM binds each rank's memory to one node)",
             f"--tensor-parallel {max(2, len(nodes))} (one rank per node, or a multiple), or a smaller model",
         )
-    if ranks not in table:
+    need, sizes = rank_need(req.rank_table, ranks), sorted(row["ranks"] for row in req.rank_table or [])
+    if need is None:
         raise ScriptError(
             f"{reason}, but vLLM cannot split this model {ranks} ways"
-            + (f" (its heads allow {sorted(table)})" if table else " (no estimate_memory.py per-rank table)"),
-            "run estimate_memory.py in the same --run first" if not table else "use a smaller model",
+            + (f" (its heads allow {sizes})" if sizes else " (no estimate_memory.py per-rank table)"),
+            "run estimate_memory.py in the same --run first" if not sizes else "use a smaller model",
         )
     truth = facts.memory(epyc["memory"]["sysfs_disagreement_tolerance"])
     per_node, limit = ranks // len(nodes), truth["usable_bytes"] // len(nodes)  # a cgroup limit is shared by all
     ram_gb = min(bundle.gb(socket_ram_bytes([n], topo.node_mem_bytes, limit)) for n in nodes) / per_node
-    row = {**table[ranks], "kv_per_sequence_gb": table[ranks]["kv_bytes_per_sequence"] / GIB}
-    kv = grant(epyc, args, ram_gb, args.os_reserve_gb / per_node, row, "rank's node")
-    cores, reserved = rank_cores(topo, allowed, nodes, ranks, args.reserve_cores)
-    # a step runs at the slowest rank's pace: every rank gets as many cores as the smallest, within the quota
-    even = min(map(len, cores))
-    if facts.cpu_quota is not None:
-        even = max(1, min(even, math.floor(facts.cpu_quota / ranks)))
-    trimmed, cores = sum(map(len, cores)) - even * ranks, [c[:even] for c in cores]
+    kv = grant(epyc, ram_gb, req.os_reserve_gb / per_node, need, "rank's node")
+    cores, reserved, trimmed = rank_cores(facts, nodes, ranks, req.reserve_cores)
     bind = sorted(c for rank in cores for c in rank)
     usable = sorted(c for n in nodes for c in topo.node_cpus[n] if c in allowed)
-    sockets = socket_rows(facts, truth["usable_bytes"], busy)
-    busy_sockets = sorted(
-        {topo.package[c] for c in bind if busy and busy.get(topo.package[c], 0) >= args.busy_threshold}
-    )
+    loaded = {topo.package[c] for c in bind if busy and busy.get(topo.package[c], 0) >= req.busy_threshold}
     warnings = [
-        {"check": "socket", "message": f"socket {s} is {busy[s]:.0f}% busy: its rank will compete with that load", "fix": None}
-        for s in busy_sockets
-    ]  # fmt: skip
-    if kv["warning"]:
-        warnings.append({"check": "kv", "message": kv["warning"], "fix": "use a smaller model or a bigger host"})
-    if trimmed:
-        warnings.append(
-            {"check": "cpu_quota", "message": f"{even} cores per rank: {trimmed} left unbound so that every rank "
-             "has as many (the cgroup CPU quota, or nodes with fewer usable cores)", "fix": None}
-        )  # fmt: skip
+        warn("socket", f"socket {s} is {busy[s]:.0f}% busy: its rank will compete with that load")
+        for s in sorted(loaded)
+    ]
+    if kv.warning:
+        warnings.append(warn("kv", kv.warning, "use a smaller model or a bigger host"))
     ranks_doc = [
         {"rank": i, "socket": topo.package[c[0]], "numa_node": topo.node_of_cpu[c[0]], "cpus": hostfacts.format_cpulist(c)}
         for i, c in enumerate(cores)
     ]  # fmt: skip
     reason = f"{reason}; over NUMA node(s) {','.join(map(str, nodes))}"
-    return tune_doc(
-        facts, args, sockets, busy, (ranks_doc[0]["socket"], reason), ranks_doc, reserved, kv, ram_gb, nodes,
-        pin_commands(bind, usable, nodes, tool_presence()), warnings, list(truth["notes"]) + hostfacts.merged_note(topo),
-        weight_gb=row["weight_gb"], kv_needed_gb=row["kv_needed_gb"],
-    )  # fmt: skip
+    pins, notes = pin_commands(bind, usable, nodes, tool_presence()), [*truth["notes"], *hostfacts.merged_note(topo)]
+    sockets = socket_rows(facts, truth["usable_bytes"], busy)
+    sized = Sized(reason, ranks_doc, reserved, kv, ram_gb, nodes, pins, warnings + trimmed, notes, need, sockets)
+    return tune_doc(facts, req, busy, sized)
 
 
-def tune_doc(
-    facts, args, sockets, busy, choice, ranks, reserved, kv, ram_gb, nodes, pins, warnings, notes, **need
-) -> dict:  # fmt: skip
+def tune_doc(facts: hostfacts.HostFacts, req: SizingRequest, busy: dict[int, float] | None, d: Sized) -> dict:
     """cpu_tune.py's document from the decisions made."""
-    if pins["pin_note"]:
-        notes.append(pins["pin_note"])
-    bind_s = "|".join(r["cpus"] for r in ranks)
+    bind_s = "|".join(r["cpus"] for r in d.ranks)
     return {
         "target": facts.target,
-        "chosen_socket": choice[0],
-        "socket_choice_reason": choice[1],
-        "tensor_parallel_size": len(ranks),
-        "ranks": ranks,
-        "sockets": sockets,
+        "chosen_socket": d.ranks[0]["socket"],
+        "socket_choice_reason": d.reason,
+        "tensor_parallel_size": len(d.ranks),
+        "ranks": d.ranks,
+        "sockets": d.sockets,
         "socket_busy_pct": {str(k): v for k, v in busy.items()} if busy else None,
-        "busy_threshold": args.busy_threshold,
+        "busy_threshold": req.busy_threshold,
         "vllm_cpu_omp_threads_bind": bind_s,
-        "omp_threads": sum(len(hostfacts.parse_cpulist(r["cpus"])) for r in ranks),
+        "omp_threads": sum(len(hostfacts.parse_cpulist(r["cpus"])) for r in d.ranks),
         "cpu_quota": facts.cpu_quota,
-        "reserved_cpus": hostfacts.format_cpulist(reserved),
-        "kv_granted_gb": kv["kv_gb"],
-        "kv_basis": kv["basis"],
-        "weight_gb": need.get("weight_gb", args.weight_gb),
-        "kv_needed_gb": need.get("kv_needed_gb", args.kv_needed_gb),
-        "os_reserve_gb": args.os_reserve_gb,
-        "socket_ram_gb": round(ram_gb, 2),
-        "numa_nodes": nodes,
-        "container_cpuset": pins["container_cpuset"],
-        "container_cpuset_argv": pins["container_cpuset_argv"],
-        "host_pin_prefix": pins["host_pin_prefix"],
-        "host_pin_argv": pins["host_pin_argv"],
-        "host_pin_tool": pins["host_pin_tool"],
-        "warnings": warnings,
-        "notes": notes,
-        "env": {"VLLM_CPU_OMP_THREADS_BIND": bind_s, "VLLM_CPU_KVCACHE_SPACE": kv["kv_gb"]},
+        "reserved_cpus": hostfacts.format_cpulist(d.reserved),
+        "kv_granted_gb": d.kv.kv_gb,
+        "kv_basis": d.kv.basis,
+        "weight_gb": d.need.weight_gb,
+        "kv_needed_gb": d.need.kv_needed_gb,
+        "os_reserve_gb": req.os_reserve_gb,
+        "socket_ram_gb": round(d.ram_gb, 2),
+        "numa_nodes": d.nodes,
+        **{k: v for k, v in d.pins.items() if k != "pin_note"},
+        "warnings": d.warnings,
+        "notes": d.notes + ([d.pins["pin_note"]] if d.pins["pin_note"] else []),
+        "env": {"VLLM_CPU_OMP_THREADS_BIND": bind_s, "VLLM_CPU_KVCACHE_SPACE": d.kv.kv_gb},
     }
