@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -76,7 +77,7 @@ def resolve_part(
     if cores is None:
         return row
     return {
-        "model": f"{key} (described)" if key.upper() != gen.upper() else f"{gen} (described)",
+        "model": f"{gen if key.upper() == gen.upper() else key} (described)",
         "epyc_generation": gen,
         "cores_per_socket": cores,
         "threads_per_socket": threads or 2 * cores,
@@ -173,12 +174,8 @@ def capture(path: Path) -> dict:
 
 def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
     """The dump -> (absolute path as the host named it, start, end of its text), one file at a time."""
-    marks = _MARK_LINE.finditer(text)
-    here = next(marks, None)
-    while here is not None:
-        after = next(marks, None)
+    for here, after in itertools.pairwise(itertools.chain(_MARK_LINE.finditer(text), [None])):
         yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
-        here = after
 
 
 def captured_shape(name: str) -> str | None:

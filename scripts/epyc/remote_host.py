@@ -52,17 +52,9 @@ def parse_host(spec: str) -> SshTarget:
     return SshTarget(m.group("user"), m.group("host").strip("[]"), port)
 
 
-def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int = 10) -> list[str]:
+def ssh_argv(target: SshTarget, remote_argv: Sequence[str]) -> list[str]:
     """One non-interactive ssh call; the remote command is quoted word by word."""
-    argv = [
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        f"ConnectTimeout={connect_timeout}",
-        "-o",
-        "StrictHostKeyChecking=accept-new",
-    ]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "StrictHostKeyChecking=accept-new"]
     extra = os.environ.get("EPYC_SKILL_SSH_OPTS")  # e.g. "-i key -o UserKnownHostsFile=..."
     if extra:
         try:  # the user's own ssh options, written as shell words (as GIT_SSH_COMMAND is)
@@ -126,9 +118,8 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
     table = hostspec.load_skus()
     sku = hostspec.resolve_part(table, args.spec, args.cores, args.threads, args.ram_gb_per_socket, names)
     gen = sku["epyc_generation"]
-    entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
-        g for g in epyc["generations"] if g["name"] == gen
-    )
+    rows = [g for g in epyc["generations"] if g["name"] == gen]
+    entry = next((g for g in rows if not g.get("model_numbers")), rows[0])
     cores = sku["cores_per_socket"]
     threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
     if cores % args.nps:
