@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from . import cli, hubcache, jsonio, masking
 from .errors import ScriptError
@@ -36,8 +36,7 @@ FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_WEIGHT_BYTES = 1 << 50
 
-# a branch, tag or commit as git allows them: no "..", "//", leading "-" or "/", trailing "/" or ".", no
-# part beginning with "." or ending in ".lock" (git check-ref-format)
+# git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
 
 
@@ -110,7 +109,7 @@ def read_safetensors_header(path: Path) -> dict:
 @dataclass
 class ModelFiles:
     ref: str  # what the user passed
-    kind: str  # "local" | "hub" | "hub-cache"
+    kind: Literal["local", "hub", "hub-cache", "config"]
     revision: str | None
     folder: Path | None  # local or cached snapshot folder, when there is one
 
@@ -167,9 +166,7 @@ class ModelFiles:
 
     def weights(self, serve_dtype: str, tied_embeddings: bool) -> tuple[int, str] | None:
         """(bytes as vLLM will hold them, source) without downloading weights; None if unknown."""
-        if self.kind == "hub":
-            return self._hub_weights(serve_dtype, tied_embeddings)
-        return self._folder_weights(serve_dtype, tied_embeddings)
+        return (self._hub_weights if self.kind == "hub" else self._folder_weights)(serve_dtype, tied_embeddings)
 
     def _index(self, name: str) -> dict:
         """A safetensors index file of the folder, or {} (none, or not a readable JSON object)."""
@@ -183,12 +180,9 @@ class ModelFiles:
     def _served_shards(self) -> list[Path]:
         """The safetensors files vLLM loads from this folder: consolidated*.safetensors alone when there are
         any (Mistral's format), else every *.safetensors; either narrowed to the files its index names."""
-        consolidated = sorted(self.folder.glob("consolidated*.safetensors"))
-        shards, index = (
-            (consolidated, "consolidated.safetensors.index.json")
-            if consolidated
-            else (sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json")
-        )
+        shards, index = sorted(self.folder.glob("consolidated*.safetensors")), "consolidated.safetensors.index.json"
+        if not shards:
+            shards, index = sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json"
         weight_map = self._index(index).get("weight_map") if shards else None
         if not isinstance(weight_map, dict) or not weight_map:  # no index names them: every file is the model's
             return shards
@@ -270,8 +264,7 @@ class ModelFiles:
 
 
 def import_hub() -> None:
-    """huggingface_hub, imported with its prints on stderr: a bad HF_* value is printed at import, and stdout
-    carries only our JSON."""
+    """huggingface_hub, imported with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)."""
     import contextlib
 
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
@@ -297,8 +290,7 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
     names = " ".join(type(c).__name__ for c in chain)
     text = " ".join(str(c) for c in chain)
     if any(isinstance(c, e.GatedRepoError) for c in chain):
-        restricted = "403" in text or "authorized list" in text or "restricted" in text
-        if restricted or os.environ.get("HF_TOKEN"):
+        if "403" in text or "authorized list" in text or "restricted" in text or os.environ.get("HF_TOKEN"):
             return Unreadable(
                 "gated",
                 f"{ref} is gated and this token has not been granted access",
@@ -352,8 +344,7 @@ def not_cached(ref: str) -> Unreadable:
 
 
 def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T:
-    """Run fn (a script's Hub traffic) within one overall deadline, as huggingface_hub retries for minutes;
-    offline (a local folder, the cache) fn just runs."""
+    """fn (Hub traffic, which huggingface_hub retries for minutes) under one overall deadline; offline it just runs."""
     if not online:
         return fn()
     result: dict = {}
@@ -380,8 +371,7 @@ def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T
 
 
 def config_only(config: str) -> ModelFiles:
-    """A model known by its config.json alone, copied into a folder of its own: no file beside it passes for
-    the model's."""
+    """A model known by its config.json alone, copied into a folder of its own (no file beside it is the model's)."""
     text = jsonio.read_input_text(config, "--config", "pass the model's config.json")
     folder = jsonio.scratch_dir("epyc-config-")
     (folder / "config.json").write_text(text)
@@ -395,8 +385,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     if revision is not None and not is_revision(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = jsonio.user_path(ref, "--model")
-    is_dir, exists = p.is_dir(), p.exists()
-    if is_dir:
+    if p.is_dir():
         # a folder has no revisions (another would be recorded, then never served); SKILL.md's default `main` is none
         if revision not in (None, "main"):
             raise ScriptError(
@@ -405,7 +394,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
                 "drop --revision, or pass the Hub id (owner/name) to serve that revision",
             )
         return ModelFiles(ref, "local", None, jsonio.real_path(p))
-    if exists:
+    if p.exists():
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
@@ -419,11 +408,9 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
             f"malformed model id {ref!r}: {str(exc).splitlines()[0]}",
             "use owner/name as on huggingface.co, e.g. Qwen/Qwen3-0.6B",
         )
-    from huggingface_hub import constants
+    from huggingface_hub import constants, snapshot_download
 
     if constants.HF_HUB_OFFLINE:
-        from huggingface_hub import snapshot_download
-
         try:
             folder = snapshot_download(ref, revision=revision, local_files_only=True)
         except Exception:
@@ -437,8 +424,7 @@ HUB_PROBE_S = 5
 
 
 def refuse_an_unreachable_hub() -> None:
-    """One short request before any Hub call: a Hub nothing answers for is said at once, not after the Hub
-    client's retries. Any answer, even an error status, goes on."""
+    """One short request first: a Hub nothing answers for is said at once, not after the client's retries."""
     import requests
     from huggingface_hub import constants
 

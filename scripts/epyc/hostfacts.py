@@ -127,8 +127,7 @@ def parse_cpuinfo(text: str) -> dict:
 
 
 def parse_meminfo_bytes(text: str, key: str = "MemTotal") -> int | None:
-    """'MemTotal:  24684092 kB' (also sysfs's 'Node 0 MemTotal: ...') -> bytes. Past 2**60 bytes it is a
-    malformed file (ValueError): a figure of hundreds of digits overflows every float it is sized with."""
+    """'MemTotal:  24684092 kB' (or sysfs's 'Node 0 MemTotal: ...') -> bytes; past 2**60 bytes a ValueError."""
     m = re.search(rf"{key}:\s+([0-9]{{1,20}})\s*kB", text or "")
     if not m and re.search(rf"{key}:\s+[0-9]{{21}}", text or ""):
         raise ValueError(f"{key} has more digits than any memory size")
@@ -153,8 +152,7 @@ def parse_cgroup_limit(text: str | None) -> int | None:
 
 
 def parse_cpu_quota(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> float | None:
-    """CPUs a cgroup may use: v2 cpu.max ('max 100000' or '400000 100000'), or v1 cfs_quota_us /
-    cfs_period_us (-1 = none); None without a quota (a pod of 4 CPUs must not get 96 OMP threads)."""
+    """CPUs a cgroup may use (v2 cpu.max, else v1 cfs_quota_us / cfs_period_us), or None without a quota."""
     quota = period = None
     if cpu_max and cpu_max.split():
         parts = cpu_max.split()
@@ -241,8 +239,7 @@ MAX_PACKAGE_ID = 1023
 
 
 def sysfs_id(sr: Sysroot, where: str, limit: int, default: int) -> int:
-    """A sysfs id file: plain ASCII digits, or the default when absent or -1 (a guest without topology).
-    Past `limit` it is no machine's: a ValueError naming the file, not a socket 10**30."""
+    """A sysfs id file's ASCII digits, else `default` (absent, or -1 in a guest); past `limit` a ValueError."""
     value = (sr.read(where) or "").strip()
     if not (value.isascii() and value.isdigit()):
         return default
@@ -252,9 +249,8 @@ def sysfs_id(sr: Sysroot, where: str, limit: int, default: int) -> int:
 
 
 def sharing_packages(package: dict[int, int], core: dict[int, int], node_of_cpu: dict[int, int]) -> dict[int, int]:
-    """package -> the socket it is served as. One-core packages that share a NUMA node are one socket (named
-    by the lowest id): a VM's one-core "sockets" have no locality to gain. A package of more cores is a
-    socket of its own whatever its nodes say (a 2P EPYC in NPS0 is still served on one socket)."""
+    """package -> the socket it is served as: one-core packages sharing a NUMA node (a VM's "sockets") are one,
+    named by the lowest id; a package of more cores is a socket of its own whatever its nodes say."""
     cores_of: dict[int, set[int]] = {}
     for cpu, p in package.items():
         cores_of.setdefault(p, set()).add(core.get(cpu, cpu))
@@ -322,8 +318,7 @@ def read_topology(sr: Sysroot) -> Topology:
 def merged_note(topo: Topology) -> list[str]:
     """What detect.py and cpu_tune.py say when packages were joined (sharing_packages)."""
     return [
-        f"packages {format_cpulist(ps)} share NUMA node(s) "
-        f"{format_cpulist(sorted({topo.node_of_cpu[c] for c in topo.cpus if topo.package[c] == s}))}: "
+        f"packages {format_cpulist(ps)} share NUMA node(s) {format_cpulist(topo.socket_nodes(s))}: "
         f"one-core packages of one memory domain (a VM's sockets), served as socket {s}"
         for s, ps in sorted(topo.merged.items())
     ]
@@ -341,12 +336,32 @@ class HostFacts:
     allowed_cpus: list[int]
     memory_limit_bytes: int | None
     hypervisor: str | None
-    sysroot: Sysroot
     cpu_quota: float | None = None
 
     def memory(self, tolerance: float) -> dict:
-        """memory_truth of these facts."""
-        return memory_truth(self.mem_total_bytes, self.memory_limit_bytes, self.topology.node_mem_bytes, tolerance)
+        """Usable RAM: the smaller of MemTotal and the cgroup limit. Per-node sysfs figures that do not add up to
+        MemTotal are said: per-socket sizing then takes the smaller, as vLLM checks its KV cache against sysfs."""
+        mem_total, limit, node_mem = self.mem_total_bytes, self.memory_limit_bytes, self.topology.node_mem_bytes
+        usable = min(mem_total, limit) if limit else mem_total
+        if usable < bundle.GIB // 200:  # a figure no machine runs on (it printed as 0.0 GiB of RAM)
+            where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
+            raise ScriptError(
+                f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",
+                "check that figure: a cgroup memory.max written in bytes where GiB were "
+                "meant, or a --sysroot / capture with a broken meminfo",
+            )
+        notes = []
+        sysfs_total = sum(node_mem.values())
+        consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
+        if node_mem and not consistent:
+            notes.append(
+                f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
+                f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
+                "vLLM checks its KV cache against the node's sysfs meminfo"
+            )
+        if limit and limit < mem_total:
+            notes.append(f"cgroup memory limit {bundle.gb(limit)} GiB is below MemTotal; using the limit")
+        return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}
 
 
 def _first_readable(sr: Sysroot, paths: list[str]) -> str | None:
@@ -400,33 +415,4 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     if "hypervisor" in cpu["flags"]:
         vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
         hyper = vendor.strip() or "unknown (virtualized)"
-    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, sr, quota)
-
-
-# ---------------------------------------------------------------- decision + report
-
-
-def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], tolerance: float) -> dict:
-    """Usable RAM is the smaller of MemTotal and the cgroup limit. When sysfs per-node figures do
-    not add up to MemTotal (sandboxes, some hypervisors), say so: per-socket sizing then takes the
-    smaller figure, because vLLM's CPU worker sizes its KV cache check from sysfs."""
-    usable = min(mem_total, limit) if limit else mem_total
-    if usable < bundle.GIB // 200:  # a figure no machine runs on (it printed as 0.0 GiB of RAM)
-        where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
-        raise ScriptError(
-            f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",
-            "check that figure: a cgroup memory.max written in bytes where GiB were "
-            "meant, or a --sysroot / capture with a broken meminfo",
-        )
-    notes = []
-    sysfs_total = sum(node_mem.values())
-    consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
-    if node_mem and not consistent:
-        notes.append(
-            f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
-            f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
-            "vLLM checks its KV cache against the node's sysfs meminfo"
-        )
-    if limit and limit < mem_total:
-        notes.append(f"cgroup memory limit {bundle.gb(limit)} GiB is below MemTotal; using the limit")
-    return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}
+    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, quota)

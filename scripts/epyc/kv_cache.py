@@ -17,15 +17,13 @@ NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
 QWEN2_MODELS = {"qwen2", "qwen3"}
-# The model types whose KV cache vLLM 0.32 keeps as one compressed latent (MLA): its is_deepseek_mla list and
-# Sarvam's. Another config with a kv_lora_rank (MiniCPM3) caches K and V of every head, so it is not MLA here.
+# The model types whose KV cache vLLM keeps as one compressed latent (MLA): its is_deepseek_mla list, and Sarvam's
 MLA_MODEL_TYPES = frozenset(
     "axk1 deepseek_v2 deepseek_v3 deepseek_v32 deepseek_v4 deepseek_v41 dots3_note deepseek_mtp k3_dspark glm5_next "
     "glm5_next_text glm_moe_dsa glm4_moe_lite glm4_moe_lite_mtp kimi_k2 kimi_linear longcat_flash pangu_ultra_moe "
     "pangu_ultra_moe_mtp bailing_hybrid bailing_hybrid_mtp bailing_hybrid_v3_mtp hy_v4 hy_v4_mtp sarvam_mla".split()
 )
-# Multimodal wrappers whose language model is one of those: a text_config that names no model_type is read
-# under the parent's, and vLLM's config class gives it its DeepSeek type (checked with vLLM's get_config)
+# Multimodal wrappers whose language model is one of those (vLLM's config class gives it its DeepSeek type)
 MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl"}
 # Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache
 ATTENTION_FREE_TYPES = {"mamba", "mamba2", "falcon_mamba"}
@@ -78,8 +76,7 @@ CLASS_DEFAULTS["qwen3"] = CLASS_DEFAULTS["qwen2"]
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
-    """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
-    KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
+    """vLLM's KV cache dtype "auto": the serving dtype where it is one (no fp8 KV on this CPU path), else `default`."""
     return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
 
 
@@ -95,8 +92,7 @@ def with_class_defaults(cfg: dict, parent_type: object = None) -> dict:
 
 
 def text_config(cfg: dict) -> dict:
-    """The language model's config: a multimodal one's sub-key, or the top for a text-only architecture with
-    its own layers; read with its class's defaults."""
+    """The language model's config (a multimodal one's sub-key, else the top), read with its class's defaults."""
     archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     if cfg.get("num_hidden_layers") and archs and all(str(a).endswith("ForCausalLM") for a in archs):
         return with_class_defaults(cfg)
@@ -151,11 +147,8 @@ def model_len_of(cfg: dict) -> int | None:
     """The longest sequence vLLM serves this model at unasked (a longer --max-model-len fails its start): the
     smallest length key the config has (model_max_length, where set, wins); None when no limit is known."""
     cfg = with_class_defaults(cfg)
-    override = _first_int(cfg, "model_max_length")
-    if override:
-        return override
     found = [v for k in MODEL_LEN_KEYS if (v := _first_int(cfg, k))]
-    return min(found) if found else None
+    return _first_int(cfg, "model_max_length") or min(found, default=None)
 
 
 def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
@@ -304,8 +297,7 @@ def ssm_state_dtype(avx512_bf16: bool, kv_dtype: str) -> str:
 def kv_layout(
     cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"], ssm_bytes: int = SSM_STATE_BYTES_ON_CPU
 ) -> dict:
-    """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a recurrent
-    layer keeps per sequence (attention_shape says how each kind of attention caches)."""
+    """KV bytes per token per attention layer, the layers that hold it, and a recurrent layer's state per sequence."""
     tc = text_config(cfg)
     layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     kind = tc.get("model_type")
@@ -373,9 +365,8 @@ def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int, int, int]:
 
 
 def rank_layout(layout: dict, ranks: int) -> dict | None:
-    """The KV one of `ranks` tensor-parallel ranks holds, or None when vLLM cannot split the model that many
-    ways. Its attention heads divide by the ranks; KV heads are split across them, or replicated when fewer
-    (MLA's one latent is on every rank); a recurrent layer's state is split with its heads."""
+    """The KV one of `ranks` tensor-parallel ranks holds, or None when vLLM cannot split the model that many ways
+    (KV heads split, or replicated when fewer; a recurrent layer's state split with its heads)."""
     heads, kv = layout["heads"], layout["kv_heads"]
     if heads and (heads % ranks or (kv % ranks if kv >= ranks else ranks % kv)):
         return None

@@ -29,31 +29,28 @@ def classify_template(
     for source, value in candidates:
         if value is None or value in ("", []):
             continue
-        if isinstance(value, str) and ("\x00" in value or "\ufffd" in value):  # not UTF-8 text: no template
-            return {**out, "source": source}
-        if isinstance(value, str) and value.strip():
-            return {**out, "status": "present", "source": source}
-        if isinstance(value, list) and value:  # transformers fails a list entry without both name and template
-            if not all(
-                isinstance(t, dict)
-                and isinstance(t.get("name"), str)
-                and t["name"].isprintable()
-                and t["name"].strip()
-                and isinstance(t.get("template"), str)
-                and t["template"].strip()
-                for t in value
-            ):
+        if isinstance(value, str):
+            if "\x00" in value or "\ufffd" in value:  # not UTF-8 text: no template
                 return {**out, "source": source}
-            every = [t["name"] for t in value]
-            names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]  # shown, not all carried
-            names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
-            if "default" in every or len(value) == 1:  # the one transformers selects
-                selected = "default" if "default" in every else names[0]
-                return {**out, "status": "present", "source": source, "selected_name": selected, "names": names}
-            return {**out, "status": "ambiguous", "source": source, "names": names}
-        if not isinstance(value, str):  # a number or an object where a template goes
-            return {**out, "source": source}
+            if value.strip():
+                return {**out, "status": "present", "source": source}
+            continue
+        if not (isinstance(value, list) and all(_loadable_entry(t) for t in value)):
+            return {**out, "source": source}  # a number or an object where a template goes, or a broken entry
+        every = [t["name"] for t in value]
+        names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]  # shown, not all carried
+        names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
+        if "default" in every or len(value) == 1:  # the one transformers selects
+            selected = "default" if "default" in every else names[0]
+            return {**out, "status": "present", "source": source, "selected_name": selected, "names": names}
+        return {**out, "status": "ambiguous", "source": source, "names": names}
     return {**out, "status": "absent"}
+
+
+def _loadable_entry(t: object) -> bool:
+    """A chat-template list entry transformers loads: a printable name and a template, both text."""
+    texts = isinstance(t, dict) and all(isinstance(t.get(k), str) and t[k].strip() for k in ("name", "template"))
+    return texts and t["name"].isprintable()
 
 
 def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str, str | None]:
@@ -103,9 +100,8 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
 
 
 def endpoints_for(kind: str, template_status: str, policy: dict) -> dict:
-    """Which OpenAI endpoints the served model answers, and which one to hand off. Chat needs a template vLLM
-    picks by itself, else raw prompts on /v1/completions (a multimodal model is not launchable without one);
-    an unreadable template is "unknown", settled by verify on the running server."""
+    """Which OpenAI endpoints the served model answers and which to hand off: chat needs a template vLLM picks by
+    itself; an unreadable one is "unknown", settled by verify on the running server."""
     serves = kind in policy["generation_kinds"] or (kind == "undetermined" and policy["undetermined_proceeds"])
     if serves and template_status == "unknown":
         endpoints, primary = [], "unknown"
@@ -279,9 +275,8 @@ def check(
     notes: list[str],
     config: str | None = None,
 ) -> tuple[dict, int]:
-    """check_model.py's document and exit code: the architecture judged by the registry of the vLLM that
-    will serve, the endpoint from the chat template, and a refusal for what vLLM would not load. With
-    `config` (a config.json) the model is judged from it alone, offline: its chat template is unknown."""
+    """check_model.py's document and exit code: the architecture judged by the serving vLLM's registry, the
+    endpoint by the chat template. With `config` the model is judged from that file alone, offline."""
     version = (registry or {}).get("vllm_version") or vllm_version
     probed = registry and (registry["source"] or "").startswith("probe")
     if probed and architectures.normalize_version(version) != architectures.normalize_version(vllm_version):

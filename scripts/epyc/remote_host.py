@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -16,8 +17,7 @@ from .hostfacts import HostFacts, Sysroot, gather
 
 
 def is_another_host(target: str) -> bool:
-    """detect.py's target names where its facts came from: this machine ('localhost', or a 'sysroot:' folder
-    standing in for it, as the tests do), or another host -- a spec, a capture, an ssh target."""
+    """Whether detect's target is another host (a spec, a capture, ssh), not this machine or a sysroot for it."""
     return target != "localhost" and not target.startswith("sysroot:")
 
 
@@ -112,10 +112,9 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
 
 
 def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
-    """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
-    assumption, stated in the output), then read like any sysroot."""
+    """A host described by SKU and facts, rendered as the files Linux would show, then read like any sysroot."""
     names = list(dict.fromkeys(g["name"] for g in epyc["generations"]))
-    table = hostspec.load_skus()
+    table = json.loads(hostspec.SKUS_JSON.read_text())
     sku = hostspec.resolve_part(table, args.spec, args.cores, args.threads, args.ram_gb_per_socket, names)
     gen = sku["epyc_generation"]
     rows = [g for g in epyc["generations"] if g["name"] == gen]
