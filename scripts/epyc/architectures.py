@@ -13,7 +13,7 @@ from .errors import ScriptError
 SNAPSHOT_DIR = bundle.DATA_DIR / "vllm_registry"
 PROBE_TIMEOUT_S = 180
 
-# vLLM's registry dicts and what serving them means here, in precedence: LlamaForCausalLM, also an embedding, generates.
+# vLLM's registry dicts and what serving them means, in precedence (LlamaForCausalLM, also an embedding, generates)
 REGISTRY_KINDS = [
     ("_MULTIMODAL_MODELS", "multimodal"),
     ("_TEXT_GENERATION_MODELS", "text"),

@@ -70,12 +70,8 @@ def classify_generation(brand: str, family: int | None, model: int | None, gener
 
 def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
     """An EPYC says so in its brand string; a masked AMD brand counts when CPUID names a part."""
-    if vendor != "AuthenticAMD":
-        return False
-    if "EPYC" in brand.upper():
-        return True
-    masked = not re.search(r"Ryzen|Threadripper|Athlon|Opteron", brand, re.I)
-    return masked and generation_source == "cpuid"
+    masked = generation_source == "cpuid" and not re.search(r"Ryzen|Threadripper|Athlon|Opteron", brand, re.I)
+    return vendor == "AuthenticAMD" and ("EPYC" in brand.upper() or masked)
 
 
 VENDOR_NAMES = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
@@ -95,11 +91,9 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
     CPU path is never taken silently: only when the user asked for it (`stock`)."""
     cpu = f"{facts.get('cpu_model') or 'unknown CPU'} ({vendor_name(facts.get('vendor'))})"
     if stock:
-        why = (
-            "zentorch does not apply to " if not facts.get("is_amd_epyc") else "stock vLLM CPU (no zentorch) on "
-        ) + cpu
+        why = "stock vLLM CPU (no zentorch) on" if facts.get("is_amd_epyc") else "zentorch does not apply to"
         slower = "slower; verified on EPYC 7763 (Milan) with bfloat16"
-        return _route("stock", f"{why}: the stock vLLM CPU path ({slower}), at the user's explicit request")
+        return _route("stock", f"{why} {cpu}: the stock vLLM CPU path ({slower}), at the user's explicit request")
     if not facts.get("is_amd_epyc"):
         return _route(
             "stop",

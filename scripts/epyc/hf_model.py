@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -202,10 +203,8 @@ class ModelFiles:
         unreadable = None
         if shards:
             try:
-                tensors: dict[str, tuple[str, int]] = {}
-                for shard in shards:
-                    tensors.update(tensors_from_header(read_safetensors_header(shard)))
-                total = weight_bytes(tensors, serve_dtype, tied)
+                headers = [tensors_from_header(read_safetensors_header(shard)) for shard in shards]
+                total = weight_bytes({k: v for h in headers for k, v in h.items()}, serve_dtype, tied)
                 if not total:  # headers with no tensors (only __metadata__): a checkpoint of nothing
                     raise ValueError("the headers hold no tensors")
                 return total, "safetensors_headers"
@@ -265,8 +264,6 @@ class ModelFiles:
 
 def import_hub() -> None:
     """huggingface_hub, imported with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)."""
-    import contextlib
-
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
     try:
         with contextlib.redirect_stdout(sys.stderr):

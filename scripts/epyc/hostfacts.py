@@ -154,11 +154,8 @@ def parse_cgroup_limit(text: str | None) -> int | None:
 def parse_cpu_quota(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> float | None:
     """CPUs a cgroup may use (v2 cpu.max, else v1 cfs_quota_us / cfs_period_us), or None without a quota."""
     quota = period = None
-    if cpu_max and cpu_max.split():
-        parts = cpu_max.split()
-        if parts[0] == "max":
-            return None
-        quota, period = parts[0], (parts[1] if len(parts) > 1 else "100000")
+    if cpu_max and cpu_max.split():  # 'max 100000': no quota, not a number
+        quota, period = (cpu_max.split() + ["100000"])[:2]
     elif cfs_quota is not None:
         quota, period = cfs_quota.strip(), (cfs_period or "100000").strip()
     try:

@@ -161,39 +161,32 @@ def explicit_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
     """A layer_types list, one kind per layer; None without one."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
-        # a short list or an unknown kind, sized as "no KV", would plan a model that cannot fit as fitting
-        if len(types) != layers:
-            raise ScriptError(f"config.json: layer_types has {len(types)} entries for {layers} layers", LAYOUT_FIX)
-        unknown = sorted({str(t) for t in types} - FULL_TYPES - SLIDING_TYPES - NO_KV_TYPES)
-        if unknown:
-            raise ScriptError(
-                f"config.json: layer_types holds {unknown[:3]}, not a layer kind this estimator "
-                f"knows ({sorted(FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES)})",
-                LAYOUT_FIX,
-            )
+        kinds = FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES
+        check_per_layer("layer_types", types, layers, kinds, f"a layer kind this estimator knows ({sorted(kinds)})")
         full = sum(t in FULL_TYPES for t in types)
         sliding = sum(t in SLIDING_TYPES for t in types)
         return full, sliding, len(types) - full - sliding
     return None
 
 
+def check_per_layer(key: str, values: list | str, layers: int, known: set[str], known_text: str) -> None:
+    """A per-layer list covers every layer with a kind we can size: a short one or an unknown kind, sized as
+    "no KV", would plan a model that cannot fit as fitting."""
+    if len(values) != layers:
+        unit = "characters" if isinstance(values, str) else "entries"
+        raise ScriptError(f"config.json: {key} has {len(values)} {unit} for {layers} layers", LAYOUT_FIX)
+    unknown = sorted({str(v) for v in values} - known)
+    if unknown:
+        raise ScriptError(f"config.json: {key} holds {unknown[:3]}, not {known_text}", LAYOUT_FIX)
+
+
 def hybrid_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
     """NemotronH's pattern, Jamba's attention period, Qwen3-Next's interval; None for none of them."""
     pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
-            raise ScriptError(
-                f"config.json: hybrid_override_pattern has {len(pattern)} characters for {layers} layers", LAYOUT_FIX
-            )
-        unknown = sorted(set(pattern) - set(HYBRID_PATTERN_KINDS))
-        if unknown:
-            raise ScriptError(
-                f"config.json: hybrid_override_pattern holds {unknown[:3]}, not one of "
-                f"{HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)",
-                LAYOUT_FIX,
-            )
-        attn = pattern.count("*")
-        return attn, 0, pattern.count("M")
+    if isinstance(pattern, str) and pattern:  # NemotronH: one character per layer
+        kinds = f"one of {HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)"
+        check_per_layer("hybrid_override_pattern", pattern, layers, set(HYBRID_PATTERN_KINDS), kinds)
+        return pattern.count("*"), 0, pattern.count("M")
     # a period or interval that places no attention layer is a broken config: sized as "no KV", it would fit anywhere
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and period > 0 and isinstance(offset, int):
@@ -338,8 +331,7 @@ def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int, int, int]:
         return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes, heads, 1
     if tc.get("kv_lora_rank"):
         heads = _req_int(tc, "num_attention_heads")
-        width = _first_int(tc, "qk_nope_head_dim") or 0
-        width += _first_int(tc, "qk_rope_head_dim") or 0
+        width = (_first_int(tc, "qk_nope_head_dim") or 0) + (_first_int(tc, "qk_rope_head_dim") or 0)
         if not width:
             raise ScriptError(
                 "config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "

@@ -100,8 +100,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     if host:
         return gather_remote(host)
     if sysroot and os.path.isfile(sysroot):  # a file from detect.py --capture on the host
-        dest = jsonio.scratch_dir("epyc-capture-")
-        hostspec.unpack(Path(sysroot), dest)
+        dest = hostspec.unpack(Path(sysroot), jsonio.scratch_dir("epyc-capture-"))
         return gather(hostfacts.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
     if sysroot:
         sr = hostfacts.check_sysroot(sysroot)
