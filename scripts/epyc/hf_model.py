@@ -396,6 +396,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
     import_hub()
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -405,8 +406,6 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
             f"malformed model id {ref!r}: {str(exc).splitlines()[0]}",
             "use owner/name as on huggingface.co, e.g. Qwen/Qwen3-0.6B",
         )
-    from huggingface_hub import constants, snapshot_download
-
     if constants.HF_HUB_OFFLINE:
         try:
             folder = snapshot_download(ref, revision=revision, local_files_only=True)

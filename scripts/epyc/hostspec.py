@@ -123,12 +123,10 @@ def spec_files(
     return files
 
 
-def write_files(root: Path, files: dict[str, str]) -> Path:
+def write_files(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
 
 
 # What both --host (one ssh call) and --capture print: each file behind a marker line, own cgroup folders included.

@@ -101,7 +101,7 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
 
 def endpoints_for(kind: str, template_status: str, policy: dict) -> dict:
     """Which OpenAI endpoints the served model answers and which to hand off: chat needs a template vLLM picks by
-    itself; an unreadable one is "unknown", settled by verify on the running server."""
+    itself (without one a multimodal model is not launchable); an unreadable one is "unknown", settled by verify."""
     serves = kind in policy["generation_kinds"] or (kind == "undetermined" and policy["undetermined_proceeds"])
     if serves and template_status == "unknown":
         endpoints, primary = [], "unknown"
@@ -276,7 +276,7 @@ def check(
     config: str | None = None,
 ) -> tuple[dict, int]:
     """check_model.py's document and exit code: the architecture judged by the serving vLLM's registry, the
-    endpoint by the chat template. With `config` the model is judged from that file alone, offline."""
+    endpoint by the chat template. With `config` the model is judged from that file alone (template unknown)."""
     version = (registry or {}).get("vllm_version") or vllm_version
     probed = registry and (registry["source"] or "").startswith("probe")
     if probed and architectures.normalize_version(version) != architectures.normalize_version(vllm_version):
