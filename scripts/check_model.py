@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, model_check, remote_host, runs, runtimes
+from epyc import architectures, argtypes, bundle, cli, model_check, remote_host, runs, runtimes
 from epyc.errors import ScriptError
 from epyc.model_check import pick_registry
 
@@ -45,16 +45,7 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         help="vLLM that will serve (default: stack.vllm of the run's validate.json, else the pinned "
         f"{epyc['vllm_version']})",
     )
-    p.add_argument(
-        "--python", type=argtypes.executable, help="probe the registry of the vLLM installed for this interpreter"
-    )
-    p.add_argument("--image", type=argtypes.image_ref, help="probe the registry inside this local container image")
-    p.add_argument(
-        "--runtime",
-        default="docker",
-        choices=sorted(runtimes.CONTAINER_RUNTIMES),
-        help="container runtime for --image (default docker)",
-    )
+    architectures.add_probe_args(p, p)
     runs.add_run_arg(p)
     p.add_argument(
         "--hub-timeout",

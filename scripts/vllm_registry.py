@@ -14,27 +14,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, cli, errors, runtimes
-from epyc.architectures import SNAPSHOT_DIR, normalize_version, probe_argv, probe_live
+from epyc import cli, errors, runtimes
+from epyc.architectures import SNAPSHOT_DIR, add_probe_args, normalize_version, probe_argv, probe_live
 from epyc.errors import ScriptError
 
 
 def main(argv: Sequence[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/vllm_registry.py", description=__doc__.split("\n")[0])
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--python", type=argtypes.executable, help="interpreter whose vLLM to probe")
-    src.add_argument("--image", type=argtypes.image_ref, help="local container image whose vLLM to probe")
-    p.add_argument(
-        "--runtime",
-        default="docker",
-        choices=sorted(runtimes.CONTAINER_RUNTIMES),
-        help="container runtime for --image (docker | podman)",
-    )
+    add_probe_args(p, p.add_mutually_exclusive_group(required=True))
     p.add_argument("--write", action="store_true", help="save as data/vllm_registry/<version>.json")
     args = p.parse_args(argv)
     engine = runtimes.shell_docker_engine() if args.image and args.runtime == "docker" else None
@@ -67,10 +60,7 @@ def main(argv: Sequence[str] | None = None):
             scratch.unlink(missing_ok=True)
             raise errors.os_error(exc, f"cannot write {target} (the snapshot there is unchanged)")
         errors.log(f"wrote data/vllm_registry/{version}.json ({len(reg['architectures'])} architectures)")
-    counts: dict[str, int] = {}
-    for kind in reg["architectures"].values():
-        counts[kind] = counts.get(kind, 0) + 1
-    return {**reg, "counts": counts}, errors.EXIT_OK
+    return {**reg, "counts": dict(Counter(reg["architectures"].values()))}, errors.EXIT_OK
 
 
 if __name__ == "__main__":

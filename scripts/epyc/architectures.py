@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
 
-from . import bundle, runtimes, subproc
+from . import argtypes, bundle, runtimes, subproc
 from .errors import ScriptError
 
 SNAPSHOT_DIR = bundle.DATA_DIR / "vllm_registry"
 PROBE_TIMEOUT_S = 180
 
-# vLLM's registry dicts and what serving them means here. Order is precedence: an architecture
-# that appears as both text generation and embedding (LlamaForCausalLM) serves generation.
+# vLLM's registry dicts and what serving them means, in precedence (LlamaForCausalLM, also an embedding, generates)
 REGISTRY_KINDS = [
     ("_MULTIMODAL_MODELS", "multimodal"),
     ("_TEXT_GENERATION_MODELS", "text"),
@@ -49,10 +49,8 @@ try:
     names = %s
     out["dicts"] = {n: sorted(getattr(r, n, {}) or {}) for n in names}
     out["supported"] = sorted(r.ModelRegistry.get_supported_archs())
-    # what this vLLM loads without --trust-remote-code (check_model.remote_code_needed): the config types
-    # transformers or vLLM itself defines; those whose config class (vLLM's where it has one, as its
-    # get_config builds it) transformers maps to a tokenizer of its own; the tokenizer classes transformers
-    # resolves by name; the model types whose hub tokenizer transformers or vLLM ignore
+    # what this vLLM loads without --trust-remote-code (model_check.remote_code_needed): config types it or
+    # transformers defines, those with a tokenizer of their own, tokenizer classes by name, hub tokenizers ignored
     try:
         import transformers
         from transformers.models.auto import configuration_auto as ca, tokenization_auto as ta
@@ -141,6 +139,18 @@ def load_snapshot(version: str | None) -> dict | None:
     doc = json.loads(path.read_text())
     doc["source"] = f"snapshot:data/vllm_registry/{v}.json"
     return doc
+
+
+def add_probe_args(p: argparse.ArgumentParser, source: argparse._ActionsContainer) -> None:
+    """--python and --image on `source` (the parser, or a group of it), and --runtime: the vLLM to probe."""
+    source.add_argument("--python", type=argtypes.executable, help="probe the vLLM installed for this interpreter")
+    source.add_argument("--image", type=argtypes.image_ref, help="probe the vLLM inside this local container image")
+    p.add_argument(
+        "--runtime",
+        default="docker",
+        choices=sorted(runtimes.CONTAINER_RUNTIMES),
+        help="container runtime for --image (default docker)",
+    )
 
 
 def probe_argv(

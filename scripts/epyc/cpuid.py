@@ -30,8 +30,7 @@ def epyc_model_number(brand: str) -> str | None:
 
 
 def generation_from_model_number(number: str) -> str | None:
-    """Model number -> generation name. The last digit is the generation; the first is the series (7 = 1st-3rd
-    gen, 9 = flagship, 8 = Siena, 4 = AM5 parts)."""
+    """Model number -> generation name, by its series (the first digit) and generation (the last)."""
     series, second, last = number[0], number[1], number[3]
     if (series, last) == ("9", "4"):
         return "Bergamo" if second == "7" else "Genoa"  # 97x4 is Bergamo (Zen 4c)
@@ -49,43 +48,30 @@ def generation_from_model_number(number: str) -> str | None:
 
 
 def classify_generation(brand: str, family: int | None, model: int | None, generations: list[dict]) -> dict:
-    """Generation from the brand's model number, else from CPUID family/model, else unknown.
-
-    Cloud guests often mask the brand to plain 'AMD EPYC'; CPUID family/model still tells the
-    silicon. Bergamo and Siena share a CPUID range, so a CPUID-only answer names both."""
+    """Generation from the brand's model number, else from CPUID family/model (a cloud guest may mask its brand
+    to 'AMD EPYC'), else unknown. Bergamo and Siena share a CPUID range: a CPUID-only answer names both."""
     number = epyc_model_number(brand)
-
-    def found(name: str, arch: str, source: str, entry: dict | None) -> dict:
-        return {
-            "epyc_generation": name,
-            "zen_arch": arch,
-            "model_number": number,
-            "generation_source": source,
-            "entry": entry,
-        }
-
     name = generation_from_model_number(number) if number else None
+    matches: list[dict] = []
     if name:
         entries = [g for g in generations if g["name"] == name]
         dense = [g for g in entries if number[:4] in g.get("model_numbers", [])]
-        entry = dense[0] if dense else next(g for g in entries if not g.get("model_numbers"))
-        return found(name, entry["zen_arch"], "model_number", entry)
-    if family is not None and model is not None:
+        matches = dense[:1] or [next(g for g in entries if not g.get("model_numbers"))]
+    elif family is not None and model is not None:
         matches = [g for g in generations if any(f == family and lo <= model <= hi for f, lo, hi in g["cpuid"])]
-        if matches:
-            names = "/".join(dict.fromkeys(g["name"] for g in matches))
-            return found(names, "/".join(dict.fromkeys(g["zen_arch"] for g in matches)), "cpuid", matches[0])
-    return found("unknown", "unknown", "unknown", None)
+    return {
+        "epyc_generation": "/".join(dict.fromkeys(g["name"] for g in matches)) or "unknown",
+        "zen_arch": "/".join(dict.fromkeys(g["zen_arch"] for g in matches)) or "unknown",
+        "model_number": number,
+        "generation_source": ("model_number" if name else "cpuid") if matches else "unknown",
+        "entry": matches[0] if matches else None,
+    }
 
 
 def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
     """An EPYC says so in its brand string; a masked AMD brand counts when CPUID names a part."""
-    if vendor != "AuthenticAMD":
-        return False
-    if "EPYC" in brand.upper():
-        return True
-    masked = not re.search(r"Ryzen|Threadripper|Athlon|Opteron", brand, re.I)
-    return masked and generation_source == "cpuid"
+    masked = generation_source == "cpuid" and not re.search(r"Ryzen|Threadripper|Athlon|Opteron", brand, re.I)
+    return vendor == "AuthenticAMD" and ("EPYC" in brand.upper() or masked)
 
 
 VENDOR_NAMES = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
@@ -101,18 +87,13 @@ def _route(route: str, reason: str, fix: str | None = None) -> dict:
 
 
 def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
-    """Which path SKILL.md takes on this CPU: zentorch | confirm | stock | stock_offer | stop.
-
-    zentorch needs an AMD EPYC with AVX-512 BF16, and vLLM activates it only on AMD CPUs. The stock
-    vLLM CPU path runs on any x86-64 CPU, but it is never taken silently: only when the user asked
-    for it (`stock`). Without that, a non-EPYC host stops and a pre-Zen4 EPYC gets the offer."""
+    """Which path SKILL.md takes on this CPU: zentorch | confirm | stock | stock_offer | stop. The stock vLLM
+    CPU path is never taken silently: only when the user asked for it (`stock`)."""
     cpu = f"{facts.get('cpu_model') or 'unknown CPU'} ({vendor_name(facts.get('vendor'))})"
     if stock:
-        why = (
-            "zentorch does not apply to " if not facts.get("is_amd_epyc") else "stock vLLM CPU (no zentorch) on "
-        ) + cpu
+        why = "stock vLLM CPU (no zentorch) on" if facts.get("is_amd_epyc") else "zentorch does not apply to"
         slower = "slower; verified on EPYC 7763 (Milan) with bfloat16"
-        return _route("stock", f"{why}: the stock vLLM CPU path ({slower}), at the user's explicit request")
+        return _route("stock", f"{why} {cpu}: the stock vLLM CPU path ({slower}), at the user's explicit request")
     if not facts.get("is_amd_epyc"):
         return _route(
             "stop",

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-T = TypeVar("T")
-
+import contextlib
 import json
 import math
 import os
@@ -16,9 +13,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, TypeVar
 
 from . import cli, hubcache, jsonio, masking
 from .errors import ScriptError
+
+T = TypeVar("T")
 
 # huggingface_hub reads these at import: give every Hub call a real deadline unless the user set one.
 os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
@@ -37,8 +37,7 @@ FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_WEIGHT_BYTES = 1 << 50
 
-# a branch, tag or commit as git allows them: no "..", "//", leading "-" or "/", trailing "/" or ".", no
-# part beginning with "." or ending in ".lock" (git check-ref-format)
+# git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
 
 
@@ -56,15 +55,13 @@ class Unreadable(Exception):
 
 
 def weight_bytes(tensors: dict[str, tuple[str, int]], serve_dtype: str, tied_embeddings: bool) -> int:
-    """Bytes of weights as vLLM holds them: float tensors cast to the serving dtype, quantized ones
-    as stored. With tied embeddings vLLM reuses the embedding for the LM head and skips a stored
-    lm_head.weight, so it is not counted twice."""
+    """Bytes of weights as vLLM holds them: float tensors cast to the serving dtype, quantized ones as stored;
+    with tied embeddings a stored lm_head.weight is skipped, as vLLM reuses the embedding."""
     target = SERVE_DTYPE_BYTES.get(serve_dtype, 2)
     total = 0.0
     for name, (dtype, numel) in tensors.items():
-        if tied_embeddings and name == "lm_head.weight":
-            continue
-        total += numel * (target if dtype in FLOAT_DTYPES else SAFETENSORS_DTYPE_BYTES.get(dtype, 2))
+        if not (tied_embeddings and name == "lm_head.weight"):
+            total += numel * (target if dtype in FLOAT_DTYPES else SAFETENSORS_DTYPE_BYTES.get(dtype, 2))
     return int(total)
 
 
@@ -113,7 +110,7 @@ def read_safetensors_header(path: Path) -> dict:
 @dataclass
 class ModelFiles:
     ref: str  # what the user passed
-    kind: str  # "local" | "hub" | "hub-cache"
+    kind: Literal["local", "hub", "hub-cache", "config"]
     revision: str | None
     folder: Path | None  # local or cached snapshot folder, when there is one
 
@@ -141,11 +138,9 @@ class ModelFiles:
 
     def text(self, name: str) -> str | None:
         p = self.path(name)
-        return (
-            jsonio.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False)
-            if p
-            else None
-        )
+        if p is None:
+            return None
+        return jsonio.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False)
 
     def json(self, name: str) -> dict | None:
         text = self.text(name)
@@ -172,9 +167,7 @@ class ModelFiles:
 
     def weights(self, serve_dtype: str, tied_embeddings: bool) -> tuple[int, str] | None:
         """(bytes as vLLM will hold them, source) without downloading weights; None if unknown."""
-        if self.kind == "hub":
-            return self._hub_weights(serve_dtype, tied_embeddings)
-        return self._folder_weights(serve_dtype, tied_embeddings)
+        return (self._hub_weights if self.kind == "hub" else self._folder_weights)(serve_dtype, tied_embeddings)
 
     def _index(self, name: str) -> dict:
         """A safetensors index file of the folder, or {} (none, or not a readable JSON object)."""
@@ -185,26 +178,16 @@ class ModelFiles:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def _index_shards(self, name: str) -> set[str] | None:
-        """The shard files an index names, or None (no index, or one without a weight map: then every
-        file of the format is the model's)."""
-        weight_map = self._index(name).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            return None
-        return {str(v) for v in weight_map.values()}
-
     def _served_shards(self) -> list[Path]:
-        """The safetensors files vLLM 0.32 loads from this folder: consolidated*.safetensors alone when there
-        are any (Mistral's format), else every *.safetensors; either narrowed to the files its index names."""
-        consolidated = sorted(self.folder.glob("consolidated*.safetensors"))
-        shards, index = (
-            (consolidated, "consolidated.safetensors.index.json")
-            if consolidated
-            else (sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json")
-        )
-        listed = self._index_shards(index) if shards else None
-        if not listed:
+        """The safetensors files vLLM loads from this folder: consolidated*.safetensors alone when there are
+        any (Mistral's format), else every *.safetensors; either narrowed to the files its index names."""
+        shards, index = sorted(self.folder.glob("consolidated*.safetensors")), "consolidated.safetensors.index.json"
+        if not shards:
+            shards, index = sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json"
+        weight_map = self._index(index).get("weight_map") if shards else None
+        if not isinstance(weight_map, dict) or not weight_map:  # no index names them: every file is the model's
             return shards
+        listed = {str(v) for v in weight_map.values()}
         missing = sorted(listed - {s.name for s in shards})
         if missing:
             raise ScriptError(
@@ -220,10 +203,8 @@ class ModelFiles:
         unreadable = None
         if shards:
             try:
-                tensors: dict[str, tuple[str, int]] = {}
-                for shard in shards:
-                    tensors.update(tensors_from_header(read_safetensors_header(shard)))
-                total = weight_bytes(tensors, serve_dtype, tied)
+                headers = [tensors_from_header(read_safetensors_header(shard)) for shard in shards]
+                total = weight_bytes({k: v for h in headers for k, v in h.items()}, serve_dtype, tied)
                 if not total:  # headers with no tensors (only __metadata__): a checkpoint of nothing
                     raise ValueError("the headers hold no tensors")
                 return total, "safetensors_headers"
@@ -231,15 +212,14 @@ class ModelFiles:
                 unreadable = str(exc) or type(exc).__name__  # truncated or pointer files: the index may still say
         metadata = self._index("model.safetensors.index.json").get("metadata")
         total = metadata.get("total_size") if isinstance(metadata, dict) else None
-        if total is not None:
-            if isinstance(total, int) and not isinstance(total, bool) and 0 < total <= MAX_WEIGHT_BYTES:
+        if isinstance(total, int) and not isinstance(total, bool):
+            if 0 < total <= MAX_WEIGHT_BYTES:
                 return total, "safetensors_index_total_size"
-            if isinstance(total, int) and not isinstance(total, bool):  # a number, but no model's size
-                raise ScriptError(
-                    f"{self.ref}: model.safetensors.index.json says total_size {str(total)[:40]}, "
-                    f"not a size in [1, {MAX_WEIGHT_BYTES:,}] bytes",
-                    "re-download the model's index, or pass --weight-gb N",
-                )
+            raise ScriptError(  # a number, but no model's size
+                f"{self.ref}: model.safetensors.index.json says total_size {str(total)[:40]}, "
+                f"not a size in [1, {MAX_WEIGHT_BYTES:,}] bytes",
+                "re-download the model's index, or pass --weight-gb N",
+            )
         if unreadable:  # their file sizes would be a guess (a git-lfs pointer is 130 bytes): no number at all
             raise ScriptError(
                 f"{self.ref}: the safetensors headers cannot be read ({unreadable[:200]}) and there is "
@@ -263,14 +243,11 @@ class ModelFiles:
             raise hub_error(exc, self.ref, self.revision)
         if meta is not None:
             # the Hub's headers get the checks a local header gets: a known dtype, whole dimensions in range
+            files = meta.files_metadata.values()
             try:
-                tensors = {
-                    name: got
-                    for fm in meta.files_metadata.values()
-                    for name, got in tensors_from_header(
-                        {n: {"dtype": t.dtype, "shape": t.shape} for n, t in fm.tensors.items()}
-                    ).items()
-                }
+                tensors = tensors_from_header(
+                    {n: {"dtype": t.dtype, "shape": t.shape} for fm in files for n, t in fm.tensors.items()}
+                )
             except ValueError as exc:
                 raise ScriptError(
                     f"{self.ref}: a safetensors header on the Hub is not a checkpoint's: {masking.clip(str(exc), 200)}",
@@ -286,10 +263,7 @@ class ModelFiles:
 
 
 def import_hub() -> None:
-    """huggingface_hub, imported with its prints on stderr: it reads its env (timeouts, HF_ENDPOINT) at import
-    and prints a bad value on stdout, which carries only our JSON. Its error text can quote a URL's password."""
-    import contextlib
-
+    """huggingface_hub, imported with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)."""
     hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -313,8 +287,7 @@ def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
     names = " ".join(type(c).__name__ for c in chain)
     text = " ".join(str(c) for c in chain)
     if any(isinstance(c, e.GatedRepoError) for c in chain):
-        restricted = "403" in text or "authorized list" in text or "restricted" in text
-        if restricted or os.environ.get("HF_TOKEN"):
+        if "403" in text or "authorized list" in text or "restricted" in text or os.environ.get("HF_TOKEN"):
             return Unreadable(
                 "gated",
                 f"{ref} is gated and this token has not been granted access",
@@ -368,8 +341,7 @@ def not_cached(ref: str) -> Unreadable:
 
 
 def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T:
-    """Run fn (a script's Hub traffic) within one overall deadline: huggingface_hub retries on its own for
-    minutes. `online` False (a local folder, the offline cache): fn just runs."""
+    """fn (Hub traffic, which huggingface_hub retries for minutes) under one overall deadline; offline it just runs."""
     if not online:
         return fn()
     result: dict = {}
@@ -396,8 +368,7 @@ def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T
 
 
 def config_only(config: str) -> ModelFiles:
-    """A model known by its config.json alone (planned for a host this machine cannot download for): the
-    file is copied alone into a folder of its own, so no file beside it passes for the model's."""
+    """A model known by its config.json alone, copied into a folder of its own (no file beside it is the model's)."""
     text = jsonio.read_input_text(config, "--config", "pass the model's config.json")
     folder = jsonio.scratch_dir("epyc-config-")
     (folder / "config.json").write_text(text)
@@ -411,10 +382,8 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     if revision is not None and not is_revision(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = jsonio.user_path(ref, "--model")
-    is_dir, exists = p.is_dir(), p.exists()
-    if is_dir:
-        # a folder has no revisions: another one would be recorded, then never served. `main`, the default
-        # SKILL.md passes whatever MODEL is, means no revision (plan compares them so), and is taken
+    if p.is_dir():
+        # a folder has no revisions (another would be recorded, then never served); SKILL.md's default `main` is none
         if revision not in (None, "main"):
             raise ScriptError(
                 f"--revision {revision!r} names a Hub branch, tag or commit, and {ref[:200]!r} is a local "
@@ -422,11 +391,12 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
                 "drop --revision, or pass the Hub id (owner/name) to serve that revision",
             )
         return ModelFiles(ref, "local", None, jsonio.real_path(p))
-    if exists:
+    if p.exists():
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
     import_hub()
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -436,11 +406,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
             f"malformed model id {ref!r}: {str(exc).splitlines()[0]}",
             "use owner/name as on huggingface.co, e.g. Qwen/Qwen3-0.6B",
         )
-    from huggingface_hub import constants
-
     if constants.HF_HUB_OFFLINE:
-        from huggingface_hub import snapshot_download
-
         try:
             folder = snapshot_download(ref, revision=revision, local_files_only=True)
         except Exception:
@@ -454,8 +420,7 @@ HUB_PROBE_S = 5
 
 
 def refuse_an_unreachable_hub() -> None:
-    """One short request before any Hub call: a Hub nothing answers for is said at once, once, not after the
-    Hub client's retries (each printing its own warning). Any answer, even an error status, goes on."""
+    """One short request first: a Hub nothing answers for is said at once, not after the client's retries."""
     import requests
     from huggingface_hub import constants
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from . import bundle
 from .errors import ScriptError
-from .jsonio import real_path
 
 # ---------------------------------------------------------------- cpulists
 
@@ -59,17 +58,10 @@ class Sysroot:
     def __init__(self, root: str | os.PathLike = "/"):
         self.root = Path(root)
 
-    @property
-    def is_live(self) -> bool:
-        return real_path(self.root) == Path("/")
-
-    def path(self, p: str) -> Path:
-        return self.root / p.lstrip("/")
-
     def read(self, p: str) -> str | None:
         """File text, or None when it does not exist, cannot be read or is larger than any proc/sys file."""
         try:
-            with open(self.path(p), "rb") as f:
+            with open(self.root / p.lstrip("/"), "rb") as f:
                 data = f.read(SYS_FILE_LIMIT + 1)
         except (OSError, ValueError):
             return None
@@ -135,9 +127,7 @@ def parse_cpuinfo(text: str) -> dict:
 
 
 def parse_meminfo_bytes(text: str, key: str = "MemTotal") -> int | None:
-    """'MemTotal:  24684092 kB' (also sysfs's 'Node 0 MemTotal: ...') -> bytes. Past 2**60 bytes (an
-    exbibyte, no host has it) it is a ValueError, a malformed file: a figure with hundreds of digits
-    overflowed every float it was sized with."""
+    """'MemTotal:  24684092 kB' (or sysfs's 'Node 0 MemTotal: ...') -> bytes; past 2**60 bytes a ValueError."""
     m = re.search(rf"{key}:\s+([0-9]{{1,20}})\s*kB", text or "")
     if not m and re.search(rf"{key}:\s+[0-9]{{21}}", text or ""):
         raise ValueError(f"{key} has more digits than any memory size")
@@ -154,28 +144,18 @@ def parse_status_allowed(text: str | None) -> list[int] | None:
 
 def parse_cgroup_limit(text: str | None) -> int | None:
     """cgroup v2 memory.max ('max' or bytes) / v1 limit_in_bytes (huge = unlimited) -> bytes or None."""
-    if text is None:
-        return None
-    raw = text.strip()
-    if not raw or raw == "max":
-        return None
     try:
-        value = int(raw)
+        value = int((text or "").strip())
     except ValueError:
         return None
     return value if 0 < value < (1 << 60) else None
 
 
 def parse_cpu_quota(cpu_max: str | None, cfs_quota: str | None = None, cfs_period: str | None = None) -> float | None:
-    """CPUs a cgroup may use: v2 cpu.max ('max 100000' or '400000 100000'), or v1 cfs_quota_us /
-    cfs_period_us (-1 = none). None when there is no quota. A pod limited to 4 CPUs on a 192-core
-    host must not get 96 OMP threads."""
+    """CPUs a cgroup may use (v2 cpu.max, else v1 cfs_quota_us / cfs_period_us), or None without a quota."""
     quota = period = None
-    if cpu_max and cpu_max.split():
-        parts = cpu_max.split()
-        if parts[0] == "max":
-            return None
-        quota, period = parts[0], (parts[1] if len(parts) > 1 else "100000")
+    if cpu_max and cpu_max.split():  # 'max 100000': no quota, not a number
+        quota, period = (cpu_max.split() + ["100000"])[:2]
     elif cfs_quota is not None:
         quota, period = cfs_quota.strip(), (cfs_period or "100000").strip()
     try:
@@ -255,10 +235,9 @@ class Topology:
 MAX_PACKAGE_ID = 1023
 
 
-def sysfs_id(text: str | None, limit: int, where: str, default: int) -> int:
-    """A sysfs id: plain ASCII digits, or the default when absent or -1 (a guest without topology).
-    Past `limit` it is no machine's: a ValueError naming the file, not a socket 10**30."""
-    value = (text or "").strip()
+def sysfs_id(sr: Sysroot, where: str, limit: int, default: int) -> int:
+    """A sysfs id file's ASCII digits, else `default` (absent, or -1 in a guest); past `limit` a ValueError."""
+    value = (sr.read(where) or "").strip()
     if not (value.isascii() and value.isdigit()):
         return default
     if int(value) > limit:
@@ -267,11 +246,8 @@ def sysfs_id(text: str | None, limit: int, where: str, default: int) -> int:
 
 
 def sharing_packages(package: dict[int, int], core: dict[int, int], node_of_cpu: dict[int, int]) -> dict[int, int]:
-    """package -> the socket it is served as. One-core packages that share a NUMA node are one socket (named
-    by the lowest id): a VM's N one-core "sockets" in one node (VMware's default cores-per-socket, QEMU's
-    -smp N) were served on one vCPU of N, with no locality to gain. A package of more cores is a socket of
-    its own whatever its nodes say: a 2P EPYC in NPS0 (one node over both) is still served on one socket,
-    as one OpenMP team across the two would be slower, and a kernel without NUMA sysfs is no sign either."""
+    """package -> the socket it is served as: one-core packages sharing a NUMA node (a VM's "sockets") are one,
+    named by the lowest id; a package of more cores is a socket of its own whatever its nodes say."""
     cores_of: dict[int, set[int]] = {}
     for cpu, p in package.items():
         cores_of.setdefault(p, set()).add(core.get(cpu, cpu))
@@ -301,15 +277,11 @@ def read_topology(sr: Sysroot) -> Topology:
         online = sorted(int(p.name[3:]) for p in sr.glob("sys/devices/system/cpu/cpu[0-9]*"))
     for cpu in online:
         base = f"sys/devices/system/cpu/cpu{cpu}/topology"
-        pkg = sr.read(f"{base}/physical_package_id")
-        core = sr.read(f"{base}/core_id")
-        topo.package[cpu] = sysfs_id(pkg, MAX_PACKAGE_ID, f"{base}/physical_package_id", 0)
-        topo.core[cpu] = sysfs_id(core, 1 << 20, f"{base}/core_id", cpu)
+        topo.package[cpu] = sysfs_id(sr, f"{base}/physical_package_id", MAX_PACKAGE_ID, 0)
+        topo.core[cpu] = sysfs_id(sr, f"{base}/core_id", 1 << 20, cpu)
     for node_dir in sr.glob("sys/devices/system/node/node[0-9]*"):
-        node = int(node_dir.name[4:])
-        cpus = [
-            c for c in parse_cpulist(sr.read(f"{node_dir.relative_to(sr.root)}/cpulist") or "") if c in topo.package
-        ]
+        node, rel = int(node_dir.name[4:]), node_dir.relative_to(sr.root)
+        cpus = [c for c in parse_cpulist(sr.read(f"{rel}/cpulist") or "") if c in topo.package]
         topo.node_cpus[node] = cpus
         for c in cpus:
             if topo.node_of_cpu.setdefault(c, node) != node:  # a kernel lists each CPU in one node
@@ -318,12 +290,10 @@ def read_topology(sr: Sysroot) -> Topology:
                     "(sys/devices/system/node/node*/cpulist): no kernel writes that",
                     "re-capture sys/devices/system/node from the host (detect.py --capture)",
                 )
-        meminfo = sr.read(f"{node_dir.relative_to(sr.root)}/meminfo") or ""
-        mem, free = parse_meminfo_bytes(meminfo), parse_meminfo_bytes(meminfo, "MemFree")
-        if mem is not None:
-            topo.node_mem_bytes[node] = mem
-        if free is not None:
-            topo.node_free_bytes[node] = free
+        meminfo = sr.read(f"{rel}/meminfo") or ""
+        for figures, key in ((topo.node_mem_bytes, "MemTotal"), (topo.node_free_bytes, "MemFree")):
+            if (value := parse_meminfo_bytes(meminfo, key)) is not None:
+                figures[node] = value
     if not topo.node_cpus:  # kernel without NUMA: one node holding everything
         topo.node_cpus[0] = topo.cpus
         topo.node_of_cpu = {c: 0 for c in topo.cpus}
@@ -345,8 +315,7 @@ def read_topology(sr: Sysroot) -> Topology:
 def merged_note(topo: Topology) -> list[str]:
     """What detect.py and cpu_tune.py say when packages were joined (sharing_packages)."""
     return [
-        f"packages {format_cpulist(ps)} share NUMA node(s) "
-        f"{format_cpulist(sorted({topo.node_of_cpu[c] for c in topo.cpus if topo.package[c] == s}))}: "
+        f"packages {format_cpulist(ps)} share NUMA node(s) {format_cpulist(topo.socket_nodes(s))}: "
         f"one-core packages of one memory domain (a VM's sockets), served as socket {s}"
         for s, ps in sorted(topo.merged.items())
     ]
@@ -364,12 +333,32 @@ class HostFacts:
     allowed_cpus: list[int]
     memory_limit_bytes: int | None
     hypervisor: str | None
-    sysroot: Sysroot
     cpu_quota: float | None = None
 
     def memory(self, tolerance: float) -> dict:
-        """memory_truth of these facts."""
-        return memory_truth(self.mem_total_bytes, self.memory_limit_bytes, self.topology.node_mem_bytes, tolerance)
+        """Usable RAM: the smaller of MemTotal and the cgroup limit. Per-node sysfs figures that do not add up to
+        MemTotal are said: per-socket sizing then takes the smaller, as vLLM checks its KV cache against sysfs."""
+        mem_total, limit, node_mem = self.mem_total_bytes, self.memory_limit_bytes, self.topology.node_mem_bytes
+        usable = min(mem_total, limit) if limit else mem_total
+        if usable < bundle.GIB // 200:  # a figure no machine runs on (it printed as 0.0 GiB of RAM)
+            where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
+            raise ScriptError(
+                f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",
+                "check that figure: a cgroup memory.max written in bytes where GiB were "
+                "meant, or a --sysroot / capture with a broken meminfo",
+            )
+        notes = []
+        sysfs_total = sum(node_mem.values())
+        consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
+        if node_mem and not consistent:
+            notes.append(
+                f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
+                f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
+                "vLLM checks its KV cache against the node's sysfs meminfo"
+            )
+        if limit and limit < mem_total:
+            notes.append(f"cgroup memory limit {bundle.gb(limit)} GiB is below MemTotal; using the limit")
+        return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}
 
 
 def _first_readable(sr: Sysroot, paths: list[str]) -> str | None:
@@ -417,43 +406,10 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
         allowed_set &= set(cgroup_cpus)
     limit = min(filter(None, (parse_cgroup_limit(sr.read(p)) for p in cg["memory"])), default=None)
     cfs_dir = next((d for d in cg["cfs"] if sr.read(f"{d}/cpu.cfs_quota_us") is not None), None)
-    quota = parse_cpu_quota(
-        _first_readable(sr, cg["cpu_max"]),
-        sr.read(f"{cfs_dir}/cpu.cfs_quota_us") if cfs_dir else None,
-        sr.read(f"{cfs_dir}/cpu.cfs_period_us") if cfs_dir else None,
-    )
+    cfs = [sr.read(f"{cfs_dir}/cpu.cfs_{name}_us") if cfs_dir else None for name in ("quota", "period")]
+    quota = parse_cpu_quota(_first_readable(sr, cg["cpu_max"]), *cfs)
     hyper = None
     if "hypervisor" in cpu["flags"]:
-        hyper = (
-            sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
-        ).strip() or "unknown (virtualized)"
-    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, sr, quota)
-
-
-# ---------------------------------------------------------------- decision + report
-
-
-def memory_truth(mem_total: int, limit: int | None, node_mem: dict[int, int], tolerance: float) -> dict:
-    """Usable RAM is the smaller of MemTotal and the cgroup limit. When sysfs per-node figures do
-    not add up to MemTotal (sandboxes, some hypervisors), say so: per-socket sizing then takes the
-    smaller figure, because vLLM's CPU worker sizes its KV cache check from sysfs."""
-    usable = min(mem_total, limit) if limit else mem_total
-    if usable < bundle.GIB // 200:  # a figure no machine runs on (it printed as 0.0 GiB of RAM)
-        where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
-        raise ScriptError(
-            f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",
-            "check that figure: a cgroup memory.max written in bytes where GiB were "
-            "meant, or a --sysroot / capture with a broken meminfo",
-        )
-    notes = []
-    sysfs_total = sum(node_mem.values())
-    consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
-    if node_mem and not consistent:
-        notes.append(
-            f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
-            f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
-            "vLLM checks its KV cache against the node's sysfs meminfo"
-        )
-    if limit and limit < mem_total:
-        notes.append(f"cgroup memory limit {bundle.gb(limit)} GiB is below MemTotal; using the limit")
-    return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}
+        vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
+        hyper = vendor.strip() or "unknown (virtualized)"
+    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, quota)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-import json
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -12,8 +12,7 @@ from . import bundle, cpuid, hostfacts, jsonio, subproc
 from .errors import ScriptError
 
 SKUS_JSON = bundle.DATA_DIR / "epyc_skus.json"
-# The same controllers in the process's own cgroup ({p}: its path in /proc/self/cgroup), v2 then v1.
-# One list for both ways of reading a host: --capture here and --host's one ssh call (DUMP_SCRIPT).
+# The controllers in the process's own cgroup ({p}: its path in /proc/self/cgroup), v2 then v1, for DUMP_SCRIPT.
 CGROUP_FILES = (
     "sys/fs/cgroup{p}/cpuset.cpus.effective sys/fs/cgroup{p}/memory.max sys/fs/cgroup{p}/cpu.max "
     "sys/fs/cgroup/cpuset{p}/cpuset.effective_cpus sys/fs/cgroup/memory{p}/memory.limit_in_bytes "
@@ -35,13 +34,8 @@ ZEN_FLAGS = (
 AVX512_FLAGS = "avx512f avx512dq avx512cd avx512bw avx512vl avx512ifma avx512vbmi avx512_vnni"
 
 
-def load_skus(path: Path = SKUS_JSON) -> dict:
-    return json.loads(path.read_text())
-
-
 def named_generation(key: str, generations: list[str]) -> str | None:
-    """The generation a --spec key names without a table row: 'TURIN', a series ('9005') or a part number
-    ('9755'), whose last digit is its generation. -> None when it names none."""
+    """The generation a --spec key names without a table row ('TURIN', a series '9005', a part '9755'), or None."""
     named = next((g for g in generations if g.upper() == key), None)
     number = cpuid.epyc_model_number(f"EPYC {key}")
     return named or (cpuid.generation_from_model_number(number) if number == key else None)
@@ -50,7 +44,7 @@ def named_generation(key: str, generations: list[str]) -> str | None:
 def resolve_part(
     table: dict, spec: str, cores: int | None, threads: int | None, ram: float | None, generations: list[str]
 ) -> dict:
-    """--spec's part: its row in `table` (load_skus), or the generation it names with the cores the user gave.
+    """--spec's part: its row in `table` (SKUS_JSON), or the generation it names with the cores the user gave.
     Every fact only the user knows and did not give is named in one refusal (`missing`: the flags to ask for)."""
     key = spec.upper().replace("AMD", "").replace("EPYC", "").strip()
     row = next((r for r in table["skus"] if r["model"] == key), None)
@@ -76,7 +70,7 @@ def resolve_part(
     if cores is None:
         return row
     return {
-        "model": f"{key} (described)" if key.upper() != gen.upper() else f"{gen} (described)",
+        "model": f"{gen if key.upper() == gen.upper() else key} (described)",
         "epyc_generation": gen,
         "cores_per_socket": cores,
         "threads_per_socket": threads or 2 * cores,
@@ -86,9 +80,8 @@ def resolve_part(
 
 
 def linux_layout(sockets: int, cores: int, threads: int, nps: int) -> list[tuple[int, int, int, int]]:
-    """(cpu, socket, core, node) as Linux numbers an EPYC host: every socket's first threads, then the
-    SMT siblings in the same order (cpu = thread x sockets x cores + socket x cores + core); NPSn splits
-    a socket's cores into n consecutive NUMA nodes."""
+    """(cpu, socket, core, node) as Linux numbers an EPYC host: each socket's first threads, then the SMT
+    siblings in the same order; NPSn splits a socket's cores into n consecutive NUMA nodes."""
     per_node = max(1, cores // nps)
     return sorted(
         (t * sockets * cores + s * cores + c, s, c, s * nps + min(c // per_node, nps - 1))
@@ -101,8 +94,7 @@ def linux_layout(sockets: int, cores: int, threads: int, nps: int) -> list[tuple
 def spec_files(
     brand: str, entry: dict, sockets: int, cores: int, threads: int, nps: int, ram_gb_per_socket: float
 ) -> dict[str, str]:
-    """The files of a sysroot for a described host (pure): what detect and cpu_tune would read there. `entry`
-    is its generation in data/epyc.json (CPUID family/model and flags)."""
+    """The sysroot files detect and cpu_tune would read on a described host; `entry` is its generation's row."""
     layout = linux_layout(sockets, cores, threads, nps)
     family, model = (entry["cpuid"][0][0], entry["cpuid"][0][1]) if entry["cpuid"] else (26, 0)
     flags = (
@@ -131,16 +123,13 @@ def spec_files(
     return files
 
 
-def write_files(root: Path, files: dict[str, str]) -> Path:
+def write_files(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
 
 
-# The dump of those files that both --host (one ssh call) and --capture (this machine) print: each file
-# behind a marker line, the process's own cgroup folders included. One format, one reader.
+# What both --host (one ssh call) and --capture print: each file behind a marker line, own cgroup folders included.
 DUMP_MARK = "@@EPYC-SKILL-FILE@@"
 DUMP_SCRIPT = (
     'dump() { for f in "$@"; do [ -r "$f" ] && { printf "\\n%s %s\\n" "' + DUMP_MARK + '" "$f"; cat "$f"; }; done; }\n'
@@ -173,17 +162,12 @@ def capture(path: Path) -> dict:
 
 def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
     """The dump -> (absolute path as the host named it, start, end of its text), one file at a time."""
-    marks = _MARK_LINE.finditer(text)
-    here = next(marks, None)
-    while here is not None:
-        after = next(marks, None)
+    for here, after in itertools.pairwise(itertools.chain(_MARK_LINE.finditer(text), [None])):
         yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
-        here = after
 
 
 def captured_shape(name: str) -> str | None:
-    """'cgroup' or 'fixed' for a path the dump script reads (relative to the root), else None: only those
-    are written, so a dump can make neither deep nor many folders."""
+    """'cgroup' or 'fixed' for a path the dump script reads (relative to the root), else None."""
     if any(fnmatch.fnmatchcase(name, p) and name.count("/") == p.count("/") for p in CAPTURE_PATTERNS):
         return "fixed"
     if name.startswith("sys/fs/cgroup/") and name.rsplit("/", 1)[1] in CGROUP_LEAVES:
@@ -192,8 +176,7 @@ def captured_shape(name: str) -> str | None:
 
 
 def member_problem(name: str, size: int, count: int, total: int) -> str | None:
-    """Why one file of a dump is not one a capture holds, or None: a relative path inside the tree to a
-    file the dump script reads, and sizes within what a capture reaches (a few hundred small text files)."""
+    """Why one file of a dump is not one a capture holds (its path, or its size), or None."""
     rel = PurePosixPath(name)
     if "\0" in name or rel.is_absolute() or ".." in rel.parts or len(name) > 4096 or not captured_shape(name):
         return f"{name[:200]!r} is not a plain captured file"
@@ -206,8 +189,7 @@ def member_problem(name: str, size: int, count: int, total: int) -> str | None:
 
 
 def read_dump(text: str, dest: Path, where: str, fix: str = NOT_A_DUMP) -> Path:
-    """Write a dump into a sysroot folder: its text is data (a hostile or odd host could name '/', a NUL,
-    a file and a folder at once), so each path and size is checked before it is copied or written."""
+    """Write a dump into a sysroot folder, each path and size checked first: its text is data, perhaps hostile."""
     if DUMP_MARK not in text:
         raise ScriptError(f"{where} holds no captured file (not what detect.py --capture writes)", fix)
     total = cgroups = 0

@@ -17,15 +17,13 @@ NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
 QWEN2_MODELS = {"qwen2", "qwen3"}
-# The model types whose KV cache vLLM 0.32 keeps as one compressed latent (MLA): its is_deepseek_mla list and
-# Sarvam's. Another config with a kv_lora_rank (MiniCPM3) caches K and V of every head, so it is not MLA here.
+# The model types whose KV cache vLLM keeps as one compressed latent (MLA): its is_deepseek_mla list, and Sarvam's
 MLA_MODEL_TYPES = frozenset(
     "axk1 deepseek_v2 deepseek_v3 deepseek_v32 deepseek_v4 deepseek_v41 dots3_note deepseek_mtp k3_dspark glm5_next "
     "glm5_next_text glm_moe_dsa glm4_moe_lite glm4_moe_lite_mtp kimi_k2 kimi_linear longcat_flash pangu_ultra_moe "
     "pangu_ultra_moe_mtp bailing_hybrid bailing_hybrid_mtp bailing_hybrid_v3_mtp hy_v4 hy_v4_mtp sarvam_mla".split()
 )
-# Multimodal wrappers whose language model is one of those: a text_config that names no model_type is read
-# under the parent's, and vLLM's config class gives it its DeepSeek type (checked with vLLM's get_config)
+# Multimodal wrappers whose language model is one of those (vLLM's config class gives it its DeepSeek type)
 MLA_WRAPPER_TYPES = {"kimi_k25", "kimi_vl", "deepseek_vl_v2", "bailing_moe_v3_vl"}
 # Attention-free models (vLLM's IsAttentionFree): every layer keeps a recurrent state, none a per-token KV cache
 ATTENTION_FREE_TYPES = {"mamba", "mamba2", "falcon_mamba"}
@@ -34,66 +32,43 @@ MODEL_LEN_KEYS = (
     "max_position_embeddings n_positions max_seq_len seq_length model_max_length max_target_positions "
     "max_sequence_length max_seq_length seq_len"
 ).split()
-# What the transformers config classes (5.x, as vLLM 0.32.0 installs them; ChatGLM's is vLLM's own) fill in
-# where a checkpoint's config.json leaves a field out (Gemma-3-27B names no sliding_window_pattern), for the
-# fields this sizing reads; a field the file has, null included, is the file's. A test compares them with vLLM's
-# own reading (tests/test_estimate_memory.py).
+# What the transformers config classes (5.x, as vLLM 0.32.0 installs them; ChatGLM's is vLLM's own) fill in where
+# a config.json leaves out a field this sizing reads; tests/test_estimate_memory.py compares them with vLLM's.
+_GEMMA_2B = {  # Gemma-2's and Gemma-3's text classes both default to the 2B shape
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "hidden_size": 2304,
+    "sliding_window": 4096,
+    "tie_word_embeddings": True,
+}
+_SEVEN_B = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096}  # Llama's, Mistral's, Qwen2's
 CLASS_DEFAULTS = {
-    "gemma3_text": {
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "hidden_size": 2304,
-        "vocab_size": 262208,
-        "max_position_embeddings": 131072,
-        "sliding_window": 4096,
-        "sliding_window_pattern": 6,
-        "tie_word_embeddings": True,
-    },
-    "gemma2": {
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "hidden_size": 2304,
-        "vocab_size": 256000,
-        "max_position_embeddings": 8192,
-        "sliding_window": 4096,
-        "tie_word_embeddings": True,
-    },
-    "llama": {
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "hidden_size": 4096,
-        "vocab_size": 32000,
-        "max_position_embeddings": 2048,
-    },  # llava's text_config names little more than its length
+    "gemma3_text": {**_GEMMA_2B, "vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6},
+    "gemma2": {**_GEMMA_2B, "vocab_size": 256000, "max_position_embeddings": 8192},
+    "llama": {**_SEVEN_B, "vocab_size": 32000, "max_position_embeddings": 2048},  # llava's text_config names its length
     "mistral": {
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
+        **_SEVEN_B,
         "num_key_value_heads": 8,
-        "hidden_size": 4096,
         "vocab_size": 32000,
         "max_position_embeddings": 131072,
         "sliding_window": 4096,
     },
     "qwen2": {
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "hidden_size": 4096,
+        **_SEVEN_B,
         "vocab_size": 151936,
         "max_position_embeddings": 32768,
         "use_sliding_window": False,
         "max_window_layers": 28,
     },
-    "falcon": {
+    "falcon": {  # falcon-7b names no length
         "num_hidden_layers": 32,
         "num_attention_heads": 71,
         "hidden_size": 4544,
         "vocab_size": 65024,
         "max_position_embeddings": 2048,
-    },  # falcon-7b names no length
+    },
     "dbrx": {"n_layers": 24, "n_heads": 16, "d_model": 2048, "vocab_size": 32000, "max_seq_len": 2048},
     "chatglm": {"num_layers": 28, "num_attention_heads": 32, "hidden_size": 4096, "seq_length": 2048},
 }
@@ -101,8 +76,7 @@ CLASS_DEFAULTS["qwen3"] = CLASS_DEFAULTS["qwen2"]
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
-    """vLLM's KV cache dtype "auto" follows the model's serving dtype: float32 serving keeps a float32
-    KV cache (twice the bytes of bf16); there is no fp8 KV on this CPU path."""
+    """vLLM's KV cache dtype "auto": the serving dtype where it is one (no fp8 KV on this CPU path), else `default`."""
     return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
 
 
@@ -118,8 +92,7 @@ def with_class_defaults(cfg: dict, parent_type: object = None) -> dict:
 
 
 def text_config(cfg: dict) -> dict:
-    """The language model's config: a multimodal one's sub-key, or the top for a text-only architecture with
-    its own layers; read with its class's defaults."""
+    """The language model's config (a multimodal one's sub-key, else the top), read with its class's defaults."""
     archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     if cfg.get("num_hidden_layers") and archs and all(str(a).endswith("ForCausalLM") for a in archs):
         return with_class_defaults(cfg)
@@ -150,17 +123,11 @@ def _req_int(cfg: dict, *keys: str) -> int:
 
 
 def kv_heads_of(cfg: dict, heads: int) -> int:
-    """How many K and V heads one attention layer caches, read as vLLM 0.32's model code reads them (its
-    KV cache is sized from the layers it builds, not from one config key):
-    - Falcon: the 40B/180B "new decoder" groups its heads (num_kv_heads, or n_head_kv in the first
-      checkpoints, whose own config class takes a hidden size of 8192 to mean that decoder) and ignores
-      multi_query; otherwise multi_query (the default) means one KV head, as in Falcon-7B;
-    - ChatGLM: multi_query_group_num heads when multi_query_attention is on;
-    - DBRX: attn_config.kv_n_heads (its config class's default is 1);
-    - the rest: the first of n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num,
-      num_attention_groups; else multi_query (GPT-BigCode) means one; else one per query head."""
+    """How many K and V heads one attention layer caches, read as vLLM's model code reads them (per family:
+    Falcon, ChatGLM and DBRX name them their own way; else the first head-count key, else multi_query means one)."""
     kind = cfg.get("model_type")
     if kind in FALCON_TYPES:
+        # the 40B/180B "new decoder" groups its heads (the first checkpoints' class means it by a hidden size of 8192)
         grouped = cfg.get("new_decoder_architecture") or (kind != "falcon" and cfg.get("hidden_size") == 8192)
         if grouped:
             return _first_int(cfg, "num_kv_heads", "n_head_kv") or (heads if kind == "falcon" else 1)
@@ -177,24 +144,16 @@ def kv_heads_of(cfg: dict, heads: int) -> int:
 
 
 def model_len_of(cfg: dict) -> int | None:
-    """The longest sequence vLLM will serve this model at without being told to exceed it: the smallest of
-    the length keys the config has (model_max_length, where set, wins), else its config class's default.
-    A --max-model-len past it makes vLLM refuse to start, so the plan caps to it; None: no limit is known."""
+    """The longest sequence vLLM serves this model at unasked (a longer --max-model-len fails its start): the
+    smallest length key the config has (model_max_length, where set, wins); None when no limit is known."""
     cfg = with_class_defaults(cfg)
-    override = _first_int(cfg, "model_max_length")
-    if override:
-        return override
     found = [v for k in MODEL_LEN_KEYS if (v := _first_int(cfg, k))]
-    return min(found) if found else None
+    return _first_int(cfg, "model_max_length") or min(found, default=None)
 
 
 def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
-    """(full-attention layers, sliding-window layers, layers with no per-token KV).
-
-    Read from the config the way vLLM does: an explicit layer_types list first; then the hybrid
-    patterns (NemotronH's hybrid_override_pattern, Jamba's attention period, Qwen3-Next's
-    full_attention_interval); then Gemma-2 (alternating) and Gemma-3 (every Nth layer global);
-    then a model-wide sliding_window (Mistral), unless use_sliding_window is false (Qwen2)."""
+    """(full-attention layers, sliding-window layers, layers with no per-token KV), read as vLLM does: an
+    explicit layer_types list first, then the hybrid patterns, then the sliding windows."""
     return explicit_layers(cfg, layers) or hybrid_layers(cfg, layers) or sliding_layers(cfg, layers)
 
 
@@ -202,42 +161,33 @@ def explicit_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
     """A layer_types list, one kind per layer; None without one."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
-        # one entry per layer, each a kind we can size: a short list or an unknown kind would be sized
-        # as "no KV" and a model that cannot fit would be planned as fitting
-        if len(types) != layers:
-            raise ScriptError(f"config.json: layer_types has {len(types)} entries for {layers} layers", LAYOUT_FIX)
-        unknown = sorted({str(t) for t in types} - FULL_TYPES - SLIDING_TYPES - NO_KV_TYPES)
-        if unknown:
-            raise ScriptError(
-                f"config.json: layer_types holds {unknown[:3]}, not a layer kind this estimator "
-                f"knows ({sorted(FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES)})",
-                LAYOUT_FIX,
-            )
+        kinds = FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES
+        check_per_layer("layer_types", types, layers, kinds, f"a layer kind this estimator knows ({sorted(kinds)})")
         full = sum(t in FULL_TYPES for t in types)
         sliding = sum(t in SLIDING_TYPES for t in types)
         return full, sliding, len(types) - full - sliding
     return None
 
 
+def check_per_layer(key: str, values: list | str, layers: int, known: set[str], known_text: str) -> None:
+    """A per-layer list covers every layer with a kind we can size: a short one or an unknown kind, sized as
+    "no KV", would plan a model that cannot fit as fitting."""
+    if len(values) != layers:
+        unit = "characters" if isinstance(values, str) else "entries"
+        raise ScriptError(f"config.json: {key} has {len(values)} {unit} for {layers} layers", LAYOUT_FIX)
+    unknown = sorted({str(v) for v in values} - known)
+    if unknown:
+        raise ScriptError(f"config.json: {key} holds {unknown[:3]}, not {known_text}", LAYOUT_FIX)
+
+
 def hybrid_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
     """NemotronH's pattern, Jamba's attention period, Qwen3-Next's interval; None for none of them."""
     pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        if len(pattern) != layers:  # NemotronH: one character per layer (M mamba, * attention, - MLP, E MoE)
-            raise ScriptError(
-                f"config.json: hybrid_override_pattern has {len(pattern)} characters for {layers} layers", LAYOUT_FIX
-            )
-        unknown = sorted(set(pattern) - set(HYBRID_PATTERN_KINDS))
-        if unknown:
-            raise ScriptError(
-                f"config.json: hybrid_override_pattern holds {unknown[:3]}, not one of "
-                f"{HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)",
-                LAYOUT_FIX,
-            )
-        attn = pattern.count("*")
-        return attn, 0, pattern.count("M")
-    # a period or interval that places no attention layer at all is a broken config, not a model with
-    # no KV cache (those say so with layer_types): sized as "no KV", it would fit anywhere
+    if isinstance(pattern, str) and pattern:  # NemotronH: one character per layer
+        kinds = f"one of {HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)"
+        check_per_layer("hybrid_override_pattern", pattern, layers, set(HYBRID_PATTERN_KINDS), kinds)
+        return pattern.count("*"), 0, pattern.count("M")
+    # a period or interval that places no attention layer is a broken config: sized as "no KV", it would fit anywhere
     period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
     if isinstance(period, int) and period > 0 and isinstance(offset, int):
         if not 0 <= offset < period <= layers:
@@ -299,9 +249,8 @@ def sliding_layers(cfg: dict, layers: int) -> tuple[int, int, int]:
 def recurrent_state_bytes(
     cfg: dict, conv_bytes: int, ssm_bytes: int = SSM_STATE_BYTES_ON_CPU
 ) -> tuple[str, int] | None:
-    """(family, bytes) of the state one sequence keeps in one recurrent layer, or None when the config
-    does not say enough. Shapes as vLLM's MambaStateShapeCalculator builds them (tensor parallel 1):
-    the conv state in the serving dtype, the SSM / recurrent state in `ssm_bytes` (see ssm_state_dtype)."""
+    """(family, bytes) of the state one sequence keeps in one recurrent layer, or None when the config says too
+    little; shaped as vLLM's MambaStateShapeCalculator does (conv state in `conv_bytes`, SSM state in `ssm_bytes`)."""
     hidden = _first_int(cfg, "hidden_size", "d_model")
     # Gated DeltaNet (Qwen3-Next, Qwen3.5): conv over q, k, v; a head_v x head_k state per value head
     nk, nv = _first_int(cfg, "linear_num_key_heads"), _first_int(cfg, "linear_num_value_heads")
@@ -333,23 +282,15 @@ def recurrent_state_bytes(
 
 
 def ssm_state_dtype(avx512_bf16: bool, kv_dtype: str) -> str:
-    """The dtype vLLM keeps a recurrent layer's SSM state in on this CPU. vLLM 0.32.0's CPU platform resets
-    mamba_ssm_cache_dtype to float32 only where its accelerated Gated DeltaNet runs (AVX-512 BF16 or AMX);
-    elsewhere (an AVX2 EPYC Rome or Milan) "auto" stays, the state then taking the conv state's dtype, the
-    serving one: half the bytes, and a smaller attention page (measured on EPYC Rome, 2026-12-02)."""
+    """The dtype vLLM keeps a recurrent layer's SSM state in on this CPU: float32 where its accelerated Gated
+    DeltaNet runs (AVX-512 BF16), else the serving dtype, as "auto" leaves it."""
     return "float32" if avx512_bf16 else kv_dtype
 
 
 def kv_layout(
     cfg: dict, kv_dtype_bytes: int = KV_BYTES_BY_DTYPE["bfloat16"], ssm_bytes: int = SSM_STATE_BYTES_ON_CPU
 ) -> dict:
-    """Bytes of KV cache per token per attention layer, how many layers hold it, and the state a
-    recurrent layer keeps per sequence.
-
-    MHA/GQA: K and V, kv_heads x head_dim each. MLA (DeepSeek and the MLA_MODEL_TYPES): one compressed
-    latent of kv_lora_rank + qk_rope_head_dim per layer, no separate K and V. Another config with a
-    kv_lora_rank (MiniCPM3): K and V of every head, qk_nope + qk_rope wide (V padded to it), as vLLM builds
-    its attention. Attention-free (Mamba): no KV at all, a recurrent state per layer and sequence."""
+    """KV bytes per token per attention layer, the layers that hold it, and a recurrent layer's state per sequence."""
     tc = text_config(cfg)
     layers = _req_int(tc, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     kind = tc.get("model_type")
@@ -382,16 +323,15 @@ def kv_layout(
 
 
 def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int, int, int]:
-    """(mla | mha | gqa, KV bytes per token in one attention layer, attention heads, KV heads cached); MLA's
-    one latent counts as one KV head."""
+    """(mla | mha | gqa, KV bytes per token in one attention layer, attention heads, KV heads cached). MLA
+    caches one latent (one KV head); another kv_lora_rank config (MiniCPM3) K and V of every head."""
     kind = tc.get("model_type")
     if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
         heads = _req_int(tc, "num_attention_heads")
         return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes, heads, 1
     if tc.get("kv_lora_rank"):
         heads = _req_int(tc, "num_attention_heads")
-        width = _first_int(tc, "qk_nope_head_dim") or 0
-        width += _first_int(tc, "qk_rope_head_dim") or 0
+        width = (_first_int(tc, "qk_nope_head_dim") or 0) + (_first_int(tc, "qk_rope_head_dim") or 0)
         if not width:
             raise ScriptError(
                 "config.json: a kv_lora_rank without qk_nope_head_dim / qk_rope_head_dim: the width "
@@ -417,9 +357,8 @@ def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int, int, int]:
 
 
 def rank_layout(layout: dict, ranks: int) -> dict | None:
-    """The KV one of `ranks` tensor-parallel ranks holds, or None when vLLM cannot split the model that many
-    ways. Its attention heads divide by the ranks; KV heads are split across them, or replicated when fewer
-    (MLA's one latent is on every rank); a recurrent layer's state is split with its heads."""
+    """The KV one of `ranks` tensor-parallel ranks holds, or None when vLLM cannot split the model that many ways
+    (KV heads split, or replicated when fewer; a recurrent layer's state split with its heads)."""
     heads, kv = layout["heads"], layout["kv_heads"]
     if heads and (heads % ranks or (kv % ranks if kv >= ranks else ranks % kv)):
         return None
@@ -444,8 +383,7 @@ def page_block(layout: dict, block: int) -> int:
 
 
 def kv_bytes_for(layout: dict, seq_len: int, block: int, batched_tokens: int) -> int:
-    """KV bytes one sequence of seq_len tokens takes, in whole pages, as vLLM reserves them
-    (see the module docstring: full, sliding-window and recurrent layers)."""
+    """KV bytes one sequence of seq_len tokens takes in whole pages, as vLLM reserves them."""
     block = page_block(layout, block)
     page = layout["bytes_per_token_per_layer"] * block
     full_pages = math.ceil(seq_len / block)

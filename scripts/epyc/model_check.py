@@ -15,14 +15,9 @@ MAX_TEMPLATE_NAMES = 20
 def classify_template(
     jinja: str | None, tokenizer_config: dict | None, template_json: dict | None, readable: bool = True
 ) -> dict:
-    """Is there a chat template vLLM will pick without being told which?
-
-    chat_template.jinja wins over tokenizer_config.json's chat_template, which wins over the
-    processor's chat_template.json. A string is a template; a list of {name, template} is usable
-    when it has a 'default' entry or only one entry; several named ones with no default are
-    ambiguous (the user must choose with --chat-template). Unreadable files, binary text, a value of
-    another type (a number, an object) or a list entry that is not {name, template} as text -> unknown:
-    vLLM's reading of those is not ours to guess."""
+    """Is there a chat template vLLM will pick without being told which? The first found of chat_template.jinja,
+    tokenizer_config.json's and chat_template.json's; a list of {name, template} is usable with a 'default' or
+    one entry, else ambiguous; what cannot be read as text is unknown (vLLM's reading of it is not ours to guess)."""
     out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
     if not readable:
         return out
@@ -34,33 +29,28 @@ def classify_template(
     for source, value in candidates:
         if value is None or value in ("", []):
             continue
-        if isinstance(value, str) and ("\x00" in value or "\ufffd" in value):  # not UTF-8 text: no template
-            return {**out, "source": source}
-        if isinstance(value, str) and value.strip():
-            return {**out, "status": "present", "source": source}
-        if isinstance(value, list) and value:
-            # transformers reads the list as {name: template}: an entry without both, as text, fails the load
-            if not all(
-                isinstance(t, dict)
-                and isinstance(t.get("name"), str)
-                and t["name"].isprintable()
-                and t["name"].strip()
-                and isinstance(t.get("template"), str)
-                and t["template"].strip()
-                for t in value
-            ):
+        if isinstance(value, str):
+            if "\x00" in value or "\ufffd" in value:  # not UTF-8 text: no template
                 return {**out, "source": source}
-            every = [t["name"] for t in value]
-            # shown, not all carried: a list of 100,000 templates was 100,000 names in the output and its notes
-            names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]
-            names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
-            if "default" in every or len(value) == 1:  # the one transformers selects
-                selected = "default" if "default" in every else names[0]
-                return {**out, "status": "present", "source": source, "selected_name": selected, "names": names}
-            return {**out, "status": "ambiguous", "source": source, "names": names}
-        if not isinstance(value, str):  # a number or an object where a template goes
-            return {**out, "source": source}
+            if value.strip():
+                return {**out, "status": "present", "source": source}
+            continue
+        if not (isinstance(value, list) and all(_loadable_entry(t) for t in value)):
+            return {**out, "source": source}  # a number or an object where a template goes, or a broken entry
+        every = [t["name"] for t in value]
+        names = [n[:100] for n in every[:MAX_TEMPLATE_NAMES]]  # shown, not all carried
+        names += [f"... ({len(every)} in all)"] if len(every) > MAX_TEMPLATE_NAMES else []
+        if "default" in every or len(value) == 1:  # the one transformers selects
+            selected = "default" if "default" in every else names[0]
+            return {**out, "status": "present", "source": source, "selected_name": selected, "names": names}
+        return {**out, "status": "ambiguous", "source": source, "names": names}
     return {**out, "status": "absent"}
+
+
+def _loadable_entry(t: object) -> bool:
+    """A chat-template list entry transformers loads: a printable name and a template, both text."""
+    texts = isinstance(t, dict) and all(isinstance(t.get(k), str) and t[k].strip() for k in ("name", "template"))
+    return texts and t["name"].isprintable()
 
 
 def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str, str | None]:
@@ -83,15 +73,10 @@ def _auto_map(doc: dict | None, key: str) -> object:
 
 
 def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | None) -> str | None:
-    """Why vLLM would need --trust-remote-code to load this model, or None. This bundle never passes it
-    (it runs the repository's Python), and vLLM then refuses the model at load, after the human said yes,
-    the pull and the wait. Read as transformers 5 and vLLM 0.32 decide it, from the lists the registry
-    probe took of the serving install (`own`; no lists: not judged):
-    - the config: an auto_map AutoConfig for a model_type neither transformers nor vLLM defines (a config
-      without a model_type vLLM may still map by its architecture: not judged);
-    - the tokenizer: tokenizer_config.json's auto_map AutoTokenizer (or its older list form) when
-      transformers has neither the named tokenizer_class nor a tokenizer for the config's class (ChatGLM3's
-      ChatGLMTokenizer), unless transformers or vLLM ignore that model type's hub tokenizer."""
+    """Why vLLM would need --trust-remote-code (never passed here) to load this model, or None, from the lists
+    the registry probe took of the serving install (`own`; none: not judged): an auto_map AutoConfig for a
+    model_type neither transformers nor vLLM defines, or an auto_map AutoTokenizer whose class transformers
+    lacks, with no tokenizer of its own for the config's type and that type's hub tokenizer not ignored."""
     if not own:
         return None
     kind = cfg.get("model_type")
@@ -115,28 +100,18 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
 
 
 def endpoints_for(kind: str, template_status: str, policy: dict) -> dict:
-    """Which OpenAI endpoints the served model answers, and which one to hand off.
-
-    Chat needs a template vLLM can pick by itself; without one a text model still serves raw
-    prompts on /v1/completions. A multimodal model is only useful through chat, so without a
-    usable template it is not launchable (data/epyc.json model_support_policy). When the template
-    could not be read, guessing either endpoint would hand off a path that may 400: the endpoint is
-    "unknown" and verify settles it against the running server (chat first, then completions)."""
-    generation = kind in policy["generation_kinds"]
-    undetermined = kind == "undetermined" and policy["undetermined_proceeds"]
-    if (generation or undetermined) and template_status == "unknown":
-        return {"supported_endpoints": [], "primary_endpoint": "unknown", "launchable": True}
-    if (generation or undetermined) and template_status == "present":
-        return {
-            "supported_endpoints": ["chat_completions", "completions"],
-            "primary_endpoint": "chat_completions",
-            "launchable": True,
-        }
-    if kind == "multimodal" and template_status != "unknown" and policy["multimodal_needs_chat_template"]:
-        return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
-    if generation or undetermined:
-        return {"supported_endpoints": ["completions"], "primary_endpoint": "completions", "launchable": True}
-    return {"supported_endpoints": [], "primary_endpoint": None, "launchable": False}
+    """Which OpenAI endpoints the served model answers and which to hand off: chat needs a template vLLM picks by
+    itself (without one a multimodal model is not launchable); an unreadable one is "unknown", settled by verify."""
+    serves = kind in policy["generation_kinds"] or (kind == "undetermined" and policy["undetermined_proceeds"])
+    if serves and template_status == "unknown":
+        endpoints, primary = [], "unknown"
+    elif serves and template_status == "present":
+        endpoints, primary = ["chat_completions", "completions"], "chat_completions"
+    elif serves and not (kind == "multimodal" and policy["multimodal_needs_chat_template"]):
+        endpoints, primary = ["completions"], "completions"
+    else:
+        endpoints, primary = [], None
+    return {"supported_endpoints": endpoints, "primary_endpoint": primary, "launchable": primary is not None}
 
 
 REFUSAL_FIX = {
@@ -273,21 +248,20 @@ def unreadable_doc(
 
 def refuse_remote_code(doc: dict, remote: str, arch: str, version: str) -> None:
     """vLLM loads the model only with --trust-remote-code, which this bundle never passes: refused."""
+    message = (
+        f"{arch} is in vLLM {version}'s registry, but {remote}: vLLM loads it only with --trust-remote-code, "
+        "which this bundle does not pass (it would run the repository's Python)"
+    )
     doc.update(
         supported=False,
         launchable=False,
         supported_endpoints=[],
         primary_endpoint=None,
         remote_code=remote,
-        message=f"{arch} is in vLLM {version}'s registry, but {remote}: vLLM loads "
-        "it only with --trust-remote-code, which this bundle does not pass (it would run the "
-        "repository's Python)",
-    )
-    doc.update(
-        error=doc["message"],
-        fix="choose a model vLLM loads with its own code (the same model "
-        "converted to a transformers architecture, or another), or serve it by hand, having read "
-        "its code, with vllm serve --trust-remote-code",
+        message=message,
+        error=message,
+        fix="choose a model vLLM loads with its own code (the same model converted to a transformers "
+        "architecture, or another), or serve it by hand, having read its code, with vllm serve --trust-remote-code",
     )
 
 
@@ -301,9 +275,8 @@ def check(
     notes: list[str],
     config: str | None = None,
 ) -> tuple[dict, int]:
-    """check_model.py's document and exit code: the architecture judged by the registry of the vLLM that
-    will serve, the endpoint from the chat template, and a refusal for what vLLM would not load. With
-    `config` (a config.json) the model is judged from it alone, offline: its chat template is unknown."""
+    """check_model.py's document and exit code: the architecture judged by the serving vLLM's registry, the
+    endpoint by the chat template. With `config` the model is judged from that file alone (template unknown)."""
     version = (registry or {}).get("vllm_version") or vllm_version
     probed = registry and (registry["source"] or "").startswith("probe")
     if probed and architectures.normalize_version(version) != architectures.normalize_version(vllm_version):
@@ -314,9 +287,7 @@ def check(
         model = hf_model.with_deadline(lambda: read_model(files), hub_timeout, online=files.kind == "hub")
     except hf_model.Unreadable as why:
         return unreadable_doc(base, registry, version, why, epyc, notes), 0
-    tmpl = classify_template(
-        model["jinja"], model["tokenizer_config"], model["template_json"], readable=files.kind != "config"
-    )
+    tmpl = classify_template(model["jinja"], model["tokenizer_config"], model["template_json"], files.kind != "config")
     kind, arch = classify_kind(model["architectures"], registry)
     eps = endpoints_for(kind, tmpl["status"], epyc["model_support_policy"])
     code, message = verdict(kind, arch, model["architectures"], tmpl, eps["launchable"], version)

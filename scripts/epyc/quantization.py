@@ -4,15 +4,10 @@ from __future__ import annotations
 
 
 def describe(cfg: dict) -> dict | None:
-    """The quantization a config.json declares, normalised: method, format, bits, symmetric, group size.
-    None for an unquantized checkpoint. Multimodal configs may keep it under text_config."""
-    q = cfg.get("quantization_config")
-    if not isinstance(q, dict):
-        q = (
-            (cfg.get("text_config") or {}).get("quantization_config")
-            if isinstance(cfg.get("text_config"), dict)
-            else None
-        )
+    """The quantization a config.json (or its text_config) declares, normalised; None for an unquantized one."""
+    q, text = cfg.get("quantization_config"), cfg.get("text_config")
+    if not isinstance(q, dict) and isinstance(text, dict):
+        q = text.get("quantization_config")
     if not isinstance(q, dict):
         return None
     method = q.get("quant_method")
@@ -30,8 +25,7 @@ def describe(cfg: dict) -> dict | None:
         symmetric = q["sym"]
     group = weights.get("group_size", q.get("group_size", q.get("q_group_size")))
     fmt = q.get("format")
-    # what is no plausible value is "not said" (None): a 10**9-bit weight or an object for a format is a
-    # corrupt config, and it must not reach the summary as a fact (group_size -1 is GPTQ's per-channel)
+    # no plausible value is "not said" (None), never a fact in the summary (group_size -1 is GPTQ's per-channel)
     return {
         "method": method[:64],
         "format": fmt[:64] if isinstance(fmt, str) else None,
@@ -45,10 +39,6 @@ def _int_in(v, lo: int, hi: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
-def _matches(desc: dict, match: dict) -> bool:
-    return all(desc.get(k) == v for k, v in match.items())
-
-
 def cpu_kernel(
     desc: dict | None,
     backend: str,
@@ -57,10 +47,8 @@ def cpu_kernel(
     avx512: bool | None = None,
     needs_avx512: dict | None = None,
 ) -> dict:
-    """Which kernel this vLLM runs the checkpoint's linears with on `backend` (zentorch | stock), from the
-    first table row that matches; a checkpoint no row knows is 'unknown' (vLLM decides at load time and
-    verify tells), never assumed to work. On a CPU without AVX-512 (`avx512` False) a kernel vLLM builds
-    only for AVX-512 (`needs_avx512`, data/epyc.json) is not served: the engine would die at start."""
+    """Which kernel vLLM runs the checkpoint's linears with on `backend` (zentorch | stock), by the first matching
+    row, else unknown; without AVX-512 (`avx512` False) a kernel built only for it (`needs_avx512`) is not served."""
 
     def found(kernel: str | None, served: bool | None, note: str | None, source: str | None) -> dict:
         return {
@@ -74,7 +62,7 @@ def cpu_kernel(
     if desc is None:
         return found(None, True, None, None)
     for row in kernels:
-        if _matches(desc, row["match"]):
+        if all(desc.get(k) == v for k, v in row["match"].items()):
             kernel = row.get(backend)
             note = row.get("note")
             if backend == "zentorch" and row.get("needs_dtype") and dtype != row["needs_dtype"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -16,8 +17,7 @@ from .hostfacts import HostFacts, Sysroot, gather
 
 
 def is_another_host(target: str) -> bool:
-    """detect.py's target names where its facts came from: this machine ('localhost', or a 'sysroot:' folder
-    standing in for it, as the tests do), or another host -- a spec, a capture, an ssh target."""
+    """Whether detect's target is another host (a spec, a capture, ssh), not this machine or a sysroot for it."""
     return target != "localhost" and not target.startswith("sysroot:")
 
 
@@ -52,17 +52,9 @@ def parse_host(spec: str) -> SshTarget:
     return SshTarget(m.group("user"), m.group("host").strip("[]"), port)
 
 
-def ssh_argv(target: SshTarget, remote_argv: Sequence[str], connect_timeout: int = 10) -> list[str]:
+def ssh_argv(target: SshTarget, remote_argv: Sequence[str]) -> list[str]:
     """One non-interactive ssh call; the remote command is quoted word by word."""
-    argv = [
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        f"ConnectTimeout={connect_timeout}",
-        "-o",
-        "StrictHostKeyChecking=accept-new",
-    ]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "StrictHostKeyChecking=accept-new"]
     extra = os.environ.get("EPYC_SKILL_SSH_OPTS")  # e.g. "-i key -o UserKnownHostsFile=..."
     if extra:
         try:  # the user's own ssh options, written as shell words (as GIT_SSH_COMMAND is)
@@ -108,8 +100,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     if host:
         return gather_remote(host)
     if sysroot and os.path.isfile(sysroot):  # a file from detect.py --capture on the host
-        dest = jsonio.scratch_dir("epyc-capture-")
-        hostspec.unpack(Path(sysroot), dest)
+        dest = hostspec.unpack(Path(sysroot), jsonio.scratch_dir("epyc-capture-"))
         return gather(hostfacts.check_sysroot(str(dest)), f"capture:{os.path.realpath(sysroot)}", live=False)
     if sysroot:
         sr = hostfacts.check_sysroot(sysroot)
@@ -120,15 +111,13 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
 
 
 def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
-    """A host described by SKU and facts, rendered as the files Linux would show (the numbering is an
-    assumption, stated in the output), then read like any sysroot."""
+    """A host described by SKU and facts, rendered as the files Linux would show, then read like any sysroot."""
     names = list(dict.fromkeys(g["name"] for g in epyc["generations"]))
-    table = hostspec.load_skus()
+    table = json.loads(hostspec.SKUS_JSON.read_text())
     sku = hostspec.resolve_part(table, args.spec, args.cores, args.threads, args.ram_gb_per_socket, names)
     gen = sku["epyc_generation"]
-    entry = next((g for g in epyc["generations"] if g["name"] == gen and not g.get("model_numbers")), None) or next(
-        g for g in epyc["generations"] if g["name"] == gen
-    )
+    rows = [g for g in epyc["generations"] if g["name"] == gen]
+    entry = next((g for g in rows if not g.get("model_numbers")), rows[0])
     cores = sku["cores_per_socket"]
     threads = 2 if args.smt == "on" and sku["threads_per_socket"] > cores else 1
     if cores % args.nps:
