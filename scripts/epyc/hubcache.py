@@ -41,10 +41,9 @@ def hub_cache_env_problem(env: dict) -> str | None:
 def refuse_a_relative_hub_cache(env: dict) -> None:
     problem = hub_cache_env_problem(env)
     if problem:
+        why = "the Hugging Face client would use a cache folder relative to wherever it runs, so the model would be looked for in a different folder by each step"
         raise ScriptError(
-            f"{problem}: the Hugging Face client would use a cache folder relative to wherever it "
-            "runs, so the model would be looked for in a different folder by each step",
-            "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it",
+            f"{problem}: {why}", "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it"
         )
 
 
@@ -198,12 +197,13 @@ def cache_listing(path: str) -> dict:
 
 
 def filesystem_type(path: Path) -> str | None:
+    """The file system of the deepest mount that holds path."""
     import psutil
 
-    best, fstype = "", None
     target = str(path)
-    for part in psutil.disk_partitions(all=True):
-        mp = part.mountpoint
-        if (target == mp or target.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
-            best, fstype = mp, part.fstype
-    return fstype
+    held = [
+        p
+        for p in psutil.disk_partitions(all=True)
+        if target == p.mountpoint or target.startswith(p.mountpoint.rstrip("/") + "/")
+    ]
+    return max(held, key=lambda p: len(p.mountpoint)).fstype if held else None

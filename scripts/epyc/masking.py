@@ -31,9 +31,7 @@ def secret_values() -> list[str]:
     for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
         cred = URL_CREDENTIALS.search(value)
         password = cred.group(0)[len(cred.group(1)) : -1].partition(":")[2] if cred else ""
-        for form in {password, urllib.parse.unquote(password)}:  # as written, and as the client sends it
-            if len(form) >= 4:
-                found.add(form)
+        found |= {form for form in (password, urllib.parse.unquote(password)) if len(form) >= 4}  # as written and sent
     return sorted(found, key=len, reverse=True)
 
 
