@@ -57,12 +57,10 @@ def emit(doc: Any, rendered: str | None = None) -> bool:
     """One JSON document on stdout (or the `rendered` text that stands for it, masked). -> False when it could
     not say it, or had to replace it (the caller's exit code must then say failure too)."""
     text, printed = json_text(doc) if rendered is None else (mask_secrets(rendered), True)
-    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
-        return False
-    try:
+    try:  # nowhere to say it (stdout None: closed at start, `>&-`; closed since; a full disk): exit 1 says it
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-    except (OSError, ValueError):  # stdout closed, or a full disk under `> $RUN/x.json`: exit 1, no traceback
+    except (AttributeError, OSError, ValueError):
         return False
     return printed
 

@@ -102,16 +102,12 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
 def output_file(spec: str | Path, what: str) -> Path:
     """A file the script writes: never '-' (stdout carries the document), a link, a pipe or a device."""
     if str(spec) == "-":
-        raise ScriptError(
-            f"{what} '-': stdout carries the JSON document, so this writes only to a file",
-            f"pass a file path for {what}, e.g. ./capture.txt",
-        )
+        why = "stdout carries the JSON document, so this writes only to a file"
+        raise ScriptError(f"{what} '-': {why}", f"pass a file path for {what}, e.g. ./capture.txt")
     path = user_path(spec, what)
     if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
-        raise ScriptError(
-            f"{what} {str(spec)!r} exists and is not a regular file (a link, folder, pipe or device)",
-            f"pass a new file path for {what}",
-        )
+        why = "exists and is not a regular file (a link, folder, pipe or device)"
+        raise ScriptError(f"{what} {str(spec)!r} {why}", f"pass a new file path for {what}")
     return path
 
 
@@ -168,12 +164,8 @@ def _finite_float(text: str) -> float:
 def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
     """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
     documents. Raises NotANumber, DuplicateKey or another ValueError."""
-    return json.loads(
-        text,
-        parse_constant=_no_constant,
-        parse_float=_finite_float,
-        object_pairs_hook=refuse_duplicate_keys if unique_keys else None,
-    )
+    hook = refuse_duplicate_keys if unique_keys else None
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=hook)
 
 
 def refuse_duplicate_keys(pairs: list) -> dict:
