@@ -39,20 +39,6 @@ def json_text(doc: Any) -> tuple[str, bool]:
         return json.dumps({"ok": False, "error": error, "fix": fix}, indent=2), False
 
 
-def kept(doc: Any) -> dict | None:
-    """The document written to the run folder keep_document named, if any. -> the error document when that
-    failed (the next step would read an older one)."""
-    path = _KEEP.pop() if _KEEP else None
-    try:
-        if path:
-            write_own_file(path, json_text(doc)[0] + "\n")
-        return None
-    except ScriptError as exc:
-        with contextlib.suppress(OSError):  # an older document there must not pass for this step's
-            os.unlink(path)
-        return {"ok": False, **exc.as_json()}
-
-
 def emit(doc: Any, rendered: str | None = None) -> bool:
     """One JSON document on stdout (or the `rendered` text that stands for it, masked). -> False when it could
     not say it, or had to replace it (the caller's exit code must then say failure too)."""
@@ -135,13 +121,19 @@ def abandon_thread() -> None:
 
 
 def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | None) -> int:
-    """The document out: kept in the run folder, then printed (as JSON, or as `render` makes it). -> the
-    exit code, 1 when either write failed."""
+    """The document out: written to the run folder keep_document named, if any, then printed (as JSON, or as
+    `render` makes it). -> the exit code, 1 when either write failed (the next step would read an older one)."""
     if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
         doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
-    failed = kept(doc)
-    if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
-        doc, code, ok = failed, EXIT_FAIL, False
+    path = _KEEP.pop() if _KEEP else None
+    try:
+        if path:
+            write_own_file(path, json_text(doc)[0] + "\n")
+    except ScriptError as exc:
+        with contextlib.suppress(OSError):  # an older document there must not pass for this step's
+            os.unlink(path)
+        if code == EXIT_OK:  # (a failure already is the first thing to say)
+            doc, code, ok = {"ok": False, **exc.as_json()}, EXIT_FAIL, False
     return code if emit(doc, None if render is None else render(doc, ok)) else EXIT_FAIL  # cpu_tune --format env
 
 
