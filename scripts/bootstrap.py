@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None):
     p.add_argument("--test", action="store_true", help="also install the test extra (pytest, hypothesis, ...)")
     p.add_argument("--check", action="store_true", help="only report; install nothing")
     args = p.parse_args(argv)
-    dists = list(venv.BUNDLE_DEPS.values()) + (["pytest", "hypothesis", "openai", "skills-ref"] if args.test else [])
+    dists = list(venv.BUNDLE_DEPS) + (["pytest", "hypothesis", "openai", "skills-ref"] if args.test else [])
     venv_python = venv.BUNDLE_VENV / "bin" / "python"
     here = installed_versions(sys.executable, dists)
     actions: list[str] = []
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None):
         if not args.check:
             actions = ensure_venv(venv_python, args.test)
         python = str(venv_python)
-        versions = installed_versions(python, dists) if venv_python.exists() else {d: None for d in dists}
+        versions = installed_versions(python, dists) if venv_python.exists() else dict.fromkeys(dists)
     missing = [d for d, v in versions.items() if not v]
     in_venv = jsonio.real_path(Path(python).parent.parent) == jsonio.real_path(venv.BUNDLE_VENV)
     doc = {
@@ -52,13 +52,12 @@ def main(argv: Sequence[str] | None = None):
         "actions": actions,
     }
     if missing:
-        raise ScriptError(
-            f"missing: {', '.join(missing)}",
+        fix = (
             "run python3 scripts/bootstrap.py without --check"
             if args.check
-            else "check pip's output above and the package index",
-            **doc,
+            else "check pip's output above and the package index"
         )
+        raise ScriptError(f"missing: {', '.join(missing)}", fix, **doc)
     return doc, errors.EXIT_OK
 
 

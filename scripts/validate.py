@@ -28,68 +28,62 @@ from epyc.errors import ScriptError
 from epyc.validation import cpu_facts, default_python, deferred_gather, gather, verdict
 
 
-def main(argv: Sequence[str] | None = None):
-    epyc = bundle.load_epyc()
+def parser(epyc: dict) -> cli.JsonArgumentParser:
     p = cli.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
     p.add_argument(
         "--detect", type=argtypes.nonempty, help="detect.py's JSON for this host (default: read the CPU here)"
     )
     p.add_argument(
         "--image",
-        default=None,
         type=argtypes.image_ref,
         help="container image (default: the pinned one, or the stock image with --stock)",
     )
+    generations = sorted({g["name"] for g in epyc["generations"]})
     p.add_argument(
-        "--generation",
-        choices=sorted({g["name"] for g in epyc["generations"]}),
-        help="override epyc_generation (default: from --detect or this host)",
+        "--generation", choices=generations, help="override epyc_generation (default: from --detect or this host)"
     )
     p.add_argument("--avx512", type=parse_bool, help="override avx512 (default: from --detect or this host)")
     p.add_argument(
         "--python",
         type=argtypes.nonempty,
-        help="interpreter of the host path (default: the "
-        "setup_host_stack.py venv of the backend if it exists, else this one)",
+        help="interpreter of the host path (default: the setup_host_stack.py venv of the backend if it exists, else this one)",
     )
-    p.add_argument(
-        "--runtime",
-        choices=["auto", "docker", "podman", "sudo docker", "host"],
-        default="auto",
-        help="force a runtime instead of the detection order",
-    )
+    runtimes = ["auto", "docker", "podman", "sudo docker", "host"]
+    p.add_argument("--runtime", choices=runtimes, default="auto", help="force a runtime instead of the detection order")
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
     p.add_argument("--port-start", type=argtypes.int_in(1, 65535), default=epyc["serve"]["default_port"])
     runs.add_run_arg(p)
+    return p
+
+
+def interpreter(flag: str | None, epyc: dict, stock: bool) -> str:
+    """--python made absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's
+    python is a link to the base interpreter, and only the link's path finds the venv's packages."""
+    if flag is None:
+        return default_python(epyc, stock)
+    python = os.path.abspath(jsonio.user_path(flag, "--python"))
+    if not argtypes.is_executable(python):
+        what = "does not exist" if not Path(python).exists() else "is not an executable file"
+        fix = "pass the interpreter of the env that has the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)"
+        raise ScriptError(f"--python {flag} {what}", fix)
+    return python
+
+
+def main(argv: Sequence[str] | None = None):
+    epyc = bundle.load_epyc()
     runs.keep_before_parsing(argv, "validate")
-    args = p.parse_args(argv)
+    args = parser(epyc).parse_args(argv)
     folder = runs.keep(args, "validate")
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
-    if args.python is not None:
-        # absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's python
-        # is a link to the base interpreter, and only the link's path finds the venv's packages
-        python = os.path.abspath(jsonio.user_path(args.python, "--python"))
-        if not argtypes.is_executable(python):
-            what = "does not exist" if not Path(python).exists() else "is not an executable file"
-            raise ScriptError(
-                f"--python {args.python} {what}",
-                "pass the interpreter of the env that has "
-                "the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)",
-            )
-    else:
-        python = default_python(epyc, args.stock)
+    python = interpreter(args.python, epyc, args.stock)
     if args.detect:
         detected = jsonio.read_json_input(args.detect, "detect")
-        jsonio.check_schema(
-            detected,
-            "detect",
-            f"--detect {args.detect} is not detect.py's output",
-            "pass the unmodified stdout of detect.py",
-        )
+        why = f"--detect {args.detect} is not detect.py's output"
+        jsonio.check_schema(detected, "detect", why, "pass the unmodified stdout of detect.py")
     else:  # the run folder's detect.json, else this host read now
-        detected = runs.earlier(folder, "detect") or cpuid.report(
-            hostfacts.gather(hostfacts.Sysroot("/"), "localhost", live=True), epyc
-        )
+        detected = runs.earlier(folder, "detect")
+        if not detected:
+            detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot("/"), "localhost", live=True), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)
     remote = remote_host.is_another_host(detected.get("target", "localhost"))
     gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)

@@ -13,8 +13,6 @@ from .errors import ScriptError
 from .hf_model import is_revision
 from .jsonio import user_path
 
-# ---------------------------------------------------------------- flag types (checked at the boundary)
-
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
     """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only:
@@ -52,11 +50,10 @@ def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], flo
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if value < lo or value > hi or (lo_open and value == lo):
-            raise argparse.ArgumentTypeError(
-                f"{_plain(value)} is out of range (expected "
-                f"{'more than' if lo_open else 'from'} {_plain(lo)} "
-                f"{'and at most' if lo_open else 'to'} {_plain(hi)})"
+            span = (
+                f"more than {_plain(lo)} and at most {_plain(hi)}" if lo_open else f"from {_plain(lo)} to {_plain(hi)}"
             )
+            raise argparse.ArgumentTypeError(f"{_plain(value)} is out of range (expected {span})")
         return value
 
     parse.__name__ = "number"
@@ -130,14 +127,9 @@ def nonempty(text: str) -> str:
 def revision_arg(text: str) -> str:
     """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
     if not is_revision(text):
-        raise argparse.ArgumentTypeError(
-            f"{text[:200]!r} is not a branch, tag or commit (letters, digits and "
-            "._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')"
-        )
+        why = "is not a branch, tag or commit (letters, digits and ._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')"
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} {why}")
     return text
-
-
-# ---------------------------------------------------------------- CLI
 
 
 def served_name_arg(text: str) -> str:
@@ -157,15 +149,12 @@ def api_key_env_arg(text: str) -> str:
     name = env_name(text)
     if name in NOT_A_KEY:
         raise argparse.ArgumentTypeError(
-            f"{name} holds something else than an API key: export the key in its "
-            "own variable (e.g. VLLM_API_KEY) and name that"
+            f"{name} holds something else than an API key: export the key in its own variable (e.g. VLLM_API_KEY) and name that"
         )
     return name
 
 
 def parse_bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise ScriptError(f"not a boolean: {text!r}", "pass true or false (the avx512 field from detect.py)")
+    if text.lower() not in ("true", "1", "yes", "false", "0", "no"):
+        raise ScriptError(f"not a boolean: {text!r}", "pass true or false (the avx512 field from detect.py)")
+    return text.lower() in ("true", "1", "yes")

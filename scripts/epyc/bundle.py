@@ -16,25 +16,17 @@ GIB = 1024**3
 
 # the five step documents a plan is rendered from, in the order they run
 INPUT_SCRIPTS = ("detect", "validate", "check_model", "estimate_memory", "cpu_tune")
-
-
-# ---------------------------------------------------------------- pinned facts
-
 EPYC_SCHEMA_VERSION = 1
 
 
 def load_epyc(path: Path = EPYC_JSON) -> dict:
+    fix = "restore data/epyc.json from the repository (git checkout data/epyc.json)"
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ScriptError(
-            f"cannot read {path}: {exc}", "restore data/epyc.json from the repository (git checkout data/epyc.json)"
-        )
+        raise ScriptError(f"cannot read {path}: {exc}", fix)
     if not isinstance(doc, dict) or doc.get("schema_version") != EPYC_SCHEMA_VERSION:
-        raise ScriptError(
-            f"{path} is not schema_version {EPYC_SCHEMA_VERSION} of the pinned facts",
-            "restore data/epyc.json from the repository (git checkout data/epyc.json)",
-        )
+        raise ScriptError(f"{path} is not schema_version {EPYC_SCHEMA_VERSION} of the pinned facts", fix)
     return doc
 
 

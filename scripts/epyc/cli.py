@@ -34,38 +34,19 @@ def json_text(doc: Any) -> tuple[str, bool]:
     try:
         return json.dumps(masked_strings(doc, secret_values()), indent=2, allow_nan=False), True
     except (ValueError, RecursionError):
-        error = {
-            "ok": False,
-            "error": "a result held NaN or Infinity (not valid JSON), so none is shown",
-            "fix": "check the input documents and flags for non-finite numbers",
-        }
-        return json.dumps(error, indent=2), False
-
-
-def kept(doc: Any) -> dict | None:
-    """The document written to the run folder keep_document named, if any. -> the error document when that
-    failed (the next step would read an older one)."""
-    path = _KEEP.pop() if _KEEP else None
-    try:
-        if path:
-            write_own_file(path, json_text(doc)[0] + "\n")
-        return None
-    except ScriptError as exc:
-        with contextlib.suppress(OSError):  # an older document there must not pass for this step's
-            os.unlink(path)
-        return {"ok": False, **exc.as_json()}
+        error = "a result held NaN or Infinity (not valid JSON), so none is shown"
+        fix = "check the input documents and flags for non-finite numbers"
+        return json.dumps({"ok": False, "error": error, "fix": fix}, indent=2), False
 
 
 def emit(doc: Any, rendered: str | None = None) -> bool:
     """One JSON document on stdout (or the `rendered` text that stands for it, masked). -> False when it could
     not say it, or had to replace it (the caller's exit code must then say failure too)."""
     text, printed = json_text(doc) if rendered is None else (mask_secrets(rendered), True)
-    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to say it, so exit 1 says it
-        return False
-    try:
+    try:  # nowhere to say it (stdout None: closed at start, `>&-`; closed since; a full disk): exit 1 says it
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-    except (OSError, ValueError):  # stdout closed, or a full disk under `> $RUN/x.json`: exit 1, no traceback
+    except (AttributeError, OSError, ValueError):
         return False
     return printed
 
@@ -79,12 +60,8 @@ class JsonArgumentParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         ns, extra = super().parse_known_args(args, namespace)
         for action in self._actions:  # `--host=--` reaches argparse as an empty list, past the flag's type
-            if (
-                action.nargs is None
-                and action.option_strings
-                and getattr(ns, action.dest, None) == []
-                and action.default != []
-            ):
+            taken = action.nargs is None and action.option_strings and getattr(ns, action.dest, None) == []
+            if taken and action.default != []:
                 self.error(f"argument {action.option_strings[0]}: expected one value")
         return ns, extra
 
@@ -144,14 +121,40 @@ def abandon_thread() -> None:
 
 
 def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | None) -> int:
-    """The document out: kept in the run folder, then printed (as JSON, or as `render` makes it). -> the
-    exit code, 1 when either write failed."""
+    """The document out: written to the run folder keep_document named, if any, then printed (as JSON, or as
+    `render` makes it). -> the exit code, 1 when either write failed (the next step would read an older one)."""
     if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
         doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
-    failed = kept(doc)
-    if failed and code == EXIT_OK:  # (a failure already is the first thing to say)
-        doc, code, ok = failed, EXIT_FAIL, False
+    path = _KEEP.pop() if _KEEP else None
+    try:
+        if path:
+            write_own_file(path, json_text(doc)[0] + "\n")
+    except ScriptError as exc:
+        with contextlib.suppress(OSError):  # an older document there must not pass for this step's
+            os.unlink(path)
+        if code == EXIT_OK:  # (a failure already is the first thing to say)
+            doc, code, ok = {"ok": False, **exc.as_json()}, EXIT_FAIL, False
     return code if emit(doc, None if render is None else render(doc, ok)) else EXIT_FAIL  # cpu_tune --format env
+
+
+def failure(exc: BaseException) -> tuple[dict, int]:
+    """The error + fix and exit code of a script that raised: its own ScriptError, an interrupt, the machine's
+    refusal, a missing package, or our own bug (the contract is JSON, even for those)."""
+    if isinstance(exc, ScriptError):
+        return exc.as_json(), exc.code
+    if isinstance(exc, KeyboardInterrupt):
+        return {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL
+    if isinstance(exc, OSError):  # the machine's refusal (a full disk, a read-only folder, a link loop), not a bug
+        return os_error(exc, "the system refused an operation").as_json(), EXIT_FAIL
+    if isinstance(exc, ModuleNotFoundError):  # run with an interpreter that lacks the bundle's dependencies
+        fix = (
+            "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use it by themselves)"
+        )
+        return {"error": f"missing Python package {exc.name!r} in {sys.executable}", "fix": fix}, EXIT_FAIL
+    if os.environ.get("EPYC_SKILL_DEBUG"):
+        traceback.print_exc()
+    fix = "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it"
+    return {"error": f"internal error: {type(exc).__name__}: {exc}", "fix": fix}, EXIT_FAIL
 
 
 def run_main(
@@ -182,27 +185,8 @@ def run_main(
                 f"{name}.py read facts it cannot describe",
                 "check the input it read (sysroot, capture, model files) for values no machine or model has",
             )
-    except ScriptError as exc:
-        doc, code, ok = exc.as_json(), exc.code, False
-    except KeyboardInterrupt:
-        doc, code, ok = {"error": "interrupted", "fix": "run the command again"}, EXIT_FAIL, False
-    except OSError as exc:  # the machine's refusal (a full disk, a read-only folder, a link loop), not a bug
-        doc, code, ok = os_error(exc, "the system refused an operation").as_json(), EXIT_FAIL, False
-    except ModuleNotFoundError as exc:  # run with an interpreter that lacks the bundle's dependencies
-        doc = {
-            "error": f"missing Python package {exc.name!r} in {sys.executable}",
-            "fix": "run python3 scripts/bootstrap.py once (it makes the bundle's venv; the scripts then use "
-            "it by themselves)",
-        }
-        code, ok = EXIT_FAIL, False
-    except Exception as exc:  # the contract is JSON, even for our own bugs
-        if os.environ.get("EPYC_SKILL_DEBUG"):
-            traceback.print_exc()
-        doc = {
-            "error": f"internal error: {type(exc).__name__}: {exc}",
-            "fix": "re-run with EPYC_SKILL_DEBUG=1 to see the traceback on stderr, and report it",
-        }
-        code, ok = EXIT_FAIL, False
+    except (KeyboardInterrupt, Exception) as exc:
+        (doc, code), ok = failure(exc), False
     finally:
         # the work is done: a signal now must not cut the document that says what was done (a start that
         # recorded its server), so it is ignored until the document is out
@@ -215,10 +199,7 @@ def run_main(
             signal.signal(sig, handler)
     if _ABANDONED:
         for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:  # (None: the stream was closed when the script started, `2>&-`)
-                    stream.flush()
-            except Exception:  # whatever the stream says, the exit below must happen
-                pass
+            with contextlib.suppress(Exception):  # whatever the stream says (None: closed at start), exit must happen
+                stream.flush()
         os._exit(code)
     return code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -9,9 +10,6 @@ from .masking import clip, mask_secrets
 
 EXIT_OK = 0
 EXIT_FAIL = 1
-
-
-# ---------------------------------------------------------------- errors and output
 
 
 class ScriptError(Exception):
@@ -32,10 +30,8 @@ def log(msg: str) -> None:
     """Progress and diagnostics go to stderr; stdout carries only the JSON document."""
     if sys.stderr is None:  # started with stderr closed: print would then write to stdout
         return
-    try:
+    with contextlib.suppress(OSError, ValueError):  # stderr full (`2>/dev/full`) or closed: progress is lost
         print(mask_secrets(msg), file=sys.stderr, flush=True)
-    except (OSError, ValueError):  # stderr full (`2>/dev/full`) or closed: progress is lost, not the run
-        pass
 
 
 def os_error(exc: OSError, doing: str) -> ScriptError:

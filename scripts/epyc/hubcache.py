@@ -41,10 +41,9 @@ def hub_cache_env_problem(env: dict) -> str | None:
 def refuse_a_relative_hub_cache(env: dict) -> None:
     problem = hub_cache_env_problem(env)
     if problem:
+        why = "the Hugging Face client would use a cache folder relative to wherever it runs, so the model would be looked for in a different folder by each step"
         raise ScriptError(
-            f"{problem}: the Hugging Face client would use a cache folder relative to wherever it "
-            "runs, so the model would be looked for in a different folder by each step",
-            "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it",
+            f"{problem}: {why}", "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it"
         )
 
 
@@ -105,10 +104,8 @@ def in_system_tree(path: str) -> bool:
     return any(path == t or path.startswith(t + "/") for t in SYSTEM_TREES)
 
 
-# What huggingface_hub (and diffusers, and a data disk's file system) put at a hub cache's top. A folder is
-# mounted read-write into a root container only when it holds nothing else (or does not exist yet): /, /usr,
-# a home or a disk's root each hold something else, so no list of system folders is needed.
-# (`blobs`: huggingface_hub 2.x's store shared by every Xet-backed download, <hub>/blobs/XX/HASH)
+# What huggingface_hub 2.x (`blobs`: its Xet store), diffusers and a disk's file system put at a hub cache's top: a
+# folder holding anything else (/, /usr, a home, a disk's root) is never mounted read-write into a root container.
 HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
 _HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
 
@@ -176,14 +173,13 @@ def _hf_cache_at(home: Path) -> dict:
         notes.append(f"{real} does not exist yet; it is created on first download")
     if nfs:
         notes.append(
-            f"{real} is on {fstype}: root-squash can deny a root container; use a local folder "
-            "(HF_HOME=/local/path) if the container cannot read it"
+            f"{real} is on {fstype}: root-squash can deny a root container; use a local folder (HF_HOME=/local/path) if the container cannot read it"
         )
     return {"path": str(real), "mount_subdir": "hub", "nfs": nfs, "fstype": fstype, "note": "; ".join(notes) or None}
 
 
 def cache_listing(path: str) -> dict:
-    """The HF cache folder as it is now, for serve_plan.hf_mount_problem: its real path and its entries
+    """The HF cache folder as it is now, for hf_mount_problem: its real path and its entries
     (None: not there yet; the runtime makes it), or why it cannot be read."""
     try:
         real = os.path.realpath(path)
@@ -198,12 +194,13 @@ def cache_listing(path: str) -> dict:
 
 
 def filesystem_type(path: Path) -> str | None:
+    """The file system of the deepest mount that holds path."""
     import psutil
 
-    best, fstype = "", None
     target = str(path)
-    for part in psutil.disk_partitions(all=True):
-        mp = part.mountpoint
-        if (target == mp or target.startswith(mp.rstrip("/") + "/")) and len(mp) > len(best):
-            best, fstype = mp, part.fstype
-    return fstype
+    held = [
+        p
+        for p in psutil.disk_partitions(all=True)
+        if target == p.mountpoint or target.startswith(p.mountpoint.rstrip("/") + "/")
+    ]
+    return max(held, key=lambda p: len(p.mountpoint)).fstype if held else None

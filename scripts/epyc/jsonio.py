@@ -64,14 +64,6 @@ def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_resul
     return st
 
 
-def output_folder_path(spec: str | Path, what: str) -> Path:
-    """The path of a folder a script writes into, `~` expanded; never '-' (elsewhere a stream, here it would
-    be a folder named '-' in this folder)."""
-    if str(spec) == "-":
-        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
-    return user_path(spec, what)
-
-
 def nearest_existing(path: Path) -> tuple[Path, list[str]]:
     """path's nearest ancestor that is there (by its name, as the kernel walks it; a link is not followed),
     and the names below it, deepest first: what making path would create."""
@@ -83,32 +75,25 @@ def nearest_existing(path: Path) -> tuple[Path, list[str]]:
 
 
 def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -> Path:
-    """A folder the script writes into, new or empty, so every entry in it is the script's own. make=False:
-    checked only, made later, so a refusal leaves no folder behind."""
-    path = output_folder_path(spec, what)
+    """A folder the script writes into, new or empty, so every entry in it is the script's own; never '-'
+    (elsewhere a stream). make=False: checked only, made later, so a refusal leaves no folder behind."""
+    if str(spec) == "-":
+        raise ScriptError(f"{what} '-': this writes a folder, not a stream", f"pass a folder path for {what}")
+    path = user_path(spec, what)
     parent, missing = nearest_existing(path)
+    named = f"{what} {clip(repr(str(spec)), 200)}"
     if missing:
         if ".." in missing:  # `new/../x`: the kernel needs `new` to exist; making it leaves it behind
-            raise ScriptError(
-                f"{what} {clip(repr(str(spec)), 200)} goes through a folder that does not exist "
-                "and back out of it ('..')",
-                f"spell {what} without '..' past a new folder",
-            )
+            why = "goes through a folder that does not exist and back out of it ('..')"
+            raise ScriptError(f"{named} {why}", f"spell {what} without '..' past a new folder")
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
-            raise ScriptError(
-                f"cannot create {what} {clip(repr(str(spec)), 200)}: {str(parent)[:200]} is not a "
-                "folder this user may write in",
-                f"pass a writable folder for {what}",
-            )
+            why = f"{str(parent)[:200]} is not a folder this user may write in"
+            raise ScriptError(f"cannot create {named}: {why}", f"pass a writable folder for {what}")
     elif not path.is_dir():
         raise ScriptError(f"{what} {str(spec)!r} exists and is not a folder", f"pass a folder path for {what}")
-    else:
-        held = sorted(os.listdir(path))
-        if held:
-            shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (
-                f" and {len(held) - 3} more" if len(held) > 3 else ""
-            )
-            raise ScriptError(f"{what} {clip(repr(str(spec)), 200)} is not empty (it holds {shown})", fix)
+    elif held := sorted(os.listdir(path)):
+        shown = ", ".join(clip(repr(n), 60) for n in held[:3]) + (f" and {len(held) - 3} more" if held[3:] else "")
+        raise ScriptError(f"{named} is not empty (it holds {shown})", fix)
     if make:
         path.mkdir(parents=True, exist_ok=True)
     return path
@@ -117,16 +102,12 @@ def empty_output_dir(spec: str | Path, what: str, fix: str, make: bool = True) -
 def output_file(spec: str | Path, what: str) -> Path:
     """A file the script writes: never '-' (stdout carries the document), a link, a pipe or a device."""
     if str(spec) == "-":
-        raise ScriptError(
-            f"{what} '-': stdout carries the JSON document, so this writes only to a file",
-            f"pass a file path for {what}, e.g. ./capture.txt",
-        )
+        why = "stdout carries the JSON document, so this writes only to a file"
+        raise ScriptError(f"{what} '-': {why}", f"pass a file path for {what}, e.g. ./capture.txt")
     path = user_path(spec, what)
     if path.is_symlink() or (path.exists() and not path.is_file()):  # a FIFO blocks the write; a link points elsewhere
-        raise ScriptError(
-            f"{what} {str(spec)!r} exists and is not a regular file (a link, folder, pipe or device)",
-            f"pass a new file path for {what}",
-        )
+        why = "exists and is not a regular file (a link, folder, pipe or device)"
+        raise ScriptError(f"{what} {str(spec)!r} {why}", f"pass a new file path for {what}")
     return path
 
 
@@ -165,6 +146,10 @@ class NotANumber(ValueError):
     """A JSON text with a number JSON does not have (NaN, Infinity) or no float can hold (1e400)."""
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
 def _no_constant(name: str):
     raise NotANumber(f"{name} is not a JSON number")
 
@@ -179,16 +164,8 @@ def _finite_float(text: str) -> float:
 def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
     """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
     documents. Raises NotANumber, DuplicateKey or another ValueError."""
-    return json.loads(
-        text,
-        parse_constant=_no_constant,
-        parse_float=_finite_float,
-        object_pairs_hook=refuse_duplicate_keys if unique_keys else None,
-    )
-
-
-class DuplicateKey(ValueError):
-    pass
+    hook = refuse_duplicate_keys if unique_keys else None
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=hook)
 
 
 def refuse_duplicate_keys(pairs: list) -> dict:
@@ -234,20 +211,16 @@ def read_json_input(spec: str, what: str) -> dict:
         text = decode_input(data, f"{what} on stdin", fix)
     else:
         text = read_input_text(spec, f"{what} JSON", fix)
+    # a model's config is read as vLLM reads it (the last of a key's values wins)
     doc = parse_json_object(
-        text,
-        f"{what} input {spec!r}",
-        f"pass the unmodified stdout of the {what} step",
-        unique_keys=what != "config.json",
-    )  # a model's config: read as vLLM reads it
+        text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step", what != "config.json"
+    )
     if "error" in doc:  # its words are passed on only when they are what our contract says: text
         upstream, upstream_fix = doc.get("error"), doc.get("fix")
+        error = clip(upstream, 500) if isinstance(upstream, str) else "(its error is not text)"
+        has_fix = isinstance(upstream_fix, str) and upstream_fix.strip()
         raise ScriptError(
-            f"the {what} step failed: "
-            + (clip(upstream, 500) if isinstance(upstream, str) else "(its error is not text)"),
-            clip(upstream_fix, 500)
-            if isinstance(upstream_fix, str) and upstream_fix.strip()
-            else f"fix the {what} step first",
+            f"the {what} step failed: {error}", clip(upstream_fix, 500) if has_fix else f"fix the {what} step first"
         )
     return doc
 

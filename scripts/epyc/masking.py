@@ -9,8 +9,6 @@ import urllib.parse
 from typing import Any
 
 SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
-
-
 _NAMED_SECRETS: set[str] = set()
 # credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed. A bounded
 # scheme keeps the scan linear; the credentials run to the authority's last '@', as urllib3 reads them.
@@ -28,12 +26,10 @@ def secret_values() -> list[str]:
     secret) or names a plan marked secret (4 at least); longest first, so a key inside a longer one is masked whole."""
     found = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v.strip()) >= 8}
     found |= {os.environ[k] for k in _NAMED_SECRETS if len(os.environ.get(k, "").strip()) >= 4}
-    for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password, wherever it goes
+    for value in os.environ.values():  # HF_ENDPOINT=https://user:PASSWORD@mirror: the password as written and as sent
         cred = URL_CREDENTIALS.search(value)
         password = cred.group(0)[len(cred.group(1)) : -1].partition(":")[2] if cred else ""
-        for form in {password, urllib.parse.unquote(password)}:  # as written, and as the client sends it
-            if len(form) >= 4:
-                found.add(form)
+        found |= {form for form in (password, urllib.parse.unquote(password)) if len(form) >= 4}
     return sorted(found, key=len, reverse=True)
 
 

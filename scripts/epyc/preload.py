@@ -13,6 +13,12 @@ from .errors import ScriptError
 
 _PRELOAD_PATH = re.compile(r"/[A-Za-z0-9._+/-]+")
 PRELOAD_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/opt/conda/lib")  # a preload's trees
+LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/lib/x86_64-linux-gnu"]
+VLLM_FOLDER_CODE = (
+    "import importlib.util as u, json; s = u.find_spec('vllm'); "
+    "print('@@VLLMDIR@@' + json.dumps({'folder': s.submodule_search_locations[0] if s else None}))"
+)
+VLLM_FOLDER_SHAPE = {"type": "object", "properties": {"folder": {"type": ["string", "null"], "maxLength": 4095}}}
 
 
 def preload_value(value: str | None, allowed: list[str]) -> str | None:
@@ -20,10 +26,9 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
     (tcmalloc, libiomp5): a plan never preloads anything else into the server."""
     if not value:
         return None
+    fix = "re-run validate.py and pass its unmodified output to plan"
     if not isinstance(value, str):
-        raise ScriptError(
-            f"LD_PRELOAD {str(value)[:80]} is not text", "re-run validate.py and pass its unmodified output to plan"
-        )
+        raise ScriptError(f"LD_PRELOAD {str(value)[:80]} is not text", fix)
     # the loader splits LD_PRELOAD on spaces as well as colons, and expands $LIB: one safe alphabet, and each
     # name exactly a pinned library (optionally with its version suffix, libtcmalloc_minimal.so.4.5.9)
     names = re.compile("|".join(re.escape(name.split(".so")[0] + ".so") + r"(?:\.[0-9]+)*" for name in allowed))
@@ -37,30 +42,19 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
             and "//" not in part
             and (folder in PRELOAD_DIRS or folder.startswith(tuple(d + "/" for d in PRELOAD_DIRS)))
         ):
-            raise ScriptError(
-                f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}",
-                "re-run validate.py and pass its unmodified output to plan",
-            )
+            raise ScriptError(f"LD_PRELOAD entry {part!r} is not one of {', '.join(allowed)}", fix)
     return value
-
-
-LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/lib/x86_64-linux-gnu"]
 
 
 def elf_has_execstack(data: bytes) -> bool | None:
     """Does this ELF shared object ask for an executable stack (PT_GNU_STACK with PF_X)? None: not ELF."""
     if data[:4] != b"\x7fELF" or len(data) < 64:
         return None
-    is64, little = data[4] == 2, data[5] == 1
-    end = "<" if little else ">"
-    if is64:
-        (phoff,) = struct.unpack_from(end + "Q", data, 32)
-        phentsize, phnum = struct.unpack_from(end + "HH", data, 54)
-        flags_at = 4
-    else:
-        (phoff,) = struct.unpack_from(end + "I", data, 28)
-        phentsize, phnum = struct.unpack_from(end + "HH", data, 42)
-        flags_at = 24
+    end = "<" if data[5] == 1 else ">"
+    # where ELF64 / ELF32 keep the program headers' offset, their size and count, and a header's flags
+    word, phoff_at, sizes_at, flags_at = ("Q", 32, 54, 4) if data[4] == 2 else ("I", 28, 42, 24)
+    (phoff,) = struct.unpack_from(end + word, data, phoff_at)
+    phentsize, phnum = struct.unpack_from(end + "HH", data, sizes_at)
     for i in range(phnum):
         off = phoff + i * phentsize
         if off + phentsize > len(data):
@@ -74,35 +68,23 @@ def elf_has_execstack(data: bytes) -> bool | None:
 
 def find_libs(names: list[str], python: str | None) -> dict[str, str]:
     """Real paths of the allocator / OpenMP libraries worth preloading: system dirs, then the env."""
-    dirs = list(LIB_DIRS)
+    dirs = [Path(d) for d in LIB_DIRS]
     if python:
         env = jsonio.real_path(python).parent.parent
-        dirs += [str(env / "lib")] + [str(p) for p in (env / "lib").glob("python3*/site-packages/*/lib")]
-    found: dict[str, str] = {}
-    for name in names:
-        for d in dirs:
-            p = Path(d) / name
-            if p.exists():
-                found[name] = os.path.realpath(p)
-                break
-    return found
+        dirs += [env / "lib", *(env / "lib").glob("python3*/site-packages/*/lib")]
+    found = {name: next((d / name for d in dirs if (d / name).exists()), None) for name in names}
+    return {name: os.path.realpath(path) for name, path in found.items() if path}
 
 
 def ld_preload_value(found: dict[str, str]) -> tuple[str | None, str]:
     """tcmalloc (minimal preferred) + the env's Intel OpenMP when present."""
-    parts = []
     tc = found.get("libtcmalloc_minimal.so.4") or found.get("libtcmalloc.so.4")
-    if tc:
-        parts.append(tc)
-    if found.get("libiomp5.so"):
-        parts.append(found["libiomp5.so"])
     note = (
-        "tcmalloc preloaded, as vLLM's CPU install guide advises; on the 2-vCPU EPYC runner the gain was "
-        "within run-to-run noise (see reference.md)"
+        "tcmalloc preloaded, as vLLM's CPU install guide advises; on the 2-vCPU EPYC runner the gain was within run-to-run noise (see reference.md)"
         if tc
         else "tcmalloc not found: apt-get install libtcmalloc-minimal4 (vLLM's CPU install guide advises preloading it)"
     )
-    return (":".join(parts) or None), note
+    return ":".join(p for p in (tc, found.get("libiomp5.so")) if p) or None, note
 
 
 def execstack_libs(python: str | None) -> list[str]:
@@ -128,10 +110,3 @@ def execstack_libs(python: str | None) -> list[str]:
         if elf_has_execstack(head):
             flagged.append(str(so))
     return flagged
-
-
-VLLM_FOLDER_CODE = (
-    "import importlib.util as u, json; s = u.find_spec('vllm'); "
-    "print('@@VLLMDIR@@' + json.dumps({'folder': s.submodule_search_locations[0] if s else None}))"
-)
-VLLM_FOLDER_SHAPE = {"type": "object", "properties": {"folder": {"type": ["string", "null"], "maxLength": 4095}}}

@@ -7,12 +7,9 @@ import re
 
 from . import masking, subproc
 from .errors import ScriptError
-from .masking import URL_CREDENTIALS, clip
-from .subproc import run
 
 CONTAINER_RUNTIMES = {"docker": ["docker"], "podman": ["podman"], "sudo docker": ["sudo", "-n", "docker"]}
-
-
+RUNTIME_TIMEOUT_S = 20
 # an address docker's --host takes for a daemon on this machine: printable ASCII without spaces; a unix
 # socket by its absolute path (unix://rel.sock is resolved against the folder each command runs in)
 DOCKER_ENGINE = re.compile(r"(unix:///|tcp://)[!-~]{1,1000}", re.ASCII)
@@ -26,10 +23,7 @@ def docker_engine_problem(engine: object) -> str | None:
     if isinstance(engine, str) and engine.startswith(("ssh://", "tcp://")):
         loopback = LOOPBACK_ENGINE.fullmatch(engine)
         if not loopback:
-            return (
-                "is another machine's docker: this plan is sized for this one (its CPUs, memory and port), "
-                "and verify asks 127.0.0.1"
-            )
+            return "is another machine's docker: this plan is sized for this one (its CPUs, memory and port), and verify asks 127.0.0.1"
         if loopback["port"] and not 1 <= int(loopback["port"]) <= 65535:
             return "names no port (1-65535)"
     if not isinstance(engine, str) or not DOCKER_ENGINE.fullmatch(engine):
@@ -49,13 +43,10 @@ def runtime_argv(runtime: str, engine: str | None = None) -> list[str]:
         return list(CONTAINER_RUNTIMES[runtime])
     problem = docker_engine_problem(engine) if runtime == "docker" else "is named only for plain docker"
     if problem:
-        shown = URL_CREDENTIALS.sub(r"\1***@", engine) if isinstance(engine, str) else engine  # user:password@
+        shown = masking.URL_CREDENTIALS.sub(r"\1***@", engine) if isinstance(engine, str) else engine  # user:password@
         raise ScriptError(
-            f"the docker engine {clip(repr(shown), 120)} (DOCKER_HOST, or the current docker context) {problem}",
-            "unset DOCKER_HOST and use the default context (docker context use "
-            "default) for the local socket, or export this machine's daemon address; then run "
-            "validate.py and plan again; to serve on another machine, run the chain on it "
-            "(detect.py --host user@box plans it from here)",
+            f"the docker engine {masking.clip(repr(shown), 120)} (DOCKER_HOST, or the current docker context) {problem}",
+            "unset DOCKER_HOST and use the default context (docker context use default) for the local socket, or export this machine's daemon address; then run validate.py and plan again; to serve on another machine, run the chain on it (detect.py --host user@box plans it from here)",
         )
     return [*CONTAINER_RUNTIMES[runtime], f"--host={engine}"]
 
@@ -65,60 +56,39 @@ def runtime_of(doc: dict) -> list[str]:
     return runtime_argv(doc["runtime"], doc.get("engine"))
 
 
-def docker_engine(env: dict) -> str | None:
-    """The docker daemon this shell's `docker` talks to when it is not the default: DOCKER_HOST, checked
-    (an empty one is docker's default too). `sudo -n docker` drops the variable (sudo resets the
-    environment), so it is asked only for plain docker."""
-    value = env.get("DOCKER_HOST") or None
-    if value is not None:
-        runtime_argv("docker", value)  # refuses what cannot be named
-    return value
-
-
-def shell_docker_engine(timeout: float = 20) -> str | None:
-    """The daemon this shell's `docker` reaches when not the default socket: DOCKER_HOST, else a non-default
-    context's endpoint."""
-    engine = docker_engine(dict(os.environ))
-    if engine is not None:
-        return engine
-    shown = run(["docker", "context", "show"], timeout=timeout, engine_query=True)  # the shell's own context
-    if not shown.ok or shown.stdout.strip() in ("", "default"):
-        return None  # a CLI without contexts, or the default one: the default socket
-    host = run(
-        ["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"], timeout=timeout, engine_query=True
-    )
-    address = host.stdout.strip() if host.ok else ""
-    runtime_argv("docker", address)  # refused unless a daemon on this machine, named as DOCKER_HOST is
-    return address
-
-
-RUNTIME_TIMEOUT_S = 20
+def shell_docker_engine() -> str | None:
+    """The daemon this shell's `docker` reaches when not the default socket: DOCKER_HOST (an empty one is the
+    default too), else a non-default context's endpoint; either refused unless a daemon on this machine. Asked
+    only for plain docker: `sudo -n docker` resets the environment."""
+    engine = os.environ.get("DOCKER_HOST") or None
+    if engine is None:
+        # engine_query: the shell's own context, which every other docker call is kept from (run_env)
+        shown = subproc.run(["docker", "context", "show"], timeout=RUNTIME_TIMEOUT_S, engine_query=True)
+        if not shown.ok or shown.stdout.strip() in ("", "default"):
+            return None  # a CLI without contexts, or the default one: the default socket
+        argv = ["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}"]
+        host = subproc.run(argv, timeout=RUNTIME_TIMEOUT_S, engine_query=True)
+        engine = host.stdout.strip() if host.ok else ""
+    runtime_argv("docker", engine)
+    return engine
 
 
 def choose_runtime(docker_ok: bool, podman_ok: bool, sudo_docker_ok: bool, host_ok: bool) -> str | None:
     """docker, then podman, then the host path ('host'); sudo docker only when it was asked for (and answers)."""
-    for name, ok in (("docker", docker_ok), ("podman", podman_ok), ("sudo docker", sudo_docker_ok), ("host", host_ok)):
-        if ok:
-            return name
-    return None
+    found = (("docker", docker_ok), ("podman", podman_ok), ("sudo docker", sudo_docker_ok), ("host", host_ok))
+    return next((name for name, ok in found if ok), None)
 
 
 # ---------------------------------------------------------------- gathering (I/O)
 
 
+def last_words(res: subproc.RunResult) -> str:
+    return masking.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
+
+
 def docker_answers(prefix: list[str]) -> tuple[bool, str]:
     res = subproc.run([*prefix, "info", "--format", "{{.ServerVersion}}"], timeout=RUNTIME_TIMEOUT_S)
-    if res.ok:
-        return True, f"{' '.join(prefix)} daemon {res.stdout.strip()}"
-    return False, masking.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
-
-
-def podman_can_run() -> tuple[bool, str]:
-    """podman counts only if it can start a container: run the host's own root as one, no image needed."""
-    res = subproc.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
-    if res.ok:
-        return True, "podman runs containers"
-    return False, masking.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
+    return res.ok, f"{' '.join(prefix)} daemon {res.stdout.strip()}" if res.ok else last_words(res)
 
 
 def image_is_local(runtime: str, image: str, engine: str | None = None) -> bool:
@@ -128,12 +98,14 @@ def image_is_local(runtime: str, image: str, engine: str | None = None) -> bool:
 def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict[str, str]]:
     """Which container runtimes answer, in the documented order; each probe has a timeout. docker is
     asked on the engine this shell names (read first: a remote one is refused before it is reached)."""
-    ok = {"docker": False, "podman": False, "sudo docker": False}
+    ok = dict.fromkeys(CONTAINER_RUNTIMES, False)
     detail: dict[str, str] = {}
     if want in ("auto", "docker"):
         ok["docker"], detail["docker"] = docker_answers(runtime_argv("docker", engine))
     if want in ("auto", "podman") and not ok["docker"]:
-        ok["podman"], detail["podman"] = podman_can_run()
+        # podman counts only if it can start a container: the host's own root as one, no image needed
+        res = subproc.run(["podman", "run", "--rm", "--network=none", "--rootfs", "/", "true"], timeout=60)
+        ok["podman"], detail["podman"] = res.ok, "podman runs containers" if res.ok else last_words(res)
     if want == "sudo docker":  # only when the user asked for it: validate never reaches for sudo on its own
         ok["sudo docker"], detail["sudo docker"] = docker_answers(["sudo", "-n", "docker"])
     return ok, detail

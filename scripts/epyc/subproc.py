@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,8 +13,6 @@ from dataclasses import dataclass
 
 from .errors import ScriptError, log
 from .jsonio import best_schema_error, parse_json_object
-
-# ---------------------------------------------------------------- subprocesses
 
 
 @dataclass
@@ -86,18 +85,16 @@ def run(
     try:
         while True:
             left = timeout - (time.monotonic() - t0)
-            wait = min(left, PROGRESS_EVERY_S) if progress else left
             try:
-                out, err = proc.communicate(timeout=max(wait, 0.01))
+                out, err = proc.communicate(timeout=max(min(left, PROGRESS_EVERY_S) if progress else left, 0.01))
                 return RunResult(argv, proc.returncode, out, err or "")
             except subprocess.TimeoutExpired:
                 elapsed = time.monotonic() - t0
                 if elapsed >= timeout:
                     kill_group(proc)
-                    try:
+                    out = ""
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # one that left our group holds the pipe
                         out, _ = proc.communicate(timeout=10)
-                    except subprocess.TimeoutExpired:  # a process that left our group still holds the pipe
-                        out = ""
                     return RunResult(argv, None, out or "", f"timed out after {timeout:g}s", "timeout")
                 if progress:
                     log(f"{progress}: {elapsed:.0f}s elapsed")
@@ -118,11 +115,8 @@ def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit:
                 over.set()
                 return
 
-    readers = [
-        threading.Thread(target=drain, args=(n, s), daemon=True)
-        for n, s in (("out", proc.stdout), ("err", proc.stderr))
-        if s is not None
-    ]
+    streams = {n: s for n, s in (("out", proc.stdout), ("err", proc.stderr)) if s is not None}
+    readers = [threading.Thread(target=drain, args=(n, s), daemon=True) for n, s in streams.items()]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + timeout
@@ -141,7 +135,7 @@ def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit:
         raise
     finally:  # close what the readers are done with (an unclosed pipe is a ResourceWarning, an error under
         # PYTHONWARNINGS=error); a reader still blocked -- a process outside the group holds the pipe -- keeps its own
-        for reader, stream in zip(readers, (s for s in (proc.stdout, proc.stderr) if s is not None)):
+        for reader, stream in zip(readers, streams.values()):
             reader.join(timeout=1)
             if not reader.is_alive():
                 stream.close()
@@ -152,14 +146,10 @@ def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit:
 
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group `proc` leads (it was started with start_new_session) and reap it."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 PROBE_OUTPUT_LIMIT = 16 << 20
@@ -196,17 +186,11 @@ def run_probe(
 def run_env(argv: list[str], env: dict | None) -> dict | None:
     """The environment of a command: a docker call that names no engine runs on the default socket, and
     podman on this machine's, whatever this shell exports (DOCKER_HOST, a context, CONTAINER_HOST)."""
+    source = os.environ if env is None else env
     if argv[:1] == ["podman"]:
-        return {
-            k: v
-            for k, v in (os.environ if env is None else env).items()
-            if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")
-        }
+        return {k: v for k, v in source.items() if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")}
     docker_at = 2 if argv[:3] == ["sudo", "-n", "docker"] else 0  # sudo may keep DOCKER_HOST (env_keep)
-    if argv[docker_at : docker_at + 1] != ["docker"] or (
-        len(argv) > docker_at + 1 and argv[docker_at + 1].startswith("--host=")
-    ):
+    named = len(argv) > docker_at + 1 and argv[docker_at + 1].startswith("--host=")
+    if argv[docker_at : docker_at + 1] != ["docker"] or named:
         return env
-    plain = {k: v for k, v in (os.environ if env is None else env).items() if k != "DOCKER_HOST"}
-    plain["DOCKER_CONTEXT"] = "default"
-    return plain
+    return {**{k: v for k, v in source.items() if k != "DOCKER_HOST"}, "DOCKER_CONTEXT": "default"}

@@ -6,11 +6,16 @@ import os
 import sys
 from pathlib import Path
 
-from . import bundle, errors, masking, subproc
+from . import errors, masking, subproc
 from .bundle import ROOT
 from .errors import ScriptError
 
+# The bundle's own dependencies (their import names are their distribution names) and the venv for them.
+BUNDLE_DEPS = ("huggingface_hub", "psutil", "requests", "jsonschema")
+BUNDLE_VENV = ROOT / ".venv"
+_REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 PIP_TIMEOUT_S = 900
+# each distribution's version into `out`, None where it has none (a %-template: the tuple of names)
 VERSIONS_CODE = r"""
 import json, importlib.metadata as md
 out = {}
@@ -19,14 +24,14 @@ for dist in %r:
         out[dist] = md.version(dist)
     except md.PackageNotFoundError:
         out[dist] = None
-print("@@DEPS@@" + json.dumps(out))
 """
 
 
 def installed_versions(python: str, dists: list[str]) -> dict:
     """Each distribution's version in `python`, None where it has none. Checked by hand, not by schema: this
     runs before jsonschema is installed (bootstrap on a bare python3)."""
-    found, why = subproc.run_probe([python], VERSIONS_CODE % (dists,), "@@DEPS@@", timeout=60)
+    code = VERSIONS_CODE % (dists,) + 'print("@@DEPS@@" + json.dumps(out))\n'
+    found, why = subproc.run_probe([python], code, "@@DEPS@@", timeout=60)
     if found is not None and not (
         set(found) == set(dists) and all(isinstance(found[d], (str, type(None))) for d in dists)
     ):
@@ -36,65 +41,58 @@ def installed_versions(python: str, dists: list[str]) -> dict:
     return found
 
 
+def make_venv(path: Path, by: str, fix: str) -> None:
+    """`python -m venv PATH` with this interpreter; `by` names the script in the progress line."""
+    errors.log(f"{by}: creating {path}")
+    res = subproc.run([sys.executable, "-m", "venv", str(path)], timeout=300, env=subproc.no_python_settings())
+    if not res.ok:
+        why = masking.clip(res.stderr.strip(), 300, tail=True) or res.failure
+        raise ScriptError(f"cannot create a venv at {path}: {why}", fix)
+
+
+def pip(python: Path, args: list[str], timeout: float, label: str | None = None) -> subproc.RunResult:
+    """`python -m pip ARGS`, bounded; `label`: a progress line on stderr, repeated while pip runs."""
+    if label:
+        errors.log(label)
+    progress = label and label.split(" (")[0]
+    argv = [str(python), "-m", "pip", *args]
+    return subproc.run(argv, timeout=timeout, progress=progress, env=subproc.no_python_settings())
+
+
+def pip_failed(res: subproc.RunResult) -> str:
+    return f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}"
+
+
 def ensure_venv(python: Path, test: bool) -> list[str]:
     """Create the bundle venv if needed and pip-install the bundle (its dependencies) into it."""
     actions = []
     if not python.exists():
-        errors.log(f"bootstrap: creating {BUNDLE_VENV}")
-        res = subproc.run(
-            [sys.executable, "-m", "venv", str(BUNDLE_VENV)], timeout=300, env=subproc.no_python_settings()
+        make_venv(
+            BUNDLE_VENV, "bootstrap", "install python3-venv (apt-get install python3-venv), then run bootstrap.py again"
         )
-        if not res.ok:
-            raise ScriptError(
-                f"cannot create {BUNDLE_VENV}: {masking.clip(res.stderr.strip(), 300, tail=True) or res.failure}",
-                "install python3-venv (apt-get install python3-venv), then run bootstrap.py again",
-            )
         actions.append(f"created {BUNDLE_VENV}")
-    target = f"{bundle.ROOT}[test]" if test else str(bundle.ROOT)
-    errors.log(f"bootstrap: pip install -e {target}")
-    res = subproc.run(
-        [str(python), "-m", "pip", "install", "-q", "-e", target],
-        timeout=PIP_TIMEOUT_S,
-        progress="bootstrap: pip install",
-        env=subproc.no_python_settings(),
-    )
+    target = f"{ROOT}[test]" if test else str(ROOT)
+    res = pip(python, ["install", "-q", "-e", target], PIP_TIMEOUT_S, f"bootstrap: pip install -e {target}")
     if not res.ok:
         raise ScriptError(
-            f"pip install failed: {masking.clip(res.stderr.strip(), 400, tail=True) or res.failure}",
-            "check access to the package index (pip config), then run bootstrap.py again",
+            pip_failed(res), "check access to the package index (pip config), then run bootstrap.py again"
         )
     actions.append("installed the bundle's dependencies" + (" and the test extra" if test else ""))
     return actions
 
 
-# The bundle's own dependencies (import names) and the venv scripts/bootstrap.py makes for them.
-BUNDLE_DEPS = {
-    "huggingface_hub": "huggingface_hub",
-    "psutil": "psutil",
-    "requests": "requests",
-    "jsonschema": "jsonschema",
-}
-BUNDLE_VENV = ROOT / ".venv"
-_REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
-
-
-def missing_deps() -> list[str]:
-    """Distribution names of the bundle's dependencies this interpreter cannot import."""
-    import importlib.util
-
-    return [dist for mod, dist in BUNDLE_DEPS.items() if importlib.util.find_spec(mod) is None]
-
-
 def use_bundle_venv() -> None:
     """`python3 scripts/NAME.py` works in any shell once scripts/bootstrap.py has run: when this
     interpreter lacks the dependencies and the bundle's venv has them, run the same command there."""
+    import importlib.util
+
     venv_python = BUNDLE_VENV / "bin" / "python"
     if (
         os.environ.get(_REEXEC_MARK)
         or not venv_python.exists()
         or Path(sys.prefix).resolve() == BUNDLE_VENV.resolve()
         or Path(sys.argv[0] or ".").resolve().parent != ROOT / "scripts"
-        or not missing_deps()
+        or all(importlib.util.find_spec(name) for name in BUNDLE_DEPS)
     ):
         return
     os.environ[_REEXEC_MARK] = "1"
