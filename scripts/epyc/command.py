@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-from . import hostfacts, quantization
+from . import bundle, hostfacts, quantization
 from .errors import ScriptError
 from .hubcache import bind_mount
 

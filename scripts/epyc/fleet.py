@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import bundle, errors, hubcache, jsonio, remote_host, runs, subproc
+from . import errors, hubcache, jsonio, remote_host, runs, subproc
 from .errors import ScriptError
 from .handoff import markdown_table
 from .kv_budget import need_of
