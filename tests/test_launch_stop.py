@@ -180,3 +180,15 @@ def test_a_plan_of_another_version_is_refused_with_its_stop_by_hand(script, inpu
         assert f"docker stop -t 30 {name} && docker rm {name} && rm -rf " in r.doc["fix"], r.doc
         assert "plan again" in r.doc["fix"], r.doc
     assert not any(c["argv"][0] in ("stop", "rm", "run") for c in calls(d))
+
+
+@pytest.mark.parametrize("older", [{"fleet_version": 1, "engines": []}, {"front_version": 1, "hosts": []}])
+def test_a_fleet_or_front_plan_of_another_version_is_refused_with_one_message(script, tmp_path, older):
+    """A fleet's or front's plan of the format before plan files said their kind (fleet_version, front_version)
+    gets the same one message as an engine's older plan, never a reading as another kind."""
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"ok": True, **older}))
+    for verb in ("verify", "stop"):
+        r = script("launch.py", verb, "--plan", str(plan_file))
+        assert r.code == 1 and "another version of this bundle" in r.doc["error"], r.doc
+        assert "plan again" in r.doc["fix"] and r.doc["phase"] == verb, r.doc
