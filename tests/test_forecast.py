@@ -1,0 +1,189 @@
+"""The forecast's arithmetic (scripts/epyc/forecast.py) on the recorded dual Genoa (NPS1), dual Turin (NPS4) and
+dual Milan hosts, for real model configs: bandwidth and parallelism move it the way physics says, a mixture of
+experts reads its active share, a missing fact gives no forecast, and no likely range is faster than its bound."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import sysroots
+from conftest import ROOT
+from epyc import bundle, cpuid, estimate, hostspec, remote_host
+from epyc import forecast as fc
+from epyc.bundle import GIB
+
+EPYC = bundle.load_epyc()
+MODELS = ROOT / "tests" / "fixtures" / "models"
+# EPYC 9654's all-core boost in the AMD spec export data/epyc_skus.json cites (not yet a column of that table)
+CLOCK_9654 = fc.Fact("clock_ghz", 3.55, "assumption: EPYC 9654 all-core boost, AMD spec export @4c08d88")
+
+
+def detect(tmp_path, host: str) -> dict:
+    """detect.py's document of a recorded host tree, in-process."""
+    root = sysroots.build(tmp_path / host, sysroots.HOSTS[host])
+    return cpuid.report(remote_host.gather_from_args(str(root), None), EPYC)
+
+
+def sized(model: str) -> tuple[dict, dict]:
+    """(estimate_memory.py's document, the config) of a fixture model, counted from its config in bf16."""
+    cfg = json.loads((MODELS / model / "config.json").read_text())
+    req = estimate.Request(
+        model, None, "bfloat16", 4096, 1, 2048, 2.0, 5.0, avx512_bf16=True, config=str(MODELS / model / "config.json")
+    )
+    return estimate.estimate(req, EPYC), cfg
+
+
+def plan(det: dict, model: str, ranks: int = 1, clock: fc.Fact = CLOCK_9654, measured_gbs=None, engines=1, **work):
+    """The forecast of `model` on the host `det`: one engine on a socket (its memory on its first core's node), or
+    `ranks` tensor-parallel ranks, one on each NUMA node; the bandwidth from data unless measured (per rank)."""
+    est, cfg = sized(model)
+    nodes_per_socket = det["numa_node_count"] // det["socket_count"]
+    cores = det["physical_cores"] // det["socket_count"] // (nodes_per_socket if ranks > 1 else 1)
+    row = next((r for r in est["tensor_parallel"] if r["ranks"] == ranks), None)
+    rank_weights = row["weight_gb"] * GIB if row else est["weight_bytes"]
+    active = est["active_weight_bytes"] * rank_weights / est["weight_bytes"]  # a mixture of experts: the active share
+    bandwidth = (
+        fc.Fact("memory_bandwidth_bytes_per_s", measured_gbs * 1e9, "measured")
+        if measured_gbs
+        else fc.memory_bandwidth(EPYC, det["epyc_generation"], 1 / nodes_per_socket, cores)
+    )
+    compute = fc.bf16_compute(EPYC, det["zen_arch"], cores, clock)
+    one = fc.Rank(int(active), row["kv_bytes_per_token"] if row else est["kv_bytes_per_token"], bandwidth, compute)
+    read, download = fc.load_rates(EPYC)
+    load = fc.Load(est["weight_bytes"], 0, read, download)
+    return fc.forecast(EPYC, (one,) * ranks, fc.Workload(*fc.model_params(cfg), **work), load, engines)
+
+
+def figures(f: fc.Forecast):
+    """Every figure of a forecast with whether it is a rate (faster = larger) or a time."""
+    yield f.floor_ms, False
+    yield f.ceiling_tps, True
+    yield from ((fig, True) for _c, fig, _limit in f.aggregate)
+    yield f.ttft_ms, False
+    yield f.load_s, False
+
+
+def assert_sane(f: fc.Forecast):
+    """No likely range is faster than its bound, none is empty, and the document is JSON."""
+    for fig, rate in figures(f):
+        if isinstance(fig, fc.Figure):
+            assert 0 < fig.lo <= fig.hi, fig
+            assert fig.hi <= fig.bound if rate else fig.bound <= fig.lo, fig
+    doc = json.loads(json.dumps(f.to_json()))
+    assert all(i["source"] for i in doc["inputs"]) and doc["shape"]["ranks"] == f.shape["ranks"]
+
+
+def test_a_larger_bandwidth_generation_forecasts_faster(tmp_path):
+    genoa, milan = detect(tmp_path, "genoa_9654_2s_smt"), detect(tmp_path, "milan_7763")
+    assert (genoa["epyc_generation"], milan["epyc_generation"]) == ("Genoa", "Milan")
+    g, m = plan(genoa, "falcon-40b"), plan(milan, "falcon-40b")
+    assert_sane(g)
+    # 12 x DDR5-4800 against 8 x DDR4-3200 a socket: 460.8 against 204.8 GB/s, the same bytes a step
+    assert m.floor_ms.bound / g.floor_ms.bound == pytest.approx(460.8 / 204.8, rel=0.01)
+    assert g.ceiling_tps.lo > m.ceiling_tps.lo and g.ceiling_tps.hi > m.ceiling_tps.hi
+    bw = next(i for i in g.inputs if i.name == "memory_bandwidth_bytes_per_s")
+    assert bw.value == 460.8e9 and "Genoa" in bw.source and "4c08d88" in bw.source
+    est, _cfg = sized("falcon-40b")  # 122 GiB of weights and one sequence's KV at mid-decode, at 460.8 GB/s
+    assert g.floor_ms.bound == pytest.approx((est["weight_bytes"] + est["kv_bytes_per_token"] * 576) / 460.8e6)
+    # measured on the host, the forecast follows the measurement: the faster read, the faster stream
+    slow, fast = plan(genoa, "falcon-40b", measured_gbs=300), plan(genoa, "falcon-40b", measured_gbs=400)
+    assert fast.floor_ms.bound < slow.floor_ms.bound and fast.ceiling_tps.hi > slow.ceiling_tps.hi
+
+
+def test_two_ranks_forecast_a_faster_single_stream_than_one_socket(tmp_path):
+    genoa = detect(tmp_path, "genoa_9654_2s_smt")
+    one, two = plan(genoa, "falcon-40b"), plan(genoa, "falcon-40b", ranks=2)
+    assert two.shape["ranks"] == 2 and all(isinstance(f, fc.Figure) for f, _ in figures(two))
+    assert 0.45 < two.floor_ms.bound / one.floor_ms.bound < 0.55  # each rank reads its half from its own socket
+    assert two.ceiling_tps.lo > one.ceiling_tps.lo and two.ttft_ms.bound < one.ttft_ms.bound
+    # dual Turin NPS4, measured 90 GB/s on a node: eight ranks, each on its node, against one engine whose memory
+    # is its socket's first node (what cpu_tune binds), the same per-node bandwidth
+    turin = detect(tmp_path, "turin_9755_2s_nps4")
+    assert (turin["epyc_generation"], turin["numa_node_count"]) == ("Turin", 8)
+    node, eight = plan(turin, "falcon-40b", measured_gbs=90), plan(turin, "falcon-40b", ranks=8, measured_gbs=90)
+    assert eight.floor_ms.bound < node.floor_ms.bound / 6
+    for f in (one, two, node, eight):
+        assert_sane(f)
+
+
+def test_a_mixture_of_experts_step_reads_its_active_share(tmp_path):
+    genoa = detect(tmp_path, "genoa_9654_2s_smt")
+    est, cfg = sized("DeepSeek-V2-Lite")
+    assert est["active_weight_bytes"] < est["weight_bytes"] / 4  # 6 of 64 routed experts a token
+    moe = plan(genoa, "DeepSeek-V2-Lite")
+    step = moe.floor_ms.bound / 1000 * 460.8e9  # the bytes the floor reads
+    assert step == pytest.approx(est["active_weight_bytes"] + est["kv_bytes_per_token"] * (512 + 64), rel=0.01)
+    layer, head = fc.model_params(cfg)
+    assert layer < fc.config_params(cfg)[1] / 4 and head == 102400 * 2048  # its FLOPs: the active experts too
+    dense = fc.model_params(json.loads((MODELS / "Llama-3.1-8B-Instruct" / "config.json").read_text()))[0]
+    assert dense == fc.config_params(json.loads((MODELS / "Llama-3.1-8B-Instruct" / "config.json").read_text()))[1]
+    assert_sane(moe)
+
+
+def test_a_generation_without_checked_data_gives_no_forecast_and_says_why(tmp_path):
+    turin = detect(tmp_path, "turin_9755_2s_nps4")
+    doc = plan(turin, "falcon-40b").to_json()  # EPYC 9005's DDR5 rate: no checked source
+    assert doc["decode"]["floor_ms_per_token"] == doc["decode"]["ceiling_tokens_per_s"]
+    why = doc["decode"]["floor_ms_per_token"]
+    assert why["available"] is False and why["why"].startswith("no forecast: memory_bandwidth_bytes_per_s")
+    assert "DDR5 rate" in why["why"] and all(a["tokens_per_s"]["available"] is False for a in doc["aggregate"])
+    milan = plan(detect(tmp_path, "milan_7763"), "falcon-40b")  # no AVX-512 BF16: its rate is not in the data
+    assert isinstance(milan.floor_ms, fc.Figure) and "no AVX-512 BF16" in milan.ttft_ms.why
+    bergamo = detect(tmp_path, "bergamo_9754")  # Zen 4c: its datapath not checked
+    assert "Zen 4c" in plan(bergamo, "falcon-40b").ttft_ms.why
+    # the SKU table has the 9654's row but no clock: no compute, no prefill, no aggregate -- the decode floor stands
+    genoa = detect(tmp_path, "genoa_9654_2s_smt")
+    clock = fc.sku_clock(next(r for r in hostspec.load_skus()["skus"] if r["model"] == "9654"))
+    assert clock.value is None and "EPYC 9654" in clock.why
+    no_clock = plan(genoa, "falcon-40b", clock=clock)
+    assert isinstance(no_clock.floor_ms, fc.Figure) and "no clock for EPYC 9654" in no_clock.ttft_ms.why
+    assert all(isinstance(f, fc.Missing) for _c, f, _l in no_clock.aggregate)
+    assert fc.memory_bandwidth(EPYC, "Bergamo/Siena", 1, 128).value is None  # masked CPUID: two platforms
+
+
+def test_the_aggregate_grows_with_concurrency_until_compute_bound(tmp_path):
+    genoa = detect(tmp_path, "genoa_9654_2s_smt")
+    f = plan(genoa, "falcon-40b", concurrency=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+    rates = [fig.bound for _c, fig, _l in f.aggregate]
+    limits = [lim for _c, _f, lim in f.aggregate]
+    assert rates == sorted(rates) and limits[0] == "memory" and limits[-1] == "compute"
+    knee = limits.index("compute")
+    assert rates[1] / rates[0] > 1.9  # one weight read serves the batch: twice the requests, twice the tokens
+    assert rates[-1] / rates[knee] < 1.1  # then the cores' compute is the roof
+    fleet = plan(genoa, "falcon-40b", engines=2, concurrency=(8,))  # a fleet of two: the sum of the engines
+    alone = plan(genoa, "falcon-40b", concurrency=(4,))
+    assert fleet.aggregate[0][1].bound == pytest.approx(2 * alone.aggregate[0][1].bound)
+    assert fleet.floor_ms == alone.floor_ms  # a stream is one engine's
+    assert_sane(f)
+    assert_sane(fleet)
+
+
+def test_the_runs_the_efficiencies_came_from_fall_in_their_likely_ranges():
+    """On the Genoa runner's own inputs (reference.md: 57.7 GB/s on 2 vCPUs, Qwen3-0.6B shapes, 2026-12-01; the
+    compute at the top boost of any 9004 part), each measured figure is in the forecast's likely range."""
+    est, cfg = sized("Qwen3-0.6B")
+    compute = fc.Fact("bf16_flops_per_s", 2 * 4.4e9 * 64, "assumption: 2 cores x 4.4 GHz x 64")
+    rank = fc.Rank(est["weight_bytes"], est["kv_bytes_per_token"], fc.Fact("bw", 57.7e9, "measured"), compute)
+    read, download = fc.load_rates(EPYC)
+    measured = {128: (50.7, 416, 19.0, 62.7, 100.2), 512: (52.5, 1121, 16.7, 38.5, 42.9)}  # TPOT, TTFT, tok/s C=1,4,8
+    for prompt, (tpot, ttft, *rates) in measured.items():
+        w = fc.Workload(*fc.model_params(cfg), prompt_tokens=prompt)
+        f = fc.forecast(EPYC, (rank,), w, fc.Load(est["weight_bytes"], 0, read, download))
+        assert f.floor_ms.bound < f.floor_ms.lo <= tpot <= f.floor_ms.hi
+        assert f.ttft_ms.lo <= ttft <= f.ttft_ms.hi
+        assert all(fig.lo <= r <= fig.hi for r, (_c, fig, _l) in zip(rates, f.aggregate))
+        assert_sane(f)
+
+
+def test_the_pinned_efficiencies_are_ranges_of_fractions_with_their_sources():
+    for row in EPYC["forecast"]["efficiency"] + EPYC["forecast"]["assumptions"]:
+        assert 0 < row["lo"] <= row["hi"], row
+        assert row["name"] in ("startup_s",) or "bytes_per_s" in row["name"] or row["hi"] <= 1, row
+    for row in EPYC["forecast"]["memory"] + EPYC["forecast"]["bf16_flops_per_cycle"]:
+        figures_ = [row.get(k) for k in ("channels", "mt_per_s", "flops") if k in row]
+        assert all(figures_) or row["why"], row  # a null is a fact not checked, and says why
+    zen4 = replace(CLOCK_9654, value=1.0)
+    assert fc.bf16_compute(EPYC, "Zen4", 1, zen4).value == 64e9  # VDPBF16PS: one 512-bit op a cycle, 64 FLOPs
+    assert fc.bf16_compute(EPYC, "Zen5", 1, zen4).value == 128e9
