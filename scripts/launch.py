@@ -139,11 +139,7 @@ def add_up(sub, epyc: dict) -> None:
         help="the stock vLLM CPU path (no zentorch): only on an explicit "
         "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC",
     )
-    u.add_argument(
-        "--yes",
-        action="store_true",
-        help="launch the plan up showed last: only after a human has read it",
-    )
+    u.add_argument("--yes", action="store_true", help="launch the plan up showed last: only after a human has read it")
     u.add_argument(
         "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]
     )
@@ -154,8 +150,8 @@ def plan_from_files(a, epyc: dict) -> dict:
     deployment.refuse_to_plan_over(runs.run_dir(a.run))  # before its plan.json is replaced
     folder = runs.keep(a, "plan")
     if a.hosts:
-        others = [f"--{k.replace('_', '-')}" for k in (*INPUT_FLAGS, *PLAN_OPTIONS, "engines") if k not in FRONT_FLAGS]
-        if [flag for flag in others if getattr(a, flag[2:].replace("-", "_")) not in (None, False, "skill")]:
+        others = [k for k in (*INPUT_FLAGS, *PLAN_OPTIONS, "engines") if k not in FRONT_FLAGS]
+        if any(getattr(a, k) not in (None, False, "skill") for k in others):
             raise ScriptError(
                 "--hosts plans only the front router: each host's engines are planned in its own run folder",
                 "pass --hosts with --api-key-env, --port and --expose only",
@@ -194,13 +190,7 @@ def main(argv: Sequence[str] | None = None):
         return plan_from_files(a, epyc), errors.EXIT_OK
     if a.cmd == "up":
         return up(a, epyc), errors.EXIT_OK
-    kw = (
-        {"confirm": a.confirm, "pull": a.pull}
-        if a.cmd == "start"
-        else {"timeout": a.timeout}
-        if a.cmd == "verify"
-        else {}
-    )
+    kw = {k: getattr(a, k) for k in {"start": ("confirm", "pull"), "verify": ("timeout",)}.get(a.cmd, ())}
     return deployment.act(a.cmd, a.plan or str(runs.run_dir(a.run) / "plan.json"), epyc, **kw), errors.EXIT_OK
 
 

@@ -16,14 +16,12 @@ from .errors import ScriptError
 from .handoff import handoff_doc, systemd_unit
 from .planfile import check_plan, refuse_edited, refuse_older, rerender
 from .process import end_group, group_members, launch
-from .serve_procs import alive, log_tail
+from .serve_procs import alive, log_tail, state_server
+from .serve_start import CONFIRM
 from .serve_state import auth_headers, make_own_folder, read_state, write_own_file
 
 KINDS = ("engine", "fleet", "front")
-CONFIRM = (
-    "start needs --confirm: the human must approve the plan first",
-    "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
-)
+SYSTEMD_GIVES = ("PATH", "HOME", "USER", "LOGNAME")
 
 
 @dataclass
@@ -42,8 +40,7 @@ class Deployment:
 
 
 def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
-    """The plan file read once, as its `kind` says, every part refused unless its own inputs render it (start
-    renders the engines again in this shell, after the human's --confirm)."""
+    """The plan file read once, as its `kind` says, every part refused unless its own inputs render it."""
     doc = jsonio.read_json_input(path, "plan")
     refuse_older(doc, path)
     kind, file = doc.get("kind"), os.path.abspath(path)
@@ -59,7 +56,7 @@ def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
 
 
 def kind_of(path: str) -> str | None:
-    """The kind a plan file says it is; None where it is no plan of this version (its reader then says why)."""
+    """The kind a plan file says it is; None where it is no plan of this version."""
     try:
         doc = jsonio.read_json_input(path, "plan")
     except ScriptError:
@@ -97,11 +94,9 @@ def stop_router(router: dict) -> dict:
 
 
 def judge_router(dep: Deployment, timeout: float) -> dict:
-    """The router's health, then one chat through it (with the key, when there is one), within timeout."""
-    served, headers = dep.doc["served_model_name"], auth_headers(dep.doc)
-    base = f"http://127.0.0.1:{dep.router['port']}"
-    deadline = time.monotonic() + timeout
-    why = "not started"
+    """The router's health, then one chat through it (with the key, when there is one), within `timeout`."""
+    served, headers, why = dep.doc["served_model_name"], auth_headers(dep.doc), "not started"
+    base, deadline = f"http://127.0.0.1:{dep.router['port']}", time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not router_running(dep.router):
             return {"answered": False, "why": "its process is gone (router.log in its state dir)"}
@@ -115,10 +110,8 @@ def judge_router(dep: Deployment, timeout: float) -> dict:
             if status == 200 and '"choices"' in text:
                 return {"answered": True, "why": None}
             if status in (401, 403):  # no wait makes a wrong key right
-                return {
-                    "answered": False,
-                    "why": f"HTTP {status}: the engines refused the key in ${dep.doc['api_key_env']} (set it)",
-                }
+                why = f"HTTP {status}: the engines refused the key in ${dep.doc['api_key_env']} (set it)"
+                return {"answered": False, "why": why}
         why = f"HTTP {status}" if status else text
         time.sleep(1)
     return {"answered": False, "why": f"no answer within {timeout:g}s ({why})"}
@@ -127,23 +120,18 @@ def judge_router(dep: Deployment, timeout: float) -> dict:
 # ---------------------------------------------------------------- the verbs
 
 
-def engine_running(plan: dict) -> bool | None:
-    """alive() of the server this engine's state records (False with no state)."""
-    state = read_state(plan)
-    return alive(plan, state) if state is not None else False
-
-
 def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> dict:
-    """Every engine, then the router (it waits for them itself); what a failure leaves started is stopped. A
-    deployment with a router of which anything runs is repaired in place: each part that does not serve is
-    started again while the rest serves."""
+    """Every engine, then the router (what a failure leaves started is stopped); one partly running, repaired."""
     if not confirm:
         raise ScriptError(*CONFIRM)
     for plan in dep.engines:  # rendered in this shell: the key and HF_TOKEN must be set here, now
-        refuse_edited(plan, rerender(plan, epyc), "start")
+        fresh = rerender(plan, epyc)
+        serve_start.refuse_elsewhere(plan)  # a plan for another machine is refused as that, not as edited
+        refuse_edited(plan, fresh, "start")
     if dep.router is None:
         return serve_start.start(dep.engines[0], True, pull)
-    running = [engine_running(e) for e in dep.engines]
+    # each engine's recorded server: alive (True), exited or never started (False), or its runtime did not say
+    running = [alive(e, state) if (state := read_state(e)) is not None else False for e in dep.engines]
     if router_running(dep.router) or any(r is not False for r in running):
         return {"kind": dep.kind, **repair(dep, running)}
     started = []
@@ -165,8 +153,7 @@ def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> 
 
 
 def repair(dep: Deployment, running: list[bool | None]) -> dict:
-    """Each engine that does not serve (gone, or alive and not healthy) stopped and started again from its own
-    plan, the router started again when it is gone."""
+    """Each engine that does not serve, and the router when gone, started again while the rest serves."""
     out = []
     for plan, up in zip(dep.engines, running):  # a runtime that did not say (None) counts as running
         if up is None or (up and serve_verify.http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)[0] == 200):
@@ -184,8 +171,7 @@ def repair(dep: Deployment, running: list[bool | None]) -> dict:
 
 
 def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
-    """One engine: serve_verify's phases. With a router: each engine on its own port (a failed one is named),
-    then one request through the router, which must answer from the others."""
+    """serve_verify's phases on each engine (a failed one is named), then one request through the router."""
     smoke = epyc["serve"]["smoke_timeout_s"]
     if dep.router is None:
         return serve_verify.verify(dep.engines[0], timeout, smoke)
@@ -194,16 +180,8 @@ def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
         try:
             results.append(serve_verify.verify(plan, timeout, smoke))
         except ScriptError as exc:
-            tail = exc.extra.get("log_tail") or log_tail(plan)
-            failed.append(
-                {
-                    "engine": i,
-                    "port": plan["port"],
-                    "error": exc.error,
-                    "phase": exc.extra.get("phase"),
-                    "log_tail": tail,
-                }
-            )
+            entry = {"engine": i, "port": plan["port"], "error": exc.error, "phase": exc.extra.get("phase")}
+            failed.append({**entry, "log_tail": exc.extra.get("log_tail") or log_tail(plan)})
     router = judge_router(dep, timeout if not failed else 30)
     doc = {
         "kind": dep.kind,
@@ -251,8 +229,7 @@ def handoff(dep: Deployment) -> dict:
 
 
 def stop(dep: Deployment) -> dict:
-    """The router first (no new request reaches a stopping engine), then every engine whatever the one before
-    said: one that cannot be stopped is named, the others are still stopped."""
+    """The router first, then every engine, whatever the one before said (one that refuses is named)."""
     if dep.router is None:
         return serve_stop.stop(dep.engines[0])
     router = stop_router(dep.router)
@@ -301,8 +278,6 @@ def refuse_to_plan_over(folder: Path) -> None:
     except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return
     states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(engines)]
-    from .serve_procs import state_server
-
     if (isinstance(router, dict) and router_running(router)) or any(state_server(s) for s in states if s):
         raise ScriptError(
             f"{folder} holds a running {doc['kind']}: a new plan there would leave it named by nothing",
@@ -311,8 +286,7 @@ def refuse_to_plan_over(folder: Path) -> None:
 
 
 def with_service(plan: dict, doc: dict) -> dict:
-    """The host path's handoff with the systemd unit that keeps the server up; a unit that cannot be written
-    (a full disk) is said in the guidance: the server it would keep up is handed off."""
+    """The host path's handoff with the systemd unit that keeps the server up (one not written: said)."""
     if plan["path"] != "host":
         return doc
     try:
@@ -322,16 +296,12 @@ def with_service(plan: dict, doc: dict) -> dict:
 
 
 def keep_service(plan: dict) -> dict:
-    """The host server as a systemd unit beside its state, and how to install it: what keeps it up across a
-    crash or a reboot (a container has its runtime's restart policy instead)."""
+    """The host server as a systemd unit beside its state, and how to install it."""
     import pwd
 
     # what start passes on from its shell, less what systemd gives a service itself and a URL with a password
-    inherited = {
-        k: v
-        for k, v in inherited_env(dict(os.environ)).items()
-        if k not in ("PATH", "HOME", "USER", "LOGNAME") and not masking.URL_CREDENTIALS.search(v)
-    }
+    inherited = inherited_env(dict(os.environ))
+    inherited = {k: v for k, v in inherited.items() if k not in SYSTEMD_GIVES and not masking.URL_CREDENTIALS.search(v)}
     program = subproc.find_program(plan["argv"][0]) or plan["argv"][0]
     svc = systemd_unit(plan, pwd.getpwuid(os.getuid()).pw_name, program, inherited)
     unit_file = Path(plan["state_dir"]) / "server.service"
@@ -339,6 +309,7 @@ def keep_service(plan: dict) -> dict:
     write_own_file(Path(svc["env_file"]), svc["env"])
     secrets = list(plan["env_by_name"])
     first = f"first write {', '.join(n + '=...' for n in secrets)} into {svc['secrets_file']} (mode 0600): "
+    then = "systemd restarts it on failure and starts it at boot; stop it with sudo systemctl disable --now "
     return {
         "unit_file": str(unit_file),
         "env_file": svc["env_file"],
@@ -348,7 +319,5 @@ def keep_service(plan: dict) -> dict:
             f"sudo install -m 0644 {shlex.quote(str(unit_file))} /etc/systemd/system/{svc['name']}",
             f"sudo systemctl daemon-reload && sudo systemctl enable --now {svc['name']}",
         ],
-        "note": (first if secrets else "")
-        + "systemd restarts it on failure and starts it at boot; stop it with sudo systemctl disable --now "
-        + svc["name"],
+        "note": (first if secrets else "") + then + svc["name"],
     }

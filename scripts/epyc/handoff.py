@@ -12,11 +12,9 @@ from .masking import redact
 
 
 def model_cell(plan: dict) -> str:
-    endpoint = (
-        "unknown until verify settles it (chat first, then completions)"
-        if plan["primary_endpoint"] == "unknown"
-        else plan["primary_endpoint"]
-    )
+    endpoint = plan["primary_endpoint"]
+    if endpoint == "unknown":
+        endpoint = "unknown until verify settles it (chat first, then completions)"
     revision = f" at revision {plan['revision']}" if plan.get("revision") else ""
     return f"{plan['model']}{revision} -- {plan['model_kind']}, endpoint {endpoint}"
 
@@ -61,11 +59,9 @@ def kv_cell(s: dict) -> str:
 
 def hardware_cell(det: dict, sizing: dict) -> str:
     """The CPU, and the cores of the socket that serves (the host's total only beside it)."""
-    cpu = (
-        f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})"
-        if det.get("is_amd_epyc")
-        else f"{det.get('cpu_model')} (not an AMD EPYC)"
-    )
+    cpu = f"{det.get('cpu_model')} (not an AMD EPYC)"
+    if det.get("is_amd_epyc"):
+        cpu = f"EPYC {det.get('epyc_generation')} ({det.get('zen_arch')})"
     sockets = det.get("socket_count") or 1
     where = f"socket {sizing['socket']}" if sizing["tensor_parallel_size"] == 1 else f"{len(sizing['ranks'])} ranks"
     cores = f"{sizing['omp_threads']} cores on {where}" + (
@@ -107,8 +103,7 @@ def environment_cell(plan: dict) -> str:
 
 
 def fit_cell(fit: dict | None, plan: dict) -> str:
-    """The fit against the RAM estimate_memory was given, and the serving socket's own when that differs
-    (a dual-socket host's RAM is twice what one engine may use)."""
+    """The fit against the RAM estimate_memory was given, and the serving socket's own when that differs."""
     if not fit:
         return "not estimated"
     socket_ram = (plan.get("inputs") or {}).get("cpu_tune", {}).get("socket_ram_gb")
@@ -142,28 +137,24 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["Command (exactly what start runs)", plan["command"]],
     ]
     if plan["deferred"]:
-        rows.append(
-            [
-                "Planned for",
-                f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are "
-                "assumed; re-check on the host before start (run the chain there)"
-                + (
-                    f"; the key in ${plan['api_key_env']} reaches the server only through launch.py start there "
-                    "(this command pasted alone would serve without it)"
-                    if plan.get("api_key_env")
-                    else ""
-                ),
-            ]
+        cell = (
+            f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are assumed; re-check on the "
+            "host before start (run the chain there)"
         )
+        if plan.get("api_key_env"):
+            cell += (
+                f"; the key in ${plan['api_key_env']} reaches the server only through launch.py start there "
+                "(this command pasted alone would serve without it)"
+            )
+        rows.append(["Planned for", cell])
     rows += [["Warning", w["message"]] for w in plan["warnings"]]
     rows += [["Needs your OK", c] for c in plan["confirmation_reasons"]]
     return rows
 
 
 def table_cell(value: object) -> str:
-    """One cell on one line, as the human will read it: `|` escaped, and every character that is not
-    printable shown as its escape -- a newline from a document would end the row, an ESC or a bidi
-    override could redraw the very line of the command the human is approving."""
+    """One cell on one line: `|` escaped, every unprintable character as its escape (a newline would end the row,
+    an ESC or a bidi override redraw the command being approved)."""
     text = str(value).replace("|", "\\|")
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
@@ -179,19 +170,14 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
     """The one deterministic request verify sends on the primary endpoint."""
+    limits = {"max_tokens": 16, "temperature": 0}
     if endpoint == "chat_completions":
-        return "/v1/chat/completions", {
-            "model": served,
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 16,
-            "temperature": 0,
-        }
-    return "/v1/completions", {"model": served, "prompt": "Hello, world", "max_tokens": 16, "temperature": 0}
+        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": "hi"}], **limits}
+    return "/v1/completions", {"model": served, "prompt": "Hello, world", **limits}
 
 
 def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) -> tuple[bool, str]:
-    """A 200 is not enough: the body must be a completion with a non-error, non-empty first choice.
-    Any server text in the verdict is redacted."""
+    """A 200 is not enough: the body must be a completion with a non-error, non-empty first choice (text redacted)."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):  # ValueError: not JSON, or an integer past Python's 4300 digits
@@ -206,14 +192,11 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     first = choices[0]
     if not isinstance(first, dict):
         return False, "choices[0] is not an object"
-    message = first.get("message") if endpoint == "chat_completions" else None
-    text = (
-        (message.get("content") if isinstance(message, dict) else None)
-        if endpoint == "chat_completions"
-        else first.get("text")
-    )
+    chat = endpoint == "chat_completions"
+    message = first.get("message") if chat else None
+    text = (message.get("content") if isinstance(message, dict) else None) if chat else first.get("text")
     if not isinstance(text, str):
-        return False, f"choices[0] has no {'message.content' if endpoint == 'chat_completions' else 'text'}"
+        return False, f"choices[0] has no {'message.content' if chat else 'text'}"
     usage = doc.get("usage")
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:  # true is not a count
@@ -224,37 +207,25 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
 def examples(endpoint: str, path: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
     """A curl line and an OpenAI-client snippet for the endpoint; the key by its variable's name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
+    limits = {"max_tokens": 128, "temperature": 0.7}
     if endpoint == "chat_completions":
-        body = {
-            "model": served,
-            "messages": [{"role": "user", "content": "Hello"}],
-            "max_tokens": 128,
-            "temperature": 0.7,
-        }
+        body = {"model": served, "messages": [{"role": "user", "content": "Hello"}], **limits}
         py_call = (
             'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
             '"Hello"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)'
         )
     else:
-        body = {"model": served, "prompt": "Hello, world", "max_tokens": 128, "temperature": 0.7}
+        body = {"model": served, "prompt": "Hello, world", **limits}
         py_call = (
             'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\n'
             "print(r.choices[0].text)"
         )
     # quoted word by word; the key is expanded by the user's shell from the variable's NAME
     auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
-    curl = (
-        shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"])
-        + auth
-        + " \\\n  -d "
-        + shlex.quote(json.dumps(body))
-    )
-    python = (
-        "import os\nfrom openai import OpenAI\n\n"
-        f'client = OpenAI(base_url="{base}", api_key={key})\n'
-        f"model = {json.dumps(served)}  # the served model name\n" + py_call
-    )
-    return curl, python
+    head = shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"])
+    curl = f"{head}{auth} \\\n  -d {shlex.quote(json.dumps(body))}"
+    client = f'import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key})\n'
+    return curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
 
 
 def systemd_word(word: str) -> str:
@@ -266,42 +237,36 @@ def systemd_word(word: str) -> str:
 
 
 def systemd_unit(plan: dict, user: str, program: str, inherited: dict) -> dict:
-    """The host server as a systemd service, rendered from the plan: the same argv (`program`: its first word
-    as an absolute path) and pin, its environment from a file beside the state (the plan's, over what start
-    passes on from its shell: `inherited`), secrets from a file the user writes (never in the unit),
-    restarted on failure. -> the unit's name, text and its environment file's."""
+    """The host server as a systemd service (`program`: the argv's first word, absolute), its env from a file
+    beside the state (the plan's over `inherited`), secrets from one the user writes. -> name, unit, env files."""
     name = f"vllm-epyc-{plan['port']}.service"
     env_file, secrets_file = f"{plan['state_dir']}/server.env", f"{plan['state_dir']}/secrets.env"
-    unit = "\n".join(
-        [
-            "[Unit]",
-            f"Description=vLLM {plan['served_model_name']} on port {plan['port']} (serving-llms-on-epyc)",
-            "After=network-online.target",
-            "Wants=network-online.target",
-            "",
-            "[Service]",
-            "Type=exec",
-            f"User={user}",
-            f"EnvironmentFile={env_file}",
-            *([f"EnvironmentFile={secrets_file}"] if plan["env_by_name"] else []),
-            "ExecStart=" + " ".join(systemd_word(w) for w in [program, *plan["argv"][1:]]),
-            "Restart=on-failure",
-            "RestartSec=10",
-            "TimeoutStopSec=60",
-            "",
-            "[Install]",
-            "WantedBy=multi-user.target",
-            "",
-        ]
-    )
+    secrets_line = f"EnvironmentFile={secrets_file}\n" if plan["env_by_name"] else ""
+    exec_start = " ".join(systemd_word(w) for w in [program, *plan["argv"][1:]])
+    unit = f"""[Unit]
+Description=vLLM {plan["served_model_name"]} on port {plan["port"]} (serving-llms-on-epyc)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=exec
+User={user}
+EnvironmentFile={env_file}
+{secrets_line}ExecStart={exec_start}
+Restart=on-failure
+RestartSec=10
+TimeoutStopSec=60
+
+[Install]
+WantedBy=multi-user.target
+"""
     env = "".join(f"{k}={json.dumps(str(v), ensure_ascii=False)}\n" for k, v in {**inherited, **plan["env"]}.items())
     return {"name": name, "unit": unit, "env_file": env_file, "env": env, "secrets_file": secrets_file}
 
 
 def handoff_doc(plan: dict, served: str | None = None, settled: str | None = None, entry: dict | None = None) -> dict:
-    """What the user gets: base URL, endpoint, examples; at `entry` (base_url, port, stop_command: a router's)
-    when the engine is not what clients reach. An endpoint the plan left "unknown" is the one verify settled
-    on the running server (`settled`); before that there is nothing true to hand off."""
+    """What the user gets (base URL, endpoint, examples), at `entry` (a router's base_url, port, stop_command) when
+    given; an endpoint the plan left "unknown" is the one verify `settled`."""
     served = served or plan["served_model_name"]
     endpoint = plan["primary_endpoint"] if plan["primary_endpoint"] != "unknown" else settled
     if endpoint not in ("chat_completions", "completions"):
@@ -309,37 +274,29 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
             "the plan's endpoint is unknown (the chat template could not be read) and verify has not settled it yet",
             "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff",
         )
-    path = "/v1/chat/completions" if endpoint == "chat_completions" else "/v1/completions"
+    path, _ = smoke_request(endpoint, served)
     why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
         "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
     )
     entry = entry or {k: plan[k] for k in ("base_url", "port", "stop_command")}
-    base, port = entry["base_url"], entry["port"]
-    key_env = plan.get("api_key_env")
+    base, port, key_env, s = entry["base_url"], entry["port"], plan.get("api_key_env"), plan["sizing"]
     curl, python = examples(endpoint, path, base, served, key_env)
-    s = plan["sizing"]
     runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
-    # an exposed server listens on every address: the base URL is this machine's; others use its address
     reach = (
-        (
-            f"; it listens on every address ({plan['host']}:{port}): from another machine use this "
-            f"host's address, with the key in ${key_env}"
-        )
-        if plan.get("expose")
-        else ""
+        f"; it listens on every address ({plan['host']}:{port}): from another machine use this host's address, "
+        f"with the key in ${key_env}"
+    )
+    sizing = (
+        f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
+        f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA {','.join(map(str, s['numa_nodes']))}"
     )
     rows = [
-        ["Base URL", f"{base} (the trailing /v1 matters{reach})"],
+        ["Base URL", f"{base} (the trailing /v1 matters{reach if plan.get('expose') else ''})"],
         ["Served model", served],
         ["Endpoint", path],
         ["Why", why],
         ["Runtime / port", runs_on],
-        [
-            "Sizing",
-            f"{s['omp_threads']} OMP threads ({s['vllm_cpu_omp_threads_bind']}), KV {s['kv_granted_gb']} GiB, "
-            f"--max-model-len {s['max_model_len']}, socket {s['socket']}, NUMA "
-            f"{','.join(map(str, s['numa_nodes']))}",
-        ],
+        ["Sizing", sizing],
         ["Stop", entry["stop_command"]],
     ]
     if entry["stop_command"] == plan["stop_command"] and plan.get("container_name"):  # the key files stay behind
@@ -360,8 +317,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
         "python_example": python,
         "table_markdown": markdown_table(["Field", "Value"], rows),
         "guidance": [
-            "max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len "
-            f"({s['max_model_len']})",
+            f"max_tokens caps the output; prompt tokens + max_tokens must stay <= --max-model-len ({s['max_model_len']})",
             "temperature 0 is greedy; tune temperature or top_p, not both",
             "stream: true streams tokens (server-sent events)",
             "the model's generation_config.json may set sampling defaults; pass explicit values",

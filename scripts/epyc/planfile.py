@@ -24,9 +24,7 @@ def key_facts(key_env: str | None) -> dict:
 
 
 def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
-    """What a plan depends on besides its five documents, read from this shell and this disk: at plan
-    time and again at start (the HF cache a container mounts is looked at again then, as it is now).
-    `list_cache=False` where the caller takes the cache from the plan: it is not read at all then."""
+    """What a plan depends on besides its documents, from this shell and disk (`list_cache`: the HF cache too)."""
     chk, val = inputs["check_model"], inputs["validate"]
     model = opt.get("model") or chk.get("model") or ""
     folder = jsonio.user_path(model, "the model") if model else None
@@ -51,9 +49,7 @@ def host_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
 
 def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
     """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
-
-    diff = plan_differences(plan, fresh)
-    if diff:
+    if diff := plan_differences(plan, fresh):
         raise ScriptError(
             f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
             "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
@@ -63,19 +59,14 @@ def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
         )
 
 
-def check_inputs(inputs: dict, where: str, fix: str) -> None:
-    """The five documents a plan is rendered from, each against its script's output schema: a plan and
-    its re-rendering read them by the same rule (an edited input is refused before it is used)."""
-    for name in bundle.INPUT_SCRIPTS:
-        jsonio.check_schema(inputs.get(name), name, f"{where}: {name} is not {name}.py's output", fix)
-
-
 def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "start") -> dict:
     """The plan its own inputs and options give in this shell now. `env_from_plan`: secrets, offline state,
     HF cache and model folder as the plan recorded them (stop works where the key is not exported, and
     under a moved cache)."""
     try:
-        check_inputs(plan["inputs"], "the plan's inputs", PLAN_FIX)
+        for name in bundle.INPUT_SCRIPTS:  # an edited input is refused before it is used
+            what = f"the plan's inputs: {name} is not {name}.py's output"
+            jsonio.check_schema(plan["inputs"].get(name), name, what, PLAN_FIX)
         facts = host_facts(plan["options"], plan["inputs"], list_cache=not env_from_plan)
         if env_from_plan:
             facts.update(
@@ -86,10 +77,10 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
                 hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1",
             )
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None, "error": None}
-            # the folder start served (its state records it): not the plan's field, which an edit could change
-            # along with the argv; no state (nothing started): the disk
+            # the folder start served (its state records it), not the plan's field an edit could change with the
+            # argv; no state of this plan's (nothing started): the disk
             served = read_state(plan) or {}
-            served = {} if foreign_state(plan, served) else served  # another plan's start: not what this one served
+            served = {} if foreign_state(plan, served) else served
             if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))):
                 facts["model_dir"] = served["model_dir"]
         return build_plan(plan["inputs"], plan["options"], epyc, facts)
@@ -101,8 +92,7 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
 
 
 def stop_by_hand(plan: dict) -> str:
-    """How to stop the server of a plan this bundle does not read: the runtime's own commands on the engine
-    the plan names, and the key files start wrote; or a kill of the process group its state records."""
+    """How to stop the server of a plan this bundle does not read, by the runtime's commands or a group kill."""
     name, state_dir = plan.get("container_name"), plan.get("state_dir")
     try:
         rt = runtimes.runtime_argv(plan.get("runtime"), plan.get("engine"))
@@ -128,8 +118,7 @@ def refuse_older(doc: object, path: str) -> None:
 
 
 def check_plan(plan: object, path: str) -> dict:
-    """An engine's plan is data: checked against its schema, its state and log in its own state dir (nothing
-    else is ever written or removed), its secrets masked in whatever a verb prints from here on."""
+    """An engine's plan checked against its schema, its state and log in its state dir, its secrets masked."""
     jsonio.check_schema(plan, "plan", f"{path} is not a launch plan", PLAN_FIX)
     masking.treat_as_secret(*(plan.get("secrets") or {}).values(), plan.get("api_key_env") or "")
     state_dir = Path(plan["state_dir"])  # read before rerender compares the rest: never a file elsewhere
@@ -146,10 +135,7 @@ def load_plan(path: str) -> dict:
 
 
 def read_plan(path: str, verb: str, epyc: dict) -> dict:
-    """A plan as every verb but start reads it: load_plan's rules, then only as its own inputs render it
-    (with the secrets and offline state the plan records, so it works where the key is not exported):
-    an edited stop command, summary or command is refused before anything acts on it or shows it. start
-    renders it in this shell instead (the key and HF_TOKEN must be set here, now)."""
+    """A plan by load_plan's rules, refused unless its inputs render it (but for start, with the plan's secrets)."""
     plan = load_plan(path)
     refuse_edited(plan, rerender(plan, epyc, env_from_plan=verb != "start", phase=verb), verb)
     return plan

@@ -22,22 +22,19 @@ EXEC_YOUNG_S = 30.0
 
 
 def start_error(error: str, fix: str, **extra) -> ScriptError:
-    """start's refusals carry phase "start"."""
     return ScriptError(error, fix, phase="start", **extra)
 
 
 def unrecorded(spec: dict, exc: BaseException, what: str, undone: str) -> ScriptError:
-    """start launched something no state names (interrupted, or state.json could not be written): it has been
-    taken down again, and start says why in words a user acts on."""
+    """start launched something no state names (interrupted, or its state not written) and `undone` it: why."""
     if isinstance(exc, KeyboardInterrupt):
         return start_error(
             f"interrupted before the {what} was recorded: start {undone} it", "run start again", interrupted=True
         )
-    reason = (
-        exc.error
-        if isinstance(exc, ScriptError)
-        else (f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}")
-    )
+    if isinstance(exc, ScriptError):
+        reason = exc.error
+    else:
+        reason = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
     return start_error(
         f"the {what} was launched, but its state could not be written to {spec['state_file']} "
         f"({masking.clip(reason, 300)}): start {undone} it",
@@ -46,8 +43,7 @@ def unrecorded(spec: dict, exc: BaseException, what: str, undone: str) -> Script
 
 
 def launch(spec: dict, env: dict, program: str, what: str, **recorded) -> dict:
-    """spec's argv as a process group of its own, its output in spec's log_file (new each start), and its state
-    in spec's state_file, as one step: a process no state names is killed again. -> the state."""
+    """spec's argv as a process group of its own, logged to its log_file, recorded in its state_file as one step."""
     import psutil
 
     proc, saved = None, False
@@ -99,8 +95,7 @@ def launch(spec: dict, env: dict, program: str, what: str, **recorded) -> dict:
 
 
 def settled_environ(proc: psutil.Process) -> dict | None:
-    """A process's environment, or None when it cannot be read or judged. A young process inside execve reads
-    an empty environ for a moment: it is asked again for EXEC_SETTLE_S; vLLM's renamed workers read empty for good."""
+    """A process's environment, or None when unreadable (a young one reading empty is asked for EXEC_SETTLE_S)."""
     import psutil
 
     try:
@@ -121,10 +116,9 @@ def settled_environ(proc: psutil.Process) -> dict | None:
 
 
 def group_members(state: dict) -> list:
-    """The live processes of the recorded group, proven ours: by the leader's start time, and, where the state
-    holds start's run token (MARKER_ENV, an engine, whose workers can outlive the leader), by that token in the
-    leader's environ or a surviving member's. A state without a token is one process that rewrites its own
-    environ (vllm-router): its leader alive with the recorded start time is the proof."""
+    """The live processes of the recorded group, proven ours by the leader's start time and the run token
+    (MARKER_ENV) in the leader's or a surviving member's environ; without a token (vllm-router rewrites its
+    environ), by the leader alive with that start time."""
     import psutil
 
     pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
@@ -138,13 +132,11 @@ def group_members(state: dict) -> list:
         return None if env is None else env.get(MARKER_ENV) == token
 
     leader_marked = None
-    try:  # the leader's pid alive with another start time: it was reused, and the group is not ours
+    with contextlib.suppress(psutil.Error):  # the leader is gone (or a zombie); an engine's workers may not be
         leader = psutil.Process(pgid)
-        if abs(leader.create_time() - started) > 0.01:
+        if abs(leader.create_time() - started) > 0.01:  # its pid reused: the group is not ours
             return []
         leader_marked = marked(leader) if token else not leader_gone(pgid)
-    except psutil.Error:
-        pass  # the leader is gone (or a zombie); an engine's workers may not be
     if leader_marked is False or (token is None and not leader_marked):
         return []
     out = group_scan(pgid, started)
@@ -154,7 +146,7 @@ def group_members(state: dict) -> list:
 
 
 def leader_gone(pgid: int) -> bool:
-    """The process that led group `pgid` has exited (gone, or a zombie nobody reaped)."""
+    """The process that led group `pgid` has exited (gone, or a zombie)."""
     import psutil
 
     try:
@@ -182,9 +174,7 @@ def group_scan(pgid: int, started: float) -> list:
 
 
 def orphaned_workers(state: dict) -> list:
-    """The processes left in a group whose leader is gone and that cannot show the run's marker (vLLM's renamed
-    workers read an empty environ): not provably ours, so never killed, and never forgotten (the state that
-    names them is kept). A live leader without the marker is another group: none."""
+    """The processes left in a group whose leader is gone, that cannot show the run's marker (never killed)."""
     pgid, started = state.get("pgid"), state.get("create_time")
     if not isinstance(pgid, int) or pgid <= 1 or isinstance(started, bool) or not isinstance(started, (int, float)):
         return []
@@ -196,8 +186,7 @@ def process_alive(state: dict) -> bool:
 
 
 def end_group(state: dict, group: list) -> tuple[list, set[int]]:
-    """SIGTERM to our own group, SIGKILL after the grace, and again until the group is empty (a worker forked
-    on the way down has had its grace). -> (processes killed after the grace, pids that came late)."""
+    """SIGTERM, SIGKILL after the grace, until the group is empty. -> (killed after the grace, pids that came late)."""
     import psutil
 
     for proc in group:
@@ -217,8 +206,7 @@ def end_group(state: dict, group: list) -> tuple[list, set[int]]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(state["pgid"], signal.SIGKILL)  # ours: group_members proved it
         time.sleep(0.2)
-    stuck = [p.pid for p in group_members(state)]  # still there after 10 s of SIGKILL: stuck in the kernel
-    if stuck:
+    if stuck := [p.pid for p in group_members(state)]:  # still there after 10 s of SIGKILL: stuck in the kernel
         raise ScriptError(
             f"the process group {state['pgid']} still has {len(stuck)} process(es) "
             f"after SIGKILL (pids {stuck[:10]}; stuck in the kernel)",

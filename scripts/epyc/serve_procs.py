@@ -15,8 +15,6 @@ from .serve_state import CONTAINER_ID, CONTAINER_NAME, known_secrets, open_own_f
 
 LOG_TAIL = 50
 LOG_TAIL_BYTES = 256 * 1024
-
-
 # Python's shared memory (psm_*), and the buffers tensor-parallel ranks reduce through (vllm_dist_*)
 SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}|vllm_dist_[0-9a-f]{1,64}-[A-Za-z0-9:_\[\]-]{1,64}")
 
@@ -41,8 +39,7 @@ def segments_in_use(pids: list[int] | None = None) -> set[str]:
 
 
 def server_pids(plan: dict, state: dict) -> list[int]:
-    """The server's processes: the host path's group, or the container's first process and its descendants
-    (the runtime's pid, on this machine; none where the runtime does not say or they are not ours to read)."""
+    """The server's processes: the host path's group, or the container's first process and its descendants."""
     if plan["path"] == "host":
         return [p.pid for p in group_members(state)]
     import psutil
@@ -59,17 +56,12 @@ def server_pids(plan: dict, state: dict) -> list[int]:
 
 
 def state_server(state: dict) -> str | None:
-    """What a state file names that still runs, in words (None: nothing). Judged by the state itself, not
-    by the plan at hand: the state dir is one server's, whichever plan started it, and a start that wrote
-    over a running server's state left that server named by nothing."""
+    """What a state file names that still runs, in words (None: nothing), whichever plan started it."""
     if state.get("path") == "container":
         name, runtime, engine = state.get("container_name"), state.get("runtime"), state.get("engine")
-        if (
-            runtime not in runtimes.CONTAINER_RUNTIMES
-            or not isinstance(name, str)
-            or not CONTAINER_NAME.fullmatch(name)
-            or (engine is not None and (runtime != "docker" or runtimes.docker_engine_problem(engine)))
-        ):
+        named = isinstance(name, str) and CONTAINER_NAME.fullmatch(name)
+        engine_ok = engine is None or (runtime == "docker" and not runtimes.docker_engine_problem(engine))
+        if runtime not in runtimes.CONTAINER_RUNTIMES or not named or not engine_ok:
             return None  # not a state start wrote: it names nothing we could ask about
         running = container_running(runtimes.runtime_of(state), name, state)  # the guard above: runtime_of says yes
         if running is None:
@@ -77,8 +69,7 @@ def state_server(state: dict) -> str | None:
         return f"container {name}" if running else None
     if group_members(state):
         return f"process group {state['pgid']}"
-    left = orphaned_workers(state)
-    if left:
+    if left := orphaned_workers(state):
         return (
             f"{len(left)} process(es) of group {state['pgid']}, whose leader is gone, that cannot be proven "
             f"its run's (pids {[p.pid for p in left][:10]})"
@@ -87,8 +78,7 @@ def state_server(state: dict) -> str | None:
 
 
 def foreign_state(plan: dict, state: dict) -> str | None:
-    """How a state in the plan's state dir shows it was written by a start of another plan (another command,
-    path, port or container), or None when it is this plan's."""
+    """How a state in the plan's state dir shows another plan's start wrote it, or None when it is this plan's."""
     why = []
     if state.get("path") != plan["path"]:
         why.append(f"the {masking.clip(str(state.get('path')), 40)} path")
@@ -96,29 +86,21 @@ def foreign_state(plan: dict, state: dict) -> str | None:
         why.append(f"port {masking.clip(str(state.get('port')), 40)}")
     if state.get("plan_id") != plan_identity(plan) and not why:
         why.append("another command on the same port (another served name, length or sizing)")
-    if (
-        plan["path"] != "host"
-        and state.get("path") == plan["path"]
-        and state.get("container_name") != plan.get("container_name")
-    ):
-        why.append(f"container {masking.clip(str(state.get('container_name')), 140)}")
-    if plan["path"] != "host" and (state.get("engine") or None) != (plan.get("engine") or None):
-        why.append(f"the engine {masking.clip(str(state.get('engine') or 'the default socket'), 140)}")
+    if plan["path"] != "host":
+        if state.get("path") == plan["path"] and state.get("container_name") != plan.get("container_name"):
+            why.append(f"container {masking.clip(str(state.get('container_name')), 140)}")
+        if (state.get("engine") or None) != (plan.get("engine") or None):
+            why.append(f"the engine {masking.clip(str(state.get('engine') or 'the default socket'), 140)}")
     return ", ".join(why) or None
 
 
 def own_state(plan: dict, verb: str) -> dict | None:
-    """The state of this plan's server, or None (nothing started). A state another plan's start wrote in the
-    same state dir is refused while its server runs (verify, stop or hand off another plan's server by this
-    plan's port and name would judge, kill or describe the wrong one), and is no state of ours once it is dead."""
+    """The state of this plan's server, or None; another plan's is refused while its server runs, None once dead."""
     state = read_state(plan)
-    if state is None:
-        return None
-    other = foreign_state(plan, state)
+    other = foreign_state(plan, state) if state is not None else None
     if other is None:
         return state
-    running = state_server(state)
-    if running:
+    if running := state_server(state):
         raise ScriptError(
             f"the state dir {plan['state_dir']} records the running server of another plan ({other}: "
             f"{running}), not this plan's",
@@ -130,9 +112,7 @@ def own_state(plan: dict, verb: str) -> dict | None:
 
 
 def inspect_container(rt: list[str], name: str) -> dict | None:
-    """{"id", "running", "restarts"} of the container of that name, {} when there is none, None when the
-    runtime did not say (down, not in PATH, an answer of another shape). One its restart policy is bringing
-    back counts as running: the same container, its next process starting."""
+    """{"id", "running" (or restarting), "restarts"} of the container of that name, {} if none, None if not said."""
     argv = [*rt, "inspect", "-f", "{{.Id}} {{.State.Running}} {{.State.Restarting}} {{.RestartCount}}", name]
     res = subproc.run(argv, timeout=30)
     if not res.ok:
@@ -149,9 +129,7 @@ def inspect_container(rt: list[str], name: str) -> dict | None:
 
 
 def started_here(state: dict | None, found: dict) -> bool:
-    """The container of the plan's name is the one the state's start launched. A name is one per port, not
-    per state dir: after another plan's start on that port (another state dir) removed ours, its container
-    carries the name."""
+    """The container of the plan's name is the one the state's start launched (the name may be another's now)."""
     recorded = (state or {}).get("container_id")
     if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
         return False
@@ -159,9 +137,7 @@ def started_here(state: dict | None, found: dict) -> bool:
 
 
 def container_running(rt: list[str], name: str, state: dict | None = None) -> bool | None:
-    """The container runs, and (with `state`) is the one that state's start launched; None when the runtime
-    did not say (a slow daemon): never read as "exited", which made verify fail a healthy server (and up
-    stop it), handoff call it gone, and a start or up write over the state of a server that may run."""
+    """The container runs and (with `state`) is that state's; None when the runtime did not say (never "exited")."""
     found = inspect_container(rt, name)
     if found is None:
         return None
@@ -172,8 +148,8 @@ def restarted(plan: dict, state: dict) -> int:
     """How often the runtime's restart policy has brought this start's container back (0 on the host path)."""
     if plan["path"] == "host":
         return 0
-    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"]) or {}
-    return found.get("restarts", 0) if found and started_here(state, found) else 0
+    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    return found["restarts"] if found and started_here(state, found) else 0
 
 
 def alive(plan: dict, state: dict) -> bool | None:
@@ -186,11 +162,9 @@ def alive(plan: dict, state: dict) -> bool | None:
 
 
 def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[str]:
-    """The server's last lines, with any secret value masked. A container's by the id its state records:
-    none without one (the container of the name may be another plan's by now)."""
-    # Only the end, LOG_TAIL_BYTES of it: a kernel log (ZENDNNL_API_LOG_LEVEL=4) runs to gigabytes. The line
-    # that window cuts (the first after a seek, the last past the limit) is dropped, not shown: it may begin
-    # or end inside a secret, and the mask, matching whole values, would not see the part it holds.
+    """The server's last lines, any secret value masked; a container's by the id its state records (none
+    without). Only the last LOG_TAIL_BYTES are read (a kernel log runs to gigabytes); a line that window cuts
+    is dropped, since the mask, matching whole values, would not see the part of a secret it holds."""
     if plan["path"] == "host":
         try:
             with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:
@@ -215,8 +189,7 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
 
 
 def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True) -> ScriptError:
-    """The runtime did not say whether a container of the plan's name exists (down, slow, an answer of
-    another shape): nothing is done by name then, since the name is one per port and may be another plan's."""
+    """The runtime did not say whether a container of the plan's name exists: nothing is done by that name."""
     return ScriptError(
         f"{plan['runtime']} did not say whether a container named {plan['container_name']} exists "
         f"(inspect failed): {undone}",
@@ -227,9 +200,7 @@ def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True)
 
 
 def by_id(rm: list[str], container_id: str) -> list[str]:
-    """The plan's `RT rm -f NAME`, narrowed to the one container the runtime named: by the time a removal by
-    name runs, another plan's start on this port may have made the container of that name (a slow daemon
-    held our `rm` while theirs ran), and `rm -f` would end their server."""
+    """The plan's `RT rm -f NAME`, narrowed to the container the runtime named (the name may pass on meanwhile)."""
     return [*rm[:-1], container_id]
 
 

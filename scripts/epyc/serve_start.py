@@ -11,6 +11,7 @@ from pathlib import Path
 from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, validation
 from .command import bound_cpus, server_env
 from .errors import ScriptError
+from .planfile import refuse_edited  # noqa: F401 -- bench_plan refuses an edited plan as serve_start.refuse_edited
 from .process import launch, start_error, unrecorded
 from .serve_procs import by_id, container_gone, foreign_state, inspect_container, runtime_silent, state_server
 from .serve_state import (
@@ -34,6 +35,13 @@ from .serve_state import (
 
 PULL_TIMEOUT_S = 3600
 RUN_TIMEOUT_S = 300
+CONFIRM = (
+    "start needs --confirm: the human must approve the plan first",
+    "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
+)
+# docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container
+# name "N" is already in use by ID': `run` refused to create ours
+NAME_TAKEN = "is already in use"
 
 
 def port_in_use(port: int) -> bool:
@@ -41,8 +49,7 @@ def port_in_use(port: int) -> bool:
 
 
 def cpus_not_here(plan: dict) -> str | None:
-    """The plan's OMP bind, less the CPUs this process may run on: a plan made from another host's tree
-    (a sysroot or a hand-unpacked capture) names CPUs this machine does not have. None when all are here."""
+    """The plan's OMP bind less the CPUs this process may run on (a plan sized elsewhere), or None: all are here."""
     import psutil
 
     bind = bound_cpus(plan["sizing"]["vllm_cpu_omp_threads_bind"])
@@ -52,37 +59,34 @@ def cpus_not_here(plan: dict) -> str | None:
     return hostfacts.format_cpulist(missing) if missing else None
 
 
-def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
-    """Run what the plan says, once: under a lock in the state dir, refusing a running server, a busy port, a
-    missing secret (a plan file is rendered again and refused if edited before: deployment.start)."""
-    if not confirm:
-        raise ScriptError(
-            "start needs --confirm: the human must approve the plan first",
-            "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
-        )
+def refuse_elsewhere(plan: dict) -> None:
+    """A plan made for another machine (facts assumed, or CPUs this one does not let us run on) never starts here."""
     if plan.get("deferred"):
         raise start_error(
             f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} were assumed",
             "run the chain on that host itself (detect.py there reads it live), then plan and start there",
         )
-    if plan["path"] == "host":
-        foreign = cpus_not_here(plan)
-        if foreign:
-            raise start_error(
-                f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized "
-                f"for {plan.get('target')}",
-                "run the chain on the machine that serves (detect.py without --sysroot), then plan and start there",
-            )
-    # the folder is checked again here: a plan names it, and a plan file is data anyone may have edited
+    if plan["path"] == "host" and (foreign := cpus_not_here(plan)):
+        raise start_error(
+            f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized for {plan.get('target')}",
+            "run the chain on the machine that serves (detect.py without --sysroot), then plan and start there",
+        )
+
+
+def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
+    """Run what the plan says, once, under the state dir's lock, refusing a running server, busy port, unset secret."""
+    if not confirm:
+        raise ScriptError(*CONFIRM)
+    refuse_elsewhere(plan)
+    # checked again here: a plan file is data anyone may have edited
     refuse_state_dir(Path(plan["state_dir"]), f"state dir {plan['state_dir']}", STATE_DIR_FIX, phase="start")
     make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
     if up_in_progress(plan):
         raise start_error(
-            f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, "
-            "would not name the server this start launches",
-            "wait for that up to finish (then "
-            "verify or stop with the plan.json it wrote), or plan this one with a state dir of its "
-            "own (--state-dir)",
+            f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
+            "server this start launches",
+            "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
+            "state dir of its own (--state-dir)",
         )
     with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         if not flock_within(lock.fileno(), LOCK_WAIT_S):
@@ -90,15 +94,15 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
                 f"another start, or a stop, for {plan['state_dir']} is running",
                 "wait for it, then verify (or start again if it was a stop)",
             )
-        started = _start_locked(plan, pull_policy)
+        refuse_to_start_over(plan)
+        secrets, warnings = secret_values(plan), []
+        if plan["path"] == "host":
+            state = start_host(plan, secrets)
+        else:
+            state = start_container(plan, secrets, pull_policy, warnings)
         # a copy beside the state: the plan that stops this server, whatever later happens to the one given
         write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
-        return started
-
-
-# docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container
-# name "N" is already in use by ID': `run` refused to create ours
-NAME_TAKEN = "is already in use"
+        return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 
 def refuse_to_start_over(plan: dict) -> None:
@@ -124,17 +128,6 @@ def refuse_to_start_over(plan: dict) -> None:
         )
 
 
-def _start_locked(plan: dict, pull_policy: str) -> dict:
-    refuse_to_start_over(plan)
-    secrets = secret_values(plan)
-    warnings: list[str] = []
-    if plan["path"] == "host":
-        state = start_host(plan, secrets)
-    else:
-        state = start_container(plan, secrets, pull_policy, warnings)
-    return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
-
-
 def start_host(plan: dict, secrets: dict) -> dict:
     """The plan's argv as a process group of its own, launched and recorded in state.json as one step."""
     import secrets as tokens
@@ -152,16 +145,14 @@ def start_host(plan: dict, secrets: dict) -> dict:
 
 
 def clear_leftover(plan: dict, rm: list[str]) -> None:
-    """An exited container of the plan's name would block `run`: removed by its id. A running one, or a
-    runtime that does not say, is never touched: the name is one per port and may be another plan's."""
+    """An exited container of the plan's name removed by its id; a running one, or a runtime silent, is refused."""
     found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if found is None:  # nothing is removed by name that the runtime has not said is a leftover
         raise runtime_silent(plan, "start", "nothing was removed or started")
     if found and found["running"]:
         raise start_error(
-            f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that "
-            f"the state dir {plan['state_dir']} has no record of: another plan's on this port, or "
-            "one whose state was lost",
+            f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that the state dir "
+            f"{plan['state_dir']} has no record of: another plan's on this port, or one whose state was lost",
             "stop it with the plan that started it (or by hand: "
             + shlex.join([*runtimes.runtime_of(plan), "stop", plan["container_name"]])
             + "), or plan this one on another port; then start again",
@@ -256,39 +247,32 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
 def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
     """After `run` refused: the id of the exited container it left, to remove. Raises when there is nothing
     of ours to remove (another plan's container took the name, or the refused run made none)."""
-    if NAME_TAKEN in exc.error.lower():
-        # another plan's container took the name since clear_leftover: ours was never created
-        remove_secret_files(plan)
-        raise start_error(
-            f"{plan['runtime']} run failed: another container took the name "
-            f"{plan['container_name']} while this start ran (another plan's start on this "
-            "port)",
-            "stop it with the plan that started it, or plan this one on another port; then start again",
-        ) from None
+    taken = NAME_TAKEN in exc.error.lower()
     # docker checks a bad mount, cpuset or image before it takes the name: a container now of that name may
     # be another plan's; only one that is not running can be what our refused run left
-    left = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
-    if left is None or (left and left["running"]):
-        remove_secret_files(plan)
+    left = None if taken else inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    if left and not left["running"]:
+        return left["id"]
+    remove_secret_files(plan)
+    if taken:  # another plan's container took the name since clear_leftover: ours was never created
         raise start_error(
-            exc.error
-            + (
-                f"; a running container named {plan['container_name']} (id "
-                f"{left['id'][:12]}) is not this start's: left alone"
-                if left
-                else f"; {plan['runtime']} did not say whether a container of its name exists: nothing was removed"
-            ),
-            exc.fix,
+            f"{plan['runtime']} run failed: another container took the name {plan['container_name']} while this "
+            "start ran (another plan's start on this port)",
+            "stop it with the plan that started it, or plan this one on another port; then start again",
         ) from None
-    if not left:  # the refused run made nothing: nothing to remove
-        remove_secret_files(plan)
+    if left == {}:  # the refused run made nothing: nothing to remove
         raise exc
-    return left["id"]
+    said = (
+        f"a running container named {plan['container_name']} (id {left['id'][:12]}) is not this start's: left alone"
+        if left
+        else f"{plan['runtime']} did not say whether a container of its name exists: nothing was removed"
+    )
+    raise start_error(f"{exc.error}; {said}", exc.fix) from None
 
 
 def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseException, launched: bool) -> None:
-    """No state names the container (`run` failed, was interrupted, or its state could not be written): it
-    is removed by its id (by name where none is known) with the key files, and start says what happened."""
+    """No state names the container (`run` failed, was interrupted, or its state not written): it is removed by
+    its id (by name where none is known) with the key files, and start says what happened."""
     if CONTAINER_ID.fullmatch(printed):
         rm = by_id(rm, printed)
     with cli.signals_deferred():
@@ -296,9 +280,8 @@ def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseExceptio
         remove_secret_files(plan)
     if not container_gone(removed):  # it may run, and no state names it: say so, and how to take it down
         raise start_error(
-            f"start launched {plan['container_name']} and could not record it, nor remove "
-            f"it ({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}"
-            f"): it may be running",
+            f"start launched {plan['container_name']} and could not record it, nor remove it "
+            f"({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}): it may be running",
             f"{shlex.join(rm)} once the runtime answers ({plan['runtime']} info)",
             interrupted=isinstance(exc, KeyboardInterrupt),
         ) from None

@@ -7,7 +7,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import bundle, errors, hubcache, jsonio
@@ -15,11 +15,23 @@ from .command import SECRET_VALUE, secret_unsendable
 from .errors import ScriptError
 
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
+CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
+SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")
+# what start, up (a JSON per step), bench (bench-* folders) and handoff (a unit; secrets.env is the user's) keep
+OWN_FILES = {
+    *"server.log state.json .lock .up.lock secrets plan.json shown-plan.json server.service server.env".split(),
+    "secrets.env",
+    *(f"{step}.json" for step in (*bundle.INPUT_SCRIPTS, "setup_host_stack")),
+}
+STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
+LOCK_WAIT_S = 2.0
+UP_HOLDS: set[str] = set()  # the state dirs this process's own up holds: its own start there is not another's
 
 
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
-    """Open a file the bundle keeps, never through a symbolic link (one left there must not take a write
-    elsewhere) nor waiting on a FIFO; a file written gets `mode`, whatever it had."""
+    """Open a file the bundle keeps, never through a link nor waiting on a FIFO; one written gets `mode`."""
     import errno
     import stat
 
@@ -63,27 +75,17 @@ def read_state(plan: dict) -> dict | None:
             state = jsonio.strict_json_loads(f.read(1 << 20).decode("utf-8"), unique_keys=True)
     except (OSError, ValueError, RecursionError, ScriptError):
         return None
-    return state if written_by_start(state) else None
-
-
-def written_by_start(state: object) -> bool:
-    """A state one start wrote: a host server's group and start time, or a container's name and id."""
-    if not isinstance(state, dict):
-        return False
-    if not {"path", "port", "plan_id"} <= state.keys():  # a state of another version of this bundle: not ours
-        return False
-    return (state["path"] == "host" and {"pgid", "create_time"} <= state.keys()) or (
-        state["path"] == "container"
-        and "container_name" in state
-        and isinstance(state.get("container_id"), str)
-        and bool(CONTAINER_ID.fullmatch(state["container_id"]))
-    )
+    # this version's fields, and a host server's group and start time or a container's name and id
+    if not isinstance(state, dict) or not {"path", "port", "plan_id"} <= state.keys():
+        return None
+    host = state["path"] == "host" and {"pgid", "create_time"} <= state.keys()
+    cid = state.get("container_id")
+    container = state["path"] == "container" and "container_name" in state and isinstance(cid, str)
+    return state if host or (container and CONTAINER_ID.fullmatch(cid)) else None
 
 
 def write_state(plan: dict, state: dict) -> None:
-    """Atomically: a reader sees the old state or the new one, never half of it. Each write has a temp file
-    of its own (created, never reused): with one shared name, two writers at once (two verifies) truncated
-    the file the other had just renamed into place, and a reader saw half a state."""
+    """Atomically, through a temp file of this write's own (two verifies at once never leave half a state)."""
     import tempfile
 
     target = Path(plan["state_file"])
@@ -102,37 +104,24 @@ def write_state(plan: dict, state: dict) -> None:
         raise
 
 
-CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-
-
 def plan_identity(plan: dict) -> str:
-    """What tells one plan's server from another's: the command, its environment, where it runs. Two plans
-    on one port and folder (another --served-model-name, --max-model-len, sizing) differ here; the same
-    plan rendered again does not. start records it in the state."""
+    """What tells one plan's server from another's on one port and folder: the command, its env, where it runs."""
     import hashlib
 
     basis = {key: plan.get(key) for key in ("path", "argv", "env", "container_name", "engine")}
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:32]
 
 
-CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
-
-
 def secret_values(plan: dict) -> dict:
-    """The secrets the plan names, read now from our environment. One that is unset is a refusal:
-    an API-key server started without its key would enforce nothing, and what the human approved
-    (a key) is what must run."""
+    """The secrets the plan names, read now from our environment; one unset (or no header carries) is refused."""
     values, missing = {}, []
     for name, source in (plan.get("secrets") or {}).items():
         value = os.environ.get(source, "")
         if not value:
             missing.append(source)
         elif not SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
-            raise ScriptError(
-                secret_unsendable(source),
-                f"export {source} again with the token alone (printable ASCII, no spaces), then start",
-                phase="start",
-            )
+            fix = f"export {source} again with the token alone (printable ASCII, no spaces), then start"
+            raise ScriptError(secret_unsendable(source), fix, phase="start")
         values[name] = value
     if missing:
         raise ScriptError(
@@ -157,21 +146,8 @@ def write_secret_files(directory: Path, values: dict) -> None:
         raise errors.os_error(exc, f"cannot write the secret files in {directory}") from None
 
 
-STATE_DIR_FIX = "plan again with a new or empty --state-dir, e.g. ~/.cache/serving-llms-on-epyc/run/NAME"
-SECRET_NAMES = ("HF_TOKEN", "VLLM_API_KEY")
-# what start and up keep in a state dir (up: one JSON per step, named by its phase; bench: bench-* folders)
-# (handoff: the host path's systemd unit and its environment; secrets.env is the user's, for that unit)
-OWN_FILES = {
-    *"server.log state.json .lock .up.lock secrets plan.json shown-plan.json server.service server.env".split(),
-    "secrets.env",
-    *(f"{step}.json" for step in (*bundle.INPUT_SCRIPTS, "setup_host_stack")),
-}
-STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
-
-
 def own_folder_problem(folder: Path) -> str | None:
-    """Why a folder the bundle keeps state, logs or keys in is not this user's alone (so a file in it may not
-    be ours), or None; None too for one not there yet."""
+    """Why a folder the bundle keeps files in is not this user's alone, or None (one not there yet too)."""
     import stat
 
     try:
@@ -188,11 +164,9 @@ def own_folder_problem(folder: Path) -> str | None:
 
 
 def make_own_folder(folder: Path, fix: str, phase: str) -> Path:
-    """The folder made 0700 when missing, then refused unless it is this user's alone (one made by another
-    user between a check and the mkdir included)."""
+    """The folder made 0700 when missing, then refused unless it is this user's alone (checked after the mkdir)."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    problem = own_folder_problem(folder)
-    if problem:
+    if problem := own_folder_problem(folder):
         raise ScriptError(
             f"{folder} {problem}: the bundle keeps its files only in a folder of your own", fix, phase=phase
         )
@@ -200,22 +174,18 @@ def make_own_folder(folder: Path, fix: str, phase: str) -> Path:
 
 
 def refuse_state_dir(state_dir: Path, named: str, fix: str, **extra) -> None:
-    """A ScriptError when start may not write into state_dir (state_dir_problem), naming it as `named`."""
-    problem = state_dir_problem(state_dir)
-    if problem:
+    """Refuse a state_dir start may not write into (state_dir_problem), naming it as `named`."""
+    if problem := state_dir_problem(state_dir):
         raise ScriptError(
             f"{named} {problem}: start writes its log and state there and stop removes them", fix, **extra
         )
 
 
 def state_dir_problem(state_dir: Path) -> str | None:
-    """Why start may not write into this folder, or None. start truncates server.log and writes its state and
-    secrets there, stop removes them: so it is an absolute folder, new, or this user's alone (no one else may
-    write in it, so every file in it is ours) holding only this bundle's files."""
+    """Why start may not write (nor stop remove) there, or None: absolute, and new or ours holding only our files."""
     if not state_dir.is_absolute():
         return "is not an absolute path"
-    problem = own_folder_problem(state_dir)
-    if problem:
+    if problem := own_folder_problem(state_dir):
         return problem
     try:
         foreign = sorted(
@@ -231,8 +201,7 @@ def state_dir_problem(state_dir: Path) -> str | None:
 
 
 def remove_secret_files(plan: dict) -> str | None:
-    """Remove the key files start wrote, by name, and their folder. It never fails (stop must go on); a key
-    file it could not remove is said (a secret left on disk)."""
+    """Remove the key files start wrote, by name, and their folder; never raises: one left on disk is said."""
     directory = Path(plan["state_dir"]) / "secrets"
     if directory.is_symlink():  # not the folder start made: nothing in it is ours
         return None
@@ -252,8 +221,7 @@ def known_secrets(plan: dict) -> list[str]:
 
 
 def require_api_key(plan: dict, verb: str) -> None:
-    """A server started with an API key refuses every request without it: a shell that lacks the variable
-    is named before anything is sent (verify would judge a healthy server failed, and clear its pass)."""
+    """A shell without the server's API key (or one no header carries) is refused before anything is sent."""
     key_env = plan.get("api_key_env")
     if key_env and not os.environ.get(key_env):
         raise ScriptError(
@@ -261,13 +229,9 @@ def require_api_key(plan: dict, verb: str) -> None:
             f"export {key_env}=<key> (the one the server was started with), then {verb} again",
             phase=verb,
         )
-    if key_env and not SECRET_VALUE.fullmatch(os.environ[key_env]):  # no header carries it: every request
-        # would fail before it is sent, and verify would wait out its timeout calling a healthy server dead
-        raise ScriptError(
-            secret_unsendable(key_env),
-            f"export {key_env} again with the key alone (the one the server was started with), then {verb} again",
-            phase=verb,
-        )
+    if key_env and not SECRET_VALUE.fullmatch(os.environ[key_env]):
+        fix = f"export {key_env} again with the key alone (the one the server was started with), then {verb} again"
+        raise ScriptError(secret_unsendable(key_env), fix, phase=verb)
 
 
 def auth_headers(plan: dict) -> dict:
@@ -275,12 +239,8 @@ def auth_headers(plan: dict) -> dict:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-LOCK_WAIT_S = 2.0
-
-
 def lock_held(path: Path) -> bool:
-    """Another process holds that lock file (flock). Read-only and never created here (a check makes no
-    files); no lock file, no such process ever ran here."""
+    """Another process holds that lock file (flock); never created here: no file, no holder."""
     import fcntl
 
     try:
@@ -297,8 +257,7 @@ def lock_held(path: Path) -> bool:
 
 
 def flock_within(fd: int, seconds: float) -> bool:
-    """Take the exclusive lock on that open file, asking again for up to `seconds`: another verb's brief
-    hold (verify writing its verdict) is waited out, a start's or stop's whole run is not."""
+    """The exclusive lock on that open file, asked again for up to `seconds` (a verify's brief hold is waited out)."""
     import fcntl
 
     deadline = time.monotonic() + seconds
@@ -313,43 +272,32 @@ def flock_within(fd: int, seconds: float) -> bool:
 
 
 def start_in_progress(plan: dict) -> bool:
-    """A start holds the state dir's .lock from its checks until its state is written (and, on the container
-    path, through a pull and `run`): a stop then would find no state and say "not running" while the
-    server comes up, or remove a container that start is about to record."""
+    """A start holds the state dir's .lock from its checks until its state is written."""
     return lock_held(Path(plan["state_dir"]) / ".lock")
 
 
-UP_HOLDS: set[str] = set()
-
-
 def up_in_progress(plan: dict) -> bool:
-    """Another process's `up` holds the folder (.up.lock) through its steps, start and verify: a start of
-    another plan there would launch a server that up's plan.json, written next, no longer names."""
+    """Another process's `up` holds the folder (.up.lock): its plan.json would not name a server started there."""
     return plan["state_dir"] not in UP_HOLDS and lock_held(Path(plan["state_dir"]) / ".up.lock")
 
 
 @contextlib.contextmanager
-def holding_the_start_lock(plan: dict, busy: ScriptError | None = None, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold .lock as start does, for the whole block (a start meanwhile would write a state stop then
-    removes). `busy()` is the error when another holds it past `wait_s`."""
-    lock = Path(plan["state_dir"]) / ".lock"
-    fd = None
+def holding_the_start_lock(plan: dict, busy: Callable | None = None, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold .lock as start does, for the whole block; `busy()` is the error when another holds it past `wait_s`."""
+    lock, fd = Path(plan["state_dir"]) / ".lock", None
     for flags in (os.O_RDONLY | os.O_CREAT, os.O_RDONLY):
-        try:
+        with contextlib.suppress(OSError):
             fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
             break
-        except OSError:
-            continue
     try:
-        if fd is not None:
-            if not flock_within(fd, wait_s):
-                if busy is not None:
-                    raise busy() from None
-                raise ScriptError(
-                    f"a start (or another stop) for {plan['state_dir']} is in progress: its server is not recorded yet",
-                    "wait for start to finish (or interrupt it: it takes down what it launched), then run stop again",
-                    phase="stop",
-                ) from None
+        if fd is not None and not flock_within(fd, wait_s):
+            if busy:
+                raise busy() from None
+            raise ScriptError(
+                f"a start (or another stop) for {plan['state_dir']} is in progress: its server is not recorded yet",
+                "wait for start to finish (or interrupt it: it takes down what it launched), then run stop again",
+                phase="stop",
+            ) from None
         yield
     finally:
         if fd is not None:

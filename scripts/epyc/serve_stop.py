@@ -24,10 +24,8 @@ from .serve_state import holding_the_start_lock, read_state, remove_secret_files
 
 
 def remove_state(plan: dict) -> str | None:
-    """state.json goes only when it is one start wrote (a dict with our fields), not any file of that name.
-    Called once the server is gone: a state dir that refuses the removal (read-only, its disk gone) does
-    not undo that, so the problem is returned for stop's document, never raised."""
-    state = read_state(plan)  # only a state a start wrote
+    """state.json removed, when this plan's, once the server is gone; a refusal is returned for the document."""
+    state = read_state(plan)
     if state is not None and not foreign_state(plan, state):  # another plan's (stale) state: not this stop's
         try:
             Path(plan["state_file"]).unlink(missing_ok=True)
@@ -40,8 +38,7 @@ def remove_state(plan: dict) -> str | None:
 
 
 def stopped(plan: dict, state: dict | None, doc: dict, *problems: str) -> dict:
-    """stop's document once the server is gone: its key files, state and the shared memory it left are
-    removed, and what could not be tidied up is said."""
+    """stop's document once the server is gone: key files, state and shared memory removed, or said."""
     said = [p for p in (*problems, remove_secret_files(plan), remove_state(plan)) if p]
     freed = free_segments(state)
     return {**doc, **({"freed_segments": freed} if freed else {}), **({"warnings": said} if said else {})}
@@ -73,21 +70,15 @@ def stop_container(plan: dict, state: dict | None) -> dict:
             phase="stop",
         )
     gone = {"stopped": False, "reason": "not running", "container_name": plan["container_name"]}
-    if found and not started_here(state, found):  # ours is gone; the name is another start's now
-        return stopped(
-            plan,
-            state,
-            gone,
-            f"the container named {plan['container_name']} now is another start's (id "
-            f"{found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone",
-        )
     if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
         return stopped(plan, state, gone)
+    if not started_here(state, found):  # ours is gone; the name is another start's now
+        said = f"(id {found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone"
+        return stopped(plan, state, gone, f"the container named {plan['container_name']} now is another start's {said}")
     # by the id judged above: the name may pass to another start's container meanwhile
     graceful = subproc.run([*rt, "stop", "-t", str(STOP_GRACE_S), found["id"]], timeout=STOP_GRACE_S + 60)
     res = subproc.run([*rt, "rm", "-f", found["id"]], timeout=120)
-    if not container_gone(res):  # the runtime is unreachable: the container may still run, so the state and
-        # the key files it reads stay until it is gone
+    if not container_gone(res):  # it may still run: its state and the key files it reads stay
         raise ScriptError(
             f"{plan['runtime']} could not remove {plan['container_name']}: "
             f"{masking.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
@@ -97,16 +88,9 @@ def stop_container(plan: dict, state: dict | None) -> dict:
         )
     if not graceful.ok and "no such container" in (graceful.stderr or "").lower():  # never started, or gone
         return stopped(plan, state, gone)
-    return stopped(
-        plan,
-        state,
-        {
-            "stopped": True,
-            "container_name": plan["container_name"],
-            "graceful": graceful.ok,
-            "detail": masking.clip((res.stdout or res.stderr).strip(), 200),
-        },
-    )
+    detail = masking.clip((res.stdout or res.stderr).strip(), 200)
+    doc = {"stopped": True, "container_name": plan["container_name"], "graceful": graceful.ok, "detail": detail}
+    return stopped(plan, state, doc)
 
 
 def stop_host(plan: dict, state: dict | None) -> dict:
@@ -125,23 +109,12 @@ def stop_host(plan: dict, state: dict | None) -> dict:
             )
         return stopped(plan, state, {"stopped": False, "reason": "not running"})
     left, late = end_group(state, group)
-    return stopped(
-        plan,
-        state,
-        {
-            "stopped": True,
-            "pid": state.get("pid"),
-            "processes": len(group) + len(late),
-            "killed_after_timeout": len(left) + len(late),
-        },
-    )
+    counts = {"processes": len(group) + len(late), "killed_after_timeout": len(left) + len(late)}
+    return stopped(plan, state, {"stopped": True, "pid": state.get("pid"), **counts})
 
 
 def free_segments(state: dict | None) -> list[str]:
-    """The shared-memory segments (/dev/shm/psm_*, vllm_dist_*) verify saw this server map, once no process maps or holds
-    them open: a killed engine, or a container's whose first process exited, never unlinks its own. Only a
-    user's own: a root container's, run by a user in the docker group, are neither seen nor freed. -> the
-    names freed."""
+    """The shared memory verify saw this server map (a killed engine never unlinks it), this user's, once unheld."""
     names = recorded_segments(state)
     if not names:
         return []

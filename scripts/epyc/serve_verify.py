@@ -35,14 +35,19 @@ from .serve_state import (
 
 MODELS_SHOWN = 20
 HTTP_BODY_LIMIT = 1 << 20
+ALIVE_ASKS = 3
+VERIFY_LOCK_WAIT_S = 15.0
+RUN_KEYS = ("path", "pid", "pgid", "create_time", "marker", "container_id", "started_at")
+REPAIR_FIX = (
+    "read log_tail for why it died, then start it again: python3 scripts/launch.py start --plan <plan.json> "
+    "--confirm (on a fleet's plan that restarts only the failed engines, while the router serves)"
+)
 
 
 def http(
     method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None
 ) -> tuple[int | None, str]:
-    """(status, text) or (None, reason). `timeout` bounds the whole exchange: requests' own timeout is
-    per read, so a server trickling its body a byte at a time would outlast any of them. The exchange
-    runs in a daemon thread we stop waiting for; it goes when the script exits."""
+    """(status, text) or (None, reason) within `timeout` for the whole exchange (a daemon thread we stop awaiting)."""
     import requests
 
     box: dict = {}
@@ -51,10 +56,8 @@ def http(
     def exchange() -> None:
         try:
             session = requests.Session()
-            # the server is on this machine: never through the shell's HTTP proxy (it would see the key,
-            # and NO_PROXY=localhost does not cover 127.0.0.1), never with ~/.netrc credentials
+            # never through the shell's proxy (it would see the key), with ~/.netrc credentials, or to a redirect
             session.trust_env = False
-            # and never where a redirect points: the server is on 127.0.0.1, its answer is what is judged
             with session.request(
                 method, url, json=body, headers=headers or {}, timeout=timeout, stream=True, allow_redirects=False
             ) as r:
@@ -68,13 +71,9 @@ def http(
         except Exception as exc:  # noqa: BLE001 -- a thread's exception would print a traceback; it is the answer here
             from urllib3.exceptions import ReadTimeoutError
 
-            # requests' per-read timeout (while the body streams, a ConnectionError wrapping urllib3's) can beat
-            # the join below by a hair: one wording. Anything else whole: its caller masks, then shortens it
-            late = isinstance(exc, requests.Timeout) or (
-                isinstance(exc, requests.ConnectionError)
-                and bool(exc.args)
-                and isinstance(exc.args[0], ReadTimeoutError)
-            )
+            # requests' per-read timeout (while streaming, wrapped in a ConnectionError) can beat the join: one wording
+            wrapped = exc.args[0] if isinstance(exc, requests.ConnectionError) and exc.args else None
+            late = isinstance(exc, requests.Timeout) or isinstance(wrapped, ReadTimeoutError)
             box["result"] = (None, deadline_missed if late else f"{type(exc).__name__}: {exc}")
 
     worker = threading.Thread(target=exchange, daemon=True)
@@ -86,23 +85,14 @@ def http(
 def failed(
     plan: dict, phase: str, reason: str, t0: float, fix: str = NO_RETRY_FIX, state: dict | None = None
 ) -> ScriptError:
-    """A verify failure, its reason masked like any server text. `fix`: what to do where the verdict is not
-    the server's; `state`: the run judged, whose log is shown."""
+    """A verify failure, its reason masked like any server text; `state`: the run judged, whose log is shown."""
     reason = redact(reason, known_secrets(plan), limit=2000)
-    return ScriptError(
-        f"FAILED in phase {phase}: {reason}",
-        fix,
-        ok=False,
-        phase=phase,
-        elapsed_s=round(time.monotonic() - t0, 1),
-        log_tail=log_tail(plan, state=state),
-    )
+    said = {"ok": False, "phase": phase, "elapsed_s": round(time.monotonic() - t0, 1)}
+    return ScriptError(f"FAILED in phase {phase}: {reason}", fix, **said, log_tail=log_tail(plan, state=state))
 
 
 def time_since_start(state: dict) -> float | None:
-    """Seconds from the server's launch (the state's wall clock, written by another process) to now. It is
-    the server's start-up time when verify saw it turn healthy, and only a bound when it was healthy at
-    verify's first look; a clock set back never makes it negative. None for a state without a usable time."""
+    """Seconds from the server's launch (the state's wall clock) to now, never negative; None without a time."""
     started = state.get("started_at")
     if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
         return None
@@ -110,18 +100,11 @@ def time_since_start(state: dict) -> float | None:
 
 
 def no_state_said(plan: dict) -> str:
-    """Why own_state found nothing, in words: no state file, or one of another plan's run that has ended."""
+    """Why own_state found nothing, in words: no state file, one no start wrote, or another plan's ended run."""
     state = read_state(plan)
-    other = foreign_state(plan, state) if state else None
-    if other:
+    if other := foreign_state(plan, state) if state else None:
         return f"the state there is of another plan's ended run: {other}"
-    # a state.json that no start wrote (edited, junk, a link) is there, and names no server
     return "its state.json names no server a start recorded" if os.path.lexists(plan["state_file"]) else "no state file"
-
-
-ALIVE_ASKS = 3
-VERIFY_LOCK_WAIT_S = 15.0
-RUN_KEYS = ("path", "pid", "pgid", "create_time", "marker", "container_id", "started_at")
 
 
 def same_run(a: dict, b: dict) -> bool:
@@ -130,61 +113,35 @@ def same_run(a: dict, b: dict) -> bool:
 
 
 def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None:
-    """verify's write of the state: under start's .lock, and only while state.json still records the run it
-    judged (a stop and start meanwhile must not get their state overwritten)."""
+    """verify's write of the state, under start's .lock, only while state.json records the run it judged."""
 
     def busy() -> ScriptError:
-        return failed(
-            plan,
-            "process",
-            f"a start or stop held the state dir for {VERIFY_LOCK_WAIT_S:g}s as verify "
-            "went to record its verdict: the server it judged may be going",
-            t0,
-            fix="run verify again once that start or stop is done",
-            state=judged,
-        )
+        why = f"a start or stop held the state dir for {VERIFY_LOCK_WAIT_S:g}s as verify went to record its verdict"
+        fix = "run verify again once that start or stop is done"
+        return failed(plan, "process", f"{why}: the server it judged may be going", t0, fix=fix, state=judged)
 
     with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_LOCK_WAIT_S):
         now = read_state(plan)
         if now is None or not same_run(now, judged):
-            raise failed(
-                plan,
-                "process",
-                "the server was stopped or started again while verify ran: this verdict "
-                "is of a run state.json no longer records",
-                t0,
-                fix="run verify again: it judges the server the state dir records now",
-                state=judged,
-            )
+            why = "the server was stopped or started again while verify ran: this verdict is of a run state.json no longer records"
+            fix = "run verify again: it judges the server the state dir records now"
+            raise failed(plan, "process", why, t0, fix=fix, state=judged)
         write_state(plan, new)
 
 
-REPAIR_FIX = (
-    "read log_tail for why it died, then start it again: python3 scripts/launch.py start --plan <plan.json> "
-    "--confirm (on a fleet's plan that restarts only the failed engines, while the router serves)"
-)
-
-
 def died(plan: dict, state: dict, t0: float) -> ScriptError:
-    """The server is gone: a start that never became healthy, or a death while serving (an earlier verify saw
-    it healthy), told apart because their causes and fixes differ."""
+    """The server is gone: a start that never became healthy, or a death while serving (their fixes differ)."""
     seen = state.get("healthy_at")
-    if isinstance(seen, (int, float)) and not isinstance(seen, bool):
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seen))
-        return failed(
-            plan,
-            "process",
-            f"the server died after it had been healthy (last seen healthy at {when}, "
-            f"{max(0.0, time.time() - seen):.0f}s ago): a crash while serving, not a failed start",
-            t0,
-            fix=REPAIR_FIX,
-            state=state,
-        )
-    return failed(plan, "process", "the server process exited before it became healthy", t0)
+    if not isinstance(seen, (int, float)) or isinstance(seen, bool):
+        return failed(plan, "process", "the server process exited before it became healthy", t0)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seen))
+    ago = f"last seen healthy at {when}, {max(0.0, time.time() - seen):.0f}s ago"
+    why = f"the server died after it had been healthy ({ago}): a crash while serving, not a failed start"
+    return failed(plan, "process", why, t0, fix=REPAIR_FIX, state=state)
 
 
 def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: float, t0: float) -> tuple[float, bool]:
-    """Poll /health until 200 while the server lives: -> (seconds since start, healthy at the first poll)."""
+    """Poll /health until 200 while the server lives. -> (seconds since start, healthy at the first poll)."""
     last_note, polls = 0.0, 0
     while True:
         elapsed = time.monotonic() - t0
@@ -206,81 +163,61 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
 
 
 def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
-    """/v1/models lists the served name; with a key planned, only a request that carries it gets an answer."""
+    """/v1/models lists the served name; with a key planned, only to a request that carries it."""
     status, text = http("GET", base + "/v1/models", 30, headers)
     try:
         ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
     except (ValueError, KeyError, TypeError, RecursionError):
         ids = []
-    # what the server lists is its text: a server echoing the Authorization header gets it masked here too
+    # what the server lists is its text: masked like any
     ids = [m if m == plan["served_model_name"] else redact(str(m), known_secrets(plan), 200) for m in ids]
-    if status in (401, 403) and plan.get("api_key_env"):  # the server's key is not the one in this shell
-        raise failed(
-            plan,
-            "auth",
-            f"/v1/models with the key in ${plan['api_key_env']} answered HTTP {status}: "
-            "the server was started with another key",
-            t0,
-            fix=f"set {plan['api_key_env']} to the key the server was started with, then run verify again "
-            "(or stop it and start it with this key): the server itself may be fine",
+    key_env = plan.get("api_key_env")
+    if status in (401, 403) and key_env:  # the server's key is not the one in this shell
+        why = f"/v1/models with the key in ${key_env} answered HTTP {status}: the server was started with another key"
+        fix = (
+            f"set {key_env} to the key the server was started with, then run verify again (or stop it and start "
+            "it with this key): the server itself may be fine"
         )
+        raise failed(plan, "auth", why, t0, fix=fix)
     if plan["served_model_name"] not in ids:
-        raise failed(
-            plan, "models", f"/v1/models does not list {plan['served_model_name']!r} (HTTP {status}, ids {ids})", t0
-        )
-    if plan.get("api_key_env"):  # a key was planned: a request without it must be refused
+        why = f"/v1/models does not list {plan['served_model_name']!r} (HTTP {status}, ids {ids})"
+        raise failed(plan, "models", why, t0)
+    if key_env:  # a key was planned: a request without it must be refused
         status, _ = http("GET", base + "/v1/models", 30)
         if status != 401:
-            raise failed(
-                plan,
-                "auth",
-                f"/v1/models without the API key answered HTTP {status}, not 401: the server does not enforce its key",
-                t0,
-            )
+            why = f"/v1/models without the API key answered HTTP {status}, not 401: the server does not enforce its key"
+            raise failed(plan, "auth", why, t0)
     return ids
 
 
 def smoke(plan: dict, base: str, headers: dict, smoke_timeout: float, t0: float) -> tuple[str, str, str, float]:
-    """One real request; an endpoint the plan could not know is settled here (chat first, then completions).
-    -> (endpoint, path, the answer's text, seconds)."""
-    tried = []
-    for endpoint in (
-        ("chat_completions", "completions") if plan["primary_endpoint"] == "unknown" else (plan["primary_endpoint"],)
-    ):
+    """One real request, settling an unknown endpoint (chat first). -> (endpoint, path, answer text, seconds)."""
+    tried, secrets, unknown = [], known_secrets(plan), plan["primary_endpoint"] == "unknown"
+    for endpoint in ("chat_completions", "completions") if unknown else (plan["primary_endpoint"],):
         path, body = smoke_request(endpoint, plan["served_model_name"])
         s0 = time.monotonic()
         status, text = http("POST", base + path, smoke_timeout, headers, body)
         smoke_s = round(time.monotonic() - s0, 2)
-        ok, detail = (
-            judge_smoke(status, text, endpoint, known_secrets(plan))
-            if status
-            else (False, redact(text, known_secrets(plan)))
-        )
+        ok, detail = judge_smoke(status, text, endpoint, secrets) if status else (False, redact(text, secrets))
         tried.append(f"{path}: {detail}")
         if ok:
-            if plan["primary_endpoint"] == "unknown":
+            if unknown:
                 errors.log(f"verify: the endpoint is {path} ({'; '.join(tried[:-1]) or 'first try'})")
             return endpoint, path, detail, smoke_s
     raise failed(plan, "smoke", "; ".join(tried), t0)
 
 
 def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) -> None:
-    """A pass needs the runtime's yes and a healthy answer after the request: a server can answer, then die."""
-    for _ in range(ALIVE_ASKS):  # whatever answers on the port is no proof that ours runs
+    """A pass needs the runtime's yes and a healthy answer after the request (a port answering proves nothing)."""
+    for _ in range(ALIVE_ASKS):
         time.sleep(1)
         running = alive(plan, state)
         if running is not None:
             break
     if running is None:
-        raise failed(
-            plan,
-            "process",
-            f"{plan['runtime']} did not say whether the container runs (inspect failed "
-            f"{ALIVE_ASKS} times): verify passes only a server it saw running",
-            t0,
-            fix=f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine",
-            state=state,
-        )
+        why = f"{plan['runtime']} did not say whether the container runs (inspect failed {ALIVE_ASKS} times)"
+        fix = f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine"
+        raise failed(plan, "process", f"{why}: verify passes only a server it saw running", t0, fix=fix, state=state)
     if not running or http("GET", base + "/health", 5, headers)[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
 
@@ -297,14 +234,13 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         rewrite_state_of_run(plan, state, state, t0)
     base, headers = f"http://127.0.0.1:{plan['port']}", auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
-    # the shared memory the healthy engine maps, recorded before any request: stop frees what a dead engine left
-    # (an earlier verify's names are kept: a runtime that does not answer now names no process)
+    # the shared memory the healthy engine maps, recorded before any request (an earlier verify's kept): stop
+    # frees what a dead engine left
     seen = set(recorded_segments(state)) | segments_in_use(server_pids(plan, state))
     state = {**state, "shm_segments": sorted(seen), "healthy_at": time.time()}
     rewrite_state_of_run(plan, state, state, t0)
-    errors.log(
-        f"verify: healthy {healthy_after}s after start" + (" (already, at the first poll)" if first_poll else "")
-    )
+    already = " (already, at the first poll)" if first_poll else ""
+    errors.log(f"verify: healthy {healthy_after}s after start{already}")
     ids = listed_models(plan, base, headers, t0)
     endpoint, path, detail, smoke_s = smoke(plan, base, headers, smoke_timeout, t0)
     still_alive(plan, state, base, headers, t0)
@@ -328,10 +264,8 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
 
 
 def verified_state(plan: dict) -> dict:
-    """The state of a server from this plan that is running and passed its last verify: the only one
-    there is something true to hand off about (an endpoint that failed verify is not given to a user)."""
+    """The state of this plan's server, running, passed its last verify and healthy now: what is handed off."""
     state = own_state(plan, "handoff")
-    fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
     if state is None:
         raise ScriptError(
             f"no server from this plan is running ({no_state_said(plan)}: not started yet, or stopped)",
@@ -348,11 +282,10 @@ def verified_state(plan: dict) -> dict:
     passed = state.get("verified_at")
     # verify writes a time: `true`, a negative number or one past this moment is not one it wrote
     if isinstance(passed, bool) or not isinstance(passed, (int, float)) or not 0 < passed <= time.time() + 60:
+        fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
-    # a pass is of the server as it was: its engine can have died since (vLLM's API process then lives on and
-    # answers /health 503), and a verify that could not write its state could not clear the pass it found
-    # without the key: vLLM's /health is outside its API key (only /v1 needs it), and a key this shell holds
-    # wrongly (a newline in it) must not read as a server that is down
+    # its engine can have died since the pass (the API process then answers /health 503); asked without the key,
+    # which vLLM's /health does not need (a key this shell holds wrongly must not read as a server down)
     status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
     if status != 200:
         said = f"HTTP {status}" if status else redact(text, known_secrets(plan), 200)

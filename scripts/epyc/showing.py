@@ -12,8 +12,7 @@ from .serve_state import write_own_file
 
 
 def what_runs(plan: dict) -> dict:
-    """What a yes starts: the commands (the runtime's pre-steps and the server's), the environment, and the
-    secrets it is given (each by the variable it is read from: a token set since the showing is a change)."""
+    """What a yes starts: the commands, the environment and the secrets (by the variable each is read from)."""
     return {"pre_argv": plan["pre_argv"], "command": plan["command"], "env": plan["env"], "secrets": plan["secrets"]}
 
 
@@ -25,22 +24,15 @@ def showing_differs(before: dict | None, now: dict) -> str | None:
     return f"the plan differs from the one up showed last ({', '.join(changed)})" if changed else None
 
 
-def read_showing(shown: Path) -> dict | None:
-    """What up last showed (shown-plan.json), or None where it cannot be read as a showing."""
+def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
+    """`up --yes` launches only what up last showed (shown-plan.json), when it showed one."""
+    if not os.path.lexists(shown):
+        return
     try:  # as a file of the state dir is read: never through a link
         with os.fdopen(serve_state.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
             before = json.loads(f.read(1 << 20))
     except (OSError, ValueError, RecursionError, ScriptError):
-        return None
-    return before if isinstance(before, dict) else None
-
-
-def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
-    """`up --yes` after an up that showed its plan and launched nothing launches only when what runs is what
-    was shown; with no earlier showing there is nothing to hold it to."""
-    if not os.path.lexists(shown):
-        return
-    before = read_showing(shown)
+        before = None
     now = what_runs(plan)
     said = showing_differs(before, now)
     if said is None:
