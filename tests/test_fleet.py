@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -125,6 +126,11 @@ def test_a_fleet_is_an_explicit_choice_and_refuses_what_it_cannot_do(router, tmp
     other.write_text(json.dumps({**p.doc, "engines": [str(tmp_path / "x" / "plan.json")] * 2}))
     r = run_script("launch.py", "stop", "--plan", str(other))
     assert r.code == 1 and "is not a fleet this bundle planned" in r.doc["error"]
+    # the key variable verify sends through the router is the engines' own: one edited in the fleet's file is refused
+    fleet_file = Path(run) / "plan.json"
+    fleet_file.write_text(json.dumps({**p.doc, "api_key_env": "AWS_SECRET_ACCESS_KEY"}))
+    r = run_script("launch.py", "verify", "--plan", str(fleet_file))
+    assert r.code == 1 and "differs from what its engines render" in r.doc["error"], r.doc
 
 
 def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_line(

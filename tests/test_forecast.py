@@ -135,7 +135,7 @@ def test_a_generation_without_checked_data_gives_no_forecast_and_says_why(tmp_pa
     assert "Zen 4c" in plan(bergamo, "falcon-40b").ttft_ms.why
     # the SKU table has the 9654's row but no clock: no compute, no prefill, no aggregate -- the decode floor stands
     genoa = detect(tmp_path, "genoa_9654_2s_smt")
-    clock = fc.sku_clock(next(r for r in hostspec.load_skus()["skus"] if r["model"] == "9654"))
+    clock = fc.sku_clock(next(r for r in json.loads(hostspec.SKUS_JSON.read_text())["skus"] if r["model"] == "9654"))
     assert clock.value is None and "EPYC 9654" in clock.why
     no_clock = plan(genoa, "falcon-40b", clock=clock)
     assert isinstance(no_clock.floor_ms, fc.Figure) and "no clock for EPYC 9654" in no_clock.ttft_ms.why

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import time
@@ -81,7 +80,8 @@ def start_router(router: dict) -> dict:
             "vllm-router is not installed", "run python3 scripts/setup_host_stack.py --router, then start again"
         )
     # PATH alone: a proxy variable would send the router's calls to its engines through the proxy
-    return launch(router, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, router["argv"][0], "router")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    return launch(router, env, router["argv"][0], "router", fresh_log=False)  # a dead router's last words are kept
 
 
 def stop_router(router: dict) -> dict:
@@ -144,8 +144,10 @@ def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> 
             "router": start_router(dep.router),
             "base_url": dep.doc["base_url"],
         }
-    except BaseException as exc:  # an engine interrupted after its launch was recorded runs too: stop it
+    except BaseException as exc:  # what was interrupted after its launch was recorded runs too: stop it
         launched = len(started) + int(isinstance(exc, ScriptError) and "pid" in exc.extra)
+        with contextlib.suppress(ScriptError, OSError):  # the router was not running before this start
+            stop_router(dep.router)
         for plan in dep.engines[:launched]:
             with contextlib.suppress(ScriptError, OSError):
                 serve_stop.stop(plan)
@@ -232,8 +234,12 @@ def stop(dep: Deployment) -> dict:
     """The router first, then every engine, whatever the one before said (one that refuses is named)."""
     if dep.router is None:
         return serve_stop.stop(dep.engines[0])
-    router = stop_router(dep.router)
     stopped, refused = [], []
+    try:
+        router = stop_router(dep.router)
+    except ScriptError as exc:  # a stuck router is named; the engines are still stopped
+        router = {"stopped": False, "reason": exc.error}
+        refused.append(f"the router: {exc.error} ({exc.fix})")
     for i, plan in enumerate(dep.engines):
         try:
             stopped.append(serve_stop.stop(plan))
@@ -271,11 +277,16 @@ def act(verb: str, path: str, epyc: dict, confirm: bool = False, pull: str = "mi
 def refuse_to_plan_over(folder: Path) -> None:
     """A plan written over a running fleet's or front's would leave its router and engines named by nothing."""
     path = folder / "plan.json"
+    try:  # a regular file of bounded size, never waited on
+        doc = jsonio.read_json_input(str(path), "plan")
+    except ScriptError:
+        return
+    if isinstance(doc, dict) and {"fleet_version", "front_version"} & doc.keys():  # what it runs is unknown here
+        refuse_older(doc, str(path))
     try:
-        doc = json.loads(path.read_bytes()[: jsonio.MAX_INPUT_BYTES + 1])
         engines = len(doc["engines"]) if doc.get("kind") == "fleet" else 0
         router = doc["router"] if doc.get("kind") in ("fleet", "front") else None
-    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return
     states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(engines)]
     if (isinstance(router, dict) and router_running(router)) or any(state_server(s) for s in states if s):

@@ -232,6 +232,16 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
         raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
     if want["expose"] and not all(e.get("api_key_env") for e in engines):
         raise ScriptError(f"{path}: an exposed router in front of an engine without a key", "plan the fleet again")
+    # what verify sends through the router (the key's variable, the name) is its engines', never the file's own
+    said = {k: fleet.get(k) for k in ("api_key_env", "served_model_name", "base_url")}
+    if said != {
+        "api_key_env": engines[0]["api_key_env"],
+        "served_model_name": engines[0]["served_model_name"],
+        "base_url": r["base_url"],
+    }:
+        raise ScriptError(
+            f"{path}: its key, model name or URL differs from what its engines render", "plan the fleet again"
+        )
     return engines
 
 

@@ -42,14 +42,17 @@ def unrecorded(spec: dict, exc: BaseException, what: str, undone: str) -> Script
     )
 
 
-def launch(spec: dict, env: dict, program: str, what: str, **recorded) -> dict:
+def launch(spec: dict, env: dict, program: str, what: str, fresh_log: bool = True, **recorded) -> dict:
     """spec's argv as a process group of its own, logged to its log_file, recorded in its state_file as one step."""
     import psutil
 
     proc, saved = None, False
     try:
         with cli.signals_deferred():  # launched and recorded as one step
-            with os.fdopen(open_own_file(spec["log_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
+            with os.fdopen(
+                open_own_file(spec["log_file"], os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh_log else os.O_APPEND)),
+                "wb",
+            ) as log:
                 proc = subprocess.Popen(
                     spec["argv"],
                     executable=program,
