@@ -5,19 +5,16 @@
     python3 scripts/bench.py --plan plan.json --input-lens 128 --concurrency 1,4 --repeats 1 --output-len 32
     python3 scripts/bench.py --plan plan.json --compare          # serve once per sizing, same matrix, side by side
 
-The method (the one used for published vLLM CPU serving comparisons): random prompts of each input
-length x each concurrency x repeats, `--output-len` tokens with --ignore-eos, num_prompts = 10 x
-concurrency, percentiles of TTFT, TPOT, ITL and E2EL. Each cell is the mean of its repeats' medians,
-with the spread (max - min) beside it. Every raw per-run JSON is kept; a failed request is reported
-loudly (exit 1), never averaged away. The decode bound: the bytes one decode step reads (the weights)
-over the memory bandwidth measured on the server's bound cores -> the lowest TPOT at concurrency 1.
-Writes summary.json, summary.md (and plot.png when matplotlib is installed) in --out; prints the
-summary JSON. Exit 0, or 1 with {"error", "fix"}.
+The method (the one used for published vLLM CPU serving comparisons): random prompts of each input length x each
+concurrency x repeats, `--output-len` tokens with --ignore-eos, num_prompts = 10 x concurrency. A cell is the mean of
+its repeats' medians of TTFT, TPOT, ITL and E2EL, with the spread (max - min) beside it; each run's raw JSON is kept,
+and a failed request fails the run (exit 1), never averaged away. The decode bound: the bytes a decode step reads
+over the memory bandwidth of the server's bound cores, the lowest TPOT at concurrency 1. Writes summary.json,
+summary.md (and plot.png with matplotlib) in --out; prints the summary JSON, or {"error", "fix"} with exit 1.
 
---compare starts the plan's model once per sizing (the skill's plan, vLLM's defaults, every core
-bound and nothing else, unpinned, the skill's plan plus the throughput flags: serve_plan.SIZINGS) on
-the plan's port, runs the same matrix on each, stops it, and prints them side by side with each
-cell's output throughput as a ratio to the best. The plan itself must not be running.
+--compare serves the plan's model once per sizing (planner.SIZINGS: the skill's plan, vLLM's defaults, every core
+bound, unpinned, the skill's plan plus the throughput flags) on the plan's port, which the plan's own server must not
+hold, and prints the same matrix side by side, each cell's throughput a ratio to the best.
 """
 
 from __future__ import annotations
@@ -51,9 +48,8 @@ def parser() -> cli.JsonArgumentParser:
     p.add_argument(
         "--seed",
         type=argtypes.int_in(0, 1 << 30),
-        help="first run's prompt seed, each run the next "
-        "(default: drawn at random, so a second benchmark of the same server sends new prompts; "
-        "summary.json records it)",
+        help="first run's prompt seed, each run the next (default: drawn at random, so that a second benchmark "
+        "of the same server sends new prompts; summary.json records it)",
     )
     return p
 

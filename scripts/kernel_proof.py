@@ -4,10 +4,10 @@
     python3 scripts/kernel_proof.py --plan plan.json     # the log of what launch.py started
     python3 scripts/kernel_proof.py --log server.log
 
-The server must have run with ZENDNNL_API_LOG_LEVEL=4 (and ONEDNN_VERBOSE=1 to see oneDNN work
-too): `launch.py plan --kernel-log` sets both. CPU flags only say a kernel could run; these lines
-say it did, e.g. `LOWOHA matmul_direct: ... plugin_op=zentorch_linear_unary_out ... kernel=aocl_dlp_blocked`.
-Exit 0 when zentorch matmuls were seen; exit 1 when none were (or the log cannot be read).
+The server must have run with ZENDNNL_API_LOG_LEVEL=4 (and ONEDNN_VERBOSE=1 to see oneDNN work too): `launch.py
+plan --kernel-log` sets both. CPU flags only say a kernel could run; these lines say it did, e.g. `LOWOHA
+matmul_direct: ... plugin_op=zentorch_linear_unary_out ... kernel=aocl_dlp_blocked`. Exit 0 when zentorch matmuls
+were seen; exit 1 when none were (or the log cannot be read).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
 from epyc import argtypes, cli, errors, runs
-from epyc.kernels import SHOWN_LINE_CHARS, count_kernels, log_lines, shown_names
+from epyc.kernels import count_kernels, log_lines
 
 
 def main(argv: Sequence[str] | None = None):
@@ -34,16 +34,10 @@ def main(argv: Sequence[str] | None = None):
     args.plan = args.plan or (None if args.log else str(runs.run_dir(args.run) / "plan.json"))
     lines, source, backend = log_lines(args)  # masked: a log can hold anything the server printed, a token included
     doc = {"source": source, **count_kernels(lines)}
-    doc["fallback_lines"] = [line[:SHOWN_LINE_CHARS] for line in doc["fallback_lines"]]
-    doc["sample"] = doc["sample"][:SHOWN_LINE_CHARS] if doc["sample"] else None
-    for key in ("by_plugin_op", "by_kernel", "onednn_primitives"):
-        doc[key] = shown_names(doc[key])
     if backend == "stock":  # vLLM's CpuPlatform never loads zentorch: no --kernel-log can change that
-        doc["error"] = "the plan serves stock vLLM, which runs no zentorch" + (
-            ": the lines that read as zentorch matmuls in its log are not this server's kernels"
-            if doc["zentorch_matmuls"]
-            else ""
-        )
+        doc["error"] = "the plan serves stock vLLM, which runs no zentorch"
+        if doc["zentorch_matmuls"]:
+            doc["error"] += ": the lines that read as zentorch matmuls in its log are not this server's kernels"
         doc["fix"] = "plan with the zentorch backend (validate.py without --stock) on an AMD EPYC to prove zentorch"
         doc["verdict"] = "no zentorch matmul from this server (a stock plan)"
         return doc, errors.EXIT_FAIL

@@ -11,15 +11,13 @@ from pathlib import Path
 from . import bundle, errors, hubcache, jsonio, masking, planfile, serve_procs, serve_start, serve_state, serve_verify
 from .errors import ScriptError
 
-# ---------------------------------------------------------------- I/O
-
-
 MAX_RUNS = 600
+CHAT_TEMPLATE_TOKENS = 64
 
 
 def int_list(text: str) -> list[int]:
-    """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value
-    once (a repeated one would run twice and overwrite its raw file)."""
+    """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value once
+    (a repeated one would run twice and overwrite its raw file)."""
     parts = text.split(",")
     if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
         raise argparse.ArgumentTypeError(
@@ -31,12 +29,8 @@ def int_list(text: str) -> list[int]:
     return values
 
 
-CHAT_TEMPLATE_TOKENS = 64
-
-
 def served_max_num_seqs(plan: dict, vllm_default: int) -> int:
-    """The --max-num-seqs the plan's server runs with (its command, as the planner writes it), else vLLM's own
-    default for a CPU server (a sizing that leaves the flag out runs at that, whatever capacity was computed)."""
+    """The --max-num-seqs in the plan's command, else vLLM's own default for a CPU server."""
     argv = plan["argv"]
     return int(argv[argv.index("--max-num-seqs") + 1]) if "--max-num-seqs" in argv else vllm_default
 
@@ -49,8 +43,8 @@ def matrix_against_the_plan(
     vllm_default_seqs: int,
     endpoint: str | None = None,
 ) -> tuple[str | None, list[dict]]:
-    """(why the matrix cannot run on this server, what its figures would measure besides the server):
-    a request past --max-model-len is refused (400) every time; a concurrency past --max-num-seqs only queues."""
+    """(why the matrix cannot run on this server, what else its figures would measure): a request past
+    --max-model-len is refused (400); a concurrency past --max-num-seqs queues. `endpoint`: the one verify settled."""
     longest = max(input_lens) + output_len
     limit = plan.get("max_model_len")
     if isinstance(limit, int) and longest > limit:
@@ -59,38 +53,25 @@ def matrix_against_the_plan(
             f"past the plan's --max-model-len {limit}: vLLM refuses every such request"
         ), []
     warnings = []
-    if (
-        isinstance(limit, int)
-        and (endpoint or plan.get("primary_endpoint")) == "chat_completions"
-        and longest > limit - CHAT_TEMPLATE_TOKENS
-    ):  # `endpoint`: the one verify settled, when the plan's is unknown
-        warnings.append(
-            {
-                "check": "length",
-                "message": f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} "
-                f"of --max-model-len {limit}, and the chat template adds tokens to each prompt: vLLM may "
-                "refuse those requests",
-                "fix": "bench shorter lengths",
-            }
+    chat = (endpoint or plan.get("primary_endpoint")) == "chat_completions"
+    if isinstance(limit, int) and chat and longest > limit - CHAT_TEMPLATE_TOKENS:
+        message = (
+            f"{longest} tokens a request is within {CHAT_TEMPLATE_TOKENS} of --max-model-len {limit}, and the chat "
+            "template adds tokens to each prompt: vLLM may refuse those requests"
         )
+        warnings.append({"check": "length", "message": message, "fix": "bench shorter lengths"})
     seqs = served_max_num_seqs(plan, vllm_default_seqs)
-    over = [c for c in concurrency if c > seqs]
-    if over:
-        warnings.append(
-            {
-                "check": "concurrency",
-                "message": f"--concurrency {','.join(map(str, over))} is past the "
-                f"--max-num-seqs {seqs} the server runs with: it runs {seqs} at once and queues the rest, "
-                "so TTFT and E2EL include that wait",
-                "fix": None,
-            }
+    if over := [c for c in concurrency if c > seqs]:
+        message = (
+            f"--concurrency {','.join(map(str, over))} is past the --max-num-seqs {seqs} the server runs with: it "
+            f"runs {seqs} at once and queues the rest, so TTFT and E2EL include that wait"
         )
+        warnings.append({"check": "concurrency", "message": message, "fix": None})
     return None, warnings
 
 
 def endpoint_of(plan: dict) -> str:
-    """The endpoint to load: the plan's, or, when check_model could not tell, the one verify settled on
-    the running server (in its state file) -- never a guess of /v1/completions for a chat-only model."""
+    """The endpoint to load: the plan's, or when check_model could not tell, the one verify settled on the server."""
     if plan["primary_endpoint"] != "unknown":
         return plan["primary_endpoint"]
     settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
@@ -104,8 +85,7 @@ def endpoint_of(plan: dict) -> str:
 
 
 def started_state(plan: dict, state: dict | None) -> dict:
-    """The state this plan's start recorded (own_state's), or the error that nothing was started from it:
-    bench measures only a server of its own plan, on either path."""
+    """The state this plan's start recorded (own_state's): bench measures only a server of its own plan."""
     if state is None:
         raise ScriptError(
             f"no server from this plan is running ({serve_verify.no_state_said(plan)})",
@@ -115,14 +95,12 @@ def started_state(plan: dict, state: dict | None) -> dict:
 
 
 def recorded_container(plan: dict) -> str:
-    """The id of the container this plan's start recorded: bench runs inside that one. By name, the exec
-    could land in another plan's container on this port (ours exited, and its start took the name)."""
+    """The id of the container this plan's start recorded: by name, exec could land in another plan's container."""
     return started_state(plan, serve_procs.own_state(plan, "bench"))["container_id"]
 
 
 def require_own_host_server(plan: dict, state: dict | None) -> None:
-    """bench measures this plan's server only: the process group its start recorded, alive (a container plan:
-    recorded_container)."""
+    """bench measures this plan's server only: the process group its start recorded, alive."""
     if serve_procs.alive(plan, started_state(plan, state)) is False:
         raise ScriptError(
             "the server this plan started has exited",
@@ -131,24 +109,22 @@ def require_own_host_server(plan: dict, state: dict | None) -> None:
 
 
 def result_dir(spec: str, make: bool = True) -> Path:
-    """--out: a folder bench makes, or an empty one: nothing planted there (a link named plot.png,
-    raw/NAME.json or skill/) takes a write elsewhere, and `--out /` is never filled with results."""
+    """--out: a folder bench makes, or an empty one: nothing planted there takes a write elsewhere, and `--out /`
+    is never filled with results."""
     return jsonio.empty_output_dir(
         spec,
         "--out",
-        "pass --out a new or empty folder: bench writes summary.json, "
-        "summary.md, plot.png and raw/ (with --compare, one folder per sizing) there, "
-        "and nothing else may be in it",
+        "pass --out a new or empty folder: bench writes summary.json, summary.md, plot.png and raw/ (with "
+        "--compare, one folder per sizing) there, and nothing else may be in it",
         make=make,
     )
 
 
 def new_bench_dir(state_dir: Path) -> Path:
-    """bench-TIME in the state dir, made new here: never an entry someone planted under the next
-    second's name (a link to another folder would take the results and truncate its files)."""
+    """bench-TIME in the state dir, made new here: never an entry someone planted under the next second's name."""
+    out = state_dir / time.strftime("bench-%Y%m%d-%H%M%S")
     try:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        out = state_dir / time.strftime("bench-%Y%m%d-%H%M%S")
         os.mkdir(out, 0o755)
     except FileExistsError:
         raise ScriptError(f"{out} exists already", "run bench again in a second, or pass --out FOLDER")
@@ -158,21 +134,17 @@ def new_bench_dir(state_dir: Path) -> Path:
 
 
 def write_out(path: Path, text: str) -> None:
-    """A file of bench's own in its result folder, never written through a link planted there (a
-    summary.json linked elsewhere overwrote the link's target)."""
+    """A file of bench's own in its result folder, never written through a link planted there."""
     try:
-        with os.fdopen(
-            serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "w"
-        ) as f:
+        fd = serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench")
+        with os.fdopen(fd, "w") as f:
             f.write(text)
     except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
         raise errors.os_error(exc, f"cannot write {path}")
 
 
 def refuse_to_compare(plan: dict, state: dict | None) -> None:
-    """--compare starts servers of its own on the plan's port: not while the plan's server (`state`, its
-    own_state) runs, and only from a plan the disk still renders as start would (a model folder or cache
-    moved since is not served)."""
+    """--compare starts its own servers on the plan's port: not while the plan's runs, nor from an edited plan."""
     if state and serve_procs.alive(plan, state) is not False:  # running, or its runtime did not say
         raise ScriptError(
             "the plan's server is running: --compare starts its own servers on the same port",
@@ -191,19 +163,18 @@ def refuse_an_out_folder(out: str | None, plan: dict) -> None:
         )
     if out and jsonio.real_path(jsonio.user_path(out, "--out")).is_relative_to(jsonio.real_path(plan["state_dir"])):
         raise ScriptError(  # start would then refuse the state dir (a folder not its own there)
-            f"--out {masking.clip(repr(out), 200)} is inside the plan's state dir "
-            f"{plan['state_dir']}: bench names its own folders there (bench-TIME), and start "
-            "refuses a state dir holding anything else",
-            "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a "
-            "folder outside the state dir",
+            f"--out {masking.clip(repr(out), 200)} is inside the plan's state dir {plan['state_dir']}: bench names "
+            "its own folders there (bench-TIME), and start refuses a state dir holding anything else",
+            "leave --out out (bench makes a new bench-TIME folder in the state dir), or pass a folder outside the "
+            "state dir",
         )
     if out:
         result_dir(out, make=False)  # the first fix to make
 
 
 def checked_plan(args: argparse.Namespace, epyc: dict) -> tuple[dict, dict | None]:
-    """The plan bench may measure and its server's state: every refusal comes before anything is made, so a
-    refused bench leaves no folder to pass for a result. `args` holds bench's flags."""
+    """The plan bench may measure and its server's state, refused before anything is made (no folder to pass
+    for a result)."""
     runs = len(args.input_lens) * len(args.concurrency) * args.repeats
     if runs > MAX_RUNS:  # each flag in range, the product days of a real server
         raise ScriptError(
@@ -211,21 +182,14 @@ def checked_plan(args: argparse.Namespace, epyc: dict) -> tuple[dict, dict | Non
             "benchmark fewer cells or repeats per call (the default matrix is 18 runs)",
         )
     plan = planfile.load_plan(args.plan)
-    # bench runs the plan's own vllm binary: only a plan its inputs still render, never an edited one. It
-    # starts nothing (--compare checks again as start does), so it renders as verify does
+    # bench runs the plan's own vllm binary: never an edited plan; rendered as verify does (it starts nothing)
     serve_start.refuse_edited(plan, planfile.rerender(plan, epyc, phase="bench", env_from_plan=True), "bench")
-    settled = (
-        (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
-        if plan["primary_endpoint"] == "unknown"
-        else None
-    )  # the endpoint verify settled on the server
+    settled = None  # the endpoint verify settled on the server
+    if plan["primary_endpoint"] == "unknown":
+        settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")
+    seqs = epyc["serve"]["vllm_cpu_default_max_num_seqs"]
     too_long, args.warnings = matrix_against_the_plan(
-        plan,
-        args.input_lens,
-        args.output_len,
-        args.concurrency,
-        epyc["serve"]["vllm_cpu_default_max_num_seqs"],
-        settled,
+        plan, args.input_lens, args.output_len, args.concurrency, seqs, settled
     )
     if too_long:
         raise ScriptError(

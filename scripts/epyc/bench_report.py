@@ -8,33 +8,33 @@ from pathlib import Path
 
 from . import serve_state
 
+METRICS = ("ttft", "tpot", "itl", "e2el")
+# the figures of a run, each a cell's mean with its spread beside it
+FIGURES = (*(f"median_{m}_ms" for m in METRICS), "output_throughput", "total_token_throughput")
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+    )
+
+
+def spread(figures: dict, key: str) -> str:
+    return f"{figures[key]:.1f} ±{figures[key + '_spread']:.1f}"
+
 
 def markdown(cells: list[dict]) -> str:
     head = ["input", "conc.", "TTFT ms", "TPOT ms", "ITL ms", "E2EL ms", "out tok/s", "total tok/s", "failed"]
-    rows = []
-    for c in cells:
-
-        def fmt(k: str, c: dict = c) -> str:
-            return f"{c[k]:.1f} ±{c[k + '_spread']:.1f}"
-
-        rows.append(
-            [
-                str(c["input_len"]),
-                str(c["concurrency"]),
-                fmt("median_ttft_ms"),
-                fmt("median_tpot_ms"),
-                fmt("median_itl_ms"),
-                fmt("median_e2el_ms"),
-                fmt("output_throughput"),
-                fmt("total_token_throughput"),
-                f"**{c['failed']}**" if c["failed"] else "0",
-            ]
-        )
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return (
-        "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-        + "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
-    )
+    rows = [
+        [
+            str(c["input_len"]),
+            str(c["concurrency"]),
+            *(spread(c, k) for k in FIGURES),
+            f"**{c['failed']}**" if c["failed"] else "0",
+        ]
+        for c in cells
+    ]
+    return table(head, rows) + "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
 
 
 def bound_and_host(doc: dict) -> str:
@@ -47,14 +47,12 @@ def bound_and_host(doc: dict) -> str:
         return text
     gap = doc.get("gap_ms_per_token")
     cpus = ",".join(map(str, doc["bandwidth_cpus"])) or "the server's"
+    measured = (
+        f"; measured {doc['min_tpot_ms'] + gap:.1f} ms, {gap:.1f} ms per token above it" if gap is not None else ""
+    )
     return text + (
         f"\nDecode bound at concurrency 1: {doc['bound_bytes_per_step'] / 1e9:.2f} GB read per step (weights + KV)"
-        f" at {doc['memory_bandwidth_gbs']} GB/s on CPUs {cpus} = {doc['min_tpot_ms']:.1f} ms per token"
-        + (
-            f"; measured {doc['min_tpot_ms'] + gap:.1f} ms, {gap:.1f} ms per token above it.\n"
-            if gap is not None
-            else ".\n"
-        )
+        f" at {doc['memory_bandwidth_gbs']} GB/s on CPUs {cpus} = {doc['min_tpot_ms']:.1f} ms per token{measured}.\n"
     )
 
 
@@ -70,39 +68,29 @@ def host_record(plan: dict) -> dict:
 
 
 def side_by_side(results: dict[str, list[dict]]) -> dict:
-    """Per cell, each sizing's output throughput and median TPOT, with the throughput as a ratio to the
-    best sizing of that cell (1.0 = the best)."""
+    """Per cell, each sizing's output throughput and median TPOT, and its ratio to the cell's best (1.0)."""
     names = list(results)
-    table = []
+    shown = ("output_throughput", "output_throughput_spread", "median_tpot_ms", "failed")
+    rows = []
     for i, cell in enumerate(results[names[0]]):
-        row = {"input_len": cell["input_len"], "concurrency": cell["concurrency"], "sizings": {}}
         best = max(results[n][i]["output_throughput"] for n in names) or 1.0
-        for n in names:
-            c = results[n][i]
-            row["sizings"][n] = {
-                "output_throughput": c["output_throughput"],
-                "output_throughput_spread": c["output_throughput_spread"],
-                "median_tpot_ms": c["median_tpot_ms"],
-                "failed": c["failed"],
-                "ratio_to_best": round(c["output_throughput"] / best, 3),
-            }
-        table.append(row)
-    return {"sizings": names, "table": table}
+        sizings = {
+            n: {k: results[n][i][k] for k in shown}
+            | {"ratio_to_best": round(results[n][i]["output_throughput"] / best, 3)}
+            for n in names
+        }
+        rows.append({"input_len": cell["input_len"], "concurrency": cell["concurrency"], "sizings": sizings})
+    return {"sizings": names, "table": rows}
 
 
 def compare_markdown(cmp: dict) -> str:
     names = cmp["sizings"]
-    head = ["input", "conc."] + [f"{n} tok/s (ratio)" for n in names]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for row in cmp["table"]:
-        cells = [
-            f"{row['sizings'][n]['output_throughput']:.1f} ±{row['sizings'][n]['output_throughput_spread']:.1f}"
-            f" ({row['sizings'][n]['ratio_to_best']:.2f})"
-            for n in names
-        ]
-        lines.append("| " + " | ".join([str(row["input_len"]), str(row["concurrency"]), *cells]) + " |")
+        shown = [f"{spread(s, 'output_throughput')} ({s['ratio_to_best']:.2f})" for s in map(row["sizings"].get, names)]
+        rows.append([str(row["input_len"]), str(row["concurrency"]), *shown])
     return (
-        "\n".join(lines)
+        table(["input", "conc.", *(f"{n} tok/s (ratio)" for n in names)], rows)
         + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
     )
 

@@ -3,33 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import statistics
 from pathlib import Path
 
-from . import (
-    bundle,
-    cli,
-    errors,
-    jsonio,
-    planfile,
-    planner,
-    runtimes,
-    serve_start,
-    serve_stop,
-    serve_verify,
-    subproc,
-)
+from . import bundle, cli, errors, jsonio, planfile, planner, runtimes, serve_start, serve_stop, serve_verify, subproc
 from .bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
-from .bench_report import bound_and_host, compare_markdown, host_record, markdown, plot, side_by_side
-from .command import bound_cpus
+from .bench_report import FIGURES, METRICS, bound_and_host, compare_markdown, host_record, markdown, plot, side_by_side
+from .command import bound_cpus, serve_args
 from .errors import ScriptError
 
-METRICS = ("ttft", "tpot", "itl", "e2el")
 RUN_TIMEOUT_S = 3600
-# the fastest read of memory the bound CPUs manage, so that no engine can beat the bound: torch's threads
-# reading one buffer far past the caches (best of several passes), and one process per CPU summing its
-# own; the faster wins (which one differs by CPU)
+# the faster of two reads of memory on the bound CPUs (torch's threads over one buffer past the caches, one
+# process per CPU summing its own; which wins differs by CPU), so that no engine can beat the bound
 BANDWIDTH_CODE = r"""
 import json, os, time
 import multiprocessing as mp
@@ -37,7 +25,7 @@ cpus = %(cpus)r
 def per_cpu(cpu, q):
     import numpy as np
     os.sched_setaffinity(0, {cpu})
-    a = np.ones(%(mib)d * 1024 * 1024 // 8 // len(cpus))
+    a = np.ones(1024 * 1024 * 1024 // 8 // len(cpus))
     a.sum()
     t0 = time.perf_counter(); n = 0
     while time.perf_counter() - t0 < 1.0:
@@ -47,10 +35,10 @@ if __name__ == "__main__":
     os.sched_setaffinity(0, set(cpus))
     import torch
     torch.set_num_threads(len(cpus))
-    t = torch.ones(%(mib)d * 1024 * 1024 // 4, dtype=torch.float32)
+    t = torch.ones(1024 * 1024 * 1024 // 4, dtype=torch.float32)
     t.sum()
     threads = 0.0
-    for _ in range(%(passes)d):
+    for _ in range(8):
         t0 = time.perf_counter(); t.sum(); threads = max(threads, t.nbytes / (time.perf_counter() - t0))
     del t
     q = mp.Queue()
@@ -60,40 +48,35 @@ if __name__ == "__main__":
     [p.join() for p in ps]
     print("@@BW@@" + json.dumps({"bytes_per_s": max(threads, processes), "cpus": cpus}))
 """
-
-# ---------------------------------------------------------------- pure: the summary
-
-
+# a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)
+BANDWIDTH_SHAPE = {
+    "type": "object",
+    "required": ["bytes_per_s"],
+    "properties": {"bytes_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e14}},
+}
 METRIC_MAX = 1e9
+COUNTS = ("completed", "failed")
 
 
 def run_metrics(doc: dict) -> dict:
-    """The figures of one `vllm bench serve` result: medians per metric, throughputs, request counts.
-    A partial or malformed result is a ValueError naming what is missing."""
+    """The figures of one `vllm bench serve` result; a partial or malformed one is a ValueError naming what."""
     if not isinstance(doc, dict):
         raise ValueError("a vllm bench serve result is a JSON object")
     out = {}
-    for key in [f"median_{m}_ms" for m in METRICS] + [
-        "output_throughput",
-        "total_token_throughput",
-        "completed",
-        "failed",
-    ]:
+    for key in FIGURES + COUNTS:
         v = doc.get(key, 0 if key == "failed" else None)
-        # a real figure is a number between 0 and a billion (ms, tokens/s, requests): anything else is a
-        # broken result, and a 1e308 would overflow the means and the plot
+        # anything past a billion (ms, tokens/s, requests) is a broken result: a 1e308 would overflow the means
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= METRIC_MAX:
             raise ValueError(f"{key} missing or not a number in [0, {METRIC_MAX:.0e}]")
-        if key in ("completed", "failed") and v != int(v):  # requests are counted, never 0.4 of one
+        if key in COUNTS and v != int(v):
             raise ValueError(f"{key} is {v}, not a whole number of requests")
-        out[key] = float(v) if key.startswith("median_") else int(v) if key in ("completed", "failed") else v
+        out[key] = float(v) if key.startswith("median_") else int(v) if key in COUNTS else v
     return out
 
 
 def loopback_env(env: dict) -> dict:
-    """vllm bench serve honours the shell's proxy: the endpoint is on this machine, so 127.0.0.1 and
-    localhost are added to NO_PROXY (the key would otherwise travel to the proxy). The Hub, for a
-    tokenizer, still goes through it."""
+    """127.0.0.1 and localhost added to NO_PROXY: vllm bench serve honours the shell's proxy, and the key must
+    not travel to it (the Hub, for a tokenizer, still goes through it)."""
     for name in ("NO_PROXY", "no_proxy"):
         have = [h for h in env.get(name, "").split(",") if h.strip()]
         env[name] = ",".join(have + [h for h in ("127.0.0.1", "localhost") if h not in have])
@@ -101,14 +84,10 @@ def loopback_env(env: dict) -> dict:
 
 
 def read_result(raw: Path, out: Path) -> dict:
-    """One `vllm bench serve` result file, read as any input is (a regular file of bounded size: a FIFO or
-    a link to /dev/zero there is no result), then its figures."""
+    """One `vllm bench serve` result file, read as any input is (a FIFO or a link to /dev/zero is no result)."""
+    fix = "re-run the benchmark"
     try:
-        return run_metrics(
-            jsonio.parse_json_object(
-                jsonio.read_input_text(raw, str(raw), "re-run the benchmark"), str(raw), "re-run the benchmark"
-            )
-        )
+        return run_metrics(jsonio.parse_json_object(jsonio.read_input_text(raw, str(raw), fix), str(raw), fix))
     except (ValueError, ScriptError) as exc:
         raise ScriptError(
             f"{raw}: not a complete vllm bench serve result ({exc})",
@@ -121,12 +100,8 @@ def summarise_cell(runs: list[dict]) -> dict:
     """Mean of the repeats' medians, and the spread (max - min) beside each; failures are summed."""
     if not runs:
         raise ValueError("a cell needs at least one run")
-    cell = {
-        "repeats": len(runs),
-        "failed": sum(r["failed"] for r in runs),
-        "completed": sum(r["completed"] for r in runs),
-    }
-    for key in [f"median_{m}_ms" for m in METRICS] + ["output_throughput", "total_token_throughput"]:
+    cell = {"repeats": len(runs), **{k: sum(r[k] for r in runs) for k in ("failed", "completed")}}
+    for key in FIGURES:
         values = [r[key] for r in runs]
         cell[key] = round(statistics.fmean(values), 3)
         cell[f"{key}_spread"] = round(max(values) - min(values), 3)
@@ -147,8 +122,7 @@ def decode_bound(step_bytes: int | None, bytes_per_s: float | None, tpot_c1_ms: 
 
 
 def step_bytes(estimate: dict, context: int) -> int | None:
-    """What one decode step reads: the weights as held (a mixture-of-experts model's active ones), and the KV of
-    `context` tokens -- over all tensor-parallel ranks, each reading its share."""
+    """What one decode step reads over all ranks: the weights as held (a MoE's active ones) and `context` tokens' KV."""
     weights = estimate.get("active_weight_bytes") or estimate.get("weight_bytes")
     return weights + estimate.get("kv_bytes_per_token", 0) * context if weights else None
 
@@ -166,9 +140,8 @@ def bench_argv(
     name: str,
     seed: int,
 ) -> list[str]:
-    """One `vllm bench serve` run of the matrix, as an argv (no shell). Each run gets its own seed (with one
-    seed, a repeat's prompts would find their prefill in vLLM's prefix cache and TTFT would read low), and
-    `concurrency` warm-up requests go first, so the measured ones do not pay for lazy start-up work."""
+    """One `vllm bench serve` run of the matrix, as an argv (no shell). Each run has its own seed (a repeat's
+    prompts would otherwise hit vLLM's prefix cache), and `concurrency` warm-up requests pay lazy start-up work."""
     chat = endpoint == "chat_completions"
     flags = {
         "--backend": "openai-chat" if chat else "vllm",
@@ -192,148 +165,105 @@ def bench_argv(
 
 
 def serving_target(plan: dict, container: str | None = None) -> dict:
-    """Where `vllm bench serve` runs (the serving venv, or inside the running container) and the tokenizer it
-    reads: the model as the server's own command names it. `container`: the id to exec into."""
-    from .command import serve_args
-
-    model_arg = serve_args(plan["argv"], container=plan["path"] != "host")[0]
-    snapshot = revision_snapshot(plan)  # in the hub cache: the host's, or where the container mounts it
-    if plan["path"] == "host":
+    """Where `vllm bench serve` runs (the serving venv, or in container `container`) and the tokenizer it reads."""
+    host = plan["path"] == "host"
+    tokenizer = serve_args(plan["argv"], container=not host)[0]
+    if snapshot := revision_snapshot(plan):  # in the hub cache: the host's, or where the container mounts it
+        if host:
+            tokenizer = f"{plan['inputs']['validate']['hf_cache']['path']}/{snapshot}"
+        else:
+            tokenizer = f"{bundle.load_epyc()['container']['hf_cache_mount_target']}/hub/{snapshot}"
+    if host:
         vllm_bin = next(a for a in plan["argv"] if a.endswith("/vllm"))
-        if snapshot:
-            snapshot = f"{plan['inputs']['validate']['hf_cache']['path']}/{snapshot}"
-        return {"vllm": [vllm_bin], "tokenizer": snapshot or model_arg, "python": str(Path(vllm_bin).parent / "python")}
-    rt = runtimes.runtime_of(plan)
-    if snapshot:
-        snapshot = f"{bundle.load_epyc()['container']['hf_cache_mount_target']}/hub/{snapshot}"
-    # the key reaches `vllm bench serve` inside by name: exec passes on the CLI's own OPENAI_API_KEY, its
-    # value never in an argv
+        return {"vllm": [vllm_bin], "tokenizer": tokenizer, "python": str(Path(vllm_bin).parent / "python")}
+    # exec passes the CLI's own OPENAI_API_KEY on by name: its value is never in an argv
     key = ["-e", "OPENAI_API_KEY"] if plan.get("api_key_env") else []
     container = container or plan["container_name"]
-    return {
-        "vllm": [*rt, "exec", *key, container, "vllm"],
-        "tokenizer": snapshot or model_arg,
-        "python": None,
-        "container": container,
-    }
+    vllm = [*runtimes.runtime_of(plan), "exec", *key, container, "vllm"]
+    return {"vllm": vllm, "tokenizer": tokenizer, "python": None, "container": container}
 
 
 def revision_snapshot(plan: dict) -> str | None:
-    """The hub cache's snapshot folder of the revision the server runs (relative to the cache), or None: bench
-    serve takes no revision, so it tokenizes from that folder."""
+    """The hub cache's snapshot folder (relative) of the revision served: bench serve takes no revision."""
     revision = plan.get("revision")
     if not revision or plan.get("model_dir"):
         return None
     from huggingface_hub import try_to_load_from_cache
 
     cache = plan["inputs"]["validate"]["hf_cache"]["path"]  # the cache the plan serves from (validate's)
+    why = f"no snapshot of {plan['model']} at {revision} in {cache}"
     try:  # reads refs/<revision> and the snapshot's config.json on disk: never the network
         found = try_to_load_from_cache(plan["model"], "config.json", cache_dir=cache, revision=revision)
     except (OSError, ValueError) as exc:
-        errors.log(
-            f"bench: the cache's snapshot of {plan['model']} at {revision} is unreadable ({exc}); "
-            "tokenizing with the repo id (its default branch)"
-        )
-        return None
+        found, why = None, f"the cache's snapshot of {plan['model']} at {revision} is unreadable ({exc})"
     folder = Path(found).parent if isinstance(found, str) else None
     if folder is None or folder.parent.name != "snapshots" or not folder.is_relative_to(cache):
-        errors.log(
-            f"bench: no snapshot of {plan['model']} at {revision} in {cache}; tokenizing with the repo id "
-            "(its default branch)"
-        )
+        errors.log(f"bench: {why}; tokenizing with the repo id (its default branch)")
         return None
     return folder.relative_to(cache).as_posix()
 
 
-# a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)
-BANDWIDTH_SHAPE = {
-    "type": "object",
-    "required": ["bytes_per_s"],
-    "properties": {"bytes_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e14}},
-}
-
-
-def measure_bandwidth(
-    python: str | None, cpus: list[int], pin: list[str] = (), passes: int = 8, mib: int = 1024
-) -> float | None:
+def measure_bandwidth(python: str | None, cpus: list[int], pin: list[str] = ()) -> float | None:
     """Bytes/s the bound CPUs read from memory, run with the server's own pin (its memory node)."""
     if not python or not cpus:
         return None
-    found, _why = subproc.run_probe(
-        [*pin, python],
-        BANDWIDTH_CODE % {"cpus": cpus, "passes": passes, "mib": mib},
-        "@@BW@@",
-        timeout=120,
-        shape=BANDWIDTH_SHAPE,
-    )
+    code = BANDWIDTH_CODE % {"cpus": cpus}
+    found, _why = subproc.run_probe([*pin, python], code, "@@BW@@", timeout=120, shape=BANDWIDTH_SHAPE)
     return found.get("bytes_per_s") if found else None
 
 
 def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
-    raw = out / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
+    (out / "raw").mkdir(parents=True, exist_ok=True)
     target = serving_target(plan, None if plan["path"] == "host" else recorded_container(plan))
     endpoint = endpoint_of(plan)
-    cells, total = [], len(args.input_lens) * len(args.concurrency) * args.repeats
-    done = 0
-    for input_len in args.input_lens:
-        for conc in args.concurrency:
-            runs = []
-            for rep in range(args.repeats):
-                done += 1
-                name = f"in{input_len}_c{conc}_r{rep + 1}.json"
-                errors.log(f"bench: run {done}/{total}: input {input_len}, concurrency {conc}, repeat {rep + 1}")
-                res = subproc.run(
-                    bench_argv(
-                        target["vllm"],
-                        plan["base_url"],
-                        plan["served_model_name"],
-                        target["tokenizer"],
-                        endpoint,
-                        input_len,
-                        args.output_len,
-                        conc,
-                        str(jsonio.real_path(out / "raw")) if plan["path"] == "host" else "/tmp",
-                        name,
-                        seed=args.seed + done,
-                    ),
-                    timeout=RUN_TIMEOUT_S,
-                    env=env,
-                    progress="bench: vllm bench serve",
-                )
-                if plan["path"] != "host" and res.ok:  # the result was written inside the container
-                    # bounded as every document we read: a result past the limit is no result of its run
-                    got = subproc.run(
-                        [*runtimes.runtime_of(plan), "exec", target["container"], "cat", f"/tmp/{name}"],
-                        timeout=60,
-                        limit=jsonio.MAX_INPUT_BYTES,
-                    )
-                    write_out(out / "raw" / name, got.stdout)
-                raw = out / "raw" / name
-                if not res.ok or not raw.exists():
-                    tail = (res.stderr or res.stdout or res.failure or "").strip().splitlines()[-15:]
-                    raise ScriptError(
-                        f"vllm bench serve failed at input {input_len}, concurrency {conc}",
-                        "check that the endpoint still verifies (launch.py verify) and report the lines above",
-                        log_tail=tail,
-                        out=str(out),
-                    )
-                runs.append(read_result(raw, out))
-                if runs[-1]["failed"]:
-                    errors.log(f"bench: !!! {runs[-1]['failed']} FAILED requests in {name}")
-                if not runs[-1]["completed"]:  # the endpoint is gone: the rest of the matrix would fail too
-                    raise ScriptError(
-                        f"no request completed at input {input_len}, concurrency {conc} "
-                        f"({runs[-1]['failed']} failed): the endpoint is not answering",
-                        "check the server (launch.py verify --plan <plan.json>, its log), "
-                        "then re-run the benchmark (into a new --out, or none)",
-                        out=str(out),
-                    )
-            cells.append(
-                {"input_len": input_len, "concurrency": conc, "num_prompts": 10 * conc, **summarise_cell(runs)}
-            )
-    return cells
+    argv_of = functools.partial(
+        bench_argv, target["vllm"], plan["base_url"], plan["served_model_name"], target["tokenizer"], endpoint
+    )
+    result_dir = str(jsonio.real_path(out / "raw")) if plan["path"] == "host" else "/tmp"
+    matrix = list(itertools.product(args.input_lens, args.concurrency, range(1, args.repeats + 1)))
+    runs: dict[tuple[int, int], list[dict]] = {}
+    for done, (input_len, conc, rep) in enumerate(matrix, 1):
+        name = f"in{input_len}_c{conc}_r{rep}.json"
+        errors.log(f"bench: run {done}/{len(matrix)}: input {input_len}, concurrency {conc}, repeat {rep}")
+        argv = argv_of(input_len, args.output_len, conc, result_dir, name, seed=args.seed + done)
+        cell = f"input {input_len}, concurrency {conc}"
+        runs.setdefault((input_len, conc), []).append(run_once(plan, target, argv, env, out, name, cell))
+    return [
+        {"input_len": i, "concurrency": c, "num_prompts": 10 * c, **summarise_cell(cell_runs)}
+        for (i, c), cell_runs in runs.items()
+    ]
+
+
+def run_once(plan: dict, target: dict, argv: list[str], env: dict, out: Path, name: str, cell: str) -> dict:
+    """One run of `vllm bench serve` and its result's figures; an endpoint that answers nothing ends the matrix."""
+    res = subproc.run(argv, timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
+    raw = out / "raw" / name
+    if plan["path"] != "host" and res.ok:  # written inside the container, read back bounded as every document
+        got = subproc.run(
+            [*runtimes.runtime_of(plan), "exec", target["container"], "cat", f"/tmp/{name}"],
+            timeout=60,
+            limit=jsonio.MAX_INPUT_BYTES,
+        )
+        write_out(raw, got.stdout)
+    if not res.ok or not raw.exists():
+        raise ScriptError(
+            f"vllm bench serve failed at {cell}",
+            "check that the endpoint still verifies (launch.py verify) and report the lines above",
+            log_tail=(res.stderr or res.stdout or res.failure or "").strip().splitlines()[-15:],
+            out=str(out),
+        )
+    run = read_result(raw, out)
+    if run["failed"]:
+        errors.log(f"bench: !!! {run['failed']} FAILED requests in {name}")
+    if not run["completed"]:  # the endpoint is gone: the rest of the matrix would fail too
+        raise ScriptError(
+            f"no request completed at {cell} ({run['failed']} failed): the endpoint is not answering",
+            "check the server (launch.py verify --plan <plan.json>, its log), "
+            "then re-run the benchmark (into a new --out, or none)",
+            out=str(out),
+        )
+    return run
 
 
 def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -> tuple[dict, int]:
@@ -344,10 +274,8 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind, pin)
     est = plan["inputs"]["estimate_memory"]
     weights = est.get("weight_bytes")
-    c1 = [c for c in cells if c["concurrency"] == 1]
-    best = min(c1, key=lambda c: c["median_tpot_ms"]) if c1 else None
+    best = min((c for c in cells if c["concurrency"] == 1), key=lambda c: c["median_tpot_ms"], default=None)
     read = step_bytes(est, best["input_len"] + args.output_len // 2) if best else weights  # mid-decode context
-    bound = decode_bound(read, bw, best["median_tpot_ms"] if best else None)
     doc = {
         **summary_head(plan, args, out),
         "seed": args.seed,
@@ -357,18 +285,15 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
         "bandwidth_cpus": bind,
         "weight_bytes": weights,
         "bound_bytes_per_step": read,
-        **bound,
+        **decode_bound(read, bw, best["median_tpot_ms"] if best else None),
         "host": host_record(plan),
         "warnings": args.warnings,
     }
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
     write_out(out / "summary.md", markdown(cells) + bound_and_host(doc))
     doc["plot"] = plot(cells, out / "plot.png")
-    return settled(
-        doc,
-        "the benchmark",
-        "a failed request makes the figures meaningless: check the server log (launch.py verify) and run again",
-    )
+    fix = "a failed request makes the figures meaningless: check the server log (launch.py verify) and run again"
+    return settled(doc, "the benchmark", fix)
 
 
 def summary_head(plan: dict, args: argparse.Namespace, out: Path) -> dict:
@@ -391,54 +316,17 @@ def settled(doc: dict, what: str, fix: str) -> tuple[dict, int]:
 
 
 def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple[dict, int]:
-    """Serve the plan's model once per sizing on the plan's port, bench each, stop each (refuse_to_compare
-    has passed)."""
+    """Serve the plan's model once per sizing on the plan's port, bench each, stop each, side by side."""
     epyc = bundle.load_epyc()
-    results: dict[str, list[dict]] = {}
-    not_run: dict[str, str] = {}
     args.warnings = [w for w in args.warnings if w["check"] == "length"]  # each sizing's server its own seqs
-    for name in planner.SIZINGS:
-        sub = out / name
-        opts = {**plan["options"], "sizing": name, "state_dir": str(jsonio.real_path(sub / "run"))}
-        try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
-            variant = planner.build_plan(plan["inputs"], opts, epyc, planfile.host_facts(opts, plan["inputs"]))
-        except ScriptError as exc:
-            not_run[name] = exc.error
-            errors.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
-            continue
-        _, own = matrix_against_the_plan(
-            variant, args.input_lens, args.output_len, args.concurrency, epyc["serve"]["vllm_cpu_default_max_num_seqs"]
-        )
-        args.warnings += [
-            {**w, "message": f"sizing {name}: {w['message']}"} for w in own if w["check"] != "length"
-        ]  # the lengths are the plan's, warned of once
-        (sub / "run").mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_out(sub / "plan.json", json.dumps(variant, indent=2) + "\n")
-        errors.log(f"bench: --compare: sizing {name}: starting")
-        try:
-            serve_start.start(variant, confirm=True)  # rendered just above: nothing to compare it with
-            serve_verify.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
-            results[name] = run_matrix(variant, args, sub, env)
-            write_out(sub / "summary.md", markdown(results[name]))
-        except ScriptError as exc:
-            if exc.extra.get("interrupted"):  # the user's Ctrl-C, held by start: stop this server, run no more
-                raise KeyboardInterrupt from exc
-            not_run[name] = exc.error
-            errors.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
-        finally:  # a second signal (`timeout`, a double Ctrl-C) waits until the server is stopped
-            with cli.signals_deferred():
-                try:
-                    serve_stop.stop(variant)
-                except ScriptError as exc:  # not this sizing's to stop (another plan's container on the port)
-                    if name not in results:
-                        not_run[name] = f"{not_run.get(name, 'not served')}; its stop: {exc.error}"
-                    errors.log(f"bench: --compare: sizing {name}: stop refused: {exc.error}")
+    done = {name: bench_sizing(plan, name, args, out / name, env, epyc) for name in planner.SIZINGS}
+    results = {name: cells for name, (cells, _) in done.items() if cells is not None}
+    not_run = {name: why for name, (_, why) in done.items() if why is not None}
     if not results:
         raise ScriptError(
             "no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items())
         )
-    cmp = side_by_side(results)
-    cmp["not_run"] = not_run
+    cmp = {**side_by_side(results), "not_run": not_run}
     doc = {
         **summary_head(plan, args, out),
         "failed": sum(c["failed"] for cells in results.values() for c in cells),
@@ -447,11 +335,47 @@ def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple
         "warnings": args.warnings,
     }
     write_out(out / "compare.json", json.dumps(doc, indent=2) + "\n")
-    write_out(
-        out / "compare.md", compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
+    md = compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
+    write_out(out / "compare.md", md)
+    fix = "the figures of a sizing with failed requests do not count: check its server log and rerun"
+    return settled(doc, "the comparison", fix)
+
+
+def bench_sizing(
+    plan: dict, name: str, args: argparse.Namespace, sub: Path, env: dict, epyc: dict
+) -> tuple[list[dict] | None, str | None]:
+    """One sizing of --compare planned, served, benched and stopped: (its cells, why it was not run)."""
+    opts = {**plan["options"], "sizing": name, "state_dir": str(jsonio.real_path(sub / "run"))}
+    try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
+        variant = planner.build_plan(plan["inputs"], opts, epyc, planfile.host_facts(opts, plan["inputs"]))
+    except ScriptError as exc:
+        errors.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
+        return None, exc.error
+    _, own = matrix_against_the_plan(
+        variant, args.input_lens, args.output_len, args.concurrency, epyc["serve"]["vllm_cpu_default_max_num_seqs"]
     )
-    return settled(
-        doc,
-        "the comparison",
-        "the figures of a sizing with failed requests do not count: check its server log and rerun",
-    )
+    # the lengths are the plan's, warned of once
+    args.warnings += [{**w, "message": f"sizing {name}: {w['message']}"} for w in own if w["check"] != "length"]
+    (sub / "run").mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_out(sub / "plan.json", json.dumps(variant, indent=2) + "\n")
+    errors.log(f"bench: --compare: sizing {name}: starting")
+    cells = why = None
+    try:
+        serve_start.start(variant, confirm=True)  # rendered just above: nothing to compare it with
+        serve_verify.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
+        cells = run_matrix(variant, args, sub, env)
+        write_out(sub / "summary.md", markdown(cells))
+    except ScriptError as exc:
+        if exc.extra.get("interrupted"):  # the user's Ctrl-C, held by start: stop this server, run no more
+            raise KeyboardInterrupt from exc
+        why = exc.error
+        errors.log(f"bench: --compare: sizing {name}: FAILED: {exc.error}")
+    finally:  # a second signal (`timeout`, a double Ctrl-C) waits until the server is stopped
+        with cli.signals_deferred():
+            try:
+                serve_stop.stop(variant)
+            except ScriptError as exc:  # not this sizing's to stop (another plan's container on the port)
+                if cells is None:
+                    why = f"{'not served' if why is None else why}; its stop: {exc.error}"
+                errors.log(f"bench: --compare: sizing {name}: stop refused: {exc.error}")
+    return cells, why
