@@ -143,22 +143,13 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         ]
         for i, e in enumerate(engines)
     ]
-    rows.append(
-        [
-            "router",
-            f"port {port} on {'all interfaces (every engine checks the key in $' + opts['api_key_env'] + ')' if expose else '127.0.0.1'}, "
-            f"{epyc['router']['pip']}, policy {epyc['router']['policy']}: `{router['command']}`",
-        ]
-    )
+    on = f"all interfaces (every engine checks the key in ${opts['api_key_env']})" if expose else "127.0.0.1"
+    pip, policy = epyc["router"]["pip"], epyc["router"]["policy"]
+    rows.append(["router", f"port {port} on {on}, {pip}, policy {policy}: `{router['command']}`"])
     planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)
     if planned_for:  # another host: what the engines assume, and the router to install there
-        rows.append(
-            [
-                "Planned for",
-                f"{planned_for}; there, first: python3 scripts/setup_host_stack.py --router "
-                f"({epyc['router']['pip']}; the router's path above is where it installs for this user)",
-            ]
-        )
+        install = f"python3 scripts/setup_host_stack.py --router ({pip}; the router's path above is where it installs for this user)"
+        rows.append(["Planned for", f"{planned_for}; there, first: {install}"])
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "fleet",
@@ -175,14 +166,6 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         + markdown_table(["Part", "What runs"], rows),
         "_engine_plans": engines,
     }
-
-
-def write_fleet(fleet: dict, folder: Path) -> dict:
-    """The engines' plans into their state dirs (where start keeps them), the fleet's into the run folder."""
-    for plan in fleet.pop("_engine_plans"):
-        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
-    return fleet
 
 
 def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: str) -> dict:
@@ -204,7 +187,10 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
             tune, "cpu_tune", "an engine's sizing", "report it: the fleet sized a socket no schema allows"
         )
     fleet = plan_fleet(inputs, opts, epyc, host_facts(opts, inputs), tunes, folder)
-    return write_fleet(fleet, folder)
+    for plan in fleet.pop("_engine_plans"):  # each engine's plan in its state dir, where start keeps it
+        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
+    return fleet
 
 
 # ---------------------------------------------------------------- reading it back
@@ -233,12 +219,8 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
     if want["expose"] and not all(e.get("api_key_env") for e in engines):
         raise ScriptError(f"{path}: an exposed router in front of an engine without a key", "plan the fleet again")
     # what verify sends through the router (the key's variable, the name) is its engines', never the file's own
-    said = {k: fleet.get(k) for k in ("api_key_env", "served_model_name", "base_url")}
-    if said != {
-        "api_key_env": engines[0]["api_key_env"],
-        "served_model_name": engines[0]["served_model_name"],
-        "base_url": r["base_url"],
-    }:
+    rendered = {"api_key_env": engines[0]["api_key_env"], "served_model_name": engines[0]["served_model_name"]}
+    if {k: fleet.get(k) for k in (*rendered, "base_url")} != {**rendered, "base_url": r["base_url"]}:
         raise ScriptError(
             f"{path}: its key, model name or URL differs from what its engines render", "plan the fleet again"
         )

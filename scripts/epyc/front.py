@@ -70,11 +70,9 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
             "name each host's run folder once, and plan the front with a --run of its own (e.g. --run front)",
         )
     ends = [host_endpoint(run, address, key_env) for run, address in hosts]
-    if len({e["served_model_name"] for e in ends}) > 1:
+    if len(names := sorted({e["served_model_name"] for e in ends})) > 1:
         raise ScriptError(
-            "--hosts: the hosts serve different model names ("
-            + ", ".join(sorted({e["served_model_name"] for e in ends}))
-            + "): a router sends any request to any of them",
+            f"--hosts: the hosts serve different model names ({', '.join(names)}): a router sends any request to any of them",
             "plan every host with the same model and --served-model-name",
         )
     port = opts.get("port") or epyc["serve"]["default_port"]
