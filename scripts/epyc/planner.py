@@ -177,10 +177,9 @@ def plan_env(ch: Choices, tune: dict, epyc: dict, opt: dict, facts: dict) -> tup
         env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
     if facts.get("hf_offline"):
         env["HF_HUB_OFFLINE"] = "1"  # an offline host serves from its HF cache, and so does the server
-    secrets = {
-        **({"HF_TOKEN": "HF_TOKEN"} if facts.get("hf_token_set") else {}),
-        **({"VLLM_API_KEY": ch.key_env} if ch.key_env else {}),
-    }
+    secrets = {"HF_TOKEN": "HF_TOKEN"} if facts.get("hf_token_set") else {}
+    if ch.key_env:
+        secrets["VLLM_API_KEY"] = ch.key_env
     return env, secrets
 
 
@@ -218,13 +217,8 @@ def host_command(ch: Choices, inp: dict, epyc: dict, env: dict, model_arg: str, 
     preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
     if preload and ch.rules["preload"]:
         env["LD_PRELOAD"] = preload
-    argv = [
-        *(tune.get("host_pin_argv", []) if ch.rules["pin"] else []),
-        str(Path(val["python"]).parent / "vllm"),
-        "serve",
-        model_arg,
-        *opts,
-    ]
+    pin = tune.get("host_pin_argv", []) if ch.rules["pin"] else []
+    argv = [*pin, str(Path(val["python"]).parent / "vllm"), "serve", model_arg, *opts]
     # another host has neither this bundle nor its state: the process is found by its command there
     pattern = f"vllm serve {re.escape(model_arg)} .*--port {ch.port}( |$)"
     return {"argv": argv, "pre_argv": [], "remote_stop": shlex.join(["pkill", "-TERM", "-f", pattern])}
