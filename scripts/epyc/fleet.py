@@ -238,7 +238,7 @@ def as_one_endpoint(fleet: dict, engines: list[dict]) -> dict:
 
 
 def engines_arg(text: str) -> str:
-    """--engines: per-socket, or a count of engines to share one socket."""
+    """--engines: per-socket, per-node, or a count of engines to share one socket."""
     if text in ("per-socket", "per-node") or (text.isdigit() and 2 <= int(text) <= 64):
         return text
     raise argparse.ArgumentTypeError(f"{text[:40]!r}: per-socket, per-node, or a number of engines from 2 to 64")
