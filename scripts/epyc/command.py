@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from . import bundle, hostfacts, quantization
+from .argtypes import is_served_name as is_served_name
 from .errors import ScriptError
 from .hubcache import bind_mount
 
@@ -108,30 +109,9 @@ def throughput_env(flags: dict) -> dict:
 
 
 API_KEY_MIN = 8
-SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
-def secret_unsendable(name: str) -> str:
-    """The refusal of a secret whose value no HTTP header carries (plan and start say it alike)."""
-    return (
-        f"{name} holds characters a token cannot have (spaces, newlines or other non-printing ones, or "
-        "more than 4096 of them; its value is not shown)"
-    )
-
-
-_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
 _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
-
-
-def is_served_name(text: object) -> bool:
-    """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
-    starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
-    mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
-    return (
-        isinstance(text, str)
-        and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
-        and "://" not in text
-    )
 
 
 def pin_prefix_problem(

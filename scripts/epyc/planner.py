@@ -9,26 +9,24 @@ from pathlib import Path
 
 from . import bundle, jsonio, kv_budget, masking, runtimes
 from .architectures import normalize_version
+from .argtypes import is_revision, is_served_name
 from .command import (
     API_KEY_MIN,
     bound_cpus,
     container_run_argv,
-    is_served_name,
     pin_prefix_problem,
     quantized_path,
     runtime_stop_pair,
-    secret_unsendable,
     served_model_name,
     stop_command,
     throughput_env,
 )
 from .errors import ScriptError
 from .handoff import markdown_table, summary_rows
-from .hf_model import is_revision
-from .hubcache import HF_MOUNT_FIX, bind_mount, hf_mount_problem
+from .hubcache import HF_MOUNT_FIX, bind_mount, hf_mount_problem, state_root
 from .kv_cache import ssm_state_dtype
+from .masking import secret_unsendable
 from .preload import preload_value
-from .serve_state import state_root
 
 PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
