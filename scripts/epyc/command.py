@@ -11,8 +11,7 @@ from . import bundle, hostfacts, quantization
 from .argtypes import is_served_name as is_served_name
 from .errors import ScriptError
 from .hubcache import bind_mount
-
-STOP_GRACE_S = 30
+from .subproc import MARKER_ENV, STOP_GRACE_S
 
 
 def served_model_name(model: str, model_dir: str | None) -> str:
@@ -179,7 +178,6 @@ def bound_cpus(value: object) -> list[int] | None:
         return None
 
 
-MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"
 # what a host server takes from the shell that starts it, besides the plan's own env and secrets
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
 INHERITED_ENV = tuple(
