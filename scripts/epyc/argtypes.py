@@ -8,10 +8,30 @@ import os
 import re
 from collections.abc import Callable
 
-from .command import is_served_name
 from .errors import ScriptError
-from .hf_model import is_revision
 from .jsonio import user_path
+
+# git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
+_REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
+
+
+def is_revision(text: object) -> bool:
+    """A branch, tag or commit as git allows one: what --revision takes, and what a document may carry."""
+    return isinstance(text, str) and _REVISION_RE.fullmatch(text) is not None
+
+
+_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
+
+
+def is_served_name(text: object) -> bool:
+    """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
+    starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
+    mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
+    return (
+        isinstance(text, str)
+        and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
+        and "://" not in text
+    )
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:

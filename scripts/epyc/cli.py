@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bundle, venv
+from . import bundle
 from .errors import EXIT_FAIL, EXIT_OK, ScriptError, os_error
-from .jsonio import check_schema
+from .jsonio import check_schema, write_own_file
 from .masking import _MaskedStream, mask_secrets, masked_strings, secret_values
-from .serve_state import write_own_file
 
 _KEEP: list[Path] = []
 
@@ -157,6 +156,24 @@ def failure(exc: BaseException) -> tuple[dict, int]:
     return {"error": f"internal error: {type(exc).__name__}: {exc}", "fix": fix}, EXIT_FAIL
 
 
+def use_bundle_venv() -> None:
+    """`python3 scripts/NAME.py` works in any shell once scripts/bootstrap.py has run: when this
+    interpreter lacks the dependencies and the bundle's venv has them, run the same command there."""
+    import importlib.util
+
+    venv_python = bundle.BUNDLE_VENV / "bin" / "python"
+    if (
+        os.environ.get(bundle.REEXEC_MARK)
+        or not venv_python.exists()
+        or Path(sys.prefix).resolve() == bundle.BUNDLE_VENV.resolve()
+        or Path(sys.argv[0] or ".").resolve().parent != bundle.SCRIPTS
+        or all(importlib.util.find_spec(name) for name in bundle.BUNDLE_DEPS)
+    ):
+        return
+    os.environ[bundle.REEXEC_MARK] = "1"
+    os.execv(str(venv_python), [str(venv_python), *sys.argv])
+
+
 def run_main(
     main: Callable[[Sequence[str] | None], tuple[Any, int]],
     argv: Sequence[str] | None = None,
@@ -166,7 +183,7 @@ def run_main(
 
     ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
     if Path(sys.argv[0] or ".").resolve().parent == bundle.SCRIPTS:  # a script, not a test calling main
-        venv.use_bundle_venv()
+        use_bundle_venv()
         if sys.stderr is not None and not isinstance(sys.stderr, _MaskedStream):
             sys.stderr = _MaskedStream(sys.stderr)  # what libraries log through their own handlers is masked too
     previous = _interrupt_on_termination()

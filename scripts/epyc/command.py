@@ -8,10 +8,10 @@ import shlex
 from pathlib import Path
 
 from . import bundle, hostfacts, quantization
+from .argtypes import is_served_name as is_served_name
 from .errors import ScriptError
 from .hubcache import bind_mount
-
-STOP_GRACE_S = 30
+from .subproc import MARKER_ENV, STOP_GRACE_S
 
 
 def served_model_name(model: str, model_dir: str | None) -> str:
@@ -108,30 +108,9 @@ def throughput_env(flags: dict) -> dict:
 
 
 API_KEY_MIN = 8
-SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
-def secret_unsendable(name: str) -> str:
-    """The refusal of a secret whose value no HTTP header carries (plan and start say it alike)."""
-    return (
-        f"{name} holds characters a token cannot have (spaces, newlines or other non-printing ones, or "
-        "more than 4096 of them; its value is not shown)"
-    )
-
-
-_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
 _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
-
-
-def is_served_name(text: object) -> bool:
-    """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
-    starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
-    mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
-    return (
-        isinstance(text, str)
-        and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
-        and "://" not in text
-    )
 
 
 def pin_prefix_problem(
@@ -199,7 +178,6 @@ def bound_cpus(value: object) -> list[int] | None:
         return None
 
 
-MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"
 # what a host server takes from the shell that starts it, besides the plan's own env and secrets
 # (which the summary shows): where it finds programs, its home and caches, locale and proxies
 INHERITED_ENV = tuple(

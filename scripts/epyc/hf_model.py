@@ -6,7 +6,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import struct
 import sys
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from . import cli, hubcache, jsonio, masking
+from .argtypes import is_revision
 from .errors import ScriptError
 
 T = TypeVar("T")
@@ -36,14 +36,6 @@ SAFETENSORS_DTYPE_BYTES = {
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 SERVE_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 MAX_WEIGHT_BYTES = 1 << 50
-
-# git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
-_REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
-
-
-def is_revision(text: object) -> bool:
-    """A branch, tag or commit as git allows one: what --revision takes, and what a document may carry."""
-    return isinstance(text, str) and _REVISION_RE.fullmatch(text) is not None
 
 
 class Unreadable(Exception):

@@ -204,3 +204,8 @@ def filesystem_type(path: Path) -> str | None:
         if target == p.mountpoint or target.startswith(p.mountpoint.rstrip("/") + "/")
     ]
     return max(held, key=lambda p: len(p.mountpoint)).fstype if held else None
+
+
+def state_root() -> Path:
+    """Where default state dirs go (a plan without --state-dir, up's run folder)."""
+    return cache_root() / "serving-llms-on-epyc" / "run"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import errors
 from .bundle import DATA_DIR
 from .errors import ScriptError
 from .masking import clip
@@ -259,3 +260,41 @@ def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
     if error is not None:
         field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ScriptError(f"{what}: field {field}: {error.message[:300]}", fix)
+
+
+def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
+    """Open a file the bundle keeps, never through a link nor waiting on a FIFO; one written gets `mode`."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ScriptError(
+                f"{path} is a symbolic link: {phase} reads and writes only its own files, never through a link",
+                "remove the link, or use a fresh folder",
+                phase=phase,
+            ) from None
+        refusal = errors.os_error(exc, f"cannot open {path}")
+        refusal.extra["phase"] = phase
+        raise refusal from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device of that name: never waited on
+            raise ScriptError(f"{path} is not a regular file", "remove it, or use a fresh folder", phase=phase)
+        if flags & os.O_CREAT:
+            os.fchmod(fd, mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_own_file(path: str | Path, text: str) -> None:
+    """Write (or overwrite) a file of the state dir or run folder, 0600, never through a link."""
+    try:
+        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+            f.write(text)
+    except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
+        raise errors.os_error(exc, f"cannot write {path}") from None

@@ -152,3 +152,14 @@ def redact(text: str, secrets: list[str], limit: int = 200) -> str:
     shell holds (the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
     text = mask_server_text(text, secret_forms([*secrets, *secret_values()]))
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")
+
+
+def secret_unsendable(name: str) -> str:
+    """The refusal of a secret whose value no HTTP header carries (plan and start say it alike)."""
+    return (
+        f"{name} holds characters a token cannot have (spaces, newlines or other non-printing ones, or "
+        "more than 4096 of them; its value is not shown)"
+    )

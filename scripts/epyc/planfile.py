@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 from . import bundle, hubcache, jsonio, masking, runtimes
-from .command import SECRET_VALUE, runtime_stop_pair
+from .command import runtime_stop_pair
 from .errors import ScriptError
+from .masking import SECRET_VALUE
 from .planner import PLAN_SCHEMA_VERSION, build_plan, plan_differences
 from .serve_procs import foreign_state
 from .serve_state import CONTAINER_NAME, read_state

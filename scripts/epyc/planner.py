@@ -8,20 +8,20 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import bundle, jsonio, kv_budget, runtimes
+from .argtypes import is_served_name
 from .command import (
     API_KEY_MIN,
     container_run_argv,
-    is_served_name,
     quantized_path,
     runtime_stop_pair,
-    secret_unsendable,
     served_model_name,
     stop_command,
     throughput_env,
 )
 from .errors import ScriptError
 from .handoff import markdown_table, summary_rows
-from .hubcache import bind_mount
+from .hubcache import bind_mount, state_root
+from .masking import secret_unsendable
 from .plan_checks import (
     chosen_dtype,
     chosen_max_len,
@@ -31,7 +31,6 @@ from .plan_checks import (
     served_revision,
 )
 from .preload import preload_value
-from .serve_state import state_root
 
 PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)

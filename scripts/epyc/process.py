@@ -10,9 +10,9 @@ import time
 from typing import TYPE_CHECKING
 
 from . import cli, masking, subproc
-from .command import MARKER_ENV, STOP_GRACE_S
 from .errors import ScriptError
 from .serve_state import open_own_file, plan_identity, write_state
+from .subproc import MARKER_ENV, STOP_GRACE_S
 
 if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
     import psutil

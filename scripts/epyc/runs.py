@@ -8,7 +8,8 @@ from pathlib import Path
 
 from . import cli, jsonio
 from .errors import ScriptError
-from .serve_state import make_own_folder, state_root
+from .hubcache import state_root
+from .serve_state import make_own_folder
 
 DEFAULT = "local"  # this machine's run folder; another target's is named by --run
 

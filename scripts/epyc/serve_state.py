@@ -10,9 +10,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import bundle, errors, hubcache, jsonio
-from .command import SECRET_VALUE, secret_unsendable
+from . import bundle, errors, jsonio
 from .errors import ScriptError
+from .jsonio import open_own_file, write_own_file
+from .masking import SECRET_VALUE, secret_unsendable
 
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -28,44 +29,6 @@ OWN_FILES = {
 STATE_TEMP = re.compile(r"\.state\.[A-Za-z0-9_]{1,16}\.tmp")
 LOCK_WAIT_S = 2.0
 UP_HOLDS: set[str] = set()  # the state dirs this process's own up holds: its own start there is not another's
-
-
-def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
-    """Open a file the bundle keeps, never through a link nor waiting on a FIFO; one written gets `mode`."""
-    import errno
-    import stat
-
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ScriptError(
-                f"{path} is a symbolic link: {phase} reads and writes only its own files, never through a link",
-                "remove the link, or use a fresh folder",
-                phase=phase,
-            ) from None
-        refusal = errors.os_error(exc, f"cannot open {path}")
-        refusal.extra["phase"] = phase
-        raise refusal from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device of that name: never waited on
-            raise ScriptError(f"{path} is not a regular file", "remove it, or use a fresh folder", phase=phase)
-        if flags & os.O_CREAT:
-            os.fchmod(fd, mode)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def write_own_file(path: str | Path, text: str) -> None:
-    """Write (or overwrite) a file of the state dir or run folder, 0600, never through a link."""
-    try:
-        with os.fdopen(open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
-            f.write(text)
-    except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused
-        raise errors.os_error(exc, f"cannot write {path}") from None
 
 
 def read_state(plan: dict) -> dict | None:
@@ -302,8 +265,3 @@ def holding_the_start_lock(plan: dict, busy: Callable | None = None, wait_s: flo
     finally:
         if fd is not None:
             os.close(fd)
-
-
-def state_root() -> Path:
-    """Where default state dirs go (a plan without --state-dir, up's run folder)."""
-    return hubcache.cache_root() / "serving-llms-on-epyc" / "run"

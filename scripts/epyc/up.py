@@ -11,14 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import bundle, cli, cpuid, errors, jsonio, serve_procs, serve_state, subproc
-from .command import is_served_name, served_model_name, stop_command
+from .argtypes import is_served_name
+from .command import served_model_name, stop_command
 from .deployment import with_service
 from .errors import ScriptError
 from .handoff import handoff_doc
+from .hubcache import state_root
 from .planfile import host_facts, key_facts
 from .planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
 from .serve_start import start
-from .serve_state import NO_RETRY_FIX, state_root, write_own_file
+from .serve_state import NO_RETRY_FIX, write_own_file
 from .serve_stop import stop
 from .serve_verify import verify
 from .showing import refuse_a_plan_changed_since_shown, what_runs

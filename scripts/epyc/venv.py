@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from . import errors, masking, subproc
+from .bundle import BUNDLE_DEPS as BUNDLE_DEPS
+from .bundle import BUNDLE_VENV as BUNDLE_VENV
 from .bundle import ROOT
 from .errors import ScriptError
 
 # The bundle's own dependencies (their import names are their distribution names) and the venv for them.
-BUNDLE_DEPS = ("huggingface_hub", "psutil", "requests", "jsonschema")
-BUNDLE_VENV = ROOT / ".venv"
-_REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 PIP_TIMEOUT_S = 900
 # each distribution's version into `out`, None where it has none (a %-template: the tuple of names)
 VERSIONS_CODE = r"""
@@ -79,21 +77,3 @@ def ensure_venv(python: Path, test: bool) -> list[str]:
         )
     actions.append("installed the bundle's dependencies" + (" and the test extra" if test else ""))
     return actions
-
-
-def use_bundle_venv() -> None:
-    """`python3 scripts/NAME.py` works in any shell once scripts/bootstrap.py has run: when this
-    interpreter lacks the dependencies and the bundle's venv has them, run the same command there."""
-    import importlib.util
-
-    venv_python = BUNDLE_VENV / "bin" / "python"
-    if (
-        os.environ.get(_REEXEC_MARK)
-        or not venv_python.exists()
-        or Path(sys.prefix).resolve() == BUNDLE_VENV.resolve()
-        or Path(sys.argv[0] or ".").resolve().parent != ROOT / "scripts"
-        or all(importlib.util.find_spec(name) for name in BUNDLE_DEPS)
-    ):
-        return
-    os.environ[_REEXEC_MARK] = "1"
-    os.execv(str(venv_python), [str(venv_python), *sys.argv])
