@@ -39,8 +39,7 @@ CONFIRM = (
     "start needs --confirm: the human must approve the plan first",
     "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
 )
-# docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container
-# name "N" is already in use by ID': `run` refused to create ours
+# docker's and podman's words when `run` refused to create ours: the name is another container's
 NAME_TAKEN = "is already in use"
 
 
@@ -96,10 +95,8 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
             )
         refuse_to_start_over(plan)
         secrets, warnings = secret_values(plan), []
-        if plan["path"] == "host":
-            state = start_host(plan, secrets)
-        else:
-            state = start_container(plan, secrets, pull_policy, warnings)
+        host = plan["path"] == "host"
+        state = start_host(plan, secrets) if host else start_container(plan, secrets, pull_policy, warnings)
         # a copy beside the state: the plan that stops this server, whatever later happens to the one given
         write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
         return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
@@ -223,18 +220,8 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
                 "check the runtime (" + plan["runtime"] + " info), then start again",
                 own_words=True,
             )
-        state = {
-            "path": plan["path"],
-            "port": plan["port"],
-            "plan_id": plan_identity(plan),
-            "runtime": plan["runtime"],
-            "engine": plan.get("engine"),
-            "container_name": plan["container_name"],
-            "container_id": printed[:64],
-            "started_at": time.time(),
-            "argv": argv,
-            "model_dir": plan["model_dir"],
-        }
+        state = {k: plan.get(k) for k in ("path", "port", "runtime", "engine", "container_name", "model_dir")}
+        state.update(plan_id=plan_identity(plan), container_id=printed[:64], started_at=time.time(), argv=argv)
         write_state(plan, state)
         return state
     except BaseException as exc:
@@ -245,8 +232,7 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
 
 
 def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
-    """After `run` refused: the id of the exited container it left, to remove. Raises when there is nothing
-    of ours to remove (another plan's container took the name, or the refused run made none)."""
+    """After `run` refused: the id of the exited container it left, to remove; raises when none is ours to remove."""
     taken = NAME_TAKEN in exc.error.lower()
     # docker checks a bad mount, cpuset or image before it takes the name: a container now of that name may
     # be another plan's; only one that is not running can be what our refused run left
@@ -271,8 +257,7 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
 
 
 def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseException, launched: bool) -> None:
-    """No state names the container (`run` failed, was interrupted, or its state not written): it is removed by
-    its id (by name where none is known) with the key files, and start says what happened."""
+    """No state names the container: it is removed (by id where known) with the key files, and start says why."""
     if CONTAINER_ID.fullmatch(printed):
         rm = by_id(rm, printed)
     with cli.signals_deferred():
