@@ -34,10 +34,6 @@ class Deployment:
     engines: list[dict]
     router: dict | None
 
-    @property
-    def stop_command(self) -> str:
-        return self.doc["stop_command"] if self.kind == "engine" else stop_command(self.file)
-
 
 def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
     """The plan file read once, as its `kind` says, every part refused unless its own inputs render it."""
@@ -57,10 +53,11 @@ def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
 
 def read_if_plan(path: str) -> dict | None:
     """The document of a plan file (a regular file of bounded size, never waited on), or None: no such document."""
-    with contextlib.suppress(ScriptError):
+    try:
         doc = jsonio.read_json_input(path, "plan")
-        return doc if isinstance(doc, dict) else None
-    return None
+    except ScriptError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def kind_of(path: str) -> str | None:
@@ -211,13 +208,13 @@ def handoff(dep: Deployment) -> dict:
             **{k: dep.doc[k] for k in keys},
             "port": dep.router["port"],
             "hosts": [h["url"] for h in dep.doc["hosts"]],
-            "stop_command": dep.stop_command,
+            "stop_command": stop_command(dep.file),
         }
     first = dep.engines[0]
     settled = serve_verify.verified_state(first).get("primary_endpoint")
     if dep.kind == "engine":
         return with_service(first, handoff_doc(first, settled=settled))
-    entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": dep.stop_command}
+    entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": stop_command(dep.file)}
     doc = handoff_doc(first, settled=settled, entry=entry)
     return {"kind": "fleet", **doc, "engines": [e["base_url"] for e in dep.engines]}
 
@@ -269,9 +266,7 @@ def act(verb: str, path: str, epyc: dict, confirm: bool = False, pull: str = "mi
 def refuse_to_plan_over(folder: Path) -> None:
     """A plan written over a running fleet's or front's would leave its router and engines named by nothing."""
     path = folder / "plan.json"
-    doc = read_if_plan(str(path))
-    if doc is None:
-        return
+    doc = read_if_plan(str(path)) or {}
     if {"fleet_version", "front_version"} & doc.keys():  # what it runs is unknown here
         refuse_older(doc, str(path))
     try:

@@ -40,6 +40,11 @@ def segments_in_use(pids: list[int] | None = None) -> set[str]:
     return held
 
 
+def segments_mapped(plan: dict, state: dict) -> list[str]:
+    """The segments the server's processes map or hold now, with those the state recorded, sorted."""
+    return sorted(set(recorded_segments(state)) | segments_in_use(server_pids(plan, state)))
+
+
 def server_pids(plan: dict, state: dict) -> list[int]:
     """The server's processes: the host path's group, or the container's first process and its descendants."""
     if plan["path"] == "host":
@@ -65,7 +70,7 @@ def state_server(state: dict) -> str | None:
         engine_ok = engine is None or (runtime == "docker" and not runtimes.docker_engine_problem(engine))
         if runtime not in runtimes.CONTAINER_RUNTIMES or not named or not engine_ok:
             return None  # not a state start wrote: it names nothing we could ask about
-        running = container_running(runtimes.runtime_of(state), name, state)  # the guard above: runtime_of says yes
+        running = alive(state, state)  # a state names its runtime and container as a plan does; the guard above holds
         if running is None:
             return f"container {name} (its runtime did not say whether it runs, so it may)"
         return f"container {name}" if running else None
@@ -130,14 +135,6 @@ def started_here(state: dict | None, found: dict) -> bool:
     return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
 
 
-def container_running(rt: list[str], name: str, state: dict | None = None) -> bool | None:
-    """The container runs and (with `state`) is that state's; None when the runtime did not say (never "exited")."""
-    found = inspect_container(rt, name)
-    if found is None:
-        return None
-    return bool(found) and found["running"] and (state is None or started_here(state, found))
-
-
 def restarted(plan: dict, state: dict) -> int:
     """How often the runtime's restart policy has brought this start's container back (0 on the host path)."""
     if plan["path"] == "host":
@@ -147,10 +144,11 @@ def restarted(plan: dict, state: dict) -> int:
 
 
 def alive(plan: dict, state: dict) -> bool | None:
-    """The plan's server runs (True), has exited (False), or its runtime did not say (None)."""
+    """The plan's server runs (True), has exited (False), or its runtime did not say (None, never "exited")."""
     if plan["path"] == "host":
         return process_alive(state)
-    return container_running(runtimes.runtime_of(plan), plan["container_name"], state)
+    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    return None if found is None else (bool(found) and found["running"] and started_here(state, found))
 
 
 def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[str]:

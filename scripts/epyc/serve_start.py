@@ -164,18 +164,6 @@ def clear_leftover(plan: dict, rm: list[str]) -> None:
             )
 
 
-def pull_if_needed(plan: dict, pull: list[str], pull_policy: str) -> None:
-    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
-        errors.log(f"start: pulling {plan['image']}")
-        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
-        if not res.ok:
-            raise ScriptError(
-                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
-                "check registry access and the image name (data/epyc.json, or --image)",
-                phase="pull",
-            )
-
-
 def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[str], subproc.RunResult]:
     """`run -d` of the plan's argv; rootless podman that refuses --cpuset-* runs again without them."""
     argv = plan["argv"]
@@ -204,7 +192,15 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
     """The plan's container, pulled if needed and run with the key files; removed again if no state names it."""
     rm, pull = plan["pre_argv"]
     clear_leftover(plan, rm)
-    pull_if_needed(plan, pull, pull_policy)
+    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
+        errors.log(f"start: pulling {plan['image']}")
+        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
+        if not res.ok:
+            raise ScriptError(
+                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
+                "check registry access and the image name (data/epyc.json, or --image)",
+                phase="pull",
+            )
     launched, printed = False, ""
     try:
         if secrets:
@@ -234,8 +230,7 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
 def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
     """After `run` refused: the id of the exited container it left, to remove; raises when none is ours to remove."""
     taken = NAME_TAKEN in exc.error.lower()
-    # docker checks a bad mount, cpuset or image before it takes the name: a container now of that name may
-    # be another plan's; only one that is not running can be what our refused run left
+    # docker may refuse before it takes the name: only a container of that name not running can be our run's
     left = None if taken else inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if left and not left["running"]:
         return left["id"]
