@@ -21,6 +21,7 @@ from .serve_state import auth_headers, make_own_folder, read_state, write_own_fi
 
 KINDS = ("engine", "fleet", "front")
 SYSTEMD_GIVES = ("PATH", "HOME", "USER", "LOGNAME")
+SAY_OK = {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4, "temperature": 0}  # to the router
 
 
 @dataclass
@@ -32,10 +33,6 @@ class Deployment:
     doc: dict  # the file's document (one engine's: its plan)
     engines: list[dict]
     router: dict | None
-
-    @property
-    def stop_command(self) -> str:
-        return self.doc["stop_command"] if self.kind == "engine" else stop_command(self.file)
 
 
 def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
@@ -54,13 +51,19 @@ def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
     return Deployment("engine", file, plan, [plan], None)
 
 
-def kind_of(path: str) -> str | None:
-    """The kind a plan file says it is; None where it is no plan of this version."""
+def read_if_plan(path: str) -> dict | None:
+    """The document of a plan file (a regular file of bounded size, never waited on), or None: no such document."""
     try:
         doc = jsonio.read_json_input(path, "plan")
     except ScriptError:
         return None
-    return doc.get("kind") if isinstance(doc, dict) and doc.get("kind") in KINDS else None
+    return doc if isinstance(doc, dict) else None
+
+
+def kind_of(path: str) -> str | None:
+    """The kind a plan file says it is; None where it is no plan of this version."""
+    doc = read_if_plan(path) or {}
+    return doc.get("kind") if doc.get("kind") in KINDS else None
 
 
 # ---------------------------------------------------------------- the router: one more host process
@@ -95,18 +98,15 @@ def stop_router(router: dict) -> dict:
 
 def judge_router(dep: Deployment, timeout: float) -> dict:
     """The router's health, then one chat through it (with the key, when there is one), within `timeout`."""
-    served, headers, why = dep.doc["served_model_name"], auth_headers(dep.doc), "not started"
+    body, headers, why = {"model": dep.doc["served_model_name"], **SAY_OK}, auth_headers(dep.doc), "not started"
     base, deadline = f"http://127.0.0.1:{dep.router['port']}", time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not router_running(dep.router):
             return {"answered": False, "why": "its process is gone (router.log in its state dir)"}
         status, text = serve_verify.http("GET", f"{base}/health", 5)
         if status == 200:
-            body = {"model": served, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}
             left = max(5.0, deadline - time.monotonic())
-            status, text = serve_verify.http(
-                "POST", f"{base}/v1/chat/completions", left, body={**body, "temperature": 0}, headers=headers
-            )
+            status, text = serve_verify.http("POST", f"{base}/v1/chat/completions", left, headers, body)
             if status == 200 and '"choices"' in text:
                 return {"answered": True, "why": None}
             if status in (401, 403):  # no wait makes a wrong key right
@@ -118,6 +118,11 @@ def judge_router(dep: Deployment, timeout: float) -> dict:
 
 
 # ---------------------------------------------------------------- the verbs
+
+
+def entry_doc(dep: Deployment, **parts) -> dict:
+    """A fleet's or front's document: its kind, what each verb says, the URL its router serves."""
+    return {"kind": dep.kind, **parts, "base_url": dep.doc["base_url"]}
 
 
 def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> dict:
@@ -133,17 +138,12 @@ def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> 
     # each engine's recorded server: alive (True), exited or never started (False), or its runtime did not say
     running = [alive(e, state) if (state := read_state(e)) is not None else False for e in dep.engines]
     if router_running(dep.router) or any(r is not False for r in running):
-        return {"kind": dep.kind, **repair(dep, running)}
+        return repair(dep, running)
     started = []
     try:
         for plan in dep.engines:
             started.append(serve_start.start(plan, True, pull))
-        return {
-            "kind": dep.kind,
-            "engines": started,
-            "router": start_router(dep.router),
-            "base_url": dep.doc["base_url"],
-        }
+        return entry_doc(dep, engines=started, router=start_router(dep.router))
     except BaseException as exc:  # what was interrupted after its launch was recorded runs too: stop it
         launched = len(started) + int(isinstance(exc, ScriptError) and "pid" in exc.extra)
         with contextlib.suppress(ScriptError, OSError):  # the router was not running before this start
@@ -164,12 +164,7 @@ def repair(dep: Deployment, running: list[bool | None]) -> dict:
         serve_stop.stop(plan)
         out.append(serve_start.start(plan, confirm=True))
     router = read_state(dep.router) if router_running(dep.router) else start_router(dep.router)
-    return {
-        "engines": out,
-        "router": router,
-        "repaired": sum(e["started"] for e in out),
-        "base_url": dep.doc["base_url"],
-    }
+    return entry_doc(dep, engines=out, router=router, repaired=sum(e["started"] for e in out))
 
 
 def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
@@ -185,13 +180,7 @@ def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
             entry = {"engine": i, "port": plan["port"], "error": exc.error, "phase": exc.extra.get("phase")}
             failed.append({**entry, "log_tail": exc.extra.get("log_tail") or log_tail(plan)})
     router = judge_router(dep, timeout if not failed else 30)
-    doc = {
-        "kind": dep.kind,
-        "engines": results,
-        "failed_engines": failed,
-        "router": router,
-        "base_url": dep.doc["base_url"],
-    }
+    doc = entry_doc(dep, engines=results, failed_engines=failed, router=router)
     if dep.kind == "front":
         doc["hosts"] = [h["url"] for h in dep.doc["hosts"]]
     if not failed and router["answered"]:
@@ -219,13 +208,13 @@ def handoff(dep: Deployment) -> dict:
             **{k: dep.doc[k] for k in keys},
             "port": dep.router["port"],
             "hosts": [h["url"] for h in dep.doc["hosts"]],
-            "stop_command": dep.stop_command,
+            "stop_command": stop_command(dep.file),
         }
     first = dep.engines[0]
     settled = serve_verify.verified_state(first).get("primary_endpoint")
     if dep.kind == "engine":
         return with_service(first, handoff_doc(first, settled=settled))
-    entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": dep.stop_command}
+    entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": stop_command(dep.file)}
     doc = handoff_doc(first, settled=settled, entry=entry)
     return {"kind": "fleet", **doc, "engines": [e["base_url"] for e in dep.engines]}
 
@@ -277,16 +266,13 @@ def act(verb: str, path: str, epyc: dict, confirm: bool = False, pull: str = "mi
 def refuse_to_plan_over(folder: Path) -> None:
     """A plan written over a running fleet's or front's would leave its router and engines named by nothing."""
     path = folder / "plan.json"
-    try:  # a regular file of bounded size, never waited on
-        doc = jsonio.read_json_input(str(path), "plan")
-    except ScriptError:
-        return
-    if isinstance(doc, dict) and {"fleet_version", "front_version"} & doc.keys():  # what it runs is unknown here
+    doc = read_if_plan(str(path)) or {}
+    if {"fleet_version", "front_version"} & doc.keys():  # what it runs is unknown here
         refuse_older(doc, str(path))
     try:
         engines = len(doc["engines"]) if doc.get("kind") == "fleet" else 0
         router = doc["router"] if doc.get("kind") in ("fleet", "front") else None
-    except (KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError):
         return
     states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(engines)]
     if (isinstance(router, dict) and router_running(router)) or any(state_server(s) for s in states if s):

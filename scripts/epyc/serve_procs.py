@@ -17,6 +17,8 @@ LOG_TAIL = 50
 LOG_TAIL_BYTES = 256 * 1024
 # Python's shared memory (psm_*), and the buffers tensor-parallel ranks reduce through (vllm_dist_*)
 SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}|vllm_dist_[0-9a-f]{1,64}-[A-Za-z0-9:_\[\]-]{1,64}")
+INSPECT_FORMAT = "{{.Id}} {{.State.Running}} {{.State.Restarting}} {{.RestartCount}}"
+INSPECTED = re.compile(rf"({CONTAINER_ID.pattern}) (true|false) (true|false) ([0-9]+)")  # INSPECT_FORMAT's answer
 
 
 def recorded_segments(state: dict | None) -> list[str]:
@@ -36,6 +38,11 @@ def segments_in_use(pids: list[int] | None = None) -> set[str]:
                 with contextlib.suppress(OSError):
                     held.update(SEGMENT.findall(os.readlink(fd)))
     return held
+
+
+def segments_mapped(plan: dict, state: dict) -> list[str]:
+    """The segments the server's processes map or hold now, with those the state recorded, sorted."""
+    return sorted(set(recorded_segments(state)) | segments_in_use(server_pids(plan, state)))
 
 
 def server_pids(plan: dict, state: dict) -> list[int]:
@@ -63,7 +70,7 @@ def state_server(state: dict) -> str | None:
         engine_ok = engine is None or (runtime == "docker" and not runtimes.docker_engine_problem(engine))
         if runtime not in runtimes.CONTAINER_RUNTIMES or not named or not engine_ok:
             return None  # not a state start wrote: it names nothing we could ask about
-        running = container_running(runtimes.runtime_of(state), name, state)  # the guard above: runtime_of says yes
+        running = alive(state, state)  # a state names its runtime and container as a plan does; the guard above holds
         if running is None:
             return f"container {name} (its runtime did not say whether it runs, so it may)"
         return f"container {name}" if running else None
@@ -113,19 +120,11 @@ def own_state(plan: dict, verb: str) -> dict | None:
 
 def inspect_container(rt: list[str], name: str) -> dict | None:
     """{"id", "running" (or restarting), "restarts"} of the container of that name, {} if none, None if not said."""
-    argv = [*rt, "inspect", "-f", "{{.Id}} {{.State.Running}} {{.State.Restarting}} {{.RestartCount}}", name]
-    res = subproc.run(argv, timeout=30)
+    res = subproc.run([*rt, "inspect", "-f", INSPECT_FORMAT, name], timeout=30)
     if not res.ok:
         return {} if "no such" in (res.stderr or "").lower() else None
-    found = res.stdout.split()
-    if (
-        len(found) != 4
-        or not CONTAINER_ID.fullmatch(found[0])
-        or not {found[1], found[2]} <= {"true", "false"}
-        or not found[3].isdigit()
-    ):
-        return None
-    return {"id": found[0], "running": "true" in found[1:3], "restarts": int(found[3])}
+    found = INSPECTED.fullmatch(" ".join(res.stdout.split()))
+    return found and {"id": found[1], "running": "true" in found.group(2, 3), "restarts": int(found[4])}
 
 
 def started_here(state: dict | None, found: dict) -> bool:
@@ -134,14 +133,6 @@ def started_here(state: dict | None, found: dict) -> bool:
     if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
         return False
     return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
-
-
-def container_running(rt: list[str], name: str, state: dict | None = None) -> bool | None:
-    """The container runs and (with `state`) is that state's; None when the runtime did not say (never "exited")."""
-    found = inspect_container(rt, name)
-    if found is None:
-        return None
-    return bool(found) and found["running"] and (state is None or started_here(state, found))
 
 
 def restarted(plan: dict, state: dict) -> int:
@@ -153,25 +144,22 @@ def restarted(plan: dict, state: dict) -> int:
 
 
 def alive(plan: dict, state: dict) -> bool | None:
-    """The plan's server runs (True), has exited (False), or its runtime did not say (None)."""
-    return (
-        process_alive(state)
-        if plan["path"] == "host"
-        else container_running(runtimes.runtime_of(plan), plan["container_name"], state)
-    )
+    """The plan's server runs (True), has exited (False), or its runtime did not say (None, never "exited")."""
+    if plan["path"] == "host":
+        return process_alive(state)
+    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    return None if found is None else (bool(found) and found["running"] and started_here(state, found))
 
 
 def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[str]:
-    """The server's last lines, any secret value masked; a container's by the id its state records (none
-    without). Only the last LOG_TAIL_BYTES are read (a kernel log runs to gigabytes); a line that window cuts
-    is dropped, since the mask, matching whole values, would not see the part of a secret it holds."""
+    """The server's last lines (of its last LOG_TAIL_BYTES), any secret masked; a container's by its recorded id."""
     if plan["path"] == "host":
         try:
             with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:
                 start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES)
                 f.seek(start)
                 lines = f.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()
-                lines = lines[1:] if start else lines
+                lines = lines[1:] if start else lines  # a line the window cuts may hold part of a secret
         except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
             return []
     else:

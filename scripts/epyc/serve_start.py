@@ -39,8 +39,7 @@ CONFIRM = (
     "start needs --confirm: the human must approve the plan first",
     "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
 )
-# docker: 'Conflict. The container name "/N" is already in use by container "ID"'; podman: 'the container
-# name "N" is already in use by ID': `run` refused to create ours
+# docker's and podman's words when `run` refused to create ours: the name is another container's
 NAME_TAKEN = "is already in use"
 
 
@@ -96,10 +95,8 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
             )
         refuse_to_start_over(plan)
         secrets, warnings = secret_values(plan), []
-        if plan["path"] == "host":
-            state = start_host(plan, secrets)
-        else:
-            state = start_container(plan, secrets, pull_policy, warnings)
+        host = plan["path"] == "host"
+        state = start_host(plan, secrets) if host else start_container(plan, secrets, pull_policy, warnings)
         # a copy beside the state: the plan that stops this server, whatever later happens to the one given
         write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
         return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
@@ -167,18 +164,6 @@ def clear_leftover(plan: dict, rm: list[str]) -> None:
             )
 
 
-def pull_if_needed(plan: dict, pull: list[str], pull_policy: str) -> None:
-    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
-        errors.log(f"start: pulling {plan['image']}")
-        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
-        if not res.ok:
-            raise ScriptError(
-                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
-                "check registry access and the image name (data/epyc.json, or --image)",
-                phase="pull",
-            )
-
-
 def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[str], subproc.RunResult]:
     """`run -d` of the plan's argv; rootless podman that refuses --cpuset-* runs again without them."""
     argv = plan["argv"]
@@ -207,7 +192,15 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
     """The plan's container, pulled if needed and run with the key files; removed again if no state names it."""
     rm, pull = plan["pre_argv"]
     clear_leftover(plan, rm)
-    pull_if_needed(plan, pull, pull_policy)
+    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
+        errors.log(f"start: pulling {plan['image']}")
+        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
+        if not res.ok:
+            raise ScriptError(
+                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
+                "check registry access and the image name (data/epyc.json, or --image)",
+                phase="pull",
+            )
     launched, printed = False, ""
     try:
         if secrets:
@@ -223,18 +216,8 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
                 "check the runtime (" + plan["runtime"] + " info), then start again",
                 own_words=True,
             )
-        state = {
-            "path": plan["path"],
-            "port": plan["port"],
-            "plan_id": plan_identity(plan),
-            "runtime": plan["runtime"],
-            "engine": plan.get("engine"),
-            "container_name": plan["container_name"],
-            "container_id": printed[:64],
-            "started_at": time.time(),
-            "argv": argv,
-            "model_dir": plan["model_dir"],
-        }
+        state = {k: plan.get(k) for k in ("path", "port", "runtime", "engine", "container_name", "model_dir")}
+        state.update(plan_id=plan_identity(plan), container_id=printed[:64], started_at=time.time(), argv=argv)
         write_state(plan, state)
         return state
     except BaseException as exc:
@@ -245,11 +228,9 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
 
 
 def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
-    """After `run` refused: the id of the exited container it left, to remove. Raises when there is nothing
-    of ours to remove (another plan's container took the name, or the refused run made none)."""
+    """After `run` refused: the id of the exited container it left, to remove; raises when none is ours to remove."""
     taken = NAME_TAKEN in exc.error.lower()
-    # docker checks a bad mount, cpuset or image before it takes the name: a container now of that name may
-    # be another plan's; only one that is not running can be what our refused run left
+    # docker may refuse before it takes the name: only a container of that name not running can be our run's
     left = None if taken else inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if left and not left["running"]:
         return left["id"]
@@ -271,8 +252,7 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
 
 
 def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseException, launched: bool) -> None:
-    """No state names the container (`run` failed, was interrupted, or its state not written): it is removed by
-    its id (by name where none is known) with the key files, and start says what happened."""
+    """No state names the container: it is removed (by id where known) with the key files, and start says why."""
     if CONTAINER_ID.fullmatch(printed):
         rm = by_id(rm, printed)
     with cli.signals_deferred():

@@ -99,10 +99,9 @@ def stop_host(plan: dict, state: dict | None) -> dict:
     if not group:
         left = orphaned_workers(state) if state else []  # not killed, and the only state naming them is kept
         if left:
-            pids = [p.pid for p in left][:10]
             raise ScriptError(
                 f"the server's leader is gone, and {len(left)} process(es) of its group "
-                f"{state['pgid']} remain that cannot be proven this run's (pids {pids})",
+                f"{state['pgid']} remain that cannot be proven this run's (pids {[p.pid for p in left][:10]})",
                 f"look at them (ps -o pid,args -g {state['pgid']}); if they are the server's, "
                 f"kill -- -{state['pgid']}, then run stop again (the state file is kept)",
                 phase="stop",
@@ -116,9 +115,7 @@ def stop_host(plan: dict, state: dict | None) -> dict:
 def free_segments(state: dict | None) -> list[str]:
     """The shared memory verify saw this server map (a killed engine never unlinks it), this user's, once unheld."""
     names = recorded_segments(state)
-    if not names:
-        return []
-    held = segments_in_use()
+    held = segments_in_use() if names else set()  # every process is read: only when there is a name to free
     freed = []
     for name in names:
         seg = Path("/dev/shm") / name

@@ -12,17 +12,7 @@ from . import errors
 from .errors import ScriptError
 from .handoff import judge_smoke, smoke_request
 from .masking import redact
-from .serve_procs import (
-    alive,
-    foreign_state,
-    log_tail,
-    own_state,
-    recorded_segments,
-    restarted,
-    runtime_silent,
-    segments_in_use,
-    server_pids,
-)
+from .serve_procs import alive, foreign_state, log_tail, own_state, restarted, runtime_silent, segments_mapped
 from .serve_state import (
     NO_RETRY_FIX,
     auth_headers,
@@ -107,11 +97,6 @@ def no_state_said(plan: dict) -> str:
     return "its state.json names no server a start recorded" if os.path.lexists(plan["state_file"]) else "no state file"
 
 
-def same_run(a: dict, b: dict) -> bool:
-    """Two states record one launch of the server (its process group or container, and when)."""
-    return all(a.get(k) == b.get(k) for k in RUN_KEYS)
-
-
 def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None:
     """verify's write of the state, under start's .lock, only while state.json records the run it judged."""
 
@@ -122,7 +107,7 @@ def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None
 
     with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_LOCK_WAIT_S):
         now = read_state(plan)
-        if now is None or not same_run(now, judged):
+        if now is None or any(now.get(k) != judged.get(k) for k in RUN_KEYS):  # another launch, or none
             why = "the server was stopped or started again while verify ran: this verdict is of a run state.json no longer records"
             fix = "run verify again: it judges the server the state dir records now"
             raise failed(plan, "process", why, t0, fix=fix, state=judged)
@@ -234,10 +219,8 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
         rewrite_state_of_run(plan, state, state, t0)
     base, headers = f"http://127.0.0.1:{plan['port']}", auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
-    # the shared memory the healthy engine maps, recorded before any request (an earlier verify's kept): stop
-    # frees what a dead engine left
-    seen = set(recorded_segments(state)) | segments_in_use(server_pids(plan, state))
-    state = {**state, "shm_segments": sorted(seen), "healthy_at": time.time()}
+    # the shared memory the healthy engine maps before any request (an earlier verify's kept): stop frees it once dead
+    state = {**state, "shm_segments": segments_mapped(plan, state), "healthy_at": time.time()}
     rewrite_state_of_run(plan, state, state, t0)
     already = " (already, at the first poll)" if first_poll else ""
     errors.log(f"verify: healthy {healthy_after}s after start{already}")
@@ -284,8 +267,7 @@ def verified_state(plan: dict) -> dict:
     if isinstance(passed, bool) or not isinstance(passed, (int, float)) or not 0 < passed <= time.time() + 60:
         fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
-    # its engine can have died since the pass (the API process then answers /health 503); asked without the key,
-    # which vLLM's /health does not need (a key this shell holds wrongly must not read as a server down)
+    # its engine can die after the pass; asked without the key, which a wrong one here must not read as a server down
     status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
     if status != 200:
         said = f"HTTP {status}" if status else redact(text, known_secrets(plan), 200)
