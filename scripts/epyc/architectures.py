@@ -133,10 +133,9 @@ def probe_live(argv_prefix: list[str], label: str) -> dict:
 
 def load_snapshot(version: str | None) -> dict | None:
     v = normalize_version(version)
-    path = SNAPSHOT_DIR / f"{v}.json" if v else None
-    if path is None or not path.exists():
+    if not v or not (SNAPSHOT_DIR / f"{v}.json").exists():
         return None
-    doc = json.loads(path.read_text())
+    doc = json.loads((SNAPSHOT_DIR / f"{v}.json").read_text())
     doc["source"] = f"snapshot:data/vllm_registry/{v}.json"
     return doc
 

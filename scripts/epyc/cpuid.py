@@ -7,6 +7,9 @@ import re
 from . import bundle, hostfacts
 from .hostfacts import HostFacts, merged_note, parse_cpuinfo
 
+_MODEL_NUMBER = re.compile(r"\bEPYC\s+(?:Embedded\s+)?([0-9])([0-9A-Z])([0-9A-Z])([0-9])([A-Z]{0,2})\b")
+VENDOR_NAMES = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
+
 
 def this_cpu() -> dict | None:
     """parse_cpuinfo of this machine's /proc/cpuinfo, or None where it cannot be read."""
@@ -18,9 +21,6 @@ def this_cpu() -> dict | None:
 
 def this_cpu_has(flag: str) -> bool:
     return flag in ((this_cpu() or {}).get("flags") or ())
-
-
-_MODEL_NUMBER = re.compile(r"\bEPYC\s+(?:Embedded\s+)?([0-9])([0-9A-Z])([0-9A-Z])([0-9])([A-Z]{0,2})\b")
 
 
 def epyc_model_number(brand: str) -> str | None:
@@ -74,9 +74,6 @@ def is_amd_epyc(vendor: str | None, brand: str, generation_source: str) -> bool:
     return vendor == "AuthenticAMD" and ("EPYC" in brand.upper() or masked)
 
 
-VENDOR_NAMES = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
-
-
 def vendor_name(vendor: str | None) -> str:
     """CPUID vendor id -> the name people use ('GenuineIntel' -> 'Intel'); unknown ids as they are."""
     return VENDOR_NAMES.get(vendor or "", vendor or "unknown vendor")
@@ -87,8 +84,7 @@ def _route(route: str, reason: str, fix: str | None = None) -> dict:
 
 
 def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
-    """Which path SKILL.md takes on this CPU: zentorch | confirm | stock | stock_offer | stop. The stock vLLM
-    CPU path is never taken silently: only when the user asked for it (`stock`)."""
+    """SKILL.md's path on this CPU: zentorch | confirm | stock | stock_offer | stop; stock only when asked for."""
     cpu = f"{facts.get('cpu_model') or 'unknown CPU'} ({vendor_name(facts.get('vendor'))})"
     if stock:
         why = "stock vLLM CPU (no zentorch) on" if facts.get("is_amd_epyc") else "zentorch does not apply to"
@@ -98,9 +94,7 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
         return _route(
             "stop",
             f"not an AMD EPYC: {cpu}. This skill serves on AMD EPYC CPUs",
-            "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, "
-            "take the stock path: the same steps with --stock (validate.py --stock). To serve on an EPYC "
-            "host later, plan for it from here: SKILL.md's 'Another host' (detect.py --spec SKU ...)",
+            "stop here; only if a human explicitly asks for unaccelerated stock vLLM on this CPU, take the stock path: the same steps with --stock (validate.py --stock). To serve on an EPYC host later, plan for it from here: SKILL.md's 'Another host' (detect.py --spec SKU ...)",
         )
     if not (facts.get("avx512") and facts.get("avx512_bf16")):
         return _route(
@@ -111,8 +105,7 @@ def route_host(facts: dict, supported: list[str], stock: bool) -> dict:
     if facts.get("epyc_generation") not in supported:
         return _route(
             "confirm",
-            f"zentorch is not validated on {facts.get('epyc_generation') or 'this generation'} (validated: "
-            f"{', '.join(supported)})",
+            f"zentorch is not validated on {facts.get('epyc_generation') or 'this generation'} (validated: {', '.join(supported)})",
             "get the user's explicit OK to try zentorch, or offer the stock path (--stock)",
         )
     return _route("zentorch", f"{facts.get('epyc_generation')} ({facts.get('zen_arch')}): the validated zentorch path")

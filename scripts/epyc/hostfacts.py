@@ -12,10 +12,11 @@ from pathlib import Path
 from . import bundle
 from .errors import ScriptError
 
-# ---------------------------------------------------------------- cpulists
-
 _CPULIST_ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+))?$", re.ASCII)
 MAX_CPU_ID = 8191
+MAX_PACKAGE_ID = 1023
+MAX_BRAND_CHARS = 256
+SYS_FILE_LIMIT = 16 << 20
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -28,8 +29,7 @@ def parse_cpulist(text: str) -> list[int]:
         m = _CPULIST_ITEM.match(item.strip())
         if not m:
             raise ValueError(f"not a cpulist item: {item!r}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise ValueError(f"descending range in cpulist: {item!r}")
         if hi > MAX_CPU_ID:
@@ -45,11 +45,6 @@ def format_cpulist(cpus: Iterable[int]) -> str:
         raise ValueError("negative CPU id")
     runs = [[c for _, c in run] for _, run in itertools.groupby(enumerate(ordered), lambda ic: ic[1] - ic[0])]
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
-# ---------------------------------------------------------------- sysroot files
-
-SYS_FILE_LIMIT = 16 << 20
 
 
 class Sysroot:
@@ -70,6 +65,10 @@ class Sysroot:
     def glob(self, pattern: str) -> list[Path]:
         return sorted(self.root.glob(pattern.lstrip("/")))
 
+    def first(self, paths: list[str]) -> str | None:
+        """The text of the first of `paths` that holds more than blank space."""
+        return next((text for p in paths if (text := self.read(p)) and text.strip()), None)
+
 
 def check_sysroot(root: str) -> Sysroot:
     sr = Sysroot(root)
@@ -84,12 +83,6 @@ def check_sysroot(root: str) -> Sysroot:
             "capture /proc/cpuinfo, /proc/meminfo and /sys/devices/system into the sysroot",
         )
     return sr
-
-
-# ---------------------------------------------------------------- pure parsing
-
-
-MAX_BRAND_CHARS = 256
 
 
 def parse_cpuinfo(text: str) -> dict:
@@ -192,9 +185,6 @@ def cgroup_dirs(proc_self_cgroup: str | None) -> dict[str, list[str]]:
     return {"cpuset": cpuset, "memory": memory, "cpu_max": cpu_max, "cfs": cfs}
 
 
-# ---------------------------------------------------------------- topology
-
-
 @dataclass
 class Topology:
     """Online CPUs and where they sit: package (socket), core, NUMA node. `package` is the socket we serve
@@ -230,9 +220,6 @@ class Topology:
 
     def socket_nodes(self, socket: int) -> list[int]:
         return sorted({self.node_of_cpu[c] for c in self.socket_cpus(socket) if c in self.node_of_cpu})
-
-
-MAX_PACKAGE_ID = 1023
 
 
 def sysfs_id(sr: Sysroot, where: str, limit: int, default: int) -> int:
@@ -286,8 +273,7 @@ def read_topology(sr: Sysroot) -> Topology:
         for c in cpus:
             if topo.node_of_cpu.setdefault(c, node) != node:  # a kernel lists each CPU in one node
                 raise ScriptError(
-                    f"CPU {c} is listed by NUMA nodes {topo.node_of_cpu[c]} and {node} "
-                    "(sys/devices/system/node/node*/cpulist): no kernel writes that",
+                    f"CPU {c} is listed by NUMA nodes {topo.node_of_cpu[c]} and {node} (sys/devices/system/node/node*/cpulist): no kernel writes that",
                     "re-capture sys/devices/system/node from the host (detect.py --capture)",
                 )
         meminfo = sr.read(f"{rel}/meminfo") or ""
@@ -315,13 +301,9 @@ def read_topology(sr: Sysroot) -> Topology:
 def merged_note(topo: Topology) -> list[str]:
     """What detect.py and cpu_tune.py say when packages were joined (sharing_packages)."""
     return [
-        f"packages {format_cpulist(ps)} share NUMA node(s) {format_cpulist(topo.socket_nodes(s))}: "
-        f"one-core packages of one memory domain (a VM's sockets), served as socket {s}"
+        f"packages {format_cpulist(ps)} share NUMA node(s) {format_cpulist(topo.socket_nodes(s))}: one-core packages of one memory domain (a VM's sockets), served as socket {s}"
         for s, ps in sorted(topo.merged.items())
     ]
-
-
-# ---------------------------------------------------------------- gathering (I/O)
 
 
 @dataclass
@@ -344,29 +326,18 @@ class HostFacts:
             where = "the cgroup memory limit" if limit and limit < mem_total else "MemTotal in /proc/meminfo"
             raise ScriptError(
                 f"usable RAM reads {usable:,} bytes ({where}): not the memory of a machine that runs anything",
-                "check that figure: a cgroup memory.max written in bytes where GiB were "
-                "meant, or a --sysroot / capture with a broken meminfo",
+                "check that figure: a cgroup memory.max written in bytes where GiB were meant, or a --sysroot / capture with a broken meminfo",
             )
         notes = []
         sysfs_total = sum(node_mem.values())
         consistent = bool(node_mem) and abs(sysfs_total - mem_total) <= tolerance * mem_total
         if node_mem and not consistent:
             notes.append(
-                f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says "
-                f"{bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because "
-                "vLLM checks its KV cache against the node's sysfs meminfo"
+                f"sysfs node meminfo sums to {bundle.gb(sysfs_total)} GiB but /proc/meminfo says {bundle.gb(mem_total)} GiB; per-socket sizing uses the smaller figure, because vLLM checks its KV cache against the node's sysfs meminfo"
             )
         if limit and limit < mem_total:
             notes.append(f"cgroup memory limit {bundle.gb(limit)} GiB is below MemTotal; using the limit")
         return {"usable_bytes": usable, "sysfs_consistent": consistent, "notes": notes}
-
-
-def _first_readable(sr: Sysroot, paths: list[str]) -> str | None:
-    for p in paths:
-        text = sr.read(p)
-        if text is not None and text.strip():
-            return text
-    return None
 
 
 def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
@@ -381,8 +352,8 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     try:
         topo = read_topology(sr)
         cg = cgroup_dirs(sr.read("proc/self/cgroup"))
-        cpuset_text = _first_readable(sr, cg["cpuset"])
-        cgroup_cpus = parse_cpulist(cpuset_text) if cpuset_text else None
+        cpuset_text = sr.first(cg["cpuset"])
+        cgroup_cpus = parse_cpulist(cpuset_text) if cpuset_text else topo.cpus
         if live:
             import psutil
 
@@ -401,15 +372,11 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
             f"{target}: proc/meminfo has no MemTotal" + (" above 0" if mem_total == 0 else ""),
             "check that /proc/meminfo is readable (a sysroot needs proc/meminfo)",
         )
-    allowed_set = set(topo.cpus if allowed is None else allowed) & set(topo.cpus)
-    if cgroup_cpus is not None:
-        allowed_set &= set(cgroup_cpus)
+    allowed_set = set(topo.cpus if allowed is None else allowed) & set(topo.cpus) & set(cgroup_cpus)
     limit = min(filter(None, (parse_cgroup_limit(sr.read(p)) for p in cg["memory"])), default=None)
     cfs_dir = next((d for d in cg["cfs"] if sr.read(f"{d}/cpu.cfs_quota_us") is not None), None)
     cfs = [sr.read(f"{cfs_dir}/cpu.cfs_{name}_us") if cfs_dir else None for name in ("quota", "period")]
-    quota = parse_cpu_quota(_first_readable(sr, cg["cpu_max"]), *cfs)
-    hyper = None
-    if "hypervisor" in cpu["flags"]:
-        vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
-        hyper = vendor.strip() or "unknown (virtualized)"
+    quota = parse_cpu_quota(sr.first(cg["cpu_max"]), *cfs)
+    vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
+    hyper = (vendor.strip() or "unknown (virtualized)") if "hypervisor" in cpu["flags"] else None
     return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, quota)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import re
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from . import bundle, cpuid, hostfacts, jsonio, subproc
@@ -51,10 +50,8 @@ def resolve_part(
     gen = row["epyc_generation"] if row else named_generation(key, generations)
     if gen is None:
         raise ScriptError(
-            f"--spec {spec[:40]!r} names no EPYC part or generation (the table holds the "
-            f"{', '.join(sorted({r['series'] for r in table['skus']}))} series; generations: {', '.join(generations)})",
-            "pass the part number (e.g. --spec 9654) or its generation with its cores (--spec Turin --cores 128), "
-            "or capture the host itself (detect.py --capture FILE there, then --sysroot FILE here)",
+            f"--spec {spec[:40]!r} names no EPYC part or generation (the table holds the {', '.join(sorted({r['series'] for r in table['skus']}))} series; generations: {', '.join(generations)})",
+            "pass the part number (e.g. --spec 9654) or its generation with its cores (--spec Turin --cores 128), or capture the host itself (detect.py --capture FILE there, then --sysroot FILE here)",
         )
     missing = {}
     if row is None and cores is None:
@@ -123,12 +120,6 @@ def spec_files(
     return files
 
 
-def write_files(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-
-
 # What both --host (one ssh call) and --capture print: each file behind a marker line, own cgroup folders included.
 DUMP_MARK = "@@EPYC-SKILL-FILE@@"
 DUMP_SCRIPT = (
@@ -160,12 +151,6 @@ def capture(path: Path) -> dict:
     return {"capture": str(path), "files": res.stdout.count(DUMP_MARK)}
 
 
-def split_dump(text: str) -> Iterator[tuple[str, int, int]]:
-    """The dump -> (absolute path as the host named it, start, end of its text), one file at a time."""
-    for here, after in itertools.pairwise(itertools.chain(_MARK_LINE.finditer(text), [None])):
-        yield here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
-
-
 def captured_shape(name: str) -> str | None:
     """'cgroup' or 'fixed' for a path the dump script reads (relative to the root), else None."""
     if any(fnmatch.fnmatchcase(name, p) and name.count("/") == p.count("/") for p in CAPTURE_PATTERNS):
@@ -181,10 +166,7 @@ def member_problem(name: str, size: int, count: int, total: int) -> str | None:
     if "\0" in name or rel.is_absolute() or ".." in rel.parts or len(name) > 4096 or not captured_shape(name):
         return f"{name[:200]!r} is not a plain captured file"
     if size > hostfacts.SYS_FILE_LIMIT or total > CAPTURE_LIMIT or count > CAPTURE_MEMBERS:
-        return (
-            f"{name[:200]!r} makes the capture larger than any detect.py --capture ({size:,} bytes; at most "
-            f"{hostfacts.SYS_FILE_LIMIT:,} a file, {CAPTURE_LIMIT:,} and {CAPTURE_MEMBERS:,} files in all)"
-        )
+        return f"{name[:200]!r} makes the capture larger than any detect.py --capture ({size:,} bytes; at most {hostfacts.SYS_FILE_LIMIT:,} a file, {CAPTURE_LIMIT:,} and {CAPTURE_MEMBERS:,} files in all)"
     return None
 
 
@@ -193,7 +175,8 @@ def read_dump(text: str, dest: Path, where: str, fix: str = NOT_A_DUMP) -> Path:
     if DUMP_MARK not in text:
         raise ScriptError(f"{where} holds no captured file (not what detect.py --capture writes)", fix)
     total = cgroups = 0
-    for count, (path, start, end) in enumerate(split_dump(text), 1):
+    for count, (here, after) in enumerate(itertools.pairwise([*_MARK_LINE.finditer(text), None]), 1):
+        path, start, end = here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
         total += max(0, end - start)
         why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"
         why = why or member_problem(path[1:], max(0, end - start), count, total)

@@ -65,8 +65,7 @@ def venv_refusal(venv: Path, default: Path) -> str | None:
 
 
 def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
-    """Versions and the active vLLM platform, as the runtime sees them. prefix runs `python -c`:
-    [python] for an env, or a container runtime's `run --rm --entrypoint python3 IMAGE`."""
+    """Versions and active vLLM platform as a runtime sees them: `prefix` runs `python -c` (an env's, or an image's)."""
     found, why = subproc.run_probe(prefix, PROBE_CODE, "@@STACK@@", timeout, shape=STACK_SHAPE)
     return found if found is not None else {"import_error": why}
 
@@ -92,14 +91,15 @@ def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
 
 
 def zentorch_vendor_block() -> tuple[str | None, str | None]:
-    """This host's CPU vendor, and why the zentorch stack would be inactive on it (None: it would be active).
-    vLLM selects ZenCpuPlatform only when the CPU vendor is AMD; anywhere else zentorch is installed but never used."""
+    """This CPU's vendor, and why zentorch would be inactive here (vLLM picks ZenCpuPlatform only on AMD) or None."""
     cpu = cpuid.this_cpu()
     vendor, brand = (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
     if vendor == "AuthenticAMD":
         return vendor, None
-    why = f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); vLLM activates ZenCpuPlatform only on AMD CPUs"
-    return vendor, why
+    return (
+        vendor,
+        f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); vLLM activates ZenCpuPlatform only on AMD CPUs",
+    )
 
 
 def dist_info_shim(site_packages: Path, version: str) -> Path:
@@ -147,8 +147,7 @@ def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     if not python.exists():
         venv.make_venv(folder, "setup_host_stack", "install python3-venv, or pass --venv to a writable folder")
         actions.append("created venv")
-    # whose interpreter this is, before pip runs with it: a bin/python that wraps another interpreter
-    # (which reads no pyvenv.cfg) would have pip install into and uninstall from that one
+    # whose interpreter this is, before pip runs: a bin/python wrapping another one would have pip change that one
     site_packages = site_packages_of(str(python), folder)
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {stack['install_estimate_s']} s)"
     res = venv.pip(python, ["install", "-q", *want["pip"]], PIP_TIMEOUT_S, label)

@@ -11,6 +11,15 @@ from .errors import ScriptError
 from .jsonio import user_path
 from .masking import clip
 
+HF_MOUNT_FIX = "move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own (e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again"
+KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
+SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
+# What huggingface_hub 2.x (`blobs`: its Xet store), diffusers and a disk's file system put at a hub cache's top: a
+# folder holding anything else (/, /usr, a home, a disk's root) is never mounted read-write into a root container.
+HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
+_HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "lustre", "gpfs", "beegfs"}
+
 
 def hub_cache_env_problem(env: dict) -> str | None:
     """Why the Hugging Face cache this shell names is not one folder, or None: huggingface_hub takes an empty
@@ -32,15 +41,13 @@ def hub_cache_env_problem(env: dict) -> str | None:
     ):
         return said("XDG_CACHE_HOME") + " and HF_HOME is unset"
     if "XDG_CACHE_HOME" not in env and "HOME" in env and not os.path.isabs(env["HOME"]):
-        # ~/.cache/huggingface/hub: an empty HOME makes it /.cache/... for the client (cache_root, as a login
-        # would, takes the account's home instead), a relative one a folder relative to wherever it runs
+        # the client takes an empty HOME as / (cache_root takes the account's home), a relative one as relative
         return said("HOME") + " and HF_HOME, HF_HUB_CACHE and XDG_CACHE_HOME are unset"
     return None
 
 
 def refuse_a_relative_hub_cache(env: dict) -> None:
-    problem = hub_cache_env_problem(env)
-    if problem:
+    if problem := hub_cache_env_problem(env):
         why = "the Hugging Face client would use a cache folder relative to wherever it runs, so the model would be looked for in a different folder by each step"
         raise ScriptError(
             f"{problem}: {why}", "export it as an absolute path (e.g. HF_HOME=$HOME/.cache/huggingface) or unset it"
@@ -62,52 +69,34 @@ def cache_root() -> Path:
             home = ""
     if not os.path.isabs(home):
         raise ScriptError(
-            f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute "
-            "folder: there is no cache folder to use",
+            f"HOME {home[:200]!r} is not an absolute path, and XDG_CACHE_HOME names no absolute folder: there is no cache folder to use",
             "export XDG_CACHE_HOME=/an/absolute/folder (or HOME=/your/home), then run it again",
         )
     return user_path(home, "HOME") / ".cache"
 
 
 def bind_mount(source: str, target: str, read_only: bool = False) -> list[str]:
-    """`-v SOURCE:TARGET[:ro]` as two argv elements. A ':' or ',' in a path would change what the runtime
-    parses (another mount option), so such a path is refused rather than passed; so is one with a newline
-    or another unprintable character (the summary's shell-quoted command would show another folder)."""
+    """`-v SOURCE:TARGET[:ro]` as two argv elements; a path with ':' or ',' (another mount option to the runtime)
+    or an unprintable character (the summary's command would show another folder) is refused, never passed."""
     for path in (source, target):
         if ":" in path or "," in path or not path.startswith("/") or not path.isprintable():
             raise ScriptError(
-                f"cannot mount {path!r}: a container mount needs an absolute path of printable "
-                "characters, without ':' or ','",
+                f"cannot mount {path!r}: a container mount needs an absolute path of printable characters, without ':' or ','",
                 "move or link the folder to a plain path (for the HF cache: export HF_HOME=/a/path)",
             )
     norm = "/" + os.path.normpath(source).lstrip("/")  # POSIX keeps a leading '//'
     # a key folder may be empty or not there yet: the check of what a cache holds would pass it
     if in_system_tree(norm) or not set(KEY_FOLDERS).isdisjoint(norm.split("/")):
         raise ScriptError(
-            f"cannot mount {source!r} into the container: it is in a system tree or a key folder (the HF cache is "
-            "mounted read-write into a root container)",
+            f"cannot mount {source!r} into the container: it is in a system tree or a key folder (the HF cache is mounted read-write into a root container)",
             "point HF_HOME at a cache folder of its own, e.g. export HF_HOME=~/.cache/huggingface",
         )
     return ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
 
 
-HF_MOUNT_FIX = (
-    "move what is not a model out of that folder, or point HF_HUB_CACHE at a folder of its own "
-    "(e.g. export HF_HUB_CACHE=~/.cache/huggingface/hub); then run validate.py and plan again"
-)
-KEY_FOLDERS = (".ssh", ".gnupg", ".docker", ".kube")
-SYSTEM_TREES = ("/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker")
-
-
 def in_system_tree(path: str) -> bool:
     """At or below /etc, /proc, /sys, /dev, /run, /var/run, /boot or /var/lib/docker (path normalised)."""
     return any(path == t or path.startswith(t + "/") for t in SYSTEM_TREES)
-
-
-# What huggingface_hub 2.x (`blobs`: its Xet store), diffusers and a disk's file system put at a hub cache's top: a
-# folder holding anything else (/, /usr, a home, a disk's root) is never mounted read-write into a root container.
-HUB_CACHE_ENTRIES = frozenset({".locks", "CACHEDIR.TAG", "lost+found", "blobs"})
-_HUB_CACHE_ENTRY = re.compile(r"(models|datasets|spaces)--[^/]+|version[\w.-]*\.txt")
 
 
 def foreign_cache_entries(entries: list[str]) -> list[str]:
@@ -127,14 +116,8 @@ def hf_mount_problem(path: str, found: dict | None) -> str | None:
     foreign = foreign_cache_entries(found.get("entries") or [])
     if foreign:
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        return (
-            f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which a hub cache does not hold "
-            "(only models--*, datasets--*, spaces--* folders)"
-        )
+        return f"holds {', '.join(repr(e[:80]) for e in foreign[:5])}{more}, which a hub cache does not hold (only models--*, datasets--*, spaces--* folders)"
     return None
-
-
-NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "lustre", "gpfs", "beegfs"}
 
 
 def resolve_hf_cache(env: dict) -> dict:
@@ -142,13 +125,11 @@ def resolve_hf_cache(env: dict) -> dict:
     HF_HOME/hub), links followed, NFS flagged. Only the hub: the rest of HF_HOME holds other tools' files."""
     refuse_a_relative_hub_cache(env)
     named = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    # ~ then $VARS, as huggingface_hub's constants expand them (HF_HUB_CACHE='$HOME/hub' is the home's hub,
-    # not ./$HOME): once for a named hub cache, twice for HF_HOME's (HF_HOME, then the hub path built on it)
+    # ~ then $VARS, as huggingface_hub expands them: once for a named hub cache, twice for HF_HOME (then HF_HOME/hub)
     if named:
         hub = jsonio.user_path(named, "HF_HUB_CACHE", expand_vars=True)
     else:
-        # the client's default, not this bundle's cache_root: it takes XDG_CACHE_HOME=~/x or $VAR/x as it
-        # expands, where the XDG spec (cache_root) ignores any value not already absolute
+        # the client's default, not cache_root: it expands XDG_CACHE_HOME=~/x or $VAR/x, which the XDG spec ignores
         default = os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
         home = jsonio.user_path(env.get("HF_HOME") or default, "HF_HOME", expand_vars=True)
         hub = jsonio.user_path(home / "hub", "the Hugging Face cache (HF_HOME/hub)", expand_vars=True)
@@ -161,8 +142,7 @@ def _hf_cache_at(home: Path) -> dict:
     there = next(p for p in (real, *real.parents) if p.exists())  # what is there now, or the folder it goes in
     if not there.is_dir():  # a file as the cache (or HF_HOME): the runtime cannot mount it, downloads fail
         raise ScriptError(
-            f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is "
-            f"{'a file' if there.is_file() else 'not a folder: a pipe, socket or device'})",
+            f"the Hugging Face cache {str(home)[:300]} is not a folder ({str(there)[:300]} is {'a file' if there.is_file() else 'not a folder: a pipe, socket or device'})",
             "export HF_HUB_CACHE (or HF_HOME) to a folder, or leave both unset for ~/.cache/huggingface",
         )
     fstype = filesystem_type(real)
@@ -179,8 +159,7 @@ def _hf_cache_at(home: Path) -> dict:
 
 
 def cache_listing(path: str) -> dict:
-    """The HF cache folder as it is now, for hf_mount_problem: its real path and its entries
-    (None: not there yet; the runtime makes it), or why it cannot be read."""
+    """The HF cache folder now, for hf_mount_problem: its real path and entries (None: not made yet), or its error."""
     try:
         real = os.path.realpath(path)
         if not os.path.lexists(real):
@@ -197,12 +176,7 @@ def filesystem_type(path: Path) -> str | None:
     """The file system of the deepest mount that holds path."""
     import psutil
 
-    target = str(path)
-    held = [
-        p
-        for p in psutil.disk_partitions(all=True)
-        if target == p.mountpoint or target.startswith(p.mountpoint.rstrip("/") + "/")
-    ]
+    held = [p for p in psutil.disk_partitions(all=True) if f"{path}/".startswith(p.mountpoint.rstrip("/") + "/")]
     return max(held, key=lambda p: len(p.mountpoint)).fstype if held else None
 
 

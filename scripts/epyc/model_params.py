@@ -1,5 +1,4 @@
-"""A model's parameters from its config alone: its weights, what every tensor-parallel rank keeps whole, the
-experts a token skips."""
+"""A model's parameters from its config alone: weights, what each tensor-parallel rank keeps whole, idle experts."""
 
 from __future__ import annotations
 
@@ -17,15 +16,10 @@ def _positive(cfg: dict, *keys: str) -> int:
 
 
 def config_params(cfg: dict) -> tuple[int, int] | None:
-    """(embedding, layer) parameters of a decoder from its config alone -- token embedding (and an untied LM
-    head), attention, a gated MLP or its experts: the weights of a model planned without its checkpoint.
-    None when a shape it needs is missing."""
-    hidden, layers, vocab = (
-        _positive(cfg, "hidden_size"),
-        _positive(cfg, "num_hidden_layers"),
-        _positive(cfg, "vocab_size"),
-    )
-    heads = _positive(cfg, "num_attention_heads")
+    """(embedding, layer) parameters of a decoder from its config alone (embedding, an untied LM head, attention, a
+    gated MLP or its experts): a model planned without its checkpoint. None when a shape it needs is missing."""
+    hidden, layers = _positive(cfg, "hidden_size"), _positive(cfg, "num_hidden_layers")
+    vocab, heads = _positive(cfg, "vocab_size"), _positive(cfg, "num_attention_heads")
     if not (hidden and layers and vocab and heads):
         return None
     kv_heads, head_dim = _positive(cfg, "num_key_value_heads") or heads, _positive(cfg, "head_dim") or hidden // heads
@@ -43,8 +37,7 @@ def config_params(cfg: dict) -> tuple[int, int] | None:
 
 
 def config_weight_bytes(cfg: dict, serve_dtype_bytes: float, bits: int | None) -> int | None:
-    """Weight bytes from config_params: layers at the checkpoint's quantized bits when it has them, the rest
-    at the serving dtype."""
+    """config_params in bytes: layers at the checkpoint's quantized bits if any, the rest at the serving dtype."""
     params = config_params(cfg)
     if params is None:
         return None
@@ -53,9 +46,8 @@ def config_weight_bytes(cfg: dict, serve_dtype_bytes: float, bits: int | None) -
 
 
 def replicated_params(cfg: dict) -> int:
-    """Parameters every tensor-parallel rank holds whole: the norms, an MoE router, MLA's down-projections
-    (vLLM shards the rest, the vocabulary included; K/V projections of fewer KV heads than ranks, also
-    replicated, are not counted)."""
+    """Parameters every tensor-parallel rank holds whole: norms, an MoE router, MLA's down-projections (vLLM shards
+    the rest, the vocabulary included; K/V of fewer KV heads than ranks, also replicated, are not counted)."""
     hidden, layers = _positive(cfg, "hidden_size", "d_model", "n_embd"), _positive(cfg, "num_hidden_layers")
     experts = _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")
     latent = _positive(cfg, "q_lora_rank") + _positive(cfg, "kv_lora_rank") + _positive(cfg, "qk_rope_head_dim")
@@ -63,8 +55,7 @@ def replicated_params(cfg: dict) -> int:
 
 
 def idle_expert_params(cfg: dict) -> int:
-    """Parameters of the experts a token does not route to: a decode step of a mixture-of-experts model reads
-    only the active ones (0 for a dense model)."""
+    """Parameters of the experts a token does not route to, which an MoE decode step does not read (0 when dense)."""
     experts = _positive(cfg, "num_experts", "num_local_experts", "n_routed_experts")
     active = _positive(cfg, "num_experts_per_tok", "moe_topk")
     if not experts or not active or active >= experts:

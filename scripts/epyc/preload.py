@@ -29,8 +29,7 @@ def preload_value(value: str | None, allowed: list[str]) -> str | None:
     fix = "re-run validate.py and pass its unmodified output to plan"
     if not isinstance(value, str):
         raise ScriptError(f"LD_PRELOAD {str(value)[:80]} is not text", fix)
-    # the loader splits LD_PRELOAD on spaces as well as colons, and expands $LIB: one safe alphabet, and each
-    # name exactly a pinned library (optionally with its version suffix, libtcmalloc_minimal.so.4.5.9)
+    # the loader splits on spaces and colons and expands $LIB: a safe alphabet, each name a pinned library (.so.4.5.9)
     names = re.compile("|".join(re.escape(name.split(".so")[0] + ".so") + r"(?:\.[0-9]+)*" for name in allowed))
     for part in value.split(":"):
         folder = str(Path(part).parent)

@@ -73,10 +73,5 @@ def cpu_kernel(
                 if avx512 is None:  # check_model does not know the CPU: say where it cannot run
                     note = f"{note + '; ' if note else ''}needs AVX-512: {needs_avx512['text']}"
             return found(kernel, kernel is not None, note, row.get("source"))
-    return found(
-        None,
-        None,
-        f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is "
-        "decided at start (verify reports it)",
-        None,
-    )
+    unknown = f"{desc['method']} is not in this skill's table: whether vLLM's CPU backend loads it is decided at start (verify reports it)"
+    return found(None, None, unknown, None)

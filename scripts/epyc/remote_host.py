@@ -15,13 +15,14 @@ from . import errors, hostfacts, hostspec, jsonio, subproc
 from .errors import ScriptError
 from .hostfacts import HostFacts, Sysroot, gather
 
+SSH_TIMEOUT_S = 30
+TARGET_FILE = "EPYC_TARGET"
+
 
 def is_another_host(target: str) -> bool:
     """Whether detect's target is another host (a spec, a capture, ssh), not this machine or a sysroot for it."""
     return target != "localhost" and not target.startswith("sysroot:")
 
-
-# ---------------------------------------------------------------- ssh transport
 
 _HOST_RE = re.compile(
     r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])"
@@ -69,10 +70,6 @@ def ssh_argv(target: SshTarget, remote_argv: Sequence[str]) -> list[str]:
     argv += [f"{target.user}@{target.host}" if target.user else target.host, "--"]
     argv.append(" ".join(shlex.quote(a) for a in remote_argv))
     return argv
-
-
-SSH_TIMEOUT_S = 30
-TARGET_FILE = "EPYC_TARGET"
 
 
 def gather_remote(spec: str) -> HostFacts:
@@ -138,7 +135,9 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
         root = jsonio.scratch_dir("epyc-spec-")
     target = f"spec:EPYC {sku['model']} {args.sockets}S NPS{args.nps} SMT {args.smt}"
     try:
-        hostspec.write_files(root, {**files, TARGET_FILE: target + "\n"})
+        for rel, text in {**files, TARGET_FILE: target + "\n"}.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
     except OSError as exc:  # a full disk: the rendered tree is incomplete, and read as it is it would lie
         raise errors.os_error(exc, f"cannot write the rendered host files under {root}")
     facts = gather(hostfacts.check_sysroot(str(root)), target, live=False)
@@ -147,11 +146,9 @@ def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
         "source": table["sources"].get(sku["source"], "described by the user (--spec ... --cores N)"),
         "sysroot": str(root) if args.save_sysroot else None,
         "assumptions": [
-            "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings "
-            "(cpu = thread x sockets x cores + socket x cores + core)",
+            "CPU numbering as Linux shows an EPYC host: each socket's first threads, then the SMT siblings (cpu = thread x sockets x cores + socket x cores + core)",
             f"NPS{args.nps}: each socket's cores split into {args.nps} consecutive NUMA node(s) with equal memory",
-            f"{args.ram_gb_per_socket:g} GB installed per socket (memory sizes are binary: {args.ram_gb_per_socket:g} "
-            "GiB), all of it usable (no cgroup limit, no other load)",
+            f"{args.ram_gb_per_socket:g} GB installed per socket (memory sizes are binary: {args.ram_gb_per_socket:g} GiB), all of it usable (no cgroup limit, no other load)",
             "re-check on the host before start: detect.py --capture FILE there, then plan from --sysroot FILE",
         ],
     }

@@ -10,16 +10,14 @@ from .errors import ScriptError
 
 CONTAINER_RUNTIMES = {"docker": ["docker"], "podman": ["podman"], "sudo docker": ["sudo", "-n", "docker"]}
 RUNTIME_TIMEOUT_S = 20
-# an address docker's --host takes for a daemon on this machine: printable ASCII without spaces; a unix
-# socket by its absolute path (unix://rel.sock is resolved against the folder each command runs in)
+# docker --host for a daemon on this machine: printable ASCII, a unix socket by its absolute path (a relative one moves)
 DOCKER_ENGINE = re.compile(r"(unix:///|tcp://)[!-~]{1,1000}", re.ASCII)
 LOOPBACK_ENGINE = re.compile(r"tcp://(127\.0\.0\.1|localhost|\[::1\])(:(?P<port>[0-9]{1,5}))?/?", re.ASCII)
 
 
 def docker_engine_problem(engine: object) -> str | None:
-    """Why a DOCKER_HOST value cannot be the engine of a plan, or None. Only a daemon on this machine: the
-    plan's CPUs, memory node, port and cache are this machine's (detect.py read them here), and verify
-    asks 127.0.0.1; a remote engine would run the server elsewhere, sized for the wrong host."""
+    """Why a DOCKER_HOST value cannot be a plan's engine, or None: only a daemon on this machine, as the plan is sized
+    for this machine's CPUs, memory, port and cache, and verify asks 127.0.0.1."""
     if isinstance(engine, str) and engine.startswith(("ssh://", "tcp://")):
         loopback = LOOPBACK_ENGINE.fullmatch(engine)
         if not loopback:
@@ -57,9 +55,8 @@ def runtime_of(doc: dict) -> list[str]:
 
 
 def shell_docker_engine() -> str | None:
-    """The daemon this shell's `docker` reaches when not the default socket: DOCKER_HOST (an empty one is the
-    default too), else a non-default context's endpoint; either refused unless a daemon on this machine. Asked
-    only for plain docker: `sudo -n docker` resets the environment."""
+    """The daemon this shell's plain `docker` reaches when not the default socket (a non-empty DOCKER_HOST, else a
+    non-default context's endpoint), refused unless on this machine; `sudo -n docker` resets the environment."""
     engine = os.environ.get("DOCKER_HOST") or None
     if engine is None:
         # engine_query: the shell's own context, which every other docker call is kept from (run_env)
@@ -79,9 +76,6 @@ def choose_runtime(docker_ok: bool, podman_ok: bool, sudo_docker_ok: bool, host_
     return next((name for name, ok in found if ok), None)
 
 
-# ---------------------------------------------------------------- gathering (I/O)
-
-
 def last_words(res: subproc.RunResult) -> str:
     return masking.clip((res.stderr.strip().splitlines() or [res.failure or "failed"])[-1], 200)
 
@@ -96,8 +90,7 @@ def image_is_local(runtime: str, image: str, engine: str | None = None) -> bool:
 
 
 def probe_runtimes(want: str, engine: str | None) -> tuple[dict[str, bool], dict[str, str]]:
-    """Which container runtimes answer, in the documented order; each probe has a timeout. docker is
-    asked on the engine this shell names (read first: a remote one is refused before it is reached)."""
+    """Which container runtimes answer, in the documented order, each probe with a timeout; docker on `engine`."""
     ok = dict.fromkeys(CONTAINER_RUNTIMES, False)
     detail: dict[str, str] = {}
     if want in ("auto", "docker"):

@@ -22,16 +22,13 @@ ROUTE_SEVERITY = {"stop": "error", "stock_offer": "error", "confirm": "confirmat
 # each list of the document, and the severity of the issues it holds
 SEVERITY_LISTS = {"errors": "error", "confirmations": "confirmation", "warnings": "warning", "advisories": "advisory"}
 
-# ---------------------------------------------------------------- pure decisions
-
 
 def issue(check: str, severity: str, message: str, fix: str | None = None) -> dict:
     return {"check": check, "severity": severity, "message": message, "fix": fix}
 
 
 def cpu_facts(detected: dict, generation: str | None, avx512: bool | None) -> dict:
-    """detect.py's facts, with the --generation / --avx512 overrides applied (an override of avx512
-    to false also clears bf16; true keeps what the CPU says about bf16)."""
+    """detect.py's facts with the --generation / --avx512 overrides (avx512 false clears bf16; true keeps the CPU's)."""
     out = dict(detected)
     if generation:
         out["epyc_generation"] = generation
@@ -44,11 +41,8 @@ def cpu_facts(detected: dict, generation: str | None, avx512: bool | None) -> di
 def stack_compatibility(
     stack: dict, generation: str | None, pinned_vllm: str, stock: bool, vendor: str | None = "AuthenticAMD"
 ) -> dict:
-    """proceed | blocked | confirmation_required, from what the serving runtime reports.
-
-    What runs must be what was asked for: the zentorch path needs vLLM to select ZenCpuPlatform
-    (it does so only on AMD CPUs), and the stock path must not quietly run zentorch. Venice is
-    validated only on the pinned vLLM. An unprobed stack (image not pulled) proceeds on its tag."""
+    """proceed | blocked | confirmation_required: what runs must be what was asked for (ZenCpuPlatform, which vLLM
+    selects only on AMD CPUs, or stock without zentorch); Venice only on the pinned vLLM; an unprobed stack proceeds."""
     platform = stack.get("platform") or ""
     short = platform.rsplit(".", 1)[-1]
     version = architectures.normalize_version(stack.get("vllm"))
@@ -99,8 +93,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[dict, list[dict]]:
-    """The stack inside the image when it is local (probed). A pinned image not pulled yet is read
-    from its tag (the tag is ours, in data/epyc.json); any other image must be local to be read."""
+    """The image's stack: probed when local, else read from its tag for a pinned image (ours), else an error."""
     found = probe["found"]
     if not probe["local"] and not pinned:
         why = f"{image} is not a local image, so its stack cannot be read (only the pinned images' tags are trusted)"
@@ -118,8 +111,7 @@ def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[di
 
 
 def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> tuple[dict, str, list[dict]]:
-    """The stack the runtime serves with (the image's, another host's pins, or the host venv's), the pinned
-    vLLM it is compared with, and what the image probe said."""
+    """The stack the runtime serves with (image, another host's pins or venv), the pinned vLLM, the image's issues."""
     if runtime in CONTAINERS:
         image = gathered["image"]
         pinned_images = (epyc["container"]["image"], epyc["stock_image"]["image"])
@@ -128,11 +120,8 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
         return stack, pinned, image_issues
     hs = epyc["host_stack"]
     if gathered.get("deferred"):  # another host's venv: the pins setup_host_stack.py would install there
-        pins = {
-            "vllm": hs["vllm_version"],
-            "zentorch": None if stock else hs["zentorch_version"],
-            "torch": hs["torch_version"],
-        }
+        zentorch = None if stock else hs["zentorch_version"]
+        pins = {"vllm": hs["vllm_version"], "zentorch": zentorch, "torch": hs["torch_version"]}
         stack = {**dict.fromkeys(STACK_KEYS), **pins, "source": "assumed:data/epyc.json host_stack"}
     else:
         stack = {
@@ -143,8 +132,7 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
 
 
 def stack_findings(cpu: dict, stock: bool, epyc: dict, gathered: dict) -> tuple[dict, dict, list[dict]]:
-    """The stack the runtime serves with, its compatibility, and what is wrong with either (no runtime at all,
-    an image that cannot be read, a stack that is not the one asked for)."""
+    """The stack the runtime serves with, its compatibility, and what is wrong with either (runtime, image, stack)."""
     runtime, issues = gathered["runtime"], []
     if runtime is None:
         why = "no usable runtime: " + "; ".join(f"{k}: {v}" for k, v in gathered["runtime_detail"].items())
@@ -203,8 +191,7 @@ def host_issues(gathered: dict, detected: dict, port_start: int) -> list[dict]:
 
 
 def verdict(cpu: dict, detected: dict, args: argparse.Namespace, epyc: dict, gathered: dict) -> dict:
-    """Everything validate.py says, from what was gathered: pure, so every rule is testable. `args` holds
-    the flags it reads: stock and port_start."""
+    """Everything validate.py says from what was gathered, pure so every rule is testable (args: stock, port_start)."""
     route = cpuid.route_host(cpu, epyc["supported_generations"], args.stock)
     severity = ROUTE_SEVERITY.get(route["route"])
     fix = route["fix"] or "get the user's explicit OK before launching"
@@ -250,9 +237,6 @@ def verdict(cpu: dict, detected: dict, args: argparse.Namespace, epyc: dict, gat
     return doc
 
 
-# ---------------------------------------------------------------- gathering (I/O)
-
-
 def default_python(epyc: dict, stock: bool) -> str:
     """The setup_host_stack.py venv of the chosen backend when it exists, else this interpreter (a python3
     with vLLM of the user's), but never the bundle's own venv: it holds the scripts' libraries, not a stack."""
@@ -269,19 +253,17 @@ def probe_image(runtime: str, image: str, engine: str | None = None) -> dict:
 
 
 def gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dict:
-    """All the probing (I/O), in the documented order; the runtime choice between the two rounds is
-    the pure choose_runtime, because what to probe next depends on it."""
+    """All the probing (I/O) in the documented order; the pure choose_runtime between two rounds picks what is next."""
     engine = runtimes.shell_docker_engine() if args.runtime in ("auto", "docker") else None
     rt_ok, detail = probe_runtimes(args.runtime, engine)
     host_stack = hoststack.probe_stack([python])
     host_ok = host_runtime_ok(host_stack, args.stock)
-    detail["host"] = (
-        f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
-        if host_ok
-        else f"no host stack venv at {Path(python).parent.parent} yet"
-        if not os.path.exists(python)
-        else f"{python}: {host_stack.get('import_error') or 'zentorch missing'}"
-    )
+    if host_ok:
+        detail["host"] = f"{python}: vllm {host_stack.get('vllm')}, zentorch {host_stack.get('zentorch')}"
+    elif not os.path.exists(python):
+        detail["host"] = f"no host stack venv at {Path(python).parent.parent} yet"
+    else:
+        detail["host"] = f"{python}: {host_stack.get('import_error') or 'zentorch missing'}"
     runtime = choose_runtime(*(rt_ok[r] for r in CONTAINERS), host_ok and args.runtime in ("auto", "host"))
     engine = engine if runtime == "docker" else None
     hf_cache = resolve_hf_cache(dict(os.environ))
@@ -304,8 +286,7 @@ def gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dic
 
 
 def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dict:
-    """For another host (a spec, a capture, an ssh target): nothing on this machine says anything about
-    its runtime, port, HF cache or libraries, so they are assumed and listed -- never probed here."""
+    """Another host's (spec, capture, ssh) runtime, port, HF cache and libraries: assumed and listed, never probed here."""
     runtime = "docker" if args.runtime == "auto" else args.runtime
     return {
         "runtime": runtime,
