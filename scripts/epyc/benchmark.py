@@ -204,9 +204,8 @@ def measure_bandwidth(python: str | None, cpus: list[int], pin: list[str] = ()) 
     """Bytes/s the bound CPUs read from memory, run with the server's own pin (its memory node)."""
     if not python or not cpus:
         return None
-    found, _why = subproc.run_probe(
-        [*pin, python], BANDWIDTH_CODE % {"cpus": cpus}, "@@BW@@", timeout=120, shape=BANDWIDTH_SHAPE
-    )
+    code = BANDWIDTH_CODE % {"cpus": cpus}
+    found, _why = subproc.run_probe([*pin, python], code, "@@BW@@", timeout=120, shape=BANDWIDTH_SHAPE)
     return found.get("bytes_per_s") if found else None
 
 
