@@ -106,7 +106,7 @@ def summarise_cell(runs: list[dict]) -> dict:
 
 
 def decode_bound(step_bytes: int | None, bytes_per_s: float | None, tpot_c1_ms: float | None) -> dict:
-    """TPOT's floor at concurrency 1 (each step reads the weights and its KV once, at the bandwidth) and the gap above it."""
+    """TPOT's floor at concurrency 1 (each step reads the weights and its KV once, at the bandwidth), the gap above."""
     if not step_bytes or not bytes_per_s:
         return {"min_tpot_ms": None, "fraction_of_bound": None, "gap_ms_per_token": None}
     floor_ms = step_bytes / bytes_per_s * 1000
