@@ -16,8 +16,7 @@ CHAT_TEMPLATE_TOKENS = 64
 
 
 def int_list(text: str) -> list[int]:
-    """'128,512': ASCII digits only (int() would also take '1_0' and other scripts' digits), each value once
-    (a repeated one would run twice and overwrite its raw file)."""
+    """'128,512': ASCII digits only (int() takes '1_0' too), each value once (a repeat would overwrite its raw file)."""
     parts = text.split(",")
     if not all(re.fullmatch(r"[0-9]{1,7}", x) for x in parts) or not all(1 <= int(x) <= 1 << 20 for x in parts):
         raise argparse.ArgumentTypeError(
@@ -109,8 +108,7 @@ def require_own_host_server(plan: dict, state: dict | None) -> None:
 
 
 def result_dir(spec: str, make: bool = True) -> Path:
-    """--out: a folder bench makes, or an empty one: nothing planted there takes a write elsewhere, and `--out /`
-    is never filled with results."""
+    """--out: a folder bench makes, or an empty one (nothing planted there takes a write elsewhere; never `--out /`)."""
     return jsonio.empty_output_dir(
         spec,
         "--out",
@@ -155,8 +153,7 @@ def refuse_to_compare(plan: dict, state: dict | None) -> None:
 
 def refuse_an_out_folder(out: str | None, plan: dict) -> None:
     """The default folder goes in the state dir (one only a start would write into); a given one never there."""
-    problem = None if out else serve_state.state_dir_problem(Path(plan["state_dir"]))
-    if problem:
+    if not out and (problem := serve_state.state_dir_problem(Path(plan["state_dir"]))):
         raise ScriptError(
             f"the plan's state dir {plan['state_dir']} {problem}",
             "pass --out FOLDER, or plan again with a --state-dir of this bundle's own",
@@ -173,8 +170,7 @@ def refuse_an_out_folder(out: str | None, plan: dict) -> None:
 
 
 def checked_plan(args: argparse.Namespace, epyc: dict) -> tuple[dict, dict | None]:
-    """The plan bench may measure and its server's state, refused before anything is made (no folder to pass
-    for a result)."""
+    """The plan bench may measure and its server's state: every refusal before anything is made."""
     runs = len(args.input_lens) * len(args.concurrency) * args.repeats
     if runs > MAX_RUNS:  # each flag in range, the product days of a real server
         raise ScriptError(

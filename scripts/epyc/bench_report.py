@@ -7,16 +7,12 @@ import time
 from pathlib import Path
 
 from . import serve_state
+from .handoff import markdown_table
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 # the figures of a run, each a cell's mean with its spread beside it
 FIGURES = (*(f"median_{m}_ms" for m in METRICS), "output_throughput", "total_token_throughput")
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(
-        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
-    )
+HOST_LINE = "\nMeasured on {cpu_model}, {logical_cores} vCPUs, vLLM {vllm} ({backend}), {date}.\n"
 
 
 def spread(figures: dict, key: str) -> str:
@@ -25,24 +21,15 @@ def spread(figures: dict, key: str) -> str:
 
 def markdown(cells: list[dict]) -> str:
     head = ["input", "conc.", "TTFT ms", "TPOT ms", "ITL ms", "E2EL ms", "out tok/s", "total tok/s", "failed"]
-    rows = [
-        [
-            str(c["input_len"]),
-            str(c["concurrency"]),
-            *(spread(c, k) for k in FIGURES),
-            f"**{c['failed']}**" if c["failed"] else "0",
-        ]
-        for c in cells
-    ]
-    return table(head, rows) + "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
+    failed = [f"**{c['failed']}**" if c["failed"] else "0" for c in cells]
+    rows = [[c["input_len"], c["concurrency"], *(spread(c, k) for k in FIGURES), f] for c, f in zip(cells, failed)]
+    note = "\n\nMedians per run, mean of the repeats; ± is the spread (max - min) across repeats.\n"
+    return markdown_table(head, rows) + note
 
 
 def bound_and_host(doc: dict) -> str:
     """The decode bound in words (bytes per step, bandwidth, floor, gap) and the host the figures are from."""
-    h = doc["host"]
-    text = (
-        f"\nMeasured on {h['cpu_model']}, {h['logical_cores']} vCPUs, vLLM {h['vllm']} ({h['backend']}), {h['date']}.\n"
-    )
+    text = HOST_LINE.format_map(doc["host"])
     if doc.get("min_tpot_ms") is None:
         return text
     gap = doc.get("gap_ms_per_token")
@@ -88,11 +75,9 @@ def compare_markdown(cmp: dict) -> str:
     rows = []
     for row in cmp["table"]:
         shown = [f"{spread(s, 'output_throughput')} ({s['ratio_to_best']:.2f})" for s in map(row["sizings"].get, names)]
-        rows.append([str(row["input_len"]), str(row["concurrency"]), *shown])
-    return (
-        table(["input", "conc.", *(f"{n} tok/s (ratio)" for n in names)], rows)
-        + "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
-    )
+        rows.append([row["input_len"], row["concurrency"], *shown])
+    note = "\n\nOutput tokens/s, mean of the repeats' runs ± spread; (ratio to the best sizing of the cell).\n"
+    return markdown_table(["input", "conc.", *(f"{n} tok/s (ratio)" for n in names)], rows) + note
 
 
 def plot(cells: list[dict], path: Path) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import statistics
@@ -16,8 +15,7 @@ from .command import bound_cpus, serve_args
 from .errors import ScriptError
 
 RUN_TIMEOUT_S = 3600
-# the faster of two reads of memory on the bound CPUs (torch's threads over one buffer past the caches, one
-# process per CPU summing its own; which wins differs by CPU), so that no engine can beat the bound
+# the faster of torch's threads over one buffer and one process per CPU (which wins differs by CPU): no engine beats it
 BANDWIDTH_CODE = r"""
 import json, os, time
 import multiprocessing as mp
@@ -75,8 +73,7 @@ def run_metrics(doc: dict) -> dict:
 
 
 def loopback_env(env: dict) -> dict:
-    """127.0.0.1 and localhost added to NO_PROXY: vllm bench serve honours the shell's proxy, and the key must
-    not travel to it (the Hub, for a tokenizer, still goes through it)."""
+    """127.0.0.1 and localhost added to NO_PROXY: the key never travels to the shell's proxy (the Hub still does)."""
     for name in ("NO_PROXY", "no_proxy"):
         have = [h for h in env.get(name, "").split(",") if h.strip()]
         env[name] = ",".join(have + [h for h in ("127.0.0.1", "localhost") if h not in have])
@@ -109,8 +106,7 @@ def summarise_cell(runs: list[dict]) -> dict:
 
 
 def decode_bound(step_bytes: int | None, bytes_per_s: float | None, tpot_c1_ms: float | None) -> dict:
-    """At concurrency 1 every decode step reads all the weights and the KV of its context once: that read at
-    the measured bandwidth is the floor of TPOT; the gap is what the engine spends beyond it."""
+    """TPOT's floor at concurrency 1 (each step reads the weights and its KV once, at the bandwidth), the gap above."""
     if not step_bytes or not bytes_per_s:
         return {"min_tpot_ms": None, "fraction_of_bound": None, "gap_ms_per_token": None}
     floor_ms = step_bytes / bytes_per_s * 1000
@@ -216,17 +212,14 @@ def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> li
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
     target = serving_target(plan, None if plan["path"] == "host" else recorded_container(plan))
-    endpoint = endpoint_of(plan)
-    argv_of = functools.partial(
-        bench_argv, target["vllm"], plan["base_url"], plan["served_model_name"], target["tokenizer"], endpoint
-    )
+    common = (target["vllm"], plan["base_url"], plan["served_model_name"], target["tokenizer"], endpoint_of(plan))
     result_dir = str(jsonio.real_path(out / "raw")) if plan["path"] == "host" else "/tmp"
     matrix = list(itertools.product(args.input_lens, args.concurrency, range(1, args.repeats + 1)))
     runs: dict[tuple[int, int], list[dict]] = {}
     for done, (input_len, conc, rep) in enumerate(matrix, 1):
         name = f"in{input_len}_c{conc}_r{rep}.json"
         errors.log(f"bench: run {done}/{len(matrix)}: input {input_len}, concurrency {conc}, repeat {rep}")
-        argv = argv_of(input_len, args.output_len, conc, result_dir, name, seed=args.seed + done)
+        argv = bench_argv(*common, input_len, args.output_len, conc, result_dir, name, seed=args.seed + done)
         cell = f"input {input_len}, concurrency {conc}"
         runs.setdefault((input_len, conc), []).append(run_once(plan, target, argv, env, out, name, cell))
     return [
@@ -240,12 +233,8 @@ def run_once(plan: dict, target: dict, argv: list[str], env: dict, out: Path, na
     res = subproc.run(argv, timeout=RUN_TIMEOUT_S, env=env, progress="bench: vllm bench serve")
     raw = out / "raw" / name
     if plan["path"] != "host" and res.ok:  # written inside the container, read back bounded as every document
-        got = subproc.run(
-            [*runtimes.runtime_of(plan), "exec", target["container"], "cat", f"/tmp/{name}"],
-            timeout=60,
-            limit=jsonio.MAX_INPUT_BYTES,
-        )
-        write_out(raw, got.stdout)
+        cat = [*runtimes.runtime_of(plan), "exec", target["container"], "cat", f"/tmp/{name}"]
+        write_out(raw, subproc.run(cat, timeout=60, limit=jsonio.MAX_INPUT_BYTES).stdout)
     if not res.ok or not raw.exists():
         raise ScriptError(
             f"vllm bench serve failed at {cell}",
@@ -276,8 +265,7 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     weights = est.get("weight_bytes")
     best = min((c for c in cells if c["concurrency"] == 1), key=lambda c: c["median_tpot_ms"], default=None)
     read = step_bytes(est, best["input_len"] + args.output_len // 2) if best else weights  # mid-decode context
-    doc = {
-        **summary_head(plan, args, out),
+    figures = {
         "seed": args.seed,
         "cells": cells,
         "failed": sum(c["failed"] for c in cells),
@@ -286,9 +274,8 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
         "weight_bytes": weights,
         "bound_bytes_per_step": read,
         **decode_bound(read, bw, best["median_tpot_ms"] if best else None),
-        "host": host_record(plan),
-        "warnings": args.warnings,
     }
+    doc = summary_doc(plan, args, out, **figures)
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
     write_out(out / "summary.md", markdown(cells) + bound_and_host(doc))
     doc["plot"] = plot(cells, out / "plot.png")
@@ -296,14 +283,17 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     return settled(doc, "the benchmark", fix)
 
 
-def summary_head(plan: dict, args: argparse.Namespace, out: Path) -> dict:
-    """What a benchmark's and a comparison's documents both open with."""
+def summary_doc(plan: dict, args: argparse.Namespace, out: Path, **figures) -> dict:
+    """A benchmark's or a comparison's document: what both hold around their own figures."""
     return {
         "out": str(out),
         "base_url": plan["base_url"],
         "served_model_name": plan["served_model_name"],
         "output_len": args.output_len,
         "repeats": args.repeats,
+        **figures,
+        "host": host_record(plan),
+        "warnings": args.warnings,
     }
 
 
@@ -327,13 +317,8 @@ def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple
             "no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items())
         )
     cmp = {**side_by_side(results), "not_run": not_run}
-    doc = {
-        **summary_head(plan, args, out),
-        "failed": sum(c["failed"] for cells in results.values() for c in cells),
-        "comparison": cmp,
-        "host": host_record(plan),
-        "warnings": args.warnings,
-    }
+    failed = sum(c["failed"] for cells in results.values() for c in cells)
+    doc = summary_doc(plan, args, out, failed=failed, comparison=cmp)
     write_out(out / "compare.json", json.dumps(doc, indent=2) + "\n")
     md = compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
     write_out(out / "compare.md", md)

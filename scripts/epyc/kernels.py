@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -107,12 +107,11 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str, str | None]
     if args.log:  # any file the user names
         path = Path(args.log)
         jsonio.require_regular_file(path, "server log", LOG_FIX)
-        return file_lines(lambda: open(path, encoding="utf-8", errors="replace"), path, secrets), str(path), None
+        return file_lines(path, secrets, own=False), str(path), None
     plan = read_plan(args.plan, "kernel_proof", bundle.load_epyc())  # as launch.py's verbs read a plan
     secrets += known_secrets(plan)
     state = read_state(plan)
-    other = foreign_state(plan, state) if state else None
-    if other:  # the log (and the container) there are another plan's run: no proof for this one
+    if state and (other := foreign_state(plan, state)):  # another plan's log (and container): no proof for this one
         raise ScriptError(
             f"the state dir {plan['state_dir']} holds the run of another plan ({other}): its log proves nothing "
             "about this plan's server",
@@ -121,23 +120,20 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str, str | None]
         )
     if plan["path"] != "host":
         return (*container_log(plan, state, args.plan, secrets), plan.get("backend"))
-    # the log start wrote, never a link planted in its place: another file's lines are no proof
     path = Path(plan["log_file"])
     if not os.path.lexists(path):
         raise ScriptError(
             f"no server log at {path}: the plan's server has not been started",
             f"start it first: python3 scripts/launch.py start --plan {shlex.quote(args.plan)}",
         )
-
-    def opener():
-        return os.fdopen(open_own_file(path, os.O_RDONLY, phase="kernel_proof"), encoding="utf-8", errors="replace")
-
-    return file_lines(opener, path, secrets), str(path), plan.get("backend")
+    return file_lines(path, secrets, own=True), str(path), plan.get("backend")
 
 
-def file_lines(opener: Callable[[], IO[str]], path: Path, secrets: list[str]) -> Iterator[str]:
+def file_lines(path: Path, secrets: list[str], own: bool) -> Iterator[str]:
+    """A log file's lines, masked; the plan's own log (`own`) never read through a link planted in its place."""
     try:
-        with opener() as f:
+        source = open_own_file(path, os.O_RDONLY, phase="kernel_proof") if own else path
+        with open(source, encoding="utf-8", errors="replace") as f:
             yield from line_heads(f, secrets)
     except OSError as exc:
         raise ScriptError(f"cannot read {path}: {exc.strerror or exc}", LOG_FIX)

@@ -111,8 +111,7 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
 def refuse_a_busy_run_dir(run_dir: Path) -> None:
     """A folder whose state names a running server: up would write over the plan that stops it."""
     held = serve_state.read_state({"state_file": str(run_dir / "state.json")})
-    running = serve_procs.state_server(held) if held else None
-    if running:
+    if held and (running := serve_procs.state_server(held)):
         raise ScriptError(
             f"{run_dir} holds a running server ({running}): up would write its plan over the one that stops it",
             f"{stop_command(run_dir / 'plan.json')} first, or run up with another --state-dir",
@@ -149,7 +148,7 @@ def in_words(exc: Exception, phase: str) -> tuple[str, str]:
 
 
 def start_or_stop(plan: dict, plan_file: Path) -> dict:
-    """up's start: a signal that start held while it launched stops that server."""
+    """up's start: a signal that start held while it launched stops that server, whether or not it got going."""
     try:
         return start(plan, confirm=True)
     except ScriptError as exc:
@@ -157,7 +156,6 @@ def start_or_stop(plan: dict, plan_file: Path) -> dict:
             raise
     except KeyboardInterrupt:  # during `docker run`: the engine may have started the container already
         pass
-    # whether or not the server got going
     raise stopped_after(plan, plan_file, "start", "interrupted during start", "run up again")
 
 
@@ -229,9 +227,8 @@ def documents(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> d
         raise phase_failed("validate", val)
     chk = step("check_model.py", ["--model", model], "check_model", run_dir)
     max_len = str(a.max_model_len or epyc["serve"]["default_max_model_len"])
-    sizing = ["--max-model-len", max_len, "--num-prompts", str(a.num_prompts)] + (
-        ["--dtype", a.dtype] if a.dtype else []
-    )
+    dtype = ["--dtype", a.dtype] if a.dtype else []
+    sizing = ["--max-model-len", max_len, "--num-prompts", str(a.num_prompts), *dtype]
     est = step("estimate_memory.py", sizing, "estimate_memory", run_dir)  # sized as it is served
     tune = step("cpu_tune.py", [], "cpu_tune", run_dir)
     return {"detect": det, "validate": val, "check_model": chk, "estimate_memory": est, "cpu_tune": tune}
