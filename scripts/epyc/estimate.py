@@ -9,6 +9,8 @@ from .bundle import GIB
 from .errors import ScriptError
 from .model_params import config_params, config_weight_bytes, idle_expert_params, replicated_params, weight_floor
 
+STORED_SIZES = ("safetensors_index_total_size", "weight_file_sizes")
+
 
 @dataclass
 class Request:
@@ -72,8 +74,11 @@ def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict, 
             )
         return int(req.weight_gb * GIB), "override"
     found = files.weights(req.dtype, bool(text_cfg.get("tie_word_embeddings", False))) if files else None
-    if found is not None and found[1] in STORED_SIZES:  # stored bytes: cast as vLLM casts float weights
-        found = int(found[0] * stored_to_served(text_cfg, req.dtype, quant)), found[1]
+    if found is not None and found[1] in STORED_SIZES and not quant:
+        # stored bytes, cast as vLLM casts float weights: a bf16 checkpoint served in float32 holds twice its files
+        stored = hf_model.SERVE_DTYPE_BYTES.get(str(text_cfg.get("torch_dtype") or text_cfg.get("dtype")))
+        scale = hf_model.SERVE_DTYPE_BYTES[req.dtype] / stored if stored else 1.0
+        found = int(found[0] * scale), found[1]
     if found is None:
         counted = config_weight_bytes(text_cfg, hf_model.SERVE_DTYPE_BYTES[req.dtype], (quant or {}).get("bits"))
         if counted is None:
@@ -89,16 +94,6 @@ def weights_of(req: Request, files: hf_model.ModelFiles | None, text_cfg: dict, 
             "re-download the model (truncated or pointer files), or pass --weight-gb N",
         )
     return found
-
-
-STORED_SIZES = ("safetensors_index_total_size", "weight_file_sizes")
-
-
-def stored_to_served(cfg: dict, serve_dtype: str, quant: dict | None) -> float:
-    """The factor from a checkpoint's stored bytes to the bytes vLLM holds at serve_dtype: a bf16 checkpoint
-    served in float32 holds twice its files. 1 for a quantized one or an unknown stored dtype."""
-    stored = hf_model.SERVE_DTYPE_BYTES.get(str(cfg.get("torch_dtype") or cfg.get("dtype")))
-    return 1.0 if quant or not stored else hf_model.SERVE_DTYPE_BYTES[serve_dtype] / stored
 
 
 def layout_notes(layout: dict, ssm_dtype: str, bf16_cpu: bool, block: int, batched: int) -> list[str]:
@@ -138,27 +133,17 @@ def rank_rows(m: Model, req: Request, max_len: int, block: int, sizes: list[int]
         layout = kv_cache.rank_layout(m.layout, n)
         if layout is None:
             continue
-        weights = (m.weights - whole) // n + whole
         per_seq = kv_cache.kv_bytes_for(layout, max_len, block, req.max_num_batched_tokens)
         rows.append(
             {
                 "ranks": n,
-                "weight_gb": bundle.gb(weights),
+                "weight_gb": bundle.gb((m.weights - whole) // n + whole),
                 "kv_bytes_per_token": layout["bytes_per_token"],
                 "kv_bytes_per_sequence": per_seq,
                 "kv_needed_gb": bundle.gb(per_seq * req.num_prompts),
             }
         )
     return rows
-
-
-def active_weight_bytes(m: Model) -> int:
-    """The weights one decode step reads: all of a dense model's; a mixture-of-experts' less the share of its
-    parameters that sit in the experts a token skips (a share: the bytes may be quantized or given by hand)."""
-    params, idle = config_params(m.cfg), idle_expert_params(m.cfg)
-    if not params or not idle:
-        return m.weights
-    return max(weight_floor(m.cfg), int(m.weights * (1 - idle / sum(params))))
 
 
 def model_notes(m: Model, req: Request, epyc: dict, model_max: int | None) -> list[str]:
@@ -184,8 +169,7 @@ def model_notes(m: Model, req: Request, epyc: dict, model_max: int | None) -> li
 
 
 def estimate(req: Request, epyc: dict) -> dict:
-    """estimate_memory.py's document: the model's sizes, and the fit when RAM was given (fit.fits false:
-    the document also carries error and fix)."""
+    """estimate_memory.py's document: the model's sizes, and the fit when RAM is given (error and fix if none)."""
     kv_dtype = kv_cache.kv_dtype_for(req.dtype, epyc["precision"]["kv_cache_dtype"])
     bf16_cpu = req.avx512_bf16 if req.avx512_bf16 is not None else cpuid.this_cpu_has("avx512_bf16")
     ssm_dtype = kv_cache.ssm_state_dtype(bf16_cpu, kv_dtype)
@@ -196,6 +180,9 @@ def estimate(req: Request, epyc: dict) -> dict:
     batched = req.max_num_batched_tokens
     notes = model_notes(m, req, epyc, model_max) + layout_notes(layout, ssm_dtype, bf16_cpu, block, batched)
     per_sequence = kv_cache.kv_bytes_for(layout, max_len, block, batched)
+    # a decode step reads all a dense model's weights, a mixture-of-experts' less its skipped experts' share
+    params, idle = config_params(m.cfg), idle_expert_params(m.cfg)
+    active = max(weight_floor(m.cfg), int(m.weights * (1 - idle / sum(params)))) if params and idle else m.weights
     doc = {
         "model": req.model,
         **m.model_dir,
@@ -204,7 +191,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "weight_gb": bundle.gb(m.weights),
         "weight_bytes": m.weights,
         "weight_source": m.source,
-        "active_weight_bytes": active_weight_bytes(m),
+        "active_weight_bytes": active,
         "quantization": m.quant,
         "kv_dtype": kv_dtype,
         "kv_attention": layout["attention"],

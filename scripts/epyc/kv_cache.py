@@ -12,11 +12,8 @@ SSM_STATE_BYTES_ON_CPU = 4
 RECURRENT_PAGES = 2
 SLIDING_TYPES = {"sliding_attention", "chunked_attention", "local_attention"}
 FULL_TYPES = {"full_attention", "attention", "global_attention"}
-HYBRID_PATTERN_KINDS = "M*-E"
 NO_KV_TYPES = {"linear_attention", "mamba", "mamba2", "conv"}
 LAYOUT_FIX = "the config's layer layout must describe every layer: re-download config.json (or fix the edit)"
-FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
-QWEN2_MODELS = {"qwen2", "qwen3"}
 # The model types whose KV cache vLLM keeps as one compressed latent (MLA): its is_deepseek_mla list, and Sarvam's
 MLA_MODEL_TYPES = frozenset(
     "axk1 deepseek_v2 deepseek_v3 deepseek_v32 deepseek_v4 deepseek_v41 dots3_note deepseek_mtp k3_dspark glm5_next "
@@ -43,18 +40,13 @@ _GEMMA_2B = {  # Gemma-2's and Gemma-3's text classes both default to the 2B sha
     "sliding_window": 4096,
     "tie_word_embeddings": True,
 }
-_SEVEN_B = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096}  # Llama's, Mistral's, Qwen2's
+# Llama's, Mistral's, Qwen2's (which has a vocabulary of its own)
+_SEVEN_B = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000}
 CLASS_DEFAULTS = {
     "gemma3_text": {**_GEMMA_2B, "vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6},
     "gemma2": {**_GEMMA_2B, "vocab_size": 256000, "max_position_embeddings": 8192},
-    "llama": {**_SEVEN_B, "vocab_size": 32000, "max_position_embeddings": 2048},  # llava's text_config names its length
-    "mistral": {
-        **_SEVEN_B,
-        "num_key_value_heads": 8,
-        "vocab_size": 32000,
-        "max_position_embeddings": 131072,
-        "sliding_window": 4096,
-    },
+    "llama": {**_SEVEN_B, "max_position_embeddings": 2048},  # llava's text_config names its length
+    "mistral": {**_SEVEN_B, "num_key_value_heads": 8, "max_position_embeddings": 131072, "sliding_window": 4096},
     "qwen2": {
         **_SEVEN_B,
         "vocab_size": 151936,
@@ -73,15 +65,13 @@ CLASS_DEFAULTS = {
     "chatglm": {"num_layers": 28, "num_attention_heads": 32, "hidden_size": 4096, "seq_length": 2048},
 }
 CLASS_DEFAULTS["qwen3"] = CLASS_DEFAULTS["qwen2"]
+# the language model's class where a multimodal config's text_config names none (transformers' default)
+TEXT_TYPE_OF_PARENT = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama"}
 
 
 def kv_dtype_for(serve_dtype: str, default: str = "bfloat16") -> str:
     """vLLM's KV cache dtype "auto": the serving dtype where it is one (no fp8 KV on this CPU path), else `default`."""
     return serve_dtype if serve_dtype in KV_BYTES_BY_DTYPE else default
-
-
-# the language model's class where a multimodal config's text_config names none (transformers' default)
-TEXT_TYPE_OF_PARENT = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama"}
 
 
 def with_class_defaults(cfg: dict, parent_type: object = None) -> dict:
@@ -126,7 +116,7 @@ def kv_heads_of(cfg: dict, heads: int) -> int:
     """How many K and V heads one attention layer caches, read as vLLM's model code reads them (per family:
     Falcon, ChatGLM and DBRX name them their own way; else the first head-count key, else multi_query means one)."""
     kind = cfg.get("model_type")
-    if kind in FALCON_TYPES:
+    if kind in ("falcon", "RefinedWeb", "RefinedWebModel"):
         # the 40B/180B "new decoder" groups its heads (the first checkpoints' class means it by a hidden size of 8192)
         grouped = cfg.get("new_decoder_architecture") or (kind != "falcon" and cfg.get("hidden_size") == 8192)
         if grouped:
@@ -152,13 +142,8 @@ def model_len_of(cfg: dict) -> int | None:
 
 
 def layer_split(cfg: dict, layers: int) -> tuple[int, int, int]:
-    """(full-attention layers, sliding-window layers, layers with no per-token KV), read as vLLM does: an
-    explicit layer_types list first, then the hybrid patterns, then the sliding windows."""
-    return explicit_layers(cfg, layers) or hybrid_layers(cfg, layers) or sliding_layers(cfg, layers)
-
-
-def explicit_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
-    """A layer_types list, one kind per layer; None without one."""
+    """(full-attention, sliding-window, no-per-token-KV layers), read as vLLM does: a layer_types list first, then
+    NemotronH's pattern, Jamba's attention period or Qwen3-Next's interval, then the sliding windows."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         kinds = FULL_TYPES | SLIDING_TYPES | NO_KV_TYPES
@@ -166,7 +151,28 @@ def explicit_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
         full = sum(t in FULL_TYPES for t in types)
         sliding = sum(t in SLIDING_TYPES for t in types)
         return full, sliding, len(types) - full - sliding
-    return None
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:  # NemotronH: one character per layer
+        kinds = "one of 'M*-E' (M mamba, * attention, - MLP, E MoE)"
+        check_per_layer("hybrid_override_pattern", pattern, layers, set("M*-E"), kinds)
+        return pattern.count("*"), 0, pattern.count("M")
+    # a period or interval that places no attention layer is a broken config: sized as "no KV", it would fit anywhere
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+    interval = cfg.get("full_attention_interval")
+    if isinstance(period, int) and period > 0 and isinstance(offset, int):
+        attn, placed = sum(1 for i in range(layers) if i % period == offset), 0 <= offset < period <= layers
+        why = (
+            f"attn_layer_offset {offset} / attn_layer_period {period} place no "
+            f"attention layer among {layers} (offset < period <= layers)"
+        )
+    elif isinstance(interval, int) and interval > 0:
+        attn, placed = layers // interval, interval <= layers
+        why = f"full_attention_interval {interval} is past the {layers} layers: no layer would be full attention"
+    else:
+        return sliding_layers(cfg, layers)
+    if not placed:
+        raise ScriptError(f"config.json: {why}", LAYOUT_FIX)
+    return attn, 0, layers - attn
 
 
 def check_per_layer(key: str, values: list | str, layers: int, known: set[str], known_text: str) -> None:
@@ -178,37 +184,6 @@ def check_per_layer(key: str, values: list | str, layers: int, known: set[str], 
     unknown = sorted({str(v) for v in values} - known)
     if unknown:
         raise ScriptError(f"config.json: {key} holds {unknown[:3]}, not {known_text}", LAYOUT_FIX)
-
-
-def hybrid_layers(cfg: dict, layers: int) -> tuple[int, int, int] | None:
-    """NemotronH's pattern, Jamba's attention period, Qwen3-Next's interval; None for none of them."""
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:  # NemotronH: one character per layer
-        kinds = f"one of {HYBRID_PATTERN_KINDS!r} (M mamba, * attention, - MLP, E MoE)"
-        check_per_layer("hybrid_override_pattern", pattern, layers, set(HYBRID_PATTERN_KINDS), kinds)
-        return pattern.count("*"), 0, pattern.count("M")
-    # a period or interval that places no attention layer is a broken config: sized as "no KV", it would fit anywhere
-    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
-    if isinstance(period, int) and period > 0 and isinstance(offset, int):
-        if not 0 <= offset < period <= layers:
-            raise ScriptError(
-                f"config.json: attn_layer_offset {offset} / attn_layer_period {period} place no "
-                f"attention layer among {layers} (offset < period <= layers)",
-                LAYOUT_FIX,
-            )
-        attn = sum(1 for i in range(layers) if i % period == offset)
-        return attn, 0, layers - attn
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        if interval > layers:
-            raise ScriptError(
-                f"config.json: full_attention_interval {interval} is past the {layers} layers: "
-                "no layer would be full attention",
-                LAYOUT_FIX,
-            )
-        attn = layers // interval
-        return attn, 0, layers - attn
-    return None
 
 
 def sliding_layers(cfg: dict, layers: int) -> tuple[int, int, int]:
@@ -227,7 +202,7 @@ def sliding_layers(cfg: dict, layers: int) -> tuple[int, int, int]:
                 f"({masking.clip(repr(below), 40)})",
                 LAYOUT_FIX,
             )
-        if 0 < below < layers and cfg.get("model_type") in QWEN2_MODELS:
+        if 0 < below < layers and cfg.get("model_type") in ("qwen2", "qwen3"):
             raise ScriptError(
                 f"config.json: use_sliding_window with max_window_layers {below} of {layers} slides "
                 f"only the layers from {below} up, and vLLM 0.32 loads no such mix (its Qwen2 model "
@@ -236,7 +211,7 @@ def sliding_layers(cfg: dict, layers: int) -> tuple[int, int, int]:
             )
         sliding = layers - min(max(below, 0), layers)
         return layers - sliding, sliding, 0
-    if cfg.get("model_type") in ("gemma2",):
+    if cfg.get("model_type") == "gemma2":
         sliding = (layers + 1) // 2  # even-indexed layers are local
         return layers - sliding, sliding, 0
     every = cfg.get("sliding_window_pattern")
@@ -282,8 +257,7 @@ def recurrent_state_bytes(
 
 
 def ssm_state_dtype(avx512_bf16: bool, kv_dtype: str) -> str:
-    """The dtype vLLM keeps a recurrent layer's SSM state in on this CPU: float32 where its accelerated Gated
-    DeltaNet runs (AVX-512 BF16), else the serving dtype, as "auto" leaves it."""
+    """The dtype vLLM keeps an SSM state in on this CPU: float32 where its AVX-512 BF16 kernels run, else the KV's."""
     return "float32" if avx512_bf16 else kv_dtype
 
 
@@ -326,11 +300,10 @@ def attention_shape(tc: dict, kv_dtype_bytes: int) -> tuple[str, int, int, int]:
     """(mla | mha | gqa, KV bytes per token in one attention layer, attention heads, KV heads cached). MLA
     caches one latent (one KV head); another kv_lora_rank config (MiniCPM3) K and V of every head."""
     kind = tc.get("model_type")
-    if tc.get("kv_lora_rank") and kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
-        heads = _req_int(tc, "num_attention_heads")
-        return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes, heads, 1
     if tc.get("kv_lora_rank"):
         heads = _req_int(tc, "num_attention_heads")
+        if kind in MLA_MODEL_TYPES | MLA_WRAPPER_TYPES:
+            return "mla", (int(tc["kv_lora_rank"]) + int(tc.get("qk_rope_head_dim") or 0)) * kv_dtype_bytes, heads, 1
         width = (_first_int(tc, "qk_nope_head_dim") or 0) + (_first_int(tc, "qk_rope_head_dim") or 0)
         if not width:
             raise ScriptError(

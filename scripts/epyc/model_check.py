@@ -15,9 +15,8 @@ MAX_TEMPLATE_NAMES = 20
 def classify_template(
     jinja: str | None, tokenizer_config: dict | None, template_json: dict | None, readable: bool = True
 ) -> dict:
-    """Is there a chat template vLLM will pick without being told which? The first found of chat_template.jinja,
-    tokenizer_config.json's and chat_template.json's; a list of {name, template} is usable with a 'default' or
-    one entry, else ambiguous; what cannot be read as text is unknown (vLLM's reading of it is not ours to guess)."""
+    """Is there a chat template vLLM picks unasked? The first of chat_template.jinja, tokenizer_config.json's and
+    chat_template.json's; a list needs a 'default' or one entry; what is not text is unknown (vLLM's to read)."""
     out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
     if not readable:
         return out
@@ -59,11 +58,10 @@ def classify_kind(architectures: list[str], registry: dict | None) -> tuple[str,
         return "undetermined", None
     for arch in architectures:
         kind = registry["architectures"].get(arch)
-        if kind is None:
-            continue
         if kind == "speculative":
             return "unsupported", arch  # draft models for speculative decoding do not serve alone
-        return ("text" if kind == "unknown" else kind), arch
+        if kind is not None:
+            return ("text" if kind == "unknown" else kind), arch
     return "unsupported", None
 
 
@@ -73,10 +71,8 @@ def _auto_map(doc: dict | None, key: str) -> object:
 
 
 def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | None) -> str | None:
-    """Why vLLM would need --trust-remote-code (never passed here) to load this model, or None, from the lists
-    the registry probe took of the serving install (`own`; none: not judged): an auto_map AutoConfig for a
-    model_type neither transformers nor vLLM defines, or an auto_map AutoTokenizer whose class transformers
-    lacks, with no tokenizer of its own for the config's type and that type's hub tokenizer not ignored."""
+    """Why vLLM would need --trust-remote-code (never passed here) to load this model, or None: an auto_map config
+    or tokenizer of a type or class the serving install (`own`, the registry probe's lists; none: not judged) lacks."""
     if not own:
         return None
     kind = cfg.get("model_type")
@@ -147,10 +143,9 @@ def verdict(
     if kind == "undetermined":
         return 0, "support could not be determined here; proceed, the launch confirms"
     if tmpl["status"] == "unknown":  # plan and verify say the same: verify settles it on the server
-        return (
-            0,
+        return 0, (
             f"{arch} serves as {kind} generation in {v}; endpoint unknown (the chat template could not be "
-            "read here): verify settles it on the server, chat first, then completions",
+            "read here): verify settles it on the server, chat first, then completions"
         )
     endpoint = "/v1/chat/completions" if tmpl["status"] == "present" else "/v1/completions"
     extra = {
@@ -169,16 +164,12 @@ def quantization_report(desc: dict | None, epyc: dict) -> dict | None:
     """The checkpoint's quantization, and the kernel each path runs it with (bfloat16 serving)."""
     if desc is None:
         return None
-    kernels = epyc["quantization"]["kernels"]
-    return {
-        **desc,
-        "cpu_kernels": {
-            b: quantization.cpu_kernel(
-                desc, b, "bfloat16", kernels, None, epyc["quantization"].get("stock_needs_avx512")
-            )
-            for b in ("zentorch", "stock")
-        },
+    q = epyc["quantization"]
+    kernels = {
+        b: quantization.cpu_kernel(desc, b, "bfloat16", q["kernels"], None, q.get("stock_needs_avx512"))
+        for b in ("zentorch", "stock")
     }
+    return {**desc, "cpu_kernels": kernels}
 
 
 def pick_registry(args: argparse.Namespace, notes: list[str]) -> dict | None:
@@ -252,17 +243,12 @@ def refuse_remote_code(doc: dict, remote: str, arch: str, version: str) -> None:
         f"{arch} is in vLLM {version}'s registry, but {remote}: vLLM loads it only with --trust-remote-code, "
         "which this bundle does not pass (it would run the repository's Python)"
     )
-    doc.update(
-        supported=False,
-        launchable=False,
-        supported_endpoints=[],
-        primary_endpoint=None,
-        remote_code=remote,
-        message=message,
-        error=message,
-        fix="choose a model vLLM loads with its own code (the same model converted to a transformers "
-        "architecture, or another), or serve it by hand, having read its code, with vllm serve --trust-remote-code",
+    fix = (
+        "choose a model vLLM loads with its own code (the same model converted to a transformers "
+        "architecture, or another), or serve it by hand, having read its code, with vllm serve --trust-remote-code"
     )
+    doc.update(supported=False, launchable=False, supported_endpoints=[], primary_endpoint=None, remote_code=remote)
+    doc.update(message=message, error=message, fix=fix)
 
 
 def check(

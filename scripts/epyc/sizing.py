@@ -39,18 +39,12 @@ def choose_socket(
     """The socket to serve on -> (socket, reason, warning): --socket if usable, else a free one (below the busy
     threshold: a neighbour's load halves decode speed), else the least busy, said; without a sample the lowest."""
     if forced is not None:
-        if forced not in all_sockets:
-            raise ScriptError(
-                f"--socket {forced} does not exist on this host",
-                f"use one of the sockets: {', '.join(map(str, all_sockets))}",
-                valid_sockets=all_sockets,
-            )
-        if forced not in candidates:
-            raise ScriptError(
-                f"--socket {forced} has no CPU this process may use (affinity/cgroup cpuset)",
-                f"use one of: {', '.join(map(str, candidates))}",
-                valid_sockets=candidates,
-            )
+        for pool, why, fix in (
+            (all_sockets, "does not exist on this host", "use one of the sockets"),
+            (candidates, "has no CPU this process may use (affinity/cgroup cpuset)", "use one of"),
+        ):
+            if forced not in pool:
+                raise ScriptError(f"--socket {forced} {why}", f"{fix}: {', '.join(map(str, pool))}", valid_sockets=pool)
         return forced, "forced by --socket", None
     if not candidates:
         raise ScriptError(
@@ -100,9 +94,8 @@ def split_reserved(cores: list[int], reserve: int) -> tuple[list[int], list[int]
 
 
 def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: int) -> int:
-    """RAM local to the socket: the smaller of its nodes' sysfs totals and the usable total
-    (MemTotal / cgroup limit). Smaller wins even when sysfs looks wrong: vLLM's CPU worker reads
-    the node's sysfs meminfo and refuses a KV cache larger than what that file says is free."""
+    """RAM local to the socket: the smaller of its nodes' sysfs totals and the usable total (MemTotal / cgroup
+    limit), even when sysfs looks wrong: vLLM's CPU worker refuses a KV cache larger than sysfs says is free."""
     if not node_mem:  # no per-node meminfo at all (no NUMA sysfs): the host's total is the socket's
         return usable_total
     missing = [n for n in nodes if n not in node_mem]
@@ -115,8 +108,7 @@ def socket_ram_bytes(nodes: list[int], node_mem: dict[int, int], usable_total: i
 
 
 def cap_to_quota(bind: list[int], quota: float | None) -> tuple[list[int], dict | None]:
-    """A cgroup CPU quota is a hard budget: more OMP threads than it allows only time-slice against each
-    other. Bind at most floor(quota) cores (at least one)."""
+    """Bind at most floor(quota) cores (at least one): more OMP threads than a cgroup CPU quota only time-slice."""
     if quota is None or len(bind) <= max(1, math.floor(quota)):
         return bind, None
     keep = max(1, math.floor(quota))
@@ -156,10 +148,8 @@ def env_lines(plan: dict) -> str:
     if plan["tensor_parallel_size"] > 1:  # the bind holds one list per rank: vLLM needs as many ranks
         note = f"cpu_tune: one list per rank: serve with --tensor-parallel-size {plan['tensor_parallel_size']}"
         out.append(f"echo {shlex.quote(note)} >&2")
-    for key, value in plan["env"].items():
-        out.append(f"export {key}={shlex.quote(str(value))}")
-    for w in plan.get("warnings") or []:
-        out.append(f"echo {shlex.quote('cpu_tune warning: ' + w['message'])} >&2")
+    out += [f"export {key}={shlex.quote(str(value))}" for key, value in plan["env"].items()]
+    out += [f"echo {shlex.quote('cpu_tune warning: ' + w['message'])} >&2" for w in plan.get("warnings") or []]
     return "\n".join(out)
 
 
@@ -170,11 +160,8 @@ def busy_by_socket(per_cpu: list[float], online: list[int], topo: hostfacts.Topo
     """Per-socket busy %, averaged over the CPUs we could bind there. psutil lists the online CPUs in
     id order, so entry i is the i-th online CPU id -- not CPU i when some CPUs are offline."""
     by_id = dict(zip(sorted(online), per_cpu))
-    busy = {}
-    for s in topo.sockets:
-        cpus = [c for c in topo.socket_cpus(s) if c in allowed and c in by_id]
-        busy[s] = round(sum(by_id[c] for c in cpus) / len(cpus), 1) if cpus else 100.0
-    return busy
+    cpus = {s: [c for c in topo.socket_cpus(s) if c in allowed and c in by_id] for s in topo.sockets}
+    return {s: round(sum(by_id[c] for c in ours) / len(ours), 1) if ours else 100.0 for s, ours in cpus.items()}
 
 
 def sample_busy(topo: hostfacts.Topology, allowed: list[int], seconds: float) -> dict[int, float]:
@@ -204,24 +191,6 @@ def socket_rows(facts: hostfacts.HostFacts, usable_bytes: int, busy: dict[int, f
             }
         )
     return rows
-
-
-def tune_warnings(warning: str | None, quota_warning: dict | None, kv: Grant, chosen: int, nodes: list[int]) -> list:
-    warnings = [warn("socket", warning, "pass --socket N to choose another")] if warning else []
-    warnings += [quota_warning] if quota_warning else []
-    if kv.warning:
-        warnings.append(warn("kv", kv.warning, "use a smaller model or a bigger socket"))
-    if len(nodes) > 1:
-        nps = (
-            f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's memory on the node "
-            f"of its first core, so the KV cache is sized to node {nodes[0]}'s RAM"
-        )
-        fix = (
-            "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all their "
-            "memory and bandwidth"
-        )
-        warnings.append(warn("nps", nps, fix))
-    return warnings
 
 
 def memory_nodes(topo: hostfacts.Topology, socket: int, bind: list[int], part: tuple[int, int] | None) -> list[int]:
@@ -301,8 +270,7 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
     bind, reserved = split_reserved(topo.physical_cores(usable), req.reserve_cores)
     bind, quota_warning = cap_to_quota(bind, facts.cpu_quota)
     ways = part[1] if part else 1
-    if part:
-        bind = share_cores(bind, *part)
+    bind = share_cores(bind, *part) if part else bind
     nodes = memory_nodes(topo, chosen, bind, part)
     ram_gb, first = by_id[chosen]["ram_gb"] / ways, topo.node_of_cpu.get(bind[0], nodes[0])
     if len(nodes) > 1:  # vLLM keeps a worker's memory on its first core's node: at most that node's
@@ -316,7 +284,19 @@ def one_socket(facts: hostfacts.HostFacts, epyc: dict, busy: dict[int, float] | 
             f"{by_id[chosen]['cpus']} (affinity/cgroup cpuset); only those are bound"
         )
     ranks = [{"rank": 0, "socket": chosen, "numa_node": first, "cpus": hostfacts.format_cpulist(bind)}]
-    warnings = tune_warnings(warning, quota_warning, kv, chosen, nodes)
+    warnings = [warn("socket", warning, "pass --socket N to choose another")] if warning else []
+    warnings += [quota_warning] if quota_warning else []
+    warnings += [warn("kv", kv.warning, "use a smaller model or a bigger socket")] if kv.warning else []
+    if len(nodes) > 1:
+        nps = (
+            f"socket {chosen} spans NUMA nodes {nodes} (NPS2/NPS4): vLLM 0.32 keeps an engine's memory on the node "
+            f"of its first core, so the KV cache is sized to node {nodes[0]}'s RAM"
+        )
+        fix = (
+            "cpu_tune.py --tensor-parallel N (N: the host's NUMA nodes) puts one rank on each node: all their "
+            "memory and bandwidth"
+        )
+        warnings.append(warn("nps", nps, fix))
     sized = Sized(reason, ranks, reserved, kv, ram_gb, nodes, pins, warnings, notes, req.need, sockets)
     return tune_doc(facts, req, busy, sized)
 
@@ -382,8 +362,7 @@ def across_nodes(
         warn("socket", f"socket {s} is {busy[s]:.0f}% busy: its rank will compete with that load")
         for s in sorted(loaded)
     ]
-    if kv.warning:
-        warnings.append(warn("kv", kv.warning, "use a smaller model or a bigger host"))
+    warnings += [warn("kv", kv.warning, "use a smaller model or a bigger host")] if kv.warning else []
     ranks_doc = [
         {"rank": i, "socket": topo.package[c[0]], "numa_node": topo.node_of_cpu[c[0]], "cpus": hostfacts.format_cpulist(c)}
         for i, c in enumerate(cores)
