@@ -5,24 +5,18 @@
     python3 scripts/bench.py --plan plan.json --input-lens 128 --concurrency 1,4 --repeats 1 --output-len 32
     python3 scripts/bench.py --plan plan.json --compare          # serve once per sizing, same matrix, side by side
 
-The method (the one used for published vLLM CPU serving comparisons): random prompts of each input length x each
-concurrency x repeats, `--output-len` tokens with --ignore-eos, num_prompts = 10 x concurrency. A cell is the mean of
-its repeats' medians of TTFT, TPOT, ITL and E2EL, with the spread (max - min) beside it; each run's raw JSON is kept,
-and a failed request fails the run (exit 1), never averaged away. The decode bound: the bytes a decode step reads
-over the memory bandwidth of the server's bound cores, the lowest TPOT at concurrency 1. Writes summary.json,
-summary.md (and plot.png with matplotlib) in --out; prints the summary JSON, or {"error", "fix"} with exit 1.
-
---compare serves the plan's model once per sizing (planner.SIZINGS: the skill's plan, vLLM's defaults, every core
-bound, unpinned, the skill's plan plus the throughput flags) on the plan's port, which the plan's own server must not
-hold, and prints the same matrix side by side, each cell's throughput a ratio to the best.
+Random prompts of each input length x each concurrency x repeats, `--output-len` tokens with --ignore-eos,
+num_prompts = 10 x concurrency. A cell is the mean of its repeats' medians of TTFT, TPOT, ITL and E2EL, with the
+spread (max - min) beside it; each run's raw JSON is kept, and a failed request fails the run (exit 1), never averaged
+away. The decode bound (the lowest TPOT at concurrency 1): the bytes a decode step reads over the bound cores' memory
+bandwidth. Writes summary.json, summary.md (and plot.png with matplotlib) in --out; prints the summary JSON, or
+{"error", "fix"} with exit 1. --compare serves the model once per sizing (planner.SIZINGS) on the plan's port, which
+the plan's own server must not hold, and prints the matrix side by side, each cell's throughput a ratio to the best.
 """
-
-from __future__ import annotations
 
 import os
 import random
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -32,7 +26,7 @@ from epyc.benchmark import compare, finish, loopback_env, run_matrix
 from epyc.errors import ScriptError
 
 
-def parser() -> cli.JsonArgumentParser:
+def main(argv: list[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/bench.py", description=__doc__.split("\n")[0])
     p.add_argument(
         "--plan", type=argtypes.nonempty, help="the plan of the running endpoint (default: the run's plan.json)"
@@ -51,11 +45,7 @@ def parser() -> cli.JsonArgumentParser:
         help="first run's prompt seed, each run the next (default: drawn at random, so that a second benchmark "
         "of the same server sends new prompts; summary.json records it)",
     )
-    return p
-
-
-def main(argv: Sequence[str] | None = None):
-    args = parser().parse_args(argv)
+    args = p.parse_args(argv)
     args.plan = args.plan or str(runs.run_dir(args.run) / "plan.json")
     if args.seed is None:  # not in the prefix cache from an earlier benchmark of this server
         args.seed = random.SystemRandom().randrange(1 << 30)

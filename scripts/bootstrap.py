@@ -5,17 +5,13 @@
     python3 scripts/bootstrap.py --test     # also the test extra (pytest, hypothesis, ...) for tests/run.sh
     python3 scripts/bootstrap.py --check    # only report; install nothing
 
-Uses only the standard library, so it runs on a bare python3 >= 3.10. The dependencies are the ones
-pyproject.toml declares (huggingface_hub, psutil, requests, jsonschema), installed with pip into
-<bundle>/.venv; after that every `python3 scripts/NAME.py` re-runs itself in that venv when the
-interpreter it was started with lacks them, so no activation is needed.
-Exit 0 with the interpreter and versions; exit 1 with {"error", "fix"}.
+Uses only the standard library, so it runs on a bare python3 >= 3.10. The dependencies are the ones pyproject.toml
+declares (huggingface_hub, psutil, requests, jsonschema), installed with pip into <bundle>/.venv; after that every
+`python3 scripts/NAME.py` re-runs itself in that venv when the interpreter it was started with lacks them, so no
+activation is needed. Exit 0 with the interpreter and versions; exit 1 with {"error", "fix"}.
 """
 
-from __future__ import annotations
-
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -25,7 +21,7 @@ from epyc.errors import ScriptError
 from epyc.venv import ensure_venv, installed_versions
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/bootstrap.py", description=__doc__.split("\n")[0])
     p.add_argument("--test", action="store_true", help="also install the test extra (pytest, hypothesis, ...)")
     p.add_argument("--check", action="store_true", help="only report; install nothing")
@@ -33,12 +29,10 @@ def main(argv: Sequence[str] | None = None):
     dists = list(venv.BUNDLE_DEPS) + (["pytest", "hypothesis", "openai", "skills-ref"] if args.test else [])
     venv_python = venv.BUNDLE_VENV / "bin" / "python"
     here = installed_versions(sys.executable, dists)
-    actions: list[str] = []
     if all(here.values()) and not args.test:
-        python, versions = sys.executable, here
+        python, versions, actions = sys.executable, here, []
     else:
-        if not args.check:
-            actions = ensure_venv(venv_python, args.test)
+        actions = [] if args.check else ensure_venv(venv_python, args.test)
         python = str(venv_python)
         versions = installed_versions(python, dists) if venv_python.exists() else dict.fromkeys(dists)
     missing = [d for d, v in versions.items() if not v]

@@ -4,16 +4,12 @@
     python3 scripts/check_model.py --model Qwen/Qwen3-0.6B --vllm-version 0.32.0
     python3 scripts/check_model.py --model ./my-model --python ~/venv/bin/python   # probe that vLLM
 
-Exit 0: vLLM serves it as chat/completions, or support cannot be determined (gated, offline,
-Hub unreachable, no registry) -- proceed, the launch confirms. Exit 1: the architecture is unknown
-to that vLLM, it is a pooling / embedding / reranker model, it is multimodal without a usable chat
-template, or the input is wrong ({"error", "fix"}).
+Exit 0: vLLM serves it as chat/completions, or support cannot be determined (gated, offline, Hub unreachable, no
+registry) -- proceed, the launch confirms. Exit 1: the architecture is unknown to that vLLM, it is a pooling /
+embedding / reranker model, it is multimodal without a usable chat template, or the input is wrong ({"error", "fix"}).
 """
 
-from __future__ import annotations
-
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -23,7 +19,8 @@ from epyc.errors import ScriptError
 from epyc.model_check import pick_registry
 
 
-def parser(epyc: dict) -> cli.JsonArgumentParser:
+def main(argv: list[str] | None = None):
+    epyc = bundle.load_epyc()
     p = cli.JsonArgumentParser(prog="scripts/check_model.py", description=__doc__.split("\n")[0])
     p.add_argument(
         "--model",
@@ -31,9 +28,7 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         dest="model",
         help=f"Hub id or local folder (default: {epyc['default_model']}; needed with --config)",
     )
-    p.add_argument(
-        "--revision", type=argtypes.revision_arg, default=None, help="branch, tag or commit (Hub ids; default main)"
-    )
+    p.add_argument("--revision", type=argtypes.revision_arg, help="branch, tag or commit (Hub ids; default main)")
     p.add_argument(
         "--config",
         type=argtypes.nonempty,
@@ -42,8 +37,7 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
     p.add_argument(
         "--vllm-version",
         type=argtypes.version,
-        help="vLLM that will serve (default: stack.vllm of the run's validate.json, else the pinned "
-        f"{epyc['vllm_version']})",
+        help=f"vLLM that will serve (default: stack.vllm of the run's validate.json, else the pinned {epyc['vllm_version']})",
     )
     architectures.add_probe_args(p, p)
     runs.add_run_arg(p)
@@ -53,13 +47,8 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         default=60,
         help="overall deadline for Hub requests, seconds",
     )
-    return p
-
-
-def main(argv: Sequence[str] | None = None):
-    epyc = bundle.load_epyc()
     runs.keep_before_parsing(argv, "check_model")
-    args = parser(epyc).parse_args(argv)
+    args = p.parse_args(argv)
     folder = runs.keep(args, "check_model")
     if args.config and args.model is None:
         raise ScriptError("--config judges a model that is named by --model", "add --model ORG/NAME (the model's id)")
@@ -75,8 +64,7 @@ def main(argv: Sequence[str] | None = None):
 
 
 def the_stack_validate_found(args, validated: dict | None) -> None:
-    """The vLLM that will serve, as the run's validate.json names it: its interpreter or image is probed only
-    when it is on this machine (a plan for another host judges by the saved registry of its version)."""
+    """The vLLM the run's validate.json names; its interpreter or image is probed only when it is on this machine."""
     if not validated:
         return
     args.vllm_version = (validated.get("stack") or {}).get("vllm")

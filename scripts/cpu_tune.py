@@ -9,14 +9,11 @@ the NUMA nodes by tensor parallelism (one rank each, its memory on its node), as
 Exit 0 with the plan; exit 1 with {"error", "fix"} (in env format: the JSON on stderr, `false`).
 """
 
-from __future__ import annotations
-
 import argparse
 import dataclasses
 import json
 import shlex
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -25,7 +22,7 @@ from epyc import argtypes, bundle, cli, errors, kv_budget, remote_host, runs
 from epyc.sizing import SizingRequest, env_lines, sample_busy, tune
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     epyc = bundle.load_epyc()
     cfg = epyc["cpu"]
     p = cli.JsonArgumentParser(prog="scripts/cpu_tune.py", description=__doc__.split("\n")[0])
@@ -78,11 +75,9 @@ def main(argv: Sequence[str] | None = None):
 
 
 def sizing_request(args: argparse.Namespace, folder: Path) -> SizingRequest:
-    """The flags, and where none says otherwise the weights, KV need and per-rank rows of the run's
-    estimate_memory.json."""
-    est = (
-        (runs.earlier(folder, "estimate_memory") or {}) if args.weight_gb is None and args.kv_needed_gb is None else {}
-    )
+    """The flags, else the weights, KV need and per-rank rows of the run's estimate_memory.json."""
+    flagged = args.weight_gb is not None or args.kv_needed_gb is not None
+    est = {} if flagged else (runs.earlier(folder, "estimate_memory") or {})
     need = kv_budget.need_of(est) if "fit" in est else kv_budget.Need(args.weight_gb, args.kv_needed_gb)
     if args.kv_per_sequence_gb is not None:
         need = dataclasses.replace(need, kv_per_sequence_gb=args.kv_per_sequence_gb)
@@ -92,12 +87,10 @@ def sizing_request(args: argparse.Namespace, folder: Path) -> SizingRequest:
 
 def render_env(doc: dict, ok: bool) -> str:
     """--format env stays eval-safe even on failure: the JSON error goes to stderr, then `false`."""
-    if not ok:
-        return f"printf '%s\\n' {shlex.quote(json.dumps(doc))} >&2; false"
-    return env_lines(doc)
+    return env_lines(doc) if ok else f"printf '%s\\n' {shlex.quote(json.dumps(doc))} >&2; false"
 
 
-def entry(argv: Sequence[str] | None = None) -> int:
+def entry(argv: list[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--format")
     fmt = pre.parse_known_args(argv)[0].format

@@ -9,21 +9,19 @@ Exit 0 with the facts; exit 1 with {"error", "fix"} when the facts cannot be rea
 `route` is SKILL.md's routing for this CPU (zentorch | confirm | stock_offer | stop), with the reason.
 """
 
-from __future__ import annotations
-
 import argparse
+import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
-
-import shutil
 
 from epyc import argtypes, bundle, cli, errors, hostspec, jsonio, runs
 from epyc.cpuid import report
 from epyc.errors import ScriptError
 from epyc.remote_host import gather_from_args, spec_host
+
+SPEC_FLAGS = ("ram_gb_per_socket", "nps", "smt", "save_sysroot", "cores", "threads")  # --sockets: when not 1
 
 
 def parser() -> cli.JsonArgumentParser:
@@ -73,22 +71,13 @@ def parser() -> cli.JsonArgumentParser:
 
 def spec_flags(args: argparse.Namespace) -> list[str]:
     """The flags given that describe a --spec host (each means nothing without --spec, or with --capture)."""
-    given = (
-        ("--sockets", args.sockets != 1),
-        ("--ram-gb-per-socket", args.ram_gb_per_socket),
-        ("--nps", args.nps),
-        ("--smt", args.smt),
-        ("--save-sysroot", args.save_sysroot),
-        ("--cores", args.cores),
-        ("--threads", args.threads),
-    )
-    return [flag for flag, value in given if value]
+    given = ["--sockets"] if args.sockets != 1 else []
+    return given + [f"--{k.replace('_', '-')}" for k in SPEC_FLAGS if getattr(args, k)]
 
 
 def capture(args: argparse.Namespace) -> dict:
     """--capture: this machine's files into one file, alone (every other flag would be ignored)."""
-    others = [f for f, v in (("--sysroot", args.sysroot), ("--host", args.host), ("--spec", args.spec)) if v]
-    others += spec_flags(args)
+    others = [f"--{k}" for k in ("sysroot", "host", "spec") if getattr(args, k)] + spec_flags(args)
     if others:
         raise ScriptError(
             f"--capture writes this machine's files: {', '.join(others)} would be ignored",
@@ -104,7 +93,7 @@ def capture(args: argparse.Namespace) -> dict:
         )
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     runs.keep_before_parsing(argv, "detect")
     args = parser().parse_args(argv)
     epyc = bundle.load_epyc()
@@ -129,8 +118,7 @@ def main(argv: Sequence[str] | None = None):
             args.save_sysroot = str(folder / "host")
         facts, described = spec_host(args, epyc)
         return {**report(facts, epyc), "spec": described}, errors.EXIT_OK
-    facts = gather_from_args(args.sysroot, args.host)
-    return report(facts, epyc), errors.EXIT_OK
+    return report(gather_from_args(args.sysroot, args.host), epyc), errors.EXIT_OK
 
 
 if __name__ == "__main__":

