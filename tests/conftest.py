@@ -23,12 +23,12 @@ import sysroots
 from epyc import (
     bundle,
     hubcache,
-    planfile,
     planner,
     process,
     serve_procs,
     serve_start,
     serve_state,
+    shell,
     up,
 )
 from epyc.bundle import load_epyc
@@ -879,7 +879,7 @@ def host_docs(tmp_path, inputs, live_tune, edit=None) -> dict:
 def host_plan(tmp_path, inputs, live_tune, port=None, edit=None, **opts):
     docs = host_docs(tmp_path, inputs, live_tune, edit)
     opt = {"port": port or free_port(), "state_dir": str(tmp_path / "st-host"), **opts}
-    plan = planner.build_plan(docs, opt, load_epyc(), planfile.host_facts(opt, docs))
+    plan = planner.build_plan(docs, opt, load_epyc(), shell.shell_facts(opt, docs))
     path = tmp_path / "plan-host.json"
     path.write_text(json.dumps(plan))
     return path, plan

@@ -11,6 +11,6 @@ def test_a_model_judged_by_another_vllms_registry_is_a_mismatch(inputs):
     docs["validate"].setdefault("stack", {})["vllm"] = "0.32.0+cpu"
     with pytest.raises(ScriptError, match="vLLM 0.11.0's registry, validate.py found vLLM 0.32.0"):
         plan_from_4(docs)
-    from epyc.architectures import normalize_version
+    from epyc.argtypes import normalize_version
 
     assert normalize_version("0.32.0+cpu") == "0.32.0" and normalize_version(None) is None

@@ -16,7 +16,7 @@ from conftest import (
     plan_from,
     plan_from_4,
 )
-from epyc import architectures, bundle, model_check
+from epyc import architectures, argtypes, bundle, model_check
 from epyc.errors import ScriptError
 from epyc.model_check import classify_template
 from model_fixtures import FIXTURES, model_folder
@@ -163,7 +163,7 @@ def test_registry_kinds_and_versions():
 
     dicts = {"_EMBEDDING_MODELS": ["LlamaForCausalLM", "BertModel"], "_TEXT_GENERATION_MODELS": ["LlamaForCausalLM"]}
     assert architectures.kinds_from_dicts(dicts) == {"BertModel": "pooling", "LlamaForCausalLM": "text"}
-    assert architectures.normalize_version("0.32.0+cpu") == "0.32.0"
+    assert argtypes.normalize_version("0.32.0+cpu") == "0.32.0"
 
 
 def test_image_registry_probe_via_the_fake_runtime(script, tmp_path):

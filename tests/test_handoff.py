@@ -7,6 +7,7 @@ from conftest import SCRIPTS, facts_for, load_docs
 from epyc import (
     handoff,
     planner,
+    shell,
 )
 from epyc.bundle import load_epyc
 
@@ -16,14 +17,13 @@ def test_the_handoffs_python_example_names_the_served_model(inputs, tmp_path):
     from conftest import load_docs
     from epyc import (
         handoff,
-        planfile,
         planner,
     )
     from epyc.bundle import load_epyc
 
     docs = load_docs(inputs)
     opt = {"port": 8123, "state_dir": str(tmp_path / "st")}
-    plan = planner.build_plan(docs, opt, load_epyc(), planfile.host_facts(opt, docs))
+    plan = planner.build_plan(docs, opt, load_epyc(), shell.shell_facts(opt, docs))
     example = handoff.handoff_doc(plan)["python_example"]
     assert f'model = "{plan["served_model_name"]}"' in example and "models.list" not in example
 

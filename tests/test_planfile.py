@@ -9,6 +9,7 @@ from conftest import (
 )
 from epyc import (
     planfile,
+    shell,
 )
 from epyc.bundle import load_epyc
 from epyc.errors import ScriptError
@@ -19,7 +20,6 @@ def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live
     summary called a fit what could run out of memory, and --max-num-seqs was twice what the KV cache holds."""
     from conftest import load_docs
     from epyc import (
-        planfile,
         planner,
     )
     from epyc.errors import ScriptError
@@ -29,7 +29,7 @@ def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live
     assert docs["estimate_memory"]["dtype"] == "bfloat16"
     opt = {"port": 8000, "state_dir": str(tmp_path / "st"), "dtype": "float32"}
     with pytest.raises(ScriptError) as err:
-        planner.build_plan(docs, opt, load_epyc_doc(), planfile.host_facts(opt, docs))
+        planner.build_plan(docs, opt, load_epyc_doc(), shell.shell_facts(opt, docs))
     assert "sized the model at bfloat16, the plan serves float32" in err.value.error
     assert "--dtype float32" in err.value.fix
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sysroots
 from conftest import FAKE_BIN, ROOT, fake_venv, run_script
-from epyc import bundle, planfile, planner
+from epyc import bundle, planner, shell
 from epyc.kv_cache import kv_layout, rank_layout
 
 # Qwen3-235B-A22B's config.json (shapes only): ~470 GB in bfloat16, more than one 384 GiB socket
@@ -90,7 +90,7 @@ def test_a_model_bigger_than_one_socket_is_one_engine_with_a_rank_per_node(tmp_p
     docs["validate"] = {**docs["validate"], "path": "host", "runtime": "host", "image": None}
     docs["validate"]["python"] = str(fake_venv(tmp_path))
     opt = {"state_dir": str(tmp_path / "st-host")}
-    host = planner.build_plan(docs, opt, bundle.load_epyc(), planfile.host_facts(opt, docs))
+    host = planner.build_plan(docs, opt, bundle.load_epyc(), shell.shell_facts(opt, docs))
     assert host["argv"][:3] == ["numactl", f"--cpunodebind={mems}", f"--membind={mems}"]
     assert host["env"]["VLLM_CPU_OMP_THREADS_BIND"] == tune["vllm_cpu_omp_threads_bind"]
     assert "--tensor-parallel-size" in host["argv"]

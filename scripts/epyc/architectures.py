@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 from . import argtypes, bundle, runtimes, subproc
@@ -103,12 +102,6 @@ REGISTRY_SHAPE = {
 }
 
 
-def normalize_version(v: str | None) -> str | None:
-    """'0.32.0+cpu' -> '0.32.0' (snapshots are keyed by the release)."""
-    m = re.match(r"^v?([0-9]+\.[0-9]+\.[0-9]+)", v or "")
-    return m.group(1) if m else None
-
-
 def probe_live(argv_prefix: list[str], label: str) -> dict:
     raw, why = subproc.run_probe(argv_prefix, PROBE_CODE, "@@REGISTRY@@", PROBE_TIMEOUT_S, shape=REGISTRY_SHAPE)
     if raw is None:
@@ -132,7 +125,7 @@ def probe_live(argv_prefix: list[str], label: str) -> dict:
 
 
 def load_snapshot(version: str | None) -> dict | None:
-    v = normalize_version(version)
+    v = argtypes.normalize_version(version)
     if not v or not (SNAPSHOT_DIR / f"{v}.json").exists():
         return None
     doc = json.loads((SNAPSHOT_DIR / f"{v}.json").read_text())

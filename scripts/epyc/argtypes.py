@@ -178,3 +178,9 @@ def parse_bool(text: str) -> bool:
     if text.lower() not in ("true", "1", "yes", "false", "0", "no"):
         raise ScriptError(f"not a boolean: {text!r}", "pass true or false (the avx512 field from detect.py)")
     return text.lower() in ("true", "1", "yes")
+
+
+def normalize_version(v: str | None) -> str | None:
+    """'0.32.0+cpu' -> '0.32.0' (snapshots are keyed by the release)."""
+    m = re.match(r"^v?([0-9]+\.[0-9]+\.[0-9]+)", v or "")
+    return m.group(1) if m else None

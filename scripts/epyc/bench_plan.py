@@ -8,7 +8,7 @@ import re
 import time
 from pathlib import Path
 
-from . import bundle, errors, hubcache, jsonio, masking, planfile, serve_procs, serve_start, serve_state, serve_verify
+from . import bundle, errors, hubcache, jsonio, masking, planfile, serve_procs, serve_state, serve_verify
 from .errors import ScriptError
 
 MAX_RUNS = 600
@@ -148,7 +148,7 @@ def refuse_to_compare(plan: dict, state: dict | None) -> None:
             "the plan's server is running: --compare starts its own servers on the same port",
             "python3 scripts/launch.py stop --plan <plan.json>, then run --compare",
         )
-    serve_start.refuse_edited(plan, planfile.rerender(plan, bundle.load_epyc(), phase="bench"), "bench")
+    planfile.refuse_edited(plan, planfile.rerender(plan, bundle.load_epyc(), phase="bench"), "bench")
 
 
 def refuse_an_out_folder(out: str | None, plan: dict) -> None:
@@ -179,7 +179,7 @@ def checked_plan(args: argparse.Namespace, epyc: dict) -> tuple[dict, dict | Non
         )
     plan = planfile.load_plan(args.plan)
     # bench runs the plan's own vllm binary: never an edited plan; rendered as verify does (it starts nothing)
-    serve_start.refuse_edited(plan, planfile.rerender(plan, epyc, phase="bench", env_from_plan=True), "bench")
+    planfile.refuse_edited(plan, planfile.rerender(plan, epyc, phase="bench", env_from_plan=True), "bench")
     settled = None  # the endpoint verify settled on the server
     if plan["primary_endpoint"] == "unknown":
         settled = (serve_procs.own_state(plan, "bench") or {}).get("primary_endpoint")

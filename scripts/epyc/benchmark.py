@@ -8,7 +8,19 @@ import json
 import statistics
 from pathlib import Path
 
-from . import bundle, cli, errors, jsonio, planfile, planner, runtimes, serve_start, serve_stop, serve_verify, subproc
+from . import (
+    bundle,
+    cli,
+    errors,
+    jsonio,
+    planner,
+    runtimes,
+    serve_start,
+    serve_stop,
+    serve_verify,
+    shell,
+    subproc,
+)
 from .bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
 from .bench_report import FIGURES, METRICS, bound_and_host, compare_markdown, host_record, markdown, plot, side_by_side
 from .command import bound_cpus, serve_args
@@ -332,7 +344,7 @@ def bench_sizing(
     """One sizing of --compare planned, served, benched and stopped: (its cells, why it was not run)."""
     opts = {**plan["options"], "sizing": name, "state_dir": str(jsonio.real_path(sub / "run"))}
     try:  # a sizing that cannot be planned or served is reported, and the comparison goes on
-        variant = planner.build_plan(plan["inputs"], opts, epyc, planfile.host_facts(opts, plan["inputs"]))
+        variant = planner.build_plan(plan["inputs"], opts, epyc, shell.shell_facts(opts, plan["inputs"]))
     except ScriptError as exc:
         errors.log(f"bench: --compare: sizing {name}: not run: {exc.error}")
         return None, exc.error

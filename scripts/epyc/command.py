@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-from . import bundle, hostfacts, quantization
+from . import bundle, hostfacts, hubcache, quantization
 from .argtypes import is_served_name as is_served_name
 from .errors import ScriptError
 from .hubcache import bind_mount
@@ -197,3 +197,34 @@ def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
     inherits from this shell, and the run marker -- not whatever else the shell holds (an LD_LIBRARY_PATH
     or VLLM_* there would change what runs without being in the summary)."""
     return {**inherited_env(shell), **plan_env, **secrets, MARKER_ENV: token}
+
+
+def router_binary(epyc: dict) -> Path:
+    return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
+
+
+def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
+    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
+    interfaces with --expose). It holds no key: it passes the client's Authorization header on, and each
+    engine checks it (measured with vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
+    bind = "0.0.0.0" if expose else "127.0.0.1"
+    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
+    metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
+    # its workers' first check every 2 s, not 30: an engine healthy a second after the router's first look
+    # (every vLLM start, a host's router started just before) would otherwise wait 30 s more
+    # and a dead engine's circuit tried again after 10 s, not 60: a repaired engine gets requests again within
+    # seconds of its start (measured: the 60 s default left it idle a minute after its repair)
+    argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
+    argv += ["--cb-timeout-duration-secs", "10"]
+    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
+    return {  # a host process spec, started, proven and stopped by the code that runs an engine (process.py)
+        "path": "host",
+        "argv": argv,
+        "command": shlex.join(argv),
+        "port": port,
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "state_dir": str(folder / "router"),
+        "state_file": str(folder / "router" / "state.json"),
+        "log_file": str(folder / "router" / "router.log"),
+        "expose": expose,
+    }

@@ -9,11 +9,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import fleet, front, jsonio, masking, serve_start, serve_stop, serve_verify, subproc
-from .command import inherited_env, stop_command
+from . import front, jsonio, masking, serve_start, serve_stop, serve_verify, subproc
+from .command import inherited_env, router_plan, stop_command
 from .errors import ScriptError
+from .fleet import engine_urls
 from .handoff import handoff_doc, systemd_unit
-from .planfile import check_plan, refuse_edited, refuse_older, rerender
+from .planfile import check_plan, load_plan, read_plan, refuse_edited, refuse_older, rerender
 from .process import end_group, group_members, launch
 from .serve_procs import alive, log_tail, state_server
 from .serve_start import CONFIRM
@@ -41,7 +42,7 @@ def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
     refuse_older(doc, path)
     kind, file = doc.get("kind"), os.path.abspath(path)
     if kind == "fleet":
-        return Deployment(kind, file, doc, fleet.read_fleet(doc, path, verb, epyc), doc["router"])
+        return Deployment(kind, file, doc, read_fleet(doc, path, verb, epyc), doc["router"])
     if kind == "front":
         doc = front.read_front(doc, path, epyc, hosts_again=verb in ("start", "verify"))
         return Deployment(kind, file, doc, [], doc["router"])
@@ -318,3 +319,34 @@ def keep_service(plan: dict) -> dict:
         ],
         "note": (first if secrets else "") + then + svc["name"],
     }
+
+
+def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
+    """The fleet's engines, each read as every verb reads a plan (refused if edited; start renders them after
+    its --confirm), the router's command refused unless it is what those engines render."""
+    folder = Path(os.path.abspath(path)).parent
+    own = [str(folder / f"engine-{i}" / "plan.json") for i in range(len(fleet.get("engines") or []))]
+    if fleet.get("engines") != own or len(own) < 2 or not isinstance(fleet.get("router"), dict):
+        raise ScriptError(
+            f"{path} is not a fleet this bundle planned in {folder} (its engines are {folder}/engine-N/plan.json)",
+            "plan the fleet again (launch.py plan --engines)",
+        )
+    engines = [load_plan(p) if verb == "start" else read_plan(p, verb, epyc) for p in own]
+    if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
+        raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
+    r = fleet["router"]
+    try:
+        want = router_plan(engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True)
+    except (KeyError, TypeError):
+        want = None
+    if r != want:
+        raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
+    if want["expose"] and not all(e.get("api_key_env") for e in engines):
+        raise ScriptError(f"{path}: an exposed router in front of an engine without a key", "plan the fleet again")
+    # what verify sends through the router (the key's variable, the name) is its engines', never the file's own
+    rendered = {"api_key_env": engines[0]["api_key_env"], "served_model_name": engines[0]["served_model_name"]}
+    if {k: fleet.get(k) for k in (*rendered, "base_url")} != {**rendered, "base_url": r["base_url"]}:
+        raise ScriptError(
+            f"{path}: its key, model name or URL differs from what its engines render", "plan the fleet again"
+        )
+    return engines

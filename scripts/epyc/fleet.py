@@ -5,26 +5,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
 
-from . import errors, hubcache, jsonio, remote_host, runs, subproc
+from . import errors, jsonio, remote_host, runs, subproc
+from .command import router_binary, router_plan
 from .errors import ScriptError
 from .handoff import markdown_table
 from .kv_budget import need_of
-from .planfile import host_facts, load_plan, read_plan
 from .planner import PLAN_SCHEMA_VERSION, build_plan, refuse_unkeyed_exposure
 from .serve_state import write_own_file
+from .shell import shell_facts
 from .sizing import SizingRequest, sample_busy
 from .sizing import tune as size_socket
 
 # ---------------------------------------------------------------- the router's install
-
-
-def router_binary(epyc: dict) -> Path:
-    return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
 
 
 def install_router(epyc: dict) -> dict:
@@ -74,33 +70,6 @@ def engine_tunes(facts, epyc: dict, busy: dict | None, base: SizingRequest, engi
     first = size_socket(facts, epyc, busy, dataclasses.replace(base, part=(0, n)))
     on = dataclasses.replace(base, socket=first["chosen_socket"])
     return [first] + [size_socket(facts, epyc, busy, dataclasses.replace(on, part=(i, n))) for i in range(1, n)]
-
-
-def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
-    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
-    interfaces with --expose). It holds no key: it passes the client's Authorization header on, and each
-    engine checks it (measured with vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
-    bind = "0.0.0.0" if expose else "127.0.0.1"
-    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
-    metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
-    # its workers' first check every 2 s, not 30: an engine healthy a second after the router's first look
-    # (every vLLM start, a host's router started just before) would otherwise wait 30 s more
-    # and a dead engine's circuit tried again after 10 s, not 60: a repaired engine gets requests again within
-    # seconds of its start (measured: the 60 s default left it idle a minute after its repair)
-    argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
-    argv += ["--cb-timeout-duration-secs", "10"]
-    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
-    return {  # a host process spec, started, proven and stopped by the code that runs an engine (process.py)
-        "path": "host",
-        "argv": argv,
-        "command": shlex.join(argv),
-        "port": port,
-        "base_url": f"http://127.0.0.1:{port}/v1",
-        "state_dir": str(folder / "router"),
-        "state_file": str(folder / "router" / "state.json"),
-        "log_file": str(folder / "router" / "router.log"),
-        "expose": expose,
-    }
 
 
 def engine_urls(engines: list[dict]) -> list[str]:
@@ -186,7 +155,7 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
         jsonio.check_schema(
             tune, "cpu_tune", "an engine's sizing", "report it: the fleet sized a socket no schema allows"
         )
-    fleet = plan_fleet(inputs, opts, epyc, host_facts(opts, inputs), tunes, folder)
+    fleet = plan_fleet(inputs, opts, epyc, shell_facts(opts, inputs), tunes, folder)
     for plan in fleet.pop("_engine_plans"):  # each engine's plan in its state dir, where start keeps it
         Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
         write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
@@ -194,37 +163,6 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
 
 
 # ---------------------------------------------------------------- reading it back
-
-
-def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
-    """The fleet's engines, each read as every verb reads a plan (refused if edited; start renders them after
-    its --confirm), the router's command refused unless it is what those engines render."""
-    folder = Path(os.path.abspath(path)).parent
-    own = [str(folder / f"engine-{i}" / "plan.json") for i in range(len(fleet.get("engines") or []))]
-    if fleet.get("engines") != own or len(own) < 2 or not isinstance(fleet.get("router"), dict):
-        raise ScriptError(
-            f"{path} is not a fleet this bundle planned in {folder} (its engines are {folder}/engine-N/plan.json)",
-            "plan the fleet again (launch.py plan --engines)",
-        )
-    engines = [load_plan(p) if verb == "start" else read_plan(p, verb, epyc) for p in own]
-    if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
-        raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
-    r = fleet["router"]
-    try:
-        want = router_plan(engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True)
-    except (KeyError, TypeError):
-        want = None
-    if r != want:
-        raise ScriptError(f"{path}: the router's command differs from what its engines render", "plan the fleet again")
-    if want["expose"] and not all(e.get("api_key_env") for e in engines):
-        raise ScriptError(f"{path}: an exposed router in front of an engine without a key", "plan the fleet again")
-    # what verify sends through the router (the key's variable, the name) is its engines', never the file's own
-    rendered = {"api_key_env": engines[0]["api_key_env"], "served_model_name": engines[0]["served_model_name"]}
-    if {k: fleet.get(k) for k in (*rendered, "base_url")} != {**rendered, "base_url": r["base_url"]}:
-        raise ScriptError(
-            f"{path}: its key, model name or URL differs from what its engines render", "plan the fleet again"
-        )
-    return engines
 
 
 def as_one_endpoint(fleet: dict, engines: list[dict]) -> dict:

@@ -8,8 +8,8 @@ import shlex
 from pathlib import Path
 
 from . import jsonio, runs
+from .command import router_plan
 from .errors import ScriptError
-from .fleet import router_plan
 from .handoff import markdown_table
 from .planner import PLAN_SCHEMA_VERSION
 

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from . import errors
-from .bundle import DATA_DIR
 from .errors import ScriptError
 from .masking import clip
+
+SCHEMAS = Path(__file__).resolve().parent.parent.parent / "data" / "schemas"  # bundle.DATA_DIR / "schemas"
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -255,7 +256,7 @@ def best_schema_error(schema: dict, doc: Any) -> Any:
 def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
     """A document read at the boundary must match its schema (data/schemas/NAME.json); the error names
     the field, the value and the rule it broke."""
-    schema = json.loads((DATA_DIR / "schemas" / f"{schema_name}.json").read_text())
+    schema = json.loads((SCHEMAS / f"{schema_name}.json").read_text())
     error = best_schema_error(schema, doc)
     if error is not None:
         field = "/".join(str(p) for p in error.absolute_path) or "(top level)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import architectures, hf_model, masking, quantization, runtimes
+from . import architectures, argtypes, hf_model, masking, quantization, runtimes
 from .errors import ScriptError
 
 # ---------------------------------------------------------------- pure decisions
@@ -265,7 +265,7 @@ def check(
     endpoint by the chat template. With `config` the model is judged from that file alone (template unknown)."""
     version = (registry or {}).get("vllm_version") or vllm_version
     probed = registry and (registry["source"] or "").startswith("probe")
-    if probed and architectures.normalize_version(version) != architectures.normalize_version(vllm_version):
+    if probed and argtypes.normalize_version(version) != argtypes.normalize_version(vllm_version):
         notes.append(f"probed vLLM is {version}, not the --vllm-version {vllm_version} given")
     base = {"model": model_ref, "revision": revision}
     try:

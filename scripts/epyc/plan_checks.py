@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import bundle, kv_budget, masking, runtimes
-from .architectures import normalize_version
+from .argtypes import is_revision, normalize_version
 from .command import bound_cpus, pin_prefix_problem
 from .errors import ScriptError
-from .hf_model import is_revision
 from .hubcache import HF_MOUNT_FIX, bind_mount, hf_mount_problem
 from .kv_cache import ssm_state_dtype
 from .preload import preload_value

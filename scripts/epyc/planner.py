@@ -302,7 +302,7 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
 
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     """Everything start needs, and the summary the human confirms, from the five input documents, the options and
-    the host facts that matter (planfile.host_facts). Every refusal comes first (choose); then the assembly."""
+    the host facts that matter (shell.shell_facts). Every refusal comes first (choose); then the assembly."""
     ch = choose(inp, opt, epyc, facts)
     det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
     env, secrets = plan_env(ch, tune, epyc, opt, facts)

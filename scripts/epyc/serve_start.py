@@ -11,7 +11,6 @@ from pathlib import Path
 from . import cli, errors, hostfacts, hubcache, masking, runtimes, subproc, validation
 from .command import bound_cpus, server_env
 from .errors import ScriptError
-from .planfile import refuse_edited  # noqa: F401 -- bench_plan refuses an edited plan as serve_start.refuse_edited
 from .process import launch, start_error, unrecorded
 from .serve_procs import by_id, container_gone, foreign_state, inspect_container, runtime_silent, state_server
 from .serve_state import (

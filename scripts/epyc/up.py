@@ -17,12 +17,12 @@ from .deployment import with_service
 from .errors import ScriptError
 from .handoff import handoff_doc
 from .hubcache import state_root
-from .planfile import host_facts, key_facts
 from .planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
 from .serve_start import start
 from .serve_state import NO_RETRY_FIX, write_own_file
 from .serve_stop import stop
 from .serve_verify import verify
+from .shell import key_facts, shell_facts
 from .showing import refuse_a_plan_changed_since_shown, what_runs
 
 TERMINAL = "/dev/tty"
@@ -242,7 +242,7 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
         "max_model_len": inputs["estimate_memory"]["fit"]["max_model_len"],
         "state_dir": str(jsonio.real_path(run_dir)),
     }
-    plan = build_plan(inputs, opts, epyc, host_facts(opts, inputs))
+    plan = build_plan(inputs, opts, epyc, shell_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
     write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
     errors.log(plan["summary_markdown"])

@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from . import architectures, cpuid, hoststack, runtimes, venv
+from . import architectures, argtypes, cpuid, hoststack, runtimes, venv
 from .errors import ScriptError
 from .hubcache import HF_MOUNT_FIX, bind_mount, cache_listing, hf_mount_problem, resolve_hf_cache
 from .preload import execstack_libs, find_libs, ld_preload_value
@@ -45,7 +45,7 @@ def stack_compatibility(
     selects only on AMD CPUs, or stock without zentorch); Venice only on the pinned vLLM; an unprobed stack proceeds."""
     platform = stack.get("platform") or ""
     short = platform.rsplit(".", 1)[-1]
-    version = architectures.normalize_version(stack.get("vllm"))
+    version = argtypes.normalize_version(stack.get("vllm"))
     if stock and short == "ZenCpuPlatform":
         status = "blocked"
         message = "the stock path was asked for, but this runtime activates zentorch (ZenCpuPlatform): use a stock vLLM runtime (setup_host_stack.py --stock)"
