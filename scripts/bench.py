@@ -21,9 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bench_plan, bundle, cli, deployment, fleet, runs
-from epyc.benchmark import compare, finish, loopback_env, run_matrix
+from epyc import argtypes, bundle, cli
+from epyc.deployments import deployment, fleet, runs
 from epyc.errors import ScriptError
+from epyc.verbs import bench_plan
+from epyc.verbs.benchmark import compare, finish, loopback_env, run_matrix
 
 
 def main(argv: list[str] | None = None):

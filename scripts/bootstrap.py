@@ -16,9 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import cli, errors, jsonio, venv
+from epyc import cli, errors, jsonio
 from epyc.errors import ScriptError
-from epyc.venv import ensure_venv, installed_versions
+from epyc.facts import venv
+from epyc.facts.venv import ensure_venv, installed_versions
 
 
 def main(argv: list[str] | None = None):

@@ -14,9 +14,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import architectures, argtypes, bundle, cli, model_check, remote_host, runs, runtimes
+from epyc import argtypes, bundle, cli
+from epyc.decisions import model_check
+from epyc.decisions.model_check import pick_registry
+from epyc.deployments import runs
 from epyc.errors import ScriptError
-from epyc.model_check import pick_registry
+from epyc.facts import architectures, remote_host, runtimes
 
 
 def main(argv: list[str] | None = None):

@@ -18,8 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, kv_budget, remote_host, runs
-from epyc.sizing import SizingRequest, env_lines, sample_busy, tune
+from epyc import argtypes, bundle, cli, errors
+from epyc.decisions import kv_budget
+from epyc.decisions.sizing import SizingRequest, env_lines, sample_busy, tune
+from epyc.deployments import runs
+from epyc.facts import remote_host
 
 
 def main(argv: list[str] | None = None):

@@ -16,10 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, hostspec, jsonio, runs
-from epyc.cpuid import report
+from epyc import argtypes, bundle, cli, errors, jsonio
+from epyc.deployments import runs
 from epyc.errors import ScriptError
-from epyc.remote_host import gather_from_args, spec_host
+from epyc.facts import hostspec
+from epyc.facts.cpuid import report
+from epyc.facts.remote_host import gather_from_args, spec_host
 
 SPEC_FLAGS = ("ram_gb_per_socket", "nps", "smt", "save_sysroot", "cores", "threads")  # --sockets: when not 1
 

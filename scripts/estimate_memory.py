@@ -13,7 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, errors, estimate, runs
+from epyc import argtypes, bundle, cli, errors
+from epyc.decisions import estimate
+from epyc.deployments import runs
 
 
 def main(argv: list[str] | None = None):

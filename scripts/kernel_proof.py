@@ -15,8 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, cli, errors, runs
-from epyc.kernels import count_kernels, log_lines
+from epyc import argtypes, cli, errors
+from epyc.deployments import runs
+from epyc.verbs.kernels import count_kernels, log_lines
 
 
 def main(argv: list[str] | None = None):

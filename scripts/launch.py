@@ -18,11 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, deployment, errors, fleet, front, jsonio, runs
+from epyc import argtypes, bundle, cli, errors, jsonio
+from epyc.decisions.planner import SERVE_OPTIONS, SIZINGS, build_plan
+from epyc.deployments import deployment, fleet, front, runs
 from epyc.errors import ScriptError
-from epyc.planner import SERVE_OPTIONS, SIZINGS, build_plan
-from epyc.shell import shell_facts
-from epyc.up import check_default_state_dir, state_dir_arg, up
+from epyc.facts.shell import shell_facts
+from epyc.verbs.up import check_default_state_dir, state_dir_arg, up
 
 # plan's flag -> the script whose output it takes
 INPUT_FLAGS = dict(zip(("detect", "validate", "check", "estimate", "tune"), bundle.INPUT_SCRIPTS))

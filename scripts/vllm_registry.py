@@ -17,10 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
-from epyc import cli, errors, runtimes
-from epyc.architectures import SNAPSHOT_DIR, add_probe_args, probe_argv, probe_live
+from epyc import cli, errors
 from epyc.argtypes import normalize_version
 from epyc.errors import ScriptError
+from epyc.facts import runtimes
+from epyc.facts.architectures import SNAPSHOT_DIR, add_probe_args, probe_argv, probe_live
 
 
 def main(argv: list[str] | None = None):

@@ -20,18 +20,12 @@ from pathlib import Path
 import psutil
 import pytest
 import sysroots
-from epyc import (
-    bundle,
-    hubcache,
-    planner,
-    process,
-    serve_procs,
-    serve_start,
-    serve_state,
-    shell,
-    up,
-)
+from epyc import bundle
 from epyc.bundle import load_epyc
+from epyc.decisions import planner
+from epyc.deployments import process, serve_procs, serve_start, serve_state
+from epyc.facts import hubcache, shell
+from epyc.verbs import up
 from hypothesis import strategies as st
 from model_fixtures import model_folder
 
@@ -439,9 +433,7 @@ def leader_killed_workers_left(tmp_path, plan):
     whole group is killed on the way out."""
 
     from conftest import server_mode
-    from epyc import (
-        serve_start,
-    )
+    from epyc.deployments import serve_start
 
     server_mode(tmp_path, "renamed_worker")
     serve_start.start(plan, confirm=True)
@@ -931,7 +923,7 @@ def load_while(
     import threading
     import time
 
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     codes, done = [], threading.Event()

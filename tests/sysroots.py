@@ -55,7 +55,7 @@ def _cpulist(ids) -> str:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from epyc.hostfacts import format_cpulist
+    from epyc.facts.hostfacts import format_cpulist
 
     return format_cpulist(ids)
 

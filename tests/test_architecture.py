@@ -11,28 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "scripts" / "epyc"
 MAX_LEVELS, MAX_MODULE_LINES, MAX_FUNCTION_LINES = 10, 500, 60
 ORDER = ("contract", "facts", "decisions", "deployments", "verbs")
-# the flat layout's layers (the folders say it once tools/relayer.py has moved the modules)
-FLAT = {
-    "contract": "errors masking bundle jsonio subproc cli argtypes",
-    "facts": "hostfacts cpuid hostspec remote_host runtimes preload hubcache hoststack venv validation hf_model "
-    "architectures quantization kv_cache model_params",
-    "decisions": "model_check estimate kv_budget sizing forecast command handoff planner",
-    "deployments": "deployment process serve_state serve_procs serve_start serve_verify serve_stop planfile fleet "
-    "front runs",
-    "verbs": "up showing bench_plan benchmark bench_report kernels",
-}
-FLAT_LAYER = {module: layer for layer, modules in FLAT.items() for module in modules.split()}
 
 
 def modules() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PKG.rglob("*.py")) if p.stem != "__init__"}
 
 
-def layer_of(path: Path) -> str | None:
+def layer_of(path: Path) -> str:
+    """The layer is the folder under scripts/epyc; the package's root is the contract every layer shares."""
     folder = path.parent.relative_to(PKG).parts
-    if folder:
-        return folder[0]
-    return "contract" if any(PKG.glob("*/__init__.py")) else FLAT_LAYER.get(path.stem)
+    return folder[0] if folder else "contract"
 
 
 @functools.cache

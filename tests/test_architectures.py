@@ -1,4 +1,4 @@
-"""epyc.architectures: its decisions, tested in-process."""
+"""epyc.facts.architectures: its decisions, tested in-process."""
 
 import pytest
 from conftest import load_docs, plan_from_4

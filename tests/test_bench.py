@@ -14,12 +14,8 @@ from conftest import (
     container_plan,
     host_plan,
 )
-from epyc import (
-    bench_plan,
-    bench_report,
-    benchmark,
-)
 from epyc.errors import ScriptError
+from epyc.verbs import bench_plan, bench_report, benchmark
 
 RECORDED = Path(__file__).parent / "fixtures" / "bench"
 
@@ -101,7 +97,7 @@ def test_decode_bound():
 
 
 def test_the_summary_names_the_bounds_bytes_bandwidth_and_gap_and_the_host():
-    from epyc.bench_report import bound_and_host
+    from epyc.verbs.bench_report import bound_and_host
 
     host = {
         "cpu_model": "AMD EPYC 9654",
@@ -227,11 +223,7 @@ def test_bench_and_kernel_proof_refuse_another_plans_run_in_the_state_dir(script
     """F6: bench (with the plan's endpoint known) loaded whatever answered on its port and wrote its
     bench-* folder into the other server's state dir; kernel_proof --plan read the other run's log as
     this plan's proof."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop
 
     _, a = host_plan(tmp_path, inputs, live_tune)
     c_file, c = host_plan(tmp_path, inputs, live_tune)  # the same folder, another port
@@ -257,8 +249,8 @@ def test_bench_writes_only_into_a_new_or_empty_out_folder(script, inputs, rt, tm
     elsewhere: a link named plot.png (matplotlib's savefig follows it), raw/NAME.json (vllm bench serve
     writes it), skill/ under --compare; `--out /` filled the root with results. A non-empty --out is
     refused before anything runs, and the plot is written as bench's other files are, never via a link."""
-    from epyc import bench_report
     from epyc.errors import ScriptError
+    from epyc.verbs import bench_report
 
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
     victim = tmp_path / "victim.txt"
@@ -413,7 +405,7 @@ def test_bench_refuses_an_unsettled_endpoint_before_it_makes_the_out_folder(tmp_
     from epyc.errors import ScriptError
 
     plan_file, _ = host_plan(tmp_path, inputs, live_tune, edit=lambda d: d["check_model"].update(primary_endpoint=None))
-    from epyc import bench_plan
+    from epyc.verbs import bench_plan
 
     monkeypatch.setattr(bench_plan, "require_own_host_server", lambda plan, state: None)  # (a server of its own)
     out = tmp_path / "newout"

@@ -1,4 +1,4 @@
-"""epyc.benchmark: its decisions, tested in-process."""
+"""epyc.verbs.benchmark: its decisions, tested in-process."""
 
 import json
 import os
@@ -6,13 +6,10 @@ from pathlib import Path
 
 import pytest
 from conftest import _interpreter, host_plan
-from epyc import (
-    bench_plan,
-    benchmark,
-    serve_state,
-    subproc,
-)
+from epyc import subproc
+from epyc.deployments import serve_state
 from epyc.errors import ScriptError
+from epyc.verbs import bench_plan, benchmark
 
 
 def test_bench_warns_of_the_chat_template_on_the_endpoint_verify_settled():
@@ -32,7 +29,8 @@ def test_bench_stops_at_the_first_run_no_request_completed(tmp_path, monkeypatch
     import types
     from pathlib import Path
 
-    from epyc import benchmark, errors
+    from epyc import errors
+    from epyc.verbs import benchmark
 
     recorded = json.loads((Path(__file__).parent / "fixtures" / "bench" / "in128_c1_r1.json").read_text())
     runs = []
@@ -60,7 +58,7 @@ def test_bench_stops_at_the_first_run_no_request_completed(tmp_path, monkeypatch
 
 
 def test_bench_reads_its_result_file_as_an_input(tmp_path):
-    from epyc import benchmark
+    from epyc.verbs import benchmark
 
     raw = tmp_path / "r.json"
     os.mkfifo(raw)
@@ -77,7 +75,7 @@ def test_bench_reads_its_result_file_as_an_input(tmp_path):
 
 
 def test_a_bandwidth_no_machine_has_is_no_figure(tmp_path):
-    from epyc import benchmark
+    from epyc.verbs import benchmark
 
     for line in ('@@BW@@{"bytes_per_s": 1e999}', '@@BW@@{"bytes_per_s": 1e15}', '@@BW@@{"bytes_per_s": 0}'):
         assert benchmark.measure_bandwidth(_interpreter(tmp_path, line), [0]) is None

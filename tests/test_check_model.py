@@ -16,9 +16,11 @@ from conftest import (
     plan_from,
     plan_from_4,
 )
-from epyc import architectures, argtypes, bundle, model_check
+from epyc import argtypes, bundle
+from epyc.decisions import model_check
+from epyc.decisions.model_check import classify_template
 from epyc.errors import ScriptError
-from epyc.model_check import classify_template
+from epyc.facts import architectures
 from model_fixtures import FIXTURES, model_folder
 
 
@@ -159,7 +161,7 @@ def test_bad_revision_string(script):
 
 def test_registry_kinds_and_versions():
     """Generation wins over pooling for an architecture in both; a snapshot is keyed by the release."""
-    from epyc import architectures
+    from epyc.facts import architectures
 
     dicts = {"_EMBEDDING_MODELS": ["LlamaForCausalLM", "BertModel"], "_TEXT_GENERATION_MODELS": ["LlamaForCausalLM"]}
     assert architectures.kinds_from_dicts(dicts) == {"BertModel": "pooling", "LlamaForCausalLM": "text"}

@@ -8,12 +8,7 @@ import time
 
 import pytest
 from conftest import CASES, ROOT, _pids, container_plan, load_docs, plan_from
-from epyc import (
-    bundle,
-    cli,
-    errors,
-    jsonio,
-)
+from epyc import bundle, cli, errors, jsonio
 from epyc.errors import ScriptError
 from model_fixtures import FIXTURES
 

@@ -1,4 +1,4 @@
-"""epyc.command: its decisions, tested in-process."""
+"""epyc.decisions.command: its decisions, tested in-process."""
 
 import os
 import signal
@@ -6,17 +6,15 @@ import subprocess
 import sys
 import time
 
-from epyc import (
-    command,
-    preload,
-    process,
-)
 from epyc.bundle import load_epyc
+from epyc.decisions import command
+from epyc.deployments import process
+from epyc.facts import preload
 
 
 # ---- lesser: a served name that reads as a URL; bench's key inside a container; an HF cache that is a file
 def test_a_served_name_that_reads_as_a_url_is_refused():
-    from epyc.command import is_served_name
+    from epyc.decisions.command import is_served_name
 
     assert is_served_name("org/model@v2") and is_served_name("my-model:latest")
     assert not is_served_name("http://user@host") and not is_served_name("s3://bucket/x")
@@ -25,7 +23,7 @@ def test_a_served_name_that_reads_as_a_url_is_refused():
 def test_an_int4_checkpoint_is_not_served_on_a_cpu_without_avx512():
     """vLLM 0.32.0's _C_AVX2 has no cpu_gemm_wna16 (measured on EPYC Rome): the engine would die at start."""
     from epyc.bundle import load_epyc
-    from epyc.command import quantized_path
+    from epyc.decisions.command import quantized_path
 
     report = {"method": "awq", "format": None, "bits": 4, "symmetric": True, "group_size": 128}
     assert quantized_path(report, "stock", "bfloat16", load_epyc(), avx512=True)["kernel"].startswith("cpu_gemm_wna16")
@@ -35,7 +33,7 @@ def test_an_int4_checkpoint_is_not_served_on_a_cpu_without_avx512():
 
 def test_the_served_arguments_are_read_by_the_plans_path():
     """F1: a host command carrying '--entrypoint' as a value was read as a container's."""
-    from epyc.command import serve_args
+    from epyc.decisions.command import serve_args
 
     host = ["numactl", "-N", "0", "/v/bin/vllm", "serve", "org/m", "--revision", "--entrypoint"]
     assert serve_args(host, container=False)[0] == "org/m"

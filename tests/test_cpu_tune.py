@@ -5,14 +5,10 @@ import subprocess
 import cpu_tune
 import pytest
 from conftest import _vm
-from epyc import (
-    bundle,
-    errors,
-    hostfacts,
-    kv_budget,
-    sizing,
-)
+from epyc import bundle, errors
+from epyc.decisions import kv_budget, sizing
 from epyc.errors import ScriptError
+from epyc.facts import hostfacts
 
 # ---- pure decisions
 
@@ -249,7 +245,7 @@ def test_a_socket_without_its_node_meminfo_is_not_given_the_whole_hosts_ram():
 
 def test_per_cpu_load_is_indexed_by_cpu_id_with_offline_cpus(make_sysroot):
     """CPUs 0-1 on socket 0 and 4-5 on socket 1, with 2-3 offline: psutil's four entries are CPUs 0,1,4,5."""
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
 
     topo = hostfacts.Topology(
         package={0: 0, 1: 0, 4: 1, 5: 1},
@@ -274,7 +270,7 @@ def test_equally_idle_sockets_prefer_the_one_with_clearly_more_free_memory():
 def test_socket_load_is_the_mean_of_its_usable_cpus_and_a_socket_with_none_counts_as_busy():
     """Mutation survivors of busy_by_socket: the mean (not max, not sum), one decimal, and 100 % for a
     socket where this process may bind no CPU (so it is never the idle choice)."""
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
 
     topo = hostfacts.Topology(
         package={0: 0, 1: 0, 4: 1, 5: 1},
@@ -320,7 +316,7 @@ def test_env_format_echoes_each_warning_to_stderr(make_sysroot):
 
 
 def _plan_in_process(root, busy, **over):
-    from epyc import remote_host
+    from epyc.facts import remote_host
 
     req = sizing.SizingRequest(busy_threshold=15.0, reserve_cores=0, os_reserve_gb=2.0, **over)
     return sizing.tune(remote_host.gather_from_args(str(root), None), bundle.load_epyc(), busy, req)
@@ -384,7 +380,7 @@ def test_a_host_without_numactl_or_taskset_is_told_its_launch_is_unpinned(make_s
 def test_the_live_load_sample_is_long_only_when_it_chooses_the_socket(make_sysroot, monkeypatch):
     """A 2-socket host sampled live: the full sample when it decides the socket, a glance when --socket already
     did (only reported then). This runner has one socket: a captured 2-socket host stands in for a live one."""
-    from epyc import remote_host
+    from epyc.facts import remote_host
 
     two = remote_host.gather_from_args(str(make_sysroot("genoa_9654_2s_smt")), None)
     monkeypatch.setattr(remote_host, "gather_from_args", lambda sysroot, host: two)
@@ -418,7 +414,7 @@ def test_only_one_core_packages_are_joined_and_only_through_a_shared_node(script
     two 96-core sockets into one OpenMP team of 192. Only one-core packages (a VM's) are joined."""
     import shutil
 
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
     from sysroots import HOSTS, build
 
     one_core = {0: 0, 1: 1, 2: 2, 3: 3}

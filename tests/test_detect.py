@@ -18,14 +18,9 @@ from conftest import (
     plan_from_4,
     run_script,
 )
-from epyc import (
-    bundle,
-    cpuid,
-    hostfacts,
-    hostspec,
-    jsonio,
-)
+from epyc import bundle, jsonio
 from epyc.errors import ScriptError
+from epyc.facts import cpuid, hostfacts, hostspec
 
 GENS = bundle.load_epyc()["generations"]
 
@@ -405,7 +400,7 @@ def _tree(root, files: dict):
 def test_topology_without_numa_or_package_ids_is_one_socket_one_node(tmp_path):
     """A kernel without NUMA (no node dirs) and a hypervisor hiding physical_package_id (or writing -1):
     every CPU is socket 0 and node 0 -- not socket 1, not a node that does not exist."""
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
 
     base = "sys/devices/system/cpu"
     sr = _tree(
@@ -424,7 +419,7 @@ def test_topology_without_numa_or_package_ids_is_one_socket_one_node(tmp_path):
 
 
 def test_a_cgroup_quota_without_a_period_uses_the_kernels_default():
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
 
     assert hostfacts.parse_cpu_quota("150000") == 1.5  # cpu.max with the period left out: 100000
     assert hostfacts.parse_cpu_quota(None, "250000", None) == 2.5  # v1 without cfs_period_us
@@ -679,7 +674,7 @@ def test_a_socket_id_or_quota_past_the_schema_never_leaves_detect(script, make_s
     (root / "sys/devices/system/cpu/cpu0/topology/physical_package_id").write_text("5000\n")
     r = script("detect.py", "--sysroot", str(root))
     assert r.code == 1 and "physical_package_id is 5000, past 1023" in r.doc["error"]
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
 
     assert hostfacts.parse_cpu_quota("1 1000000") == 0.01 and hostfacts.parse_cpu_quota("400000 100000") == 4.0
     assert hostfacts.parse_cpu_quota("\u0664\u0660\u0660\u0660\u0660\u0660 100000") is None  # Arabic-Indic digits

@@ -9,7 +9,8 @@ import json
 
 import pytest
 from conftest import FAKE_BIN, calls, plan_args, run_script
-from epyc import errors, jsonio, runtimes, subproc
+from epyc import errors, jsonio, subproc
+from epyc.facts import runtimes
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,8 +83,8 @@ def test_the_plan_names_the_engine_validate_probed_and_every_verb_uses_it(inputs
     ]
     assert f"--host={SOCK}" in plan["command"]
     assert f"on the engine at {SOCK}" in plan["summary_markdown"]
-    from epyc import (  # the handoff names it too: `docker logs` or `exec` of that container must reach that daemon
-        handoff,
+    from epyc.decisions import (
+        handoff,  # the handoff names it too: `docker logs` or `exec` of that container must reach that daemon
     )
 
     hand = handoff.handoff_doc(plan)

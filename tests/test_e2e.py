@@ -35,8 +35,8 @@ from conftest import (
     small_kv_tune,
     vllm_processes,
 )
-from epyc import hostfacts
 from epyc.bundle import load_epyc
+from epyc.facts import hostfacts
 
 pytestmark = pytest.mark.e2e
 
@@ -333,7 +333,7 @@ def test_a_fleet_of_two_real_engines_behind_the_router(stack, models, tmp_path):
     """Issue 33's proof on the runner: its cores split between two real vLLM engines behind the real
     vllm-router, through the scripts. Chat through the router reaches both engines; one engine killed,
     verify names it and the router still answers; stop leaves no process."""
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     assert run_script("setup_host_stack.py", "--router", timeout=900).code == 0
     model = models["tiny"]["folder"]

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 from conftest import E2E_KV_GB, ROOT, free_port, run_script, save, small_kv_tune
-from epyc import bundle, hostfacts
+from epyc import bundle
+from epyc.facts import hostfacts
 
 pytestmark = pytest.mark.e2e
 BUILD_IMAGE = ROOT / "tests" / "tools" / "build_test_image.py"
@@ -282,7 +283,7 @@ def engine_killed_and_back(env: dict, name: str, plan: dict, shell: dict) -> flo
     and the restart policy brings the same container back; it answers again and verify passes on it.
     -> seconds from the kill to a healthy answer."""
     import psutil
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     before = json.loads(docker(env, "inspect", name).stdout)[0]
     main = psutil.Process(before["State"]["Pid"])
@@ -421,7 +422,7 @@ def test_a_keyed_fleet_of_two_containers_behind_the_router(stack, image, chain_e
     """Issue 33's container path on the real engine: the runner's cores split between two containers of the
     image, each with its cpuset and the key by name, behind the real vllm-router (a host process holding
     no key): a chat through the router needs the key; stop removes both containers and the router."""
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     env = chain_env
     assert run_script("setup_host_stack.py", "--router", timeout=900).code == 0

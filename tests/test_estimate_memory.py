@@ -16,11 +16,8 @@ from conftest import (
     config_only_model,
     estimate,
 )
-from epyc import (
-    errors,
-    kv_cache,
-    model_params,
-)
+from epyc import errors
+from epyc.facts import kv_cache, model_params
 from hub_server import Hub
 from model_fixtures import (
     FIXTURES,

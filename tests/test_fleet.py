@@ -1,4 +1,4 @@
-"""A fleet (epyc.fleet): engines behind the real vllm-router, through launch.py as a user runs it. The
+"""A fleet (epyc.deployments.fleet): engines behind the real vllm-router, through launch.py as a user runs it. The
 engines are the fake OpenAI server (tests/fakes/openai_server.py) started by the plans' own argv; the real
 vLLM fleet runs in tests/test_e2e.py."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import free_port, host_docs, load_while, run_script
-from epyc import fleet
 from epyc.bundle import load_epyc
+from epyc.deployments import fleet
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +33,7 @@ def run_with(tmp_path, docs: dict) -> str:
 
 
 def chat(port: int) -> dict:
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     status, text = http("POST", f"http://127.0.0.1:{port}/v1/chat/completions", 20, body=body)
@@ -138,7 +138,7 @@ def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_
 ):
     """--expose puts the router on all interfaces and needs --api-key-env; the engines stay on 127.0.0.1
     and each checks the key the client sends (the router passes the Authorization header on)."""
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     key = "sk-fleet-key-0123456789"
     env = {"FLEET_KEY": key}
@@ -177,7 +177,7 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
     """Two hosts, each an exposed keyed fleet planned in its own run folder (here both on this machine, at
     127.0.0.1), and one front router over them: planned from the hosts' plans, started, verified, chatting
     with the key only, stopped on its own; the hosts' fleets keep serving and are stopped by their own plan."""
-    from epyc.serve_verify import http
+    from epyc.deployments.serve_verify import http
 
     key = "sk-front-key-0123456789"
     env = {"FRONT_KEY": key}
@@ -292,9 +292,9 @@ def test_per_socket_engines_on_a_dual_socket_host_each_get_their_socket():
     """Recorded topologies, a dual Genoa NPS1 and a dual Turin NPS4: engine i binds socket i's physical cores
     and its memory (all four nodes of it on NPS4)."""
     import sysroots
-    from epyc import hostfacts
-    from epyc.kv_budget import Need
-    from epyc.sizing import SizingRequest
+    from epyc.decisions.kv_budget import Need
+    from epyc.decisions.sizing import SizingRequest
+    from epyc.facts import hostfacts
 
     root = sysroots.build(
         __import__("pathlib").Path(__import__("tempfile").mkdtemp()) / "sr", sysroots.HOSTS["genoa_9654_2s_smt"]

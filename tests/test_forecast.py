@@ -1,4 +1,4 @@
-"""The forecast's arithmetic (scripts/epyc/forecast.py) on the recorded dual Genoa (NPS1), dual Turin (NPS4) and
+"""The forecast's arithmetic (scripts/epyc/decisions/forecast.py) on the recorded dual Genoa (NPS1), dual Turin (NPS4) and
 dual Milan hosts, for real model configs: bandwidth and parallelism move it the way physics says, a mixture of
 experts reads its active share, a missing fact gives no forecast, and no likely range is faster than its bound."""
 
@@ -10,9 +10,11 @@ from dataclasses import replace
 import pytest
 import sysroots
 from conftest import ROOT
-from epyc import bundle, cpuid, estimate, hostspec, remote_host
-from epyc import forecast as fc
+from epyc import bundle
 from epyc.bundle import GIB
+from epyc.decisions import estimate
+from epyc.decisions import forecast as fc
+from epyc.facts import cpuid, hostspec, remote_host
 
 EPYC = bundle.load_epyc()
 MODELS = ROOT / "tests" / "fixtures" / "models"

@@ -1,25 +1,19 @@
-"""epyc.handoff: its decisions, tested in-process."""
+"""epyc.decisions.handoff: its decisions, tested in-process."""
 
 import json
 
 import pytest
 from conftest import SCRIPTS, facts_for, load_docs
-from epyc import (
-    handoff,
-    planner,
-    shell,
-)
 from epyc.bundle import load_epyc
+from epyc.decisions import handoff, planner
+from epyc.facts import shell
 
 
 def test_the_handoffs_python_example_names_the_served_model(inputs, tmp_path):
     """It took `models.list().data[0].id`: a server listing other ids first got the example's requests."""
     from conftest import load_docs
-    from epyc import (
-        handoff,
-        planner,
-    )
     from epyc.bundle import load_epyc
+    from epyc.decisions import handoff, planner
 
     docs = load_docs(inputs)
     opt = {"port": 8123, "state_dir": str(tmp_path / "st")}
@@ -32,8 +26,8 @@ def test_an_attention_free_plan_says_how_many_requests_it_holds(inputs):
     """The review: a Mamba plan (no per-token KV: kv_tokens null) said "capacity not computed (max_model_len
     differs from the estimate's)", though the lengths matched and the capacity was computed."""
     from conftest import facts_for, load_docs
-    from epyc import handoff, planner
     from epyc.bundle import load_epyc
+    from epyc.decisions import handoff, planner
 
     plan = planner.build_plan(load_docs(inputs), {}, load_epyc(), facts_for(load_docs(inputs)))
     plan["sizing"] = {**plan["sizing"], "kv_tokens": None, "kv_full_length_requests": 360, "max_num_seqs": 256}
@@ -48,8 +42,8 @@ def test_an_exposed_handoff_says_it_listens_on_every_address(inputs, monkeypatch
     user exposed it to reach it from another one, and nothing said the server listens on every address or
     that those clients need the key. The Base URL row says both; a loopback plan's row is unchanged."""
     from conftest import facts_for, load_docs
-    from epyc import handoff, planner
     from epyc.bundle import load_epyc
+    from epyc.decisions import handoff, planner
 
     monkeypatch.setenv("MY_KEY", "sk-test")
     docs = load_docs(inputs)
@@ -66,7 +60,7 @@ def test_an_exposed_handoff_says_it_listens_on_every_address(inputs, monkeypatch
 
 
 def test_odd_quantization_and_usage_values_are_not_taken_at_face_value():
-    from epyc import quantization
+    from epyc.facts import quantization
 
     assert (
         quantization.describe({"quantization_config": {"quant_method": ["awq"], "bits": "four"}})["method"] == "unknown"

@@ -1,4 +1,4 @@
-"""epyc.hf_model: its decisions, tested in-process."""
+"""epyc.facts.hf_model: its decisions, tested in-process."""
 
 import json
 
@@ -11,7 +11,8 @@ def test_the_exit_after_an_abandoned_hub_call_happens_even_with_stderr_closed(mo
     import sys
     import time
 
-    from epyc import cli, errors, hf_model
+    from epyc import cli, errors
+    from epyc.facts import hf_model
 
     exits = []
     monkeypatch.setattr(os, "_exit", exits.append)

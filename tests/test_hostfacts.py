@@ -1,15 +1,13 @@
-"""epyc.hostfacts: its decisions, tested in-process."""
+"""epyc.facts.hostfacts: its decisions, tested in-process."""
 
 import pytest
-from epyc import (
-    hostfacts,
-)
+from epyc.facts import hostfacts
 from hypothesis import given
 from hypothesis import strategies as st
 
 
 def test_parse_meminfo_bytes_bounds():
-    from epyc import hostfacts
+    from epyc.facts import hostfacts
 
     assert hostfacts.parse_meminfo_bytes("MemTotal:  24684092 kB") == 24684092 * 1024
     assert hostfacts.parse_meminfo_bytes("Node 0 MemTotal:       0 kB") == 0  # a memoryless node is real

@@ -1,4 +1,4 @@
-"""epyc.hoststack: its decisions, tested in-process."""
+"""epyc.facts.hoststack: its decisions, tested in-process."""
 
 from conftest import _interpreter
 
@@ -6,7 +6,7 @@ from conftest import _interpreter
 def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
     import sys
 
-    from epyc import hoststack
+    from epyc.facts import hoststack
 
     default = tmp_path / "cache" / "venv-vllm-0.32.0"
     assert hoststack.venv_refusal(tmp_path / "new", default) is None
@@ -40,8 +40,8 @@ def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
 def test_the_bundles_own_venv_is_never_the_stack_venv(tmp_path):
     """A note of the twenty-first audit: `--venv <bundle>/.venv` was accepted while it did not exist yet
     (a fresh checkout), and the vLLM stack went into the tools' interpreter."""
-    from epyc import hoststack
     from epyc.bundle import ROOT as BUNDLE
+    from epyc.facts import hoststack
 
     assert "the bundle's own .venv" in hoststack.venv_refusal(BUNDLE / ".venv", tmp_path / "default")
     (tmp_path / "link").symlink_to(BUNDLE / ".venv")
@@ -50,7 +50,7 @@ def test_the_bundles_own_venv_is_never_the_stack_venv(tmp_path):
 
 
 def test_a_stack_probe_of_the_wrong_shape_is_an_import_error(tmp_path):
-    from epyc import hoststack
+    from epyc.facts import hoststack
 
     found = hoststack.probe_stack([_interpreter(tmp_path, '@@STACK@@{"vllm": 5, "platform": []}')], 30)
     assert set(found) == {"import_error"} and "probe output field" in found["import_error"]

@@ -1,4 +1,4 @@
-"""epyc.hubcache: its decisions, tested in-process."""
+"""epyc.facts.hubcache: its decisions, tested in-process."""
 
 import os
 import sys
@@ -6,17 +6,16 @@ from pathlib import Path
 
 import pytest
 from conftest import _plan_with_hf_cache, hub_path_values, load_docs, plan_from_4
-from epyc import (
-    hubcache,
-)
 from epyc.errors import ScriptError
+from epyc.facts import hubcache
 from hypothesis import given
 from hypothesis import strategies as st
 
 
 # ---- F4: an empty or relative XDG_CACHE_HOME, or a relative HOME
 def test_the_cache_folder_is_absolute_or_a_clear_error(monkeypatch, tmp_path):
-    from epyc import errors, hubcache
+    from epyc import errors
+    from epyc.facts import hubcache
 
     monkeypatch.setenv("HOME", str(tmp_path))
     for xdg in ("", "rel-cache", "./x"):
@@ -31,8 +30,8 @@ def test_the_cache_folder_is_absolute_or_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
-    from epyc import hubcache
     from epyc.errors import ScriptError
+    from epyc.facts import hubcache
 
     f = tmp_path / "hf-file"
     f.write_text("x")
@@ -47,7 +46,7 @@ def test_an_hf_cache_that_is_a_file_is_refused(tmp_path):
 @pytest.mark.parametrize("env_name", ["HF_HOME", "HF_HUB_CACHE"])
 def test_a_hub_folder_that_is_a_link_is_mounted_as_its_target(tmp_path, env_name):
     """F5: the link was mounted as a link: inside the container it named a host path that is not there."""
-    from epyc import hubcache
+    from epyc.facts import hubcache
 
     target = tmp_path / "big-disk" / "hub"
     target.mkdir(parents=True)
@@ -61,7 +60,7 @@ def test_a_hub_folder_that_is_a_link_is_mounted_as_its_target(tmp_path, env_name
 def test_an_empty_home_is_the_accounts_home_not_the_root(monkeypatch):
     import pwd
 
-    from epyc import hubcache
+    from epyc.facts import hubcache
 
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", "")
@@ -78,7 +77,7 @@ def test_a_doubled_leading_slash_never_gets_a_system_folder_mounted(script, inpu
 
 def test_hf_hub_cache_mounts_that_folder_only(tmp_path):
     """F2: HF_HUB_CACHE=$HOME/hub mounted its parent, the whole home; /mnt/hub was refused as '/mnt'."""
-    from epyc import hubcache
+    from epyc.facts import hubcache
 
     hub = tmp_path / "home" / "hub"
     got = hubcache.resolve_hf_cache({"HF_HUB_CACHE": str(hub)})
@@ -109,7 +108,7 @@ def test_hf_hub_cache_mounts_that_folder_only(tmp_path):
 def test_only_a_hub_cache_is_mounted_read_write(entries, foreign):
     """Seventeenth F2: no list of system folders names a home, ~/.aws, ~/.config or /nix/store: what the
     folder holds is checked instead, against what Hugging Face libraries put in a hub cache."""
-    from epyc.hubcache import foreign_cache_entries, hf_mount_problem
+    from epyc.facts.hubcache import foreign_cache_entries, hf_mount_problem
 
     assert foreign_cache_entries(entries) == foreign
     problem = hf_mount_problem("/c", {"real": "/c", "entries": entries, "error": None})
@@ -120,7 +119,7 @@ def test_only_a_hub_cache_is_mounted_read_write(entries, foreign):
 def test_the_legacy_hub_cache_variable_is_read_as_huggingface_hub_reads_it(tmp_path):
     """Eighteenth note: HUGGINGFACE_HUB_CACHE, which check_model and estimate honour through huggingface_hub,
     was ignored here: the container could mount another cache than the one checked."""
-    from epyc import hubcache
+    from epyc.facts import hubcache
 
     old = tmp_path / "legacy"
     assert hubcache.resolve_hf_cache({"HUGGINGFACE_HUB_CACHE": str(old)})["path"] == str(old)
@@ -131,7 +130,7 @@ def test_the_legacy_hub_cache_variable_is_read_as_huggingface_hub_reads_it(tmp_p
 
 @pytest.mark.parametrize("folder", ["/root/.ssh", "/home/alice/.ssh/new", "/root/.docker", "/home/bob/.kube"])
 def test_a_key_folder_is_never_mounted_even_empty_or_not_there_yet(folder):
-    from epyc.hubcache import bind_mount
+    from epyc.facts.hubcache import bind_mount
 
     with pytest.raises(ScriptError, match="a key folder"):
         bind_mount(folder, "/root/.cache/huggingface/hub")
@@ -139,7 +138,7 @@ def test_a_key_folder_is_never_mounted_even_empty_or_not_there_yet(folder):
 
 def test_nothing_under_run_is_mounted_or_a_state_dir():
     """Eighteenth F6: the /run/media exception let a state dir, or a cache docker would create, into /run."""
-    from epyc.hubcache import in_system_tree
+    from epyc.facts.hubcache import in_system_tree
 
     assert in_system_tree("/run/media/aud18/st")
 
@@ -147,7 +146,7 @@ def test_nothing_under_run_is_mounted_or_a_state_dir():
 # ---- nineteenth audit (36 cases, 4 findings), on the eighteenth's fixes
 def test_huggingface_hubs_shared_blob_store_is_a_hub_caches_own(tmp_path):
     """F1: huggingface_hub 2.x keeps <hub>/blobs/ for every Xet-backed download: a real cache was refused."""
-    from epyc.hubcache import foreign_cache_entries
+    from epyc.facts.hubcache import foreign_cache_entries
 
     hub = tmp_path / "hub"
     (hub / "models--Qwen--Qwen3-0.6B").mkdir(parents=True)
@@ -181,7 +180,7 @@ def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
     in another folder: refused, as a test below asserts."""
     import subprocess
 
-    from epyc import hubcache
+    from epyc.facts import hubcache
 
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_"))}
     hub = subprocess.run(
@@ -214,9 +213,9 @@ def test_the_hub_cache_is_the_one_huggingface_hub_itself_reads(tmp_path, env):
 def test_an_hf_cache_path_the_summary_cannot_show_is_not_mounted(tmp_path):
     """Notes of the twenty-first audit: a cache path with a newline was mounted (the summary's quoted
     command read as another folder); a FIFO as the cache was "a file"; `//x` was "a link to /x"."""
-    from epyc import hubcache
     from epyc.errors import ScriptError
-    from epyc.hubcache import bind_mount
+    from epyc.facts import hubcache
+    from epyc.facts.hubcache import bind_mount
 
     with pytest.raises(ScriptError) as err:
         bind_mount(str(tmp_path / "new\nline"), "/root/.cache/huggingface/hub")
@@ -269,7 +268,8 @@ def test_a_hub_cache_is_refused_exactly_when_the_hub_client_would_read_a_relativ
     from unittest import mock
 
     import huggingface_hub.constants as constants
-    from epyc import errors, hubcache
+    from epyc import errors
+    from epyc.facts import hubcache
 
     names = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME")
     full = {

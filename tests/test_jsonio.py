@@ -3,10 +3,7 @@
 from pathlib import Path
 
 import pytest
-from epyc import (
-    errors,
-    jsonio,
-)
+from epyc import errors, jsonio
 
 
 def test_a_final_newline_does_not_pass_a_schema_pattern():

@@ -1,11 +1,13 @@
-"""epyc.kv_budget: the need, the grant and its basis, the capacity behind --max-num-seqs, the per-rank row."""
+"""epyc.decisions.kv_budget: the need, the grant and its basis, the capacity behind --max-num-seqs, the per-rank row."""
 
 import math
 
 import pytest
-from epyc import errors, kv_budget, kv_cache
+from epyc import errors
 from epyc.bundle import GIB
-from epyc.kv_budget import Need
+from epyc.decisions import kv_budget
+from epyc.decisions.kv_budget import Need
+from epyc.facts import kv_cache
 
 # data/epyc.json's rules, fixed here: the need x 1.25 at least, half of what is left, a batch of 256 + 25 %
 RULES = {

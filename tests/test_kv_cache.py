@@ -1,12 +1,10 @@
-"""epyc.kv_cache: its decisions, tested in-process."""
+"""epyc.facts.kv_cache: its decisions, tested in-process."""
 
 import pytest
 from conftest import CODESTRAL, MINICPM3, estimate
-from epyc import (
-    errors,
-    kv_cache,
-)
+from epyc import errors
 from epyc.errors import ScriptError
+from epyc.facts import kv_cache
 
 
 def test_minicpm3_caches_every_heads_k_and_v_not_a_latent(script, tmp_path):

@@ -15,14 +15,12 @@ from conftest import (
     plan_args,
     plan_from,
 )
-from epyc import (
-    argtypes,
-    bench_plan,
-    command,
-    remote_host,
-    serve_state,
-)
+from epyc import argtypes
+from epyc.decisions import command
+from epyc.deployments import serve_state
 from epyc.errors import ScriptError
+from epyc.facts import remote_host
+from epyc.verbs import bench_plan
 
 
 def test_integers_in_documents_are_whole_numbers_not_floats(script, tmp_path, inputs, live_tune):
@@ -45,7 +43,7 @@ def test_integers_in_documents_are_whole_numbers_not_floats(script, tmp_path, in
 
 def test_a_hub_cache_not_named_hub_is_mounted_where_the_container_looks(script, inputs, rt, tmp_path):
     from conftest import plan_args
-    from epyc import hubcache
+    from epyc.facts import hubcache
 
     models = tmp_path / "data" / "models"  # HF_HUB_CACHE=/data/models: models--ORG--NAME folders right there
     models.mkdir(parents=True)

@@ -17,10 +17,8 @@ from conftest import (
     plan_args,
     plan_from_4,
 )
-from epyc import (
-    cli,
-    command,
-)
+from epyc import cli
+from epyc.decisions import command
 from epyc.errors import ScriptError
 
 

@@ -30,10 +30,8 @@ from conftest import (
     run_script,
     server_mode,
 )
-from epyc import (
-    cli,
-    serve_state,
-)
+from epyc import cli
+from epyc.deployments import serve_state
 from epyc.errors import ScriptError
 
 
@@ -151,7 +149,7 @@ def test_a_runtime_that_never_exits_after_its_log_is_a_clear_error(script, input
 
 def test_a_container_logs_error_shows_the_start_of_a_long_last_line(script, inputs, rt, tmp_path):
     """F5: the error showed the end of a line cut at 64 KiB: a URL's password before its '@'."""
-    from epyc.kernels import LINE_READ_CHARS
+    from epyc.verbs.kernels import LINE_READ_CHARS
 
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
@@ -283,10 +281,8 @@ def test_verbs_take_the_model_folder_start_served_not_an_edited_plans(script, in
     assert script("launch.py", "start", "--plan", str(plan_file), "--confirm", env=rt[1]).code == 0
     plan = json.loads(plan_file.read_text())
     assert json.loads(Path(plan["state_file"]).read_text())["model_dir"] == plan["model_dir"]
-    from epyc import (
-        planfile,
-    )
     from epyc.bundle import load_epyc
+    from epyc.deployments import planfile
 
     forged = json.loads(plan_file.read_text())
     forged["model_dir"] = str(tmp_path)
@@ -443,11 +439,7 @@ def test_a_start_while_stop_waits_for_the_server_is_refused_not_orphaned(script,
     """Twenty-sixth audit, F2: stop held no lock; a start that came in while the server took its time to exit
     wrote its state, and stop then removed that state: a new server ran, named by nothing. stop now holds
     .lock for its whole run. (The fake server's slow_term mode takes 3 s to exit on SIGTERM.)"""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     (Path(plan["argv"][next(k for k, a in enumerate(plan["argv"]) if a.endswith("/vllm"))]).parent / "mode").write_text(
@@ -523,9 +515,7 @@ def test_a_first_start_cannot_slip_in_while_stop_runs(inputs, live_tune, tmp_pat
     """A note of the twenty-eighth audit: stop took no lock in a state dir without `.lock` (no start had
     run there yet), so a first start during it was recorded and then had its state removed by stop. stop
     makes the lock file now and holds it: the start is refused until stop is done."""
-    from epyc import (
-        serve_stop,
-    )
+    from epyc.deployments import serve_stop
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
@@ -549,10 +539,8 @@ def test_up_reports_verifys_failure_when_its_own_stop_is_refused(script, inputs,
     that does not say which container has the name), its refusal replaced verify's verdict, with no plan
     file and nothing saying the server may still run. Verify's failure stays the error now, with the
     refusal beside it and the command that stops the server."""
-    from epyc import (
-        up,
-    )
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
@@ -591,9 +579,7 @@ def test_a_runtime_that_does_not_answer_is_never_read_as_a_server_that_exited(sc
     failed a healthy server as "exited" (and up then stopped it), handoff called it gone, and start or up
     could write over the state of a server that may run. Now verify asks again on its next poll, handoff
     refuses, and a state whose container cannot be asked about counts as running."""
-    from epyc import (
-        serve_state,
-    )
+    from epyc.deployments import serve_state
 
     d, env = rt
     plan_file, plan = container_plan(script, inputs, rt, tmp_path)
@@ -698,7 +684,7 @@ def test_a_refused_run_that_made_nothing_removes_nothing(script, inputs, rt, tmp
 
 def test_verify_refuses_to_record_a_pass_over_a_state_that_changed_while_it_ran(script, inputs, rt, tmp_path):
     """verify itself, not only its helper: the state is rewritten (another start's) while verify polls."""
-    from epyc import serve_state
+    from epyc.deployments import serve_state
 
     d, env = rt
     plan_file, plan = free_port_plan(script, inputs, rt, tmp_path)

@@ -91,7 +91,7 @@ def test_stop_never_kills_a_process_group_a_forged_state_names(script, tmp_path,
     try:
         st = Path(plan["state_dir"])
         st.mkdir(parents=True, exist_ok=True)
-        from epyc.serve_state import plan_identity
+        from epyc.deployments.serve_state import plan_identity
 
         forged = {
             "path": "host",

@@ -51,10 +51,7 @@ def test_a_link_loop_is_a_clear_error(script, tmp_path, make_sysroot):
 def test_up_refuses_a_folder_whose_server_runs_before_writing_anything(script, inputs, live_tune, tmp_path):
     """F4, up's half: a second `up` with the same (default) folder wrote its documents and plan.json over the
     running server's, so the printed stop command stopped the wrong server and the first was named by nothing."""
-    from epyc import (
-        serve_start,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_stop
 
     _, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)

@@ -42,7 +42,7 @@ def test_a_full_disk_during_verify_is_a_clear_error_and_up_stops_its_server(inpu
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     code = (
-        "import sys, resource; sys.path.insert(0, sys.argv[1]); import json; from epyc import cli, up\n"
+        "import sys, resource; sys.path.insert(0, sys.argv[1]); import json; from epyc import cli; from epyc.verbs import up\n"
         "plan = json.load(open(sys.argv[2]))\n"
         "real_verify = up.verify\n"
         "def verify_on_a_full_disk(*args):\n"
@@ -65,11 +65,7 @@ def test_handoff_hands_off_only_a_server_healthy_now(script, inputs, live_tune, 
     """The twenty-fourth's F5: a verify that could not write its state (read-only folder, `ulimit -f 0`) could
     not clear the pass it found, so handoff gave out a server whose engine had died since. handoff now asks
     /health itself: vLLM's API process outlives a dead engine and answers 503 (the fake does so on SIGUSR1)."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
@@ -195,7 +191,7 @@ def test_the_host_handoff_carries_a_systemd_unit_its_verifier_passes(script, inp
     import shutil
     from pathlib import Path
 
-    from epyc import serve_start
+    from epyc.deployments import serve_start
 
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is not installed")

@@ -1,10 +1,10 @@
-"""epyc.model_check: its decisions, tested in-process."""
+"""epyc.decisions.model_check: its decisions, tested in-process."""
 
 import pytest
 
 
 def test_a_list_of_many_chat_templates_is_named_in_part():
-    from epyc.model_check import MAX_TEMPLATE_NAMES, classify_template
+    from epyc.decisions.model_check import MAX_TEMPLATE_NAMES, classify_template
 
     many = [{"name": f"t{i}", "template": "x"} for i in range(100_000)]
     got = classify_template(None, {"chat_template": many}, None)
@@ -26,7 +26,7 @@ def test_a_list_of_many_chat_templates_is_named_in_part():
 )
 def test_a_chat_template_list_transformers_cannot_read_is_not_present(templates):
     """F4: such lists were "present" (chat endpoint, launchable); the server would fail at load."""
-    from epyc.model_check import classify_template
+    from epyc.decisions.model_check import classify_template
 
     got = classify_template(None, {"chat_template": templates}, None)
     assert got["status"] == "unknown" and got["source"] == "tokenizer_config.json", got

@@ -16,7 +16,7 @@ import mutation  # noqa: E402
 
 pytestmark = pytest.mark.serial  # it mutates scripts/ in place: no other test may run meanwhile
 
-MODULE = ROOT / "scripts" / "epyc" / "quantization.py"
+MODULE = ROOT / "scripts" / "epyc" / "facts" / "quantization.py"
 
 
 def digest() -> str:
@@ -52,7 +52,7 @@ def test_wilson_interval_is_what_a_sample_can_say():
 
 def test_a_sampled_run_scores_real_mutants_and_restores_the_module():
     before = digest()
-    p = tool("scripts/epyc/quantization.py", "--sample", "3", "--seed", "5")
+    p = tool("scripts/epyc/facts/quantization.py", "--sample", "3", "--seed", "5")
     out, err = finish(p, 900)  # ~10 s on an idle runner; CI's runner has stalled for minutes on I/O
     doc = json.loads(out)
     assert p.returncode == 0 and doc["ok"] and doc["judged"] == 3, err[-2000:]
@@ -60,13 +60,13 @@ def test_a_sampled_run_scores_real_mutants_and_restores_the_module():
     mod = doc["modules"][0]
     assert mod["mutants_in_module"] > 50 and mod["killed"] + mod["survived"] + mod["timeout"] == 3
     assert doc["interval_95_pct"] and len(mod["survivors"]) == mod["survived"] + mod["timeout"]
-    assert err.count("mutation: scripts/epyc/quantization.py ") == 3
+    assert err.count("mutation: scripts/epyc/facts/quantization.py ") == 3
     assert digest() == before
 
 
 def test_interrupted_mid_mutant_puts_the_original_back():
     before = digest()
-    p = tool("scripts/epyc/quantization.py", "--sample", "20")
+    p = tool("scripts/epyc/facts/quantization.py", "--sample", "20")
     deadline = time.monotonic() + 600  # the unmutated baseline runs first
     while time.monotonic() < deadline and digest() == before:  # the first mutant is on disk, its tests run
         time.sleep(0.05)
@@ -80,7 +80,7 @@ def test_interrupted_mid_mutant_puts_the_original_back():
 
 def test_unknown_module_or_sample_is_refused():
     for args, field, needle in (
-        (["scripts/nope.py"], "fix", "scripts/epyc/kv_cache.py"),
+        (["scripts/nope.py"], "fix", "scripts/epyc/facts/kv_cache.py"),
         (["--sample", "0"], "error", "out of range"),
         (["--seed", "x"], "error", "--seed"),
         (["--bogus"], "error", "unrecognized"),

@@ -1,4 +1,4 @@
-"""epyc.planfile: its decisions, tested in-process."""
+"""epyc.deployments.planfile: its decisions, tested in-process."""
 
 import time
 
@@ -7,21 +7,17 @@ from conftest import (
     host_plan,
     load_epyc_doc,
 )
-from epyc import (
-    planfile,
-    shell,
-)
 from epyc.bundle import load_epyc
+from epyc.deployments import planfile
 from epyc.errors import ScriptError
+from epyc.facts import shell
 
 
 def test_plan_refuses_an_estimate_sized_for_another_dtype(tmp_path, inputs, live_tune):
     """F3: plan --dtype float32 on an estimate of bfloat16 served float32 with half its memory counted: the
     summary called a fit what could run out of memory, and --max-num-seqs was twice what the KV cache holds."""
     from conftest import load_docs
-    from epyc import (
-        planner,
-    )
+    from epyc.decisions import planner
     from epyc.errors import ScriptError
 
     docs = load_docs(inputs)
@@ -47,7 +43,7 @@ def test_an_edited_input_inside_a_plan_is_checked_against_its_schema(tmp_path, i
 def test_the_stop_by_hand_of_another_versions_plan_names_its_engine_and_its_key_files():
     """The refusal of a plan of another version says how to stop its server: the runtime's own commands on
     the engine the plan names (the default socket would miss it), and the key files start wrote."""
-    from epyc.planfile import stop_by_hand
+    from epyc.deployments.planfile import stop_by_hand
 
     plan = {
         "runtime": "docker",

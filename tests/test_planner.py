@@ -1,14 +1,12 @@
-"""epyc.planner: its decisions, tested in-process."""
+"""epyc.decisions.planner: its decisions, tested in-process."""
 
 import json
 import sys
 
 import pytest
 from conftest import PINNED, facts_for, load_docs
-from epyc import (
-    planner,
-)
 from epyc.bundle import load_epyc
+from epyc.decisions import planner
 from epyc.errors import ScriptError
 
 
@@ -16,7 +14,7 @@ from epyc.errors import ScriptError
 def test_an_estimate_for_the_other_kind_of_cpu_is_a_mismatch_for_a_recurrent_model():
     """vLLM keeps the SSM state in float32 only on an AVX-512 BF16 CPU: an estimate made for the other kind
     sizes the wrong KV page, so plan names the flag that fixes it."""
-    from epyc.plan_checks import mismatches
+    from epyc.decisions.plan_checks import mismatches
 
     est = {"kv_layers": {"ssm_state_dtype": "float32"}, "avx512_bf16": True}
     docs = {"detect": {"avx512_bf16": False}, "validate": {}, "check_model": {}, "estimate_memory": est, "cpu_tune": {}}
@@ -27,7 +25,7 @@ def test_an_estimate_for_the_other_kind_of_cpu_is_a_mismatch_for_a_recurrent_mod
 
 def test_an_estimate_that_contradicts_itself_is_a_mismatch():
     """F5: avx512_bf16 edited to true on an estimate sized with a bf16 state planned a float32 CPU's sizing."""
-    from epyc.plan_checks import mismatches
+    from epyc.decisions.plan_checks import mismatches
 
     est = {"kv_layers": {"ssm_state_dtype": "bfloat16"}, "avx512_bf16": True, "kv_dtype": "bfloat16"}
     docs = {"detect": {"avx512_bf16": True}, "validate": {}, "check_model": {}, "estimate_memory": est, "cpu_tune": {}}
@@ -42,7 +40,7 @@ def test_zentorch_on_a_cpu_detect_read_as_not_amd_is_a_mismatch(vendor, refused)
     an Intel CPU, and the summary read "zentorch-accelerated" for a platform vLLM never picks there. (None, a
     note left since the twenty-eighth: a CPU whose vendor detect.py could not read is not called an EPYC, so
     validate.py is never ready with zentorch for it; a spec writes AuthenticAMD.)"""
-    from epyc.plan_checks import mismatches
+    from epyc.decisions.plan_checks import mismatches
 
     docs = {
         "detect": {"vendor": vendor},

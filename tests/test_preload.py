@@ -1,11 +1,9 @@
-"""epyc.preload: its decisions, tested in-process."""
+"""epyc.facts.preload: its decisions, tested in-process."""
 
 import pytest
-from epyc import (
-    preload,
-)
 from epyc.bundle import load_epyc
 from epyc.errors import ScriptError
+from epyc.facts import preload
 
 
 # ---- the fifth audit (~840 cases, a fresh helper session on the fixes above): F1-F10

@@ -17,23 +17,11 @@ from pathlib import Path
 
 import pytest
 from conftest import run_script
-from epyc import (
-    argtypes,
-    bundle,
-    cpuid,
-    errors,
-    handoff,
-    hf_model,
-    hostfacts,
-    hostspec,
-    jsonio,
-    kv_cache,
-    masking,
-    process,
-    remote_host,
-    serve_state,
-)
+from epyc import argtypes, bundle, errors, jsonio, masking
+from epyc.decisions import handoff
+from epyc.deployments import process, serve_state
 from epyc.errors import ScriptError
+from epyc.facts import cpuid, hf_model, hostfacts, hostspec, kv_cache, remote_host
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,10 +7,8 @@ is measured in the e2e (the server's load log names the kernel)."""
 import json
 
 import pytest
-from epyc import (
-    bundle,
-    quantization,
-)
+from epyc import bundle
+from epyc.facts import quantization
 from model_fixtures import write_header_only_safetensors
 
 KERNELS = bundle.load_epyc()["quantization"]["kernels"]
@@ -163,8 +161,8 @@ def test_an_int4_kernel_vllm_builds_only_for_avx512_is_not_served_without_it(avx
 
 def test_check_model_says_an_int4_kernel_needs_avx512(script, tmp_path):
     """F7: check_model called AWQ served on the stock path where plan (rightly) refuses it on an AVX2 CPU."""
-    from epyc import quantization
     from epyc.bundle import load_epyc
+    from epyc.facts import quantization
 
     epyc = load_epyc()
     got = quantization.cpu_kernel(

@@ -1,10 +1,8 @@
-"""epyc.remote_host: its decisions, tested in-process."""
+"""epyc.facts.remote_host: its decisions, tested in-process."""
 
 import pytest
-from epyc import (
-    errors,
-    remote_host,
-)
+from epyc import errors
+from epyc.facts import remote_host
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The run folder (epyc.runs): each step keeps its document there and the next one reads it; only the
+"""The run folder (epyc.deployments.runs): each step keeps its document there and the next one reads it; only the
 user's choices travel on the command line."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_plan_names_the_missing_step_and_a_bad_run_name_is_refused(script, tmp_p
 
 
 def test_a_plain_run_name_lives_in_the_users_cache(tmp_path, monkeypatch):
-    from epyc import runs
+    from epyc.deployments import runs
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert runs.run_dir("box9654") == tmp_path / "cache" / "serving-llms-on-epyc" / "run" / "box9654"

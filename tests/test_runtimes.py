@@ -1,8 +1,6 @@
-"""epyc.runtimes: its decisions, tested in-process."""
+"""epyc.facts.runtimes: its decisions, tested in-process."""
 
-from epyc import (
-    runtimes,
-)
+from epyc.facts import runtimes
 
 
 def test_runtime_argv_never_prompts_for_sudo():

@@ -25,14 +25,9 @@ from conftest import (
     tail_of_a_plan_log,
     verify_keyed_server,
 )
-from epyc import (
-    bundle,
-    errors,
-    handoff,
-    jsonio,
-    masking,
-    planfile,
-)
+from epyc import bundle, errors, jsonio, masking
+from epyc.decisions import handoff
+from epyc.deployments import planfile
 from hub_server import Hub
 from hypothesis import given
 from hypothesis import strategies as st
@@ -71,7 +66,7 @@ def test_a_secret_across_a_cut_is_not_printed_in_part(script, tmp_path, monkeypa
 
 # ---- F2: a secret across the 64 KiB piece a long log line is read in
 def test_a_secret_across_a_long_lines_read_cut_is_never_shown_in_part(script, tmp_path):
-    from epyc.kernels import LINE_READ_CHARS
+    from epyc.verbs.kernels import LINE_READ_CHARS
 
     log = tmp_path / "server.log"
     pad = LINE_READ_CHARS - 10  # the token begins 10 characters before the cut
@@ -93,7 +88,7 @@ def test_the_line_reader_masks_first_and_drops_a_long_lines_rest():
     import io
 
     from epyc import masking
-    from epyc.kernels import LINE_READ_CHARS, line_heads
+    from epyc.verbs.kernels import LINE_READ_CHARS, line_heads
 
     text = (
         "a" * (LINE_READ_CHARS - 5)
@@ -115,7 +110,7 @@ def test_the_line_reader_masks_first_and_drops_a_long_lines_rest():
 
 
 def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt, tmp_path):
-    from epyc.kernels import LINE_READ_CHARS
+    from epyc.verbs.kernels import LINE_READ_CHARS
 
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)
@@ -127,7 +122,7 @@ def test_a_container_logs_error_never_shows_a_secret_in_part(script, inputs, rt,
 
 
 def test_bench_passes_the_key_into_the_container_by_name_only():
-    from epyc import benchmark
+    from epyc.verbs import benchmark
 
     plan = {
         "path": "container",
@@ -145,9 +140,7 @@ def test_bench_passes_the_key_into_the_container_by_name_only():
 def test_verify_masks_every_secret_of_the_shell_before_it_cuts_a_line(monkeypatch, tmp_path):
     """F1: the log tail masked the plan's secrets, cut at 1,000 characters, and only then met the full mask:
     an HF_ENDPOINT password (the host server inherits HF_ENDPOINT) or a DB_PASSWORD showed in part."""
-    from epyc import (
-        serve_procs,
-    )
+    from epyc.deployments import serve_procs
 
     password = "Pa55w0rdMirrorSecret"
     monkeypatch.setenv("HF_ENDPOINT", f"http://mirroruser:{password}@127.0.0.1:46999")
@@ -256,9 +249,7 @@ def test_a_reflected_key_in_a_broken_status_line_is_masked_before_any_cut(monkey
     """F3: http() cut the exception text at 300 characters before anything masked it; with earlier copies
     shrunk to ***, the cut copy fell inside redact's limit and 29 of the key's 35 characters showed."""
     from conftest import answer_once
-    from epyc import (
-        serve_verify,
-    )
+    from epyc.deployments import serve_verify
     from epyc.masking import redact
 
     key = "sk-Zq7Wm4Rt9Yp2Lx8Nc5Vb3Hj6Kd1Fg0Se"
@@ -330,7 +321,7 @@ def test_a_key_of_spaces_is_refused_at_plan(script, inputs, rt, tmp_path):
 def test_bench_tokenizes_with_the_model_the_server_runs():
     """F2: the host path passed the model as typed at plan time (a relative folder means another one from
     here, or a Hub repo): it takes the served command's model now, as the container path did."""
-    from epyc import benchmark
+    from epyc.verbs import benchmark
 
     plan = {
         "path": "host",
@@ -367,7 +358,7 @@ def test_bench_tokenizes_a_local_folder_where_the_container_mounts_it(script, in
     """F3: with a secret the container runs `sh -c LOADER vllm MODEL ...`, with no "serve" in its argv: bench
     fell back to the model as typed, a host path the container lacks (every --expose plan of a folder)."""
     from conftest import plan_args
-    from epyc import benchmark
+    from epyc.verbs import benchmark
 
     env = {**rt[1], "MYK": "k" * 24}
     if secret == "HF_TOKEN":
@@ -417,12 +408,7 @@ def test_bench_takes_the_secrets_state_from_the_plan_as_verify_does(script, inpu
 def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs, live_tune, tmp_path, monkeypatch):
     """Note of the twenty-second audit: verify in a shell without the key judged a healthy server failed
     (HTTP 401) and cleared its last pass, so handoff refused it. It names the variable first now."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-        serve_verify,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop, serve_verify
     from epyc.errors import ScriptError
 
     monkeypatch.setenv("MYK", "k" * 24)
@@ -442,12 +428,7 @@ def test_verify_names_an_api_key_this_shell_lacks_and_keeps_the_last_pass(inputs
 def test_verify_refuses_a_key_no_header_can_carry_at_once(inputs, live_tune, tmp_path, monkeypatch):
     """F2: a key variable holding a newline made every request fail before it was sent: verify waited out its
     whole timeout (600 s by default), then called a healthy server dead and cleared its last pass."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-        serve_verify,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop, serve_verify
     from epyc.errors import ScriptError
 
     monkeypatch.setenv("MYK", "k" * 24)
@@ -501,7 +482,7 @@ def test_bench_tokenizes_with_the_served_revisions_snapshot(tmp_path, monkeypatc
     """Noted since the twenty-fourth: `vllm bench serve` takes no revision, so given the repo id it took
     the default branch's tokenizer; in an offline cache holding only the served revision, none at all.
     The cache below is filled by huggingface_hub itself from the local Hub (branch v1 only)."""
-    from epyc import benchmark
+    from epyc.verbs import benchmark
     from huggingface_hub import hf_hub_download
 
     folder = tmp_path / "repo"
@@ -601,8 +582,8 @@ def test_the_container_stop_handed_over_removes_the_key_files_too(inputs):
     API key in <state>/secrets (reference.md says stop removes them: launch.py stop does). The row names
     launch.py stop first, and the by-hand form removes the folder too."""
     from conftest import facts_for, load_docs
-    from epyc import handoff, planner
     from epyc.bundle import load_epyc
+    from epyc.decisions import handoff, planner
 
     plan = planner.build_plan(load_docs(inputs), {}, load_epyc(), facts_for(load_docs(inputs)))
     stop = plan["stop_command"]
@@ -617,9 +598,9 @@ def test_a_token_set_after_the_showing_holds_the_yes(inputs, tmp_path, monkeypat
     token set between the showing and the yes changes neither (the server reads it at start), so a server
     got HF_TOKEN that the shown Environment row never named. The secrets (by variable) are part of what runs."""
     from conftest import host_docs, up_with_no_terminal
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = host_docs(tmp_path, inputs, live_tune, None)  # the host path: the token changes no argv or env
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18613)
@@ -757,7 +738,7 @@ def test_verify_never_sends_the_key_through_the_shells_proxy(
     finally:
         stop.set()
     assert r.code == 0 and heard == [], (r.doc, heard)
-    from epyc import benchmark
+    from epyc.verbs import benchmark
 
     assert benchmark.loopback_env({"NO_PROXY": "localhost,.corp"})["NO_PROXY"] == "localhost,.corp,127.0.0.1"
     assert benchmark.loopback_env({})["no_proxy"] == "127.0.0.1,localhost"

@@ -1,4 +1,4 @@
-"""epyc.serve_procs: its decisions, tested in-process."""
+"""epyc.deployments.serve_procs: its decisions, tested in-process."""
 
 import json
 import os
@@ -9,18 +9,13 @@ from pathlib import Path
 
 import pytest
 from conftest import TOKEN, host_plan, leaks
-from epyc import (
-    command,
-    process,
-    serve_procs,
-)
+from epyc.decisions import command
+from epyc.deployments import process, serve_procs
 
 
 # ---- F3: verify's log tail, cut at 256 KiB before it was masked
 def test_the_host_log_tail_drops_the_line_its_window_cuts(tmp_path, monkeypatch):
-    from epyc import (
-        serve_procs,
-    )
+    from epyc.deployments import serve_procs
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     log = tmp_path / "server.log"
@@ -35,10 +30,8 @@ def test_the_host_log_tail_drops_the_line_its_window_cuts(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("failure", ["output_limit", "timeout"])
 def test_the_container_log_tail_drops_the_line_its_limit_cuts(monkeypatch, failure):
-    from epyc import (
-        serve_procs,
-        subproc,
-    )
+    from epyc import subproc
+    from epyc.deployments import serve_procs
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     cut = "INFO ready\n" + "c" * 100 + TOKEN[:10]  # the reader stopped inside the token

@@ -1,4 +1,4 @@
-"""epyc.serve_start: its decisions, tested in-process."""
+"""epyc.deployments.serve_start: its decisions, tested in-process."""
 
 import subprocess
 
@@ -11,10 +11,7 @@ from conftest import (
     load_docs,
     plan_from,
 )
-from epyc import (
-    process,
-    serve_start,
-)
+from epyc.deployments import process, serve_start
 from epyc.errors import ScriptError
 
 
@@ -26,10 +23,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
 
     import psutil
     from conftest import host_plan
-    from epyc import (
-        process,
-        serve_start,
-    )
+    from epyc.deployments import process, serve_start
     from epyc.errors import ScriptError
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -56,12 +50,7 @@ def test_a_state_that_cannot_be_written_takes_the_launched_server_down(inputs, l
 def test_a_host_plans_verbs_refuse_another_plans_running_server(inputs, live_tune, tmp_path):
     """F4 on the host path: start refused already, but stop with the other plan would have killed the running
     server (the state names a process group, not a plan)."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-        serve_verify,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop, serve_verify
     from epyc.errors import ScriptError
 
     _, a = host_plan(tmp_path, inputs, live_tune)
@@ -90,10 +79,8 @@ def test_a_container_whose_state_cannot_be_written_is_said_removed(script, input
     file-size limit would also stop the runtime's own writes)."""
     import errno
 
-    from epyc import (
-        errors,
-        serve_start,
-    )
+    from epyc import errors
+    from epyc.deployments import serve_start
     from epyc.errors import ScriptError
 
     d, env = rt

@@ -1,4 +1,4 @@
-"""epyc.serve_state: its decisions, tested in-process."""
+"""epyc.deployments.serve_state: its decisions, tested in-process."""
 
 import json
 import os
@@ -18,12 +18,8 @@ from conftest import (
     leader_killed_workers_left,
     server_mode,
 )
-from epyc import (
-    bundle,
-    process,
-    serve_state,
-    serve_stop,
-)
+from epyc import bundle
+from epyc.deployments import process, serve_state, serve_stop
 
 
 def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_tune, monkeypatch):
@@ -32,14 +28,8 @@ def test_an_interrupted_start_says_its_server_is_running(tmp_path, inputs, live_
     import os
     import signal
 
-    from epyc import (
-        cli,
-        planfile,
-        serve_procs,
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc import cli
+    from epyc.deployments import planfile, serve_procs, serve_start, serve_state, serve_stop
     from epyc.errors import ScriptError
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -69,11 +59,7 @@ def test_stop_takes_down_a_process_the_server_forked_on_its_way_down(inputs, liv
     state anyway: a process forked after the SIGTERM ran on, and no state named it."""
     import psutil
     from conftest import host_plan, server_mode
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     server_mode(tmp_path, "fork_on_term")
@@ -102,10 +88,8 @@ def test_a_signal_between_ups_start_and_verify_stops_the_server(inputs, live_tun
     in that gap is simulated by a verify_or_stop that raises it before doing anything (a real signal cannot
     be aimed at those bytecodes)."""
     import psutil
-    from epyc import (
-        serve_state,
-        up,
-    )
+    from epyc.deployments import serve_state
+    from epyc.verbs import up
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
 
@@ -126,10 +110,7 @@ def test_stop_keeps_the_state_of_a_group_whose_leader_died_and_whose_workers_rem
     """F5: the API server died (OOM-killed), its renamed workers lived (their environ shows no marker): stop
     said "not running" and removed the only state that named them. It keeps it now, names them, and kills
     nothing it cannot prove is this run's."""
-    from epyc import (
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_state, serve_stop
     from epyc.errors import ScriptError
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -148,11 +129,7 @@ def test_start_refuses_while_the_kept_state_names_a_dead_leaders_workers(inputs,
     """F1: stop kept the state of a dead leader's unprovable workers; the next start wrote over it, and the
     workers were named by nothing (the tool could never show them again)."""
     from conftest import server_mode
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop
     from epyc.errors import ScriptError
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
@@ -173,14 +150,14 @@ def test_concurrent_state_writes_never_show_a_reader_half_a_state(tmp_path):
     just renamed into place, and a reader (a stop) saw junk, said "not running" and left the server up."""
     import subprocess
 
-    from epyc import serve_state
+    from epyc.deployments import serve_state
 
     plan = {"state_file": str(tmp_path / "state.json")}
     serve_state.write_state(
         plan, {"path": "host", "port": 1, "plan_id": "p", "pgid": 1, "create_time": 1.0, "n": 0}
     )  # a start's fields
     writer = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from epyc import serve_state\n"
+        "import sys; sys.path.insert(0, sys.argv[1]); from epyc.deployments import serve_state\n"
         "for i in range(1500): serve_state.write_state({'state_file': sys.argv[2]}, "
         "{'path': 'host', 'port': 1, 'plan_id': 'p', 'pgid': 1, 'create_time': 1.0, 'pad': 'x' * 4000, 'n': i})"
     )
@@ -204,11 +181,7 @@ def test_concurrent_state_writes_never_show_a_reader_half_a_state(tmp_path):
 def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, live_tune, tmp_path):
     """The review's fourth finding: a state with neither port nor plan_id whose server has exited was
     "another plan's" (its port unreadable): stop never removed it, verify called it foreign."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop
 
     _, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
@@ -222,7 +195,7 @@ def test_a_stale_state_of_an_older_bundle_is_cleared_by_its_own_stop(inputs, liv
 
 def test_a_state_dir_others_may_write_in_is_refused(tmp_path):
     """Every file in a state dir is ours only while no one else may write in the folder."""
-    from epyc import serve_state
+    from epyc.deployments import serve_state
 
     st = tmp_path / "st"
     st.mkdir(mode=0o700)
@@ -251,7 +224,7 @@ def test_the_folders_the_bundle_makes_are_its_own_under_a_group_writable_umask(s
 def test_a_brief_hold_of_the_lock_is_waited_out_by_verify_and_stop(tmp_path, inputs, live_tune):
     """The review of the fixes: verify's write (milliseconds under .lock) made a stop at that moment refuse,
     and a verify meeting another verify's write failed a healthy server (up then stopped it)."""
-    from epyc import serve_state, serve_verify
+    from epyc.deployments import serve_state, serve_verify
 
     _, plan = host_plan(tmp_path, inputs, live_tune)
     Path(plan["state_dir"]).mkdir(parents=True)
@@ -301,7 +274,7 @@ def test_an_interrupted_verify_after_up_started_stops_the_server(
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     server_mode(tmp_path, mode)
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import json; from epyc import cli, serve_start, up\n"
+        "import sys; sys.path.insert(0, sys.argv[1]); import json; from epyc import cli; from epyc.deployments import serve_start; from epyc.verbs import up\n"
         "plan = json.load(open(sys.argv[2]))\n"
         "def main(argv):\n"
         "    serve_start.start(plan, confirm=True)\n"

@@ -1,4 +1,4 @@
-"""epyc.serve_stop: its decisions, tested in-process."""
+"""epyc.deployments.serve_stop: its decisions, tested in-process."""
 
 import os
 from pathlib import Path
@@ -14,12 +14,7 @@ def test_stop_that_cannot_remove_the_state_says_the_server_is_stopped(inputs, li
     import errno
     import pathlib
 
-    from epyc import (
-        process,
-        serve_start,
-        serve_state,
-        serve_stop,
-    )
+    from epyc.deployments import process, serve_start, serve_state, serve_stop
 
     _, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
@@ -44,7 +39,7 @@ def test_stop_frees_the_shared_memory_verify_saw_its_engine_map_once_nothing_hol
     verify recorded for this server, unless a process still maps one; it never touches an unrecorded one."""
     import mmap
 
-    from epyc.serve_stop import free_segments
+    from epyc.deployments.serve_stop import free_segments
 
     shm = Path("/dev/shm")
     left, held, other = (shm / f"psm_test{os.getpid()}_{n}" for n in ("left", "held", "other"))

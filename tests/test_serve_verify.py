@@ -1,4 +1,4 @@
-"""epyc.serve_verify: its decisions, tested in-process."""
+"""epyc.deployments.serve_verify: its decisions, tested in-process."""
 
 import json
 import time
@@ -6,20 +6,13 @@ from pathlib import Path
 
 import pytest
 from conftest import another_process_holding, host_plan
-from epyc import (
-    process,
-    serve_verify,
-)
+from epyc.deployments import process, serve_verify
 
 
 # ---- a CI run on EPYC Rome: time_to_healthy_s counted from verify's own start read 0.0 when the two starts
 # before it took longer than the fake's 1 s start-up. It counts from the launch now, and says when it is a bound.
 def test_time_to_healthy_counts_from_the_launch_and_says_when_it_is_only_a_bound(inputs, live_tune, tmp_path):
-    from epyc import (
-        serve_start,
-        serve_stop,
-        serve_verify,
-    )
+    from epyc.deployments import serve_start, serve_stop, serve_verify
 
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
     serve_start.start(plan, confirm=True)
@@ -35,9 +28,7 @@ def test_time_to_healthy_counts_from_the_launch_and_says_when_it_is_only_a_bound
 
 @pytest.mark.parametrize("started_at", [None, "12", True, float("nan"), float("inf")])
 def test_time_since_start_of_a_state_without_a_usable_time_is_unknown(started_at):
-    from epyc import (
-        serve_verify,
-    )
+    from epyc.deployments import serve_verify
 
     assert serve_verify.time_since_start({"started_at": started_at}) is None
     assert serve_verify.time_since_start({"started_at": time.time() + 3600}) == 0.0  # a clock set back
@@ -48,12 +39,7 @@ def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs
     """F1: plan B (same port and state dir, another --served-model-name) was taken for plan A: B's verify
     judged A's server with B's model name and cleared its pass, B's stop killed it. The state records the
     plan's identity (command, env, where) now."""
-    from epyc import (
-        serve_start,
-        serve_state,
-        serve_stop,
-        serve_verify,
-    )
+    from epyc.deployments import serve_start, serve_state, serve_stop, serve_verify
     from epyc.errors import ScriptError
 
     _, a = host_plan(tmp_path, inputs, live_tune)
@@ -80,7 +66,8 @@ def test_two_plans_on_one_port_and_folder_are_told_apart_by_their_command(inputs
 def test_verify_never_writes_over_the_state_of_another_run(tmp_path, inputs, live_tune, monkeypatch):
     """A stop and a start while verify waited on the server: verify's final write put the old run back, and
     the new server was named by nothing (stop left it running; every start after refused its port)."""
-    from epyc import errors, serve_state, serve_verify
+    from epyc import errors
+    from epyc.deployments import serve_state, serve_verify
 
     monkeypatch.setattr(serve_verify, "VERIFY_LOCK_WAIT_S", 0.5)
     _, plan = host_plan(tmp_path, inputs, live_tune)

@@ -40,7 +40,7 @@ def test_no_script_puts_its_venv_or_run_folder_under_the_current_folder(script, 
 
 # ---- F5: whose interpreter a marked venv holds is settled before pip runs with it
 def test_a_marked_venv_wrapping_another_interpreter_is_refused_before_pip(script, tmp_path):
-    from epyc import hoststack
+    from epyc.facts import hoststack
 
     venv = tmp_path / "marked"
     (venv / "bin").mkdir(parents=True)

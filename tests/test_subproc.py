@@ -2,9 +2,7 @@
 
 import time
 
-from epyc import (
-    subproc,
-)
+from epyc import subproc
 
 
 def test_a_probe_is_judged_without_the_shells_python_settings(tmp_path, monkeypatch):

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import sysroots
 from conftest import FAKE_BIN, ROOT, fake_venv, run_script
-from epyc import bundle, planner, shell
-from epyc.kv_cache import kv_layout, rank_layout
+from epyc import bundle
+from epyc.decisions import planner
+from epyc.facts import shell
+from epyc.facts.kv_cache import kv_layout, rank_layout
 
 # Qwen3-235B-A22B's config.json (shapes only): ~470 GB in bfloat16, more than one 384 GiB socket
 QWEN3_235B = {

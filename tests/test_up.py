@@ -1,4 +1,4 @@
-"""The up flow's decisions (epyc.up): what is shown, what a --yes may launch."""
+"""The up flow's decisions (epyc.verbs.up): what is shown, what a --yes may launch."""
 
 import json
 from pathlib import Path
@@ -11,10 +11,8 @@ from epyc.errors import ScriptError
 def test_an_interrupt_held_by_start_ends_up_and_compare(monkeypatch, tmp_path):
     """F4: start turns a Ctrl-C held while it launched into an error that says the server runs; bench
     --compare logged it as a failed sizing and started the next one, up left the server up."""
-    from epyc import (
-        up,
-    )
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     calls = []
     monkeypatch.setattr(
@@ -32,10 +30,8 @@ def test_an_interrupt_held_by_start_ends_up_and_compare(monkeypatch, tmp_path):
 
 def test_an_interrupt_during_a_container_run_ends_up_with_a_stop(monkeypatch, tmp_path):
     """F4: a Ctrl-C during `docker run` (the engine may have started it) went past up's stop."""
-    from epyc import (
-        up,
-    )
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     calls = []
     monkeypatch.setattr(up, "start", lambda plan, confirm: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -50,9 +46,7 @@ def test_any_failure_of_verify_stops_ups_server(monkeypatch, tmp_path):
     The failing verify and the stop are stand-ins here: the real chain is the test above."""
     import errno
 
-    from epyc import (
-        up,
-    )
+    from epyc.verbs import up
 
     stops = []
 
@@ -75,10 +69,8 @@ def test_up_sizes_the_dtype_it_serves(inputs, tmp_path, monkeypatch):
     import argparse
 
     from conftest import load_docs
-    from epyc import (
-        up,
-    )
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     seen = {}
@@ -122,10 +114,8 @@ def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, 
     import argparse
 
     from conftest import free_port, host_docs
-    from epyc import (
-        serve_stop,
-        up,
-    )
+    from epyc.deployments import serve_stop
+    from epyc.verbs import up
 
     docs = host_docs(tmp_path, inputs, live_tune)
     monkeypatch.setattr(up, "step", lambda script, args, phase, run_dir, allow_fail=False: docs[phase])
@@ -151,9 +141,7 @@ def test_ups_own_start_is_not_refused_by_the_folder_it_holds(inputs, live_tune, 
         assert done["ok"] and done["started"]["started"] and done["verify"]["ok"], done
     finally:
         plan = json.loads(Path(done["plan_file"]).read_text())
-        from epyc import (
-            serve_stop,
-        )
+        from epyc.deployments import serve_stop
 
         assert serve_stop.stop(plan)["stopped"] is True
 
@@ -164,9 +152,9 @@ def test_up_yes_launches_only_the_plan_it_showed(inputs, tmp_path, monkeypatch):
     after a showing is held to what was shown; a changed plan is shown again, not run. The steps before the
     plan are the fixtures' real documents (a Genoa tree); the launch itself is recorded, not run."""
     from conftest import load_docs
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
@@ -193,9 +181,9 @@ def test_a_showing_holds_every_yes_after_it_whose_plan_differs(inputs, tmp_path,
     """A showing holds every --yes after it whose plan differs, however the request was spelled (the folder
     typed relative, a default given explicitly, another model): only what runs counts."""
     from conftest import load_docs, up_with_no_terminal
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
@@ -222,9 +210,9 @@ def test_a_showing_holds_every_yes_after_it_whose_plan_differs(inputs, tmp_path,
 def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path, monkeypatch):
     """The 34th audit's F7: a shown-plan.json nested 200,000 deep ended as `internal error: RecursionError`."""
     from conftest import load_docs, up_with_no_terminal
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     run_dir = tmp_path / "up"
@@ -240,9 +228,9 @@ def test_an_unreadable_showing_holds_the_yes_with_a_clear_error(inputs, tmp_path
 def test_with_no_terminal_up_shows_the_plan_and_says_what_a_yes_does(inputs, tmp_path, monkeypatch, capsys):
     """With no terminal, up's error names its phase, says what a --yes does, and names the up folder's plan."""
     from conftest import load_docs, up_with_no_terminal
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", 18621)
@@ -258,9 +246,9 @@ def test_with_no_runtime_up_stops_at_validate_with_the_one_time_fix(inputs, tmp_
     """No container runtime and no host stack: up reports validate's one-time fix and stops; it installs
     nothing itself, --yes or not."""
     from conftest import load_docs, up_with_no_terminal
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     ran = []
@@ -283,9 +271,9 @@ def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tm
     guards against) left nothing to hold the next --yes to, and validate's next free port launched unseen.
     Only a serve that went through uses it up."""
     from conftest import load_docs, up_with_no_terminal
-    from epyc import up
     from epyc.bundle import load_epyc
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     a, launched = up_with_no_terminal(monkeypatch, docs, tmp_path / "up", None)
@@ -309,7 +297,7 @@ def test_a_failed_launch_keeps_the_showing_so_the_retry_is_held_to_it(inputs, tm
 
 def test_what_a_held_showing_says_is_true():
     """A showing that is not this bundle's (not JSON, another version's fields) is said so, never "changed"."""
-    from epyc.showing import showing_differs
+    from epyc.verbs.showing import showing_differs
 
     now = {"pre_argv": [], "command": "vllm serve m --port 1", "env": {}, "secrets": []}
     assert showing_differs(None, now).startswith("up could not read the plan it showed last")
@@ -322,7 +310,7 @@ def test_what_a_held_showing_says_is_true():
 
 def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
     """up keeps one JSON per step and start its log and state: planning again into that folder is fine."""
-    from epyc import up
+    from epyc.verbs import up
 
     st = tmp_path / "st"
     st.mkdir()
@@ -346,7 +334,7 @@ def test_a_state_dir_this_bundle_filled_is_accepted_again(tmp_path):
 
 
 def test_a_step_document_is_never_written_through_a_link(tmp_path):
-    from epyc import up
+    from epyc.verbs import up
 
     victim = tmp_path / "victim.json"
     victim.write_text("keep me")
@@ -363,7 +351,7 @@ def test_a_step_document_is_never_written_through_a_link(tmp_path):
 def test_ups_steps_keep_their_documents_in_its_folder_only(tmp_path, monkeypatch):
     """Each step runs with --run of up's folder: it keeps its document there, and no other run folder
     ($EPYC_RUN, or the default one) is read or written."""
-    from epyc import up
+    from epyc.verbs import up
 
     monkeypatch.setenv("EPYC_RUN", str(tmp_path / "elsewhere"))
     run_dir = tmp_path / "run"

@@ -18,12 +18,7 @@ from conftest import (
     load_epyc_doc,
     run_script,
 )
-from epyc import (
-    hubcache,
-    preload,
-    runtimes,
-    validation,
-)
+from epyc.facts import hubcache, preload, runtimes, validation
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
 PINNED = "amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
@@ -243,7 +238,7 @@ def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_p
     liar.write_text('#!/bin/sh\necho \'@@VLLMDIR@@{"folder": "/tmp/' + "n" * 300 + "\"}'\n")
     liar.chmod(0o755)
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from epyc import preload; "
+        "import sys; sys.path.insert(0, sys.argv[1]); from epyc.facts import preload; "
         "print(preload.execstack_libs(sys.argv[2]), preload.execstack_libs(sys.argv[3]))"
     )
     r = subprocess.run(
@@ -295,10 +290,8 @@ def test_up_with_python_serves_on_the_host_path_even_when_docker_answers(inputs,
     import argparse
 
     from conftest import load_docs
-    from epyc import (
-        up,
-    )
     from epyc.errors import ScriptError
+    from epyc.verbs import up
 
     docs = load_docs(inputs)
     _, env = rt

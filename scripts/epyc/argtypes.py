@@ -8,8 +8,8 @@ import os
 import re
 from collections.abc import Callable
 
-from .errors import ScriptError
-from .jsonio import user_path
+from epyc.errors import ScriptError
+from epyc.jsonio import user_path
 
 # git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")

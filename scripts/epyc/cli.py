@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bundle
-from .errors import EXIT_FAIL, EXIT_OK, ScriptError, os_error
-from .jsonio import check_schema, write_own_file
-from .masking import _MaskedStream, mask_secrets, masked_strings, secret_values
+from epyc import bundle
+from epyc.errors import EXIT_FAIL, EXIT_OK, ScriptError, os_error
+from epyc.jsonio import check_schema, write_own_file
+from epyc.masking import _MaskedStream, mask_secrets, masked_strings, secret_values
 
 _KEEP: list[Path] = []
 

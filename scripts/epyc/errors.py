@@ -6,7 +6,7 @@ import contextlib
 import sys
 from typing import Any
 
-from .masking import clip, mask_secrets
+from epyc.masking import clip, mask_secrets
 
 EXIT_OK = 0
 EXIT_FAIL = 1

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import errors
-from .errors import ScriptError
-from .masking import clip
+from epyc import errors
+from epyc.errors import ScriptError
+from epyc.masking import clip
 
 SCHEMAS = Path(__file__).resolve().parent.parent.parent / "data" / "schemas"  # bundle.DATA_DIR / "schemas"
 

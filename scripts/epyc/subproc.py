@@ -11,8 +11,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import ScriptError, log
-from .jsonio import best_schema_error, parse_json_object
+from epyc.errors import ScriptError, log
+from epyc.jsonio import best_schema_error, parse_json_object
 
 STOP_GRACE_S = 30  # how long a server has to stop before it is killed
 MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token in the environment of every server the bundle starts

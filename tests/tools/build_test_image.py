@@ -27,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from epyc import bundle, errors, hoststack, runtimes, subproc  # noqa: E402
+from epyc import bundle, errors, subproc  # noqa: E402
+from epyc.facts import hoststack, runtimes  # noqa: E402
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "serving-llms-on-epyc"
 VENV = "/opt/vllm"

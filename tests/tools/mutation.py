@@ -1,7 +1,7 @@
 """Mutation testing of the decision modules: does the fast suite notice when their logic changes?
 
     .venv/bin/python tests/tools/mutation.py                                  # every mutant of every module (hours)
-    .venv/bin/python tests/tools/mutation.py scripts/epyc/kv_cache.py         # one module, every mutant
+    .venv/bin/python tests/tools/mutation.py scripts/epyc/facts/kv_cache.py         # one module, every mutant
     .venv/bin/python tests/tools/mutation.py --sample 40 --seed 1             # 40 drawn per module (~30 min)
 
 mutmut 2.5's mutation operators (in the test extra) make each mutant: one operator, number,
@@ -37,30 +37,38 @@ from epyc.errors import ScriptError  # noqa: E402
 
 # each decision module with the tests that exercise it, fastest killers first (fast ones: no vLLM, no engine)
 MODULES = {
-    "scripts/epyc/kv_cache.py": [
+    "scripts/epyc/facts/kv_cache.py": [
         "tests/test_quantization.py",
         "tests/test_kv_cache.py",
         "tests/test_estimate_memory.py",
     ],
-    "scripts/epyc/quantization.py": ["tests/test_quantization.py"],
-    "scripts/epyc/estimate.py": ["tests/test_flag_ranges.py", "tests/test_estimate_memory.py"],
-    "scripts/epyc/model_check.py": [
+    "scripts/epyc/facts/quantization.py": ["tests/test_quantization.py"],
+    "scripts/epyc/decisions/estimate.py": ["tests/test_flag_ranges.py", "tests/test_estimate_memory.py"],
+    "scripts/epyc/decisions/model_check.py": [
         "tests/test_flag_ranges.py",
         "tests/test_model_check.py",
         "tests/test_check_model.py",
         "tests/test_quantization.py",
     ],
-    "scripts/epyc/sizing.py": ["tests/test_flag_ranges.py", "tests/test_cpu_tune.py", "tests/test_estimate_memory.py"],
-    "scripts/epyc/hostfacts.py": [
+    "scripts/epyc/decisions/sizing.py": [
+        "tests/test_flag_ranges.py",
+        "tests/test_cpu_tune.py",
+        "tests/test_estimate_memory.py",
+    ],
+    "scripts/epyc/facts/hostfacts.py": [
         "tests/test_flag_ranges.py",
         "tests/test_hostfacts.py",
         "tests/test_detect.py",
         "tests/test_cpu_tune.py",
     ],
-    "scripts/epyc/cpuid.py": ["tests/test_detect.py"],
+    "scripts/epyc/facts/cpuid.py": ["tests/test_detect.py"],
     # the plan, the smoke judge and the handoff: the verify tests (a fake server each) reach the last two
-    "scripts/epyc/planner.py": ["tests/test_planner.py", "tests/test_launch_plan.py", "tests/test_command.py"],
-    "scripts/epyc/handoff.py": ["tests/test_handoff.py", "tests/test_launch_verify.py"],
+    "scripts/epyc/decisions/planner.py": [
+        "tests/test_planner.py",
+        "tests/test_launch_plan.py",
+        "tests/test_command.py",
+    ],
+    "scripts/epyc/decisions/handoff.py": ["tests/test_handoff.py", "tests/test_launch_verify.py"],
 }
 
 

@@ -40,8 +40,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from epyc import bench_plan, command, planfile, subproc  # noqa: E402
-from epyc.benchmark import (  # noqa: E402
+from epyc import subproc  # noqa: E402
+from epyc.decisions import command  # noqa: E402
+from epyc.deployments import planfile  # noqa: E402
+from epyc.verbs import bench_plan  # noqa: E402
+from epyc.verbs.benchmark import (  # noqa: E402
     bench_argv,
     decode_bound,
     loopback_env,

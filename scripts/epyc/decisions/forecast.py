@@ -1,0 +1,243 @@
+"""A plan's speed before it runs: decode floor, aggregate, prefill and load, each a bound and a likely range."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epyc.facts.model_params import config_params, idle_expert_params
+
+DDR_BYTES_PER_TRANSFER = 8  # one 64-bit DDR channel moves 8 bytes a transfer
+NO_PARAMS = "its config lacks the shapes that count the parameters"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """An input, a number or a (lo, hi) range, and its source: "measured", "data:<key>", "assumption: ..."."""
+
+    name: str
+    value: float | tuple[float, float] | None
+    source: str
+    why: str = ""  # the value is None: why it is missing
+
+    def to_json(self) -> dict:
+        value = list(self.value) if isinstance(self.value, tuple) else self.value
+        return {"name": self.name, "value": value, "source": self.source} | ({"why": self.why} if self.why else {})
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One tensor-parallel rank (or the one engine): what a decode step reads there and what its cores deliver."""
+
+    weight_bytes: int  # the weights it reads a step: its shard, a mixture-of-experts model's active share
+    kv_bytes_per_token: int  # its share of one sequence's KV cache per token of context
+    bandwidth: Fact  # bytes/s its cores draw from its own node's memory
+    compute: Fact  # bf16 FLOP/s its cores deliver
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The model's arithmetic (model_params) and the traffic the forecast is for."""
+
+    layer_params: int | None  # parameters a token multiplies in the layers (a mixture-of-experts: the active ones)
+    head_params: int | None  # the LM head (vocab x hidden): every generated token, a prompt's last
+    prompt_tokens: int = 512
+    output_tokens: int = 128
+    concurrency: tuple[int, ...] = (1, 4, 8)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The bytes a start reads (and first downloads when they are not cached), at rates named as assumptions."""
+
+    read_bytes: int
+    download_bytes: int
+    read_rate: Fact  # (lo, hi) bytes/s: load_rates
+    download_rate: Fact
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A bound (physics at the inputs) and the likely range (the bound times the efficiency measured here)."""
+
+    bound: float
+    lo: float
+    hi: float
+
+    def to_json(self) -> dict:
+        return {"bound": round(self.bound, 3), "likely": [round(self.lo, 3), round(self.hi, 3)]}
+
+
+@dataclass(frozen=True)
+class Missing:
+    why: str  # a fact the figure needs is not known: no forecast, never a guess
+
+    def to_json(self) -> dict:
+        return {"available": False, "why": f"no forecast: {self.why}"}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    shape: dict
+    floor_ms: Figure | Missing  # one stream's decode, ms per output token
+    ceiling_tps: Figure | Missing  # and so its tokens/s
+    aggregate: tuple[tuple[int, Figure | Missing, str], ...]  # (concurrency, output tokens/s, "memory" | "compute")
+    ttft_ms: Figure | Missing
+    load_s: Figure | Missing
+    inputs: tuple[Fact, ...]
+
+    def to_json(self) -> dict:
+        decode = {"floor_ms_per_token": self.floor_ms.to_json(), "ceiling_tokens_per_s": self.ceiling_tps.to_json()}
+        rates = [{"concurrency": c, "tokens_per_s": f.to_json(), "limit": lim} for c, f, lim in self.aggregate]
+        return {
+            "shape": self.shape,
+            "decode": decode,
+            "aggregate": rates,
+            "prefill": {"prompt_tokens": self.shape["prompt_tokens"], "ttft_ms": self.ttft_ms.to_json()},
+            "load": {"seconds": self.load_s.to_json()},
+            "inputs": [f.to_json() for f in self.inputs],
+        }
+
+
+def _row(rows: list[dict], key: str, value: str | None) -> dict | None:
+    return next((r for r in rows if r[key] == value), None)
+
+
+def range_of(epyc: dict, name: str, table: str = "efficiency") -> tuple[float, float, str]:
+    """(lo, hi, source) of an efficiency or assumption row of data/epyc.json's forecast section."""
+    row = _row(epyc["forecast"][table], "name", name)
+    return row["lo"], row["hi"], f"data:forecast.{table}.{name} ({row['source']})"
+
+
+def memory_bandwidth(epyc: dict, generation: str | None, channel_share: float, cores: int) -> Fact:
+    """Bytes/s a rank's `cores` draw, from data: channels x MT/s x 8 bytes x the share of the socket's channels its
+    memory is on (1: an NPS1 socket, 1/4: an NPS4 node), and at most `cores` x the most one core drew here."""
+    row = _row(epyc["forecast"]["memory"], "generation", generation)
+    name, key = "memory_bandwidth_bytes_per_s", f"data:forecast.memory.{generation}"
+    if row is None or not (row["channels"] and row["mt_per_s"]):
+        return Fact(name, None, key, row["why"] if row else f"data/epyc.json has no memory facts for {generation!r}")
+    peak = row["channels"] * row["mt_per_s"] * 1e6 * DDR_BYTES_PER_TRANSFER * channel_share
+    _lo, per_core, per_core_source = range_of(epyc, "per_core_bandwidth_bytes_per_s", "assumptions")
+    source = f"{key} ({row['source']}) x {channel_share:g} of the socket's channels"
+    if cores * per_core < peak:
+        return Fact(name, cores * per_core, f"{source}, capped at {cores} cores x {per_core_source}")
+    return Fact(name, peak, source)
+
+
+def bf16_compute(epyc: dict, zen_arch: str | None, cores: int, clock: Fact) -> Fact:
+    """Peak bf16 FLOP/s of `cores` cores: cores x clock (GHz) x the bf16 FLOPs one core issues a cycle."""
+    row = _row(epyc["forecast"]["bf16_flops_per_cycle"], "zen_arch", zen_arch)
+    name, key = "bf16_flops_per_s", f"data:forecast.bf16_flops_per_cycle.{zen_arch}"
+    if row is None or not row["flops"]:
+        return Fact(name, None, key, row["why"] if row else f"data/epyc.json has no bf16 rate for {zen_arch!r}")
+    if clock.value is None:
+        return Fact(name, None, clock.source, clock.why)
+    source = f"{cores} cores x {clock.value} GHz ({clock.source}) x {row['flops']} ({key}: {row['source']})"
+    return Fact(name, cores * clock.value * 1e9 * row["flops"], source)
+
+
+def sku_clock(sku: dict | None) -> Fact:
+    """A known part's clock from its data/epyc_skus.json row (its all-core boost, else its top boost), or None."""
+    key = next((k for k in ("all_core_boost_ghz", "max_boost_ghz") if sku and sku.get(k)), None)
+    part = f"EPYC {sku['model']}" if sku else "a part not in the table"
+    why = "" if key else f"data/epyc_skus.json gives no clock for {part}"
+    return Fact("clock_ghz", float(sku[key]) if key else None, f"data:epyc_skus.{key or 'clock'}", why)
+
+
+def load_rates(epyc: dict) -> tuple[Fact, Fact]:
+    """The disk read and Hub download rates a load forecast assumes, (lo, hi) bytes/s, as the data names them."""
+    rows = [(n, range_of(epyc, n, "assumptions")) for n in ("disk_read_bytes_per_s", "download_bytes_per_s")]
+    return tuple(Fact(n, (lo, hi), source) for n, (lo, hi, source) in rows)
+
+
+def model_params(cfg: dict) -> tuple[int | None, int | None]:
+    """(layer parameters a token multiplies, LM head parameters) of a text config: a mixture-of-experts model's
+    idle experts left out, the embedding lookup (no multiply) not counted."""
+    params = config_params(cfg)
+    if params is None:
+        return None, None
+    return params[1] - idle_expert_params(cfg), cfg["vocab_size"] * cfg["hidden_size"]
+
+
+def _flops(w: Workload) -> tuple[float, float] | None:
+    """(FLOPs a generated token, FLOPs of one prompt's prefill): 2 a parameter multiplied."""
+    if not (w.layer_params and w.head_params):
+        return None
+    return 2 * (w.layer_params + w.head_params), 2 * (w.layer_params * w.prompt_tokens + w.head_params)
+
+
+def _time_s(ranks: tuple[Rank, ...], w: Workload, batch: int, steps: int, prefill: bool) -> tuple[float, str]:
+    """`steps` decode steps of `batch` sequences (prefilled first if `prefill`): each rank reads its weights once a
+    step and each sequence's KV at mid-decode, and multiplies its share; the slowest sets the pace -> (s, limit)."""
+    flops, context = _flops(w), w.prompt_tokens + w.output_tokens // 2
+    slowest, limit = 0.0, "memory"
+    for r in ranks:
+        mem = steps * (r.weight_bytes + batch * r.kv_bytes_per_token * context) / r.bandwidth.value
+        work = batch * (steps * flops[0] + prefill * flops[1]) / len(ranks) if flops and r.compute.value else 0
+        cmp = work / r.compute.value if work else 0.0
+        if max(mem, cmp) > slowest:
+            slowest, limit = max(mem, cmp), "memory" if mem >= cmp else "compute"
+    return slowest, limit
+
+
+def _scaled(bound: float, eff: tuple[float, float], rate: bool) -> Figure:
+    """A rate's likely range is the bound times the efficiency; a time's, the bound divided by it."""
+    return Figure(bound, bound * eff[0], bound * eff[1]) if rate else Figure(bound, bound / eff[1], bound / eff[0])
+
+
+def _gap(facts) -> Missing | None:
+    missing = next((f for f in facts if f.value is None), None)
+    return Missing(f"{missing.name}: {missing.why}") if missing else None
+
+
+def _fleet(ranks, w: Workload, engines: int, eff: dict) -> tuple[tuple[int, Figure | Missing, str], ...]:
+    """Output tokens/s at each concurrency, prefill to last token, the requests dealt round-robin over the engines
+    and their rates summed: in an engine one weight read serves its batch, until the cores' compute is the limit."""
+    gap = _gap(
+        [*(r.bandwidth for r in ranks), *(r.compute for r in ranks), Fact("model_flops", _flops(w), "", NO_PARAMS)]
+    )
+    if gap:
+        return tuple((c, gap, "") for c in w.concurrency)
+    rows = []
+    for c in w.concurrency:
+        batches = [c // engines + (i < c % engines) for i in range(min(c, engines))]
+        times = [_time_s(ranks, w, b, w.output_tokens, prefill=True) for b in batches]
+        bound = sum(b * w.output_tokens / t for b, (t, _) in zip(batches, times))
+        rows.append((c, _scaled(bound, eff["aggregate"], rate=True), times[0][1]))
+    return tuple(rows)
+
+
+def _prefill(ranks, w: Workload, eff: tuple[float, float]) -> Figure | Missing:
+    """Time to first token of one prompt: its prefill FLOPs over the compute of the slowest rank (its share)."""
+    gap = _gap([*(r.compute for r in ranks), Fact("model_flops", _flops(w), "", NO_PARAMS)])
+    return gap or _scaled(max(_flops(w)[1] / len(ranks) / r.compute.value for r in ranks) * 1000, eff, rate=False)
+
+
+def _load(load: Load, startup: tuple[float, float]) -> Figure | Missing:
+    """Seconds to read (first download, if not cached) the weights: bound at the fastest assumed rates; likely at
+    the rates' range, plus the start-up measured beyond the read."""
+    legs = [(load.read_bytes, load.read_rate)] + [(load.download_bytes, load.download_rate)] * bool(load.download_bytes)
+    gap = _gap(rate for _, rate in legs)
+    if gap:
+        return gap
+    fast, slow = (sum(b / rate.value[i] for b, rate in legs) for i in (1, 0))
+    return Figure(fast, fast + startup[0], slow + startup[1])
+
+
+def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engines: int = 1) -> Forecast:
+    """The forecast of `engines` engines alike, each over `ranks` (one Rank: an engine on its socket or node; tensor
+    parallel: a Rank each, on its own node); every figure names its inputs, a missing one says why."""
+    eff = {n: range_of(epyc, n) for n in ("decode_c1", "aggregate", "prefill", "startup_s")}
+    facts = [f for r in ranks for f in (r.bandwidth, r.compute)] + [load.read_rate, load.download_rate]
+    facts += [Fact(f"efficiency.{n}", (lo, hi), source) for n, (lo, hi, source) in eff.items()]
+    lohi = {n: (lo, hi) for n, (lo, hi, _) in eff.items()}
+    if not all(r.bandwidth.source == "measured" for r in ranks):  # data's peak: the socket sustains a share of it
+        s_lo, s_hi, source = range_of(epyc, "sustained_memory_fraction", "assumptions")
+        facts.append(Fact("sustained_memory_fraction", (s_lo, s_hi), source))
+        lohi |= {n: (lohi[n][0] * s_lo, lohi[n][1] * s_hi) for n in ("decode_c1", "aggregate")}
+    floor = ceiling = _gap(r.bandwidth for r in ranks)
+    if not floor:
+        ms = _time_s(ranks, w, 1, 1, prefill=False)[0] * 1000
+        floor, ceiling = _scaled(ms, lohi["decode_c1"], rate=False), _scaled(1000 / ms, lohi["decode_c1"], rate=True)
+    shape = dict(engines=engines, ranks=len(ranks), prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens)
+    ttft, load_s = _prefill(ranks, w, lohi["prefill"]), _load(load, lohi["startup_s"])
+    return Forecast(shape, floor, ceiling, _fleet(ranks, w, engines, lohi), ttft, load_s, tuple(dict.fromkeys(facts)))

@@ -1,0 +1,360 @@
+"""The plan: from the five input documents to one checked, summarised serving plan."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from epyc import bundle, jsonio
+from epyc.argtypes import is_served_name
+from epyc.decisions import kv_budget
+from epyc.decisions.command import (
+    API_KEY_MIN,
+    container_run_argv,
+    quantized_path,
+    runtime_stop_pair,
+    served_model_name,
+    stop_command,
+    throughput_env,
+)
+from epyc.decisions.handoff import markdown_table, summary_rows
+from epyc.decisions.plan_checks import (
+    chosen_dtype,
+    chosen_max_len,
+    refuse_inconsistent_inputs,
+    refuse_unrunnable_command,
+    refuse_unsafe_arguments,
+    served_revision,
+)
+from epyc.errors import ScriptError
+from epyc.facts import runtimes
+from epyc.facts.hubcache import bind_mount, state_root
+from epyc.facts.preload import preload_value
+from epyc.masking import secret_unsendable
+
+PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
+# the options plan and up both take about the serve itself (launch.add_serve_options declares them)
+SERVE_OPTIONS = (
+    "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
+).split()
+
+SIZINGS = {
+    # name: bind (the socket's cores / nobind / vLLM's default), kv (grant VLLM_CPU_KVCACHE_SPACE), pin (CPU +
+    # memory), preload (LD_PRELOAD), seqs (--max-num-seqs from the KV capacity), throughput (the opt-in flags)
+    "skill": dict(bind="cores", kv=True, pin=True, preload=True, seqs=True, throughput=False),
+    "skill+throughput": dict(bind="cores", kv=True, pin=True, preload=True, seqs=True, throughput=True),
+    "vllm-default": dict(bind=None, kv=False, pin=False, preload=False, seqs=False, throughput=False),
+    "all-cores": dict(bind="cores", kv=False, pin=False, preload=False, seqs=False, throughput=False),
+    "unpinned": dict(bind="nobind", kv=True, pin=False, preload=False, seqs=False, throughput=False),
+}
+
+
+def sizing_rules(name: str) -> dict:
+    """What a sizing sets: `skill` is this bundle's plan, the others what a user might type instead (bench.py
+    --compare serves the model under each, so the skill's rules are measured, not asserted)."""
+    if name not in SIZINGS:
+        raise ScriptError(f"unknown sizing {name!r}", f"use one of: {', '.join(SIZINGS)}")
+    return SIZINGS[name]
+
+
+def plan_differences(plan: dict, fresh: dict) -> list[str]:
+    """The fields where the plan on disk and a fresh rendering of its own inputs disagree: every field counts
+    (what runs, and what the human and the handoff are told), so an edit anywhere is refused."""
+    return sorted(k for k in plan.keys() | fresh.keys() if k != "ok" and plan.get(k) != fresh.get(k))
+
+
+@dataclass
+class Choices:
+    """What this plan serves, decided from the options and the documents and checked before assembly."""
+
+    model: str
+    path: str  # "host" or "container"
+    backend: str  # "zentorch" or "stock"
+    dtype: str
+    max_len: int
+    port: int
+    expose: bool
+    key_env: str | None
+    host: str
+    served: str
+    version: str | None
+    rules: dict
+    revision: str | None
+    throughput: bool
+
+
+def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> None:
+    """All interfaces only with a key that is set, long enough, and every secret sendable in a header."""
+    if expose and not key_env:
+        raise ScriptError(
+            "--expose serves on all interfaces: an API key is required",
+            "export a key in an env var and pass --api-key-env NAME",
+        )
+    if key_env and not facts.get("api_key_set"):
+        raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
+    if key_env and facts.get("api_key_length") is not None and facts["api_key_length"] < API_KEY_MIN:
+        # a short key is guessed, and masking it would blank words wherever it appears ("local", "error")
+        raise ScriptError(
+            f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
+            f"{API_KEY_MIN} at least",
+            f"export {key_env} as a longer random key, e.g. "
+            f"export {key_env}=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')",
+        )
+    if facts.get("unsendable_secrets"):
+        name = facts["unsendable_secrets"][0]
+        raise ScriptError(
+            secret_unsendable(name), f"export {name} again with the token alone (printable ASCII, no spaces), then plan"
+        )
+
+
+def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
+    """Every refusal, before anything is assembled: what remains is a serve that start would run."""
+    refuse_inconsistent_inputs(inp, opt)
+    det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
+    model = opt.get("model") or chk.get("model")
+    refuse_unsafe_arguments(model, val, tune)
+    backend = val.get("backend") or "zentorch"
+    dtype = chosen_dtype(opt, epyc, backend, est)
+    max_len = chosen_max_len(opt, epyc, est)
+    expose, key_env = bool(opt.get("expose")), opt.get("api_key_env")
+    refuse_unkeyed_exposure(expose, key_env, facts)
+    served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
+    if not is_served_name(served):
+        raise ScriptError(
+            f"served model name {served!r} is not a plain name (letters, digits and ._:@+/-, not "
+            "starting with '-', at most 200)",
+            "pass --served-model-name NAME",
+        )
+    rules = sizing_rules(opt.get("sizing") or "skill")
+    throughput = bool(opt.get("throughput_flags") or rules["throughput"])
+    if throughput and backend == "stock":
+        raise ScriptError(
+            "the throughput flags are for the zentorch path only: on stock vLLM CPU (vLLM 0.32, "
+            "CpuPlatform) the engine segfaults in onednn_mm while warming up (measured on an Intel "
+            "runner, 2026-12-01)",
+            "plan without --throughput-flags on the stock path",
+        )
+    revision = served_revision(inp, model, facts)
+    refuse_unrunnable_command(val, epyc, facts)
+    quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
+    if quant and quant["served_on_cpu"] is False:
+        raise ScriptError(
+            f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "
+            f"{backend} path cannot run: {quant['note']}",
+            "serve the unquantized (bfloat16) checkpoint here, or this one on a CPU with AVX-512",
+        )
+    return Choices(
+        model=model,
+        path=val["path"],
+        backend=backend,
+        dtype=dtype,
+        max_len=max_len,
+        port=int(opt.get("port") or val["port"]),
+        expose=expose,
+        key_env=key_env,
+        host="0.0.0.0" if expose else epyc["serve"]["bind_host"],
+        served=served,
+        version=(val.get("stack") or {}).get("vllm"),
+        rules=rules,
+        revision=revision,
+        throughput=throughput,
+    )
+
+
+def plan_env(ch: Choices, tune: dict, epyc: dict, opt: dict, facts: dict) -> tuple[dict, dict]:
+    """The server's environment (no secret values) and the secrets it gets: variable -> where start reads it."""
+    env = {}
+    if ch.rules["bind"]:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = (
+            tune["vllm_cpu_omp_threads_bind"] if ch.rules["bind"] == "cores" else "nobind"
+        )
+    if ch.rules["kv"]:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(tune["kv_granted_gb"])
+    if ch.throughput:
+        env.update(throughput_env(epyc["throughput_flags"]))
+    if opt.get("kernel_log"):  # every zentorch matmul logs its plugin_op and kernel: kernel_proof.py reads them
+        env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
+    if facts.get("hf_offline"):
+        env["HF_HUB_OFFLINE"] = "1"  # an offline host serves from its HF cache, and so does the server
+    secrets = {"HF_TOKEN": "HF_TOKEN"} if facts.get("hf_token_set") else {}
+    if ch.key_env:
+        secrets["VLLM_API_KEY"] = ch.key_env
+    return env, secrets
+
+
+def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str], kv_budget.Capacity, int]:
+    """vllm serve's options after the model, the KV capacity behind --max-num-seqs, and the batched tokens."""
+    est, tune = inp["estimate_memory"], inp["cpu_tune"]
+    sized = (est.get("fit") or {}).get("max_model_len")
+    batched = int(est.get("max_num_batched_tokens") or epyc["serve"]["max_num_batched_tokens"])
+    ranks = tune.get("tensor_parallel_size") or 1
+    need = kv_budget.need_of(est, ranks) or kv_budget.Need()
+    if opt.get("max_model_len") and opt["max_model_len"] != sized:  # not the length the estimate's sequences have
+        need = replace(need, kv_bytes_per_sequence=None)
+    capacity = kv_budget.capacity(tune["kv_granted_gb"], need, epyc["serve"]["max_num_seqs_cap"], batched)
+    # the KV sizing's assumptions are pinned, not left to vLLM's defaults: how many sequences run at once, and
+    # how many tokens a step takes (a sliding-window layer keeps that many beyond its window)
+    seqs = ch.rules["seqs"]
+    flags = {
+        "--served-model-name": ch.served,
+        "--host": ch.host,
+        "--port": ch.port,
+        "--dtype": ch.dtype,
+        "--max-model-len": ch.max_len,
+        "--tensor-parallel-size": ranks if ranks > 1 else None,
+        "--max-num-seqs": capacity.max_num_seqs if seqs else None,
+        "--max-num-batched-tokens": batched if seqs else None,
+        "--revision": ch.revision,
+    }
+    return [x for flag, value in flags.items() if value for x in (flag, str(value))], capacity, batched
+
+
+def host_command(ch: Choices, inp: dict, epyc: dict, env: dict, model_arg: str, opts: list[str]) -> dict:
+    """The host path: the pin prefix, the venv's vllm, the model by its real path; LD_PRELOAD in env."""
+    val, tune = inp["validate"], inp["cpu_tune"]
+    env["PYTHONUNBUFFERED"] = "1"  # the log tail a failed verify shows is the server's last words
+    preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
+    if preload and ch.rules["preload"]:
+        env["LD_PRELOAD"] = preload
+    pin = tune.get("host_pin_argv", []) if ch.rules["pin"] else []
+    argv = [*pin, str(Path(val["python"]).parent / "vllm"), "serve", model_arg, *opts]
+    # another host has neither this bundle nor its state: the process is found by its command there
+    pattern = f"vllm serve {re.escape(model_arg)} .*--port {ch.port}( |$)"
+    return {"argv": argv, "pre_argv": [], "remote_stop": shlex.join(["pkill", "-TERM", "-f", pattern])}
+
+
+def container_command(
+    ch: Choices, inp: dict, epyc: dict, env: dict, facts: dict, opts: list[str], name: str, secrets_dir: str | None
+) -> dict:
+    """The container path: the runtime validate probed, the cpuset, the hub cache and a model folder mounted."""
+    val, tune = inp["validate"], inp["cpu_tune"]
+    rt = runtimes.runtime_argv(val["runtime"], val.get("engine"))
+    model_arg, mount = ch.model, []
+    if facts.get("model_dir"):  # a local folder goes into the container read-only
+        model_arg = f"/models/{Path(facts['model_dir']).name}"
+        mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
+    # the hub cache only, where the container's huggingface_hub looks
+    hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
+    argv = container_run_argv(
+        rt,
+        name,
+        epyc["container"]["run_flags"],
+        tune["container_cpuset_argv"] if ch.rules["pin"] else [],
+        hf_mount,
+        mount,
+        env,
+        secrets_dir,
+        val["image"],
+        [model_arg, *opts],
+        epyc["container"]["shm_size_if_ipc_isolated"],
+    )
+    pre_argv = [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]]
+    return {"argv": argv, "pre_argv": pre_argv, "remote_stop": runtime_stop_pair(rt, name)}
+
+
+def sizing_doc(opt: dict, tune: dict, capacity: kv_budget.Capacity, batched: int | None, max_len: int) -> dict:
+    """The plan's sizing: the socket, its bind and KV grant, and what the grant holds."""
+    return {
+        "sizing_rule": opt.get("sizing") or "skill",
+        "socket": tune["chosen_socket"],
+        **{k: tune.get(k) for k in ("socket_choice_reason", "vllm_cpu_omp_threads_bind", "omp_threads")},
+        **{k: tune.get(k) for k in ("tensor_parallel_size", "ranks", "kv_granted_gb", "kv_basis")},
+        **asdict(capacity),
+        "numa_nodes": tune["numa_nodes"],
+        "max_num_batched_tokens": batched,
+        "max_model_len": max_len,
+    }
+
+
+def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
+    """The plan's first fields: where it serves, on which stack, which model, at which address and precision."""
+    det, val, chk = inp["detect"], inp["validate"], inp["check_model"]
+    return {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "kind": "engine",
+        "target": det.get("target", "localhost"),
+        "deferred": val.get("deferred", []),
+        "path": ch.path,
+        "backend": ch.backend,
+        "platform": (val.get("stack") or {}).get("platform"),
+        "runtime": "host" if ch.path == "host" else val["runtime"],
+        "engine": val.get("engine") if ch.path != "host" else None,
+        "image": val.get("image"),
+        "model": ch.model,
+        "served_model_name": ch.served,
+        "model_kind": chk.get("kind"),
+        "primary_endpoint": chk.get("primary_endpoint") or "unknown",
+        "supported_endpoints": chk.get("supported_endpoints") or [],
+        "chat_template_status": (chk.get("chat_template") or {}).get("status"),
+        "host": ch.host,
+        "port": ch.port,
+        "base_url": f"http://127.0.0.1:{ch.port}/v1",
+        "expose": ch.expose,
+        "api_key_env": ch.key_env,
+        "dtype": ch.dtype,
+        "max_model_len": ch.max_len,
+        "vllm_version": ch.version,
+        "quantization": quantized_path(chk.get("quantization"), ch.backend, ch.dtype, epyc, det.get("avx512")),
+        "model_dir": facts.get("model_dir"),
+        "revision": ch.revision,
+    }
+
+
+def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
+    """Everything start needs, and the summary the human confirms, from the five input documents, the options and
+    the host facts that matter (shell.shell_facts). Every refusal comes first (choose); then the assembly."""
+    ch = choose(inp, opt, epyc, facts)
+    det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
+    env, secrets = plan_env(ch, tune, epyc, opt, facts)
+    opts, capacity, batched = serve_opts(ch, inp, opt, epyc)
+    name = f"{epyc['container']['name']}-{ch.port}"  # one container per endpoint: plans never remove each other's
+    state_dir = Path(opt.get("state_dir") or state_root() / (name if ch.path != "host" else f"host-{ch.port}"))
+    if ch.path == "host":  # a local folder by its real absolute path: the command means the same from anywhere
+        cmd = host_command(ch, inp, epyc, env, facts.get("model_dir") or ch.model, opts)
+    else:
+        cmd = container_command(ch, inp, epyc, env, facts, opts, name, str(state_dir / "secrets") if secrets else None)
+    # here: from any folder, on the copy of the plan start keeps beside the server's state (it also removes
+    # the key files start wrote); another host: the runtime's own stop, or the process by its command
+    stop = cmd["remote_stop"] if val.get("deferred") else stop_command(state_dir / "plan.json")
+    gotcha = {"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}
+    plan = {
+        **what_serves(ch, inp, epyc, facts),
+        "env": env,
+        "env_by_name": list(secrets),
+        "secrets": secrets,
+        "pre_argv": cmd["pre_argv"],
+        "argv": cmd["argv"],
+        "command": shlex.join(cmd["argv"]),
+        "container_name": name if ch.path != "host" else None,
+        "state_dir": str(state_dir),
+        "log_file": str(state_dir / "server.log"),
+        "state_file": str(state_dir / "state.json"),
+        "stop_command": stop,
+        "requires_confirmation": bool(val.get("requires_confirmation")),
+        "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
+        "warnings": [
+            {"check": w["check"], "message": w["message"], "fix": w.get("fix")}
+            for w in [*tune.get("warnings", []), *val.get("warnings", []), *([gotcha] if ch.throughput else [])]
+        ],
+        "sizing": sizing_doc(opt, tune, capacity, batched if ch.rules["seqs"] else None, ch.max_len),
+    }
+    return finish_plan(plan, inp, opt, state_dir, det, est.get("fit"))
+
+
+def finish_plan(plan: dict, inp: dict, opt: dict, state_dir: Path, det: dict, fit: dict | None) -> dict:
+    """The plan's inputs (start renders them again), its options, its summary; checked against its schema."""
+    plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
+    # the state dir as resolved here: stop run from another shell must find the server this plan's start recorded
+    plan["options"] = {k: v for k, v in {**opt, "state_dir": str(state_dir)}.items() if v is not None}
+    plan["summary"] = summary_rows(plan, det, fit)
+    plan["summary_markdown"] = markdown_table(["Field", "Value"], plan["summary"])
+    # what the human is shown must be a plan start would accept
+    jsonio.check_schema(
+        plan,
+        "plan",
+        "the plan these documents render is not one start would run",
+        "pass the unmodified outputs of detect, validate, check_model, estimate_memory and cpu_tune",
+    )
+    return plan

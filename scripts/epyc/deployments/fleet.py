@@ -1,0 +1,184 @@
+"""A fleet: one engine per socket (or per share of one socket) behind vllm-router, run as one endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from epyc import errors, jsonio, subproc
+from epyc.decisions.command import router_binary, router_plan
+from epyc.decisions.handoff import markdown_table
+from epyc.decisions.kv_budget import need_of
+from epyc.decisions.planner import PLAN_SCHEMA_VERSION, build_plan, refuse_unkeyed_exposure
+from epyc.decisions.sizing import SizingRequest, sample_busy
+from epyc.decisions.sizing import tune as size_socket
+from epyc.deployments import runs
+from epyc.deployments.serve_state import write_own_file
+from epyc.errors import ScriptError
+from epyc.facts import remote_host
+from epyc.facts.shell import shell_facts
+
+# ---------------------------------------------------------------- the router's install
+
+
+def install_router(epyc: dict) -> dict:
+    """The pinned vllm-router in a venv of its own under the cache (a Rust binary from PyPI), once."""
+    binary = router_binary(epyc)
+    venv = binary.parent.parent
+    actions = []
+    if not binary.exists():
+        steps = [
+            ([sys.executable, "-m", "venv", str(venv)], 120),
+            ([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", epyc["router"]["pip"]], 900),
+        ]
+        for argv, timeout in steps:
+            errors.log(f"fleet: {shlex.join(argv)}")
+            res = subproc.run(argv, timeout=timeout, stderr_through=True, env=subproc.no_python_settings())
+            if res.returncode != 0:
+                raise ScriptError(
+                    f"installing {epyc['router']['pip']} failed ({res.failure or res.returncode})",
+                    "check pip's output above and the package index, then run the fleet plan again",
+                )
+        actions.append(f"installed {epyc['router']['pip']} into {venv}")
+    return {"router": str(binary), "actions": actions}
+
+
+# ---------------------------------------------------------------- sizing and the plan
+
+
+def engine_tunes(facts, epyc: dict, busy: dict | None, base: SizingRequest, engines: str) -> list[dict]:
+    """cpu_tune's document for each engine: `per-socket` (one engine on each socket this process may use), or
+    N engines sharing one socket, each with its slice of the cores and of the memory."""
+    topo, allowed = facts.topology, set(facts.allowed_cpus)
+    if engines in ("per-socket", "per-node"):
+        sockets = [s for s in topo.sockets if any(c in allowed for c in topo.socket_cpus(s))]
+        ways = {s: len(topo.socket_nodes(s)) if engines == "per-node" else 1 for s in sockets}
+        if sum(ways.values()) < 2:
+            raise ScriptError(
+                f"{engines}: this host has {len(sockets)} usable socket(s) of {max(ways.values(), default=0)} "
+                "node(s) each, so one engine",
+                "serve it with launch.py plan, or pass --engines N to split the socket's cores",
+            )
+        return [
+            size_socket(facts, epyc, busy, dataclasses.replace(base, socket=s, part=(i, n) if n > 1 else None))
+            for s, n in ways.items()
+            for i in range(n)
+        ]
+    n = int(engines)
+    first = size_socket(facts, epyc, busy, dataclasses.replace(base, part=(0, n)))
+    on = dataclasses.replace(base, socket=first["chosen_socket"])
+    return [first] + [size_socket(facts, epyc, busy, dataclasses.replace(on, part=(i, n))) for i in range(1, n)]
+
+
+def engine_urls(engines: list[dict]) -> list[str]:
+    return [f"http://127.0.0.1:{e['port']}" for e in engines]
+
+
+ENGINE_ROWS = (
+    *("CPU sizing", "Hardware", "Port", "Pinning", "Environment", "Command (exactly what start runs)"),
+    *("Planned for", "Warning"),
+)
+
+
+def fleet_warnings(engines: list[dict]) -> list[list[str]]:
+    """Every engine's warnings, each once: one that only some engines have names them."""
+    said: dict[str, list[int]] = {}
+    for i, e in enumerate(engines):
+        for w in e["warnings"]:
+            said.setdefault(w["message"], []).append(i)
+    return [
+        ["Warning", m if len(ix) == len(engines) else f"engine {', '.join(map(str, ix))}: {m}"]
+        for m, ix in said.items()
+    ]
+
+
+def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
+    """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
+    expose = bool(opts.get("expose"))
+    refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
+    port = opts.get("port") or inputs["validate"]["port"]
+    engines = []
+    for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
+        opt = {**opts, "expose": False, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
+        engines.append(build_plan({**inputs, "cpu_tune": tune}, opt, epyc, facts_host))
+    router = router_plan(engine_urls(engines), port, folder, epyc, expose)
+    rows = [
+        [
+            f"engine {i}",
+            f"{e['sizing']['vllm_cpu_omp_threads_bind']} on socket {e['sizing']['socket']}, "
+            f"KV {e['sizing']['kv_granted_gb']} GiB, port {e['port']}: `{e['command']}`",
+        ]
+        for i, e in enumerate(engines)
+    ]
+    on = f"all interfaces (every engine checks the key in ${opts['api_key_env']})" if expose else "127.0.0.1"
+    pip, policy = epyc["router"]["pip"], epyc["router"]["policy"]
+    rows.append(["router", f"port {port} on {on}, {pip}, policy {policy}: `{router['command']}`"])
+    planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)
+    if planned_for:  # another host: what the engines assume, and the router to install there
+        install = f"python3 scripts/setup_host_stack.py --router ({pip}; the router's path above is where it installs for this user)"
+        rows.append(["Planned for", f"{planned_for}; there, first: {install}"])
+    return {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "kind": "fleet",
+        "engines": [str(Path(e["state_dir"]) / "plan.json") for e in engines],
+        "router": router,
+        "base_url": router["base_url"],
+        "served_model_name": engines[0]["served_model_name"],
+        "api_key_env": engines[0]["api_key_env"],
+        # the rows every engine shares; each engine's socket, cores, KV, port and command are in its own row
+        "summary_markdown": markdown_table(
+            ["Field", "Value"], [r for r in engines[0]["summary"] if r[0] not in ENGINE_ROWS] + fleet_warnings(engines)
+        )
+        + "\n\n"
+        + markdown_table(["Part", "What runs"], rows),
+        "_engine_plans": engines,
+    }
+
+
+def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: str) -> dict:
+    """launch.py plan --engines: the host detect read, read again and sized per engine; the router pinned."""
+    if not inputs["validate"].get("deferred") and not router_binary(epyc).exists():  # another host's: there
+        raise ScriptError(
+            f"a fleet needs vllm-router ({epyc['router']['pip']}), not installed",
+            "run python3 scripts/setup_host_stack.py --router (a venv of its own under the cache), then plan again",
+        )
+    sysroot, host = runs.host_source(inputs["detect"])
+    facts = remote_host.gather_from_args(sysroot, host)
+    cfg, est, tune = epyc["cpu"], inputs["estimate_memory"], inputs["cpu_tune"]
+    busy = None if sysroot or host else sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
+    # cpu_tune's own thresholds, as the user ran it for one engine
+    base = SizingRequest(tune["busy_threshold"], cfg["default_reserved_cores"], tune["os_reserve_gb"], need_of(est))
+    tunes = engine_tunes(facts, epyc, busy, base, engines)
+    for tune in tunes:
+        jsonio.check_schema(
+            tune, "cpu_tune", "an engine's sizing", "report it: the fleet sized a socket no schema allows"
+        )
+    fleet = plan_fleet(inputs, opts, epyc, shell_facts(opts, inputs), tunes, folder)
+    for plan in fleet.pop("_engine_plans"):  # each engine's plan in its state dir, where start keeps it
+        Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
+    return fleet
+
+
+# ---------------------------------------------------------------- reading it back
+
+
+def as_one_endpoint(fleet: dict, engines: list[dict]) -> dict:
+    """Engine 0's plan as bench measures a fleet: the router's URL, every engine's bound CPUs."""
+    first = engines[0]
+    binds = ",".join(e["env"]["VLLM_CPU_OMP_THREADS_BIND"] for e in engines)
+    # without engine 0's pin: the bandwidth is read on every engine's CPUs, not engine 0's memory node alone
+    argv = first["argv"][next(i for i, a in enumerate(first["argv"]) if a.endswith("/vllm")) :]
+    env = {**first["env"], "VLLM_CPU_OMP_THREADS_BIND": binds}
+    return {**first, "argv": argv, "base_url": fleet["base_url"], "env": env}
+
+
+def engines_arg(text: str) -> str:
+    """--engines: per-socket, per-node, or a count of engines to share one socket."""
+    if text in ("per-socket", "per-node") or (text.isdigit() and 2 <= int(text) <= 64):
+        return text
+    raise argparse.ArgumentTypeError(f"{text[:40]!r}: per-socket, per-node, or a number of engines from 2 to 64")

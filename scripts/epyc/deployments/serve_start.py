@@ -1,0 +1,277 @@
+"""Starting a plan's server: a host process group or a container."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from epyc import cli, errors, masking, subproc
+from epyc.decisions.command import bound_cpus, server_env
+from epyc.deployments.process import launch, start_error, unrecorded
+from epyc.deployments.serve_procs import (
+    by_id,
+    container_gone,
+    foreign_state,
+    inspect_container,
+    runtime_silent,
+    state_server,
+)
+from epyc.deployments.serve_state import (
+    CONTAINER_ID,
+    LOCK_WAIT_S,
+    NO_RETRY_FIX,
+    STATE_DIR_FIX,
+    flock_within,
+    make_own_folder,
+    open_own_file,
+    plan_identity,
+    read_state,
+    refuse_state_dir,
+    remove_secret_files,
+    secret_values,
+    up_in_progress,
+    write_own_file,
+    write_secret_files,
+    write_state,
+)
+from epyc.errors import ScriptError
+from epyc.facts import hostfacts, hubcache, runtimes, validation
+
+PULL_TIMEOUT_S = 3600
+RUN_TIMEOUT_S = 300
+CONFIRM = (
+    "start needs --confirm: the human must approve the plan first",
+    "show summary_markdown from the plan, wait for a clear go, then pass --confirm",
+)
+# docker's and podman's words when `run` refused to create ours: the name is another container's
+NAME_TAKEN = "is already in use"
+
+
+def port_in_use(port: int) -> bool:
+    return not validation.port_is_free(port)
+
+
+def cpus_not_here(plan: dict) -> str | None:
+    """The plan's OMP bind less the CPUs this process may run on (a plan sized elsewhere), or None: all are here."""
+    import psutil
+
+    bind = bound_cpus(plan["sizing"]["vllm_cpu_omp_threads_bind"])
+    if bind is None:
+        return plan["sizing"]["vllm_cpu_omp_threads_bind"]
+    missing = set(bind) - set(psutil.Process().cpu_affinity())
+    return hostfacts.format_cpulist(missing) if missing else None
+
+
+def refuse_elsewhere(plan: dict) -> None:
+    """A plan made for another machine (facts assumed, or CPUs this one does not let us run on) never starts here."""
+    if plan.get("deferred"):
+        raise start_error(
+            f"this plan is for {plan.get('target')}, not this machine: {', '.join(plan['deferred'])} were assumed",
+            "run the chain on that host itself (detect.py there reads it live), then plan and start there",
+        )
+    if plan["path"] == "host" and (foreign := cpus_not_here(plan)):
+        raise start_error(
+            f"the plan binds CPUs {foreign} that this machine does not let us run on: it was sized for {plan.get('target')}",
+            "run the chain on the machine that serves (detect.py without --sysroot), then plan and start there",
+        )
+
+
+def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
+    """Run what the plan says, once, under the state dir's lock, refusing a running server, busy port, unset secret."""
+    if not confirm:
+        raise ScriptError(*CONFIRM)
+    refuse_elsewhere(plan)
+    # checked again here: a plan file is data anyone may have edited
+    refuse_state_dir(Path(plan["state_dir"]), f"state dir {plan['state_dir']}", STATE_DIR_FIX, phase="start")
+    make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
+    if up_in_progress(plan):
+        raise start_error(
+            f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
+            "server this start launches",
+            "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
+            "state dir of its own (--state-dir)",
+        )
+    with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
+        if not flock_within(lock.fileno(), LOCK_WAIT_S):
+            raise start_error(
+                f"another start, or a stop, for {plan['state_dir']} is running",
+                "wait for it, then verify (or start again if it was a stop)",
+            )
+        refuse_to_start_over(plan)
+        secrets, warnings = secret_values(plan), []
+        host = plan["path"] == "host"
+        state = start_host(plan, secrets) if host else start_container(plan, secrets, pull_policy, warnings)
+        # a copy beside the state: the plan that stops this server, whatever later happens to the one given
+        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
+        return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
+
+
+def refuse_to_start_over(plan: dict) -> None:
+    """start never starts over a running server (whichever plan started it) or a busy port."""
+    state = read_state(plan)
+    running = state_server(state) if state else None
+    if running:  # whichever plan started it: a new state written over it would leave it named by nothing
+        other = foreign_state(plan, state)
+        if other is None:
+            raise start_error(
+                f"a server from this plan is already running ({running}; {plan['state_file']})",
+                "python3 scripts/launch.py stop --plan <plan.json> first",
+            )
+        raise start_error(
+            f"a server of another plan ({other}) is already running from the state dir {plan['state_dir']} ({running})",
+            "stop it with the plan that started it, or plan this one with a state dir of its own (--state-dir)",
+        )
+    if port_in_use(plan["port"]):
+        raise start_error(
+            f"port {plan['port']} is already in use",
+            "re-run validate.py (it picks a free port) "
+            "and plan again; with --network=host a busy port cannot be remapped",
+        )
+
+
+def start_host(plan: dict, secrets: dict) -> dict:
+    """The plan's argv as a process group of its own, launched and recorded in state.json as one step."""
+    import secrets as tokens
+
+    hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # the server reads the Hub from start's folder
+    token = tokens.token_hex(16)
+    env = server_env(dict(os.environ), plan["env"], secrets, token)
+    program = subproc.find_program(plan["argv"][0], env)  # the pin program (numactl / taskset) or vllm
+    if program is None:
+        raise start_error(
+            f"{plan['argv'][0]} is not in any absolute folder of PATH (the current folder is never searched)",
+            "install it (apt-get install numactl), or run start from a shell whose PATH has /usr/bin",
+        )
+    return launch(plan, env, program, "server", marker=token, model_dir=plan["model_dir"])
+
+
+def clear_leftover(plan: dict, rm: list[str]) -> None:
+    """An exited container of the plan's name removed by its id; a running one, or a runtime silent, is refused."""
+    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    if found is None:  # nothing is removed by name that the runtime has not said is a leftover
+        raise runtime_silent(plan, "start", "nothing was removed or started")
+    if found and found["running"]:
+        raise start_error(
+            f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that the state dir "
+            f"{plan['state_dir']} has no record of: another plan's on this port, or one whose state was lost",
+            "stop it with the plan that started it (or by hand: "
+            + shlex.join([*runtimes.runtime_of(plan), "stop", plan["container_name"]])
+            + "), or plan this one on another port; then start again",
+        )
+    if found:
+        leftover = subproc.run(by_id(rm, found["id"]), timeout=60)
+        if not container_gone(leftover):
+            raise start_error(
+                f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
+                f"({masking.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
+                f"check the runtime ({plan['runtime']} info), then start again",
+            )
+
+
+def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[str], subproc.RunResult]:
+    """`run -d` of the plan's argv; rootless podman that refuses --cpuset-* runs again without them."""
+    argv = plan["argv"]
+    res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
+    if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
+        argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
+        warnings.append(
+            "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
+            "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND"
+        )
+        refused = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+        if refused is None:  # the retry would meet a container it cannot tell from another plan's
+            raise runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
+        if refused and not refused["running"]:  # podman leaves the refused run's container, created
+            subproc.run(by_id(rm, refused["id"]), timeout=60)
+        res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
+    if not res.ok:
+        raise start_error(
+            f"{plan['runtime']} run failed: {masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
+            NO_RETRY_FIX,
+        )
+    return argv, res
+
+
+def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[str]) -> dict:
+    """The plan's container, pulled if needed and run with the key files; removed again if no state names it."""
+    rm, pull = plan["pre_argv"]
+    clear_leftover(plan, rm)
+    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
+        errors.log(f"start: pulling {plan['image']}")
+        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
+        if not res.ok:
+            raise ScriptError(
+                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
+                "check registry access and the image name (data/epyc.json, or --image)",
+                phase="pull",
+            )
+    launched, printed = False, ""
+    try:
+        if secrets:
+            write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
+        argv, res = run_container(plan, rm, warnings)
+        launched = True
+        printed = (res.stdout.strip().splitlines() or [""])[-1].strip()  # `run -d` prints the new id last
+        if not CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
+            printed = (inspect_container(runtimes.runtime_of(plan), plan["container_name"]) or {}).get("id", "")
+        if not CONTAINER_ID.fullmatch(printed):  # a state without it names no server: not left running unnamed
+            raise start_error(
+                f"{plan['runtime']} run printed no container id, and inspect named none: start removed the container",
+                "check the runtime (" + plan["runtime"] + " info), then start again",
+                own_words=True,
+            )
+        state = {k: plan.get(k) for k in ("path", "port", "runtime", "engine", "container_name", "model_dir")}
+        state.update(plan_id=plan_identity(plan), container_id=printed[:64], started_at=time.time(), argv=argv)
+        write_state(plan, state)
+        return state
+    except BaseException as exc:
+        if not launched and isinstance(exc, ScriptError):  # `run` refused
+            printed = refused_run_leftover(plan, exc)
+        remove_unrecorded(plan, rm, printed, exc, launched)
+        raise  # remove_unrecorded always raises; this line is never reached
+
+
+def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
+    """After `run` refused: the id of the exited container it left, to remove; raises when none is ours to remove."""
+    taken = NAME_TAKEN in exc.error.lower()
+    # docker may refuse before it takes the name: only a container of that name not running can be our run's
+    left = None if taken else inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    if left and not left["running"]:
+        return left["id"]
+    remove_secret_files(plan)
+    if taken:  # another plan's container took the name since clear_leftover: ours was never created
+        raise start_error(
+            f"{plan['runtime']} run failed: another container took the name {plan['container_name']} while this "
+            "start ran (another plan's start on this port)",
+            "stop it with the plan that started it, or plan this one on another port; then start again",
+        ) from None
+    if left == {}:  # the refused run made nothing: nothing to remove
+        raise exc
+    said = (
+        f"a running container named {plan['container_name']} (id {left['id'][:12]}) is not this start's: left alone"
+        if left
+        else f"{plan['runtime']} did not say whether a container of its name exists: nothing was removed"
+    )
+    raise start_error(f"{exc.error}; {said}", exc.fix) from None
+
+
+def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseException, launched: bool) -> None:
+    """No state names the container: it is removed (by id where known) with the key files, and start says why."""
+    if CONTAINER_ID.fullmatch(printed):
+        rm = by_id(rm, printed)
+    with cli.signals_deferred():
+        removed = subproc.run(rm, timeout=60)
+        remove_secret_files(plan)
+    if not container_gone(removed):  # it may run, and no state names it: say so, and how to take it down
+        raise start_error(
+            f"start launched {plan['container_name']} and could not record it, nor remove it "
+            f"({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}): it may be running",
+            f"{shlex.join(rm)} once the runtime answers ({plan['runtime']} info)",
+            interrupted=isinstance(exc, KeyboardInterrupt),
+        ) from None
+    if isinstance(exc, ScriptError) and (not launched or exc.extra.pop("own_words", False)):  # its own words
+        raise exc
+    raise unrecorded(plan, exc, f"container {plan['container_name']}", "removed") from None

