@@ -27,17 +27,8 @@ def quantized_path(
     if not report:
         return None
     desc = {k: report.get(k) for k in ("method", "format", "bits", "symmetric", "group_size")}
-    return {
-        **desc,
-        **quantization.cpu_kernel(
-            desc,
-            backend,
-            dtype,
-            epyc["quantization"]["kernels"],
-            avx512,
-            epyc["quantization"].get("stock_needs_avx512"),
-        ),
-    }
+    kernels, needs = epyc["quantization"]["kernels"], epyc["quantization"].get("stock_needs_avx512")
+    return {**desc, **quantization.cpu_kernel(desc, backend, dtype, kernels, avx512, needs)}
 
 
 def stop_command(plan_file: str | Path) -> str:
@@ -108,9 +99,6 @@ def throughput_env(flags: dict) -> dict:
     return env
 
 
-API_KEY_MIN = 8
-
-
 _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
 
 
@@ -136,21 +124,11 @@ def pin_prefix_problem(
         have = set(hostfacts.parse_cpulist(value))
         return have == set(bind) if exact else set(bind) <= have
 
-    ok_pin = (
-        argv == []
-        or (
-            len(argv) == 3
-            and argv[0] == "numactl"
-            and nodes(argv[1], "--cpunodebind=")
-            and nodes(argv[2], "--membind=")
-        )
-        or (
-            len(argv) == 3
-            and argv[:2] == ["taskset", "-c"]
-            and cpus(argv[2] if _CPULIST.fullmatch(argv[2]) else None, exact=True)
-        )
+    pin = len(argv) == 3 and (
+        (argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=") and nodes(argv[2], "--membind="))
+        or (argv[:2] == ["taskset", "-c"] and cpus(listed(argv[2], ""), exact=True))
     )
-    if not ok_pin:
+    if not (argv == [] or pin):
         return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes for its bind"
     if not (
         cpuset == []

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from epyc import bundle, masking
 from epyc.argtypes import is_revision, normalize_version
-from epyc.decisions import kv_budget
-from epyc.decisions.command import bound_cpus, pin_prefix_problem
+from epyc.decisions import command, kv_budget
 from epyc.errors import ScriptError
 from epyc.facts import runtimes
 from epyc.facts.hubcache import HF_MOUNT_FIX, bind_mount, hf_mount_problem
@@ -112,11 +111,11 @@ def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
             f"model {model!r} would be read as an option or is not one argument",
             "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
         )
-    if problem := pin_prefix_problem(
+    if problem := command.pin_prefix_problem(
         tune.get("host_pin_argv", []),
         tune.get("container_cpuset_argv", []),
         tune.get("numa_nodes"),
-        bound_cpus(tune.get("vllm_cpu_omp_threads_bind")),
+        command.bound_cpus(tune.get("vllm_cpu_omp_threads_bind")),
     ):
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
     if val["path"] == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):
