@@ -11,7 +11,6 @@ from epyc import bundle
 from epyc.argtypes import is_served_name as is_served_name
 from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hubcache, quantization
-from epyc.facts.hubcache import bind_mount
 from epyc.subproc import MARKER_ENV, STOP_GRACE_S
 
 
@@ -72,7 +71,7 @@ def container_run_argv(
     if "--ipc=host" not in run_flags:  # an isolated IPC namespace needs a big /dev/shm instead
         argv.append(f"--shm-size={shm_size}")
     if secrets_dir:
-        argv += bind_mount(secrets_dir, SECRETS_TARGET, read_only=True)  # a ':' in a --state-dir: refused
+        argv += hubcache.bind_mount(secrets_dir, SECRETS_TARGET, read_only=True)  # a ':' in a --state-dir: refused
     for k, v in env.items():
         argv += ["--env", f"{k}={v}"]
     if secrets_dir:
@@ -189,10 +188,8 @@ def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bo
     bind = "0.0.0.0" if expose else "127.0.0.1"
     argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
-    # its workers' first check every 2 s, not 30: an engine healthy a second after the router's first look
-    # (every vLLM start, a host's router started just before) would otherwise wait 30 s more
-    # and a dead engine's circuit tried again after 10 s, not 60: a repaired engine gets requests again within
-    # seconds of its start (measured: the 60 s default left it idle a minute after its repair)
+    # workers checked every 2 s, not 30, and a dead engine's circuit tried after 10 s, not 60: an engine healthy
+    # just after a look gets requests within seconds (measured: the defaults left a repaired one idle a minute)
     argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
     argv += ["--cb-timeout-duration-secs", "10"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]

@@ -12,9 +12,7 @@ from epyc.argtypes import is_served_name
 from epyc.decisions import command, kv_budget, plan_checks
 from epyc.decisions.handoff import markdown_table, summary_rows
 from epyc.errors import ScriptError
-from epyc.facts import runtimes
-from epyc.facts.hubcache import bind_mount, state_root
-from epyc.facts.preload import preload_value
+from epyc.facts import hubcache, preload, runtimes
 from epyc.masking import secret_unsendable
 
 API_KEY_MIN = 8
@@ -203,9 +201,9 @@ def serve_command(
         # a local folder by its real absolute path: the command means the same from anywhere
         model_arg = facts.get("model_dir") or ch.model
         env["PYTHONUNBUFFERED"] = "1"  # the log tail a failed verify shows is the server's last words
-        preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
-        if preload and ch.rules["preload"]:
-            env["LD_PRELOAD"] = preload
+        libs = preload.preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
+        if libs and ch.rules["preload"]:
+            env["LD_PRELOAD"] = libs
         pin = tune.get("host_pin_argv", []) if ch.rules["pin"] else []
         argv = [*pin, str(Path(val["python"]).parent / "vllm"), "serve", model_arg, *opts]
         # another host has neither this bundle nor its state: the process is found by its command there
@@ -215,9 +213,9 @@ def serve_command(
     model_arg, mount = ch.model, []
     if facts.get("model_dir"):  # a local folder goes into the container read-only
         model_arg = f"/models/{Path(facts['model_dir']).name}"
-        mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
+        mount = hubcache.bind_mount(facts["model_dir"], model_arg, read_only=True)
     # the hub cache only, where the container's huggingface_hub looks
-    hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
+    hf_mount = hubcache.bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
     argv = command.container_run_argv(
         rt,
         name,
@@ -291,7 +289,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     env, secrets = plan_env(ch, tune, epyc, opt, facts)
     opts, capacity, batched = serve_opts(ch, inp, opt, epyc)
     name = f"{epyc['container']['name']}-{ch.port}"  # one container per endpoint: plans never remove each other's
-    state_dir = Path(opt.get("state_dir") or state_root() / (name if ch.path != "host" else f"host-{ch.port}"))
+    state_dir = Path(opt.get("state_dir") or hubcache.state_root() / (name if ch.path != "host" else f"host-{ch.port}"))
     cmd = serve_command(ch, inp, epyc, env, facts, opts, name, str(state_dir / "secrets") if secrets else None)
     # here: from any folder, on the copy of the plan start keeps beside the server's state (it also removes
     # the key files start wrote); another host: the runtime's own stop, or the process by its command
