@@ -11,7 +11,6 @@ from epyc import bundle
 from epyc.argtypes import is_served_name as is_served_name
 from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hubcache, quantization
-from epyc.facts.hubcache import bind_mount
 from epyc.subproc import MARKER_ENV, STOP_GRACE_S
 
 
@@ -27,17 +26,8 @@ def quantized_path(
     if not report:
         return None
     desc = {k: report.get(k) for k in ("method", "format", "bits", "symmetric", "group_size")}
-    return {
-        **desc,
-        **quantization.cpu_kernel(
-            desc,
-            backend,
-            dtype,
-            epyc["quantization"]["kernels"],
-            avx512,
-            epyc["quantization"].get("stock_needs_avx512"),
-        ),
-    }
+    kernels, needs = epyc["quantization"]["kernels"], epyc["quantization"].get("stock_needs_avx512")
+    return {**desc, **quantization.cpu_kernel(desc, backend, dtype, kernels, avx512, needs)}
 
 
 def stop_command(plan_file: str | Path) -> str:
@@ -81,7 +71,7 @@ def container_run_argv(
     if "--ipc=host" not in run_flags:  # an isolated IPC namespace needs a big /dev/shm instead
         argv.append(f"--shm-size={shm_size}")
     if secrets_dir:
-        argv += bind_mount(secrets_dir, SECRETS_TARGET, read_only=True)  # a ':' in a --state-dir: refused
+        argv += hubcache.bind_mount(secrets_dir, SECRETS_TARGET, read_only=True)  # a ':' in a --state-dir: refused
     for k, v in env.items():
         argv += ["--env", f"{k}={v}"]
     if secrets_dir:
@@ -106,9 +96,6 @@ def throughput_env(flags: dict) -> dict:
     if missing:
         raise ScriptError(f"throughput flags incomplete: {missing}", "data/epyc.json must pair the flags")
     return env
-
-
-API_KEY_MIN = 8
 
 
 _CPULIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
@@ -136,21 +123,11 @@ def pin_prefix_problem(
         have = set(hostfacts.parse_cpulist(value))
         return have == set(bind) if exact else set(bind) <= have
 
-    ok_pin = (
-        argv == []
-        or (
-            len(argv) == 3
-            and argv[0] == "numactl"
-            and nodes(argv[1], "--cpunodebind=")
-            and nodes(argv[2], "--membind=")
-        )
-        or (
-            len(argv) == 3
-            and argv[:2] == ["taskset", "-c"]
-            and cpus(argv[2] if _CPULIST.fullmatch(argv[2]) else None, exact=True)
-        )
+    pin = len(argv) == 3 and (
+        (argv[0] == "numactl" and nodes(argv[1], "--cpunodebind=") and nodes(argv[2], "--membind="))
+        or (argv[:2] == ["taskset", "-c"] and cpus(listed(argv[2], ""), exact=True))
     )
-    if not ok_pin:
+    if not (argv == [] or pin):
         return f"cpu_tune's host_pin_argv {argv!r} is not a numactl or taskset prefix cpu_tune makes for its bind"
     if not (
         cpuset == []
@@ -211,10 +188,8 @@ def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bo
     bind = "0.0.0.0" if expose else "127.0.0.1"
     argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
-    # its workers' first check every 2 s, not 30: an engine healthy a second after the router's first look
-    # (every vLLM start, a host's router started just before) would otherwise wait 30 s more
-    # and a dead engine's circuit tried again after 10 s, not 60: a repaired engine gets requests again within
-    # seconds of its start (measured: the 60 s default left it idle a minute after its repair)
+    # workers checked every 2 s, not 30, and a dead engine's circuit tried after 10 s, not 60: an engine healthy
+    # just after a look gets requests within seconds (measured: the defaults left a repaired one idle a minute)
     argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
     argv += ["--cb-timeout-duration-secs", "10"]
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]

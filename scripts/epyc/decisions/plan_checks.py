@@ -6,13 +6,9 @@ from pathlib import Path
 
 from epyc import bundle, masking
 from epyc.argtypes import is_revision, normalize_version
-from epyc.decisions import kv_budget
-from epyc.decisions.command import bound_cpus, pin_prefix_problem
+from epyc.decisions import command, kv_budget
 from epyc.errors import ScriptError
-from epyc.facts import runtimes
-from epyc.facts.hubcache import HF_MOUNT_FIX, bind_mount, hf_mount_problem
-from epyc.facts.kv_cache import ssm_state_dtype
-from epyc.facts.preload import preload_value
+from epyc.facts import hubcache, kv_cache, preload, runtimes
 
 LAUNCHABLE_KINDS = ("text", "multimodal", "undetermined")
 
@@ -43,7 +39,7 @@ def mismatches(inp: dict) -> list[str]:
     ssm = (est.get("kv_layers") or {}).get("ssm_state_dtype")
     if ssm and det.get("avx512_bf16") is not None:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
-        served = ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
+        served = kv_cache.ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
         has = "yes" if det["avx512_bf16"] else "no"
         if ssm != served:
             out.append(
@@ -112,11 +108,11 @@ def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
             f"model {model!r} would be read as an option or is not one argument",
             "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
         )
-    if problem := pin_prefix_problem(
+    if problem := command.pin_prefix_problem(
         tune.get("host_pin_argv", []),
         tune.get("container_cpuset_argv", []),
         tune.get("numa_nodes"),
-        bound_cpus(tune.get("vllm_cpu_omp_threads_bind")),
+        command.bound_cpus(tune.get("vllm_cpu_omp_threads_bind")),
     ):
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
     if val["path"] == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):
@@ -185,16 +181,16 @@ def refuse_unrunnable_command(val: dict, epyc: dict, facts: dict) -> None:
     container, a known runtime on a local engine, and mounts of a model folder and of a hub cache that is a
     cache, never a system folder."""
     if val["path"] == "host":
-        preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
+        preload.preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
         return
     runtimes.runtime_argv(val["runtime"], val.get("engine"))
     if facts.get("model_dir"):
-        bind_mount(facts["model_dir"], f"/models/{Path(facts['model_dir']).name}", read_only=True)
-    bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
+        hubcache.bind_mount(facts["model_dir"], f"/models/{Path(facts['model_dir']).name}", read_only=True)
+    cache = val["hf_cache"]["path"]
+    hubcache.bind_mount(cache, epyc["container"]["hf_cache_mount_target"] + "/hub")
     # another host's cache is checked there, by its own chain
-    if not val.get("deferred") and (problem := hf_mount_problem(val["hf_cache"]["path"], facts.get("hf_cache"))):
+    if not val.get("deferred") and (problem := hubcache.hf_mount_problem(cache, facts.get("hf_cache"))):
         raise ScriptError(
-            f"cannot mount the Hugging Face hub cache {val['hf_cache']['path'][:300]!r} "
-            f"read-write into the container: it {problem}",
-            HF_MOUNT_FIX,
+            f"cannot mount the Hugging Face hub cache {cache[:300]!r} read-write into the container: it {problem}",
+            hubcache.HF_MOUNT_FIX,
         )

@@ -9,31 +9,13 @@ from pathlib import Path
 
 from epyc import bundle, jsonio
 from epyc.argtypes import is_served_name
-from epyc.decisions import kv_budget
-from epyc.decisions.command import (
-    API_KEY_MIN,
-    container_run_argv,
-    quantized_path,
-    runtime_stop_pair,
-    served_model_name,
-    stop_command,
-    throughput_env,
-)
+from epyc.decisions import command, kv_budget, plan_checks
 from epyc.decisions.handoff import markdown_table, summary_rows
-from epyc.decisions.plan_checks import (
-    chosen_dtype,
-    chosen_max_len,
-    refuse_inconsistent_inputs,
-    refuse_unrunnable_command,
-    refuse_unsafe_arguments,
-    served_revision,
-)
 from epyc.errors import ScriptError
-from epyc.facts import runtimes
-from epyc.facts.hubcache import bind_mount, state_root
-from epyc.facts.preload import preload_value
+from epyc.facts import hubcache, preload, runtimes
 from epyc.masking import secret_unsendable
 
+API_KEY_MIN = 8
 PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
 SERVE_OPTIONS = (
@@ -79,7 +61,6 @@ class Choices:
     key_env: str | None
     host: str
     served: str
-    version: str | None
     rules: dict
     revision: str | None
     throughput: bool
@@ -111,16 +92,16 @@ def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> N
 
 def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     """Every refusal, before anything is assembled: what remains is a serve that start would run."""
-    refuse_inconsistent_inputs(inp, opt)
+    plan_checks.refuse_inconsistent_inputs(inp, opt)
     det, val, chk, est, tune = (inp[k] for k in bundle.INPUT_SCRIPTS)
     model = opt.get("model") or chk.get("model")
-    refuse_unsafe_arguments(model, val, tune)
+    plan_checks.refuse_unsafe_arguments(model, val, tune)
     backend = val.get("backend") or "zentorch"
-    dtype = chosen_dtype(opt, epyc, backend, est)
-    max_len = chosen_max_len(opt, epyc, est)
+    dtype = plan_checks.chosen_dtype(opt, epyc, backend, est)
+    max_len = plan_checks.chosen_max_len(opt, epyc, est)
     expose, key_env = bool(opt.get("expose")), opt.get("api_key_env")
     refuse_unkeyed_exposure(expose, key_env, facts)
-    served = opt.get("served_model_name") or served_model_name(model, facts.get("model_dir"))
+    served = opt.get("served_model_name") or command.served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):
         raise ScriptError(
             f"served model name {served!r} is not a plain name (letters, digits and ._:@+/-, not "
@@ -136,9 +117,9 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
             "runner, 2026-12-01)",
             "plan without --throughput-flags on the stock path",
         )
-    revision = served_revision(inp, model, facts)
-    refuse_unrunnable_command(val, epyc, facts)
-    quant = quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
+    revision = plan_checks.served_revision(inp, model, facts)
+    plan_checks.refuse_unrunnable_command(val, epyc, facts)
+    quant = command.quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
     if quant and quant["served_on_cpu"] is False:
         raise ScriptError(
             f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "
@@ -156,7 +137,6 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
         key_env=key_env,
         host="0.0.0.0" if expose else epyc["serve"]["bind_host"],
         served=served,
-        version=(val.get("stack") or {}).get("vllm"),
         rules=rules,
         revision=revision,
         throughput=throughput,
@@ -173,7 +153,7 @@ def plan_env(ch: Choices, tune: dict, epyc: dict, opt: dict, facts: dict) -> tup
     if ch.rules["kv"]:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(tune["kv_granted_gb"])
     if ch.throughput:
-        env.update(throughput_env(epyc["throughput_flags"]))
+        env.update(command.throughput_env(epyc["throughput_flags"]))
     if opt.get("kernel_log"):  # every zentorch matmul logs its plugin_op and kernel: kernel_proof.py reads them
         env.update({"ZENDNNL_API_LOG_LEVEL": "4", "ONEDNN_VERBOSE": "1"})
     if facts.get("hf_offline"):
@@ -211,33 +191,32 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     return [x for flag, value in flags.items() if value for x in (flag, str(value))], capacity, batched
 
 
-def host_command(ch: Choices, inp: dict, epyc: dict, env: dict, model_arg: str, opts: list[str]) -> dict:
-    """The host path: the pin prefix, the venv's vllm, the model by its real path; LD_PRELOAD in env."""
-    val, tune = inp["validate"], inp["cpu_tune"]
-    env["PYTHONUNBUFFERED"] = "1"  # the log tail a failed verify shows is the server's last words
-    preload = preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
-    if preload and ch.rules["preload"]:
-        env["LD_PRELOAD"] = preload
-    pin = tune.get("host_pin_argv", []) if ch.rules["pin"] else []
-    argv = [*pin, str(Path(val["python"]).parent / "vllm"), "serve", model_arg, *opts]
-    # another host has neither this bundle nor its state: the process is found by its command there
-    pattern = f"vllm serve {re.escape(model_arg)} .*--port {ch.port}( |$)"
-    return {"argv": argv, "pre_argv": [], "remote_stop": shlex.join(["pkill", "-TERM", "-f", pattern])}
-
-
-def container_command(
+def serve_command(
     ch: Choices, inp: dict, epyc: dict, env: dict, facts: dict, opts: list[str], name: str, secrets_dir: str | None
 ) -> dict:
-    """The container path: the runtime validate probed, the cpuset, the hub cache and a model folder mounted."""
+    """What start runs: on the host, the pin prefix, the venv's vllm and the model by its real path (LD_PRELOAD in
+    env); in a container, the runtime validate probed, the cpuset, the hub cache and a model folder mounted."""
     val, tune = inp["validate"], inp["cpu_tune"]
+    if ch.path == "host":
+        # a local folder by its real absolute path: the command means the same from anywhere
+        model_arg = facts.get("model_dir") or ch.model
+        env["PYTHONUNBUFFERED"] = "1"  # the log tail a failed verify shows is the server's last words
+        libs = preload.preload_value((val.get("ld_preload") or {}).get("value"), epyc["host_stack"]["ld_preload_libs"])
+        if libs and ch.rules["preload"]:
+            env["LD_PRELOAD"] = libs
+        pin = tune.get("host_pin_argv", []) if ch.rules["pin"] else []
+        argv = [*pin, str(Path(val["python"]).parent / "vllm"), "serve", model_arg, *opts]
+        # another host has neither this bundle nor its state: the process is found by its command there
+        pattern = f"vllm serve {re.escape(model_arg)} .*--port {ch.port}( |$)"
+        return {"argv": argv, "pre_argv": [], "remote_stop": shlex.join(["pkill", "-TERM", "-f", pattern])}
     rt = runtimes.runtime_argv(val["runtime"], val.get("engine"))
     model_arg, mount = ch.model, []
     if facts.get("model_dir"):  # a local folder goes into the container read-only
         model_arg = f"/models/{Path(facts['model_dir']).name}"
-        mount = bind_mount(facts["model_dir"], model_arg, read_only=True)
+        mount = hubcache.bind_mount(facts["model_dir"], model_arg, read_only=True)
     # the hub cache only, where the container's huggingface_hub looks
-    hf_mount = bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
-    argv = container_run_argv(
+    hf_mount = hubcache.bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
+    argv = command.container_run_argv(
         rt,
         name,
         epyc["container"]["run_flags"],
@@ -251,7 +230,7 @@ def container_command(
         epyc["container"]["shm_size_if_ipc_isolated"],
     )
     pre_argv = [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]]
-    return {"argv": argv, "pre_argv": pre_argv, "remote_stop": runtime_stop_pair(rt, name)}
+    return {"argv": argv, "pre_argv": pre_argv, "remote_stop": command.runtime_stop_pair(rt, name)}
 
 
 def sizing_doc(opt: dict, tune: dict, capacity: kv_budget.Capacity, batched: int | None, max_len: int) -> dict:
@@ -295,8 +274,8 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "api_key_env": ch.key_env,
         "dtype": ch.dtype,
         "max_model_len": ch.max_len,
-        "vllm_version": ch.version,
-        "quantization": quantized_path(chk.get("quantization"), ch.backend, ch.dtype, epyc, det.get("avx512")),
+        "vllm_version": (val.get("stack") or {}).get("vllm"),
+        "quantization": command.quantized_path(chk.get("quantization"), ch.backend, ch.dtype, epyc, det.get("avx512")),
         "model_dir": facts.get("model_dir"),
         "revision": ch.revision,
     }
@@ -310,14 +289,11 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     env, secrets = plan_env(ch, tune, epyc, opt, facts)
     opts, capacity, batched = serve_opts(ch, inp, opt, epyc)
     name = f"{epyc['container']['name']}-{ch.port}"  # one container per endpoint: plans never remove each other's
-    state_dir = Path(opt.get("state_dir") or state_root() / (name if ch.path != "host" else f"host-{ch.port}"))
-    if ch.path == "host":  # a local folder by its real absolute path: the command means the same from anywhere
-        cmd = host_command(ch, inp, epyc, env, facts.get("model_dir") or ch.model, opts)
-    else:
-        cmd = container_command(ch, inp, epyc, env, facts, opts, name, str(state_dir / "secrets") if secrets else None)
+    state_dir = Path(opt.get("state_dir") or hubcache.state_root() / (name if ch.path != "host" else f"host-{ch.port}"))
+    cmd = serve_command(ch, inp, epyc, env, facts, opts, name, str(state_dir / "secrets") if secrets else None)
     # here: from any folder, on the copy of the plan start keeps beside the server's state (it also removes
     # the key files start wrote); another host: the runtime's own stop, or the process by its command
-    stop = cmd["remote_stop"] if val.get("deferred") else stop_command(state_dir / "plan.json")
+    stop = cmd["remote_stop"] if val.get("deferred") else command.stop_command(state_dir / "plan.json")
     gotcha = {"check": "throughput_flags", "message": epyc["throughput_flags"]["gotcha"], "fix": None}
     plan = {
         **what_serves(ch, inp, epyc, facts),
@@ -339,16 +315,11 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
             for w in [*tune.get("warnings", []), *val.get("warnings", []), *([gotcha] if ch.throughput else [])]
         ],
         "sizing": sizing_doc(opt, tune, capacity, batched if ch.rules["seqs"] else None, ch.max_len),
+        "inputs": inp,  # start re-renders from these and refuses a plan whose command was edited
+        # the state dir as resolved here: stop run from another shell must find the server this plan's start recorded
+        "options": {k: v for k, v in {**opt, "state_dir": str(state_dir)}.items() if v is not None},
     }
-    return finish_plan(plan, inp, opt, state_dir, det, est.get("fit"))
-
-
-def finish_plan(plan: dict, inp: dict, opt: dict, state_dir: Path, det: dict, fit: dict | None) -> dict:
-    """The plan's inputs (start renders them again), its options, its summary; checked against its schema."""
-    plan["inputs"] = inp  # start re-renders from these and refuses a plan whose command was edited
-    # the state dir as resolved here: stop run from another shell must find the server this plan's start recorded
-    plan["options"] = {k: v for k, v in {**opt, "state_dir": str(state_dir)}.items() if v is not None}
-    plan["summary"] = summary_rows(plan, det, fit)
+    plan["summary"] = summary_rows(plan, det, est.get("fit"))
     plan["summary_markdown"] = markdown_table(["Field", "Value"], plan["summary"])
     # what the human is shown must be a plan start would accept
     jsonio.check_schema(

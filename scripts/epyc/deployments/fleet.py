@@ -10,19 +10,16 @@ import sys
 from pathlib import Path
 
 from epyc import errors, jsonio, subproc
+from epyc.decisions import sizing
 from epyc.decisions.command import router_binary, router_plan
 from epyc.decisions.handoff import markdown_table
 from epyc.decisions.kv_budget import need_of
 from epyc.decisions.planner import PLAN_SCHEMA_VERSION, build_plan, refuse_unkeyed_exposure
-from epyc.decisions.sizing import SizingRequest, sample_busy
-from epyc.decisions.sizing import tune as size_socket
 from epyc.deployments import runs
 from epyc.deployments.serve_state import write_own_file
 from epyc.errors import ScriptError
 from epyc.facts import remote_host
 from epyc.facts.shell import shell_facts
-
-# ---------------------------------------------------------------- the router's install
 
 
 def install_router(epyc: dict) -> dict:
@@ -31,11 +28,10 @@ def install_router(epyc: dict) -> dict:
     venv = binary.parent.parent
     actions = []
     if not binary.exists():
-        steps = [
+        for argv, timeout in (
             ([sys.executable, "-m", "venv", str(venv)], 120),
             ([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", epyc["router"]["pip"]], 900),
-        ]
-        for argv, timeout in steps:
+        ):
             errors.log(f"fleet: {shlex.join(argv)}")
             res = subproc.run(argv, timeout=timeout, stderr_through=True, env=subproc.no_python_settings())
             if res.returncode != 0:
@@ -47,10 +43,7 @@ def install_router(epyc: dict) -> dict:
     return {"router": str(binary), "actions": actions}
 
 
-# ---------------------------------------------------------------- sizing and the plan
-
-
-def engine_tunes(facts, epyc: dict, busy: dict | None, base: SizingRequest, engines: str) -> list[dict]:
+def engine_tunes(facts, epyc: dict, busy: dict | None, base: sizing.SizingRequest, engines: str) -> list[dict]:
     """cpu_tune's document for each engine: `per-socket` (one engine on each socket this process may use), or
     N engines sharing one socket, each with its slice of the cores and of the memory."""
     topo, allowed = facts.topology, set(facts.allowed_cpus)
@@ -64,14 +57,14 @@ def engine_tunes(facts, epyc: dict, busy: dict | None, base: SizingRequest, engi
                 "serve it with launch.py plan, or pass --engines N to split the socket's cores",
             )
         return [
-            size_socket(facts, epyc, busy, dataclasses.replace(base, socket=s, part=(i, n) if n > 1 else None))
+            sizing.tune(facts, epyc, busy, dataclasses.replace(base, socket=s, part=(i, n) if n > 1 else None))
             for s, n in ways.items()
             for i in range(n)
         ]
     n = int(engines)
-    first = size_socket(facts, epyc, busy, dataclasses.replace(base, part=(0, n)))
+    first = sizing.tune(facts, epyc, busy, dataclasses.replace(base, part=(0, n)))
     on = dataclasses.replace(base, socket=first["chosen_socket"])
-    return [first] + [size_socket(facts, epyc, busy, dataclasses.replace(on, part=(i, n))) for i in range(1, n)]
+    return [first] + [sizing.tune(facts, epyc, busy, dataclasses.replace(on, part=(i, n))) for i in range(1, n)]
 
 
 def engine_urls(engines: list[dict]) -> list[str]:
@@ -149,9 +142,11 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
     sysroot, host = runs.host_source(inputs["detect"])
     facts = remote_host.gather_from_args(sysroot, host)
     cfg, est, tune = epyc["cpu"], inputs["estimate_memory"], inputs["cpu_tune"]
-    busy = None if sysroot or host else sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
+    busy = None if sysroot or host else sizing.sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"])
     # cpu_tune's own thresholds, as the user ran it for one engine
-    base = SizingRequest(tune["busy_threshold"], cfg["default_reserved_cores"], tune["os_reserve_gb"], need_of(est))
+    base = sizing.SizingRequest(
+        tune["busy_threshold"], cfg["default_reserved_cores"], tune["os_reserve_gb"], need_of(est)
+    )
     tunes = engine_tunes(facts, epyc, busy, base, engines)
     for tune in tunes:
         jsonio.check_schema(
@@ -162,9 +157,6 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
         Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
         write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
     return fleet
-
-
-# ---------------------------------------------------------------- reading it back
 
 
 def as_one_endpoint(fleet: dict, engines: list[dict]) -> dict:

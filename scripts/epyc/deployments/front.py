@@ -113,7 +113,7 @@ def read_front(front: dict, path: str, epyc: dict, hosts_again: bool) -> dict:
         own = False
     if not own:
         raise ScriptError(f"{path} is not a front plan this bundle wrote", "plan the front again (--hosts)")
-    if hosts_again and {k: v for k, v in plan_front(hosts, opts, epyc, folder).items() if k != "ok"} != front:
+    if hosts_again and plan_front(hosts, opts, epyc, folder) != front:
         raise ScriptError(
             f"{path} is not what its hosts' plans render now (a host planned again since)",
             "plan the front again: python3 scripts/launch.py plan --hosts RUN=ADDRESS ... --api-key-env NAME",
