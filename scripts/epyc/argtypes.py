@@ -87,37 +87,35 @@ def is_env_name(text: object) -> bool:
     return isinstance(text, str) and bool(_ENV_NAME.fullmatch(text))
 
 
-def env_name(text: str) -> str:
-    """argparse type: the NAME of an environment variable (it is pasted into shell examples)."""
-    if not is_env_name(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
-        )
-    return text
+def _checked(accepts: Callable[[str], bool], why: str, shown: int | None = None) -> Callable[[str], str]:
+    """argparse type: the text itself when `accepts` takes it, else "'text' why" (the text cut to `shown`)."""
 
+    def parse(text: str) -> str:
+        if not accepts(text):
+            raise argparse.ArgumentTypeError(f"{text[:shown]!r} {why}")
+        return text
+
+    return parse
+
+
+# the NAME of an environment variable (it is pasted into shell examples)
+env_name = _checked(
+    is_env_name, "is not an environment variable name (letters, digits and _, not starting with a digit)"
+)
 
 # docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest]; never an option
 _IMAGE_REF = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
+image_ref = _checked(
+    lambda text: bool(_IMAGE_REF.fullmatch(text or "")) and len(text) <= 512,
+    "is not a container image reference (e.g. registry/name:tag)",
+)
 
-
-def image_ref(text: str) -> str:
-    """argparse type: a container image reference; text that a runtime could read as an option is refused."""
-    if not _IMAGE_REF.fullmatch(text or "") or len(text) > 512:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a container image reference (e.g. registry/name:tag)")
-    return text
-
-
+# a release number such as 0.32.0 (or 0.32.0+cpu); it names a snapshot file
 _VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.+-]{1,40})?")
-
-
-def version(text: str) -> str:
-    """argparse type: a release number such as 0.32.0 (or 0.32.0+cpu); it names a snapshot file."""
-    if not _VERSION.fullmatch(text or ""):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a version number (e.g. 0.32.0)")
-    return text
+version = _checked(lambda text: bool(_VERSION.fullmatch(text or "")), "is not a version number (e.g. 0.32.0)")
 
 
 def executable(text: str) -> str:
@@ -144,20 +142,15 @@ def nonempty(text: str) -> str:
     return text
 
 
-def revision_arg(text: str) -> str:
-    """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
-    if not is_revision(text):
-        why = "is not a branch, tag or commit (letters, digits and ._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')"
-        raise argparse.ArgumentTypeError(f"{text[:200]!r} {why}")
-    return text
-
-
-def served_name_arg(text: str) -> str:
-    if not is_served_name(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not starting with '-', at most 200)"
-        )
-    return text
+# --revision, checked where it is read (estimate_memory --config never resolves a model with it)
+revision_arg = _checked(
+    is_revision,
+    "is not a branch, tag or commit (letters, digits and ._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')",
+    shown=200,
+)
+served_name_arg = _checked(
+    is_served_name, "is not a plain model name (letters, digits and ._:@+/-, not starting with '-', at most 200)"
+)
 
 
 NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")

@@ -166,7 +166,6 @@ def use_bundle_venv() -> None:
         os.environ.get(bundle.REEXEC_MARK)
         or not venv_python.exists()
         or Path(sys.prefix).resolve() == bundle.BUNDLE_VENV.resolve()
-        or Path(sys.argv[0] or ".").resolve().parent != bundle.SCRIPTS
         or all(importlib.util.find_spec(name) for name in bundle.BUNDLE_DEPS)
     ):
         return
@@ -207,8 +206,7 @@ def run_main(
     finally:
         # the work is done: a signal now must not cut the document that says what was done (a start that
         # recorded its server), so it is ignored until the document is out
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
+        _install(signal.SIG_IGN)
     try:
         code = say(doc, code, ok, render)
     finally:

@@ -144,28 +144,24 @@ def decode_input(data: bytes, label: str, fix: str, strict: bool = True) -> str:
         raise ScriptError(f"{label} is not UTF-8 text (byte {exc.start})", fix)
 
 
-class NotANumber(ValueError):
-    """A JSON text with a number JSON does not have (NaN, Infinity) or no float can hold (1e400)."""
-
-
 class DuplicateKey(ValueError):
     pass
 
 
 def _no_constant(name: str):
-    raise NotANumber(f"{name} is not a JSON number")
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e400: valid JSON syntax, but no finite number
-        raise NotANumber(f"{text[:40]} is too large for a number")
+        raise ValueError(f"{text[:40]} is too large for a number")
     return value
 
 
 def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
     """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
-    documents. Raises NotANumber, DuplicateKey or another ValueError."""
+    documents. Raises DuplicateKey or another ValueError."""
     hook = refuse_duplicate_keys if unique_keys else None
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=hook)
 
@@ -253,14 +249,19 @@ def best_schema_error(schema: dict, doc: Any) -> Any:
     return jsonschema.exceptions.best_match(validator(schema).iter_errors(doc))
 
 
+def schema_problem(schema: dict, doc: Any, limit: int) -> str | None:
+    """How doc breaks schema as "field F: message" (the message cut to `limit`), or None."""
+    error = best_schema_error(schema, doc)
+    if error is None:
+        return None
+    return f"field {'/'.join(str(p) for p in error.absolute_path) or '(top level)'}: {error.message[:limit]}"
+
+
 def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
     """A document read at the boundary must match its schema (data/schemas/NAME.json); the error names
     the field, the value and the rule it broke."""
-    schema = json.loads((SCHEMAS / f"{schema_name}.json").read_text())
-    error = best_schema_error(schema, doc)
-    if error is not None:
-        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ScriptError(f"{what}: field {field}: {error.message[:300]}", fix)
+    if problem := schema_problem(json.loads((SCHEMAS / f"{schema_name}.json").read_text()), doc, 300):
+        raise ScriptError(f"{what}: {problem}", fix)
 
 
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from epyc.errors import ScriptError, log
-from epyc.jsonio import best_schema_error, parse_json_object
+from epyc.jsonio import parse_json_object, schema_problem
 
 STOP_GRACE_S = 30  # how long a server has to stop before it is killed
 MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token in the environment of every server the bundle starts
@@ -62,9 +62,9 @@ def run(
     argv = [str(a) for a in argv]
     env = env if engine_query else run_env(argv, env)  # engine_query: which daemon does this shell name?
     program = find_program(argv[0], env)
-    if program is None:
-        return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
     try:
+        if program is None:
+            raise FileNotFoundError(argv[0])
         # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
         # kept our pipe open would otherwise make the read after the kill wait forever
         proc = subprocess.Popen(
@@ -179,11 +179,8 @@ def run_probe(
         doc = parse_json_object(line[len(marker) :], "probe output", "")
     except ScriptError as exc:
         return None, f"malformed probe output ({exc.error[:120]}): {line[:200]}"
-    error = best_schema_error(shape, doc) if shape else None
-    if error is not None:
-        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        return None, f"probe output field {field}: {error.message[:200]}"
-    return doc, ""
+    problem = schema_problem(shape, doc, 200) if shape else None
+    return (None, f"probe output {problem}") if problem else (doc, "")
 
 
 def run_env(argv: list[str], env: dict | None) -> dict | None:
