@@ -13,6 +13,9 @@ from epyc.jsonio import user_path
 
 # git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
+_SERVED_NAME = re.compile(r"^(?!.*://)[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
 
 
 def is_revision(text: object) -> bool:
@@ -20,23 +23,15 @@ def is_revision(text: object) -> bool:
     return isinstance(text, str) and _REVISION_RE.fullmatch(text) is not None
 
 
-_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
-
-
 def is_served_name(text: object) -> bool:
-    """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
-    starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
-    mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
-    return (
-        isinstance(text, str)
-        and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
-        and "://" not in text
-    )
+    """One argv element vLLM reads as a value, and the id clients send: no leading '-', space or control
+    character, and no URL (the mask of URL credentials would rewrite it)."""
+    return isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only:
-    int() would also take '1_000' and other scripts' digits ('١٢'), which no user means as a port."""
+    """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only (int()
+    would also take '1_000' and '١٢')."""
 
     def parse(text: str) -> int:
         if not isinstance(text, str) or not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", text):
@@ -56,9 +51,8 @@ def _plain(x: float) -> str:
 
 
 def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open): never NaN or infinity,
-    which would poison the JSON (not valid JSON) or make a wait loop endless. Plain ASCII only: float()
-    would also take '1_0' and other scripts' digits ('１.５')."""
+    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open), in plain ASCII: never NaN,
+    infinity (not JSON; an endless wait), '1_0' or '１.５'."""
 
     def parse(text: str) -> float:
         try:
@@ -78,9 +72,6 @@ def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], flo
 
     parse.__name__ = "number"
     return parse
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 def is_env_name(text: object) -> bool:
@@ -133,8 +124,8 @@ def is_executable(path: str) -> bool:
 
 
 def nonempty(text: str) -> str:
-    """argparse type for a target or a file (--host, --sysroot, --venv, --plan): an empty value is a mistake
-    (an unset shell variable), never a silent 'use this machine' nor the current folder."""
+    """argparse type for a target or a file: an empty value is a mistake (an unset shell variable), never a
+    silent 'use this machine' nor the current folder."""
     if not (text or "").strip():
         raise argparse.ArgumentTypeError(
             "is empty (an unset shell variable?); pass a value, or leave the flag out where it has a default"
@@ -151,9 +142,6 @@ revision_arg = _checked(
 served_name_arg = _checked(
     is_served_name, "is not a plain model name (letters, digits and ._:@+/-, not starting with '-', at most 200)"
 )
-
-
-NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
 
 
 def api_key_env_arg(text: str) -> str:
