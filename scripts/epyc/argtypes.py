@@ -13,6 +13,9 @@ from epyc.jsonio import user_path
 
 # git check-ref-format: no "..", "//", leading "-" or "/", trailing "/" or ".", part starting "." or ending ".lock"
 _REVISION_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?![-/.])(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]{1,200}(?<![/.])$")
+_SERVED_NAME = re.compile(r"^(?!.*://)[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
 
 
 def is_revision(text: object) -> bool:
@@ -20,23 +23,15 @@ def is_revision(text: object) -> bool:
     return isinstance(text, str) and _REVISION_RE.fullmatch(text) is not None
 
 
-_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,199}$")
-
-
 def is_served_name(text: object) -> bool:
-    """A served model name is one argv element vLLM reads as a value, and the id clients send: it never
-    starts with '-' (vLLM would read an option), holds no space or control character, and is no URL (the
-    mask of credentials in URLs would rewrite `http://user@host` in the plan: not the name asked for)."""
-    return (
-        isinstance(text, str)
-        and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
-        and "://" not in text
-    )
+    """One argv element vLLM reads as a value, and the id clients send: no leading '-', space or control
+    character, and no URL (the mask of URL credentials would rewrite it)."""
+    return isinstance(text, str) and bool(_SERVED_NAME.fullmatch(text))  # fullmatch: "$" lets a final \n through
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only:
-    int() would also take '1_000' and other scripts' digits ('١٢'), which no user means as a port."""
+    """argparse type: a whole number in [lo, hi]; anything else names the range. ASCII digits only (int()
+    would also take '1_000' and '١٢')."""
 
     def parse(text: str) -> int:
         if not isinstance(text, str) or not re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", text):
@@ -56,9 +51,8 @@ def _plain(x: float) -> str:
 
 
 def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open): never NaN or infinity,
-    which would poison the JSON (not valid JSON) or make a wait loop endless. Plain ASCII only: float()
-    would also take '1_0' and other scripts' digits ('１.５')."""
+    """argparse type: a finite number in [lo, hi] (or (lo, hi] with lo_open), in plain ASCII: never NaN,
+    infinity (not JSON; an endless wait), '1_0' or '１.５'."""
 
     def parse(text: str) -> float:
         try:
@@ -80,44 +74,39 @@ def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], flo
     return parse
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-
-
 def is_env_name(text: object) -> bool:
     return isinstance(text, str) and bool(_ENV_NAME.fullmatch(text))
 
 
-def env_name(text: str) -> str:
-    """argparse type: the NAME of an environment variable (it is pasted into shell examples)."""
-    if not is_env_name(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
-        )
-    return text
+def _checked(accepts: Callable[[str], bool], why: str, shown: int | None = None) -> Callable[[str], str]:
+    """argparse type: the text itself when `accepts` takes it, else "'text' why" (the text cut to `shown`)."""
 
+    def parse(text: str) -> str:
+        if not accepts(text):
+            raise argparse.ArgumentTypeError(f"{text[:shown]!r} {why}")
+        return text
+
+    return parse
+
+
+# the NAME of an environment variable (it is pasted into shell examples)
+env_name = _checked(
+    is_env_name, "is not an environment variable name (letters, digits and _, not starting with a digit)"
+)
 
 # docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest]; never an option
 _IMAGE_REF = re.compile(
     r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
+image_ref = _checked(
+    lambda text: bool(_IMAGE_REF.fullmatch(text or "")) and len(text) <= 512,
+    "is not a container image reference (e.g. registry/name:tag)",
+)
 
-
-def image_ref(text: str) -> str:
-    """argparse type: a container image reference; text that a runtime could read as an option is refused."""
-    if not _IMAGE_REF.fullmatch(text or "") or len(text) > 512:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a container image reference (e.g. registry/name:tag)")
-    return text
-
-
+# a release number such as 0.32.0 (or 0.32.0+cpu); it names a snapshot file
 _VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.+-]{1,40})?")
-
-
-def version(text: str) -> str:
-    """argparse type: a release number such as 0.32.0 (or 0.32.0+cpu); it names a snapshot file."""
-    if not _VERSION.fullmatch(text or ""):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a version number (e.g. 0.32.0)")
-    return text
+version = _checked(lambda text: bool(_VERSION.fullmatch(text or "")), "is not a version number (e.g. 0.32.0)")
 
 
 def executable(text: str) -> str:
@@ -135,8 +124,8 @@ def is_executable(path: str) -> bool:
 
 
 def nonempty(text: str) -> str:
-    """argparse type for a target or a file (--host, --sysroot, --venv, --plan): an empty value is a mistake
-    (an unset shell variable), never a silent 'use this machine' nor the current folder."""
+    """argparse type for a target or a file: an empty value is a mistake (an unset shell variable), never a
+    silent 'use this machine' nor the current folder."""
     if not (text or "").strip():
         raise argparse.ArgumentTypeError(
             "is empty (an unset shell variable?); pass a value, or leave the flag out where it has a default"
@@ -144,23 +133,15 @@ def nonempty(text: str) -> str:
     return text
 
 
-def revision_arg(text: str) -> str:
-    """--revision, checked where it is read (estimate_memory --config never resolves a model with it)."""
-    if not is_revision(text):
-        why = "is not a branch, tag or commit (letters, digits and ._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')"
-        raise argparse.ArgumentTypeError(f"{text[:200]!r} {why}")
-    return text
-
-
-def served_name_arg(text: str) -> str:
-    if not is_served_name(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a plain model name (letters, digits and ._:@+/-, not starting with '-', at most 200)"
-        )
-    return text
-
-
-NOT_A_KEY = ("HF_TOKEN", "PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH")
+# --revision, checked where it is read (estimate_memory --config never resolves a model with it)
+revision_arg = _checked(
+    is_revision,
+    "is not a branch, tag or commit (letters, digits and ._/-; no '..', '//', leading '-', '.' or '/', no part ending '.lock')",
+    shown=200,
+)
+served_name_arg = _checked(
+    is_served_name, "is not a plain model name (letters, digits and ._:@+/-, not starting with '-', at most 200)"
+)
 
 
 def api_key_env_arg(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -22,14 +23,13 @@ _KEEP: list[Path] = []
 
 
 def keep_document(path: Path | None) -> None:
-    """The document this script prints is also written to path (its run folder), whatever the outcome;
-    None: to none."""
+    """The document this script prints is also written to path (its run folder), whatever the outcome."""
     _KEEP[:] = [path] if path else []
 
 
 def json_text(doc: Any) -> tuple[str, bool]:
-    """The document as strict JSON, masked. A NaN or Infinity that slipped past the boundary checks becomes
-    a clear error document, never output other programs cannot parse. -> (text, False when it had to)."""
+    """The document as strict JSON, masked; a NaN or Infinity in it makes it an error document instead.
+    -> (text, False when it had to)."""
     try:
         return json.dumps(masked_strings(doc, secret_values()), indent=2, allow_nan=False), True
     except (ValueError, RecursionError):
@@ -40,7 +40,7 @@ def json_text(doc: Any) -> tuple[str, bool]:
 
 def emit(doc: Any, rendered: str | None = None) -> bool:
     """One JSON document on stdout (or the `rendered` text that stands for it, masked). -> False when it could
-    not say it, or had to replace it (the caller's exit code must then say failure too)."""
+    not say it, or had to replace it."""
     text, printed = json_text(doc) if rendered is None else (mask_secrets(rendered), True)
     try:  # nowhere to say it (stdout None: closed at start, `>&-`; closed since; a full disk): exit 1 says it
         sys.stdout.write(text + "\n")
@@ -85,18 +85,16 @@ def _install(handler) -> dict:
 
 
 def _interrupt_on_termination() -> dict:
-    """SIGTERM, SIGHUP and SIGINT (an agent's tool timeout, a closed terminal, Ctrl-C) end a script once:
-    the children run() started in sessions of their own are killed on the way out, not left running, and
-    the JSON says "interrupted"; a later signal lets that way out finish. -> the handlers to put back."""
+    """SIGTERM, SIGHUP and SIGINT (a tool timeout, a closed terminal, Ctrl-C) end a script once, as a
+    KeyboardInterrupt; a later signal lets that way out finish. -> the handlers to put back."""
     _INTERRUPTED.clear()  # a script's signal regime starts here (tests run several in one process)
     return _install(_raise_interrupt)
 
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt: a server is
-    launched and recorded inside one, so no signal leaves a server no state names. A signal held inside a
-    cleanup that already answers an interrupt is not raised again."""
+    """SIGTERM, SIGHUP and SIGINT held until the block ends, then raised as KeyboardInterrupt (unless one is
+    already being answered): a server is launched and recorded inside one, so no state misses it."""
     pending: list[int] = []
     previous = _install(lambda signum, frame: pending.append(signum))
     try:
@@ -113,15 +111,14 @@ _ABANDONED: list[bool] = []
 
 
 def abandon_thread() -> None:
-    """A worker thread is left running (a Hub call past its deadline): at the end run_main leaves with
-    os._exit once its document is out, since a thread still inside C code while the interpreter tears down
-    can crash it."""
+    """A worker thread is left running (a Hub call past its deadline): run_main then ends with os._exit, as
+    a thread inside C code can crash the interpreter's teardown."""
     _ABANDONED.append(True)
 
 
 def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | None) -> int:
     """The document out: written to the run folder keep_document named, if any, then printed (as JSON, or as
-    `render` makes it). -> the exit code, 1 when either write failed (the next step would read an older one)."""
+    `render` makes it). -> the exit code, 1 when either write failed."""
     if isinstance(doc, dict):  # the one contract: every document says ok, and exit 1 = ok false + error + fix
         doc = {"ok": code == 0, **{k: v for k, v in doc.items() if k != "ok"}}
     path = _KEEP.pop() if _KEEP else None
@@ -137,8 +134,7 @@ def say(doc: Any, code: int, ok: bool, render: Callable[[dict, bool], str] | Non
 
 
 def failure(exc: BaseException) -> tuple[dict, int]:
-    """The error + fix and exit code of a script that raised: its own ScriptError, an interrupt, the machine's
-    refusal, a missing package, or our own bug (the contract is JSON, even for those)."""
+    """The error + fix and exit code of a script that raised (the contract is JSON, even for our own bug)."""
     if isinstance(exc, ScriptError):
         return exc.as_json(), exc.code
     if isinstance(exc, KeyboardInterrupt):
@@ -156,34 +152,24 @@ def failure(exc: BaseException) -> tuple[dict, int]:
     return {"error": f"internal error: {type(exc).__name__}: {exc}", "fix": fix}, EXIT_FAIL
 
 
-def use_bundle_venv() -> None:
-    """`python3 scripts/NAME.py` works in any shell once scripts/bootstrap.py has run: when this
-    interpreter lacks the dependencies and the bundle's venv has them, run the same command there."""
-    import importlib.util
-
-    venv_python = bundle.BUNDLE_VENV / "bin" / "python"
-    if (
-        os.environ.get(bundle.REEXEC_MARK)
-        or not venv_python.exists()
-        or Path(sys.prefix).resolve() == bundle.BUNDLE_VENV.resolve()
-        or Path(sys.argv[0] or ".").resolve().parent != bundle.SCRIPTS
-        or all(importlib.util.find_spec(name) for name in bundle.BUNDLE_DEPS)
-    ):
-        return
-    os.environ[bundle.REEXEC_MARK] = "1"
-    os.execv(str(venv_python), [str(venv_python), *sys.argv])
-
-
 def run_main(
     main: Callable[[Sequence[str] | None], tuple[Any, int]],
     argv: Sequence[str] | None = None,
     render: Callable[[dict, bool], str] | None = None,
 ) -> int:
-    """Call ``main`` and turn every outcome into one document on stdout and an exit code.
-
-    ``render(doc, ok)`` replaces JSON for scripts with another output format (cpu_tune's env)."""
+    """Call ``main`` and turn every outcome into one document on stdout and an exit code. ``render(doc, ok)``
+    replaces JSON for scripts with another output format (cpu_tune's env)."""
     if Path(sys.argv[0] or ".").resolve().parent == bundle.SCRIPTS:  # a script, not a test calling main
-        use_bundle_venv()
+        venv_python = bundle.BUNDLE_VENV / "bin" / "python"
+        # when this interpreter lacks the dependencies and the bundle's venv has them, the same command runs there
+        if not (
+            os.environ.get(bundle.REEXEC_MARK)
+            or not venv_python.exists()
+            or Path(sys.prefix).resolve() == bundle.BUNDLE_VENV.resolve()
+            or all(importlib.util.find_spec(name) for name in bundle.BUNDLE_DEPS)
+        ):
+            os.environ[bundle.REEXEC_MARK] = "1"
+            os.execv(str(venv_python), [str(venv_python), *sys.argv])
         if sys.stderr is not None and not isinstance(sys.stderr, _MaskedStream):
             sys.stderr = _MaskedStream(sys.stderr)  # what libraries log through their own handlers is masked too
     previous = _interrupt_on_termination()
@@ -191,11 +177,9 @@ def run_main(
         doc, code = main(argv)
         ok = True
         name = Path(main.__code__.co_filename).stem
-        # (not detect --capture's receipt: it is no fact for the next script, and it runs on the host to plan
-        # for with the standard library only, where jsonschema is not installed)
+        # (not detect --capture's receipt: it runs on the host to plan for, where jsonschema is not installed)
         if code == EXIT_OK and isinstance(doc, dict) and name in bundle.INPUT_SCRIPTS and "capture" not in doc:
-            # what we print is what the next script reads: a fact past what the schema allows (a socket
-            # id of 5000, a quota of 0 CPUs) is refused here, naming the field, not three scripts later
+            # what we print is what the next script reads: a fact past its schema is refused here, not later
             check_schema(
                 doc,
                 name,
@@ -205,10 +189,8 @@ def run_main(
     except (KeyboardInterrupt, Exception) as exc:
         (doc, code), ok = failure(exc), False
     finally:
-        # the work is done: a signal now must not cut the document that says what was done (a start that
-        # recorded its server), so it is ignored until the document is out
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
+        # the work is done: a signal now must not cut the document that says what was done
+        _install(signal.SIG_IGN)
     try:
         code = say(doc, code, ok, render)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import sys
 from typing import Any
 
@@ -35,10 +36,7 @@ def log(msg: str) -> None:
 
 
 def os_error(exc: OSError, doing: str) -> ScriptError:
-    """The machine's refusal (a full disk, a folder we may not write, a link loop) in words a user acts on,
-    naming the file where the error does."""
-    import errno
-
+    """The machine's refusal (a full disk, a folder we may not write, a link loop) in words a user acts on."""
     where = f" ({clip(str(exc.filename), 300)})" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         fix = "free space on that disk (or raise the file-size limit, ulimit -f), then run it again"

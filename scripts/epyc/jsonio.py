@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from epyc.errors import ScriptError
 from epyc.masking import clip
 
 SCHEMAS = Path(__file__).resolve().parent.parent.parent / "data" / "schemas"  # bundle.DATA_DIR / "schemas"
+MAX_INPUT_BYTES = 64 << 20
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -34,9 +37,8 @@ def real_path(path: str | Path) -> Path:
 
 
 def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -> Path:
-    """A path with `~` / `~user` expanded; an unknown user is a clear error (Path.expanduser raises
-    RuntimeError for it). `expand_vars`: then $VARS, in huggingface_hub's order (a variable holding a `~`
-    keeps it, as the Hub client does)."""
+    """A path with `~` / `~user` expanded (an unknown user is a ScriptError); `expand_vars`: then $VARS,
+    in huggingface_hub's order (a variable holding a `~` keeps it)."""
     try:
         path = Path(spec).expanduser()
         if expand_vars:
@@ -49,13 +51,8 @@ def user_path(spec: str | Path, what: str = "path", expand_vars: bool = False) -
     return path
 
 
-MAX_INPUT_BYTES = 64 << 20
-
-
 def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_result:
     """An input must be a regular file: a FIFO would block forever, /dev/zero never ends."""
-    import stat
-
     try:
         st = Path(spec).stat()
     except OSError as exc:
@@ -67,8 +64,8 @@ def require_regular_file(spec: str | Path, what: str, fix: str) -> os.stat_resul
 
 
 def nearest_existing(path: Path) -> tuple[Path, list[str]]:
-    """path's nearest ancestor that is there (by its name, as the kernel walks it; a link is not followed),
-    and the names below it, deepest first: what making path would create."""
+    """path's nearest ancestor that is there (a link is not followed), and the names below it, deepest
+    first: what making path would create."""
     missing = []
     while not os.path.lexists(path) and path != path.parent:
         missing.append(path.name)
@@ -114,8 +111,8 @@ def output_file(spec: str | Path, what: str) -> Path:
 
 
 def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of an input file, refusing what is not a regular file and anything over `limit` bytes:
-    an input is data, never a stream. A `~` is expanded, as in every path the scripts write."""
+    """The bytes of an input file (`~` expanded), refusing what is not a regular file and anything over
+    `limit` bytes: an input is data, never a stream."""
     path = user_path(spec, what)
     st = require_regular_file(path, what, fix)
     if st.st_size > limit:
@@ -131,8 +128,7 @@ def read_input_bytes(spec: str | Path, what: str, fix: str, limit: int = MAX_INP
 
 
 def read_input_text(spec: str | Path, what: str, fix: str, limit: int = MAX_INPUT_BYTES, strict: bool = True) -> str:
-    """read_input_bytes as UTF-8: strict for documents (a byte that is not UTF-8 is an error naming the
-    file), lenient (replacement characters) for logs."""
+    """read_input_bytes as UTF-8: strict for documents, lenient (replacement characters) for logs."""
     return decode_input(read_input_bytes(spec, what, fix, limit), f"{what} {str(spec)!r}", fix, strict)
 
 
@@ -144,35 +140,30 @@ def decode_input(data: bytes, label: str, fix: str, strict: bool = True) -> str:
         raise ScriptError(f"{label} is not UTF-8 text (byte {exc.start})", fix)
 
 
-class NotANumber(ValueError):
-    """A JSON text with a number JSON does not have (NaN, Infinity) or no float can hold (1e400)."""
-
-
 class DuplicateKey(ValueError):
     pass
 
 
 def _no_constant(name: str):
-    raise NotANumber(f"{name} is not a JSON number")
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e400: valid JSON syntax, but no finite number
-        raise NotANumber(f"{text[:40]} is too large for a number")
+        raise ValueError(f"{text[:40]} is too large for a number")
     return value
 
 
 def strict_json_loads(text: str, unique_keys: bool = False) -> Any:
     """json.loads as JSON is: no NaN or Infinity, no number past a float; unique_keys for this bundle's own
-    documents. Raises NotANumber, DuplicateKey or another ValueError."""
+    documents. Raises DuplicateKey or another ValueError."""
     hook = refuse_duplicate_keys if unique_keys else None
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=hook)
 
 
 def refuse_duplicate_keys(pairs: list) -> dict:
-    """An object whose keys are all different. A document with a key twice reads as its last value in
-    Python, as its first in other readers, and the human reviewing a plan file may see either one."""
+    """An object whose keys are all different: other readers take a key's first value, Python its last."""
     doc = dict(pairs)
     if len(doc) != len(pairs):
         seen: set = set()
@@ -183,8 +174,7 @@ def refuse_duplicate_keys(pairs: list) -> dict:
 
 def parse_json_object(text: str, what: str, fix: str, unique_keys: bool = False) -> dict:
     """Text that must hold one JSON object; anything else is a ScriptError naming `what`. unique_keys for
-    this bundle's own documents (a plan, a step's output): one of them with a key twice was edited by hand
-    or cut and pasted together. A model's config.json is read as vLLM reads it (the last value wins)."""
+    this bundle's own documents, not a model's config.json (vLLM reads a key's last value)."""
     try:
         doc = strict_json_loads(text, unique_keys)
     except json.JSONDecodeError as exc:
@@ -213,7 +203,6 @@ def read_json_input(spec: str, what: str) -> dict:
         text = decode_input(data, f"{what} on stdin", fix)
     else:
         text = read_input_text(spec, f"{what} JSON", fix)
-    # a model's config is read as vLLM reads it (the last of a key's values wins)
     doc = parse_json_object(
         text, f"{what} input {spec!r}", f"pass the unmodified stdout of the {what} step", what != "config.json"
     )
@@ -244,8 +233,7 @@ def best_schema_error(schema: dict, doc: Any) -> Any:
     import jsonschema
 
     base = jsonschema.Draft202012Validator
-    # "integer" is a whole-number type, not a value: JSON Schema lets 10.0 pass, and a port of 44751.0 or a
-    # KV grant of 10.0 then reached a socket call or the command ("--max-num-seqs 22.0") the human approves
+    # "integer" is a whole-number type, not a value: JSON Schema lets 10.0 pass, and "--max-num-seqs 22.0" follows
     strict = base.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     )
@@ -253,21 +241,22 @@ def best_schema_error(schema: dict, doc: Any) -> Any:
     return jsonschema.exceptions.best_match(validator(schema).iter_errors(doc))
 
 
-def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
-    """A document read at the boundary must match its schema (data/schemas/NAME.json); the error names
-    the field, the value and the rule it broke."""
-    schema = json.loads((SCHEMAS / f"{schema_name}.json").read_text())
+def schema_problem(schema: dict, doc: Any, limit: int) -> str | None:
+    """How doc breaks schema as "field F: message" (the message cut to `limit`), or None."""
     error = best_schema_error(schema, doc)
-    if error is not None:
-        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ScriptError(f"{what}: field {field}: {error.message[:300]}", fix)
+    if error is None:
+        return None
+    return f"field {'/'.join(str(p) for p in error.absolute_path) or '(top level)'}: {error.message[:limit]}"
+
+
+def check_schema(doc: Any, schema_name: str, what: str, fix: str) -> None:
+    """A document read at the boundary must match its schema (data/schemas/NAME.json), or a ScriptError."""
+    if problem := schema_problem(json.loads((SCHEMAS / f"{schema_name}.json").read_text()), doc, 300):
+        raise ScriptError(f"{what}: {problem}", fix)
 
 
 def open_own_file(path: str | Path, flags: int, mode: int = 0o600, phase: str = "start") -> int:
     """Open a file the bundle keeps, never through a link nor waiting on a FIFO; one written gets `mode`."""
-    import errno
-    import stat
-
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as exc:

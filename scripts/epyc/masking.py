@@ -10,14 +10,19 @@ from typing import Any
 
 SECRET_NAME = re.compile(r"(?i)(key|token|secret|passw)")
 _NAMED_SECRETS: set[str] = set()
-# credentials written into a URL (an HF_ENDPOINT or a proxy with user:password@): never printed. A bounded
-# scheme keeps the scan linear; the credentials run to the authority's last '@', as urllib3 reads them.
+# credentials written into a URL (user:password@), never printed: they run to the authority's last '@', as
+# urllib3 reads them, and a bounded scheme keeps the scan linear
 URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/\s]*@")
+# the keys our documents are made of (snake_case), never masked: a key `error` masked would break the contract;
+# keys from a user's data (a tensor name) are masked like any string
+OUR_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# a key's name then ':' or '=' (a header, JSON, a query string): "token count 5" is prose, not a credential
+_BEARER = re.compile(r"(?i)(bearer\s+|(?:api[_-]?key|token)[\"']?\s*[:=][\"'\s]*)[^\s\"',}]+")
+SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
 def treat_as_secret(*names: str) -> None:
-    """A plan's API key may live under any name (`--api-key-env MYAPI`): the verbs that read the plan
-    name its variables here, and from then on their values are masked like HF_TOKEN's."""
+    """The verbs that read a plan name its key's variables (`--api-key-env MYAPI`) here: masked from then on."""
     _NAMED_SECRETS.update(n for n in names if n)
 
 
@@ -35,7 +40,7 @@ def secret_values() -> list[str]:
 
 def clip(text: str, limit: int, tail: bool = False) -> str:
     """text shortened to `limit` characters (its end, with tail) after its secrets are masked: a cut made
-    first can leave part of a secret, which the mask, matching whole values, no longer sees."""
+    first can leave part of a secret the mask no longer sees."""
     text = mask_secrets(text)
     return text[-limit:] if tail else text[:limit]
 
@@ -92,8 +97,7 @@ def mask_secrets(text: str, values: list[str] | None = None) -> str:
 
 
 class _MaskedStream:
-    """stderr as the libraries see it: what huggingface_hub and requests log through their own handlers is
-    masked as log() masks."""
+    """stderr as the libraries see it: what they log through their own handlers is masked as log() masks."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -106,15 +110,8 @@ class _MaskedStream:
         return getattr(self._stream, name)
 
 
-# the keys our documents are made of: snake_case words, never masked (a key `error` masked because an API
-# key was the word "error" would break the one contract, {"error", "fix"}); keys from a user's data
-# (a tensor name, an environment variable's) are masked like any string
-OUR_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
-
-
 def masked_strings(value: Any, values: list[str]) -> Any:
-    """The document with secrets masked inside its strings (and keys that are not ours), never across its
-    syntax, so what is printed stays JSON."""
+    """The document with secrets masked inside its strings (and keys that are not ours): it stays JSON."""
     if isinstance(value, str):
         return mask_secrets(value, values)
     if isinstance(value, dict):
@@ -127,13 +124,9 @@ def masked_strings(value: Any, values: list[str]) -> Any:
     return value
 
 
-# a key's name then ':' or '=' (a header, JSON, a query string): "token count 5" is prose, not a credential
-_BEARER = re.compile(r"(?i)(bearer\s+|(?:api[_-]?key|token)[\"']?\s*[:=][\"'\s]*)[^\s\"',}]+")
-
-
 def mask_token_patterns(text: str) -> str:
     """Anything after `Bearer`/`api_key`/`token` masked (a server that reflects headers must not get the key
-    printed). Cheap on text without those words: the pattern alone cost 5 s a million lines."""
+    printed); cheap on text without those words."""
     low = text.lower()
     if "bearer" in low or "api" in low or "token" in low:  # what _BEARER needs to match at all
         text = _BEARER.sub(lambda m: m.group(1) + "***", text)
@@ -147,14 +140,10 @@ def mask_server_text(text: str, forms: list[str]) -> str:
 
 
 def redact(text: str, secrets: list[str], limit: int = 200) -> str:
-    """A server's text as we may show it: masked, then shortened -- in that order, as a cut made first can
-    leave part of a secret that no mask then sees. Masked are the plan's secrets and every secret this
-    shell holds (the host server inherits HF_ENDPOINT, so its log can quote a mirror's password)."""
+    """A server's text as we may show it: masked (the plan's secrets and this shell's, as the server inherits
+    HF_ENDPOINT), then shortened."""
     text = mask_server_text(text, secret_forms([*secrets, *secret_values()]))
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
-
-
-SECRET_VALUE = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
 def secret_unsendable(name: str) -> str:

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from epyc.errors import ScriptError, log
-from epyc.jsonio import best_schema_error, parse_json_object
+from epyc.jsonio import parse_json_object, schema_problem
 
 STOP_GRACE_S = 30  # how long a server has to stop before it is killed
 MARKER_ENV = "SERVING_LLMS_ON_EPYC_RUN"  # the run token in the environment of every server the bundle starts
+PROGRESS_EVERY_S = 15.0
+PROBE_OUTPUT_LIMIT = 16 << 20
 
 
 @dataclass
@@ -32,9 +34,8 @@ class RunResult:
 
 
 def find_program(name: str, env: dict | None = None) -> str | None:
-    """The file a bare program name runs, from PATH's absolute folders only (as Go's exec.LookPath does
-    since 1.19): with PATH="" or ".", a `numactl` or `docker` in the current folder would run instead of
-    the one the human approved. A name with a '/' is itself. -> None when there is none."""
+    """The file a bare program name runs, from PATH's absolute folders only (as Go's exec.LookPath): a
+    `docker` in the current folder must not run instead of the approved one. -> None when there is none."""
     if "/" in name:
         return name
     for folder in (env if env is not None else os.environ).get("PATH", os.defpath).split(os.pathsep):
@@ -42,9 +43,6 @@ def find_program(name: str, env: dict | None = None) -> str | None:
         if os.path.isabs(folder) and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-PROGRESS_EVERY_S = 15.0
 
 
 def run(
@@ -57,14 +55,13 @@ def run(
     engine_query: bool = False,
 ) -> RunResult:
     """Run argv (never through a shell) with a hard timeout; never raises for the usual failures. `progress`:
-    a line on stderr every PROGRESS_EVERY_S; `stderr_through`: the child's stderr passes through; `limit`:
-    bytes kept of each stream, the child stopped past it. Output is decoded leniently."""
+    a line on stderr every PROGRESS_EVERY_S; `limit`: bytes kept of each stream, the child stopped past it."""
     argv = [str(a) for a in argv]
     env = env if engine_query else run_env(argv, env)  # engine_query: which daemon does this shell name?
     program = find_program(argv[0], env)
-    if program is None:
-        return RunResult(argv, None, "", f"{argv[0]}: not found", "not_found")
     try:
+        if program is None:
+            raise FileNotFoundError(argv[0])
         # a session of its own: on timeout the whole group goes, not just argv[0] -- a grandchild that
         # kept our pipe open would otherwise make the read after the kill wait forever
         proc = subprocess.Popen(
@@ -136,8 +133,7 @@ def _run_bounded(proc: subprocess.Popen, argv: list[str], timeout: float, limit:
     except BaseException:
         kill_group(proc)
         raise
-    finally:  # close what the readers are done with (an unclosed pipe is a ResourceWarning, an error under
-        # PYTHONWARNINGS=error); a reader still blocked -- a process outside the group holds the pipe -- keeps its own
+    finally:  # close what the readers are done with (an unclosed pipe warns); a reader still blocked keeps its own
         for reader, stream in zip(readers, streams.values()):
             reader.join(timeout=1)
             if not reader.is_alive():
@@ -155,12 +151,9 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-PROBE_OUTPUT_LIMIT = 16 << 20
-
-
 def no_python_settings() -> dict:
-    """This environment without PYTHON* variables, for another interpreter (pip, venv, a probe): a shell's
-    PYTHONWARNINGS=error makes a warning in their own code a traceback or a failure that is not ours."""
+    """This environment without PYTHON* variables, for another interpreter: a shell's PYTHONWARNINGS=error
+    would fail it for a warning in its own code."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
 
 
@@ -179,16 +172,13 @@ def run_probe(
         doc = parse_json_object(line[len(marker) :], "probe output", "")
     except ScriptError as exc:
         return None, f"malformed probe output ({exc.error[:120]}): {line[:200]}"
-    error = best_schema_error(shape, doc) if shape else None
-    if error is not None:
-        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        return None, f"probe output field {field}: {error.message[:200]}"
-    return doc, ""
+    problem = schema_problem(shape, doc, 200) if shape else None
+    return (None, f"probe output {problem}") if problem else (doc, "")
 
 
 def run_env(argv: list[str], env: dict | None) -> dict | None:
     """The environment of a command: a docker call that names no engine runs on the default socket, and
-    podman on this machine's, whatever this shell exports (DOCKER_HOST, a context, CONTAINER_HOST)."""
+    podman on this machine's, whatever this shell exports."""
     source = os.environ if env is None else env
     if argv[:1] == ["podman"]:
         return {k: v for k, v in source.items() if k not in ("CONTAINER_HOST", "CONTAINER_CONNECTION")}
