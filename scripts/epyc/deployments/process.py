@@ -31,10 +31,9 @@ def unrecorded(spec: dict, exc: BaseException, what: str, undone: str) -> Script
         return start_error(
             f"interrupted before the {what} was recorded: start {undone} it", "run start again", interrupted=True
         )
-    if isinstance(exc, ScriptError):
-        reason = exc.error
-    else:
-        reason = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    reason = exc.error if isinstance(exc, ScriptError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError):
+        reason = f"{exc.strerror or exc}"
     return start_error(
         f"the {what} was launched, but its state could not be written to {spec['state_file']} "
         f"({masking.clip(reason, 300)}): start {undone} it",
@@ -111,17 +110,14 @@ def settled_environ(proc: psutil.Process) -> dict | None:
             env = proc.environ()
         except psutil.Error:
             return None
-        if env:
-            return env
-        if time.monotonic() >= deadline:
-            return None
+        if env or time.monotonic() >= deadline:
+            return env or None
         time.sleep(0.02)
 
 
 def group_members(state: dict) -> list:
-    """The live processes of the recorded group, proven ours by the leader's start time and the run token
-    (MARKER_ENV) in the leader's or a surviving member's environ; without a token (vllm-router rewrites its
-    environ), by the leader alive with that start time."""
+    """The recorded group's live processes, proven ours by the leader's start time and the run token (MARKER_ENV)
+    in its or a surviving member's environ; with no token (vllm-router rewrites its environ), by the leader alive."""
     import psutil
 
     pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")

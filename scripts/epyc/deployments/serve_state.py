@@ -204,29 +204,24 @@ def auth_headers(plan: dict) -> dict:
 
 def lock_held(path: Path) -> bool:
     """Another process holds that lock file (flock); never created here: no file, no holder."""
-    import fcntl
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
+        return not flock_within(fd, 0, shared=True)
     finally:
         os.close(fd)
-    return False
 
 
-def flock_within(fd: int, seconds: float) -> bool:
-    """The exclusive lock on that open file, asked again for up to `seconds` (a verify's brief hold is waited out)."""
+def flock_within(fd: int, seconds: float, shared: bool = False) -> bool:
+    """The exclusive (or shared) lock on that open file, asked for up to `seconds` (a verify's brief hold is waited out)."""
     import fcntl
 
     deadline = time.monotonic() + seconds
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             return True
         except OSError:
             if time.monotonic() >= deadline:

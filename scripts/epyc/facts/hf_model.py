@@ -114,23 +114,25 @@ class ModelFiles:
         # a FIFO under a known name is there, just not readable: the reader says so ("unknown", never "absent")
         return p if p and (p.is_file() or (os.path.lexists(p) and not p.is_dir())) else None
 
+    def _ask(self, call: Callable[[], T], *absent: type[Exception]) -> T | None:
+        """A Hub call; None when it answers with an `absent` error (no such thing: not "could not ask")."""
+        try:
+            return call()
+        except absent:
+            return None
+        except Exception as exc:  # mapped to a reason the user can act on
+            raise hub_error(exc, self.ref, self.revision)
+
     def _download(self, name: str) -> Path | None:
         """A file from the Hub into the cache; None when the repo has no such file."""
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import RemoteEntryNotFoundError
 
-        try:
-            return Path(hf_hub_download(self.ref, name, revision=self.revision))
-        except RemoteEntryNotFoundError:  # the Hub says the repo has no such file (not: could not ask)
-            return None
-        except Exception as exc:  # mapped to a reason the user can act on
-            raise hub_error(exc, self.ref, self.revision)
-
-    def path(self, name: str) -> Path | None:
-        return self._local(name) if self.kind != "hub" else self._download(name)
+        path = self._ask(lambda: hf_hub_download(self.ref, name, revision=self.revision), RemoteEntryNotFoundError)
+        return Path(path) if path is not None else None
 
     def text(self, name: str) -> str | None:
-        p = self.path(name)
+        p = self._local(name) if self.kind != "hub" else self._download(name)
         if p is None:
             return None
         return jsonio.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False)
@@ -228,12 +230,8 @@ class ModelFiles:
         from huggingface_hub.errors import NotASafetensorsRepoError, SafetensorsParsingError
 
         api = HfApi()
-        try:
-            meta = api.get_safetensors_metadata(self.ref, revision=self.revision)
-        except (NotASafetensorsRepoError, SafetensorsParsingError):
-            meta = None
-        except Exception as exc:
-            raise hub_error(exc, self.ref, self.revision)
+        no_headers = (NotASafetensorsRepoError, SafetensorsParsingError)
+        meta = self._ask(lambda: api.get_safetensors_metadata(self.ref, revision=self.revision), *no_headers)
         if meta is not None:
             # the Hub's headers get the checks a local header gets: a known dtype, whole dimensions in range
             files = meta.files_metadata.values()
@@ -247,10 +245,7 @@ class ModelFiles:
                     "check the repo's .safetensors files, or pass --weight-gb N",
                 )
             return weight_bytes(tensors, serve_dtype, tied), "safetensors_metadata"
-        try:
-            info = api.model_info(self.ref, revision=self.revision, files_metadata=True)
-        except Exception as exc:
-            raise hub_error(exc, self.ref, self.revision)
+        info = self._ask(lambda: api.model_info(self.ref, revision=self.revision, files_metadata=True))
         sizes = [s.size or 0 for s in info.siblings or [] if s.rfilename.endswith((".safetensors", ".bin", ".pt"))]
         return (sum(sizes), "weight_file_sizes") if sizes else None
 
