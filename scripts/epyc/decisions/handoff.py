@@ -165,14 +165,11 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- pure: judging the server
-
-
-def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
-    """The one deterministic request verify sends on the primary endpoint."""
-    limits = {"max_tokens": 16, "temperature": 0}
+def smoke_request(endpoint: str, served: str, hello: str = "hi", limits: dict | None = None) -> tuple[str, dict]:
+    """The one deterministic request verify sends on the primary endpoint (the handoff's example: another hello)."""
+    limits = limits or {"max_tokens": 16, "temperature": 0}
     if endpoint == "chat_completions":
-        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": "hi"}], **limits}
+        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": hello}], **limits}
     return "/v1/completions", {"model": served, "prompt": "Hello, world", **limits}
 
 
@@ -207,15 +204,13 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
 def examples(endpoint: str, path: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
     """A curl line and an OpenAI-client snippet for the endpoint; the key by its variable's name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
-    limits = {"max_tokens": 128, "temperature": 0.7}
+    _, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
     if endpoint == "chat_completions":
-        body = {"model": served, "messages": [{"role": "user", "content": "Hello"}], **limits}
         py_call = (
             'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
             '"Hello"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)'
         )
     else:
-        body = {"model": served, "prompt": "Hello, world", **limits}
         py_call = (
             'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\n'
             "print(r.choices[0].text)"

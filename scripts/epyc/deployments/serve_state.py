@@ -215,7 +215,7 @@ def lock_held(path: Path) -> bool:
 
 
 def flock_within(fd: int, seconds: float, shared: bool = False) -> bool:
-    """The exclusive (or shared) lock on that open file, asked for up to `seconds` (a verify's brief hold is waited out)."""
+    """The exclusive (or shared) lock on that file, asked for up to `seconds` (a verify's brief hold is waited out)."""
     import fcntl
 
     deadline = time.monotonic() + seconds

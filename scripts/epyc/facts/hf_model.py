@@ -107,8 +107,6 @@ class ModelFiles:
     revision: str | None
     folder: Path | None  # local or cached snapshot folder, when there is one
 
-    # ---- reading
-
     def _local(self, name: str) -> Path | None:
         p = self.folder / name if self.folder else None
         # a FIFO under a known name is there, just not readable: the reader says so ("unknown", never "absent")
@@ -157,8 +155,6 @@ class ModelFiles:
             "repair config.json (or re-download it): the field named must be what transformers writes there",
         )
         return cfg
-
-    # ---- weights
 
     def weights(self, serve_dtype: str, tied_embeddings: bool) -> tuple[int, str] | None:
         """(bytes as vLLM will hold them, source) without downloading weights; None if unknown."""
