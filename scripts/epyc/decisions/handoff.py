@@ -153,8 +153,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
 
 
 def table_cell(value: object) -> str:
-    """One cell on one line: `|` escaped, every unprintable character as its escape (a newline would end the row,
-    an ESC or a bidi override redraw the command being approved)."""
+    """One cell on one line: `|` and every unprintable escaped (a newline, ESC or bidi override would forge the row)."""
     text = str(value).replace("|", "\\|")
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
@@ -201,10 +200,10 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     return True, redact(text, secrets)
 
 
-def examples(endpoint: str, path: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
+def examples(endpoint: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
     """A curl line and an OpenAI-client snippet for the endpoint; the key by its variable's name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
-    _, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
+    path, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
     if endpoint == "chat_completions":
         py_call = (
             'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
@@ -275,7 +274,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     )
     entry = entry or {k: plan[k] for k in ("base_url", "port", "stop_command")}
     base, port, key_env, s = entry["base_url"], entry["port"], plan.get("api_key_env"), plan["sizing"]
-    curl, python = examples(endpoint, path, base, served, key_env)
+    curl, python = examples(endpoint, base, served, key_env)
     runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     reach = (
         f"; it listens on every address ({plan['host']}:{port}): from another machine use this host's address, "

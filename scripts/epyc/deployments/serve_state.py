@@ -51,8 +51,7 @@ def write_state(plan: dict, state: dict) -> None:
     """Atomically, through a temp file of this write's own (two verifies at once never leave half a state)."""
     import tempfile
 
-    target = Path(plan["state_file"])
-    tmp = None
+    target, tmp = Path(plan["state_file"]), None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=target.parent)  # O_EXCL, 0600
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -48,8 +48,7 @@ class Unreadable(Exception):
 
 
 def weight_bytes(tensors: dict[str, tuple[str, int]], serve_dtype: str, tied_embeddings: bool) -> int:
-    """Bytes of weights as vLLM holds them: float tensors cast to the serving dtype, quantized ones as stored;
-    with tied embeddings a stored lm_head.weight is skipped, as vLLM reuses the embedding."""
+    """Bytes as vLLM holds them: floats at the serving dtype, quantized as stored, a tied lm_head.weight skipped."""
     target = SERVE_DTYPE_BYTES.get(serve_dtype, 2)
     total = 0.0
     for name, (dtype, numel) in tensors.items():
@@ -170,8 +169,7 @@ class ModelFiles:
         return doc if isinstance(doc, dict) else {}
 
     def _served_shards(self) -> list[Path]:
-        """The safetensors files vLLM loads from this folder: consolidated*.safetensors alone when there are
-        any (Mistral's format), else every *.safetensors; either narrowed to the files its index names."""
+        """What vLLM loads: consolidated*.safetensors if any (Mistral's), else *.safetensors; narrowed by the index."""
         shards, index = sorted(self.folder.glob("consolidated*.safetensors")), "consolidated.safetensors.index.json"
         if not shards:
             shards, index = sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json"
