@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from epyc import cli, masking, subproc
 from epyc.deployments.serve_state import open_own_file, plan_identity, write_state
 from epyc.errors import ScriptError
-from epyc.subproc import MARKER_ENV, STOP_GRACE_S
 
 if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
     import psutil
@@ -128,7 +127,7 @@ def group_members(state: dict) -> list:
 
     def marked(proc) -> bool | None:  # None: its environ cannot be read
         env = settled_environ(proc)
-        return None if env is None else env.get(MARKER_ENV) == token
+        return None if env is None else env.get(subproc.MARKER_ENV) == token
 
     leader_marked = None
     with contextlib.suppress(psutil.Error):  # the leader is gone (or a zombie); an engine's workers may not be
@@ -191,7 +190,7 @@ def end_group(state: dict, group: list) -> tuple[list, set[int]]:
     for proc in group:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
-    _, left = psutil.wait_procs(group, timeout=STOP_GRACE_S)
+    _, left = psutil.wait_procs(group, timeout=subproc.STOP_GRACE_S)
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()

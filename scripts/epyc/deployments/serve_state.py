@@ -10,10 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from epyc import bundle, errors, jsonio
+from epyc import bundle, errors, jsonio, masking
 from epyc.errors import ScriptError
 from epyc.jsonio import open_own_file, write_own_file
-from epyc.masking import SECRET_VALUE, secret_unsendable
 
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -81,9 +80,9 @@ def secret_values(plan: dict) -> dict:
         value = os.environ.get(source, "")
         if not value:
             missing.append(source)
-        elif not SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
+        elif not masking.SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
             fix = f"export {source} again with the token alone (printable ASCII, no spaces), then start"
-            raise ScriptError(secret_unsendable(source), fix, phase="start")
+            raise ScriptError(masking.secret_unsendable(source), fix, phase="start")
         values[name] = value
     if missing:
         raise ScriptError(
@@ -191,9 +190,9 @@ def require_api_key(plan: dict, verb: str) -> None:
             f"export {key_env}=<key> (the one the server was started with), then {verb} again",
             phase=verb,
         )
-    if key_env and not SECRET_VALUE.fullmatch(os.environ[key_env]):
+    if key_env and not masking.SECRET_VALUE.fullmatch(os.environ[key_env]):
         fix = f"export {key_env} again with the key alone (the one the server was started with), then {verb} again"
-        raise ScriptError(secret_unsendable(key_env), fix, phase=verb)
+        raise ScriptError(masking.secret_unsendable(key_env), fix, phase=verb)
 
 
 def auth_headers(plan: dict) -> dict:

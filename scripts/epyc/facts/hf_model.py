@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from epyc import cli, jsonio, masking
-from epyc.argtypes import is_revision
+from epyc import argtypes, cli, jsonio, masking
 from epyc.errors import ScriptError
 from epyc.facts import hubcache
 
@@ -361,7 +360,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
     if not ref or not ref.strip():
         raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
-    if revision is not None and not is_revision(revision):
+    if revision is not None and not argtypes.is_revision(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = jsonio.user_path(ref, "--model")
     if p.is_dir():
