@@ -200,8 +200,8 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     return True, redact(text, secrets)
 
 
-def examples(endpoint: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
-    """A curl line and an OpenAI-client snippet for the endpoint; the key by its variable's name only."""
+def examples(endpoint: str, base: str, served: str, key_env: str | None) -> tuple[str, str, str]:
+    """The endpoint's path, a curl line and an OpenAI-client snippet for it; the key by its variable's name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
     path, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
     if endpoint == "chat_completions":
@@ -219,7 +219,7 @@ def examples(endpoint: str, base: str, served: str, key_env: str | None) -> tupl
     head = shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"])
     curl = f"{head}{auth} \\\n  -d {shlex.quote(json.dumps(body))}"
     client = f'import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key})\n'
-    return curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
+    return path, curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
 
 
 def systemd_word(word: str) -> str:
@@ -268,13 +268,12 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
             "the plan's endpoint is unknown (the chat template could not be read) and verify has not settled it yet",
             "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff",
         )
-    path, _ = smoke_request(endpoint, served)
     why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
         "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
     )
     entry = entry or {k: plan[k] for k in ("base_url", "port", "stop_command")}
     base, port, key_env, s = entry["base_url"], entry["port"], plan.get("api_key_env"), plan["sizing"]
-    curl, python = examples(endpoint, base, served, key_env)
+    path, curl, python = examples(endpoint, base, served, key_env)
     runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     reach = (
         f"; it listens on every address ({plan['host']}:{port}): from another machine use this host's address, "

@@ -45,12 +45,10 @@ def launch(spec: dict, env: dict, program: str, what: str, fresh_log: bool = Tru
     import psutil
 
     proc, saved = None, False
+    log_flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh_log else os.O_APPEND)
     try:
         with cli.signals_deferred():  # launched and recorded as one step
-            with os.fdopen(
-                open_own_file(spec["log_file"], os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh_log else os.O_APPEND)),
-                "wb",
-            ) as log:
+            with os.fdopen(open_own_file(spec["log_file"], log_flags), "wb") as log:
                 proc = subprocess.Popen(
                     spec["argv"],
                     executable=program,
