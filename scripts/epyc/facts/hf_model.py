@@ -176,8 +176,7 @@ class ModelFiles:
         if not isinstance(weight_map, dict) or not weight_map:  # no index names them: every file is the model's
             return shards
         listed = {str(v) for v in weight_map.values()}
-        missing = sorted(listed - {s.name for s in shards})
-        if missing:
+        if missing := sorted(listed - {s.name for s in shards}):
             raise ScriptError(
                 f"{self.ref}: {index} names {len(missing)} shard(s) the folder does not have "
                 f"({masking.clip(', '.join(missing), 200)}): a download cut short, and vLLM "
