@@ -242,20 +242,6 @@ class ModelFiles:
         return (sum(sizes), "weight_file_sizes") if sizes else None
 
 
-def import_hub() -> None:
-    """huggingface_hub, imported with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)."""
-    hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            import huggingface_hub.file_download  # noqa: F401
-    except (ValueError, TypeError) as exc:
-        raise ScriptError(
-            f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
-            "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
-            "such as https://huggingface.co), or unset them",
-        )
-
-
 def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
     """Map huggingface_hub / transport failures to Unreadable (could not look) or ScriptError (wrong input)."""
     from huggingface_hub import errors as e
@@ -375,7 +361,16 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
-    import_hub()
+    hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # huggingface_hub fixes its cache folder as it is imported
+    try:  # with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)
+        with contextlib.redirect_stdout(sys.stderr):
+            import huggingface_hub.file_download  # noqa: F401
+    except (ValueError, TypeError) as exc:
+        raise ScriptError(
+            f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
+            "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
+            "such as https://huggingface.co), or unset them",
+        )
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
