@@ -153,8 +153,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
 
 
 def table_cell(value: object) -> str:
-    """One cell on one line: `|` escaped, every unprintable character as its escape (a newline would end the row,
-    an ESC or a bidi override redraw the command being approved)."""
+    """One cell on one line: `|` and every unprintable escaped (a newline, ESC or bidi override would forge the row)."""
     text = str(value).replace("|", "\\|")
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
@@ -165,14 +164,11 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- pure: judging the server
-
-
-def smoke_request(endpoint: str, served: str) -> tuple[str, dict]:
-    """The one deterministic request verify sends on the primary endpoint."""
-    limits = {"max_tokens": 16, "temperature": 0}
+def smoke_request(endpoint: str, served: str, hello: str = "hi", limits: dict | None = None) -> tuple[str, dict]:
+    """The one deterministic request verify sends on the primary endpoint (the handoff's example: another hello)."""
+    limits = limits or {"max_tokens": 16, "temperature": 0}
     if endpoint == "chat_completions":
-        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": "hi"}], **limits}
+        return "/v1/chat/completions", {"model": served, "messages": [{"role": "user", "content": hello}], **limits}
     return "/v1/completions", {"model": served, "prompt": "Hello, world", **limits}
 
 
@@ -204,18 +200,16 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     return True, redact(text, secrets)
 
 
-def examples(endpoint: str, path: str, base: str, served: str, key_env: str | None) -> tuple[str, str]:
-    """A curl line and an OpenAI-client snippet for the endpoint; the key by its variable's name only."""
+def examples(endpoint: str, base: str, served: str, key_env: str | None) -> tuple[str, str, str]:
+    """The endpoint's path, a curl line and an OpenAI-client snippet for it; the key by its variable's name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
-    limits = {"max_tokens": 128, "temperature": 0.7}
+    path, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
     if endpoint == "chat_completions":
-        body = {"model": served, "messages": [{"role": "user", "content": "Hello"}], **limits}
         py_call = (
             'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
             '"Hello"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)'
         )
     else:
-        body = {"model": served, "prompt": "Hello, world", **limits}
         py_call = (
             'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\n'
             "print(r.choices[0].text)"
@@ -225,7 +219,7 @@ def examples(endpoint: str, path: str, base: str, served: str, key_env: str | No
     head = shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"])
     curl = f"{head}{auth} \\\n  -d {shlex.quote(json.dumps(body))}"
     client = f'import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key})\n'
-    return curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
+    return path, curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
 
 
 def systemd_word(word: str) -> str:
@@ -274,13 +268,12 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
             "the plan's endpoint is unknown (the chat template could not be read) and verify has not settled it yet",
             "run: python3 scripts/launch.py verify --plan <plan.json>, then handoff",
         )
-    path, _ = smoke_request(endpoint, served)
     why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
         "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
     )
     entry = entry or {k: plan[k] for k in ("base_url", "port", "stop_command")}
     base, port, key_env, s = entry["base_url"], entry["port"], plan.get("api_key_env"), plan["sizing"]
-    curl, python = examples(endpoint, path, base, served, key_env)
+    path, curl, python = examples(endpoint, base, served, key_env)
     runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     reach = (
         f"; it listens on every address ({plan['host']}:{port}): from another machine use this host's address, "

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from epyc import cli, masking, subproc
 from epyc.deployments.serve_state import open_own_file, plan_identity, write_state
 from epyc.errors import ScriptError
-from epyc.subproc import MARKER_ENV, STOP_GRACE_S
 
 if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
     import psutil
@@ -31,10 +30,9 @@ def unrecorded(spec: dict, exc: BaseException, what: str, undone: str) -> Script
         return start_error(
             f"interrupted before the {what} was recorded: start {undone} it", "run start again", interrupted=True
         )
-    if isinstance(exc, ScriptError):
-        reason = exc.error
-    else:
-        reason = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+    reason = exc.error if isinstance(exc, ScriptError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, OSError):
+        reason = f"{exc.strerror or exc}"
     return start_error(
         f"the {what} was launched, but its state could not be written to {spec['state_file']} "
         f"({masking.clip(reason, 300)}): start {undone} it",
@@ -47,12 +45,10 @@ def launch(spec: dict, env: dict, program: str, what: str, fresh_log: bool = Tru
     import psutil
 
     proc, saved = None, False
+    log_flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh_log else os.O_APPEND)
     try:
         with cli.signals_deferred():  # launched and recorded as one step
-            with os.fdopen(
-                open_own_file(spec["log_file"], os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh_log else os.O_APPEND)),
-                "wb",
-            ) as log:
+            with os.fdopen(open_own_file(spec["log_file"], log_flags), "wb") as log:
                 proc = subprocess.Popen(
                     spec["argv"],
                     executable=program,
@@ -111,17 +107,14 @@ def settled_environ(proc: psutil.Process) -> dict | None:
             env = proc.environ()
         except psutil.Error:
             return None
-        if env:
-            return env
-        if time.monotonic() >= deadline:
-            return None
+        if env or time.monotonic() >= deadline:
+            return env or None
         time.sleep(0.02)
 
 
 def group_members(state: dict) -> list:
-    """The live processes of the recorded group, proven ours by the leader's start time and the run token
-    (MARKER_ENV) in the leader's or a surviving member's environ; without a token (vllm-router rewrites its
-    environ), by the leader alive with that start time."""
+    """The recorded group's live processes, proven ours by the leader's start time and the run token (MARKER_ENV)
+    in its or a surviving member's environ; with no token (vllm-router rewrites its environ), by the leader alive."""
     import psutil
 
     pgid, started, token = state.get("pgid"), state.get("create_time"), state.get("marker")
@@ -132,7 +125,7 @@ def group_members(state: dict) -> list:
 
     def marked(proc) -> bool | None:  # None: its environ cannot be read
         env = settled_environ(proc)
-        return None if env is None else env.get(MARKER_ENV) == token
+        return None if env is None else env.get(subproc.MARKER_ENV) == token
 
     leader_marked = None
     with contextlib.suppress(psutil.Error):  # the leader is gone (or a zombie); an engine's workers may not be
@@ -195,7 +188,7 @@ def end_group(state: dict, group: list) -> tuple[list, set[int]]:
     for proc in group:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
-    _, left = psutil.wait_procs(group, timeout=STOP_GRACE_S)
+    _, left = psutil.wait_procs(group, timeout=subproc.STOP_GRACE_S)
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()

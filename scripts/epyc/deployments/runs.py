@@ -46,7 +46,7 @@ def keep_before_parsing(argv, step: str) -> None:
     """The run folder read off the command line before it is parsed: a bad-arguments exit is this step's
     document too, never the older one left for the next step to read. (A bad --run is said by the parser.)"""
     pre = cli.JsonArgumentParser(add_help=False)
-    pre.add_argument("--run", default=os.environ.get("EPYC_RUN") or DEFAULT)
+    add_run_arg(pre)
     try:
         keep(pre.parse_known_args(argv)[0], step)
     except (ScriptError, OSError):
@@ -54,8 +54,7 @@ def keep_before_parsing(argv, step: str) -> None:
 
 
 def earlier(folder: Path, step: str) -> dict | None:
-    """An earlier step's document from the run folder (None when that step has not run there). One that
-    failed is refused with its own error and fix (read_json_input): its facts are not there to take."""
+    """An earlier step's document in the run folder, or None; one that failed is refused with its own error and fix."""
     path = folder / f"{step}.json"
     if not path.exists():
         return None

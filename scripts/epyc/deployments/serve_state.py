@@ -10,10 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from epyc import bundle, errors, jsonio
+from epyc import bundle, errors, jsonio, masking
 from epyc.errors import ScriptError
 from epyc.jsonio import open_own_file, write_own_file
-from epyc.masking import SECRET_VALUE, secret_unsendable
 
 NO_RETRY_FIX = "report this phase and the log lines to the user and stop: do not retry, do not debug"
 CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -51,8 +50,7 @@ def write_state(plan: dict, state: dict) -> None:
     """Atomically, through a temp file of this write's own (two verifies at once never leave half a state)."""
     import tempfile
 
-    target = Path(plan["state_file"])
-    tmp = None
+    target, tmp = Path(plan["state_file"]), None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=target.parent)  # O_EXCL, 0600
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -82,9 +80,9 @@ def secret_values(plan: dict) -> dict:
         value = os.environ.get(source, "")
         if not value:
             missing.append(source)
-        elif not SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
+        elif not masking.SECRET_VALUE.fullmatch(value):  # a newline or space: no HTTP header can carry it
             fix = f"export {source} again with the token alone (printable ASCII, no spaces), then start"
-            raise ScriptError(secret_unsendable(source), fix, phase="start")
+            raise ScriptError(masking.secret_unsendable(source), fix, phase="start")
         values[name] = value
     if missing:
         raise ScriptError(
@@ -192,9 +190,9 @@ def require_api_key(plan: dict, verb: str) -> None:
             f"export {key_env}=<key> (the one the server was started with), then {verb} again",
             phase=verb,
         )
-    if key_env and not SECRET_VALUE.fullmatch(os.environ[key_env]):
+    if key_env and not masking.SECRET_VALUE.fullmatch(os.environ[key_env]):
         fix = f"export {key_env} again with the key alone (the one the server was started with), then {verb} again"
-        raise ScriptError(secret_unsendable(key_env), fix, phase=verb)
+        raise ScriptError(masking.secret_unsendable(key_env), fix, phase=verb)
 
 
 def auth_headers(plan: dict) -> dict:
@@ -204,29 +202,24 @@ def auth_headers(plan: dict) -> dict:
 
 def lock_held(path: Path) -> bool:
     """Another process holds that lock file (flock); never created here: no file, no holder."""
-    import fcntl
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
+        return not flock_within(fd, 0, shared=True)
     finally:
         os.close(fd)
-    return False
 
 
-def flock_within(fd: int, seconds: float) -> bool:
-    """The exclusive lock on that open file, asked again for up to `seconds` (a verify's brief hold is waited out)."""
+def flock_within(fd: int, seconds: float, shared: bool = False) -> bool:
+    """The exclusive (or shared) lock on that file, asked for up to `seconds` (a verify's brief hold is waited out)."""
     import fcntl
 
     deadline = time.monotonic() + seconds
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             return True
         except OSError:
             if time.monotonic() >= deadline:

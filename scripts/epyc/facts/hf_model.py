@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from epyc import cli, jsonio, masking
-from epyc.argtypes import is_revision
+from epyc import argtypes, cli, jsonio, masking
 from epyc.errors import ScriptError
 from epyc.facts import hubcache
 
@@ -48,8 +47,7 @@ class Unreadable(Exception):
 
 
 def weight_bytes(tensors: dict[str, tuple[str, int]], serve_dtype: str, tied_embeddings: bool) -> int:
-    """Bytes of weights as vLLM holds them: float tensors cast to the serving dtype, quantized ones as stored;
-    with tied embeddings a stored lm_head.weight is skipped, as vLLM reuses the embedding."""
+    """Bytes as vLLM holds them: floats at the serving dtype, quantized as stored, a tied lm_head.weight skipped."""
     target = SERVE_DTYPE_BYTES.get(serve_dtype, 2)
     total = 0.0
     for name, (dtype, numel) in tensors.items():
@@ -107,30 +105,30 @@ class ModelFiles:
     revision: str | None
     folder: Path | None  # local or cached snapshot folder, when there is one
 
-    # ---- reading
-
     def _local(self, name: str) -> Path | None:
         p = self.folder / name if self.folder else None
         # a FIFO under a known name is there, just not readable: the reader says so ("unknown", never "absent")
         return p if p and (p.is_file() or (os.path.lexists(p) and not p.is_dir())) else None
+
+    def _ask(self, call: Callable[[], T], *absent: type[Exception]) -> T | None:
+        """A Hub call; None when it answers with an `absent` error (no such thing: not "could not ask")."""
+        try:
+            return call()
+        except absent:
+            return None
+        except Exception as exc:  # mapped to a reason the user can act on
+            raise hub_error(exc, self.ref, self.revision)
 
     def _download(self, name: str) -> Path | None:
         """A file from the Hub into the cache; None when the repo has no such file."""
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import RemoteEntryNotFoundError
 
-        try:
-            return Path(hf_hub_download(self.ref, name, revision=self.revision))
-        except RemoteEntryNotFoundError:  # the Hub says the repo has no such file (not: could not ask)
-            return None
-        except Exception as exc:  # mapped to a reason the user can act on
-            raise hub_error(exc, self.ref, self.revision)
-
-    def path(self, name: str) -> Path | None:
-        return self._local(name) if self.kind != "hub" else self._download(name)
+        path = self._ask(lambda: hf_hub_download(self.ref, name, revision=self.revision), RemoteEntryNotFoundError)
+        return Path(path) if path is not None else None
 
     def text(self, name: str) -> str | None:
-        p = self.path(name)
+        p = self._local(name) if self.kind != "hub" else self._download(name)
         if p is None:
             return None
         return jsonio.read_input_text(p, f"{self.ref}: {name}", f"repair or re-download {name}", strict=False)
@@ -156,8 +154,6 @@ class ModelFiles:
         )
         return cfg
 
-    # ---- weights
-
     def weights(self, serve_dtype: str, tied_embeddings: bool) -> tuple[int, str] | None:
         """(bytes as vLLM will hold them, source) without downloading weights; None if unknown."""
         return (self._hub_weights if self.kind == "hub" else self._folder_weights)(serve_dtype, tied_embeddings)
@@ -172,8 +168,7 @@ class ModelFiles:
         return doc if isinstance(doc, dict) else {}
 
     def _served_shards(self) -> list[Path]:
-        """The safetensors files vLLM loads from this folder: consolidated*.safetensors alone when there are
-        any (Mistral's format), else every *.safetensors; either narrowed to the files its index names."""
+        """What vLLM loads: consolidated*.safetensors if any (Mistral's), else *.safetensors; narrowed by the index."""
         shards, index = sorted(self.folder.glob("consolidated*.safetensors")), "consolidated.safetensors.index.json"
         if not shards:
             shards, index = sorted(self.folder.glob("*.safetensors")), "model.safetensors.index.json"
@@ -181,8 +176,7 @@ class ModelFiles:
         if not isinstance(weight_map, dict) or not weight_map:  # no index names them: every file is the model's
             return shards
         listed = {str(v) for v in weight_map.values()}
-        missing = sorted(listed - {s.name for s in shards})
-        if missing:
+        if missing := sorted(listed - {s.name for s in shards}):
             raise ScriptError(
                 f"{self.ref}: {index} names {len(missing)} shard(s) the folder does not have "
                 f"({masking.clip(', '.join(missing), 200)}): a download cut short, and vLLM "
@@ -228,12 +222,8 @@ class ModelFiles:
         from huggingface_hub.errors import NotASafetensorsRepoError, SafetensorsParsingError
 
         api = HfApi()
-        try:
-            meta = api.get_safetensors_metadata(self.ref, revision=self.revision)
-        except (NotASafetensorsRepoError, SafetensorsParsingError):
-            meta = None
-        except Exception as exc:
-            raise hub_error(exc, self.ref, self.revision)
+        no_headers = (NotASafetensorsRepoError, SafetensorsParsingError)
+        meta = self._ask(lambda: api.get_safetensors_metadata(self.ref, revision=self.revision), *no_headers)
         if meta is not None:
             # the Hub's headers get the checks a local header gets: a known dtype, whole dimensions in range
             files = meta.files_metadata.values()
@@ -247,26 +237,9 @@ class ModelFiles:
                     "check the repo's .safetensors files, or pass --weight-gb N",
                 )
             return weight_bytes(tensors, serve_dtype, tied), "safetensors_metadata"
-        try:
-            info = api.model_info(self.ref, revision=self.revision, files_metadata=True)
-        except Exception as exc:
-            raise hub_error(exc, self.ref, self.revision)
+        info = self._ask(lambda: api.model_info(self.ref, revision=self.revision, files_metadata=True))
         sizes = [s.size or 0 for s in info.siblings or [] if s.rfilename.endswith((".safetensors", ".bin", ".pt"))]
         return (sum(sizes), "weight_file_sizes") if sizes else None
-
-
-def import_hub() -> None:
-    """huggingface_hub, imported with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)."""
-    hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # it fixes its cache folder as it is imported
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            import huggingface_hub.file_download  # noqa: F401
-    except (ValueError, TypeError) as exc:
-        raise ScriptError(
-            f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
-            "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
-            "such as https://huggingface.co), or unset them",
-        )
 
 
 def hub_error(exc: Exception, ref: str, revision: str | None) -> Exception:
@@ -372,7 +345,7 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
     """Local folder, Hub id in the cache (offline), or Hub id. Raises ScriptError on malformed input."""
     if not ref or not ref.strip():
         raise ScriptError("empty --model", "pass a Hub id such as Qwen/Qwen3-0.6B or a local folder")
-    if revision is not None and not is_revision(revision):
+    if revision is not None and not argtypes.is_revision(revision):
         raise ScriptError(f"malformed --revision {revision!r}", "pass a branch, tag or commit hash")
     p = jsonio.user_path(ref, "--model")
     if p.is_dir():
@@ -388,7 +361,16 @@ def resolve(ref: str, revision: str | None) -> ModelFiles:
         raise ScriptError(f"{ref} is a file, not a model folder", "pass the folder that holds config.json")
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise ScriptError(f"model folder {ref} does not exist", "check the path, or pass a Hub id (owner/name)")
-    import_hub()
+    hubcache.refuse_a_relative_hub_cache(dict(os.environ))  # huggingface_hub fixes its cache folder as it is imported
+    try:  # with its prints on stderr (a bad HF_* value is printed; stdout is our JSON's)
+        with contextlib.redirect_stdout(sys.stderr):
+            import huggingface_hub.file_download  # noqa: F401
+    except (ValueError, TypeError) as exc:
+        raise ScriptError(
+            f"huggingface_hub cannot start with this shell's HF_* settings ({type(exc).__name__})",
+            "check HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) and HF_ENDPOINT (a URL "
+            "such as https://huggingface.co), or unset them",
+        )
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
