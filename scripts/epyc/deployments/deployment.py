@@ -12,12 +12,8 @@ from pathlib import Path
 from epyc import jsonio, masking, subproc
 from epyc.decisions.command import inherited_env, router_plan, stop_command
 from epyc.decisions.handoff import handoff_doc, systemd_unit
-from epyc.deployments import front, serve_start, serve_stop, serve_verify
+from epyc.deployments import front, planfile, process, serve_procs, serve_start, serve_stop, serve_verify
 from epyc.deployments.fleet import engine_urls
-from epyc.deployments.planfile import check_plan, load_plan, read_plan, refuse_edited, refuse_older, rerender
-from epyc.deployments.process import end_group, group_members, launch
-from epyc.deployments.serve_procs import alive, log_tail, state_server
-from epyc.deployments.serve_start import CONFIRM
 from epyc.deployments.serve_state import auth_headers, make_own_folder, read_state, write_own_file
 from epyc.errors import ScriptError
 
@@ -40,16 +36,16 @@ class Deployment:
 def open_deployment(path: str, verb: str, epyc: dict) -> Deployment:
     """The plan file read once, as its `kind` says, every part refused unless its own inputs render it."""
     doc = jsonio.read_json_input(path, "plan")
-    refuse_older(doc, path)
+    planfile.refuse_older(doc, path)
     kind, file = doc.get("kind"), os.path.abspath(path)
     if kind == "fleet":
         return Deployment(kind, file, doc, read_fleet(doc, path, verb, epyc), doc["router"])
     if kind == "front":
         doc = front.read_front(doc, path, epyc, hosts_again=verb in ("start", "verify"))
         return Deployment(kind, file, doc, [], doc["router"])
-    plan = check_plan(doc, path)
+    plan = planfile.check_plan(doc, path)
     if verb != "start":
-        refuse_edited(plan, rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
+        planfile.refuse_edited(plan, planfile.rerender(plan, epyc, env_from_plan=True, phase=verb), verb)
     return Deployment("engine", file, plan, [plan], None)
 
 
@@ -73,7 +69,7 @@ def kind_of(path: str) -> str | None:
 
 def router_running(router: dict) -> bool:
     state = read_state(router)
-    return bool(state and group_members(state))
+    return bool(state and process.group_members(state))
 
 
 def start_router(router: dict) -> dict:
@@ -86,14 +82,15 @@ def start_router(router: dict) -> dict:
         )
     # PATH alone: a proxy variable would send the router's calls to its engines through the proxy
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return launch(router, env, router["argv"][0], "router", fresh_log=False)  # a dead router's last words are kept
+    # a dead router's last words are kept
+    return process.launch(router, env, router["argv"][0], "router", fresh_log=False)
 
 
 def stop_router(router: dict) -> dict:
     state = read_state(router)
-    group = group_members(state) if state else []
+    group = process.group_members(state) if state else []
     if group:
-        end_group(state, group)
+        process.end_group(state, group)
     Path(router["state_file"]).unlink(missing_ok=True)
     return {"stopped": True, "was_running": bool(group)}
 
@@ -130,15 +127,15 @@ def entry_doc(dep: Deployment, **parts) -> dict:
 def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> dict:
     """Every engine, then the router (what a failure leaves started is stopped); one partly running, repaired."""
     if not confirm:
-        raise ScriptError(*CONFIRM)
+        raise ScriptError(*serve_start.CONFIRM)
     for plan in dep.engines:  # rendered in this shell: the key and HF_TOKEN must be set here, now
-        fresh = rerender(plan, epyc)
+        fresh = planfile.rerender(plan, epyc)
         serve_start.refuse_elsewhere(plan)  # a plan for another machine is refused as that, not as edited
-        refuse_edited(plan, fresh, "start")
+        planfile.refuse_edited(plan, fresh, "start")
     if dep.router is None:
         return serve_start.start(dep.engines[0], True, pull)
     # each engine's recorded server: alive (True), exited or never started (False), or its runtime did not say
-    running = [alive(e, state) if (state := read_state(e)) is not None else False for e in dep.engines]
+    running = [serve_procs.alive(e, state) if (state := read_state(e)) is not None else False for e in dep.engines]
     if router_running(dep.router) or any(r is not False for r in running):
         return repair(dep, running)
     started = []
@@ -180,7 +177,7 @@ def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
             results.append(serve_verify.verify(plan, timeout, smoke))
         except ScriptError as exc:
             entry = {"engine": i, "port": plan["port"], "error": exc.error, "phase": exc.extra.get("phase")}
-            failed.append({**entry, "log_tail": exc.extra.get("log_tail") or log_tail(plan)})
+            failed.append({**entry, "log_tail": exc.extra.get("log_tail") or serve_procs.log_tail(plan)})
     router = judge_router(dep, timeout if not failed else 30)
     doc = entry_doc(dep, engines=results, failed_engines=failed, router=router)
     if dep.kind == "front":
@@ -270,14 +267,14 @@ def refuse_to_plan_over(folder: Path) -> None:
     path = folder / "plan.json"
     doc = read_if_plan(str(path)) or {}
     if {"fleet_version", "front_version"} & doc.keys():  # what it runs is unknown here
-        refuse_older(doc, str(path))
+        planfile.refuse_older(doc, str(path))
     try:
         engines = len(doc["engines"]) if doc.get("kind") == "fleet" else 0
         router = doc["router"] if doc.get("kind") in ("fleet", "front") else None
     except (KeyError, TypeError):
         return
     states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(engines)]
-    if (isinstance(router, dict) and router_running(router)) or any(state_server(s) for s in states if s):
+    if (isinstance(router, dict) and router_running(router)) or any(serve_procs.state_server(s) for s in states if s):
         raise ScriptError(
             f"{folder} holds a running {doc['kind']}: a new plan there would leave it named by nothing",
             f"{stop_command(path)} first, or plan with another --run",
@@ -332,7 +329,7 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
             f"{path} is not a fleet this bundle planned in {folder} (its engines are {folder}/engine-N/plan.json)",
             "plan the fleet again (launch.py plan --engines)",
         )
-    engines = [load_plan(p) if verb == "start" else read_plan(p, verb, epyc) for p in own]
+    engines = [planfile.load_plan(p) if verb == "start" else planfile.read_plan(p, verb, epyc) for p in own]
     if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     r = fleet["router"]

@@ -5,20 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from epyc import bundle, jsonio, masking
-from epyc.decisions.command import runtime_stop_pair
-from epyc.decisions.planner import PLAN_SCHEMA_VERSION, build_plan, plan_differences
-from epyc.deployments.serve_procs import foreign_state
-from epyc.deployments.serve_state import CONTAINER_NAME, read_state
+from epyc.decisions import command, planner
+from epyc.deployments import serve_procs, serve_state
 from epyc.errors import ScriptError
-from epyc.facts import runtimes
-from epyc.facts.shell import shell_facts
+from epyc.facts import runtimes, shell
 
 PLAN_FIX = "pass the unmodified output of launch.py plan (plan again if you need changes)"
 
 
 def refuse_edited(plan: dict, fresh: dict, phase: str) -> None:
     """A plan runs only as its own inputs render it: an edited argv, env or binary is never executed."""
-    if diff := plan_differences(plan, fresh):
+    if diff := planner.plan_differences(plan, fresh):
         raise ScriptError(
             f"the plan differs from what its own inputs render now ({', '.join(diff)}): it was "
             "edited, or the environment changed since it was planned (HF_TOKEN, HF_HUB_OFFLINE, "
@@ -36,7 +33,7 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
         for name in bundle.INPUT_SCRIPTS:  # an edited input is refused before it is used
             what = f"the plan's inputs: {name} is not {name}.py's output"
             jsonio.check_schema(plan["inputs"].get(name), name, what, PLAN_FIX)
-        facts = shell_facts(plan["options"], plan["inputs"], list_cache=not env_from_plan)
+        facts = shell.shell_facts(plan["options"], plan["inputs"], list_cache=not env_from_plan)
         if env_from_plan:
             facts.update(
                 hf_token_set="HF_TOKEN" in (plan.get("secrets") or {}),
@@ -48,11 +45,11 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None, "error": None}
             # the folder start served (its state records it), not the plan's field an edit could change with the
             # argv; no state of this plan's (nothing started): the disk
-            served = read_state(plan) or {}
-            served = {} if foreign_state(plan, served) else served
+            served = serve_state.read_state(plan) or {}
+            served = {} if serve_procs.foreign_state(plan, served) else served
             if "model_dir" in served and isinstance(served["model_dir"], (str, type(None))):
                 facts["model_dir"] = served["model_dir"]
-        return build_plan(plan["inputs"], plan["options"], epyc, facts)
+        return planner.build_plan(plan["inputs"], plan["options"], epyc, facts)
     except ScriptError as exc:  # e.g. the API key variable is not set in this shell
         exc.extra.setdefault("phase", phase)
         raise
@@ -67,8 +64,8 @@ def stop_by_hand(plan: dict) -> str:
         rt = runtimes.runtime_argv(plan.get("runtime"), plan.get("engine"))
     except (ScriptError, TypeError):
         rt = None
-    if rt and isinstance(name, str) and CONTAINER_NAME.fullmatch(name):
-        return f"stop its server by hand ({runtime_stop_pair(rt, name, state_dir if isinstance(state_dir, str) else None)})"
+    if rt and isinstance(name, str) and serve_state.CONTAINER_NAME.fullmatch(name):
+        return f"stop its server by hand ({command.runtime_stop_pair(rt, name, state_dir if isinstance(state_dir, str) else None)})"
     if isinstance(plan.get("state_file"), str):
         return f"stop its server by hand (kill -- -PGID, with the pgid {plan['state_file']} records)"
     return "stop its server by hand (ps, then kill its process group)"
@@ -76,12 +73,12 @@ def stop_by_hand(plan: dict) -> str:
 
 def refuse_older(doc: object, path: str) -> None:
     """A plan file of another version of this bundle is never read on: one message, with the stop by hand."""
-    if not isinstance(doc, dict) or doc.get("schema_version") == PLAN_SCHEMA_VERSION:
+    if not isinstance(doc, dict) or doc.get("schema_version") == planner.PLAN_SCHEMA_VERSION:
         return
     if {"argv", "kind", "fleet_version", "front_version"} & doc.keys():
         raise ScriptError(
             f"{path} is a plan of another version of this bundle (schema_version "
-            f"{masking.clip(str(doc.get('schema_version')), 20)}; this bundle reads {PLAN_SCHEMA_VERSION})",
+            f"{masking.clip(str(doc.get('schema_version')), 20)}; this bundle reads {planner.PLAN_SCHEMA_VERSION})",
             stop_by_hand(doc) + ", then plan again with this bundle",
         )
 

@@ -8,25 +8,18 @@ import re
 from pathlib import Path
 
 from epyc import masking, subproc
+from epyc.deployments import serve_state
 from epyc.deployments.process import group_members, orphaned_workers, process_alive
-from epyc.deployments.serve_state import (
-    CONTAINER_ID,
-    CONTAINER_NAME,
-    known_secrets,
-    open_own_file,
-    plan_identity,
-    read_state,
-)
 from epyc.errors import ScriptError
 from epyc.facts import runtimes
-from epyc.masking import redact
 
 LOG_TAIL = 50
 LOG_TAIL_BYTES = 256 * 1024
 # Python's shared memory (psm_*), and the buffers tensor-parallel ranks reduce through (vllm_dist_*)
 SEGMENT = re.compile(r"psm_[A-Za-z0-9_]{1,64}|vllm_dist_[0-9a-f]{1,64}-[A-Za-z0-9:_\[\]-]{1,64}")
 INSPECT_FORMAT = "{{.Id}} {{.State.Running}} {{.State.Restarting}} {{.RestartCount}}"
-INSPECTED = re.compile(rf"({CONTAINER_ID.pattern}) (true|false) (true|false) ([0-9]+)")  # INSPECT_FORMAT's answer
+# INSPECT_FORMAT's answer
+INSPECTED = re.compile(rf"({serve_state.CONTAINER_ID.pattern}) (true|false) (true|false) ([0-9]+)")
 
 
 def recorded_segments(state: dict | None) -> list[str]:
@@ -60,7 +53,7 @@ def server_pids(plan: dict, state: dict) -> list[int]:
     import psutil
 
     cid = state.get("container_id")
-    if not isinstance(cid, str) or not CONTAINER_ID.fullmatch(cid):
+    if not isinstance(cid, str) or not serve_state.CONTAINER_ID.fullmatch(cid):
         return []
     res = subproc.run([*runtimes.runtime_of(plan), "inspect", "-f", "{{.State.Pid}}", cid], timeout=30)
     try:
@@ -74,7 +67,7 @@ def state_server(state: dict) -> str | None:
     """What a state file names that still runs, in words (None: nothing), whichever plan started it."""
     if state.get("path") == "container":
         name, runtime, engine = state.get("container_name"), state.get("runtime"), state.get("engine")
-        named = isinstance(name, str) and CONTAINER_NAME.fullmatch(name)
+        named = isinstance(name, str) and serve_state.CONTAINER_NAME.fullmatch(name)
         engine_ok = engine is None or (runtime == "docker" and not runtimes.docker_engine_problem(engine))
         if runtime not in runtimes.CONTAINER_RUNTIMES or not named or not engine_ok:
             return None  # not a state start wrote: it names nothing we could ask about
@@ -99,7 +92,7 @@ def foreign_state(plan: dict, state: dict) -> str | None:
         why.append(f"the {masking.clip(str(state.get('path')), 40)} path")
     if state.get("port") != plan["port"]:
         why.append(f"port {masking.clip(str(state.get('port')), 40)}")
-    if state.get("plan_id") != plan_identity(plan) and not why:
+    if state.get("plan_id") != serve_state.plan_identity(plan) and not why:
         why.append("another command on the same port (another served name, length or sizing)")
     if plan["path"] != "host":
         if state.get("path") == plan["path"] and state.get("container_name") != plan.get("container_name"):
@@ -111,7 +104,7 @@ def foreign_state(plan: dict, state: dict) -> str | None:
 
 def own_state(plan: dict, verb: str) -> dict | None:
     """The state of this plan's server, or None; another plan's is refused while its server runs, None once dead."""
-    state = read_state(plan)
+    state = serve_state.read_state(plan)
     other = foreign_state(plan, state) if state is not None else None
     if other is None:
         return state
@@ -138,7 +131,7 @@ def inspect_container(rt: list[str], name: str) -> dict | None:
 def started_here(state: dict | None, found: dict) -> bool:
     """The container of the plan's name is the one the state's start launched (the name may be another's now)."""
     recorded = (state or {}).get("container_id")
-    if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
+    if not isinstance(recorded, str) or not serve_state.CONTAINER_ID.fullmatch(recorded):
         return False
     return found.get("id", "").startswith(recorded) or recorded.startswith(found.get("id") or "-")
 
@@ -163,7 +156,7 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
     """The server's last lines (of its last LOG_TAIL_BYTES), any secret masked; a container's by its recorded id."""
     if plan["path"] == "host":
         try:
-            with os.fdopen(open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:
+            with os.fdopen(serve_state.open_own_file(plan["log_file"], os.O_RDONLY), "rb") as f:
                 start = max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES)
                 f.seek(start)
                 lines = f.read(LOG_TAIL_BYTES).decode("utf-8", errors="replace").splitlines()
@@ -171,8 +164,8 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
         except (OSError, ScriptError):  # none yet, or not a file of ours: nothing to show
             return []
     else:
-        recorded = (state if state is not None else read_state(plan) or {}).get("container_id")
-        if not isinstance(recorded, str) or not CONTAINER_ID.fullmatch(recorded):
+        recorded = (state if state is not None else serve_state.read_state(plan) or {}).get("container_id")
+        if not isinstance(recorded, str) or not serve_state.CONTAINER_ID.fullmatch(recorded):
             return []
         # bounded as the host log is: a runtime whose last lines never end fills no memory
         res = subproc.run(
@@ -180,8 +173,8 @@ def log_tail(plan: dict, n: int = LOG_TAIL, state: dict | None = None) -> list[s
         )
         lines = res.stdout.splitlines()[: -1 if res.failure else None]  # cut at the limit, or by the timeout
         lines += [] if res.failure == "output_limit" else res.stderr.splitlines()
-    secrets = known_secrets(plan)
-    return [redact(line, secrets, limit=1000) for line in lines[-n:]]
+    secrets = serve_state.known_secrets(plan)
+    return [masking.redact(line, secrets, limit=1000) for line in lines[-n:]]
 
 
 def runtime_silent(plan: dict, verb: str, undone: str, keeps_files: bool = True) -> ScriptError:

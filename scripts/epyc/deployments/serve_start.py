@@ -10,33 +10,9 @@ from pathlib import Path
 
 from epyc import cli, errors, masking, subproc
 from epyc.decisions.command import bound_cpus, server_env
+from epyc.deployments import serve_procs, serve_state
 from epyc.deployments.process import launch, start_error, unrecorded
-from epyc.deployments.serve_procs import (
-    by_id,
-    container_gone,
-    foreign_state,
-    inspect_container,
-    runtime_silent,
-    state_server,
-)
-from epyc.deployments.serve_state import (
-    CONTAINER_ID,
-    LOCK_WAIT_S,
-    NO_RETRY_FIX,
-    STATE_DIR_FIX,
-    flock_within,
-    make_own_folder,
-    open_own_file,
-    plan_identity,
-    read_state,
-    refuse_state_dir,
-    remove_secret_files,
-    secret_values,
-    up_in_progress,
-    write_own_file,
-    write_secret_files,
-    write_state,
-)
+from epyc.deployments.serve_state import write_state
 from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hubcache, runtimes, validation
 
@@ -85,36 +61,38 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
         raise ScriptError(*CONFIRM)
     refuse_elsewhere(plan)
     # checked again here: a plan file is data anyone may have edited
-    refuse_state_dir(Path(plan["state_dir"]), f"state dir {plan['state_dir']}", STATE_DIR_FIX, phase="start")
-    make_own_folder(Path(plan["state_dir"]), STATE_DIR_FIX, "start")
-    if up_in_progress(plan):
+    serve_state.refuse_state_dir(
+        Path(plan["state_dir"]), f"state dir {plan['state_dir']}", serve_state.STATE_DIR_FIX, phase="start"
+    )
+    serve_state.make_own_folder(Path(plan["state_dir"]), serve_state.STATE_DIR_FIX, "start")
+    if serve_state.up_in_progress(plan):
         raise start_error(
             f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
             "server this start launches",
             "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
             "state dir of its own (--state-dir)",
         )
-    with os.fdopen(open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
-        if not flock_within(lock.fileno(), LOCK_WAIT_S):
+    with os.fdopen(serve_state.open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
+        if not serve_state.flock_within(lock.fileno(), serve_state.LOCK_WAIT_S):
             raise start_error(
                 f"another start, or a stop, for {plan['state_dir']} is running",
                 "wait for it, then verify (or start again if it was a stop)",
             )
         refuse_to_start_over(plan)
-        secrets, warnings = secret_values(plan), []
+        secrets, warnings = serve_state.secret_values(plan), []
         host = plan["path"] == "host"
         state = start_host(plan, secrets) if host else start_container(plan, secrets, pull_policy, warnings)
         # a copy beside the state: the plan that stops this server, whatever later happens to the one given
-        write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
+        serve_state.write_own_file(Path(plan["state_dir"]) / "plan.json", json.dumps(plan, indent=2) + "\n")
         return {"started": True, **{k: v for k, v in state.items() if k != "marker"}, "warnings": warnings}
 
 
 def refuse_to_start_over(plan: dict) -> None:
     """start never starts over a running server (whichever plan started it) or a busy port."""
-    state = read_state(plan)
-    running = state_server(state) if state else None
+    state = serve_state.read_state(plan)
+    running = serve_procs.state_server(state) if state else None
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
-        other = foreign_state(plan, state)
+        other = serve_procs.foreign_state(plan, state)
         if other is None:
             raise start_error(
                 f"a server from this plan is already running ({running}; {plan['state_file']})",
@@ -150,9 +128,9 @@ def start_host(plan: dict, secrets: dict) -> dict:
 
 def clear_leftover(plan: dict, rm: list[str]) -> None:
     """An exited container of the plan's name removed by its id; a running one, or a runtime silent, is refused."""
-    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    found = serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if found is None:  # nothing is removed by name that the runtime has not said is a leftover
-        raise runtime_silent(plan, "start", "nothing was removed or started")
+        raise serve_procs.runtime_silent(plan, "start", "nothing was removed or started")
     if found and found["running"]:
         raise start_error(
             f"a container named {plan['container_name']} is running (id {found['id'][:12]}) that the state dir "
@@ -162,8 +140,8 @@ def clear_leftover(plan: dict, rm: list[str]) -> None:
             + "), or plan this one on another port; then start again",
         )
     if found:
-        leftover = subproc.run(by_id(rm, found["id"]), timeout=60)
-        if not container_gone(leftover):
+        leftover = subproc.run(serve_procs.by_id(rm, found["id"]), timeout=60)
+        if not serve_procs.container_gone(leftover):
             raise start_error(
                 f"{plan['runtime']} could not remove the exited container {plan['container_name']} "
                 f"({masking.clip((leftover.stderr or leftover.failure or '').strip(), 200, tail=True)})",
@@ -181,16 +159,16 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
             "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
             "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND"
         )
-        refused = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+        refused = serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
         if refused is None:  # the retry would meet a container it cannot tell from another plan's
-            raise runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
+            raise serve_procs.runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
         if refused and not refused["running"]:  # podman leaves the refused run's container, created
-            subproc.run(by_id(rm, refused["id"]), timeout=60)
+            subproc.run(serve_procs.by_id(rm, refused["id"]), timeout=60)
         res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok:
         raise start_error(
             f"{plan['runtime']} run failed: {masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
-            NO_RETRY_FIX,
+            serve_state.NO_RETRY_FIX,
         )
     return argv, res
 
@@ -211,20 +189,24 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
     launched, printed = False, ""
     try:
         if secrets:
-            write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
+            serve_state.write_secret_files(Path(plan["state_dir"]) / "secrets", secrets)
         argv, res = run_container(plan, rm, warnings)
         launched = True
         printed = (res.stdout.strip().splitlines() or [""])[-1].strip()  # `run -d` prints the new id last
-        if not CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
-            printed = (inspect_container(runtimes.runtime_of(plan), plan["container_name"]) or {}).get("id", "")
-        if not CONTAINER_ID.fullmatch(printed):  # a state without it names no server: not left running unnamed
+        if not serve_state.CONTAINER_ID.fullmatch(printed):  # a runtime that printed something else: ask for the id
+            found = serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+            printed = (found or {}).get("id", "")
+        # a state without it names no server: not left running unnamed
+        if not serve_state.CONTAINER_ID.fullmatch(printed):
             raise start_error(
                 f"{plan['runtime']} run printed no container id, and inspect named none: start removed the container",
                 "check the runtime (" + plan["runtime"] + " info), then start again",
                 own_words=True,
             )
         state = {k: plan.get(k) for k in ("path", "port", "runtime", "engine", "container_name", "model_dir")}
-        state.update(plan_id=plan_identity(plan), container_id=printed[:64], started_at=time.time(), argv=argv)
+        state.update(
+            plan_id=serve_state.plan_identity(plan), container_id=printed[:64], started_at=time.time(), argv=argv
+        )
         write_state(plan, state)
         return state
     except BaseException as exc:
@@ -238,10 +220,10 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
     """After `run` refused: the id of the exited container it left, to remove; raises when none is ours to remove."""
     taken = NAME_TAKEN in exc.error.lower()
     # docker may refuse before it takes the name: only a container of that name not running can be our run's
-    left = None if taken else inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    left = None if taken else serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if left and not left["running"]:
         return left["id"]
-    remove_secret_files(plan)
+    serve_state.remove_secret_files(plan)
     if taken:  # another plan's container took the name since clear_leftover: ours was never created
         raise start_error(
             f"{plan['runtime']} run failed: another container took the name {plan['container_name']} while this "
@@ -260,12 +242,12 @@ def refused_run_leftover(plan: dict, exc: ScriptError) -> str:
 
 def remove_unrecorded(plan: dict, rm: list[str], printed: str, exc: BaseException, launched: bool) -> None:
     """No state names the container: it is removed (by id where known) with the key files, and start says why."""
-    if CONTAINER_ID.fullmatch(printed):
-        rm = by_id(rm, printed)
+    if serve_state.CONTAINER_ID.fullmatch(printed):
+        rm = serve_procs.by_id(rm, printed)
     with cli.signals_deferred():
         removed = subproc.run(rm, timeout=60)
-        remove_secret_files(plan)
-    if not container_gone(removed):  # it may run, and no state names it: say so, and how to take it down
+        serve_state.remove_secret_files(plan)
+    if not serve_procs.container_gone(removed):  # it may run, and no state names it: say so, and how to take it down
         raise start_error(
             f"start launched {plan['container_name']} and could not record it, nor remove it "
             f"({masking.clip((removed.stderr or removed.failure or '').strip(), 200, tail=True)}): it may be running",

@@ -8,26 +8,17 @@ from pathlib import Path
 
 from epyc import masking, subproc
 from epyc.decisions.command import STOP_GRACE_S, runtime_stop_pair
+from epyc.deployments import serve_procs, serve_state
 from epyc.deployments.process import end_group, group_members, orphaned_workers
-from epyc.deployments.serve_procs import (
-    container_gone,
-    foreign_state,
-    inspect_container,
-    own_state,
-    recorded_segments,
-    runtime_silent,
-    segments_in_use,
-    started_here,
-)
-from epyc.deployments.serve_state import holding_the_start_lock, read_state, remove_secret_files
 from epyc.errors import ScriptError
 from epyc.facts import runtimes
 
 
 def remove_state(plan: dict) -> str | None:
     """state.json removed, when this plan's, once the server is gone; a refusal is returned for the document."""
-    state = read_state(plan)
-    if state is not None and not foreign_state(plan, state):  # another plan's (stale) state: not this stop's
+    state = serve_state.read_state(plan)
+    # another plan's (stale) state: not this stop's
+    if state is not None and not serve_procs.foreign_state(plan, state):
         try:
             Path(plan["state_file"]).unlink(missing_ok=True)
         except OSError as exc:
@@ -40,27 +31,27 @@ def remove_state(plan: dict) -> str | None:
 
 def stopped(plan: dict, state: dict | None, doc: dict, *problems: str) -> dict:
     """stop's document once the server is gone: key files, state and shared memory removed, or said."""
-    said = [p for p in (*problems, remove_secret_files(plan), remove_state(plan)) if p]
+    said = [p for p in (*problems, serve_state.remove_secret_files(plan), remove_state(plan)) if p]
     freed = free_segments(state)
     return {**doc, **({"freed_segments": freed} if freed else {}), **({"warnings": said} if said else {})}
 
 
 def stop(plan: dict) -> dict:
-    with holding_the_start_lock(plan):
+    with serve_state.holding_the_start_lock(plan):
         return _stop_locked(plan)
 
 
 def _stop_locked(plan: dict) -> dict:
-    state = own_state(plan, "stop")
+    state = serve_procs.own_state(plan, "stop")
     return stop_host(plan, state) if plan["path"] == "host" else stop_container(plan, state)
 
 
 def stop_container(plan: dict, state: dict | None) -> dict:
     """The plan's container, by the id the runtime showed is this start's; its key files and state after."""
     rt = runtimes.runtime_of(plan)
-    found = inspect_container(rt, plan["container_name"])
+    found = serve_procs.inspect_container(rt, plan["container_name"])
     if found is None:  # stop and rm go by name: never on a container the runtime has not shown is ours
-        raise runtime_silent(plan, "stop", "nothing was stopped or removed")
+        raise serve_procs.runtime_silent(plan, "stop", "nothing was stopped or removed")
     if found and state is None:  # the name is one per port: another state dir's plan on this port started it
         raise ScriptError(
             f"a container named {plan['container_name']} exists ({'running' if found['running'] else 'exited'}, "
@@ -73,13 +64,13 @@ def stop_container(plan: dict, state: dict | None) -> dict:
     gone = {"stopped": False, "reason": "not running", "container_name": plan["container_name"]}
     if not found:  # gone already: nothing is sent by name, which another start may take meanwhile
         return stopped(plan, state, gone)
-    if not started_here(state, found):  # ours is gone; the name is another start's now
+    if not serve_procs.started_here(state, found):  # ours is gone; the name is another start's now
         said = f"(id {found['id'][:12]}, not {str(state.get('container_id'))[:12]}): left alone"
         return stopped(plan, state, gone, f"the container named {plan['container_name']} now is another start's {said}")
     # by the id judged above: the name may pass to another start's container meanwhile
     graceful = subproc.run([*rt, "stop", "-t", str(STOP_GRACE_S), found["id"]], timeout=STOP_GRACE_S + 60)
     res = subproc.run([*rt, "rm", "-f", found["id"]], timeout=120)
-    if not container_gone(res):  # it may still run: its state and the key files it reads stay
+    if not serve_procs.container_gone(res):  # it may still run: its state and the key files it reads stay
         raise ScriptError(
             f"{plan['runtime']} could not remove {plan['container_name']}: "
             f"{masking.clip((res.stderr or res.failure or '').strip(), 300, tail=True)}",
@@ -115,8 +106,8 @@ def stop_host(plan: dict, state: dict | None) -> dict:
 
 def free_segments(state: dict | None) -> list[str]:
     """The shared memory verify saw this server map (a killed engine never unlinks it), this user's, once unheld."""
-    names = recorded_segments(state)
-    held = segments_in_use() if names else set()  # every process is read: only when there is a name to free
+    names = serve_procs.recorded_segments(state)
+    held = serve_procs.segments_in_use() if names else set()  # every process is read: only when there is a name to free
     freed = []
     for name in names:
         seg = Path("/dev/shm") / name

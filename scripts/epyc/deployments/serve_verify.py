@@ -8,28 +8,10 @@ import os
 import threading
 import time
 
-from epyc import errors
+from epyc import errors, masking
 from epyc.decisions.handoff import judge_smoke, smoke_request
-from epyc.deployments.serve_procs import (
-    alive,
-    foreign_state,
-    log_tail,
-    own_state,
-    restarted,
-    runtime_silent,
-    segments_mapped,
-)
-from epyc.deployments.serve_state import (
-    NO_RETRY_FIX,
-    auth_headers,
-    holding_the_start_lock,
-    known_secrets,
-    read_state,
-    require_api_key,
-    write_state,
-)
+from epyc.deployments import serve_procs, serve_state
 from epyc.errors import ScriptError
-from epyc.masking import redact
 
 MODELS_SHOWN = 20
 HTTP_BODY_LIMIT = 1 << 20
@@ -81,12 +63,14 @@ def http(
 
 
 def failed(
-    plan: dict, phase: str, reason: str, t0: float, fix: str = NO_RETRY_FIX, state: dict | None = None
+    plan: dict, phase: str, reason: str, t0: float, fix: str = serve_state.NO_RETRY_FIX, state: dict | None = None
 ) -> ScriptError:
     """A verify failure, its reason masked like any server text; `state`: the run judged, whose log is shown."""
-    reason = redact(reason, known_secrets(plan), limit=2000)
+    reason = masking.redact(reason, serve_state.known_secrets(plan), limit=2000)
     said = {"ok": False, "phase": phase, "elapsed_s": round(time.monotonic() - t0, 1)}
-    return ScriptError(f"FAILED in phase {phase}: {reason}", fix, **said, log_tail=log_tail(plan, state=state))
+    return ScriptError(
+        f"FAILED in phase {phase}: {reason}", fix, **said, log_tail=serve_procs.log_tail(plan, state=state)
+    )
 
 
 def time_since_start(state: dict) -> float | None:
@@ -99,8 +83,8 @@ def time_since_start(state: dict) -> float | None:
 
 def no_state_said(plan: dict) -> str:
     """Why own_state found nothing, in words: no state file, one no start wrote, or another plan's ended run."""
-    state = read_state(plan)
-    if other := foreign_state(plan, state) if state else None:
+    state = serve_state.read_state(plan)
+    if other := serve_procs.foreign_state(plan, state) if state else None:
         return f"the state there is of another plan's ended run: {other}"
     return "its state.json names no server a start recorded" if os.path.lexists(plan["state_file"]) else "no state file"
 
@@ -113,13 +97,13 @@ def rewrite_state_of_run(plan: dict, judged: dict, new: dict, t0: float) -> None
         fix = "run verify again once that start or stop is done"
         return failed(plan, "process", f"{why}: the server it judged may be going", t0, fix=fix, state=judged)
 
-    with holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_LOCK_WAIT_S):
-        now = read_state(plan)
+    with serve_state.holding_the_start_lock(plan, busy=busy, wait_s=VERIFY_LOCK_WAIT_S):
+        now = serve_state.read_state(plan)
         if now is None or any(now.get(k) != judged.get(k) for k in RUN_KEYS):  # another launch, or none
             why = "the server was stopped or started again while verify ran: this verdict is of a run state.json no longer records"
             fix = "run verify again: it judges the server the state dir records now"
             raise failed(plan, "process", why, t0, fix=fix, state=judged)
-        write_state(plan, new)
+        serve_state.write_state(plan, new)
 
 
 def died(plan: dict, state: dict, t0: float) -> ScriptError:
@@ -138,10 +122,11 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
     last_note, polls = 0.0, 0
     while True:
         elapsed = time.monotonic() - t0
-        if alive(plan, state) is False:  # None (the runtime did not answer this poll): asked again on the next
+        # None (the runtime did not answer this poll): asked again on the next
+        if serve_procs.alive(plan, state) is False:
             raise died(plan, state, t0)
         # a container that exits is restarted by its policy: before it was ever healthy that is a failed start
-        if "healthy_at" not in state and (n := restarted(plan, state)):
+        if "healthy_at" not in state and (n := serve_procs.restarted(plan, state)):
             raise failed(plan, "process", f"the server exited before it became healthy (restarted {n} times)", t0)
         status, _ = http("GET", base + "/health", 5, headers)
         if status == 200:
@@ -163,7 +148,10 @@ def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
     except (ValueError, KeyError, TypeError, RecursionError):
         ids = []
     # what the server lists is its text: masked like any
-    ids = [m if m == plan["served_model_name"] else redact(str(m), known_secrets(plan), 200) for m in ids]
+    ids = [
+        m if m == plan["served_model_name"] else masking.redact(str(m), serve_state.known_secrets(plan), 200)
+        for m in ids
+    ]
     key_env = plan.get("api_key_env")
     if status in (401, 403) and key_env:  # the server's key is not the one in this shell
         why = f"/v1/models with the key in ${key_env} answered HTTP {status}: the server was started with another key"
@@ -185,13 +173,13 @@ def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
 
 def smoke(plan: dict, base: str, headers: dict, smoke_timeout: float, t0: float) -> tuple[str, str, str, float]:
     """One real request, settling an unknown endpoint (chat first). -> (endpoint, path, answer text, seconds)."""
-    tried, secrets, unknown = [], known_secrets(plan), plan["primary_endpoint"] == "unknown"
+    tried, secrets, unknown = [], serve_state.known_secrets(plan), plan["primary_endpoint"] == "unknown"
     for endpoint in ("chat_completions", "completions") if unknown else (plan["primary_endpoint"],):
         path, body = smoke_request(endpoint, plan["served_model_name"])
         s0 = time.monotonic()
         status, text = http("POST", base + path, smoke_timeout, headers, body)
         smoke_s = round(time.monotonic() - s0, 2)
-        ok, detail = judge_smoke(status, text, endpoint, secrets) if status else (False, redact(text, secrets))
+        ok, detail = judge_smoke(status, text, endpoint, secrets) if status else (False, masking.redact(text, secrets))
         tried.append(f"{path}: {detail}")
         if ok:
             if unknown:
@@ -204,7 +192,7 @@ def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) ->
     """A pass needs the runtime's yes and a healthy answer after the request (a port answering proves nothing)."""
     for _ in range(ALIVE_ASKS):
         time.sleep(1)
-        running = alive(plan, state)
+        running = serve_procs.alive(plan, state)
         if running is not None:
             break
     if running is None:
@@ -217,18 +205,18 @@ def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) ->
 
 def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     """Alive, healthy, the model listed, one real request answered, still alive: each failure names its phase."""
-    state = own_state(plan, "verify")
+    state = serve_procs.own_state(plan, "verify")
     t0 = time.monotonic()
     if state is None:
         raise failed(plan, "process", f"nothing was started from this plan ({no_state_said(plan)})", t0)
-    require_api_key(plan, "verify")
+    serve_state.require_api_key(plan, "verify")
     if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
         state = {k: v for k, v in state.items() if k != "verified_at"}
         rewrite_state_of_run(plan, state, state, t0)
-    base, headers = f"http://127.0.0.1:{plan['port']}", auth_headers(plan)
+    base, headers = f"http://127.0.0.1:{plan['port']}", serve_state.auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
     # the shared memory the healthy engine maps before any request (an earlier verify's kept): stop frees it once dead
-    state = {**state, "shm_segments": segments_mapped(plan, state), "healthy_at": time.time()}
+    state = {**state, "shm_segments": serve_procs.segments_mapped(plan, state), "healthy_at": time.time()}
     rewrite_state_of_run(plan, state, state, t0)
     already = " (already, at the first poll)" if first_poll else ""
     errors.log(f"verify: healthy {healthy_after}s after start{already}")
@@ -256,15 +244,15 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
 
 def verified_state(plan: dict) -> dict:
     """The state of this plan's server, running, passed its last verify and healthy now: what is handed off."""
-    state = own_state(plan, "handoff")
+    state = serve_procs.own_state(plan, "handoff")
     if state is None:
         raise ScriptError(
             f"no server from this plan is running ({no_state_said(plan)}: not started yet, or stopped)",
             "python3 scripts/launch.py start --plan <plan.json> --confirm, then verify",
         )
-    running = alive(plan, state)
+    running = serve_procs.alive(plan, state)
     if running is None:
-        raise runtime_silent(plan, "handoff", "nothing is handed off")
+        raise serve_procs.runtime_silent(plan, "handoff", "nothing is handed off")
     if not running:
         raise ScriptError(
             "the server from this plan is not running (it exited)",
@@ -278,7 +266,7 @@ def verified_state(plan: dict) -> dict:
     # its engine can die after the pass; asked without the key, which a wrong one here must not read as a server down
     status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
     if status != 200:
-        said = f"HTTP {status}" if status else redact(text, known_secrets(plan), 200)
+        said = f"HTTP {status}" if status else masking.redact(text, serve_state.known_secrets(plan), 200)
         raise ScriptError(
             f"the server from this plan passed verify but is not healthy now (/health: {said})",
             "read its log (the plan's log_file); stop it, start it again, then verify",

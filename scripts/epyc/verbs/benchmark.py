@@ -9,22 +9,13 @@ import statistics
 from pathlib import Path
 
 from epyc import bundle, cli, errors, jsonio, subproc
-from epyc.decisions import planner
-from epyc.decisions.command import bound_cpus, serve_args
+from epyc.decisions import command, planner
 from epyc.deployments import serve_start, serve_stop, serve_verify
 from epyc.errors import ScriptError
 from epyc.facts import runtimes, shell
+from epyc.verbs import bench_report
 from epyc.verbs.bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
-from epyc.verbs.bench_report import (
-    FIGURES,
-    METRICS,
-    bound_and_host,
-    compare_markdown,
-    host_record,
-    markdown,
-    plot,
-    side_by_side,
-)
+from epyc.verbs.bench_report import METRICS
 
 RUN_TIMEOUT_S = 3600
 # the faster of torch's threads over one buffer and one process per CPU (which wins differs by CPU): no engine beats it
@@ -73,7 +64,7 @@ def run_metrics(doc: dict) -> dict:
     if not isinstance(doc, dict):
         raise ValueError("a vllm bench serve result is a JSON object")
     out = {}
-    for key in FIGURES + COUNTS:
+    for key in bench_report.FIGURES + COUNTS:
         v = doc.get(key, 0 if key == "failed" else None)
         # anything past a billion (ms, tokens/s, requests) is a broken result: a 1e308 would overflow the means
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= METRIC_MAX:
@@ -110,7 +101,7 @@ def summarise_cell(runs: list[dict]) -> dict:
     if not runs:
         raise ValueError("a cell needs at least one run")
     cell = {"repeats": len(runs), **{k: sum(r[k] for r in runs) for k in ("failed", "completed")}}
-    for key in FIGURES:
+    for key in bench_report.FIGURES:
         values = [r[key] for r in runs]
         cell[key] = round(statistics.fmean(values), 3)
         cell[f"{key}_spread"] = round(max(values) - min(values), 3)
@@ -175,7 +166,7 @@ def bench_argv(
 def serving_target(plan: dict, container: str | None = None) -> dict:
     """Where `vllm bench serve` runs (the serving venv, or in container `container`) and the tokenizer it reads."""
     host = plan["path"] == "host"
-    tokenizer = serve_args(plan["argv"], container=not host)[0]
+    tokenizer = command.serve_args(plan["argv"], container=not host)[0]
     if snapshot := revision_snapshot(plan):  # in the hub cache: the host's, or where the container mounts it
         if host:
             tokenizer = f"{plan['inputs']['validate']['hf_cache']['path']}/{snapshot}"
@@ -270,7 +261,7 @@ def run_once(plan: dict, target: dict, argv: list[str], env: dict, out: Path, na
 def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -> tuple[dict, int]:
     """The summary document, table and plot of one served configuration."""
     target = serving_target(plan)
-    bind = bound_cpus(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND")) or []
+    bind = command.bound_cpus(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND")) or []
     pin = plan["argv"][: plan["argv"].index(target["vllm"][0])] if plan["path"] == "host" else []
     bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind, pin)
     est = plan["inputs"]["estimate_memory"]
@@ -289,8 +280,8 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     }
     doc = summary_doc(plan, args, out, **figures)
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
-    write_out(out / "summary.md", markdown(cells) + bound_and_host(doc))
-    doc["plot"] = plot(cells, out / "plot.png")
+    write_out(out / "summary.md", bench_report.markdown(cells) + bench_report.bound_and_host(doc))
+    doc["plot"] = bench_report.plot(cells, out / "plot.png")
     fix = "a failed request makes the figures meaningless: check the server log (launch.py verify) and run again"
     return settled(doc, "the benchmark", fix)
 
@@ -304,7 +295,7 @@ def summary_doc(plan: dict, args: argparse.Namespace, out: Path, **figures) -> d
         "output_len": args.output_len,
         "repeats": args.repeats,
         **figures,
-        "host": host_record(plan),
+        "host": bench_report.host_record(plan),
         "warnings": args.warnings,
     }
 
@@ -328,11 +319,11 @@ def compare(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> tuple
         raise ScriptError(
             "no sizing could be served", "see not_run: " + "; ".join(f"{k}: {v}" for k, v in not_run.items())
         )
-    cmp = {**side_by_side(results), "not_run": not_run}
+    cmp = {**bench_report.side_by_side(results), "not_run": not_run}
     failed = sum(c["failed"] for cells in results.values() for c in cells)
     doc = summary_doc(plan, args, out, failed=failed, comparison=cmp)
     write_out(out / "compare.json", json.dumps(doc, indent=2) + "\n")
-    md = compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
+    md = bench_report.compare_markdown(cmp) + "".join(f"\n{k}: not run -- {v}\n" for k, v in not_run.items())
     write_out(out / "compare.md", md)
     fix = "the figures of a sizing with failed requests do not count: check its server log and rerun"
     return settled(doc, "the comparison", fix)
@@ -361,7 +352,7 @@ def bench_sizing(
         serve_start.start(variant, confirm=True)  # rendered just above: nothing to compare it with
         serve_verify.verify(variant, epyc["serve"]["health_timeout_s"], epyc["serve"]["smoke_timeout_s"])
         cells = run_matrix(variant, args, sub, env)
-        write_out(sub / "summary.md", markdown(cells))
+        write_out(sub / "summary.md", bench_report.markdown(cells))
     except ScriptError as exc:
         if exc.extra.get("interrupted"):  # the user's Ctrl-C, held by start: stop this server, run no more
             raise KeyboardInterrupt from exc

@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from epyc import bundle, jsonio, masking, subproc
-from epyc.deployments.planfile import read_plan
-from epyc.deployments.serve_procs import foreign_state, inspect_container, started_here
-from epyc.deployments.serve_start import runtime_silent
-from epyc.deployments.serve_state import known_secrets, open_own_file, read_state
+from epyc.deployments import planfile, serve_procs, serve_state
 from epyc.errors import ScriptError
 from epyc.facts import runtimes
 
@@ -109,10 +106,11 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str, str | None]
         path = Path(args.log)
         jsonio.require_regular_file(path, "server log", LOG_FIX)
         return file_lines(path, secrets, own=False), str(path), None
-    plan = read_plan(args.plan, "kernel_proof", bundle.load_epyc())  # as launch.py's verbs read a plan
-    secrets += known_secrets(plan)
-    state = read_state(plan)
-    if state and (other := foreign_state(plan, state)):  # another plan's log (and container): no proof for this one
+    plan = planfile.read_plan(args.plan, "kernel_proof", bundle.load_epyc())  # as launch.py's verbs read a plan
+    secrets += serve_state.known_secrets(plan)
+    state = serve_state.read_state(plan)
+    # another plan's log (and container): no proof for this one
+    if state and (other := serve_procs.foreign_state(plan, state)):
         raise ScriptError(
             f"the state dir {plan['state_dir']} holds the run of another plan ({other}): its log proves nothing "
             "about this plan's server",
@@ -133,7 +131,7 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str, str | None]
 def file_lines(path: Path, secrets: list[str], own: bool) -> Iterator[str]:
     """A log file's lines, masked; the plan's own log (`own`) never read through a link planted in its place."""
     try:
-        source = open_own_file(path, os.O_RDONLY, phase="kernel_proof") if own else path
+        source = serve_state.open_own_file(path, os.O_RDONLY, phase="kernel_proof") if own else path
         with open(source, encoding="utf-8", errors="replace") as f:
             yield from line_heads(f, secrets)
     except OSError as exc:
@@ -142,16 +140,16 @@ def file_lines(path: Path, secrets: list[str], own: bool) -> Iterator[str]:
 
 def container_log(plan: dict, state: dict | None, plan_file: str, secrets: list[str]) -> tuple[Iterator[str], str]:
     """The lines of the container this plan's start recorded, and where they came from."""
-    found = inspect_container(runtimes.runtime_of(plan), plan["container_name"])
+    found = serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
     if found is None:  # nothing is read by name that the runtime has not said is this plan's
-        raise runtime_silent(plan, "kernel_proof", "no log was read", keeps_files=False)
+        raise serve_procs.runtime_silent(plan, "kernel_proof", "no log was read", keeps_files=False)
     if not found:
         raise ScriptError(
             f"no container named {plan['container_name']}: the plan's server is not running "
             "(never started, or stopped)",
             f"start it first: python3 scripts/launch.py start --plan {shlex.quote(plan_file)} --confirm",
         )
-    if state is None or not started_here(state, found):  # the name is one per port
+    if state is None or not serve_procs.started_here(state, found):  # the name is one per port
         raise ScriptError(
             f"the container named {plan['container_name']} (id {found['id'][:12]}) is not the one this plan's start "
             "recorded (another plan's on this port, or one whose state was lost): its log proves nothing about this "

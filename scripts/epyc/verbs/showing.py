@@ -8,7 +8,6 @@ from pathlib import Path
 
 from epyc import masking
 from epyc.deployments import serve_state
-from epyc.deployments.serve_state import write_own_file
 from epyc.errors import ScriptError
 
 
@@ -38,7 +37,7 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
     said = showing_differs(before, now)
     if said is None:
         return
-    write_own_file(shown, json.dumps(now, indent=2) + "\n")
+    serve_state.write_own_file(shown, json.dumps(now, indent=2) + "\n")
     raise ScriptError(
         f"not launched: {said}; it now runs: {masking.clip(plan['command'], 600)}",
         "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",

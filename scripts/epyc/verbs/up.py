@@ -12,19 +12,13 @@ from pathlib import Path
 
 from epyc import bundle, cli, errors, jsonio, subproc
 from epyc.argtypes import is_served_name
-from epyc.decisions.command import served_model_name, stop_command
-from epyc.decisions.handoff import handoff_doc
-from epyc.decisions.planner import SERVE_OPTIONS, build_plan, refuse_unkeyed_exposure
-from epyc.deployments import serve_procs, serve_state
-from epyc.deployments.deployment import with_service
+from epyc.decisions import command, handoff, planner
+from epyc.deployments import deployment, serve_procs, serve_state
 from epyc.deployments.serve_start import start
-from epyc.deployments.serve_state import NO_RETRY_FIX, write_own_file
 from epyc.deployments.serve_stop import stop
 from epyc.deployments.serve_verify import verify
 from epyc.errors import ScriptError
-from epyc.facts import cpuid
-from epyc.facts.hubcache import state_root
-from epyc.facts.shell import key_facts, shell_facts
+from epyc.facts import cpuid, hubcache, shell
 from epyc.verbs.showing import refuse_a_plan_changed_since_shown, what_runs
 
 TERMINAL = "/dev/tty"
@@ -41,7 +35,7 @@ def step(script: str, args: list[str], phase: str, run_dir: Path, allow_fail: bo
         doc = json.loads(res.stdout)
     except json.JSONDecodeError:
         why = f"FAILED in phase {phase}: {script} printed no JSON ({res.failure or res.returncode})"
-        raise ScriptError(why, NO_RETRY_FIX, phase=phase)
+        raise ScriptError(why, serve_state.NO_RETRY_FIX, phase=phase)
     if res.returncode != 0 and not allow_fail:
         raise phase_failed(phase, doc)
     return doc
@@ -56,7 +50,7 @@ def phase_failed(phase: str, doc: dict) -> ScriptError:
         or (doc.get("fit") or {}).get("action")
         or "failed"
     )
-    fix = doc.get("fix") or next((e["fix"] for e in errors if e.get("fix")), None) or NO_RETRY_FIX
+    fix = doc.get("fix") or next((e["fix"] for e in errors if e.get("fix")), None) or serve_state.NO_RETRY_FIX
     return ScriptError(f"FAILED in phase {phase}: {msg}", fix, phase=phase, result=doc)
 
 
@@ -98,10 +92,10 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
             f"--model {model[:100]!r} starts with '-': not a model name or folder",
             "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)",
         )
-    refuse_unkeyed_exposure(a.expose, a.api_key_env, key_facts(a.api_key_env))
+    planner.refuse_unkeyed_exposure(a.expose, a.api_key_env, shell.key_facts(a.api_key_env))
     # a folder is served by its name: one that is not a plain name needs --served-model-name
     local = os.path.isdir(model)
-    served = a.served_model_name or served_model_name(model, os.path.realpath(model) if local else None)
+    served = a.served_model_name or command.served_model_name(model, os.path.realpath(model) if local else None)
     if not is_served_name(served):
         raise ScriptError(
             f"the model would be served as {served[:100]!r}, not a plain name (letters, digits and "
@@ -116,7 +110,7 @@ def refuse_a_busy_run_dir(run_dir: Path) -> None:
     if held and (running := serve_procs.state_server(held)):
         raise ScriptError(
             f"{run_dir} holds a running server ({running}): up would write its plan over the one that stops it",
-            f"{stop_command(run_dir / 'plan.json')} first, or run up with another --state-dir",
+            f"{command.stop_command(run_dir / 'plan.json')} first, or run up with another --state-dir",
         )
 
 
@@ -126,7 +120,7 @@ def stop_for_up(plan: dict, plan_file: Path) -> tuple[dict, str]:
         try:
             return stop(plan), UP_STOPPED
         except ScriptError as err:
-            again = stop_command(plan_file)
+            again = command.stop_command(plan_file)
             return (
                 {"stopped": False, "refused": err.error, "fix": f"{err.fix}; then {again}"},
                 f"up could NOT stop the server it had started ({err.error}); it may be running: {err.fix}, "
@@ -203,7 +197,7 @@ def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
 def up(a: argparse.Namespace, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
     refuse_before_up(a, model)
-    run_dir = Path(state_dir_arg(a.state_dir or str(state_root() / "up")))  # the default obeys the same rule
+    run_dir = Path(state_dir_arg(a.state_dir or str(hubcache.state_root() / "up")))  # the default obeys the same rule
     refuse_a_busy_run_dir(run_dir)
     serve_state.make_own_folder(run_dir, "pass --state-dir with a new folder of your own", "up")
     with holding_the_run_dir(run_dir):
@@ -239,20 +233,20 @@ def documents(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> d
 def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict, inputs: dict) -> tuple:
     """The plan, written and shown, launched only on a yes (a --yes only for what was shown)."""
     opts = {
-        **{k: getattr(a, k) for k in SERVE_OPTIONS},
+        **{k: getattr(a, k) for k in planner.SERVE_OPTIONS},
         "model": model,
         "max_model_len": inputs["estimate_memory"]["fit"]["max_model_len"],
         "state_dir": str(jsonio.real_path(run_dir)),
     }
-    plan = build_plan(inputs, opts, epyc, shell_facts(opts, inputs))
+    plan = planner.build_plan(inputs, opts, epyc, shell.shell_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
-    write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
+    serve_state.write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
     errors.log(plan["summary_markdown"])
     shown = run_dir / "shown-plan.json"
     if a.yes:
         refuse_a_plan_changed_since_shown(plan, shown)
     else:  # shown: a --yes later runs only it
-        write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
+        serve_state.write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
     said = {"phase": "confirm", "plan_file": str(plan_file), "started": False}
     unanswered = ScriptError(
         f"confirmation needed and there is no terminal: up showed its plan (the summary on stderr; {plan_file}) "
@@ -281,7 +275,9 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
             "plan_file": str(plan_file),
             "started": started,
             "verify": result,
-            "handoff": with_service(plan, handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])),
+            "handoff": deployment.with_service(
+                plan, handoff.handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])
+            ),
             "stop_command": plan["stop_command"],
         }
     except KeyboardInterrupt:  # between the guarded steps or after them: a handoff, or nothing left running
