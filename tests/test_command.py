@@ -14,7 +14,7 @@ from epyc.facts import preload
 
 # ---- lesser: a served name that reads as a URL; bench's key inside a container; an HF cache that is a file
 def test_a_served_name_that_reads_as_a_url_is_refused():
-    from epyc.decisions.command import is_served_name
+    from epyc.argtypes import is_served_name
 
     assert is_served_name("org/model@v2") and is_served_name("my-model:latest")
     assert not is_served_name("http://user@host") and not is_served_name("s3://bucket/x")

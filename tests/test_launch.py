@@ -250,7 +250,7 @@ def test_a_fifo_or_folder_under_a_state_file_name_is_refused_not_waited_on(
 
 def test_a_final_newline_or_a_huge_length_does_not_slip_through(inputs, script, rt):
     docs = load_docs(inputs)
-    assert not command.is_served_name("tiny\n") and command.is_served_name("tiny")
+    assert not argtypes.is_served_name("tiny\n") and argtypes.is_served_name("tiny")
     assert command.pin_prefix_problem(["numactl", "--cpunodebind=0\n", "--membind=0"], [])
     assert command.pin_prefix_problem(["taskset", "-c", "0-1\n"], [])
     assert (

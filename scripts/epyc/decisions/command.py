@@ -8,7 +8,6 @@ import shlex
 from pathlib import Path
 
 from epyc import bundle
-from epyc.argtypes import is_served_name as is_served_name
 from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hubcache, quantization
 from epyc.subproc import MARKER_ENV, STOP_GRACE_S

@@ -10,8 +10,9 @@ import time
 from typing import TYPE_CHECKING
 
 from epyc import cli, masking, subproc
-from epyc.deployments.serve_state import open_own_file, plan_identity, write_state
+from epyc.deployments.serve_state import plan_identity, write_state
 from epyc.errors import ScriptError
+from epyc.jsonio import open_own_file
 
 if TYPE_CHECKING:  # psutil is imported where it is used (the scripts start without it)
     import psutil

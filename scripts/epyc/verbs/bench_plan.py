@@ -136,7 +136,7 @@ def new_bench_dir(state_dir: Path) -> Path:
 def write_out(path: Path, text: str) -> None:
     """A file of bench's own in its result folder, never written through a link planted there."""
     try:
-        fd = serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench")
+        fd = jsonio.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench")
         with os.fdopen(fd, "w") as f:
             f.write(text)
     except OSError as exc:  # a full disk: opened, and the write (or its flush at close) refused

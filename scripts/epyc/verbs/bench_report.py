@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
+from epyc import jsonio
 from epyc.decisions.handoff import markdown_table
-from epyc.deployments import serve_state
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 # the figures of a run, each a cell's mean with its spread beside it
@@ -100,7 +100,7 @@ def plot(cells: list[dict], path: Path) -> str | None:
     a.legend()
     b.legend()
     fig.tight_layout()
-    with os.fdopen(serve_state.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "wb") as f:
+    with os.fdopen(jsonio.open_own_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "bench"), "wb") as f:
         fig.savefig(f, format="png")  # never through a link planted under its name
     plt.close(fig)
     return str(path)

@@ -131,7 +131,7 @@ def log_lines(args: argparse.Namespace) -> tuple[Iterable[str], str, str | None]
 def file_lines(path: Path, secrets: list[str], own: bool) -> Iterator[str]:
     """A log file's lines, masked; the plan's own log (`own`) never read through a link planted in its place."""
     try:
-        source = serve_state.open_own_file(path, os.O_RDONLY, phase="kernel_proof") if own else path
+        source = jsonio.open_own_file(path, os.O_RDONLY, phase="kernel_proof") if own else path
         with open(source, encoding="utf-8", errors="replace") as f:
             yield from line_heads(f, secrets)
     except OSError as exc:

@@ -6,8 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from epyc import masking
-from epyc.deployments import serve_state
+from epyc import jsonio, masking
 from epyc.errors import ScriptError
 
 
@@ -29,7 +28,7 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
     if not os.path.lexists(shown):
         return
     try:  # as a file of the state dir is read: never through a link
-        with os.fdopen(serve_state.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
+        with os.fdopen(jsonio.open_own_file(shown, os.O_RDONLY, phase="confirm"), "rb") as f:
             before = json.loads(f.read(1 << 20))
     except (OSError, ValueError, RecursionError, ScriptError):
         before = None
@@ -37,7 +36,7 @@ def refuse_a_plan_changed_since_shown(plan: dict, shown: Path) -> None:
     said = showing_differs(before, now)
     if said is None:
         return
-    serve_state.write_own_file(shown, json.dumps(now, indent=2) + "\n")
+    jsonio.write_own_file(shown, json.dumps(now, indent=2) + "\n")
     raise ScriptError(
         f"not launched: {said}; it now runs: {masking.clip(plan['command'], 600)}",
         "read the new plan (the summary above; plan.json) and run up again with --yes to launch it",

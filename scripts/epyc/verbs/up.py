@@ -176,14 +176,14 @@ def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
     """up holds its folder (.up.lock) from its first step to its last (a second up or start there is refused)."""
     if serve_state.start_in_progress({"state_dir": str(run_dir)}):
         raise ScriptError(f"a start for {run_dir} is in progress", "wait for it, or run up with another --state-dir")
-    fd = serve_state.open_own_file(run_dir / ".up.lock", os.O_WRONLY | os.O_CREAT, phase="up")
+    fd = jsonio.open_own_file(run_dir / ".up.lock", os.O_WRONLY | os.O_CREAT, phase="up")
     try:
         if not serve_state.flock_within(fd, 0):
             raise ScriptError(
                 f"another up is running in {run_dir}", "wait for it to finish, or run up with another --state-dir"
             )
         # start's own lock file, checked now: a link or folder there is refused before five steps run
-        os.close(serve_state.open_own_file(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, phase="up"))
+        os.close(jsonio.open_own_file(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, phase="up"))
         held = {str(run_dir), str(jsonio.real_path(run_dir))}  # the plan names the folder by its real path
         serve_state.UP_HOLDS.update(held)  # this up's own start is not another's
         try:
@@ -240,13 +240,13 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
     }
     plan = planner.build_plan(inputs, opts, epyc, shell.shell_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
-    serve_state.write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
+    jsonio.write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
     errors.log(plan["summary_markdown"])
     shown = run_dir / "shown-plan.json"
     if a.yes:
         refuse_a_plan_changed_since_shown(plan, shown)
     else:  # shown: a --yes later runs only it
-        serve_state.write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
+        jsonio.write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
     said = {"phase": "confirm", "plan_file": str(plan_file), "started": False}
     unanswered = ScriptError(
         f"confirmation needed and there is no terminal: up showed its plan (the summary on stderr; {plan_file}) "
