@@ -22,7 +22,7 @@ from epyc import argtypes, bundle, cli, errors
 from epyc.decisions import kv_budget
 from epyc.decisions.sizing import SizingRequest, env_lines, sample_busy, tune
 from epyc.deployments import runs
-from epyc.facts import remote_host
+from epyc.facts import probe, remote_host
 
 
 def main(argv: list[str] | None = None):
@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None):
     busy = None
     if not (args.sysroot or args.host):  # a short sample under --socket, where it is only reported
         busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if args.socket is None else 0.1)
-    return tune(facts, epyc, busy, req), errors.EXIT_OK
+    doc = tune(facts, epyc, busy, req)
+    if not (args.sysroot or args.host):  # what the engine's cores deliver, for the plan's forecast
+        doc["measured"] = probe.for_engine(runs.earlier(folder, "validate"), doc["vllm_cpu_omp_threads_bind"])
+    return doc, errors.EXIT_OK
 
 
 def sizing_request(args: argparse.Namespace, folder: Path) -> SizingRequest:

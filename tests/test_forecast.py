@@ -5,27 +5,24 @@ experts reads its active share, a missing fact gives no forecast, and no likely 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 import sysroots
 from conftest import ROOT
 from epyc import bundle
-from epyc.bundle import GIB
-from epyc.decisions import estimate
+from epyc.decisions import estimate, sizing
 from epyc.decisions import forecast as fc
 from epyc.facts import cpuid, hostspec, remote_host
 
 EPYC = bundle.load_epyc()
 MODELS = ROOT / "tests" / "fixtures" / "models"
-# EPYC 9654's all-core boost in the AMD spec export data/epyc_skus.json cites (not yet a column of that table)
-CLOCK_9654 = fc.Fact("clock_ghz", 3.55, "assumption: EPYC 9654 all-core boost, AMD spec export @4c08d88")
 
 
 def detect(tmp_path, host: str) -> dict:
-    """detect.py's document of a recorded host tree, in-process."""
+    """detect.py's document of a recorded host tree, in-process, and the facts cpu_tune sizes from."""
     root = sysroots.build(tmp_path / host, sysroots.HOSTS[host])
-    return cpuid.report(remote_host.gather_from_args(str(root), None), EPYC)
+    facts = remote_host.gather_from_args(str(root), None)
+    return {**cpuid.report(facts, EPYC), "_facts": facts}
 
 
 def sized(model: str) -> tuple[dict, dict]:
@@ -37,25 +34,18 @@ def sized(model: str) -> tuple[dict, dict]:
     return estimate.estimate(req, EPYC), cfg
 
 
-def plan(det: dict, model: str, ranks: int = 1, clock: fc.Fact = CLOCK_9654, measured_gbs=None, engines=1, **work):
-    """The forecast of `model` on the host `det`: one engine on a socket (its memory on its first core's node), or
-    `ranks` tensor-parallel ranks, one on each NUMA node; the bandwidth from data unless measured (per rank)."""
-    est, cfg = sized(model)
-    nodes_per_socket = det["numa_node_count"] // det["socket_count"]
-    cores = det["physical_cores"] // det["socket_count"] // (nodes_per_socket if ranks > 1 else 1)
-    row = next((r for r in est["tensor_parallel"] if r["ranks"] == ranks), None)
-    rank_weights = row["weight_gb"] * GIB if row else est["weight_bytes"]
-    active = est["active_weight_bytes"] * rank_weights / est["weight_bytes"]  # a mixture of experts: the active share
-    bandwidth = (
-        fc.Fact("memory_bandwidth_bytes_per_s", measured_gbs * 1e9, "measured")
-        if measured_gbs
-        else fc.memory_bandwidth(EPYC, det["epyc_generation"], 1 / nodes_per_socket, cores)
-    )
-    compute = fc.bf16_compute(EPYC, det["zen_arch"], cores, clock)
-    one = fc.Rank(int(active), row["kv_bytes_per_token"] if row else est["kv_bytes_per_token"], bandwidth, compute)
-    read, download = fc.load_rates(EPYC)
-    load = fc.Load(est["weight_bytes"], 0, read, download)
-    return fc.forecast(EPYC, (one,) * ranks, fc.Workload(*fc.model_params(cfg), **work), load, engines)
+def plan(det: dict, model: str, ranks: int = 1, measured_gbs=None, engines=1, **work) -> fc.Forecast:
+    """The plan's forecast (forecast.plan_forecast, as launch.py plan makes it) of `model` on the host `det`: one
+    engine on a socket, or `ranks` tensor-parallel ranks one a node, sized by cpu_tune's own rules; the bandwidth
+    from data unless cpu_tune's probe measured `measured_gbs` on the first rank's cores."""
+    est, _cfg = sized(model)
+    req = sizing.SizingRequest(15, 0, 2.0, tensor_parallel=ranks, rank_table=est["tensor_parallel"])
+    tune = sizing.tune(det["_facts"], EPYC, None, req)
+    if measured_gbs:
+        cpus = tune["ranks"][0]["cpus"]
+        tune["measured"] = {"bytes_per_s": measured_gbs * 1e9, "bf16_flops_per_s": 1e12, "cpus": cpus}
+    inputs = {"detect": det, "estimate_memory": est, "cpu_tune": tune}
+    return fc.plan_forecast(inputs, EPYC, engines, **work)
 
 
 def figures(f: fc.Forecast):
@@ -135,12 +125,13 @@ def test_a_generation_without_checked_data_gives_no_forecast_and_says_why(tmp_pa
     assert isinstance(milan.floor_ms, fc.Figure) and "no AVX-512 BF16" in milan.ttft_ms.why
     bergamo = detect(tmp_path, "bergamo_9754")  # Zen 4c: its datapath not checked
     assert "Zen 4c" in plan(bergamo, "falcon-40b").ttft_ms.why
-    # the SKU table has the 9654's row but no clock: no compute, no prefill, no aggregate -- the decode floor stands
+    # the 9654's clock is in the SKU table (its all-core boost); a masked brand names no part: no compute, no
+    # prefill, no aggregate -- the decode floor stands
     genoa = detect(tmp_path, "genoa_9654_2s_smt")
     clock = fc.sku_clock(next(r for r in json.loads(hostspec.SKUS_JSON.read_text())["skus"] if r["model"] == "9654"))
-    assert clock.value is None and "EPYC 9654" in clock.why
-    no_clock = plan(genoa, "falcon-40b", clock=clock)
-    assert isinstance(no_clock.floor_ms, fc.Figure) and "no clock for EPYC 9654" in no_clock.ttft_ms.why
+    assert clock.value == 3.55 and clock.source == "data:epyc_skus.all_core_boost_ghz"
+    no_clock = plan({**genoa, "epyc_model_number": None}, "falcon-40b")
+    assert isinstance(no_clock.floor_ms, fc.Figure) and "no clock for a part not in the table" in no_clock.ttft_ms.why
     assert all(isinstance(f, fc.Missing) for _c, f, _l in no_clock.aggregate)
     assert fc.memory_bandwidth(EPYC, "Bergamo/Siena", 1, 128).value is None  # masked CPUID: two platforms
 
@@ -186,6 +177,6 @@ def test_the_pinned_efficiencies_are_ranges_of_fractions_with_their_sources():
     for row in EPYC["forecast"]["memory"] + EPYC["forecast"]["bf16_flops_per_cycle"]:
         figures_ = [row.get(k) for k in ("channels", "mt_per_s", "flops") if k in row]
         assert all(figures_) or row["why"], row  # a null is a fact not checked, and says why
-    zen4 = replace(CLOCK_9654, value=1.0)
+    zen4 = fc.Fact("clock_ghz", 1.0, "assumption: 1 GHz")
     assert fc.bf16_compute(EPYC, "Zen4", 1, zen4).value == 64e9  # VDPBF16PS: one 512-bit op a cycle, 64 FLOPs
     assert fc.bf16_compute(EPYC, "Zen5", 1, zen4).value == 128e9

@@ -177,6 +177,13 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
             "--max-num-batched-tokens 2048; granted as 0.5 of the socket RAM left after OS reserve and weights "
             "(380.9 GiB); at least the need, at most what the socket has left",
         ],
+        [  # a recorded Genoa planned without its stack's probe: the bandwidth from data, the clock unknown (masked)
+            "Forecast",
+            "one stream 3.61-11.8 ms/token = 84.6-277 tokens/s (bound 2.73 ms); 8 streams 480-1,485 tokens/s; "
+            "first token of a 512-token prompt 28.7-43.1 ms; start 28.4-74.4 s reading 1.19 GB; bandwidth 461 GB/s "
+            "a rank (data:forecast.memory.Genoa); likely = the bound x the efficiency measured on the runners "
+            "(reference.md)",
+        ],
         ["Hardware", "EPYC Genoa (Zen4), 96 cores on socket 1 (host: 2 sockets, 192 cores), AVX-512 yes"],
         ["Port", f"{port} on 127.0.0.1"],
         ["Pinning", "--cpuset-* flags in the command"],

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from epyc import bundle
 from epyc.bundle import GIB
-from epyc.decisions import kv_budget
+from epyc.decisions import forecast, kv_budget
 from epyc.errors import ScriptError
 from epyc.facts import cpuid, hf_model, kv_cache, quantization
 from epyc.facts.model_params import (
@@ -200,6 +200,7 @@ def estimate(req: Request, epyc: dict) -> dict:
         "weight_bytes": m.weights,
         "weight_source": m.source,
         "active_weight_bytes": active,
+        "flop_params": dict(zip(("layers", "lm_head"), forecast.model_params(m.cfg))) if params else None,
         "quantization": m.quant,
         "kv_dtype": kv_dtype,
         "kv_attention": layout["attention"],

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from epyc.bundle import GIB
+from epyc.facts import hostfacts, hostspec
 from epyc.facts.model_params import config_params, idle_expert_params
 
 DDR_BYTES_PER_TRANSFER = 8  # one 64-bit DDR channel moves 8 bytes a transfer
@@ -82,7 +85,8 @@ class Forecast:
     ceiling_tps: Figure | Missing  # and so its tokens/s
     aggregate: tuple[tuple[int, Figure | Missing, str], ...]  # (concurrency, output tokens/s, "memory" | "compute")
     ttft_ms: Figure | Missing
-    load_s: Figure | Missing
+    load_s: Figure | Missing  # start to healthy, the weights on disk
+    download_s: Figure | Missing | None  # the first download, when they are not
     inputs: tuple[Fact, ...]
 
     def to_json(self) -> dict:
@@ -93,7 +97,10 @@ class Forecast:
             "decode": decode,
             "aggregate": rates,
             "prefill": {"prompt_tokens": self.shape["prompt_tokens"], "ttft_ms": self.ttft_ms.to_json()},
-            "load": {"seconds": self.load_s.to_json()},
+            "load": {
+                "seconds": self.load_s.to_json(),
+                "first_download_seconds": self.download_s and self.download_s.to_json(),
+            },
             "inputs": [f.to_json() for f in self.inputs],
         }
 
@@ -212,15 +219,18 @@ def _prefill(ranks, w: Workload, eff: tuple[float, float]) -> Figure | Missing:
     return gap or _scaled(max(_flops(w)[1] / len(ranks) / r.compute.value for r in ranks) * 1000, eff, rate=False)
 
 
-def _load(load: Load, startup: tuple[float, float]) -> Figure | Missing:
-    """Seconds to read (first download, if not cached) the weights: bound at the fastest assumed rates; likely at
-    the rates' range, plus the start-up measured beyond the read."""
-    legs = [(load.read_bytes, load.read_rate)] + [(load.download_bytes, load.download_rate)] * bool(load.download_bytes)
-    gap = _gap(rate for _, rate in legs)
-    if gap:
-        return gap
-    fast, slow = (sum(b / rate.value[i] for b, rate in legs) for i in (1, 0))
-    return Figure(fast, fast + startup[0], slow + startup[1])
+def _at_rates(nbytes: int, rate: Fact) -> Figure | Missing:
+    """Seconds to move `nbytes` at a (lo, hi) rate: bound and likely fastest at hi, likely slowest at lo."""
+    return _gap([rate]) or Figure(nbytes / rate.value[1], nbytes / rate.value[1], nbytes / rate.value[0])
+
+
+def _load(load: Load, startup: tuple[float, float]) -> tuple[Figure | Missing, Figure | Missing | None]:
+    """(start to healthy: the weights read at the assumed disk rates plus the start-up measured beyond the read;
+    the first download, None when the weights are already on disk)."""
+    read = _at_rates(load.read_bytes, load.read_rate)
+    if isinstance(read, Figure):
+        read = Figure(read.bound, read.lo + startup[0], read.hi + startup[1])
+    return read, _at_rates(load.download_bytes, load.download_rate) if load.download_bytes else None
 
 
 def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engines: int = 1) -> Forecast:
@@ -239,5 +249,76 @@ def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engin
         ms = _time_s(ranks, w, 1, 1, prefill=False)[0] * 1000
         floor, ceiling = _scaled(ms, lohi["decode_c1"], rate=False), _scaled(1000 / ms, lohi["decode_c1"], rate=True)
     shape = dict(engines=engines, ranks=len(ranks), prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens)
-    ttft, load_s = _prefill(ranks, w, lohi["prefill"]), _load(load, lohi["startup_s"])
-    return Forecast(shape, floor, ceiling, _fleet(ranks, w, engines, lohi), ttft, load_s, tuple(dict.fromkeys(facts)))
+    ttft, (load_s, fetch_s) = _prefill(ranks, w, lohi["prefill"]), _load(load, lohi["startup_s"])
+    shape |= {"read_bytes": load.read_bytes, "download_bytes": load.download_bytes}
+    aggregate = _fleet(ranks, w, engines, lohi)
+    return Forecast(shape, floor, ceiling, aggregate, ttft, load_s, fetch_s, tuple(dict.fromkeys(facts)))
+
+
+def _rank_facts(epyc: dict, det: dict, tune: dict, cpus: str) -> tuple[Fact, Fact]:
+    """(bandwidth, compute) of one rank's cores: cpu_tune's probe scaled to them, else from data at the share of
+    its socket's cores (an NPS4 node's rank: a quarter of the channels; engines sharing a socket: their part)."""
+    cores, probe = len(hostfacts.parse_cpulist(cpus)), tune.get("measured") or {}
+    if probe.get("bytes_per_s"):
+        n, where = len(hostfacts.parse_cpulist(probe["cpus"])), f"measured: cpu_tune's probe on CPUs {probe['cpus']}"
+        scale = f"{where} x {cores}/{n} cores" if cores != n else where
+        names = ("memory_bandwidth_bytes_per_s", "bf16_flops_per_s")
+        return tuple(Fact(k, probe[f] * cores / n, scale) for k, f in zip(names, ("bytes_per_s", "bf16_flops_per_s")))
+    per_socket = max(s["physical_cores"] for s in tune["sockets"])
+    share = min(1.0, cores / per_socket)
+    skus = json.loads(hostspec.SKUS_JSON.read_text())["skus"]
+    sku = next((r for r in skus if r["model"] == det.get("epyc_model_number")), None)
+    clock = sku_clock(sku)
+    return memory_bandwidth(epyc, det.get("epyc_generation"), share, cores), bf16_compute(
+        epyc, det.get("zen_arch"), cores, clock
+    )
+
+
+def plan_forecast(inp: dict, epyc: dict, engines: int = 1, **work) -> Forecast:
+    """The forecast of a plan from its documents (detect, estimate_memory, cpu_tune; `engines` alike behind a
+    router): each rank reads its shard (a mixture of experts: its active share) at its cores' bandwidth."""
+    det, est, tune = inp["detect"], inp["estimate_memory"], inp["cpu_tune"]
+    n = len(tune["ranks"])
+    row = next((r for r in est["tensor_parallel"] if r["ranks"] == n), None) if n > 1 else None
+    share = row["weight_gb"] * GIB / est["weight_bytes"] if row else 1.0
+    kv = row["kv_bytes_per_token"] if row else est["kv_bytes_per_token"]
+    ranks = tuple(
+        Rank(int(est["active_weight_bytes"] * share), kv, *_rank_facts(epyc, det, tune, r["cpus"]))
+        for r in tune["ranks"]
+    )
+    read, download = load_rates(epyc)
+    fetch = 0 if est.get("model_dir") else est["weight_bytes"]  # a Hub id: the first start downloads it
+    params = est.get("flop_params") or {}
+    workload = Workload(params.get("layers"), params.get("lm_head"), **work)
+    return forecast(epyc, ranks, workload, Load(est["weight_bytes"], fetch, read, download), engines)
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _likely(fig: dict, unit: str, scale: float = 1.0) -> str:
+    if "likely" not in fig:
+        return fig["why"]
+    return "-".join(_num(v * scale) for v in fig["likely"]) + f" {unit}"
+
+
+def summary_text(doc: dict) -> str:
+    """The plan's Forecast row, from its `forecast` document: likely ranges, the bound, where the inputs came from."""
+    floor, ceiling = doc["decode"]["floor_ms_per_token"], doc["decode"]["ceiling_tokens_per_s"]
+    if "likely" not in floor:
+        return floor["why"]
+    parts = [
+        f"one stream {_likely(floor, 'ms/token')} = {_likely(ceiling, 'tokens/s')} (bound {_num(floor['bound'])} ms)"
+    ]
+    parts += [f"{a['concurrency']} streams {_likely(a['tokens_per_s'], 'tokens/s')}" for a in doc["aggregate"][-1:]]
+    ttft, load = doc["prefill"]["ttft_ms"], doc["load"]
+    ttft = _likely(ttft, "s", 1e-3) if ttft.get("likely", [0, 0])[1] >= 1000 else _likely(ttft, "ms")
+    parts += [f"first token of a {doc['shape']['prompt_tokens']}-token prompt {ttft}"]
+    parts += [f"start {_likely(load['seconds'], 's')} reading {doc['shape']['read_bytes'] / 1e9:.3g} GB"]
+    if load["first_download_seconds"]:
+        parts.append(f"first download {_likely(load['first_download_seconds'], 's')} unless cached")
+    bw = next(i for i in doc["inputs"] if i["name"] == "memory_bandwidth_bytes_per_s")
+    parts.append(f"bandwidth {bw['value'] / 1e9:.3g} GB/s a rank ({bw['source'].split(' (')[0]})")
+    text = "; ".join(parts)
+    return text + "; likely = the bound x the efficiency measured on the runners (reference.md)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from epyc.decisions import forecast
 from epyc.decisions.command import INHERITED_ENV, runtime_stop_pair
 from epyc.errors import ScriptError
 from epyc.facts import runtimes
@@ -125,6 +126,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
         ["Fit", fit_cell(fit, plan)],
         ["CPU sizing", sizing_cell(s)],
         ["KV cache", f"{kv_cell(s)}; granted as {s['kv_basis']}"],
+        ["Forecast", forecast.summary_text(plan["forecast"])],
     ]
     if s["sizing_rule"] != "skill":
         rows.append(["Sizing rule", f"{s['sizing_rule']} (a comparison baseline, not the skill's sizing)"])

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from epyc import bundle, jsonio
 from epyc.argtypes import is_served_name
-from epyc.decisions import command, kv_budget, plan_checks
+from epyc.decisions import command, forecast, kv_budget, plan_checks
 from epyc.decisions.handoff import markdown_table, summary_rows
 from epyc.errors import ScriptError
 from epyc.facts import hubcache, preload, runtimes
 from epyc.masking import secret_unsendable
 
 API_KEY_MIN = 8
-PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
+PLAN_SCHEMA_VERSION = 6  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
 SERVE_OPTIONS = (
     "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
@@ -315,6 +315,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
             for w in [*tune.get("warnings", []), *val.get("warnings", []), *([gotcha] if ch.throughput else [])]
         ],
         "sizing": sizing_doc(opt, tune, capacity, batched if ch.rules["seqs"] else None, ch.max_len),
+        "forecast": forecast.plan_forecast(inp, epyc).to_json(),
         "inputs": inp,  # start re-renders from these and refuses a plan whose command was edited
         # the state dir as resolved here: stop run from another shell must find the server this plan's start recorded
         "options": {k: v for k, v in {**opt, "state_dir": str(state_dir)}.items() if v is not None},

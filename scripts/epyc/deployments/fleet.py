@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from epyc import errors, jsonio, subproc
-from epyc.decisions import sizing
+from epyc.decisions import forecast, sizing
 from epyc.decisions.command import router_binary, router_plan
 from epyc.decisions.handoff import markdown_table
 from epyc.decisions.kv_budget import need_of
@@ -73,7 +73,7 @@ def engine_urls(engines: list[dict]) -> list[str]:
 
 ENGINE_ROWS = (
     *("CPU sizing", "Hardware", "Port", "Pinning", "Environment", "Command (exactly what start runs)"),
-    *("Planned for", "Warning"),
+    *("Planned for", "Warning", "Forecast"),
 )
 
 
@@ -94,10 +94,11 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     expose = bool(opts.get("expose"))
     refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
     port = opts.get("port") or inputs["validate"]["port"]
+    measured = {k: v for k, v in inputs["cpu_tune"].items() if k == "measured"}  # its cores, scaled to each engine's
     engines = []
     for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
         opt = {**opts, "expose": False, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
-        engines.append(build_plan({**inputs, "cpu_tune": tune}, opt, epyc, facts_host))
+        engines.append(build_plan({**inputs, "cpu_tune": {**tune, **measured}}, opt, epyc, facts_host))
     router = router_plan(engine_urls(engines), port, folder, epyc, expose)
     rows = [
         [
@@ -110,6 +111,8 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     on = f"all interfaces (every engine checks the key in ${opts['api_key_env']})" if expose else "127.0.0.1"
     pip, policy = epyc["router"]["pip"], epyc["router"]["policy"]
     rows.append(["router", f"port {port} on {on}, {pip}, policy {policy}: `{router['command']}`"])
+    ahead = forecast.plan_forecast({**inputs, "cpu_tune": {**tunes[0], **measured}}, epyc, len(engines))
+    ahead = ahead.to_json()
     planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)
     if planned_for:  # another host: what the engines assume, and the router to install there
         install = f"python3 scripts/setup_host_stack.py --router ({pip}; the router's path above is where it installs for this user)"
@@ -122,9 +125,13 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         "base_url": router["base_url"],
         "served_model_name": engines[0]["served_model_name"],
         "api_key_env": engines[0]["api_key_env"],
+        "forecast": ahead,
         # the rows every engine shares; each engine's socket, cores, KV, port and command are in its own row
         "summary_markdown": markdown_table(
-            ["Field", "Value"], [r for r in engines[0]["summary"] if r[0] not in ENGINE_ROWS] + fleet_warnings(engines)
+            ["Field", "Value"],
+            [r for r in engines[0]["summary"] if r[0] not in ENGINE_ROWS]
+            + [["Forecast", forecast.summary_text(ahead)]]
+            + fleet_warnings(engines),
         )
         + "\n\n"
         + markdown_table(["Part", "What runs"], rows),
