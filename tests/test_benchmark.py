@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import _interpreter, host_plan
+from conftest import host_plan
 from epyc import subproc
 from epyc.deployments import serve_state
 from epyc.errors import ScriptError
@@ -72,14 +72,6 @@ def test_bench_reads_its_result_file_as_an_input(tmp_path):
     raw.mkdir()
     with pytest.raises(ScriptError, match="not a complete"):
         benchmark.read_result(raw, tmp_path)
-
-
-def test_a_bandwidth_no_machine_has_is_no_figure(tmp_path):
-    from epyc.verbs import benchmark
-
-    for line in ('@@BW@@{"bytes_per_s": 1e999}', '@@BW@@{"bytes_per_s": 1e15}', '@@BW@@{"bytes_per_s": 0}'):
-        assert benchmark.measure_bandwidth(_interpreter(tmp_path, line), [0]) is None
-    assert benchmark.measure_bandwidth(_interpreter(tmp_path, '@@BW@@{"bytes_per_s": 5e10}'), [0]) == 5e10
 
 
 def test_a_fraction_of_a_request_is_not_a_result():

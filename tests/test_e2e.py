@@ -251,6 +251,10 @@ def test_the_skill_chain_serves_a_real_endpoint(stack, models, tmp_path):
         block = got["estimate"]["kv_block_size"]
         assert int(m.group(1).replace(",", "")) == (kv_gib * 2**30 // per_token) // block * block
         assert got["estimate"]["weight_bytes"] == models["tiny"]["parameters"] * 2
+        # the forecast on this machine: cpu_tune's probe measured the engine's cores, the plan's summary says it
+        assert got["tune"]["measured"]["bytes_per_s"] > 1e9 and got["tune"]["measured"]["bf16_flops_per_s"] > 1e9
+        assert plan["forecast"]["decode"]["floor_ms_per_token"]["bound"] > 0
+        assert "measured: cpu_tune's probe" in dict(plan["summary"])["Forecast"]
 
         # the kernel proof: zentorch matmuls really ran -- and on the stock path, the proof says none did
         proof = run_script("kernel_proof.py", "--plan", str(plan_file))

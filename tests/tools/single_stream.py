@@ -43,12 +43,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from epyc import subproc  # noqa: E402
 from epyc.decisions import command  # noqa: E402
 from epyc.deployments import planfile  # noqa: E402
+from epyc.facts import probe  # noqa: E402
 from epyc.verbs import bench_plan  # noqa: E402
 from epyc.verbs.benchmark import (  # noqa: E402
     bench_argv,
     decode_bound,
     loopback_env,
-    measure_bandwidth,
     read_result,
     serving_target,
     step_bytes,
@@ -261,7 +261,7 @@ def main() -> int:
     bench = doc["engines"].get("vllm", {}).get("bench_bound")
     bw = bench["memory_bandwidth_gbs"] * 1e9 if bench and bench["memory_bandwidth_gbs"] else None
     if bw is None:  # bench's own read of memory, on the plan's CPUs under its pin, with no server running
-        bw = measure_bandwidth(target["python"], cpus, pin)
+        bw = (probe.measure([*pin, target["python"]], cpus)[0] or {}).get("bytes_per_s")
     est = plan["inputs"]["estimate_memory"]
     doc["memory_bandwidth_gbs"] = round(bw / 1e9, 2) if bw else None
     doc["table"] = []

@@ -186,9 +186,15 @@ def _time_s(ranks: tuple[Rank, ...], w: Workload, batch: int, steps: int, prefil
     return slowest, limit
 
 
-def _scaled(bound: float, eff: tuple[float, float], rate: bool) -> Figure:
-    """A rate's likely range is the bound times the efficiency; a time's, the bound divided by it."""
-    return Figure(bound, bound * eff[0], bound * eff[1]) if rate else Figure(bound, bound / eff[1], bound / eff[0])
+def _slowed(bound: float, eff: tuple[float, float], least: tuple[float, float]) -> Figure:
+    """A time's likely range: the bound divided by the efficiency, and never under the engine's fixed cost `least`
+    (a tiny model's step is its scheduler and sampler, not its bytes)."""
+    return Figure(bound, max(bound / eff[1], least[0]), max(bound / eff[0], least[1]))
+
+
+def _per(time: Figure, amount: float) -> Figure:
+    """The rate of `amount` done in `time`: the likely fastest at the shortest time."""
+    return Figure(amount / time.bound, amount / time.hi, amount / time.lo)
 
 
 def _gap(facts) -> Missing | None:
@@ -204,19 +210,19 @@ def _fleet(ranks, w: Workload, engines: int, eff: dict) -> tuple[tuple[int, Figu
     )
     if gap:
         return tuple((c, gap, "") for c in w.concurrency)
-    rows = []
+    rows, least = [], tuple(w.output_tokens * ms / 1000 for ms in eff["step_ms"])
     for c in w.concurrency:
         batches = [c // engines + (i < c % engines) for i in range(min(c, engines))]
         times = [_time_s(ranks, w, b, w.output_tokens, prefill=True) for b in batches]
-        bound = sum(b * w.output_tokens / t for b, (t, _) in zip(batches, times))
-        rows.append((c, _scaled(bound, eff["aggregate"], rate=True), times[0][1]))
+        rates = [_per(_slowed(t, eff["aggregate"], least), b * w.output_tokens) for b, (t, _) in zip(batches, times)]
+        rows.append((c, Figure(*(sum(v) for v in zip(*((r.bound, r.lo, r.hi) for r in rates)))), times[0][1]))
     return tuple(rows)
 
 
-def _prefill(ranks, w: Workload, eff: tuple[float, float]) -> Figure | Missing:
+def _prefill(ranks, w: Workload, eff: tuple[float, float], least: tuple[float, float]) -> Figure | Missing:
     """Time to first token of one prompt: its prefill FLOPs over the compute of the slowest rank (its share)."""
     gap = _gap([*(r.compute for r in ranks), Fact("model_flops", _flops(w), "", NO_PARAMS)])
-    return gap or _scaled(max(_flops(w)[1] / len(ranks) / r.compute.value for r in ranks) * 1000, eff, rate=False)
+    return gap or _slowed(max(_flops(w)[1] / len(ranks) / r.compute.value for r in ranks) * 1000, eff, least)
 
 
 def _at_rates(nbytes: int, rate: Fact) -> Figure | Missing:
@@ -236,20 +242,22 @@ def _load(load: Load, startup: tuple[float, float]) -> tuple[Figure | Missing, F
 def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engines: int = 1) -> Forecast:
     """The forecast of `engines` engines alike, each over `ranks` (one Rank: an engine on its socket or node; tensor
     parallel: a Rank each, on its own node); every figure names its inputs, a missing one says why."""
-    eff = {n: range_of(epyc, n) for n in ("decode_c1", "aggregate", "prefill", "startup_s")}
+    eff = {n: range_of(epyc, n) for n in ("decode_c1", "aggregate", "prefill", "startup_s", "step_ms", "request_ms")}
     facts = [f for r in ranks for f in (r.bandwidth, r.compute)] + [load.read_rate, load.download_rate]
     facts += [Fact(f"efficiency.{n}", (lo, hi), source) for n, (lo, hi, source) in eff.items()]
     lohi = {n: (lo, hi) for n, (lo, hi, _) in eff.items()}
-    if not all(r.bandwidth.source == "measured" for r in ranks):  # data's peak: the socket sustains a share of it
-        s_lo, s_hi, source = range_of(epyc, "sustained_memory_fraction", "assumptions")
-        facts.append(Fact("sustained_memory_fraction", (s_lo, s_hi), source))
-        lohi |= {n: (lohi[n][0] * s_lo, lohi[n][1] * s_hi) for n in ("decode_c1", "aggregate")}
+    for kind, figures in (("memory", ("decode_c1", "aggregate")), ("compute", ("prefill",))):
+        if all(getattr(r, "bandwidth" if kind == "memory" else "compute").source.startswith("measured") for r in ranks):
+            continue  # data's peak, not a probe: the cores sustain a share of it
+        s_lo, s_hi, source = range_of(epyc, f"sustained_{kind}_fraction", "assumptions")
+        facts.append(Fact(f"sustained_{kind}_fraction", (s_lo, s_hi), source))
+        lohi |= {n: (lohi[n][0] * s_lo, lohi[n][1] * s_hi) for n in figures}
     floor = ceiling = _gap(r.bandwidth for r in ranks)
     if not floor:
-        ms = _time_s(ranks, w, 1, 1, prefill=False)[0] * 1000
-        floor, ceiling = _scaled(ms, lohi["decode_c1"], rate=False), _scaled(1000 / ms, lohi["decode_c1"], rate=True)
+        floor = _slowed(_time_s(ranks, w, 1, 1, prefill=False)[0] * 1000, lohi["decode_c1"], lohi["step_ms"])
+        ceiling = _per(floor, 1000)
     shape = dict(engines=engines, ranks=len(ranks), prompt_tokens=w.prompt_tokens, output_tokens=w.output_tokens)
-    ttft, (load_s, fetch_s) = _prefill(ranks, w, lohi["prefill"]), _load(load, lohi["startup_s"])
+    ttft, (load_s, fetch_s) = _prefill(ranks, w, lohi["prefill"], lohi["request_ms"]), _load(load, lohi["startup_s"])
     shape |= {"read_bytes": load.read_bytes, "download_bytes": load.download_bytes}
     aggregate = _fleet(ranks, w, engines, lohi)
     return Forecast(shape, floor, ceiling, aggregate, ttft, load_s, fetch_s, tuple(dict.fromkeys(facts)))
@@ -322,3 +330,19 @@ def summary_text(doc: dict) -> str:
     parts.append(f"bandwidth {bw['value'] / 1e9:.3g} GB/s a rank ({bw['source'].split(' (')[0]})")
     text = "; ".join(parts)
     return text + "; likely = the bound x the efficiency measured on the runners (reference.md)"
+
+
+def against(f: Forecast, cell: dict) -> dict:
+    """A bench cell's measured figures beside the forecast at its concurrency (TPOT and TTFT: C=1, one stream): each
+    the likely range, the ratio of the measured figure to the range's middle, and whether it fell inside."""
+    c = cell["concurrency"]
+    figs = {"output_throughput": next(fig for n, fig, _ in f.aggregate if n == c)}
+    figs |= {"median_tpot_ms": f.floor_ms, "median_ttft_ms": f.ttft_ms} if c == 1 else {}
+    out = {}
+    for key, fig in figs.items():
+        if isinstance(fig, Missing):
+            out[key] = fig.to_json()
+            continue
+        ratio, within = cell[key] / ((fig.lo + fig.hi) / 2), fig.lo <= cell[key] <= fig.hi
+        out[key] = {**fig.to_json(), "measured": cell[key], "ratio": round(ratio, 3), "within": within}
+    return out

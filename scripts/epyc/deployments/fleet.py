@@ -173,7 +173,7 @@ def as_one_endpoint(fleet: dict, engines: list[dict]) -> dict:
     # without engine 0's pin: the bandwidth is read on every engine's CPUs, not engine 0's memory node alone
     argv = first["argv"][next(i for i, a in enumerate(first["argv"]) if a.endswith("/vllm")) :]
     env = {**first["env"], "VLLM_CPU_OMP_THREADS_BIND": binds}
-    return {**first, "argv": argv, "base_url": fleet["base_url"], "env": env}
+    return {**first, "argv": argv, "base_url": fleet["base_url"], "env": env, "engines_behind": len(engines)}
 
 
 def engines_arg(text: str) -> str:

@@ -27,6 +27,23 @@ def markdown(cells: list[dict]) -> str:
     return markdown_table(head, rows) + note
 
 
+def against_forecast(cells: list[dict]) -> str:
+    """Each measured figure beside the plan's forecast; one outside its likely range is said in words."""
+    names = {"median_tpot_ms": "TPOT ms", "median_ttft_ms": "TTFT ms", "output_throughput": "out tok/s"}
+    rows, missed = [], []
+    for c in cells:
+        for key, f in c["forecast"].items():
+            likely = "-".join(f"{v:.1f}" for v in f["likely"]) if "likely" in f else f["why"]
+            rows.append([c["input_len"], c["concurrency"], names[key], f"{c[key]:.1f}", likely, f.get("ratio", "")])
+            rows[-1].append({True: "yes", False: "**no**"}.get(f.get("within"), ""))
+            if f.get("within") is False:
+                where = f"{names[key]} at input {c['input_len']}, concurrency {c['concurrency']}"
+                missed.append(f"{where}: measured {c[key]:.1f}, outside {likely} ({f['ratio']}x its middle)")
+    head = ["input", "conc.", "figure", "measured", "forecast (likely)", "ratio", "within"]
+    words = "".join(f"\nThe forecast missed: {m}." for m in missed) or "\nEvery figure fell within its forecast."
+    return "\n\nAgainst the plan's forecast:\n\n" + markdown_table(head, rows) + "\n" + words + "\n"
+
+
 def bound_and_host(doc: dict) -> str:
     """The decode bound in words (bytes per step, bandwidth, floor, gap) and the host the figures are from."""
     text = HOST_LINE.format_map(doc["host"])
@@ -95,6 +112,9 @@ def plot(cells: list[dict], path: Path) -> str | None:
         xs = [c["concurrency"] for c in row]
         a.plot(xs, [c["output_throughput"] for c in row], marker="o", label=f"input {n}")
         b.plot(xs, [c["median_tpot_ms"] for c in row], marker="o", label=f"input {n}")
+        band = [c["forecast"]["output_throughput"].get("likely") for c in row]
+        if all(band):  # the forecast's likely range beside what was measured
+            a.fill_between(xs, [lo for lo, _ in band], [hi for _, hi in band], alpha=0.2, label=f"forecast, input {n}")
     a.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput")
     b.set(xlabel="concurrency", ylabel="median TPOT (ms)", title="Time per output token")
     a.legend()

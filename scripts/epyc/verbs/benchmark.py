@@ -9,52 +9,15 @@ import statistics
 from pathlib import Path
 
 from epyc import bundle, cli, errors, jsonio, subproc
-from epyc.decisions import command, planner
+from epyc.decisions import command, forecast, planner
 from epyc.deployments import serve_start, serve_stop, serve_verify
 from epyc.errors import ScriptError
-from epyc.facts import runtimes, shell
+from epyc.facts import probe, runtimes, shell
 from epyc.verbs import bench_report
 from epyc.verbs.bench_plan import endpoint_of, matrix_against_the_plan, recorded_container, write_out
 from epyc.verbs.bench_report import METRICS
 
 RUN_TIMEOUT_S = 3600
-# the faster of torch's threads over one buffer and one process per CPU (which wins differs by CPU): no engine beats it
-BANDWIDTH_CODE = r"""
-import json, os, time
-import multiprocessing as mp
-cpus = %(cpus)r
-def per_cpu(cpu, q):
-    import numpy as np
-    os.sched_setaffinity(0, {cpu})
-    a = np.ones(1024 * 1024 * 1024 // 8 // len(cpus))
-    a.sum()
-    t0 = time.perf_counter(); n = 0
-    while time.perf_counter() - t0 < 1.0:
-        a.sum(); n += 1
-    q.put(n * a.nbytes / (time.perf_counter() - t0))
-if __name__ == "__main__":
-    os.sched_setaffinity(0, set(cpus))
-    import torch
-    torch.set_num_threads(len(cpus))
-    t = torch.ones(1024 * 1024 * 1024 // 4, dtype=torch.float32)
-    t.sum()
-    threads = 0.0
-    for _ in range(8):
-        t0 = time.perf_counter(); t.sum(); threads = max(threads, t.nbytes / (time.perf_counter() - t0))
-    del t
-    q = mp.Queue()
-    ps = [mp.Process(target=per_cpu, args=(c, q)) for c in cpus]
-    [p.start() for p in ps]
-    processes = sum(q.get() for _ in ps)
-    [p.join() for p in ps]
-    print("@@BW@@" + json.dumps({"bytes_per_s": max(threads, processes), "cpus": cpus}))
-"""
-# a figure a machine could measure: up to 100 TB/s (a whole Turin socket reads ~0.6 TB/s)
-BANDWIDTH_SHAPE = {
-    "type": "object",
-    "required": ["bytes_per_s"],
-    "properties": {"bytes_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e14}},
-}
 METRIC_MAX = 1e9
 COUNTS = ("completed", "failed")
 
@@ -202,15 +165,6 @@ def revision_snapshot(plan: dict) -> str | None:
     return folder.relative_to(cache).as_posix()
 
 
-def measure_bandwidth(python: str | None, cpus: list[int], pin: list[str] = ()) -> float | None:
-    """Bytes/s the bound CPUs read from memory, run with the server's own pin (its memory node)."""
-    if not python or not cpus:
-        return None
-    code = BANDWIDTH_CODE % {"cpus": cpus}
-    found, _why = subproc.run_probe([*pin, python], code, "@@BW@@", timeout=120, shape=BANDWIDTH_SHAPE)
-    return found.get("bytes_per_s") if found else None
-
-
 def run_matrix(plan: dict, args: argparse.Namespace, out: Path, env: dict) -> list[dict]:
     """Every cell of the matrix through `vllm bench serve`, raw JSON kept under out/raw."""
     (out / "raw").mkdir(parents=True, exist_ok=True)
@@ -263,7 +217,12 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     target = serving_target(plan)
     bind = command.bound_cpus(plan["env"].get("VLLM_CPU_OMP_THREADS_BIND")) or []
     pin = plan["argv"][: plan["argv"].index(target["vllm"][0])] if plan["path"] == "host" else []
-    bw = None if args.no_bandwidth else measure_bandwidth(target["python"], bind, pin)
+    found = probe.measure([*pin, target["python"]], bind)[0] if target["python"] and not args.no_bandwidth else None
+    bw = found and found["bytes_per_s"]
+    epyc, engines = bundle.load_epyc(), plan.get("engines_behind", 1)
+    for c in cells:  # the plan's forecast at this cell's lengths and concurrency, held to the measured figures
+        work = {"prompt_tokens": c["input_len"], "output_tokens": args.output_len, "concurrency": (c["concurrency"],)}
+        c["forecast"] = forecast.against(forecast.plan_forecast(plan["inputs"], epyc, engines, **work), c)
     est = plan["inputs"]["estimate_memory"]
     weights = est.get("weight_bytes")
     best = min((c for c in cells if c["concurrency"] == 1), key=lambda c: c["median_tpot_ms"], default=None)
@@ -280,7 +239,10 @@ def finish(plan: dict, args: argparse.Namespace, out: Path, cells: list[dict]) -
     }
     doc = summary_doc(plan, args, out, **figures)
     write_out(out / "summary.json", json.dumps(doc, indent=2) + "\n")
-    write_out(out / "summary.md", bench_report.markdown(cells) + bench_report.bound_and_host(doc))
+    write_out(
+        out / "summary.md",
+        bench_report.markdown(cells) + bench_report.against_forecast(cells) + bench_report.bound_and_host(doc),
+    )
     doc["plot"] = bench_report.plot(cells, out / "plot.png")
     fix = "a failed request makes the figures meaningless: check the server log (launch.py verify) and run again"
     return settled(doc, "the benchmark", fix)
