@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from epyc import bundle
 from epyc.bundle import GIB
-from epyc.facts import hostfacts, hostspec
+from epyc.facts import hostfacts
 from epyc.facts.model_params import config_params, idle_expert_params
 
 DDR_BYTES_PER_TRANSFER = 8  # one 64-bit DDR channel moves 8 bytes a transfer
@@ -274,7 +275,7 @@ def _rank_facts(epyc: dict, det: dict, tune: dict, cpus: str) -> tuple[Fact, Fac
         return tuple(Fact(k, probe[f] * cores / n, scale) for k, f in zip(names, ("bytes_per_s", "bf16_flops_per_s")))
     per_socket = max(s["physical_cores"] for s in tune["sockets"])
     share = min(1.0, cores / per_socket)
-    skus = json.loads(hostspec.SKUS_JSON.read_text())["skus"]
+    skus = json.loads((bundle.DATA_DIR / "epyc_skus.json").read_text())["skus"]
     sku = next((r for r in skus if r["model"] == det.get("epyc_model_number")), None)
     clock = sku_clock(sku)
     return memory_bandwidth(epyc, det.get("epyc_generation"), share, cores), bf16_compute(
@@ -329,7 +330,7 @@ def summary_text(doc: dict) -> str:
     bw = next(i for i in doc["inputs"] if i["name"] == "memory_bandwidth_bytes_per_s")
     parts.append(f"bandwidth {bw['value'] / 1e9:.3g} GB/s a rank ({bw['source'].split(' (')[0]})")
     text = "; ".join(parts)
-    return text + "; likely = the bound x the efficiency measured on the runners (reference.md)"
+    return text + "; likely = the bound over the efficiency measured on the runners (reference.md)"
 
 
 def against(f: Forecast, cell: dict) -> dict:

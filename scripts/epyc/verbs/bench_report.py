@@ -32,7 +32,7 @@ def against_forecast(cells: list[dict]) -> str:
     names = {"median_tpot_ms": "TPOT ms", "median_ttft_ms": "TTFT ms", "output_throughput": "out tok/s"}
     rows, missed = [], []
     for c in cells:
-        for key, f in c["forecast"].items():
+        for key, f in c.get("forecast", {}).items():
             likely = "-".join(f"{v:.1f}" for v in f["likely"]) if "likely" in f else f["why"]
             rows.append([c["input_len"], c["concurrency"], names[key], f"{c[key]:.1f}", likely, f.get("ratio", "")])
             rows[-1].append({True: "yes", False: "**no**"}.get(f.get("within"), ""))
@@ -112,7 +112,7 @@ def plot(cells: list[dict], path: Path) -> str | None:
         xs = [c["concurrency"] for c in row]
         a.plot(xs, [c["output_throughput"] for c in row], marker="o", label=f"input {n}")
         b.plot(xs, [c["median_tpot_ms"] for c in row], marker="o", label=f"input {n}")
-        band = [c["forecast"]["output_throughput"].get("likely") for c in row]
+        band = [c.get("forecast", {}).get("output_throughput", {}).get("likely") for c in row]
         if all(band):  # the forecast's likely range beside what was measured
             a.fill_between(xs, [lo for lo, _ in band], [hi for _, hi in band], alpha=0.2, label=f"forecast, input {n}")
     a.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput")
