@@ -273,14 +273,11 @@ def _rank_facts(epyc: dict, det: dict, tune: dict, cpus: str) -> tuple[Fact, Fac
         scale = f"{where} x {cores}/{n} cores" if cores != n else where
         names = ("memory_bandwidth_bytes_per_s", "bf16_flops_per_s")
         return tuple(Fact(k, probe[f] * cores / n, scale) for k, f in zip(names, ("bytes_per_s", "bf16_flops_per_s")))
-    per_socket = max(s["physical_cores"] for s in tune["sockets"])
-    share = min(1.0, cores / per_socket)
+    share = min(1.0, cores / max(s["physical_cores"] for s in tune["sockets"]))
     skus = json.loads((bundle.DATA_DIR / "epyc_skus.json").read_text())["skus"]
-    sku = next((r for r in skus if r["model"] == det.get("epyc_model_number")), None)
-    clock = sku_clock(sku)
-    return memory_bandwidth(epyc, det.get("epyc_generation"), share, cores), bf16_compute(
-        epyc, det.get("zen_arch"), cores, clock
-    )
+    clock = sku_clock(next((r for r in skus if r["model"] == det.get("epyc_model_number")), None))
+    bandwidth = memory_bandwidth(epyc, det.get("epyc_generation"), share, cores)
+    return bandwidth, bf16_compute(epyc, det.get("zen_arch"), cores, clock)
 
 
 def plan_forecast(inp: dict, epyc: dict, engines: int = 1, **work) -> Forecast:
@@ -329,8 +326,7 @@ def summary_text(doc: dict) -> str:
         parts.append(f"first download {_likely(load['first_download_seconds'], 's')} unless cached")
     bw = next(i for i in doc["inputs"] if i["name"] == "memory_bandwidth_bytes_per_s")
     parts.append(f"bandwidth {bw['value'] / 1e9:.3g} GB/s a rank ({bw['source'].split(' (')[0]})")
-    text = "; ".join(parts)
-    return text + "; likely = the bound over the efficiency measured on the runners (reference.md)"
+    return "; ".join(parts) + "; likely = the bound over the efficiency measured on the runners (reference.md)"
 
 
 def against(f: Forecast, cell: dict) -> dict:
@@ -341,9 +337,7 @@ def against(f: Forecast, cell: dict) -> dict:
     figs |= {"median_tpot_ms": f.floor_ms, "median_ttft_ms": f.ttft_ms} if c == 1 else {}
     out = {}
     for key, fig in figs.items():
-        if isinstance(fig, Missing):
-            out[key] = fig.to_json()
-            continue
-        ratio, within = cell[key] / ((fig.lo + fig.hi) / 2), fig.lo <= cell[key] <= fig.hi
-        out[key] = {**fig.to_json(), "measured": cell[key], "ratio": round(ratio, 3), "within": within}
+        out[key], m = fig.to_json(), cell[key]
+        if isinstance(fig, Figure):
+            out[key] |= {"measured": m, "ratio": round(m * 2 / (fig.lo + fig.hi), 3), "within": fig.lo <= m <= fig.hi}
     return out

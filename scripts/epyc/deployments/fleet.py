@@ -111,8 +111,7 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     on = f"all interfaces (every engine checks the key in ${opts['api_key_env']})" if expose else "127.0.0.1"
     pip, policy = epyc["router"]["pip"], epyc["router"]["policy"]
     rows.append(["router", f"port {port} on {on}, {pip}, policy {policy}: `{router['command']}`"])
-    ahead = forecast.plan_forecast({**inputs, "cpu_tune": {**tunes[0], **measured}}, epyc, len(engines))
-    ahead = ahead.to_json()
+    ahead = forecast.plan_forecast({**inputs, "cpu_tune": {**tunes[0], **measured}}, epyc, len(engines)).to_json()
     planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)
     if planned_for:  # another host: what the engines assume, and the router to install there
         install = f"python3 scripts/setup_host_stack.py --router ({pip}; the router's path above is where it installs for this user)"
