@@ -227,7 +227,6 @@ def unreadable_doc(
     base: dict, registry: dict | None, version: str, why: hf_model.Unreadable, epyc: dict, notes: list[str]
 ) -> dict:
     """A model whose files cannot be read here (gated, offline): support undetermined, and the launch confirms."""
-    gated = True if why.reason == "gated" else "unknown"
     tmpl = classify_template(None, None, None, readable=False)
     return {
         **base,
@@ -244,7 +243,7 @@ def unreadable_doc(
         "fix": why.fix,
         "unreadable_reason": why.reason,
         "notes": notes,
-        "gated": gated,
+        "gated": (gated := why.reason == "gated" or "unknown"),  # True, or "unknown": the Hub did not answer
         "warnings": gated_warnings(base["model"], gated),
     }
 

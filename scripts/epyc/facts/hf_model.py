@@ -341,16 +341,13 @@ def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T
     return result["value"]
 
 
-BESIDE_CONFIG = ("tokenizer_config.json", "chat_template.jinja", "chat_template.json")  # where its template is
-
-
 def config_only(config: str) -> ModelFiles:
     """A model known by its config.json and the tokenizer and template files beside it, copied into a folder of
     their own (a weight beside them is never read: the config's shapes count the weights)."""
     text = jsonio.read_input_text(config, "--config", "pass the model's config.json")
     folder = jsonio.scratch_dir("epyc-config-")
     (folder / "config.json").write_text(text, encoding="utf-8")
-    for name in BESIDE_CONFIG:
+    for name in ("tokenizer_config.json", "chat_template.jinja", "chat_template.json"):  # where a template is
         if (beside := jsonio.user_path(config).parent / name).is_file():
             (folder / name).write_bytes(jsonio.read_input_bytes(beside, f"{name} beside --config", f"repair {name}"))
     return ModelFiles(config, "config", None, folder)

@@ -20,7 +20,6 @@ from epyc.facts.hostfacts import HostFacts, Sysroot, gather
 
 SSH_TIMEOUT_S = 30
 TARGET_FILE = "EPYC_TARGET"
-# py-cpuinfo reads the CPU where no /proc/cpuinfo is (the cpuid instruction, sysctl, the registry)
 CPU_NAME_CODE = (
     "import cpuinfo, json; i = cpuinfo.get_cpu_info(); "
     "print('@@CPU@@' + json.dumps({k: str(i.get(k + '_raw', i.get(k, ''))) for k in ('brand', 'vendor_id', 'arch')}))"
@@ -100,8 +99,8 @@ def gather_remote(spec: str) -> HostFacts:
 
 
 def local() -> Sysroot:
-    """This machine's files; one without /proc/cpuinfo (macOS, Windows) serves nothing: its CPU is named (by
-    py-cpuinfo) and the server is planned from a description of it."""
+    """This machine's files; one without /proc/cpuinfo (macOS, Windows) serves nothing: py-cpuinfo names its CPU
+    (by cpuid, sysctl or the registry) and the server is planned from a description of it."""
     if (sr := Sysroot(hostfacts.LOCAL_ROOT)).read("proc/cpuinfo") is not None:
         return sr
     cpu, why = subproc.run_probe([sys.executable], CPU_NAME_CODE, "@@CPU@@", timeout=60)
