@@ -22,7 +22,7 @@ from epyc import argtypes, bundle, cli, errors, jsonio
 from epyc.argtypes import parse_bool
 from epyc.deployments import runs
 from epyc.errors import ScriptError
-from epyc.facts import cpuid, hostfacts, remote_host
+from epyc.facts import cpuid, remote_host
 from epyc.facts.validation import cpu_facts, default_python, deferred_gather, gather, verdict
 
 
@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None):
         why = f"--detect {args.detect} is not detect.py's output"
         jsonio.check_schema(detected, "detect", why, "pass the unmodified stdout of detect.py")
     else:  # the run folder's detect.json, else this host read now
-        here = hostfacts.Sysroot("/")
-        detected = runs.earlier(folder, "detect") or cpuid.report(hostfacts.gather(here, "localhost", live=True), epyc)
+        detected = runs.earlier(folder, "detect") or cpuid.report(remote_host.gather_from_args(None, None), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)
     remote = remote_host.is_another_host(detected.get("target", "localhost"))
     gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)

@@ -620,3 +620,50 @@ def test_a_chat_template_list_with_non_string_names_is_read_not_crashed(script, 
 def test_check_model_refuses_a_python_it_cannot_probe(script):
     r = script("check_model.py", "--model", str(FIXTURES / "Qwen3-0.6B"), "--python", "/bin/false")
     assert r.code == 1 and "could not be probed" in r.doc["error"]
+
+
+def test_a_folder_of_configs_given_as_config_is_judged_with_the_chat_template_beside_it(script, tmp_path):
+    """No weights, the Hub unreachable: --config reads the tokenizer and chat-template files that stand beside
+    config.json (the endpoint is known), never the weights' index (the config's shapes count those)."""
+    env = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:1"}
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "config.json").write_text((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    tok = json.loads((FIXTURES / "Qwen3-0.6B" / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in tok.items() if k != "chat_template"}))
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(folder / "config.json"), env=env)
+    # a tokenizer_config.json without a template: the .jinja may not have been copied -> unknown, not absent
+    assert r.code == 0 and r.doc["chat_template"]["status"] == "unknown" and r.doc["primary_endpoint"] == "unknown"
+    (folder / "chat_template.jinja").write_text(tok["chat_template"])
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(folder / "config.json"), env=env)
+    assert r.code == 0 and r.doc["source"] == "config" and r.doc["primary_endpoint"] == "chat_completions"
+    assert r.doc["chat_template"] == {
+        "status": "present",
+        "source": "chat_template.jinja",
+        "selected_name": None,
+        "names": [],
+    }
+    assert r.doc["gated"] == "unknown" and "export HF_TOKEN=" in r.doc["warnings"][0]["fix"]
+    # a multimodal model is launchable only with its template: the processor's chat_template.json beside it
+    vl = FIXTURES / "Qwen2.5-VL-7B-Instruct" / "config.json"
+    r = script(
+        "check_model.py",
+        "--model",
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "--config",
+        str(vl),
+        "--vllm-version",
+        "0.32.0",
+        env=env,
+    )
+    assert r.code == 0 and r.doc["kind"] == "multimodal" and r.doc["chat_template"]["source"] == "chat_template.json"
+    assert r.doc["primary_endpoint"] == "chat_completions" and r.doc["launchable"]
+
+
+def test_a_broken_tokenizer_file_beside_config_is_an_error_naming_it(script, tmp_path):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "config.json").write_text((FIXTURES / "Qwen3-0.6B" / "config.json").read_text())
+    (folder / "tokenizer_config.json").write_text('{"chat_template": ')  # a copy cut short
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(folder / "config.json"))
+    assert r.code == 1 and "tokenizer_config.json" in r.doc["error"] and "tokenizer_config.json" in r.doc["fix"]

@@ -799,3 +799,99 @@ def test_an_unlisted_part_number_is_its_generation_with_the_cores_given(script):
     assert r.code == 0 and (r.doc["epyc_generation"], r.doc["physical_cores"]) == ("Turin", 256)
     assert r.doc["spec"]["sku"]["model"] == "9755 (described)"
     assert any("384 GB installed per socket" in a for a in r.doc["spec"]["assumptions"])
+
+
+# ---- a machine without /proc/cpuinfo (macOS, Windows): detect names its CPU and the "Another host" chain plans
+ANOTHER_HOST = [  # SKILL.md's chain for a server planned from here: a --capture made on it, then the five steps
+    ["validate.py"],
+    ["check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", "CONFIG"],
+    ["estimate_memory.py", "--config", "CONFIG", "--max-model-len", "4096"],
+    ["cpu_tune.py"],
+    ["launch.py", "plan"],
+]
+NO_PROC_ENV = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:1"}
+
+
+def without_proc(tmp_path: Path) -> list[str] | None:
+    """An argv prefix running a command in a mount namespace whose /proc is an empty folder (this machine as the
+    bundle sees macOS or Windows: no /proc/cpuinfo); None where unprivileged user namespaces are not allowed."""
+    import subprocess
+
+    (tmp_path / "empty-proc").mkdir(exist_ok=True)
+    prefix = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", 'mount --bind "$0" /proc && exec "$@"']
+    prefix.append(str(tmp_path / "empty-proc"))
+    try:
+        res = subprocess.run([*prefix, "test", "!", "-e", "/proc/cpuinfo"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return prefix if res.returncode == 0 else None
+
+
+def test_without_proc_detect_names_the_cpu_and_the_another_host_chain_plans(tmp_path):
+    """/proc unreadable for real: every command runs in a mount namespace whose /proc is an empty folder. detect
+    names the CPU through py-cpuinfo and points to "Another host"; the chain from a capture of the server (made
+    here, outside the namespace, as on the server) and from --spec plans there."""
+    import subprocess
+
+    prefix = without_proc(tmp_path)
+    if prefix is None:
+        pytest.skip("no unprivileged user namespace here (unshare -Urm): the boundary test below covers detect")
+    config = str(ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json")
+
+    def run(*args: str) -> tuple[int, dict]:
+        argv = [*prefix, sys.executable, str(ROOT / "scripts" / args[0]), *args[1:]]
+        res = subprocess.run(
+            argv, capture_output=True, text=True, timeout=180, cwd=ROOT, env={**os.environ, **NO_PROC_ENV}
+        )
+        assert "Traceback" not in res.stderr, res.stderr[-2000:]
+        return res.returncode, json.loads(res.stdout)
+
+    code, doc = run("detect.py")
+    here = hostfacts.parse_cpuinfo(Path("/proc/cpuinfo").read_text())  # what Linux calls this CPU, outside
+    assert code == 1 and doc["cpu"]["brand"] == here["brand"] and doc["cpu"]["vendor_id"] == here["vendor"], doc
+    assert f"its CPU is {here['brand']}" in doc["error"] and '"Another host"' in doc["fix"]
+    code, doc = run("validate.py", "--run", str(tmp_path / "nothing-detected"))  # no detect.json: reads this host
+    assert code == 1 and doc["cpu"]["brand"] == here["brand"]
+    archive = tmp_path / "host.txt"
+    assert run_script("detect.py", "--capture", str(archive)).code == 0
+    firsts = {
+        "captured": ["detect.py", "--sysroot", str(archive)],
+        "spec": ["detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384"],
+    }
+    for name, first in firsts.items():
+        box = str(tmp_path / name)
+        for step in [first, *ANOTHER_HOST]:
+            code, doc = run(*[config if a == "CONFIG" else a for a in step], "--run", box)
+            assert code == 0, (name, step, doc)
+        assert doc["deferred"] and doc["primary_endpoint"] == "chat_completions", doc
+        assert any(w["check"] == "gated" for w in doc["warnings"])  # planned offline: gated unknown, HF_TOKEN named
+
+
+def test_on_a_machine_without_proc_cpuinfo_detect_names_its_cpu_through_py_cpuinfo(tmp_path, monkeypatch, capsys):
+    """The platform faked at the boundary, where user namespaces are not allowed: this machine's root
+    (hostfacts.LOCAL_ROOT) is a folder without proc/, as on macOS and Windows; py-cpuinfo runs for real."""
+    import check_model
+    import cpu_tune
+    import detect
+    import estimate_memory
+    import launch
+    import validate
+    from epyc import cli
+
+    here = hostfacts.parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    monkeypatch.setattr(hostfacts, "LOCAL_ROOT", str(tmp_path / "a-mac"))
+    for k, v in NO_PROC_ENV.items():
+        monkeypatch.setenv(k, v)
+    assert cli.run_main(detect.main, []) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cpu"] == {"brand": here["brand"], "vendor_id": here["vendor"], "arch": "X86_64"}, doc
+    assert "has no /proc/cpuinfo" in doc["error"] and "--spec" in doc["fix"] and '"Another host"' in doc["fix"]
+    config = str(ROOT / "tests" / "fixtures" / "models" / "Qwen3-0.6B" / "config.json")
+    mains = {"validate.py": validate, "check_model.py": check_model, "estimate_memory.py": estimate_memory}
+    mains |= {"cpu_tune.py": cpu_tune, "launch.py": launch, "detect.py": detect}
+    box = str(tmp_path / "box")
+    for step in [["detect.py", "--spec", "9654", "--sockets", "2", "--ram-gb-per-socket", "384"], *ANOTHER_HOST]:
+        args = [config if a == "CONFIG" else a for a in step[1:]] + ["--run", box]
+        assert cli.run_main(mains[step[0]].main, args) == 0, (step, capsys.readouterr().out[-1500:])
+        doc = json.loads(capsys.readouterr().out)
+    assert doc["deferred"] and doc["primary_endpoint"] == "chat_completions"

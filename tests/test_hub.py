@@ -46,6 +46,7 @@ def test_hub_model_checks_and_estimates_without_downloading_weights(script, hub,
     no_env_token(monkeypatch)
     r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--vllm-version", "0.32.0", env=env)
     assert r.code == 0 and r.doc["source"] == "hub" and r.doc["primary_endpoint"] == "chat_completions"
+    assert r.doc["gated"] is False and r.doc["warnings"] == []  # the Hub said so: no token needed on the host
     e = script("estimate_memory.py", "--model", "Qwen/Qwen3-0.6B", "--ram-gb", "24", env=env)
     assert e.code == 0 and e.doc["weight_source"] == "safetensors_metadata"
     assert e.doc["weight_bytes"] == QWEN3_06B_PARAMS * 2  # tied lm_head skipped, as from local headers
@@ -79,7 +80,7 @@ def test_gated_without_token(script, env, monkeypatch):
     no_env_token(monkeypatch)
     r = script("check_model.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", env=env)
     assert r.code == 0 and r.doc["kind"] == "undetermined" and r.doc["unreadable_reason"] == "gated"
-    assert "HF_TOKEN" in r.doc["fix"]
+    assert "HF_TOKEN" in r.doc["fix"] and r.doc["gated"] is True and "HF_TOKEN" in r.doc["warnings"][0]["fix"]
     e = script("estimate_memory.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", env=env)
     assert e.code == 1 and "gated" in e.doc["error"] and "HF_TOKEN" in e.doc["fix"]
 
@@ -98,6 +99,8 @@ def test_gated_with_access(script, env, hub):
     env = {**env, "HF_TOKEN": "hf_granted"}
     r = script("check_model.py", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--vllm-version", "0.32.0", env=env)
     assert r.code == 0 and r.doc["kind"] == "text" and r.doc["primary_endpoint"] == "chat_completions"
+    # readable with this token, and still gated: the host that downloads it needs one too
+    assert r.doc["gated"] is True and "gated on the Hub" in r.doc["warnings"][0]["message"]
     assert any(auth == "Bearer hf_granted" for _, _, auth, _ in hub.requests)
     assert "hf_granted" not in r.stdout + r.stderr
 

@@ -28,11 +28,17 @@ def test_a_remote_plan_chains_through_the_run_folder_with_only_the_users_choices
         kept = json.loads((tmp_path / "box" / f"{name[:-3] if name != 'launch.py' else 'plan'}.json").read_text())
         assert kept == r.doc  # what was printed is what the next step reads
     chk = json.loads((tmp_path / "box" / "check_model.json").read_text())
-    assert chk["source"] == "config" and chk["kind"] == "text" and chk["primary_endpoint"] == "unknown"
+    # a folder with configs only: the chat template in the tokenizer_config.json beside config.json is read
+    assert chk["source"] == "config" and chk["kind"] == "text" and chk["primary_endpoint"] == "chat_completions"
+    assert chk["chat_template"]["source"] == "tokenizer_config.json" and chk["gated"] == "unknown"
     est = json.loads((tmp_path / "box" / "estimate_memory.json").read_text())
     assert est["weight_source"] == "config_parameter_count" and est["avx512_bf16"] is True
     plan = r.doc
-    assert plan["deferred"] and "--device" not in plan["argv"]
+    assert plan["deferred"] and "--device" not in plan["argv"] and plan["primary_endpoint"] == "chat_completions"
+    # planned offline, the Hub not asked: the human is told what the host needs if the model is gated
+    gated = next(w for w in plan["warnings"] if w["check"] == "gated")
+    assert "gated: unknown" in gated["message"] and "export HF_TOKEN=" in gated["fix"]
+    assert "Qwen/Qwen3-0.6B: gated: unknown" in plan["summary_markdown"]
     assert "--cpuset-cpus=0-95,192-287" in plan["argv"] and "--cpuset-mems=0" in plan["argv"]
     assert "96 cores on socket 0 (host: 2 sockets, 192 cores)" in plan["summary_markdown"]
     # the fit against the host's RAM, and what the one serving socket holds
@@ -86,7 +92,10 @@ def test_a_step_refused_for_its_arguments_leaves_no_older_document_to_read(scrip
 def test_check_model_judges_a_config_only_under_the_name_given(script, tmp_path):
     r = script("check_model.py", "--config", str(CONFIG), "--run", str(tmp_path / "r"))
     assert r.code == 1 and "--model" in r.doc["fix"]
-    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(CONFIG), "--run", str(tmp_path / "r"))
+    (tmp_path / "alone").mkdir()
+    lone = tmp_path / "alone" / "config.json"  # nothing beside it
+    lone.write_text(CONFIG.read_text())
+    r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(lone), "--run", str(tmp_path / "r"))
     # no chat template with a config alone: check_model says what plan and verify say (verify settles it)
     assert r.code == 0 and r.doc["primary_endpoint"] == "unknown" and "/v1/completions" not in r.doc["message"]
     assert "verify settles it on the server, chat first, then completions" in r.doc["message"]

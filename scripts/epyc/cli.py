@@ -166,7 +166,7 @@ def run_main(
             os.environ.get(bundle.REEXEC_MARK)
             or not venv_python.exists()
             or Path(sys.prefix).resolve() == bundle.BUNDLE_VENV.resolve()
-            or all(importlib.util.find_spec(name) for name in bundle.BUNDLE_DEPS)
+            or all(importlib.util.find_spec(name) for name in bundle.BUNDLE_DEPS.values())
         ):
             os.environ[bundle.REEXEC_MARK] = "1"
             os.execv(str(venv_python), [str(venv_python), *sys.argv])

@@ -17,10 +17,9 @@ def classify_template(
     jinja: str | None, tokenizer_config: dict | None, template_json: dict | None, readable: bool = True
 ) -> dict:
     """Is there a chat template vLLM picks unasked? The first of chat_template.jinja, tokenizer_config.json's and
-    chat_template.json's; a list needs a 'default' or one entry; what is not text is unknown (vLLM's to read)."""
+    chat_template.json's; a list needs a 'default' or one entry; what is not text is unknown (vLLM's to read).
+    Not `readable` (not all the model's files are here): none found is unknown, not absent."""
     out = {"status": "unknown", "source": None, "selected_name": None, "names": []}
-    if not readable:
-        return out
     candidates = [
         ("chat_template.jinja", jinja),
         ("tokenizer_config.json", (tokenizer_config or {}).get("chat_template")),
@@ -44,7 +43,7 @@ def classify_template(
             selected = "default" if "default" in every else names[0]
             return {**out, "status": "present", "source": source, "selected_name": selected, "names": names}
         return {**out, "status": "ambiguous", "source": source, "names": names}
-    return {**out, "status": "absent"}
+    return {**out, "status": "absent" if readable else "unknown"}
 
 
 def _loadable_entry(t: object) -> bool:
@@ -94,6 +93,14 @@ def remote_code_needed(cfg: dict, tokenizer_config: dict | None, own: dict | Non
         f"its tokenizer{f' ({masking.clip(named, 60)})' if named else ''} is the repository's own code "
         "(auto_map AutoTokenizer)"
     )
+
+
+def gated_warnings(model: str, gated: bool | str | None) -> list[dict]:
+    """A model the Hub gates, or may gate (not asked here): its host downloads it only with HF_TOKEN set there."""
+    why = {True: "gated on the Hub", "unknown": "gated: unknown (the Hub was not asked here); if it is gated"}
+    fix = "on the host, export HF_TOKEN=<a token whose account accepted the license> where launch.py start runs"
+    message = f"{model}: {why.get(gated)}, its host downloads it only with HF_TOKEN set there"
+    return [{"check": "gated", "message": message, "fix": fix}] if gated in why else []
 
 
 def endpoints_for(kind: str, template_status: str, policy: dict) -> dict:
@@ -212,6 +219,7 @@ def read_model(files: hf_model.ModelFiles) -> dict:
         "jinja": files.text("chat_template.jinja"),
         "tokenizer_config": files.json("tokenizer_config.json"),
         "template_json": files.json("chat_template.json"),
+        "gated": files.gated(),
     }
 
 
@@ -235,6 +243,8 @@ def unreadable_doc(
         "fix": why.fix,
         "unreadable_reason": why.reason,
         "notes": notes,
+        "gated": (gated := why.reason == "gated" or "unknown"),  # True, or "unknown": the Hub did not answer
+        "warnings": gated_warnings(base["model"], gated),
     }
 
 
@@ -263,7 +273,7 @@ def check(
     config: str | None = None,
 ) -> tuple[dict, int]:
     """check_model.py's document and exit code: the architecture judged by the serving vLLM's registry, the
-    endpoint by the chat template. With `config` the model is judged from that file alone (template unknown)."""
+    endpoint by the chat template. With `config`: from that file and the tokenizer and template files beside it."""
     version = (registry or {}).get("vllm_version") or vllm_version
     probed = registry and (registry["source"] or "").startswith("probe")
     if probed and argtypes.normalize_version(version) != argtypes.normalize_version(vllm_version):
@@ -292,6 +302,8 @@ def check(
         "message": message,
         "notes": notes,
         "quantization": quantization_report(model["quantization"], epyc),
+        "gated": model["gated"],
+        "warnings": gated_warnings(model_ref, model["gated"]),
     }
     if kind in epyc["model_support_policy"]["refuse_kinds"]:
         code = 1

@@ -312,7 +312,8 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
         "warnings": [
             {"check": w["check"], "message": w["message"], "fix": w.get("fix")}
-            for w in [*tune.get("warnings", []), *val.get("warnings", []), *([gotcha] if ch.throughput else [])]
+            for w in [*tune.get("warnings", []), *val.get("warnings", []), *chk.get("warnings", [])]
+            + ([gotcha] if ch.throughput else [])
         ],
         "sizing": sizing_doc(opt, tune, capacity, batched if ch.rules["seqs"] else None, ch.max_len),
         "forecast": forecast.plan_forecast(inp, epyc).to_json(),

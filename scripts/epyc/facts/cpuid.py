@@ -15,7 +15,7 @@ VENDOR_NAMES = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel", "HygonGenuine": 
 def this_cpu() -> dict | None:
     """parse_cpuinfo of this machine's /proc/cpuinfo, or None where it cannot be read."""
     try:
-        return parse_cpuinfo(hostfacts.Sysroot("/").read("proc/cpuinfo") or "")
+        return parse_cpuinfo(hostfacts.Sysroot(hostfacts.LOCAL_ROOT).read("proc/cpuinfo") or "")
     except ValueError:
         return None
 

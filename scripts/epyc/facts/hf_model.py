@@ -158,6 +158,14 @@ class ModelFiles:
         """(bytes as vLLM will hold them, source) without downloading weights; None if unknown."""
         return (self._hub_weights if self.kind == "hub" else self._folder_weights)(serve_dtype, tied_embeddings)
 
+    def gated(self) -> bool | str | None:
+        """Does its host need HF_TOKEN to download it: the Hub's answer, "unknown" offline, None for a folder."""
+        if self.kind != "hub":
+            return None if self.kind == "local" else "unknown"
+        from huggingface_hub import HfApi
+
+        return bool(self._ask(lambda: HfApi().model_info(self.ref, revision=self.revision)).gated)
+
     def _index(self, name: str) -> dict:
         """A safetensors index file of the folder, or {} (none, or not a readable JSON object)."""
         index = self._local(name)
@@ -334,10 +342,14 @@ def with_deadline(fn: Callable[[], T], seconds: float, online: bool = True) -> T
 
 
 def config_only(config: str) -> ModelFiles:
-    """A model known by its config.json alone, copied into a folder of its own (no file beside it is the model's)."""
+    """A model known by its config.json and the tokenizer and template files beside it, copied into a folder of
+    their own (a weight beside them is never read: the config's shapes count the weights)."""
     text = jsonio.read_input_text(config, "--config", "pass the model's config.json")
     folder = jsonio.scratch_dir("epyc-config-")
-    (folder / "config.json").write_text(text)
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    for name in ("tokenizer_config.json", "chat_template.jinja", "chat_template.json"):  # where a template is
+        if (beside := jsonio.user_path(config).parent / name).is_file():
+            (folder / name).write_bytes(jsonio.read_input_bytes(beside, f"{name} beside --config", f"repair {name}"))
     return ModelFiles(config, "config", None, folder)
 
 

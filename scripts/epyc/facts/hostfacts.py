@@ -17,6 +17,7 @@ MAX_CPU_ID = 8191
 MAX_PACKAGE_ID = 1023
 MAX_BRAND_CHARS = 256
 SYS_FILE_LIMIT = 16 << 20
+LOCAL_ROOT = "/"  # this machine's /proc and /sys (macOS and Windows have neither)
 
 
 def parse_cpulist(text: str) -> list[int]:

@@ -5,19 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from epyc import errors, jsonio, subproc
+from epyc import errors, jsonio, masking, subproc
 from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hostspec
 from epyc.facts.hostfacts import HostFacts, Sysroot, gather
 
 SSH_TIMEOUT_S = 30
 TARGET_FILE = "EPYC_TARGET"
+CPU_NAME_CODE = (
+    "import cpuinfo, json; i = cpuinfo.get_cpu_info(); "
+    "print('@@CPU@@' + json.dumps({k: str(i.get(k + '_raw', i.get(k, ''))) for k in ('brand', 'vendor_id', 'arch')}))"
+)
 
 
 def is_another_host(target: str) -> bool:
@@ -92,6 +98,22 @@ def gather_remote(spec: str) -> HostFacts:
     return gather(Sysroot(str(tree)), target.label, live=False)
 
 
+def local() -> Sysroot:
+    """This machine's files; one without /proc/cpuinfo (macOS, Windows) serves nothing: py-cpuinfo names its CPU
+    (by cpuid, sysctl or the registry) and the server is planned from a description of it."""
+    if (sr := Sysroot(hostfacts.LOCAL_ROOT)).read("proc/cpuinfo") is not None:
+        return sr
+    cpu, why = subproc.run_probe([sys.executable], CPU_NAME_CODE, "@@CPU@@", timeout=60)
+    cpu = {k: masking.clip(str(v), hostfacts.MAX_BRAND_CHARS) for k, v in cpu.items()} if cpu else None
+    named = f"its CPU is {cpu['brand']} ({cpu['vendor_id']}, {cpu['arch']})" if cpu else f"py-cpuinfo: {why[:200]}"
+    raise ScriptError(
+        f"this machine ({platform.system()}) has no /proc/cpuinfo; {named}: the bundle serves only on a Linux host it can read",
+        'plan the server from here as SKILL.md\'s "Another host" says: detect.py --spec SKU ... --run NAME, '
+        "detect.py --host user@server, or detect.py --capture host.txt on the server, then --sysroot host.txt here",
+        cpu=cpu,
+    )
+
+
 def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
     if sysroot and host:
         raise ScriptError("--sysroot and --host are exclusive", "pass one of them")
@@ -105,7 +127,7 @@ def gather_from_args(sysroot: str | None, host: str | None) -> HostFacts:
         label = (sr.read(TARGET_FILE) or "").strip()  # a rendered spec names the host it describes
         # the target names the tree however it was spelled (./cap, /abs/cap/): plan compares targets
         return gather(sr, label if label.startswith("spec:") else f"sysroot:{os.path.realpath(sysroot)}", live=False)
-    return gather(Sysroot("/"), "localhost", live=True)
+    return gather(local(), "localhost", live=True)
 
 
 def spec_host(args: argparse.Namespace, epyc: dict) -> tuple[HostFacts, dict]:
