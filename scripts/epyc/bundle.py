@@ -10,7 +10,7 @@ from epyc.errors import ScriptError
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPTS = ROOT / "scripts"
 DATA_DIR = ROOT / "data"
-BUNDLE_DEPS = ("huggingface_hub", "psutil", "requests", "jsonschema")
+BUNDLE_DEPS = ("huggingface_hub", "psutil", "requests", "jsonschema", "cryptography")
 BUNDLE_VENV = ROOT / ".venv"
 REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 EPYC_JSON = DATA_DIR / "epyc.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -18,9 +19,12 @@ from epyc.masking import secret_unsendable
 API_KEY_MIN = 8
 PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
-SERVE_OPTIONS = (
-    "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
-).split()
+TLS_OPTIONS = ("tls_cert", "tls_key", "tls_ca", "tls_name", "plain_http")
+SERVE_OPTIONS = [
+    *"model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log".split(),
+    *TLS_OPTIONS,
+]
+TLS_FIRST_TRY = "a first try: python3 scripts/launch.py tls-selfsigned --out DIR (--name NAME), then --tls-cert DIR/cert.pem --tls-key DIR/key.pem"
 
 SIZINGS = {
     # name: bind (the socket's cores / nobind / vLLM's default), kv (grant VLLM_CPU_KVCACHE_SPACE), pin (CPU +
@@ -64,6 +68,7 @@ class Choices:
     rules: dict
     revision: str | None
     throughput: bool
+    tls: dict | None  # the pair's paths, the CA clients trust and the name it serves on (shell.tls_facts)
 
 
 def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> None:
@@ -90,6 +95,44 @@ def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> N
         )
 
 
+def checked_tls(expose: bool, opt: dict, facts: dict) -> dict | None:
+    """The pair a plan serves TLS with, or None (plain HTTP exposed only by name); a bad certificate refused."""
+    f = facts.get("tls")
+    if f and f.get("checked"):
+        return f["tls"]
+    if f is None:
+        if expose and not opt.get("plain_http"):
+            raise ScriptError(
+                "--expose sends the API key and every prompt and answer over the network: it needs TLS",
+                f"pass --tls-cert CERT --tls-key KEY ({TLS_FIRST_TRY}), or --plain-http on a network you trust",
+            )
+        return None
+    tls, names, day = f["tls"], f.get("names", []), lambda t: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+    named = tls["name"] in names or f"*.{str(tls['name']).partition('.')[2]}" in names
+    for bad, why, fix in (
+        (
+            f.get("unreadable"),
+            f"not a readable PEM certificate and unencrypted key ({f.get('unreadable')})",
+            "check that both paths exist and that this user can read them (an encrypted key: openssl pkey -in KEY -out NEW)",
+        ),
+        (not f.get("matches"), f"the key {tls['key']} is not this certificate's", "pass the key it was made with"),
+        (f["now"] > f.get("not_after", 0), f"expired on {day(f.get('not_after', 0))}", "renew it, or make a new pair"),
+        (
+            f["now"] < f.get("not_before", 0),
+            f"not valid before {day(f.get('not_before', 0))}",
+            "check this machine's clock, or use a certificate valid now",
+        ),
+        (
+            not named,
+            f"it does not name {tls['name']}, the host clients reach (it names {', '.join(names) or 'none'})",
+            "make one for that name, or pass --tls-name NAME, a name it holds that reaches this host",
+        ),
+    ):
+        if bad:
+            raise ScriptError(f"--tls-cert {tls['cert']}: {why}", f"{fix} ({TLS_FIRST_TRY})")
+    return tls
+
+
 def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     """Every refusal, before anything is assembled: what remains is a serve that start would run."""
     plan_checks.refuse_inconsistent_inputs(inp, opt)
@@ -101,6 +144,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     max_len = plan_checks.chosen_max_len(opt, epyc, est)
     expose, key_env = bool(opt.get("expose")), opt.get("api_key_env")
     refuse_unkeyed_exposure(expose, key_env, facts)
+    tls = checked_tls(expose, opt, facts)
     served = opt.get("served_model_name") or command.served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):
         raise ScriptError(
@@ -140,6 +184,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
         rules=rules,
         revision=revision,
         throughput=throughput,
+        tls=tls,
     )
 
 
@@ -177,6 +222,7 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     # the KV sizing's assumptions are pinned, not left to vLLM's defaults: how many sequences run at once, and
     # how many tokens a step takes (a sliding-window layer keeps that many beyond its window)
     seqs = ch.rules["seqs"]
+    pair = ch.tls and (ch.tls if ch.path == "host" else command.TLS_TARGET)  # a container reads them mounted
     flags = {
         "--served-model-name": ch.served,
         "--host": ch.host,
@@ -187,6 +233,8 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
         "--max-num-seqs": capacity.max_num_seqs if seqs else None,
         "--max-num-batched-tokens": batched if seqs else None,
         "--revision": ch.revision,
+        "--ssl-certfile": pair and pair["cert"],
+        "--ssl-keyfile": pair and pair["key"],
     }
     return [x for flag, value in flags.items() if value for x in (flag, str(value))], capacity, batched
 
@@ -214,6 +262,8 @@ def serve_command(
     if facts.get("model_dir"):  # a local folder goes into the container read-only
         model_arg = f"/models/{Path(facts['model_dir']).name}"
         mount = hubcache.bind_mount(facts["model_dir"], model_arg, read_only=True)
+    for k, target in command.TLS_TARGET.items() if ch.tls else ():  # the files, never their content
+        mount += hubcache.bind_mount(ch.tls[k], target, read_only=True)
     # the hub cache only, where the container's huggingface_hub looks
     hf_mount = hubcache.bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
     argv = command.container_run_argv(
@@ -269,8 +319,9 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": ch.host,
         "port": ch.port,
-        "base_url": f"http://127.0.0.1:{ch.port}/v1",
+        "base_url": f"https://{ch.tls['name']}:{ch.port}/v1" if ch.tls else f"http://127.0.0.1:{ch.port}/v1",
         "expose": ch.expose,
+        "tls": ch.tls,
         "api_key_env": ch.key_env,
         "dtype": ch.dtype,
         "max_model_len": ch.max_len,

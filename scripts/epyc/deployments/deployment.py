@@ -67,45 +67,70 @@ def kind_of(path: str) -> str | None:
 # ---------------------------------------------------------------- the router: one more host process
 
 
-def router_running(router: dict) -> bool:
-    state = read_state(router)
+INSTALL = {  # how each host process in front of the engines gets onto this machine
+    "vllm-router": "run python3 scripts/setup_host_stack.py --router",
+    "nginx": "install nginx, the TLS terminator (Debian, Ubuntu: sudo apt-get install nginx-light)",
+}
+
+
+def parts(router: dict) -> list[dict]:
+    """The host processes in front of the engines, in start order: the router, then nginx when it serves TLS."""
+    return [router, *([router["terminator"]] if "terminator" in router else [])]
+
+
+def part_running(spec: dict) -> bool:
+    state = read_state(spec)
     return bool(state and process.group_members(state))
 
 
+def router_running(router: dict) -> bool:
+    return all(part_running(spec) for spec in parts(router))
+
+
 def start_router(router: dict) -> dict:
-    make_own_folder(Path(router["state_dir"]), "plan the fleet with a folder of your own", "start")
-    if router_running(router):
-        raise ScriptError(f"the router ({router['state_dir']}) is running", "stop it first, then start it")
-    if not Path(router["argv"][0]).exists():
-        raise ScriptError(
-            "vllm-router is not installed", "run python3 scripts/setup_host_stack.py --router, then start again"
-        )
-    # PATH alone: a proxy variable would send the router's calls to its engines through the proxy
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    # a dead router's last words are kept
-    return process.launch(router, env, router["argv"][0], "router", fresh_log=False)
+    """Each part not running (a repair starts only what is gone): the router's state, its terminator's beside."""
+    states = []
+    for spec in parts(router):
+        make_own_folder(Path(spec["state_dir"]), "plan the fleet with a folder of your own", "start")
+        program = Path(spec["argv"][0])
+        if not program.exists():
+            raise ScriptError(
+                f"{program.name} is not installed ({program})", f"{INSTALL[program.name]}, then start again"
+            )
+        if "config" in spec:  # nginx's, beside its state: paths only, never the key's content
+            write_own_file(spec["argv"][2], spec["config"])
+        # PATH alone: a proxy variable would send the router's calls to its engines through the proxy; a dead
+        # part's last words are kept
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        running = part_running(spec)
+        states.append(read_state(spec) if running else process.launch(spec, env, str(program), program.name, False))
+    return {**states[0], **({"terminator": states[1]} if len(states) > 1 else {})}
 
 
 def stop_router(router: dict) -> dict:
-    state = read_state(router)
-    group = process.group_members(state) if state else []
-    if group:
-        process.end_group(state, group)
-    Path(router["state_file"]).unlink(missing_ok=True)
-    return {"stopped": True, "was_running": bool(group)}
+    was = False
+    for spec in reversed(parts(router)):
+        state = read_state(spec)
+        group = process.group_members(state) if state else []
+        if group:
+            process.end_group(state, group)
+        Path(spec["state_file"]).unlink(missing_ok=True)
+        was = was or bool(group)
+    return {"stopped": True, "was_running": was}
 
 
 def judge_router(dep: Deployment, timeout: float) -> dict:
     """The router's health, then one chat through it (with the key, when there is one), within `timeout`."""
     body, headers, why = {"model": dep.doc["served_model_name"], **SAY_OK}, auth_headers(dep.doc), "not started"
-    base, deadline = f"http://127.0.0.1:{dep.router['port']}", time.monotonic() + timeout
+    tls = dep.router.get("terminator", {}).get("tls")  # through nginx when it serves TLS, as a client would
+    base, deadline = serve_verify.local_base({**dep.router, "tls": tls}), time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not router_running(dep.router):
-            return {"answered": False, "why": "its process is gone (router.log in its state dir)"}
-        status, text = serve_verify.http("GET", f"{base}/health", 5)
+            return {"answered": False, "why": "its process is gone (router.log, or tls/nginx.log, in its state dir)"}
+        status, text = serve_verify.http("GET", f"{base}/health", 5, tls=tls)
         if status == 200:
             left = max(5.0, deadline - time.monotonic())
-            status, text = serve_verify.http("POST", f"{base}/v1/chat/completions", left, headers, body)
+            status, text = serve_verify.http("POST", f"{base}/v1/chat/completions", left, headers, body, tls)
             if status == 200 and '"choices"' in text:
                 return {"answered": True, "why": None}
             if status in (401, 403):  # no wait makes a wrong key right
@@ -214,6 +239,7 @@ def handoff(dep: Deployment) -> dict:
     if dep.kind == "engine":
         return with_service(first, handoff_doc(first, settled=settled))
     entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": stop_command(dep.file)}
+    entry["tls"] = dep.router.get("terminator", {}).get("tls")
     doc = handoff_doc(first, settled=settled, entry=entry)
     return {"kind": "fleet", **doc, "engines": [e["base_url"] for e in dep.engines]}
 
@@ -334,7 +360,10 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     r = fleet["router"]
     try:
-        want = router_plan(engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True)
+        tls = r.get("terminator", {}).get("tls")  # the pair as planned (checked then), re-rendered into nginx's config
+        want = router_plan(
+            engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True, tls
+        )
     except (KeyError, TypeError):
         want = None
     if r != want:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from epyc import jsonio
 from epyc.decisions.command import router_plan
-from epyc.decisions.handoff import markdown_table
-from epyc.decisions.planner import PLAN_SCHEMA_VERSION
+from epyc.decisions.handoff import markdown_table, tls_cell
+from epyc.decisions.planner import PLAN_SCHEMA_VERSION, checked_tls
 from epyc.deployments import runs
 from epyc.errors import ScriptError
+from epyc.facts.shell import tls_facts
 
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 
@@ -45,6 +46,11 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
         served, engines = first["served_model_name"], len(plan["engines"]) if fleet else 1
     except (KeyError, TypeError, IndexError, AttributeError):  # a malformed plan: refused below as not exposed
         exposed, first = False, {}
+    if exposed and (plan["router"].get("terminator") if fleet else plan.get("tls")):
+        raise ScriptError(
+            f"--hosts {run}: its plan serves TLS, and the front router (vllm-router 0.1.17) speaks plain HTTP only",
+            f"{fix.replace(' --expose', ' --expose --plain-http')}; the front's summary says what protects that hop",
+        )
     if not exposed or first.get("api_key_env") != key_env:
         raise ScriptError(
             f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env}: the front router "
@@ -76,16 +82,20 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
             f"--hosts: the hosts serve different model names ({', '.join(names)}): a router sends any request to any of them",
             "plan every host with the same model and --served-model-name",
         )
-    port = opts.get("port") or epyc["serve"]["default_port"]
-    router = router_plan([e["url"] for e in ends], port, folder, epyc, bool(opts.get("expose")))
+    port, expose = opts.get("port") or epyc["serve"]["default_port"], bool(opts.get("expose"))
+    tls = checked_tls(expose, opts, {"tls": tls_facts(opts, "localhost")})
+    router = router_plan([e["url"] for e in ends], port, folder, epyc, expose, tls)
     rows = [
         [
             f"{e['address']} ({e['run']})",
-            f"{e['engines']} engine(s) behind port {e['port']}: open TCP {e['port']} to this machine only",
+            f"{e['engines']} engine(s) behind port {e['port']}: plain HTTP with the key from here, so only a "
+            f"network you trust protects that hop: open TCP {e['port']} to this machine only",
         ]
         for e in ends
     ]
     rows.append(["front router", f"port {port} here: `{router['command']}`"])
+    if expose:
+        rows.append(["TLS", tls_cell(tls) + (f" (nginx: `{router['terminator']['command']}`)" if tls else "")])
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "front",
@@ -107,9 +117,13 @@ def read_front(front: dict, path: str, epyc: dict, hosts_again: bool) -> dict:
         hosts = [host_arg(f"{h['run']}={h['address']}") for h in front["hosts"]]
         r = front["router"]
         folder = Path(r["state_dir"]).parent
-        own = router_plan([h["url"] for h in front["hosts"]], r["port"], folder, epyc, r["expose"] is True) == r
-        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"]}
-    except (KeyError, TypeError, argparse.ArgumentTypeError):
+        pair = r.get("terminator", {}).get("tls") or {}  # the options that render it again
+        urls = [h["url"] for h in front["hosts"]]
+        own = router_plan(urls, r["port"], folder, epyc, r["expose"] is True, pair or None) == r
+        tls_opts = {f"tls_{k}": pair.get(k) for k in ("cert", "key", "ca", "name")}
+        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"], **tls_opts}
+        opts["plain_http"] = r["expose"] is True and not pair
+    except (KeyError, TypeError, AttributeError, argparse.ArgumentTypeError):
         own = False
     if not own:
         raise ScriptError(f"{path} is not a front plan this bundle wrote", "plan the front again (--hosts)")

@@ -25,10 +25,20 @@ REPAIR_FIX = (
 
 
 def http(
-    method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None
+    method: str,
+    url: str,
+    timeout: float,
+    headers: dict | None = None,
+    body: dict | None = None,
+    tls: dict | None = None,
 ) -> tuple[int | None, str]:
-    """(status, text) or (None, reason) within `timeout` for the whole exchange (a daemon thread we stop awaiting)."""
+    """(status, text) or (None, reason) within `timeout` for the whole exchange (a daemon thread we stop awaiting);
+    with `tls` (a plan's pair), https checked against its CA as the name it serves on, whatever address is dialled."""
     import requests
+
+    class AsItsName(requests.adapters.HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            super().init_poolmanager(*args, server_hostname=tls["name"], **kwargs)
 
     box: dict = {}
     deadline_missed = f"no complete answer within {timeout:g}s"
@@ -38,6 +48,9 @@ def http(
             session = requests.Session()
             # never through the shell's proxy (it would see the key), with ~/.netrc credentials, or to a redirect
             session.trust_env = False
+            if tls:
+                session.verify = tls["ca"] or True
+                session.mount("https://", AsItsName())
             with session.request(
                 method, url, json=body, headers=headers or {}, timeout=timeout, stream=True, allow_redirects=False
             ) as r:
@@ -71,6 +84,11 @@ def failed(
     return ScriptError(
         f"FAILED in phase {phase}: {reason}", fix, **said, log_tail=serve_procs.log_tail(plan, state=state)
     )
+
+
+def local_base(plan: dict) -> str:
+    """Where verify reaches a plan's server on this machine: 127.0.0.1, over https when it serves TLS."""
+    return f"{'https' if plan.get('tls') else 'http'}://127.0.0.1:{plan['port']}"
 
 
 def time_since_start(state: dict) -> float | None:
@@ -128,7 +146,7 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
         # a container that exits is restarted by its policy: before it was ever healthy that is a failed start
         if "healthy_at" not in state and (n := serve_procs.restarted(plan, state)):
             raise failed(plan, "process", f"the server exited before it became healthy (restarted {n} times)", t0)
-        status, _ = http("GET", base + "/health", 5, headers)
+        status, _ = http("GET", base + "/health", 5, headers, tls=plan.get("tls"))
         if status == 200:
             return time_since_start(state), polls == 0
         polls += 1
@@ -142,7 +160,7 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
 
 def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
     """/v1/models lists the served name; with a key planned, only to a request that carries it."""
-    status, text = http("GET", base + "/v1/models", 30, headers)
+    status, text = http("GET", base + "/v1/models", 30, headers, tls=plan.get("tls"))
     try:
         ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
     except (ValueError, KeyError, TypeError, RecursionError):
@@ -164,7 +182,7 @@ def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
         why = f"/v1/models does not list {plan['served_model_name']!r} (HTTP {status}, ids {ids})"
         raise failed(plan, "models", why, t0)
     if key_env:  # a key was planned: a request without it must be refused
-        status, _ = http("GET", base + "/v1/models", 30)
+        status, _ = http("GET", base + "/v1/models", 30, tls=plan.get("tls"))
         if status != 401:
             why = f"/v1/models without the API key answered HTTP {status}, not 401: the server does not enforce its key"
             raise failed(plan, "auth", why, t0)
@@ -177,7 +195,7 @@ def smoke(plan: dict, base: str, headers: dict, smoke_timeout: float, t0: float)
     for endpoint in ("chat_completions", "completions") if unknown else (plan["primary_endpoint"],):
         path, body = smoke_request(endpoint, plan["served_model_name"])
         s0 = time.monotonic()
-        status, text = http("POST", base + path, smoke_timeout, headers, body)
+        status, text = http("POST", base + path, smoke_timeout, headers, body, tls=plan.get("tls"))
         smoke_s = round(time.monotonic() - s0, 2)
         ok, detail = judge_smoke(status, text, endpoint, secrets) if status else (False, masking.redact(text, secrets))
         tried.append(f"{path}: {detail}")
@@ -199,7 +217,7 @@ def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) ->
         why = f"{plan['runtime']} did not say whether the container runs (inspect failed {ALIVE_ASKS} times)"
         fix = f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine"
         raise failed(plan, "process", f"{why}: verify passes only a server it saw running", t0, fix=fix, state=state)
-    if not running or http("GET", base + "/health", 5, headers)[0] != 200:
+    if not running or http("GET", base + "/health", 5, headers, tls=plan.get("tls"))[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
 
 
@@ -213,7 +231,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
         state = {k: v for k, v in state.items() if k != "verified_at"}
         rewrite_state_of_run(plan, state, state, t0)
-    base, headers = f"http://127.0.0.1:{plan['port']}", serve_state.auth_headers(plan)
+    base, headers = local_base(plan), serve_state.auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
     # the shared memory the healthy engine maps before any request (an earlier verify's kept): stop frees it once dead
     state = {**state, "shm_segments": serve_procs.segments_mapped(plan, state), "healthy_at": time.time()}
@@ -264,7 +282,7 @@ def verified_state(plan: dict) -> dict:
         fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
     # its engine can die after the pass; asked without the key, which a wrong one here must not read as a server down
-    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
+    status, text = http("GET", local_base(plan) + "/health", 5, tls=plan.get("tls"))
     if status != 200:
         said = f"HTTP {status}" if status else masking.redact(text, serve_state.known_secrets(plan), 200)
         raise ScriptError(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 
 from epyc import jsonio
-from epyc.facts import hubcache
+from epyc.facts import hubcache, remote_host
 from epyc.masking import SECRET_VALUE
 
 
@@ -14,6 +16,43 @@ def key_facts(key_env: str | None) -> dict:
     return {
         "api_key_set": bool(key_env and os.environ.get(key_env)),
         "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
+    }
+
+
+def tls_facts(opt: dict, target: str) -> dict | None:
+    """The certificate pair's facts a plan is checked against, read with `cryptography` (the key's content never
+    leaves here): its paths, the CA clients trust, the name the plan serves on, and what the certificate holds."""
+    if not (opt.get("tls_cert") or opt.get("tls_key")):
+        return None
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization as ser
+
+    name = opt.get("tls_name") or (None if remote_host.is_another_host(target) else socket.gethostname())
+    if name is None and (ssh := remote_host._HOST_RE.fullmatch(target)):  # a spec or a capture names no host
+        name = ssh.group("host")
+    paths = {
+        k: os.path.realpath(jsonio.user_path(opt[f"tls_{k}"])) if opt.get(f"tls_{k}") else None
+        for k in ("cert", "key", "ca")
+    }
+    out = {"tls": {**paths, "name": name}, "now": time.time()}
+    try:
+        cert = x509.load_pem_x509_certificate(open(paths["cert"] or "", "rb").read())
+        key = ser.load_pem_private_key(open(paths["key"] or "", "rb").read(), None)
+    except (OSError, ValueError, TypeError) as exc:  # the message names a path or the format, never the content
+        return {**out, "unreadable": f"{type(exc).__name__}: {exc}"}
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [*alt.get_values_for_type(x509.DNSName), *map(str, alt.get_values_for_type(x509.IPAddress))]
+    except x509.ExtensionNotFound:
+        names = []
+    spki = (ser.Encoding.DER, ser.PublicFormat.SubjectPublicKeyInfo)
+    out["tls"]["ca"] = paths["ca"] or (paths["cert"] if cert.issuer == cert.subject else None)
+    return {
+        **out,
+        "matches": cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki),
+        "not_before": cert.not_valid_before_utc.timestamp(),
+        "not_after": cert.not_valid_after_utc.timestamp(),
+        "names": names,
     }
 
 
@@ -34,6 +73,7 @@ def shell_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
             for name in ("HF_TOKEN", key_env)
             if name and os.environ.get(name) and not SECRET_VALUE.fullmatch(os.environ[name])
         ],
+        "tls": tls_facts(opt, inputs["detect"].get("target", "localhost")),
         "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
         "hf_cache": hubcache.cache_listing(val["hf_cache"]["path"])
         if list_cache and val.get("path") == "container" and not val.get("deferred")
