@@ -881,7 +881,7 @@ def verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, mode: 
     """Start a plan with an API key (from MY_API_KEY) on the fake server in `mode`, verify it, stop it:
     -> (the plan, verify's result)."""
     monkeypatch.setenv("MY_API_KEY", key)
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, plain_http=True, api_key_env="MY_API_KEY")
     try:
         server_mode(tmp_path, mode)
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0

@@ -212,7 +212,7 @@ def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatc
     docs["validate"]["confirmations"] = [{"check": "c", "message": "the image is not the pinned one", "fix": "f"}]
     plan = planner.build_plan(
         docs,
-        {"expose": True, "api_key_env": "MY_KEY", "sizing": "all-cores"},
+        {"expose": True, "plain_http": True, "api_key_env": "MY_KEY", "sizing": "all-cores"},
         load_epyc(),
         facts_for(docs, api_key_set=True),
     )

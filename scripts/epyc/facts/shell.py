@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
+from pathlib import Path
 
 from epyc import jsonio
-from epyc.facts import hubcache, remote_host
+from epyc.facts import hubcache
 from epyc.masking import SECRET_VALUE
 
 
@@ -27,17 +29,17 @@ def tls_facts(opt: dict, target: str) -> dict | None:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization as ser
 
-    name = opt.get("tls_name") or (None if remote_host.is_another_host(target) else socket.gethostname())
-    if name is None and (ssh := remote_host._HOST_RE.fullmatch(target)):  # a spec or a capture names no host
-        name = ssh.group("host")
+    ssh = re.fullmatch(r"(?:[\w.-]+@)?([\w.-]+)(?::[0-9]+)?", target)  # another host by ssh; a spec names none
+    here = target == "localhost" or target.startswith("sysroot:")
+    name = opt.get("tls_name") or (socket.gethostname() if here else ssh and ssh.group(1))
     paths = {
         k: os.path.realpath(jsonio.user_path(opt[f"tls_{k}"])) if opt.get(f"tls_{k}") else None
         for k in ("cert", "key", "ca")
     }
     out = {"tls": {**paths, "name": name}, "now": time.time()}
     try:
-        cert = x509.load_pem_x509_certificate(open(paths["cert"] or "", "rb").read())
-        key = ser.load_pem_private_key(open(paths["key"] or "", "rb").read(), None)
+        cert = x509.load_pem_x509_certificate(Path(paths["cert"] or "").read_bytes())
+        key = ser.load_pem_private_key(Path(paths["key"] or "").read_bytes(), None)
     except (OSError, ValueError, TypeError) as exc:  # the message names a path or the format, never the content
         return {**out, "unreadable": f"{type(exc).__name__}: {exc}"}
     try:
