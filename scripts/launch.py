@@ -20,8 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package bes
 
 from epyc import argtypes, bundle, cli, errors, jsonio
 from epyc.decisions.planner import SERVE_OPTIONS, SIZINGS, TLS_OPTIONS, build_plan
-from epyc.deployments import deployment, fleet, front, runs
-from epyc.deployments.serve_state import self_signed
+from epyc.deployments import deployment, fleet, front, runs, serve_state
 from epyc.errors import ScriptError
 from epyc.facts.shell import shell_facts
 from epyc.verbs.up import check_default_state_dir, state_dir_arg, up
@@ -30,12 +29,6 @@ from epyc.verbs.up import check_default_state_dir, state_dir_arg, up
 INPUT_FLAGS = dict(zip(("detect", "validate", "check", "estimate", "tune"), bundle.INPUT_SCRIPTS))
 PLAN_OPTIONS = (*SERVE_OPTIONS, "sizing")
 FRONT_FLAGS = ("port", "expose", "api_key_env", *TLS_OPTIONS)
-TLS_HELP = {
-    "tls-cert": "the certificate (PEM) --expose serves TLS with, by path (its content is never shown)",
-    "tls-key": "its private key (PEM, unencrypted), by path",
-    "tls-ca": "the CA clients trust (default: the certificate itself when self-signed)",
-    "tls-name": "the host name clients reach it by, which the certificate must hold (default: this host's name)",
-}
 
 
 def add_serve_options(p, epyc: dict, model_default: str) -> None:
@@ -50,11 +43,9 @@ def add_serve_options(p, epyc: dict, model_default: str) -> None:
     )
     p.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"])
-    p.add_argument(
-        "--expose", action="store_true", help="listen on all interfaces (needs --api-key-env, and TLS or --plain-http)"
-    )
-    for name, what in TLS_HELP.items():
-        p.add_argument(f"--{name}", type=argtypes.nonempty, metavar="PATH" if name != "tls-name" else "NAME", help=what)
+    p.add_argument("--expose", action="store_true", help="all interfaces: needs --api-key-env, and TLS or --plain-http")
+    for name, (metavar, what) in epyc["tls"]["options"].items():
+        p.add_argument(f"--{name}", type=argtypes.nonempty, metavar=metavar, help=what)
     p.add_argument("--plain-http", action="store_true", help="exposed without TLS: the key and prompts in clear")
     p.add_argument(
         "--api-key-env",
@@ -130,12 +121,6 @@ def add_life_verbs(sub, epyc: dict) -> None:
             )
 
 
-def add_tls_selfsigned(sub) -> None:
-    t = sub.add_parser("tls-selfsigned", help="make a self-signed certificate and key (cryptography) for a first try")
-    t.add_argument("--out", type=argtypes.nonempty, required=True, help="the folder (yours) for cert.pem and key.pem")
-    t.add_argument("--name", nargs="*", default=[], help="host names or addresses it holds (besides this host's)")
-
-
 def add_up(sub, epyc: dict) -> None:
     u = sub.add_parser(
         "up", help="detect -> validate -> check -> estimate -> tune -> plan -> confirm -> start -> verify -> handoff"
@@ -199,10 +184,12 @@ def main(argv: list[str] | None = None):
     add_plan(sub, epyc)
     add_life_verbs(sub, epyc)
     add_up(sub, epyc)
-    add_tls_selfsigned(sub)
+    t = sub.add_parser("tls-selfsigned", help="make a self-signed certificate and key (cryptography) for a first try")
+    t.add_argument("--out", type=argtypes.nonempty, required=True, help="the folder (yours) for cert.pem and key.pem")
+    t.add_argument("--name", nargs="*", default=[], help="host names or addresses it holds (besides this host's)")
     a = p.parse_args(argv)
     if a.cmd == "tls-selfsigned":
-        return self_signed(a.out, a.name), errors.EXIT_OK
+        return serve_state.self_signed(a.out, a.name), errors.EXIT_OK
     if a.cmd == "plan":
         return plan_from_files(a, epyc), errors.EXIT_OK
     if a.cmd == "up":

@@ -231,7 +231,7 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
     front_plan = ["plan", "--hosts", *hosts, "--api-key-env", "FRONT_KEY", "--port", str(fport), "--run", front_run]
     r = run_script("launch.py", *front_plan, env=env)
     assert r.code == 1 and "is not exposed with --api-key-env FRONT_KEY" in r.doc["error"], r.doc
-    assert "--expose --api-key-env FRONT_KEY" in r.doc["fix"]
+    assert "--expose --plain-http --api-key-env FRONT_KEY" in r.doc["fix"]
     for run, port in zip(runs, ports):
         args = ["--engines", "2", "--expose", "--plain-http", "--port", str(port), "--api-key-env", "FRONT_KEY"]
         args += ["--run", run]

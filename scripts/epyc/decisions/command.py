@@ -43,7 +43,6 @@ def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = N
     return " && ".join(shlex.join(c) for c in steps)
 
 
-NGINX = "/usr/sbin/nginx"  # Debian's nginx-light (apt-get install nginx-light)
 SECRETS_TARGET = "/run/secrets/serving-llms-on-epyc"
 TLS_TARGET = {k: f"{SECRETS_TARGET}-tls/{k}.pem" for k in ("cert", "key")}  # the pair, mounted read-only
 # Inside the container: export each mounted secret file (named after its variable) and exec vLLM.
@@ -182,36 +181,21 @@ def router_binary(epyc: dict) -> Path:
     return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
 
 
-def quoted_for_nginx(value: object) -> str:
-    """One nginx string: quoted, its quotes and backslashes escaped; a '$' (nginx's variables) refused."""
-    if "$" in str(value):
-        raise ScriptError(f"{value}: nginx would read its '$' as a variable", "move the file to a path without '$'")
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def tls_terminator(port: int, upstream: int, folder: Path, tls: dict) -> dict:
-    """nginx on all interfaces at the entry's port, TLS with the pair (by path), passing all to the router on
-    127.0.0.1:`upstream` (vllm-router 0.1.17 has no TLS): a host process spec, its config written by start."""
-    d, q = folder / "tls", quoted_for_nginx
-    temps = "".join(f" {k}_temp_path {q(d / k)};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    config = (
-        f"daemon off;\npid {q(d / 'nginx.pid')};\nworker_processes 1;\nevents {{}}\nhttp {{\n access_log off;{temps}\n"
-        f" server {{\n  listen {port} ssl;\n  ssl_certificate {q(tls['cert'])};\n  ssl_certificate_key {q(tls['key'])};\n"
-        f"  client_max_body_size 0;\n  location / {{\n   proxy_pass http://127.0.0.1:{upstream};\n   proxy_http_version 1.1;"
-        "\n   proxy_buffering off;\n   proxy_request_buffering off;\n   proxy_read_timeout 3600s;\n  }\n }\n}\n"
-    )
-    argv = [NGINX, "-c", str(d / "nginx.conf")]
+def tls_terminator(port: int, upstream: int, folder: Path, tls: dict, epyc: dict) -> dict:
+    """nginx's host process spec: TLS with the pair (by path) on all interfaces, to the router on 127.0.0.1:`upstream`."""
+    d, argv = folder / "tls", [epyc["tls"]["nginx"], "-c", str(folder / "tls" / "nginx.conf")]
+    paths = {"dir": str(d), "cert": tls["cert"], "key": tls["key"]}
+    if bad := [v for v in paths.values() if re.search(r'[$"\\\n]', v)]:  # nginx reads '$' as a variable
+        raise ScriptError(f"{bad[0]}: nginx's config cannot quote it ($, \", \\ or a newline)", "use a plain path")
+    config = epyc["tls"]["nginx_conf"].format(port=port, upstream=upstream, **paths)
     spec = {"path": "host", "argv": argv, "command": shlex.join(argv), "port": port, "state_dir": str(d), "tls": tls}
     return {**spec, "config": config, "state_file": str(d / "state.json"), "log_file": str(d / "nginx.log")}
 
 
-def router_plan(
-    urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False, tls: dict | None = None
-) -> dict:
-    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
-    interfaces with --expose; with `tls`, nginx there and the router behind it on the block's last port). It
-    holds no key: it passes the client's Authorization header on, and each engine checks it (measured with
-    vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
+def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False, tls=None) -> dict:
+    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all interfaces
+    with --expose; with `tls`, nginx there, the router behind it on the block's last port). It holds no key: it passes
+    the client's Authorization header on, each engine checks it (vllm-router 0.1.17), so no argv holds the key."""
     bind = "0.0.0.0" if expose and not tls else "127.0.0.1"
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
     listen = metrics + 1 if tls else port
@@ -231,5 +215,5 @@ def router_plan(
         "state_file": str(folder / "router" / "state.json"),
         "log_file": str(folder / "router" / "router.log"),
         "expose": expose,
-        **({"terminator": tls_terminator(port, listen, folder, tls)} if tls else {}),
+        **({"terminator": tls_terminator(port, listen, folder, tls, epyc)} if tls else {}),
     }

@@ -114,8 +114,7 @@ def fit_cell(fit: dict | None, plan: dict) -> str:
     return cell
 
 
-def tls_cell(tls: dict | None) -> str:
-    """What protects the exposed endpoint: TLS with this pair, or nothing, named (--plain-http)."""
+def tls_cell(tls: dict | None) -> str:  # what protects the exposed endpoint: this pair, or nothing (--plain-http)
     if not tls:
         return "none (--plain-http): the API key and every prompt and answer cross the network in clear; a trusted network only"
     return f"{tls['cert']} (key {tls['key']}) for {tls['name']}; clients trust {tls['ca'] or 'the system CAs'}"
@@ -209,30 +208,23 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
 
 
 def examples(endpoint: str, base: str, served: str, key_env: str | None, ca: str | None = None) -> tuple[str, str, str]:
-    """The endpoint's path, a curl line and an OpenAI-client snippet for it; the key by its variable's name only; with
-    `ca`, both trust that CA (curl --cacert, the SDK's httpx client)."""
+    """The endpoint's path, a curl line and an OpenAI-client snippet for it (trusting `ca`); the key by its name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
     path, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
-    if endpoint == "chat_completions":
-        py_call = (
-            'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
-            '"Hello"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)'
-        )
-    else:
-        py_call = (
-            'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\n'
-            "print(r.choices[0].text)"
-        )
+    py_call = (
+        'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], '
+        "max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)"
+        if endpoint == "chat_completions"
+        else 'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\nprint(r.choices[0].text)'
+    )
     # quoted word by word; the key is expanded by the user's shell from the variable's NAME
     auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
-    head = shlex.join(
-        ["curl", "-s", *(["--cacert", ca] if ca else []), base + path[3:], "-H", "Content-Type: application/json"]
-    )
+    cacert = ["--cacert", ca] if ca else []
+    head = shlex.join(["curl", "-s", *cacert, base + path[3:], "-H", "Content-Type: application/json"])
     curl = f"{head}{auth} \\\n  -d {shlex.quote(json.dumps(body))}"
-    imports, trust = (
-        ("import os\nimport httpx\n", f", http_client=httpx.Client(verify={ca!r})") if ca else ("import os\n", "")
-    )
-    client = f'{imports}from openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key}{trust})\n'
+    key += f", http_client=httpx.Client(verify={ca!r})" if ca else ""  # the SDK trusts the CA through httpx
+    imports = "import os\nimport httpx\n" if ca else "import os\n"
+    client = f'{imports}from openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key})\n'
     return path, curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
 
 
@@ -287,8 +279,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     )
     entry = entry or {k: plan.get(k) for k in ("base_url", "port", "stop_command", "tls")}
     base, port, key_env, s = entry["base_url"], entry["port"], plan.get("api_key_env"), plan["sizing"]
-    ca = (entry.get("tls") or {}).get("ca")
-    path, curl, python = examples(endpoint, base, served, key_env, ca)
+    path, curl, python = examples(endpoint, base, served, key_env, ca := (entry.get("tls") or {}).get("ca"))
     runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     reach = (
         f"; it listens on every address ({plan['host']}:{port}): from another machine use this host's address, "

@@ -20,11 +20,9 @@ API_KEY_MIN = 8
 PLAN_SCHEMA_VERSION = 5  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
 TLS_OPTIONS = ("tls_cert", "tls_key", "tls_ca", "tls_name", "plain_http")
-SERVE_OPTIONS = [
-    *"model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log".split(),
-    *TLS_OPTIONS,
-]
-TLS_FIRST_TRY = "a first try: python3 scripts/launch.py tls-selfsigned --out DIR (--name NAME), then --tls-cert DIR/cert.pem --tls-key DIR/key.pem"
+SERVE_OPTIONS = (
+    "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
+).split() + [*TLS_OPTIONS]
 
 SIZINGS = {
     # name: bind (the socket's cores / nobind / vLLM's default), kv (grant VLLM_CPU_KVCACHE_SPACE), pin (CPU +
@@ -95,41 +93,21 @@ def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> N
         )
 
 
-def checked_tls(expose: bool, opt: dict, facts: dict) -> dict | None:
+def checked_tls(expose: bool, opt: dict, facts: dict, epyc: dict) -> dict | None:
     """The pair a plan serves TLS with, or None (plain HTTP exposed only by name); a bad certificate refused."""
-    f = facts.get("tls")
-    if f and f.get("checked"):
-        return f["tls"]
-    if f is None:
-        if expose and not opt.get("plain_http"):
-            raise ScriptError(
-                "--expose sends the API key and every prompt and answer over the network: it needs TLS",
-                f"pass --tls-cert CERT --tls-key KEY ({TLS_FIRST_TRY}), or --plain-http on a network you trust",
-            )
-        return None
-    tls, names, day = f["tls"], f.get("names", []), lambda t: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
-    named = tls["name"] in names or f"*.{str(tls['name']).partition('.')[2]}" in names
-    for bad, why, fix in (
-        (
-            f.get("unreadable"),
-            f"not a readable PEM certificate and unencrypted key ({f.get('unreadable')})",
-            "check that both paths exist and that this user can read them (an encrypted key: openssl pkey -in KEY -out NEW)",
-        ),
-        (not f.get("matches"), f"the key {tls['key']} is not this certificate's", "pass the key it was made with"),
-        (f["now"] > f.get("not_after", 0), f"expired on {day(f.get('not_after', 0))}", "renew it, or make a new pair"),
-        (
-            f["now"] < f.get("not_before", 0),
-            f"not valid before {day(f.get('not_before', 0))}",
-            "check this machine's clock, or use a certificate valid now",
-        ),
-        (
-            not named,
-            f"it does not name {tls['name']}, the host clients reach (it names {', '.join(names) or 'none'})",
-            "make one for that name, or pass --tls-name NAME, a name it holds that reaches this host",
-        ),
-    ):
-        if bad:
-            raise ScriptError(f"--tls-cert {tls['cert']}: {why}", f"{fix} ({TLS_FIRST_TRY})")
+    f, said = facts.get("tls"), epyc["tls"]
+    if f is None and expose and not opt.get("plain_http"):
+        raise ScriptError(said["untls"][0], f"{said['untls'][1]} ({said['first_try']})")
+    if not f or f.get("checked"):
+        return f and f["tls"]
+    tls, names, f = f["tls"], f.get("names", []), {"not_after": 0, "not_before": 0, **f}
+    named = {tls["name"], f"*.{str(tls['name']).partition('.')[2]}"} & set(names)  # its own name or a wildcard's
+    bad = [f.get("unreadable"), not f.get("matches"), f["now"] > f["not_after"], f["now"] < f["not_before"], not named]
+    for no, (why, fix) in zip(bad, said["refusals"]):  # in the order of epyc.json's tls.refusals
+        if no:
+            at = {k: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(f[k])) for k in ("not_after", "not_before")}
+            why = why.format(**{**f, **tls, **at, "names": ", ".join(names) or "none"})
+            raise ScriptError(f"--tls-cert {tls['cert']}: {why}", f"{fix} ({said['first_try']})")
     return tls
 
 
@@ -144,7 +122,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     max_len = plan_checks.chosen_max_len(opt, epyc, est)
     expose, key_env = bool(opt.get("expose")), opt.get("api_key_env")
     refuse_unkeyed_exposure(expose, key_env, facts)
-    tls = checked_tls(expose, opt, facts)
+    tls = checked_tls(expose, opt, facts, epyc)
     served = opt.get("served_model_name") or command.served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):
         raise ScriptError(
@@ -262,8 +240,7 @@ def serve_command(
     if facts.get("model_dir"):  # a local folder goes into the container read-only
         model_arg = f"/models/{Path(facts['model_dir']).name}"
         mount = hubcache.bind_mount(facts["model_dir"], model_arg, read_only=True)
-    for k, target in command.TLS_TARGET.items() if ch.tls else ():  # the files, never their content
-        mount += hubcache.bind_mount(ch.tls[k], target, read_only=True)
+    mount += [x for k, t in command.TLS_TARGET.items() if ch.tls for x in hubcache.bind_mount(ch.tls[k], t, True)]
     # the hub cache only, where the container's huggingface_hub looks
     hf_mount = hubcache.bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
     argv = command.container_run_argv(

@@ -93,7 +93,7 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
     expose = bool(opts.get("expose"))
     refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
-    tls = checked_tls(expose, opts, facts_host)  # served by nginx in front of the router
+    tls = checked_tls(expose, opts, facts_host, epyc)  # served by nginx in front of the router
     port = opts.get("port") or inputs["validate"]["port"]
     engines = []
     for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
@@ -111,11 +111,9 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     ]
     on = f"all interfaces (every engine checks the key in ${opts['api_key_env']})" if expose else "127.0.0.1"
     pip, policy = epyc["router"]["pip"], epyc["router"]["policy"]
-    if tls:  # the router behind nginx, on 127.0.0.1 at the block's last port
-        on = f"127.0.0.1:{router['argv'][4]} behind nginx on all interfaces (every engine checks the key)"
-        rows.append(["TLS terminator", f"port {port}: `{router['terminator']['command']}`, {tls_cell(tls)}"])
-    elif expose:
-        rows.append(["TLS", tls_cell(None)])
+    on = f"127.0.0.1:{router['argv'][4]}, behind nginx on all interfaces" if tls else on  # the block's last port
+    nginx = f"; nginx on port {port}: `{router['terminator']['command']}`" if tls else ""
+    rows += [["TLS", tls_cell(tls) + nginx]] if expose else []
     rows.append(["router", f"port {port} on {on}, {pip}, policy {policy}: `{router['command']}`"])
     planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)
     if planned_for:  # another host: what the engines assume, and the router to install there

@@ -32,8 +32,8 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
     """What the front router needs of one host: its plan's port, exposed, keyed with the front's key."""
     path = runs.run_dir(run) / "plan.json"
     fix = (
-        f"plan it with: python3 scripts/launch.py plan --run {shlex.quote(run)} --expose --api-key-env {key_env}"
-        " (--engines per-socket for a fleet)"
+        f"plan it with: python3 scripts/launch.py plan --run {shlex.quote(run)} --expose --plain-http --api-key-env "
+        f"{key_env} (--engines per-socket for a fleet)"
     )
     if not path.is_file():
         raise ScriptError(f"--hosts {run}: no plan in that run folder ({path})", fix)
@@ -44,17 +44,13 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
         exposed = (plan["router"] if fleet else plan).get("expose") is True
         port = plan["router"]["port"] if fleet else plan["port"]
         served, engines = first["served_model_name"], len(plan["engines"]) if fleet else 1
+        exposed = exposed and not (plan["router"].get("terminator") if fleet else plan.get("tls"))  # no TLS client
     except (KeyError, TypeError, IndexError, AttributeError):  # a malformed plan: refused below as not exposed
         exposed, first = False, {}
-    if exposed and (plan["router"].get("terminator") if fleet else plan.get("tls")):
-        raise ScriptError(
-            f"--hosts {run}: its plan serves TLS, and the front router (vllm-router 0.1.17) speaks plain HTTP only",
-            f"{fix.replace(' --expose', ' --expose --plain-http')}; the front's summary says what protects that hop",
-        )
     if not exposed or first.get("api_key_env") != key_env:
         raise ScriptError(
-            f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env}: the front router "
-            "reaches each host over the network, and only a keyed endpoint may listen there",
+            f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env} over plain HTTP: the front "
+            "router (vllm-router 0.1.17, no TLS) reaches each host over the network, and only a keyed endpoint may listen there",
             fix,
         )
     url = f"http://{address}:{port}"
@@ -83,19 +79,16 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
             "plan every host with the same model and --served-model-name",
         )
     port, expose = opts.get("port") or epyc["serve"]["default_port"], bool(opts.get("expose"))
-    tls = checked_tls(expose, opts, {"tls": tls_facts(opts, "localhost")})
+    tls = checked_tls(expose, opts, {"tls": tls_facts(opts, "localhost")}, epyc)
     router = router_plan([e["url"] for e in ends], port, folder, epyc, expose, tls)
+    hop = "plain HTTP with the key from here: only a network you trust protects that hop; open TCP {} to this machine only"
     rows = [
-        [
-            f"{e['address']} ({e['run']})",
-            f"{e['engines']} engine(s) behind port {e['port']}: plain HTTP with the key from here, so only a "
-            f"network you trust protects that hop: open TCP {e['port']} to this machine only",
-        ]
+        [f"{e['address']} ({e['run']})", f"{e['engines']} engine(s) behind port {e['port']}: " + hop.format(e["port"])]
         for e in ends
     ]
     rows.append(["front router", f"port {port} here: `{router['command']}`"])
-    if expose:
-        rows.append(["TLS", tls_cell(tls) + (f" (nginx: `{router['terminator']['command']}`)" if tls else "")])
+    nginx = f" (nginx: `{router['terminator']['command']}`)" if tls else ""
+    rows += [["TLS", tls_cell(tls) + nginx]] if expose else []
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "front",
@@ -117,12 +110,10 @@ def read_front(front: dict, path: str, epyc: dict, hosts_again: bool) -> dict:
         hosts = [host_arg(f"{h['run']}={h['address']}") for h in front["hosts"]]
         r = front["router"]
         folder = Path(r["state_dir"]).parent
-        pair = r.get("terminator", {}).get("tls") or {}  # the options that render it again
-        urls = [h["url"] for h in front["hosts"]]
-        own = router_plan(urls, r["port"], folder, epyc, r["expose"] is True, pair or None) == r
-        tls_opts = {f"tls_{k}": pair.get(k) for k in ("cert", "key", "ca", "name")}
-        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"], **tls_opts}
-        opts["plain_http"] = r["expose"] is True and not pair
+        pair = r.get("terminator", {}).get("tls")  # the options that render it again
+        own = router_plan([h["url"] for h in front["hosts"]], r["port"], folder, epyc, r["expose"] is True, pair) == r
+        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"], "plain_http": not pair}
+        opts.update({f"tls_{k}": v for k, v in (pair or {}).items()})
     except (KeyError, TypeError, AttributeError, argparse.ArgumentTypeError):
         own = False
     if not own:

@@ -25,22 +25,12 @@ REPAIR_FIX = (
 
 
 def http(
-    method: str,
-    url: str,
-    timeout: float,
-    headers: dict | None = None,
-    body: dict | None = None,
-    tls: dict | None = None,
+    method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None, tls=None
 ) -> tuple[int | None, str]:
-    """(status, text) or (None, reason) within `timeout` for the whole exchange (a daemon thread we stop awaiting);
-    with `tls` (a plan's pair), https checked against its CA as the name it serves on, whatever address is dialled."""
+    """(status, text) or (None, reason) within `timeout` for the whole exchange (a daemon thread we stop awaiting)."""
     import requests
 
-    class AsItsName(requests.adapters.HTTPAdapter):
-        def init_poolmanager(self, *args, **kwargs):
-            super().init_poolmanager(*args, server_hostname=tls["name"], **kwargs)
-
-    box: dict = {}
+    url, box = url.replace("http://", "https://", 1) if tls else url, {}  # a TLS server: https on any address
     deadline_missed = f"no complete answer within {timeout:g}s"
 
     def exchange() -> None:
@@ -48,9 +38,9 @@ def http(
             session = requests.Session()
             # never through the shell's proxy (it would see the key), with ~/.netrc credentials, or to a redirect
             session.trust_env = False
-            if tls:
+            if tls:  # a plan's pair: its CA, and the name it serves on whatever address is dialled
                 session.verify = tls["ca"] or True
-                session.mount("https://", AsItsName())
+                session.get_adapter("https://").poolmanager.connection_pool_kw["server_hostname"] = tls["name"]
             with session.request(
                 method, url, json=body, headers=headers or {}, timeout=timeout, stream=True, allow_redirects=False
             ) as r:
@@ -84,11 +74,6 @@ def failed(
     return ScriptError(
         f"FAILED in phase {phase}: {reason}", fix, **said, log_tail=serve_procs.log_tail(plan, state=state)
     )
-
-
-def local_base(plan: dict) -> str:
-    """Where verify reaches a plan's server on this machine: 127.0.0.1, over https when it serves TLS."""
-    return f"{'https' if plan.get('tls') else 'http'}://127.0.0.1:{plan['port']}"
 
 
 def time_since_start(state: dict) -> float | None:
@@ -166,10 +151,8 @@ def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
     except (ValueError, KeyError, TypeError, RecursionError):
         ids = []
     # what the server lists is its text: masked like any
-    ids = [
-        m if m == plan["served_model_name"] else masking.redact(str(m), serve_state.known_secrets(plan), 200)
-        for m in ids
-    ]
+    secrets = serve_state.known_secrets(plan)
+    ids = [m if m == plan["served_model_name"] else masking.redact(str(m), secrets, 200) for m in ids]
     key_env = plan.get("api_key_env")
     if status in (401, 403) and key_env:  # the server's key is not the one in this shell
         why = f"/v1/models with the key in ${key_env} answered HTTP {status}: the server was started with another key"
@@ -231,7 +214,7 @@ def verify(plan: dict, timeout: float, smoke_timeout: float) -> dict:
     if "verified_at" in state:  # an earlier pass says nothing once this verify runs: handoff waits for its verdict
         state = {k: v for k, v in state.items() if k != "verified_at"}
         rewrite_state_of_run(plan, state, state, t0)
-    base, headers = local_base(plan), serve_state.auth_headers(plan)
+    base, headers = f"http://127.0.0.1:{plan['port']}", serve_state.auth_headers(plan)
     healthy_after, first_poll = wait_healthy(plan, state, base, headers, timeout, t0)
     # the shared memory the healthy engine maps before any request (an earlier verify's kept): stop frees it once dead
     state = {**state, "shm_segments": serve_procs.segments_mapped(plan, state), "healthy_at": time.time()}
@@ -282,7 +265,7 @@ def verified_state(plan: dict) -> dict:
         fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
     # its engine can die after the pass; asked without the key, which a wrong one here must not read as a server down
-    status, text = http("GET", local_base(plan) + "/health", 5, tls=plan.get("tls"))
+    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5, tls=plan.get("tls"))
     if status != 200:
         said = f"HTTP {status}" if status else masking.redact(text, serve_state.known_secrets(plan), 200)
         raise ScriptError(

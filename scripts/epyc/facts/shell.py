@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
 import time
 from pathlib import Path
@@ -22,40 +21,28 @@ def key_facts(key_env: str | None) -> dict:
 
 
 def tls_facts(opt: dict, target: str) -> dict | None:
-    """The certificate pair's facts a plan is checked against, read with `cryptography` (the key's content never
-    leaves here): its paths, the CA clients trust, the name the plan serves on, and what the certificate holds."""
+    """The TLS pair's paths, CA, the name served on and what the certificate holds (the key's content stays here)."""
     if not (opt.get("tls_cert") or opt.get("tls_key")):
         return None
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization as ser
 
-    ssh = re.fullmatch(r"(?:[\w.-]+@)?([\w.-]+)(?::[0-9]+)?", target)  # another host by ssh; a spec names none
-    here = target == "localhost" or target.startswith("sysroot:")
-    name = opt.get("tls_name") or (socket.gethostname() if here else ssh and ssh.group(1))
-    paths = {
-        k: os.path.realpath(jsonio.user_path(opt[f"tls_{k}"])) if opt.get(f"tls_{k}") else None
-        for k in ("cert", "key", "ca")
-    }
+    name = opt.get("tls_name") or (
+        socket.gethostname() if target == "localhost" else "another host (--tls-name)"
+    )  # theirs
+    paths = {k: (v := opt.get(f"tls_{k}")) and os.path.realpath(jsonio.user_path(v)) for k in ("cert", "key", "ca")}
     out = {"tls": {**paths, "name": name}, "now": time.time()}
     try:
         cert = x509.load_pem_x509_certificate(Path(paths["cert"] or "").read_bytes())
         key = ser.load_pem_private_key(Path(paths["key"] or "").read_bytes(), None)
     except (OSError, ValueError, TypeError) as exc:  # the message names a path or the format, never the content
         return {**out, "unreadable": f"{type(exc).__name__}: {exc}"}
-    try:
-        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        names = [*alt.get_values_for_type(x509.DNSName), *map(str, alt.get_values_for_type(x509.IPAddress))]
-    except x509.ExtensionNotFound:
-        names = []
+    alt = next((e.value for e in cert.extensions if isinstance(e.value, x509.SubjectAlternativeName)), [])
     spki = (ser.Encoding.DER, ser.PublicFormat.SubjectPublicKeyInfo)
     out["tls"]["ca"] = paths["ca"] or (paths["cert"] if cert.issuer == cert.subject else None)
-    return {
-        **out,
-        "matches": cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki),
-        "not_before": cert.not_valid_before_utc.timestamp(),
-        "not_after": cert.not_valid_after_utc.timestamp(),
-        "names": names,
-    }
+    out.update({f"not_{k}": getattr(cert, f"not_valid_{k}_utc").timestamp() for k in ("before", "after")})
+    matches = cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki)
+    return {**out, "matches": matches, "names": [str(n.value) for n in alt]}
 
 
 def shell_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
