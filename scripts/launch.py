@@ -44,7 +44,7 @@ def add_serve_options(p, epyc: dict, model_default: str) -> None:
     p.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"])
     p.add_argument("--expose", action="store_true", help="all interfaces: needs --api-key-env, and TLS or --plain-http")
-    for name, (metavar, what) in epyc["tls"]["options"].items():
+    for name, metavar, what in epyc["tls"]["options"]:
         p.add_argument(f"--{name}", type=argtypes.nonempty, metavar=metavar, help=what)
     p.add_argument("--plain-http", action="store_true", help="exposed without TLS: the key and prompts in clear")
     p.add_argument(
