@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the epyc package beside it, under python -I too
 
 from epyc import argtypes, bundle, cli, errors, jsonio
-from epyc.decisions.planner import SERVE_OPTIONS, SIZINGS, build_plan
-from epyc.deployments import deployment, fleet, front, runs
+from epyc.decisions.planner import SERVE_OPTIONS, SIZINGS, TLS_OPTIONS, build_plan
+from epyc.deployments import deployment, fleet, front, runs, serve_state
 from epyc.errors import ScriptError
 from epyc.facts.shell import shell_facts
 from epyc.verbs.up import check_default_state_dir, state_dir_arg, up
@@ -28,7 +28,7 @@ from epyc.verbs.up import check_default_state_dir, state_dir_arg, up
 # plan's flag -> the script whose output it takes
 INPUT_FLAGS = dict(zip(("detect", "validate", "check", "estimate", "tune"), bundle.INPUT_SCRIPTS))
 PLAN_OPTIONS = (*SERVE_OPTIONS, "sizing")
-FRONT_FLAGS = ("port", "expose", "api_key_env")  # all that --hosts takes beside the hosts
+FRONT_FLAGS = ("port", "expose", "api_key_env", *TLS_OPTIONS)
 
 
 def add_serve_options(p, epyc: dict, model_default: str) -> None:
@@ -43,7 +43,10 @@ def add_serve_options(p, epyc: dict, model_default: str) -> None:
     )
     p.add_argument("--state-dir", type=argtypes.nonempty, help="where start keeps its log and state")
     p.add_argument("--dtype", choices=epyc["precision"]["supported"])
-    p.add_argument("--expose", action="store_true", help="listen on all interfaces (needs --api-key-env)")
+    p.add_argument("--expose", action="store_true", help="all interfaces: needs --api-key-env, and TLS or --plain-http")
+    for name, metavar, what in epyc["tls"]["options"]:
+        p.add_argument(f"--{name}", type=argtypes.nonempty, metavar=metavar, help=what)
+    p.add_argument("--plain-http", action="store_true", help="exposed without TLS: the key and prompts in clear")
     p.add_argument(
         "--api-key-env",
         type=argtypes.api_key_env_arg,
@@ -151,7 +154,7 @@ def plan_from_files(a, epyc: dict) -> dict:
         if any(getattr(a, k) not in (None, False, "skill") for k in others):
             raise ScriptError(
                 "--hosts plans only the front router: each host's engines are planned in its own run folder",
-                "pass --hosts with --api-key-env, --port and --expose only",
+                "pass --hosts with --api-key-env, --port, --expose and the TLS options only",
             )
         return front.plan_front(a.hosts, {k: getattr(a, k) for k in FRONT_FLAGS}, epyc, folder)
     if sum(getattr(a, k) == "-" for k in INPUT_FLAGS) > 1:
@@ -181,7 +184,12 @@ def main(argv: list[str] | None = None):
     add_plan(sub, epyc)
     add_life_verbs(sub, epyc)
     add_up(sub, epyc)
+    t = sub.add_parser("tls-selfsigned", help="make a self-signed certificate and key (cryptography) for a first try")
+    t.add_argument("--out", type=argtypes.nonempty, required=True, help="the folder (yours) for cert.pem and key.pem")
+    t.add_argument("--name", nargs="*", default=[], help="host names or addresses it holds (besides this host's)")
     a = p.parse_args(argv)
+    if a.cmd == "tls-selfsigned":
+        return serve_state.self_signed(a.out, a.name), errors.EXIT_OK
     if a.cmd == "plan":
         return plan_from_files(a, epyc), errors.EXIT_OK
     if a.cmd == "up":

@@ -608,6 +608,11 @@ def up_with_no_terminal(monkeypatch, docs: dict, run_dir, port):
         num_prompts=4,
         port=port,
         expose=False,
+        tls_cert=None,
+        tls_key=None,
+        tls_ca=None,
+        tls_name=None,
+        plain_http=False,
         served_model_name=None,
         api_key_env=None,
         throughput_flags=False,
@@ -881,7 +886,7 @@ def verify_keyed_server(script, tmp_path, inputs, live_tune, monkeypatch, mode: 
     """Start a plan with an API key (from MY_API_KEY) on the fake server in `mode`, verify it, stop it:
     -> (the plan, verify's result)."""
     monkeypatch.setenv("MY_API_KEY", key)
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, plain_http=True, api_key_env="MY_API_KEY")
     try:
         server_mode(tmp_path, mode)
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
@@ -948,3 +953,29 @@ def load_while(
         for t in threads:
             t.join(30)
     return codes, result
+
+
+def cert_pair(folder: Path, names=("localhost",), days=(-1, 30)) -> tuple[Path, Path]:
+    """A certificate and its key made with `cryptography`, valid from days[0] to days[1] from now (a test's own
+    expired or not-yet-valid one; the bundle's own pair is launch.py tls-selfsigned's)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key, now = ec.generate_private_key(ec.SECP256R1()), datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, names[0])])
+    cert = (
+        x509.CertificateBuilder(subject, subject, key.public_key(), x509.random_serial_number())
+        .not_valid_before(now + datetime.timedelta(days=days[0]))
+        .not_valid_after(now + datetime.timedelta(days=days[1]))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return folder / "cert.pem", folder / "key.pem"

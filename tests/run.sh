@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: sshd (the --host tests start a real one), numactl + tcmalloc (the host path), patchelf,
 # and for the container path a Docker engine (docker.io) and debootstrap (the test image's rootfs).
+# nginx-light: the TLS terminator in front of an exposed fleet's router.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   need=()
-  for pkg in openssh-server numactl libtcmalloc-minimal4 patchelf docker.io debootstrap; do
+  for pkg in openssh-server numactl libtcmalloc-minimal4 patchelf docker.io debootstrap nginx-light; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ "${#need[@]}" -gt 0 ]; then

@@ -284,7 +284,9 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
 
     lines = [c.line for c in commands("SKILL.md") if c.tag == "another host"]
     assert len(lines) == 6
-    lines.append("python3 scripts/launch.py plan --engines per-socket --expose --api-key-env BOX_KEY --run box")
+    lines.append(
+        "python3 scripts/launch.py plan --engines per-socket --expose --plain-http --api-key-env BOX_KEY --run box"
+    )
     # reference.md's several hosts: a second host's chain, then the front router over both (it runs here)
     lines += [line.replace("--run box", "--run box2") for line in lines]
     lines.append(

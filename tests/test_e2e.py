@@ -613,3 +613,51 @@ def test_readme_main_job_up(stack, models, tmp_path):
     finally:
         run_script("launch.py", "stop", "--plan", str(tmp_path / "up" / "plan.json"))
     assert vllm_processes(model) == []
+
+
+def test_one_engine_and_a_fleet_serve_tls_with_a_bundle_made_certificate(stack, models, tmp_path, monkeypatch):
+    """Issue 52: --expose over TLS with launch.py tls-selfsigned's pair, on a real engine (vLLM's --ssl-*) and a
+    fleet of two behind nginx and the router. verify passes over https; the handoff's curl answers with the CA
+    and fails without it; the key's content is in no plan, log or process's command line."""
+    import psutil
+
+    monkeypatch.setenv("E2E_TLS_KEY", "sk-e2e-tls-0123456789")
+    pair = run_script("launch.py", "tls-selfsigned", "--out", str(tmp_path / "pair"))
+    assert pair.code == 0 and pair.doc["made_with"] == "cryptography", pair.doc
+    secret = Path(pair.doc["key"]).read_text().splitlines()[1:-1]  # the key's base64 lines
+    tls = ["--expose", "--api-key-env", "E2E_TLS_KEY", "--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"]]
+    model = models["tiny"]["folder"]
+    plan_file, got = plan_for(tmp_path, stack, model, *tls)
+    key_path = os.path.realpath(pair.doc["key"])
+    assert got["plan"]["argv"][got["plan"]["argv"].index("--ssl-keyfile") + 1] == key_path
+    run = run_folder(tmp_path, "fleet", "detect", "validate", "check", "estimate", "tune")
+    fleet = run_script("launch.py", "plan", "--engines", "2", "--port", str(free_port()), "--run", str(run), *tls)
+    assert fleet.code == 0 and fleet.doc["router"]["terminator"]["tls"]["key"] == key_path, fleet.doc
+
+    def served_over_tls(where: list[str], shown: str, written: list[Path]) -> None:
+        """start, verify, handoff's curl with and without the CA, the process list, stop; then every file written."""
+        start = run_script("launch.py", "start", *where, "--confirm", timeout=300)
+        assert start.code == 0, start.doc
+        try:
+            v = run_script("launch.py", "verify", *where, "--timeout", "400", timeout=900)
+            assert v.code == 0, json.dumps(v.doc)[-3000:]
+            h = run_script("launch.py", "handoff", *where)
+            assert h.code == 0 and h.doc["base_url"].startswith("https://"), h.doc
+            curl = h.doc["curl_example"].replace(" \\\n", " ")
+            assert f"--cacert {pair.doc['cert']}" in curl and "httpx.Client(verify=" in h.doc["python_example"]
+            said = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=120)
+            assert said.returncode == 0 and '"choices"' in said.stdout, said
+            bare = curl.replace(f"--cacert {pair.doc['cert']} ", "")
+            said = subprocess.run(["bash", "-c", bare], capture_output=True, text=True, timeout=120)
+            assert said.returncode == 60, said  # curl: the server's certificate is not trusted
+            cmdlines = " ".join(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+            assert shown in cmdlines and not any(line in cmdlines for line in secret)  # served by path
+        finally:
+            st = run_script("launch.py", "stop", *where, timeout=300)
+        assert st.code == 0, st.doc
+        files = [f for d in written for f in ([d] if d.is_file() else d.rglob("*")) if f.is_file()]
+        assert len(files) > 2 and not any(line in f.read_text(errors="replace") for f in files for line in secret)
+        assert vllm_processes(model) == []
+
+    served_over_tls(["--plan", str(plan_file)], key_path, [plan_file, tmp_path / "run"])
+    served_over_tls(["--run", str(run)], "/usr/sbin/nginx -c", [run])

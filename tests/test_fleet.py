@@ -136,8 +136,13 @@ def test_a_fleet_is_an_explicit_choice_and_refuses_what_it_cannot_do(router, tmp
 def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_line(
     router, tmp_path, inputs, live_tune
 ):
-    """--expose puts the router on all interfaces and needs --api-key-env; the engines stay on 127.0.0.1
-    and each checks the key the client sends (the router passes the Authorization header on)."""
+    """--expose needs --api-key-env and TLS: nginx on all interfaces with the bundle-made pair, the router behind
+    it and the engines on 127.0.0.1, each engine checking the key the client sends (the router passes the
+    Authorization header on); https with the CA and the key answers, without either it does not; the pair's
+    key and the API key are on no command line, in no plan and no log."""
+    import socket
+    import subprocess
+
     from epyc.deployments.serve_verify import http
 
     key = "sk-fleet-key-0123456789"
@@ -147,30 +152,59 @@ def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_
     r = run_script("launch.py", "plan", "--engines", "2", "--expose", "--port", str(port), "--run", run, env=env)
     assert r.code == 1 and "--api-key-env" in r.doc["fix"], r.doc
     args = ["--engines", "2", "--expose", "--api-key-env", "FLEET_KEY", "--port", str(port), "--run", run]
-    p = run_script("launch.py", "plan", *args, env=env)
+    r = run_script("launch.py", "plan", *args, env=env)
+    assert r.code == 1 and "needs TLS" in r.doc["error"] and "tls-selfsigned" in r.doc["fix"], r.doc
+    pair = run_script("launch.py", "tls-selfsigned", "--out", str(tmp_path / "pair"))
+    assert pair.code == 0 and pair.doc["made_with"] == "cryptography" and socket.gethostname() in pair.doc["names"]
+    secret_lines = Path(pair.doc["key"]).read_text().splitlines()[1:-1]
+    p = run_script("launch.py", "plan", *args, "--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"], env=env)
     assert p.code == 0, p.doc
-    argv = p.doc["router"]["argv"]
-    assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    argv, nginx = p.doc["router"]["argv"], p.doc["router"]["terminator"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert (
+        nginx["port"] == port and nginx["tls"]["ca"] == pair.doc["cert"] and "behind nginx" in p.doc["summary_markdown"]
+    )
+    assert p.doc["base_url"] == f"https://{socket.gethostname()}:{port}/v1"
     engines = [json.loads(open(e).read()) for e in p.doc["engines"]]
-    assert all("127.0.0.1" in e["argv"] and "0.0.0.0" not in e["argv"] for e in engines)
-    assert "all interfaces (every engine checks the key in $FLEET_KEY)" in p.doc["summary_markdown"]
-    for text in [json.dumps(p.doc)] + [open(e).read() for e in p.doc["engines"]]:
-        assert key not in text
+    assert all("127.0.0.1" in e["argv"] and "0.0.0.0" not in e["argv"] and not e["tls"] for e in engines)
     body = {"model": "Qwen3-0.6B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    tls = nginx["tls"]
     try:
         s = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
         assert s.code == 0, s.doc
-        procs = [psutil.Process(s.doc["router"]["pid"])] + [psutil.Process(e["pid"]) for e in s.doc["engines"]]
-        assert not any(key in " ".join(pr.cmdline()) for pr in procs)
+        pids = [s.doc["router"]["pid"], s.doc["router"]["terminator"]["pid"]] + [e["pid"] for e in s.doc["engines"]]
+        cmdlines = " ".join(
+            " ".join(pr.cmdline())
+            for pid in pids
+            for pr in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        )
+        assert "nginx" in cmdlines and key not in cmdlines and not any(x in cmdlines for x in secret_lines)
         v = run_script("launch.py", "verify", "--run", run, "--timeout", "30", env=env)
         assert v.code == 0 and v.doc["router"]["answered"], v.doc
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        assert http("POST", url, 20, body=body)[0] == 401
-        assert http("POST", url, 20, body=body, headers={"Authorization": "Bearer wrong-key"})[0] == 401
-        assert http("POST", url, 20, body=body, headers={"Authorization": f"Bearer {key}"})[0] == 200
+        url = f"https://127.0.0.1:{port}/v1/chat/completions"
+        assert http("POST", url, 20, body=body, tls=tls)[0] == 401
+        assert http("POST", url, 20, body=body, headers={"Authorization": "Bearer wrong-key"}, tls=tls)[0] == 401
+        assert http("POST", url, 20, body=body, headers={"Authorization": f"Bearer {key}"}, tls=tls)[0] == 200
+        no_ca = http("POST", url, 20, body=body, headers={"Authorization": f"Bearer {key}"}, tls={**tls, "ca": None})
+        assert no_ca[0] is None and "CERTIFICATE_VERIFY_FAILED" in no_ca[1]
+        h = run_script("launch.py", "handoff", "--run", run, env=env)
+        assert h.code == 0 and f"--cacert {pair.doc['cert']}" in h.doc["curl_example"], h.doc
+        assert "httpx.Client(verify=" in h.doc["python_example"]
+        curl = ["bash", "-c", h.doc["curl_example"].replace(" \\\n", " ")]
+        said = subprocess.run(curl, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert said.returncode == 0 and '"choices"' in said.stdout, said
+        curl[2] = curl[2].replace(f"--cacert {pair.doc['cert']} ", "")
+        said = subprocess.run(curl, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert said.returncode == 60, said  # curl: the peer's certificate cannot be verified
     finally:
         st = run_script("launch.py", "stop", "--run", run, env=env)
-    assert st.code == 0, st.doc
+    assert st.code == 0 and st.doc["router"]["was_running"], st.doc
+    written = [Path(f).read_text(errors="replace") for f in Path(run).rglob("*") if f.is_file() and f.name != "key.pem"]
+    assert written and not any(x in t for t in written for x in [key, *secret_lines])
+    assert (
+        not psutil.pid_exists(s.doc["router"]["terminator"]["pid"])
+        or psutil.Process(s.doc["router"]["terminator"]["pid"]).status() == psutil.STATUS_ZOMBIE
+    )
 
 
 def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_path, inputs, live_tune):
@@ -197,9 +231,10 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
     front_plan = ["plan", "--hosts", *hosts, "--api-key-env", "FRONT_KEY", "--port", str(fport), "--run", front_run]
     r = run_script("launch.py", *front_plan, env=env)
     assert r.code == 1 and "is not exposed with --api-key-env FRONT_KEY" in r.doc["error"], r.doc
-    assert "--expose --api-key-env FRONT_KEY" in r.doc["fix"]
+    assert "--expose --plain-http --api-key-env FRONT_KEY" in r.doc["fix"]
     for run, port in zip(runs, ports):
-        args = ["--engines", "2", "--expose", "--port", str(port), "--api-key-env", "FRONT_KEY", "--run", run]
+        args = ["--engines", "2", "--expose", "--plain-http", "--port", str(port), "--api-key-env", "FRONT_KEY"]
+        args += ["--run", run]
         assert run_script("launch.py", "plan", *args, env=env).code == 0
     r = run_script("launch.py", "plan", "--hosts", hosts[0], "--api-key-env", "FRONT_KEY", "--run", front_run, env=env)
     assert r.code == 1 and "two hosts or more" in r.doc["error"]
@@ -244,7 +279,8 @@ def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_
     assert all(s.code == 0 for s in stops), [s.doc for s in stops]
     # a host planned again (another port): the front refuses to start a router its hosts no longer render,
     # and its stop still works
-    args = ["--engines", "2", "--expose", "--port", str(free_port()), "--api-key-env", "FRONT_KEY", "--run", runs[1]]
+    args = ["--engines", "2", "--expose", "--plain-http", "--port", str(free_port()), "--api-key-env", "FRONT_KEY"]
+    args += ["--run", runs[1]]
     assert run_script("launch.py", "plan", *args, env=env).code == 0
     again = run_script("launch.py", "start", "--run", front_run, "--confirm", env=env)
     assert again.code == 1 and "is not what its hosts' plans render now" in again.doc["error"], again.doc
@@ -347,7 +383,7 @@ def test_two_dual_socket_hosts_planned_from_spec_rows_behind_one_front(router, t
             ("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", config),
             ("estimate_memory.py", "--config", config, "--max-model-len", "4096"),
             ("cpu_tune.py",),
-            ("launch.py", "plan", "--engines", "per-socket", "--expose", "--api-key-env", "FLEET_KEY"),
+            ("launch.py", "plan", "--engines", "per-socket", "--expose", "--plain-http", "--api-key-env", "FLEET_KEY"),
         ]
         for step in chain:
             r = run_script(*step, "--run", run, env=env)

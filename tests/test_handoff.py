@@ -48,7 +48,10 @@ def test_an_exposed_handoff_says_it_listens_on_every_address(inputs, monkeypatch
     monkeypatch.setenv("MY_KEY", "sk-test")
     docs = load_docs(inputs)
     exposed = planner.build_plan(
-        docs, {"expose": True, "api_key_env": "MY_KEY"}, load_epyc(), facts_for(docs, api_key_set=True)
+        docs,
+        {"expose": True, "plain_http": True, "api_key_env": "MY_KEY"},
+        load_epyc(),
+        facts_for(docs, api_key_set=True),
     )
     row = next(line for line in handoff.handoff_doc(exposed)["table_markdown"].splitlines() if "Base URL" in line)
     assert f"listens on every address (0.0.0.0:{exposed['port']})" in row and "$MY_KEY" in row, row

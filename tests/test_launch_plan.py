@@ -99,7 +99,7 @@ def test_an_edited_plan_is_called_edited_not_a_missing_variable(script, tmp_path
     """A plan edited to expose its server (options.expose, options.api_key_env) was refused by verify, stop and
     handoff with "--api-key-env MYKEY: that variable is not set" while MYKEY was set; start said the truth."""
     plan_file, plan = host_plan(tmp_path, inputs, live_tune)
-    plan["options"].update(expose=True, api_key_env="MYKEY")
+    plan["options"].update(expose=True, plain_http=True, api_key_env="MYKEY")
     plan_file.write_text(json.dumps(plan))
     for verb in ("verify", "stop", "handoff"):
         r = script("launch.py", verb, "--plan", str(plan_file), env={"MYKEY": "sk-audit35-key"})
@@ -287,9 +287,10 @@ def test_plan_options_and_rules(script, inputs, rt, monkeypatch):
     assert r.code == 1 and "--api-key-env" in r.doc["fix"]
     r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"), env=env)
     assert r.code == 1 and "not set" in r.doc["error"]
-    r = script(
-        "launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"), env={**env, "MY_KEY": "sk-very-secret"}
-    )
+    keyed = {**env, "MY_KEY": "sk-very-secret"}
+    r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", "MY_KEY"), env=keyed)
+    assert r.code == 1 and "needs TLS" in r.doc["error"] and "--plain-http" in r.doc["fix"]  # plain only by name
+    r = script("launch.py", *plan_args(inputs, "--expose", "--plain-http", "--api-key-env", "MY_KEY"), env=keyed)
     assert r.code == 0 and r.doc["host"] == "0.0.0.0" and "VLLM_API_KEY" in r.doc["env_by_name"]
     assert "sk-very-secret" not in r.stdout
     r = script("launch.py", *plan_args(inputs, "--dtype", "float16"), env=env)

@@ -4,9 +4,9 @@ import json
 import sys
 
 import pytest
-from conftest import PINNED, facts_for, load_docs
+from conftest import PINNED, cert_pair, facts_for, load_docs
 from epyc.bundle import load_epyc
-from epyc.decisions import planner
+from epyc.decisions import command, planner
 from epyc.errors import ScriptError
 
 
@@ -219,7 +219,7 @@ def test_the_summary_of_an_exposed_quantized_baseline_says_so(inputs, monkeypatc
     docs["validate"]["confirmations"] = [{"check": "c", "message": "the image is not the pinned one", "fix": "f"}]
     plan = planner.build_plan(
         docs,
-        {"expose": True, "api_key_env": "MY_KEY", "sizing": "all-cores"},
+        {"expose": True, "plain_http": True, "api_key_env": "MY_KEY", "sizing": "all-cores"},
         load_epyc(),
         facts_for(docs, api_key_set=True),
     )
@@ -279,3 +279,68 @@ def test_the_container_is_pinned_to_the_nodes_and_cpus_cpu_tune_sized(inputs, ed
     with pytest.raises(ScriptError) as err:
         planner.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert "cpu_tune" in err.value.error and "unmodified output of cpu_tune.py" in err.value.fix
+
+
+# ---- TLS when exposed (issue 52): the pair is checked at plan time, by path, each bad one refused with a fix
+def tls_plan(inputs, tmp_path, **opt):
+    """An exposed, keyed plan of the test documents with these TLS options, its facts read as launch.py reads them."""
+    from epyc.facts import shell
+
+    docs = load_docs(inputs)
+    opt = {"expose": True, "api_key_env": "MY_KEY", **opt}
+    return planner.build_plan(
+        docs, opt, load_epyc(), {**facts_for(docs, api_key_set=True), "tls": shell.tls_facts(opt, "localhost")}
+    )
+
+
+def test_an_exposed_plan_serves_tls_with_the_pair_by_path(inputs, tmp_path):
+    import socket
+
+    cert, key = cert_pair(tmp_path / "pair", names=(socket.gethostname(),))
+    plan = tls_plan(inputs, tmp_path, tls_cert=str(cert), tls_key=str(key))
+    argv, target = plan["argv"], command.TLS_TARGET  # a container: the files mounted read-only, by path
+    assert (
+        argv[argv.index("--ssl-certfile") + 1] == target["cert"]
+        and argv[argv.index("--ssl-keyfile") + 1] == target["key"]
+    )
+    assert f"{cert}:{target['cert']}:ro" in argv and f"{key}:{target['key']}:ro" in argv
+    assert plan["tls"] == {"cert": str(cert), "key": str(key), "ca": str(cert), "name": socket.gethostname()}
+    assert plan["base_url"] == f"https://{socket.gethostname()}:{plan['port']}/v1"
+    assert dict(plan["summary"])["TLS"].endswith(f"clients trust {cert}")
+    assert "PRIVATE KEY" not in json.dumps(plan) and key.read_text().split("\n")[1] not in json.dumps(plan)
+
+
+@pytest.mark.parametrize(
+    "case,needle,fix",
+    [
+        ("expired", "expired on", "renew it"),
+        ("not yet valid", "not valid before", "clock"),
+        ("wrong key", "is not this certificate's", "the key it was made with"),
+        ("wrong name", "does not name elsewhere.example", "--tls-name"),
+        ("unreadable", "not a readable PEM certificate", "this user can read them"),
+        ("not PEM", "not a readable PEM certificate", "this user can read them"),
+    ],
+)
+def test_a_bad_certificate_is_refused_at_plan_time_with_a_fix(inputs, tmp_path, case, needle, fix):
+    days = {"expired": (-10, -1), "not yet valid": (2, 30)}.get(case, (-1, 30))
+    cert, key = cert_pair(tmp_path / "pair", names=("localhost",), days=days)
+    if case == "wrong key":
+        key = cert_pair(tmp_path / "other")[1]
+    if case == "unreadable":
+        key = tmp_path / "no-such-key.pem"
+    if case == "not PEM":
+        cert.write_text("not a certificate\n")
+    name = "elsewhere.example" if case == "wrong name" else "localhost"
+    with pytest.raises(ScriptError) as exc:
+        tls_plan(inputs, tmp_path, tls_cert=str(cert), tls_key=str(key), tls_name=name)
+    assert needle in exc.value.error and fix in exc.value.fix and "tls-selfsigned" in exc.value.fix
+    assert "PRIVATE KEY" not in exc.value.error + exc.value.fix
+
+
+def test_exposed_without_tls_is_refused_unless_plain_http_is_asked_for_by_name(inputs, tmp_path):
+    with pytest.raises(ScriptError) as exc:
+        tls_plan(inputs, tmp_path)
+    assert "needs TLS" in exc.value.error and "--tls-cert" in exc.value.fix and "--plain-http" in exc.value.fix
+    plan = tls_plan(inputs, tmp_path, plain_http=True)
+    assert plan["tls"] is None and "--ssl-certfile" not in plan["argv"]
+    assert "cross the network in clear" in dict(plan["summary"])["TLS"]

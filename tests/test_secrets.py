@@ -312,7 +312,7 @@ def test_a_key_of_spaces_is_refused_at_plan(script, inputs, rt, tmp_path):
 
     r = script(
         "launch.py",
-        *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--expose", "--api-key-env", "MYK"),
+        *plan_args(inputs, "--state-dir", str(tmp_path / "st"), "--expose", "--plain-http", "--api-key-env", "MYK"),
         env={**rt[1], "MYK": " " * 8},
     )
     assert r.code == 1 and ("0 characters" in r.doc["error"] or "not set" in r.doc["error"]), r.doc
@@ -622,7 +622,7 @@ def test_verify_with_another_key_in_the_shell_says_auth_and_names_the_variable(
     "FAILED in phase models ... (HTTP 401)" and "do not retry, do not debug", as if the server were broken.
     It is phase auth, and the fix names the variable that must hold the server's key."""
     monkeypatch.setenv("MY_API_KEY", "sk-started-with")
-    plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, plain_http=True, api_key_env="MY_API_KEY")
     try:
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0
         r = script(
@@ -653,7 +653,7 @@ def test_state_dir_and_key_variable_that_would_do_harm_are_refused(script, input
         r = script("launch.py", *plan_args(inputs, "--state-dir", bad), env=rt[1])
         assert r.code == 1 and "other files" in r.doc["error"], (bad, r.doc)
     for name in ("HF_TOKEN", "PATH", "LD_PRELOAD"):
-        r = script("launch.py", *plan_args(inputs, "--expose", "--api-key-env", name), env=rt[1])
+        r = script("launch.py", *plan_args(inputs, "--expose", "--plain-http", "--api-key-env", name), env=rt[1])
         assert r.code == 1 and "holds something else" in r.doc["error"]
 
 
@@ -754,7 +754,7 @@ def test_a_key_no_header_can_carry_is_refused_at_start(
     key,
 ):
     monkeypatch.setenv("MY_API_KEY", "sk-good-value")
-    plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    plan_file, _ = host_plan(tmp_path, inputs, live_tune, expose=True, plain_http=True, api_key_env="MY_API_KEY")
     r = script("launch.py", "start", "--plan", str(plan_file), "--confirm", env={"MY_API_KEY": key})
     assert r.code == 1 and "MY_API_KEY holds characters" in r.doc["error"] and r.doc["phase"] == "start"
     assert "SECRET123" not in r.stdout + r.stderr and not Path(_["state_file"]).exists()
@@ -777,7 +777,7 @@ def test_a_key_under_any_name_the_plan_gives_is_masked_by_every_verb(
     monkeypatch,
 ):
     monkeypatch.setenv("MYAPI", KEY)
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MYAPI")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, plain_http=True, api_key_env="MYAPI")
     Path(plan["state_dir"]).mkdir(parents=True, exist_ok=True)
     Path(plan["log_file"]).write_text(
         f"[API  ][info   ][0.1]: LOWOHA matmul_direct: M=1, plugin_op={KEY} kernel=x\nonednn_verbose,exec,cpu,{KEY},jit,\n"
@@ -888,7 +888,7 @@ def test_start_refuses_a_planned_secret_that_is_not_set(script, inputs, rt, tmp_
 
 def test_exposed_server_is_verified_with_the_key_by_name(script, tmp_path, inputs, live_tune, monkeypatch):
     monkeypatch.setenv("MY_API_KEY", "sk-test-key-42")
-    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, api_key_env="MY_API_KEY")
+    plan_file, plan = host_plan(tmp_path, inputs, live_tune, expose=True, plain_http=True, api_key_env="MY_API_KEY")
     assert plan["host"] == "0.0.0.0" and "sk-test-key-42" not in plan_file.read_text()
     try:
         assert script("launch.py", "start", "--plan", str(plan_file), "--confirm").code == 0

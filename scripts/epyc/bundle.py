@@ -11,7 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPTS = ROOT / "scripts"
 DATA_DIR = ROOT / "data"
 # distribution -> import name; py-cpuinfo names the CPU of a machine without /proc (a laptop planning a server)
-BUNDLE_DEPS = {**{d: d for d in ("huggingface_hub", "psutil", "requests", "jsonschema")}, "py-cpuinfo": "cpuinfo"}
+BUNDLE_DEPS = {
+    **{d: d for d in ("huggingface_hub", "psutil", "requests", "jsonschema", "cryptography")},
+    "py-cpuinfo": "cpuinfo",
+}
 BUNDLE_VENV = ROOT / ".venv"
 REEXEC_MARK = "EPYC_SKILL_BUNDLE_VENV"
 EPYC_JSON = DATA_DIR / "epyc.json"

@@ -44,6 +44,7 @@ def runtime_stop_pair(rt: list[str], name: str, state_dir: str | Path | None = N
 
 
 SECRETS_TARGET = "/run/secrets/serving-llms-on-epyc"
+TLS_TARGET = {k: f"{SECRETS_TARGET}-tls/{k}.pem" for k in ("cert", "key")}  # the pair, mounted read-only
 # Inside the container: export each mounted secret file (named after its variable) and exec vLLM.
 # A constant script, never built from input; the serve arguments arrive as "$@".
 SECRET_LOADER = (
@@ -180,13 +181,25 @@ def router_binary(epyc: dict) -> Path:
     return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
 
 
-def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
-    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
-    interfaces with --expose). It holds no key: it passes the client's Authorization header on, and each
-    engine checks it (measured with vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
-    bind = "0.0.0.0" if expose else "127.0.0.1"
-    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
+def tls_terminator(port: int, upstream: int, folder: Path, tls: dict, epyc: dict) -> dict:
+    """nginx's host process spec: TLS with the pair (by path) on all interfaces, to the router on 127.0.0.1:`upstream`."""
+    d, argv = folder / "tls", [epyc["tls"]["nginx"], "-c", str(folder / "tls" / "nginx.conf")]
+    paths = {"dir": str(d), "cert": tls["cert"], "key": tls["key"]}
+    if bad := [v for v in paths.values() if re.search(r'[$"\\\n]', v)]:  # nginx reads '$' as a variable
+        raise ScriptError(f"{bad[0]}: nginx's config cannot quote it ($, \", \\ or a newline)", "use a plain path")
+    config = epyc["tls"]["nginx_conf"].format(port=port, upstream=upstream, **paths)
+    spec = {"path": "host", "argv": argv, "command": shlex.join(argv), "port": port, "state_dir": str(d), "tls": tls}
+    return {**spec, "config": config, "state_file": str(d / "state.json"), "log_file": str(d / "nginx.log")}
+
+
+def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False, tls=None) -> dict:
+    """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all interfaces
+    with --expose; with `tls`, nginx there, the router behind it on the block's last port). It holds no key: it passes
+    the client's Authorization header on, each engine checks it (vllm-router 0.1.17), so no argv holds the key."""
+    bind = "0.0.0.0" if expose and not tls else "127.0.0.1"
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
+    listen = metrics + 1 if tls else port
+    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(listen), "--worker-urls", *urls]
     # workers checked every 2 s, not 30, and a dead engine's circuit tried after 10 s, not 60: an engine healthy
     # just after a look gets requests within seconds (measured: the defaults left a repaired one idle a minute)
     argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]
@@ -197,9 +210,10 @@ def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bo
         "argv": argv,
         "command": shlex.join(argv),
         "port": port,
-        "base_url": f"http://127.0.0.1:{port}/v1",
+        "base_url": f"https://{tls['name']}:{port}/v1" if tls else f"http://127.0.0.1:{port}/v1",
         "state_dir": str(folder / "router"),
         "state_file": str(folder / "router" / "state.json"),
         "log_file": str(folder / "router" / "router.log"),
         "expose": expose,
+        **({"terminator": tls_terminator(port, listen, folder, tls, epyc)} if tls else {}),
     }

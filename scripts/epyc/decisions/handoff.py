@@ -115,6 +115,12 @@ def fit_cell(fit: dict | None, plan: dict) -> str:
     return cell
 
 
+def tls_cell(tls: dict | None) -> str:  # what protects the exposed endpoint: this pair, or nothing (--plain-http)
+    if not tls:
+        return "none (--plain-http): the API key and every prompt and answer cross the network in clear; a trusted network only"
+    return f"{tls['cert']} (key {tls['key']}) for {tls['name']}; clients trust {tls['ca'] or 'the system CAs'}"
+
+
 def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     """The table the human confirms: every row a fact of the plan, the exact command among them."""
     s = plan["sizing"]
@@ -134,6 +140,7 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     rows += [
         ["Hardware", hardware_cell(det, s)],
         ["Port", port],
+        *([["TLS", tls_cell(plan.get("tls"))]] if plan["expose"] or plan.get("tls") else []),
         ["Pinning", pinning_cell(plan)],
         ["Environment", environment_cell(plan)],
         ["Command (exactly what start runs)", plan["command"]],
@@ -202,25 +209,24 @@ def judge_smoke(status: int, body: str, endpoint: str, secrets: list[str] = ()) 
     return True, redact(text, secrets)
 
 
-def examples(endpoint: str, base: str, served: str, key_env: str | None) -> tuple[str, str, str]:
-    """The endpoint's path, a curl line and an OpenAI-client snippet for it; the key by its variable's name only."""
+def examples(endpoint: str, base: str, served: str, key_env: str | None, ca: str | None = None) -> tuple[str, str, str]:
+    """The endpoint's path, a curl line and an OpenAI-client snippet for it (trusting `ca`); the key by its name only."""
     key = f"os.environ[{key_env!r}]" if key_env else '"EMPTY"'
     path, body = smoke_request(endpoint, served, "Hello", {"max_tokens": 128, "temperature": 0.7})
-    if endpoint == "chat_completions":
-        py_call = (
-            'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": '
-            '"Hello"}], max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)'
-        )
-    else:
-        py_call = (
-            'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\n'
-            "print(r.choices[0].text)"
-        )
+    py_call = (
+        'r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], '
+        "max_tokens=128, temperature=0.7)\nprint(r.choices[0].message.content)"
+        if endpoint == "chat_completions"
+        else 'r = client.completions.create(model=model, prompt="Hello, world", max_tokens=128)\nprint(r.choices[0].text)'
+    )
     # quoted word by word; the key is expanded by the user's shell from the variable's NAME
     auth = f' -H "Authorization: Bearer ${{{key_env}}}"' if key_env else ""
-    head = shlex.join(["curl", "-s", base + path[3:], "-H", "Content-Type: application/json"])
+    cacert = ["--cacert", ca] if ca else []
+    head = shlex.join(["curl", "-s", *cacert, base + path[3:], "-H", "Content-Type: application/json"])
     curl = f"{head}{auth} \\\n  -d {shlex.quote(json.dumps(body))}"
-    client = f'import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key})\n'
+    key += f", http_client=httpx.Client(verify={ca!r})" if ca else ""  # the SDK trusts the CA through httpx
+    imports = "import os\nimport httpx\n" if ca else "import os\n"
+    client = f'{imports}from openai import OpenAI\n\nclient = OpenAI(base_url="{base}", api_key={key})\n'
     return path, curl, client + f"model = {json.dumps(served)}  # the served model name\n" + py_call
 
 
@@ -273,9 +279,9 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
     why = ("settled by verify: " if settled and plan["primary_endpoint"] == "unknown" else "") + (
         "a chat template is present" if endpoint == "chat_completions" else "no usable chat template: raw prompts"
     )
-    entry = entry or {k: plan[k] for k in ("base_url", "port", "stop_command")}
+    entry = entry or {k: plan.get(k) for k in ("base_url", "port", "stop_command", "tls")}
     base, port, key_env, s = entry["base_url"], entry["port"], plan.get("api_key_env"), plan["sizing"]
-    path, curl, python = examples(endpoint, base, served, key_env)
+    path, curl, python = examples(endpoint, base, served, key_env, ca := (entry.get("tls") or {}).get("ca"))
     runs_on = f"{plan['runtime']} / {port}" + (f" (engine {plan['engine']})" if plan.get("engine") else "")
     reach = (
         f"; it listens on every address ({plan['host']}:{port}): from another machine use this host's address, "
@@ -293,6 +299,7 @@ def handoff_doc(plan: dict, served: str | None = None, settled: str | None = Non
         ["Runtime / port", runs_on],
         ["Sizing", sizing],
         ["Stop", entry["stop_command"]],
+        *([["CA", f"{ca}: give it to clients to trust (curl --cacert, httpx verify=)"]] if ca else []),
     ]
     if entry["stop_command"] == plan["stop_command"] and plan.get("container_name"):  # the key files stay behind
         rt = runtimes.runtime_argv(plan["runtime"], plan.get("engine"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -18,9 +19,10 @@ from epyc.masking import secret_unsendable
 API_KEY_MIN = 8
 PLAN_SCHEMA_VERSION = 6  # a plan of another version is refused with its by-hand stop (planfile.load_plan)
 # the options plan and up both take about the serve itself (launch.add_serve_options declares them)
+TLS_OPTIONS = ("tls_cert", "tls_key", "tls_ca", "tls_name", "plain_http")
 SERVE_OPTIONS = (
     "model port max_model_len served_model_name state_dir dtype expose api_key_env throughput_flags kernel_log"
-).split()
+).split() + [*TLS_OPTIONS]
 
 SIZINGS = {
     # name: bind (the socket's cores / nobind / vLLM's default), kv (grant VLLM_CPU_KVCACHE_SPACE), pin (CPU +
@@ -64,6 +66,7 @@ class Choices:
     rules: dict
     revision: str | None
     throughput: bool
+    tls: dict | None  # the pair's paths, the CA clients trust and the name it serves on (shell.tls_facts)
 
 
 def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> None:
@@ -90,6 +93,24 @@ def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> N
         )
 
 
+def checked_tls(expose: bool, opt: dict, facts: dict, epyc: dict) -> dict | None:
+    """The pair a plan serves TLS with, or None (plain HTTP exposed only by name); a bad certificate refused."""
+    f, said = facts.get("tls"), epyc["tls"]
+    if f is None and expose and not opt.get("plain_http"):
+        raise ScriptError(said["untls"][0], f"{said['untls'][1]} ({said['first_try']})")
+    if not f or f.get("checked"):
+        return f and f["tls"]
+    tls, names, f = f["tls"], f.get("names", []), {"not_after": 0, "not_before": 0, **f}
+    named = {tls["name"], f"*.{str(tls['name']).partition('.')[2]}"} & set(names)  # its own name or a wildcard's
+    bad = [f.get("unreadable"), not f.get("matches"), f["now"] > f["not_after"], f["now"] < f["not_before"], not named]
+    for no, (why, fix) in zip(bad, said["refusals"]):  # in the order of epyc.json's tls.refusals
+        if no:
+            at = {k: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(f[k])) for k in ("not_after", "not_before")}
+            why = why.format(**{**f, **tls, **at, "names": ", ".join(names) or "none"})
+            raise ScriptError(f"--tls-cert {tls['cert']}: {why}", f"{fix} ({said['first_try']})")
+    return tls
+
+
 def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     """Every refusal, before anything is assembled: what remains is a serve that start would run."""
     plan_checks.refuse_inconsistent_inputs(inp, opt)
@@ -101,6 +122,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     max_len = plan_checks.chosen_max_len(opt, epyc, est)
     expose, key_env = bool(opt.get("expose")), opt.get("api_key_env")
     refuse_unkeyed_exposure(expose, key_env, facts)
+    tls = checked_tls(expose, opt, facts, epyc)
     served = opt.get("served_model_name") or command.served_model_name(model, facts.get("model_dir"))
     if not is_served_name(served):
         raise ScriptError(
@@ -140,6 +162,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
         rules=rules,
         revision=revision,
         throughput=throughput,
+        tls=tls,
     )
 
 
@@ -177,6 +200,7 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
     # the KV sizing's assumptions are pinned, not left to vLLM's defaults: how many sequences run at once, and
     # how many tokens a step takes (a sliding-window layer keeps that many beyond its window)
     seqs = ch.rules["seqs"]
+    pair = ch.tls and (ch.tls if ch.path == "host" else command.TLS_TARGET)  # a container reads them mounted
     flags = {
         "--served-model-name": ch.served,
         "--host": ch.host,
@@ -187,6 +211,8 @@ def serve_opts(ch: Choices, inp: dict, opt: dict, epyc: dict) -> tuple[list[str]
         "--max-num-seqs": capacity.max_num_seqs if seqs else None,
         "--max-num-batched-tokens": batched if seqs else None,
         "--revision": ch.revision,
+        "--ssl-certfile": pair and pair["cert"],
+        "--ssl-keyfile": pair and pair["key"],
     }
     return [x for flag, value in flags.items() if value for x in (flag, str(value))], capacity, batched
 
@@ -214,6 +240,7 @@ def serve_command(
     if facts.get("model_dir"):  # a local folder goes into the container read-only
         model_arg = f"/models/{Path(facts['model_dir']).name}"
         mount = hubcache.bind_mount(facts["model_dir"], model_arg, read_only=True)
+    mount += [x for k, t in command.TLS_TARGET.items() if ch.tls for x in hubcache.bind_mount(ch.tls[k], t, True)]
     # the hub cache only, where the container's huggingface_hub looks
     hf_mount = hubcache.bind_mount(val["hf_cache"]["path"], epyc["container"]["hf_cache_mount_target"] + "/hub")
     argv = command.container_run_argv(
@@ -269,8 +296,9 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "chat_template_status": (chk.get("chat_template") or {}).get("status"),
         "host": ch.host,
         "port": ch.port,
-        "base_url": f"http://127.0.0.1:{ch.port}/v1",
+        "base_url": f"https://{ch.tls['name']}:{ch.port}/v1" if ch.tls else f"http://127.0.0.1:{ch.port}/v1",
         "expose": ch.expose,
+        "tls": ch.tls,
         "api_key_env": ch.key_env,
         "dtype": ch.dtype,
         "max_model_len": ch.max_len,

@@ -67,45 +67,55 @@ def kind_of(path: str) -> str | None:
 # ---------------------------------------------------------------- the router: one more host process
 
 
+INSTALL = {"vllm-router": "python3 scripts/setup_host_stack.py --router", "nginx": "sudo apt-get install nginx-light"}
+
+
+def parts(router: dict) -> list[dict]:  # the host processes in front of the engines: the router, then nginx (TLS)
+    return [router, *([router["terminator"]] if "terminator" in router else [])]
+
+
 def router_running(router: dict) -> bool:
-    state = read_state(router)
-    return bool(state and process.group_members(state))
+    return all((state := read_state(spec)) and process.group_members(state) for spec in parts(router))
 
 
 def start_router(router: dict) -> dict:
-    make_own_folder(Path(router["state_dir"]), "plan the fleet with a folder of your own", "start")
-    if router_running(router):
-        raise ScriptError(f"the router ({router['state_dir']}) is running", "stop it first, then start it")
-    if not Path(router["argv"][0]).exists():
-        raise ScriptError(
-            "vllm-router is not installed", "run python3 scripts/setup_host_stack.py --router, then start again"
-        )
+    """Each part not running (a repair starts only what is gone): the router's state, its terminator's beside."""
     # PATH alone: a proxy variable would send the router's calls to its engines through the proxy
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    # a dead router's last words are kept
-    return process.launch(router, env, router["argv"][0], "router", fresh_log=False)
+    env, states = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, []
+    for spec in parts(router):
+        make_own_folder(Path(spec["state_dir"]), "plan the fleet with a folder of your own", "start")
+        prog = Path(spec["argv"][0])
+        if not prog.exists():
+            raise ScriptError(f"{prog.name} is not installed", f"run {INSTALL[prog.name]}, then start again")
+        if "config" in spec:  # nginx's, beside its state: paths only, never the key's content
+            write_own_file(spec["argv"][2], spec["config"])
+        up = (state := read_state(spec)) and process.group_members(state)  # a dead one's log is appended to
+        states.append(state if up else process.launch(spec, env, str(prog), prog.name, False))
+    return {**states[0], **({"terminator": states[1]} if len(states) > 1 else {})}
 
 
 def stop_router(router: dict) -> dict:
-    state = read_state(router)
-    group = process.group_members(state) if state else []
-    if group:
-        process.end_group(state, group)
-    Path(router["state_file"]).unlink(missing_ok=True)
-    return {"stopped": True, "was_running": bool(group)}
+    was = False
+    for spec in reversed(parts(router)):
+        if (state := read_state(spec)) and (group := process.group_members(state)):
+            process.end_group(state, group)
+            was = True
+        Path(spec["state_file"]).unlink(missing_ok=True)
+    return {"stopped": True, "was_running": was}
 
 
 def judge_router(dep: Deployment, timeout: float) -> dict:
     """The router's health, then one chat through it (with the key, when there is one), within `timeout`."""
     body, headers, why = {"model": dep.doc["served_model_name"], **SAY_OK}, auth_headers(dep.doc), "not started"
+    tls = dep.router.get("terminator", {}).get("tls")  # through nginx when it serves TLS, as a client would
     base, deadline = f"http://127.0.0.1:{dep.router['port']}", time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not router_running(dep.router):
-            return {"answered": False, "why": "its process is gone (router.log in its state dir)"}
-        status, text = serve_verify.http("GET", f"{base}/health", 5)
+            return {"answered": False, "why": "its process is gone (router.log, or tls/nginx.log, in its state dir)"}
+        status, text = serve_verify.http("GET", f"{base}/health", 5, tls=tls)
         if status == 200:
             left = max(5.0, deadline - time.monotonic())
-            status, text = serve_verify.http("POST", f"{base}/v1/chat/completions", left, headers, body)
+            status, text = serve_verify.http("POST", f"{base}/v1/chat/completions", left, headers, body, tls)
             if status == 200 and '"choices"' in text:
                 return {"answered": True, "why": None}
             if status in (401, 403):  # no wait makes a wrong key right
@@ -201,19 +211,15 @@ def handoff(dep: Deployment) -> dict:
     if dep.kind == "front":
         if not router_running(dep.router):
             raise ScriptError("the front router is not running", "start it (launch.py start --confirm), then verify")
-        keys = ("base_url", "served_model_name", "api_key_env", "router")
-        return {
-            "kind": "front",
-            **{k: dep.doc[k] for k in keys},
-            "port": dep.router["port"],
-            "hosts": [h["url"] for h in dep.doc["hosts"]],
-            "stop_command": stop_command(dep.file),
-        }
+        doc = {k: dep.doc[k] for k in ("base_url", "served_model_name", "api_key_env", "router")}
+        hosts, stop = [h["url"] for h in dep.doc["hosts"]], stop_command(dep.file)
+        return {"kind": "front", **doc, "port": dep.router["port"], "hosts": hosts, "stop_command": stop}
     first = dep.engines[0]
     settled = serve_verify.verified_state(first).get("primary_endpoint")
     if dep.kind == "engine":
         return with_service(first, handoff_doc(first, settled=settled))
     entry = {"base_url": dep.doc["base_url"], "port": dep.router["port"], "stop_command": stop_command(dep.file)}
+    entry["tls"] = dep.router.get("terminator", {}).get("tls")
     doc = handoff_doc(first, settled=settled, entry=entry)
     return {"kind": "fleet", **doc, "engines": [e["base_url"] for e in dep.engines]}
 
@@ -236,13 +242,8 @@ def stop(dep: Deployment) -> dict:
             stopped.append({"stopped": False, "reason": exc.error})
     if refused:
         raise ScriptError("; ".join(refused), "do what each says, then stop again", router=router, engines=stopped)
-    return {
-        "kind": dep.kind,
-        "router": router,
-        "engines": stopped,
-        "stopped": True,
-        "running": router_running(dep.router),
-    }
+    running = router_running(dep.router)
+    return {"kind": dep.kind, "router": router, "engines": stopped, "stopped": True, "running": running}
 
 
 def act(verb: str, path: str, epyc: dict, confirm: bool = False, pull: str = "missing", timeout: float = 0) -> dict:
@@ -334,7 +335,8 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     r = fleet["router"]
     try:
-        want = router_plan(engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True)
+        tls = r.get("terminator", {}).get("tls")  # the pair as planned (checked then), re-rendered into nginx's config
+        want = router_plan(engine_urls(engines), r["port"], folder, epyc, r.get("expose") is True, tls)
     except (KeyError, TypeError):
         want = None
     if r != want:

@@ -12,9 +12,9 @@ from pathlib import Path
 from epyc import errors, jsonio, subproc
 from epyc.decisions import forecast, sizing
 from epyc.decisions.command import router_binary, router_plan
-from epyc.decisions.handoff import markdown_table
+from epyc.decisions.handoff import markdown_table, tls_cell
 from epyc.decisions.kv_budget import need_of
-from epyc.decisions.planner import PLAN_SCHEMA_VERSION, build_plan, refuse_unkeyed_exposure
+from epyc.decisions.planner import PLAN_SCHEMA_VERSION, TLS_OPTIONS, build_plan, checked_tls, refuse_unkeyed_exposure
 from epyc.deployments import runs
 from epyc.deployments.serve_state import write_own_file
 from epyc.errors import ScriptError
@@ -93,13 +93,15 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
     expose = bool(opts.get("expose"))
     refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
+    tls = checked_tls(expose, opts, facts_host, epyc)  # served by nginx in front of the router
     port = opts.get("port") or inputs["validate"]["port"]
     measured = {k: v for k, v in inputs["cpu_tune"].items() if k == "measured"}  # its cores, scaled to each engine's
     engines = []
     for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
         opt = {**opts, "expose": False, "port": port + 1 + i, "state_dir": str(folder / f"engine-{i}")}
-        engines.append(build_plan({**inputs, "cpu_tune": {**tune, **measured}}, opt, epyc, facts_host))
-    router = router_plan(engine_urls(engines), port, folder, epyc, expose)
+        opt.update(dict.fromkeys(TLS_OPTIONS))  # plain HTTP on 127.0.0.1: nginx serves the pair
+        engines.append(build_plan({**inputs, "cpu_tune": {**tune, **measured}}, opt, epyc, {**facts_host, "tls": None}))
+    router = router_plan(engine_urls(engines), port, folder, epyc, expose, tls)
     rows = [
         [
             f"engine {i}",
@@ -110,6 +112,9 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
     ]
     on = f"all interfaces (every engine checks the key in ${opts['api_key_env']})" if expose else "127.0.0.1"
     pip, policy = epyc["router"]["pip"], epyc["router"]["policy"]
+    on = f"127.0.0.1:{router['argv'][4]}, behind nginx on all interfaces" if tls else on  # the block's last port
+    nginx = f"; nginx on port {port}: `{router['terminator']['command']}`" if tls else ""
+    rows += [["TLS", tls_cell(tls) + nginx]] if expose else []
     rows.append(["router", f"port {port} on {on}, {pip}, policy {policy}: `{router['command']}`"])
     ahead = forecast.plan_forecast({**inputs, "cpu_tune": {**tunes[0], **measured}}, epyc, len(engines)).to_json()
     planned_for = next((v for k, v in engines[0]["summary"] if k == "Planned for"), None)

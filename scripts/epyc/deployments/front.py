@@ -9,10 +9,11 @@ from pathlib import Path
 
 from epyc import jsonio
 from epyc.decisions.command import router_plan
-from epyc.decisions.handoff import markdown_table
-from epyc.decisions.planner import PLAN_SCHEMA_VERSION
+from epyc.decisions.handoff import markdown_table, tls_cell
+from epyc.decisions.planner import PLAN_SCHEMA_VERSION, checked_tls
 from epyc.deployments import runs
 from epyc.errors import ScriptError
+from epyc.facts.shell import tls_facts
 
 ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 
@@ -31,8 +32,8 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
     """What the front router needs of one host: its plan's port, exposed, keyed with the front's key."""
     path = runs.run_dir(run) / "plan.json"
     fix = (
-        f"plan it with: python3 scripts/launch.py plan --run {shlex.quote(run)} --expose --api-key-env {key_env}"
-        " (--engines per-socket for a fleet)"
+        f"plan it with: python3 scripts/launch.py plan --run {shlex.quote(run)} --expose --plain-http --api-key-env "
+        f"{key_env} (--engines per-socket for a fleet)"
     )
     if not path.is_file():
         raise ScriptError(f"--hosts {run}: no plan in that run folder ({path})", fix)
@@ -43,12 +44,13 @@ def host_endpoint(run: str, address: str, key_env: str) -> dict:
         exposed = (plan["router"] if fleet else plan).get("expose") is True
         port = plan["router"]["port"] if fleet else plan["port"]
         served, engines = first["served_model_name"], len(plan["engines"]) if fleet else 1
+        exposed = exposed and not (plan["router"].get("terminator") if fleet else plan.get("tls"))  # no TLS client
     except (KeyError, TypeError, IndexError, AttributeError):  # a malformed plan: refused below as not exposed
         exposed, first = False, {}
     if not exposed or first.get("api_key_env") != key_env:
         raise ScriptError(
-            f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env}: the front router "
-            "reaches each host over the network, and only a keyed endpoint may listen there",
+            f"--hosts {run}: its plan ({path}) is not exposed with --api-key-env {key_env} over plain HTTP: the front "
+            "router (vllm-router 0.1.17, no TLS) reaches each host over the network, and only a keyed endpoint may listen there",
             fix,
         )
     url = f"http://{address}:{port}"
@@ -76,16 +78,17 @@ def plan_front(hosts: list[tuple[str, str]], opts: dict, epyc: dict, folder: Pat
             f"--hosts: the hosts serve different model names ({', '.join(names)}): a router sends any request to any of them",
             "plan every host with the same model and --served-model-name",
         )
-    port = opts.get("port") or epyc["serve"]["default_port"]
-    router = router_plan([e["url"] for e in ends], port, folder, epyc, bool(opts.get("expose")))
+    port, expose = opts.get("port") or epyc["serve"]["default_port"], bool(opts.get("expose"))
+    tls = checked_tls(expose, opts, {"tls": tls_facts(opts, "localhost")}, epyc)
+    router = router_plan([e["url"] for e in ends], port, folder, epyc, expose, tls)
+    hop = "plain HTTP with the key from here: only a network you trust protects that hop; open TCP {} to this machine only"
     rows = [
-        [
-            f"{e['address']} ({e['run']})",
-            f"{e['engines']} engine(s) behind port {e['port']}: open TCP {e['port']} to this machine only",
-        ]
+        [f"{e['address']} ({e['run']})", f"{e['engines']} engine(s) behind port {e['port']}: " + hop.format(e["port"])]
         for e in ends
     ]
     rows.append(["front router", f"port {port} here: `{router['command']}`"])
+    nginx = f" (nginx: `{router['terminator']['command']}`)" if tls else ""
+    rows += [["TLS", tls_cell(tls) + nginx]] if expose else []
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "front",
@@ -107,9 +110,11 @@ def read_front(front: dict, path: str, epyc: dict, hosts_again: bool) -> dict:
         hosts = [host_arg(f"{h['run']}={h['address']}") for h in front["hosts"]]
         r = front["router"]
         folder = Path(r["state_dir"]).parent
-        own = router_plan([h["url"] for h in front["hosts"]], r["port"], folder, epyc, r["expose"] is True) == r
-        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"]}
-    except (KeyError, TypeError, argparse.ArgumentTypeError):
+        pair = r.get("terminator", {}).get("tls")  # the options that render it again
+        own = router_plan([h["url"] for h in front["hosts"]], r["port"], folder, epyc, r["expose"] is True, pair) == r
+        opts = {"api_key_env": front["api_key_env"], "port": r["port"], "expose": r["expose"], "plain_http": not pair}
+        opts.update({f"tls_{k}": v for k, v in (pair or {}).items()})
+    except (KeyError, TypeError, AttributeError, argparse.ArgumentTypeError):
         own = False
     if not own:
         raise ScriptError(f"{path} is not a front plan this bundle wrote", "plan the front again (--hosts)")

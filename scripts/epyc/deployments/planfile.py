@@ -42,6 +42,8 @@ def rerender(plan: dict, epyc: dict, env_from_plan: bool = False, phase: str = "
                 unsendable_secrets=[],
                 hf_offline=(plan.get("env") or {}).get("HF_HUB_OFFLINE") == "1",
             )
+            # the pair as start checked it: a certificate expired since must not stop verify or stop
+            facts["tls"] = facts["tls"] and {"tls": plan.get("tls"), "checked": True}
             facts["hf_cache"] = {"real": plan["inputs"]["validate"]["hf_cache"]["path"], "entries": None, "error": None}
             # the folder start served (its state records it), not the plan's field an edit could change with the
             # argv; no state of this plan's (nothing started): the disk

@@ -258,3 +258,39 @@ def holding_the_start_lock(plan: dict, busy: Callable | None = None, wait_s: flo
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def self_signed(folder: str, names: list[str], days: int = 30) -> dict:
+    """A self-signed certificate (its own CA) and its key (0600) in `folder`, made with `cryptography` on request,
+    for tests and a first try over TLS: `names` first, then this host's name, localhost and 127.0.0.1."""
+    import datetime
+    import ipaddress
+    import socket
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    out = make_own_folder(Path(os.path.abspath(folder)), "pass --out with a folder of your own", "tls-selfsigned")
+    names = list(dict.fromkeys([*names, socket.gethostname(), "localhost", "127.0.0.1"]))
+    if bad := [n for n in names if not n.isascii()]:  # a certificate holds a name in its IDNA form
+        raise ScriptError(f"--name {bad[0]!r} is not ASCII", "pass its IDNA form (xn--...)", phase="tls-selfsigned")
+
+    def alt(name: str) -> x509.GeneralName:  # an address as one, the rest as host names
+        with contextlib.suppress(ValueError):
+            return x509.IPAddress(ipaddress.ip_address(name))
+        return x509.DNSName(name)
+
+    key, now = ec.generate_private_key(ec.SECP256R1()), datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, names[0])])
+    cert = x509.CertificateBuilder(subject, subject, key.public_key(), x509.random_serial_number())
+    cert = cert.not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days))
+    cert = cert.add_extension(x509.SubjectAlternativeName(map(alt, names)), critical=False)
+    cert = cert.add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(key, hashes.SHA256())
+    pem = key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+    write_own_file(out / "key.pem", pem.decode())
+    write_own_file(out / "cert.pem", cert.public_bytes(ser.Encoding.PEM).decode())
+    doc = {"cert": str(out / "cert.pem"), "key": str(out / "key.pem"), "ca": str(out / "cert.pem"), "names": names}
+    use = f"launch.py plan ... --expose --api-key-env NAME --tls-cert {doc['cert']} --tls-key {doc['key']}"
+    return {**doc, "not_after": cert.not_valid_after_utc.isoformat(), "made_with": "cryptography", "use": use}

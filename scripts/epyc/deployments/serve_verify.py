@@ -25,12 +25,12 @@ REPAIR_FIX = (
 
 
 def http(
-    method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None
+    method: str, url: str, timeout: float, headers: dict | None = None, body: dict | None = None, tls=None
 ) -> tuple[int | None, str]:
     """(status, text) or (None, reason) within `timeout` for the whole exchange (a daemon thread we stop awaiting)."""
     import requests
 
-    box: dict = {}
+    url, box = url.replace("http://", "https://", 1) if tls else url, {}  # a TLS server: https on any address
     deadline_missed = f"no complete answer within {timeout:g}s"
 
     def exchange() -> None:
@@ -38,6 +38,9 @@ def http(
             session = requests.Session()
             # never through the shell's proxy (it would see the key), with ~/.netrc credentials, or to a redirect
             session.trust_env = False
+            if tls:  # a plan's pair: its CA, and the name it serves on whatever address is dialled
+                session.verify = tls["ca"] or True
+                session.get_adapter("https://").poolmanager.connection_pool_kw["server_hostname"] = tls["name"]
             with session.request(
                 method, url, json=body, headers=headers or {}, timeout=timeout, stream=True, allow_redirects=False
             ) as r:
@@ -128,7 +131,7 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
         # a container that exits is restarted by its policy: before it was ever healthy that is a failed start
         if "healthy_at" not in state and (n := serve_procs.restarted(plan, state)):
             raise failed(plan, "process", f"the server exited before it became healthy (restarted {n} times)", t0)
-        status, _ = http("GET", base + "/health", 5, headers)
+        status, _ = http("GET", base + "/health", 5, headers, tls=plan.get("tls"))
         if status == 200:
             return time_since_start(state), polls == 0
         polls += 1
@@ -142,16 +145,14 @@ def wait_healthy(plan: dict, state: dict, base: str, headers: dict, timeout: flo
 
 def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
     """/v1/models lists the served name; with a key planned, only to a request that carries it."""
-    status, text = http("GET", base + "/v1/models", 30, headers)
+    status, text = http("GET", base + "/v1/models", 30, headers, tls=plan.get("tls"))
     try:
         ids = [m["id"] for m in json.loads(text)["data"]] if status == 200 else []
     except (ValueError, KeyError, TypeError, RecursionError):
         ids = []
     # what the server lists is its text: masked like any
-    ids = [
-        m if m == plan["served_model_name"] else masking.redact(str(m), serve_state.known_secrets(plan), 200)
-        for m in ids
-    ]
+    secrets = serve_state.known_secrets(plan)
+    ids = [m if m == plan["served_model_name"] else masking.redact(str(m), secrets, 200) for m in ids]
     key_env = plan.get("api_key_env")
     if status in (401, 403) and key_env:  # the server's key is not the one in this shell
         why = f"/v1/models with the key in ${key_env} answered HTTP {status}: the server was started with another key"
@@ -164,7 +165,7 @@ def listed_models(plan: dict, base: str, headers: dict, t0: float) -> list[str]:
         why = f"/v1/models does not list {plan['served_model_name']!r} (HTTP {status}, ids {ids})"
         raise failed(plan, "models", why, t0)
     if key_env:  # a key was planned: a request without it must be refused
-        status, _ = http("GET", base + "/v1/models", 30)
+        status, _ = http("GET", base + "/v1/models", 30, tls=plan.get("tls"))
         if status != 401:
             why = f"/v1/models without the API key answered HTTP {status}, not 401: the server does not enforce its key"
             raise failed(plan, "auth", why, t0)
@@ -177,7 +178,7 @@ def smoke(plan: dict, base: str, headers: dict, smoke_timeout: float, t0: float)
     for endpoint in ("chat_completions", "completions") if unknown else (plan["primary_endpoint"],):
         path, body = smoke_request(endpoint, plan["served_model_name"])
         s0 = time.monotonic()
-        status, text = http("POST", base + path, smoke_timeout, headers, body)
+        status, text = http("POST", base + path, smoke_timeout, headers, body, tls=plan.get("tls"))
         smoke_s = round(time.monotonic() - s0, 2)
         ok, detail = judge_smoke(status, text, endpoint, secrets) if status else (False, masking.redact(text, secrets))
         tried.append(f"{path}: {detail}")
@@ -199,7 +200,7 @@ def still_alive(plan: dict, state: dict, base: str, headers: dict, t0: float) ->
         why = f"{plan['runtime']} did not say whether the container runs (inspect failed {ALIVE_ASKS} times)"
         fix = f"check the runtime ({plan['runtime']} info), then run verify again: the server may be fine"
         raise failed(plan, "process", f"{why}: verify passes only a server it saw running", t0, fix=fix, state=state)
-    if not running or http("GET", base + "/health", 5, headers)[0] != 200:
+    if not running or http("GET", base + "/health", 5, headers, tls=plan.get("tls"))[0] != 200:
         raise failed(plan, "smoke", "the server died after its first request", t0)
 
 
@@ -264,7 +265,7 @@ def verified_state(plan: dict) -> dict:
         fix = "python3 scripts/launch.py verify --plan <plan.json>; hand off after it passes"
         raise ScriptError("the server from this plan has not passed verify (not run yet, running, or failed)", fix)
     # its engine can die after the pass; asked without the key, which a wrong one here must not read as a server down
-    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5)
+    status, text = http("GET", f"http://127.0.0.1:{plan['port']}/health", 5, tls=plan.get("tls"))
     if status != 200:
         said = f"HTTP {status}" if status else masking.redact(text, serve_state.known_secrets(plan), 200)
         raise ScriptError(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
+from pathlib import Path
 
 from epyc import jsonio
 from epyc.facts import hubcache
@@ -15,6 +18,31 @@ def key_facts(key_env: str | None) -> dict:
         "api_key_set": bool(key_env and os.environ.get(key_env)),
         "api_key_length": len(os.environ.get(key_env, "").strip()) if key_env else None,
     }
+
+
+def tls_facts(opt: dict, target: str) -> dict | None:
+    """The TLS pair's paths, CA, the name served on and what the certificate holds (the key's content stays here)."""
+    if not (opt.get("tls_cert") or opt.get("tls_key")):
+        return None
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization as ser
+
+    name = opt.get("tls_name") or (
+        socket.gethostname() if target == "localhost" else "another host (--tls-name)"
+    )  # theirs
+    paths = {k: (v := opt.get(f"tls_{k}")) and os.path.realpath(jsonio.user_path(v)) for k in ("cert", "key", "ca")}
+    out = {"tls": {**paths, "name": name}, "now": time.time()}
+    try:
+        cert = x509.load_pem_x509_certificate(Path(paths["cert"] or "").read_bytes())
+        key = ser.load_pem_private_key(Path(paths["key"] or "").read_bytes(), None)
+    except (OSError, ValueError, TypeError) as exc:  # the message names a path or the format, never the content
+        return {**out, "unreadable": f"{type(exc).__name__}: {exc}"}
+    alt = next((e.value for e in cert.extensions if isinstance(e.value, x509.SubjectAlternativeName)), [])
+    spki = (ser.Encoding.DER, ser.PublicFormat.SubjectPublicKeyInfo)
+    out["tls"]["ca"] = paths["ca"] or (paths["cert"] if cert.issuer == cert.subject else None)
+    out.update({f"not_{k}": getattr(cert, f"not_valid_{k}_utc").timestamp() for k in ("before", "after")})
+    matches = cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki)
+    return {**out, "matches": matches, "names": [str(n.value) for n in alt]}
 
 
 def shell_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
@@ -34,6 +62,7 @@ def shell_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
             for name in ("HF_TOKEN", key_env)
             if name and os.environ.get(name) and not SECRET_VALUE.fullmatch(os.environ[name])
         ],
+        "tls": tls_facts(opt, inputs["detect"].get("target", "localhost")),
         "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
         "hf_cache": hubcache.cache_listing(val["hf_cache"]["path"])
         if list_cache and val.get("path") == "container" and not val.get("deferred")
