@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None):
         busy = sample_busy(facts.topology, facts.allowed_cpus, cfg["sample_seconds"] if args.socket is None else 0.1)
     doc = tune(facts, epyc, busy, req)
     if not (args.sysroot or args.host):  # what the engine's cores deliver, for the plan's forecast
-        doc["measured"] = probe.for_engine(runs.earlier(folder, "validate"), doc["vllm_cpu_omp_threads_bind"])
+        doc["measured"] = probe.for_engine(runs.earlier(folder, "validate"), doc)
     return doc, errors.EXIT_OK
 
 

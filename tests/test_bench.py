@@ -472,3 +472,21 @@ def test_bench_refuses_an_edited_plan(script, tmp_path, inputs, live_tune):
     (tmp_path / "afile").write_text("x")
     r = script("bench.py", "--plan", str(plan_file), "--out", str(tmp_path / "afile"))
     assert r.code == 1 and "not a folder" in r.doc["error"]
+
+
+def test_the_report_holds_each_figure_to_the_plans_forecast():
+    """summary.md's forecast table: each measured figure beside its likely range and ratio; a miss in words, saying
+    which way; a figure without a forecast says why."""
+    held = {"bound": 28.0, "likely": [33.0, 86.0], "measured": 40.0, "ratio": 0.67, "within": True}
+    missed = {"bound": 166.0, "likely": [173.0, 347.0], "measured": 400.0, "ratio": 1.53, "within": False}
+    none = {"available": False, "why": "no forecast: bf16_flops_per_s: no clock"}
+    cell = {"input_len": 128, "concurrency": 1, "median_tpot_ms": 40.0, "median_ttft_ms": 400.0}
+    cell |= {"output_throughput": 25.0, "forecast": {"median_tpot_ms": held, "median_ttft_ms": missed}}
+    text = bench_report.against_forecast([cell | {"forecast": {**cell["forecast"], "output_throughput": none}}])
+    assert "| 128 | 1 | TPOT ms | 40.0 | 33.0-86.0 | 0.67 | yes |" in text
+    assert "| 128 | 1 | TTFT ms | 400.0 | 173.0-347.0 | 1.53 | **no** |" in text
+    assert (
+        "The forecast missed: TTFT ms at input 128, concurrency 1: measured 400.0, slower than its 173.0-347.0" in text
+    )
+    assert "| out tok/s | 25.0 | no forecast: bf16_flops_per_s: no clock |" in text
+    assert "Every figure fell within" in bench_report.against_forecast([cell | {"forecast": {"median_tpot_ms": held}}])

@@ -54,6 +54,8 @@ def test_two_engines_behind_the_router_serve_as_one_and_stop_as_one(router, tmp_
     assert len(set(binds)) == 2 and [e["port"] for e in engines] == [port + 1, port + 2]
     assert p.doc["router"]["argv"][0] == router and "--worker-urls" in p.doc["router"]["argv"]
     assert "| engine 1 |" in p.doc["summary_markdown"] and "| router |" in p.doc["summary_markdown"]
+    # the fleet's own forecast: its engines' rates summed, once in the summary (not once per engine)
+    assert p.doc["forecast"]["shape"]["engines"] == 2 and p.doc["summary_markdown"].count("| Forecast |") == 1
     try:
         s = run_script("launch.py", "start", "--run", run, "--confirm")
         assert s.code == 0, s.doc

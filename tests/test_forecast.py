@@ -4,6 +4,7 @@ experts reads its active share, a missing fact gives no forecast, and no likely 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 
@@ -99,6 +100,16 @@ def test_two_ranks_forecast_a_faster_single_stream_than_one_socket(tmp_path):
     assert eight.floor_ms.bound < node.floor_ms.bound / 6
     for f in (one, two, node, eight):
         assert_sane(f)
+
+
+def test_one_engine_on_an_nps4_socket_draws_its_first_node_only(tmp_path):
+    """vLLM keeps an engine's memory on its first core's node: on a Genoa socket split in four nodes, one engine
+    over the whole socket is forecast at a quarter of the socket's channels, not all twelve."""
+    spec = dataclasses.replace(sysroots.HOSTS["genoa_9654_2s_smt"], nodes_per_socket=4, node_mem_gib=96.0)
+    facts = remote_host.gather_from_args(str(sysroots.build(tmp_path / "nps4", spec)), None)
+    det = {**cpuid.report(facts, EPYC), "_facts": facts}
+    bw = next(i for i in plan(det, "Llama-3.1-8B-Instruct").inputs if i.name == "memory_bandwidth_bytes_per_s")
+    assert bw.value == pytest.approx(460.8e9 / 4) and "0.25 of the socket's channels" in bw.source
 
 
 def test_a_mixture_of_experts_step_reads_its_active_share(tmp_path):
@@ -223,6 +234,11 @@ def test_the_runs_the_efficiencies_came_from_fall_in_their_likely_ranges(tmp_pat
         assert f.ttft_ms.lo <= ttft <= f.ttft_ms.hi, (prompt, f.ttft_ms)
         for r, (c, fig, _l) in zip(rates, f.aggregate):
             assert fig.lo <= r <= fig.hi, (prompt, c, r, fig)
+        # bench's verdict on the same figures (forecast.against): within, the ratio to the likely middle
+        cell = {"concurrency": 1, "median_tpot_ms": tpot, "median_ttft_ms": ttft, "output_throughput": rates[0]}
+        held = fc.against(f, cell)
+        assert all(h["within"] for h in held.values()) and len(held) == 3
+        assert held["median_tpot_ms"]["ratio"] == round(tpot * 2 / (f.floor_ms.lo + f.floor_ms.hi), 3)
         assert_sane(f)
 
 

@@ -180,7 +180,7 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
         [  # a recorded Genoa planned without its stack's probe: the bandwidth from data, the clock unknown (masked)
             "Forecast",
             "one stream 3.23-11.8 ms/token = 84.6-310 tokens/s (bound 2.73 ms); 8 streams 480-1,658 tokens/s; "
-            "first token of a 512-token prompt 22.7-66.3 ms; start 28.4-74.4 s reading 1.19 GB; bandwidth 461 GB/s "
+            "first token of a 512-token prompt 21.6-66.3 ms; start 28.4-74.4 s reading 1.19 GB; bandwidth 461 GB/s "
             "a rank (data:forecast.memory.Genoa); likely = the bound over the efficiency measured on the runners "
             "(reference.md)",
         ],

@@ -20,8 +20,12 @@ def test_a_figure_no_machine_has_is_no_figure(tmp_path):
 
 
 def test_without_a_stack_to_run_it_the_plan_is_told_why(tmp_path):
-    assert probe.for_engine(None, "0-1")["why"].startswith("not measured: no stack to run the probe")
+    tune = {"ranks": [{"cpus": "0-1", "numa_node": 0}, {"cpus": "2-3", "numa_node": 1}], "host_pin_tool": None}
+    assert probe.for_engine(None, tune)["why"].startswith("not measured: no stack to run the probe")
     broken = {"python": _interpreter(tmp_path, "no marker here"), "image": None}
-    assert probe.for_engine(broken, "0-1") == {"why": "not measured: no output"}
+    assert probe.for_engine(broken, tune) == {"why": "not measured: no output"}
     measured = {"python": _interpreter(tmp_path, '@@PROBE@@{"bytes_per_s": 5e10, "bf16_flops_per_s": 2e12}')}
-    assert probe.for_engine(measured, "0-1|2-3") == {"bytes_per_s": 5e10, "bf16_flops_per_s": 2e12, "cpus": "0-1"}
+    assert probe.for_engine(measured, tune) == {"bytes_per_s": 5e10, "bf16_flops_per_s": 2e12, "cpus": "0-1"}
+    # numactl on the host: the probe's memory on the first rank's node, as vLLM keeps it (numactl runs for real)
+    pinned = probe.for_engine(measured, {**tune, "host_pin_tool": "numactl"})
+    assert pinned == {"bytes_per_s": 5e10, "bf16_flops_per_s": 2e12, "cpus": "0-1"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from epyc import bundle
 from epyc.bundle import GIB
@@ -264,20 +264,26 @@ def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engin
     return Forecast(shape, floor, ceiling, aggregate, ttft, load_s, fetch_s, tuple(dict.fromkeys(facts)))
 
 
-def _rank_facts(epyc: dict, det: dict, tune: dict, cpus: str) -> tuple[Fact, Fact]:
+def _rank_facts(epyc: dict, det: dict, tune: dict, rank: dict) -> tuple[Fact, Fact]:
     """(bandwidth, compute) of one rank's cores: cpu_tune's probe scaled to them, else from data at the share of
     its socket's cores (an NPS4 node's rank: a quarter of the channels; engines sharing a socket: their part)."""
-    cores, probe = len(hostfacts.parse_cpulist(cpus)), tune.get("measured") or {}
+    cores, probe = len(hostfacts.parse_cpulist(rank["cpus"])), tune.get("measured") or {}
     if probe.get("bytes_per_s"):
         n, where = len(hostfacts.parse_cpulist(probe["cpus"])), f"measured: cpu_tune's probe on CPUs {probe['cpus']}"
         scale = f"{where} x {cores}/{n} cores" if cores != n else where
         names = ("memory_bandwidth_bytes_per_s", "bf16_flops_per_s")
         return tuple(Fact(k, probe[f] * cores / n, scale) for k, f in zip(names, ("bytes_per_s", "bf16_flops_per_s")))
-    share = min(1.0, cores / max(s["physical_cores"] for s in tune["sockets"]))
+    socket = next((s for s in tune["sockets"] if s["socket"] == rank["socket"]), tune["sockets"][0])
+    # vLLM keeps an engine's memory on its first core's node: an NPS2/4 socket's engine has that node's channels
+    share = min(cores / socket["physical_cores"], 1 / max(1, len(socket["numa_nodes"])))
     skus = json.loads((bundle.DATA_DIR / "epyc_skus.json").read_text())["skus"]
     clock = sku_clock(next((r for r in skus if r["model"] == det.get("epyc_model_number")), None))
-    bandwidth = memory_bandwidth(epyc, det.get("epyc_generation"), share, cores)
-    return bandwidth, bf16_compute(epyc, det.get("zen_arch"), cores, clock)
+    facts = (
+        memory_bandwidth(epyc, det.get("epyc_generation"), share, cores),
+        bf16_compute(epyc, det.get("zen_arch"), cores, clock),
+    )
+    why = f"{probe['why']}; " if probe.get("why") else ""  # this machine's probe failed: the data, and why
+    return tuple(replace(f, source=why + f.source) for f in facts)
 
 
 def plan_forecast(inp: dict, epyc: dict, engines: int = 1, **work) -> Forecast:
@@ -289,8 +295,7 @@ def plan_forecast(inp: dict, epyc: dict, engines: int = 1, **work) -> Forecast:
     share = row["weight_gb"] * GIB / est["weight_bytes"] if row else 1.0
     kv = row["kv_bytes_per_token"] if row else est["kv_bytes_per_token"]
     ranks = tuple(
-        Rank(int(est["active_weight_bytes"] * share), kv, *_rank_facts(epyc, det, tune, r["cpus"]))
-        for r in tune["ranks"]
+        Rank(int(est["active_weight_bytes"] * share), kv, *_rank_facts(epyc, det, tune, r)) for r in tune["ranks"]
     )
     read, download = load_rates(epyc)
     fetch = 0 if est.get("model_dir") else est["weight_bytes"]  # a Hub id: the first start downloads it

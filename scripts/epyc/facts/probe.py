@@ -62,14 +62,17 @@ def measure(prefix: list[str], cpus: list[int]) -> tuple[dict | None, str]:
     return (found and {k: found[k] for k in PROBE_SHAPE["required"]}), why
 
 
-def for_engine(val: dict | None, bind: str) -> dict:
-    """cpu_tune's `measured`: the probe on the first rank's CPUs, run by the stack validate chose, or why not."""
+def for_engine(val: dict | None, tune: dict) -> dict:
+    """cpu_tune's `measured`: the probe on the first rank's CPUs with its memory on that rank's node (where vLLM keeps
+    an engine's memory), run by the stack validate chose; or why not."""
     if not val or not (val.get("python") or val.get("image")):
         return {"why": "not measured: no stack to run the probe (run validate.py first: its python or image runs it)"}
-    cpus = bind.split("|")[0]
+    cpus, node = tune["ranks"][0]["cpus"], tune["ranks"][0].get("numa_node")
     prefix, _ = architectures.probe_argv(val.get("python"), val.get("image"), val.get("runtime"), val.get("engine"))
-    try:
-        found, why = measure(prefix, hostfacts.parse_cpulist(cpus))
-    except ValueError:
-        found, why = None, f"the bind {bind!r} is not a CPU list"
+    if val.get("image"):
+        mems = [] if node is None else [f"--cpuset-mems={node}"]
+        prefix[prefix.index("run") + 1 : prefix.index("run") + 1] = [f"--cpuset-cpus={cpus}", *mems]
+    elif tune.get("host_pin_tool") == "numactl" and node is not None:
+        prefix = ["numactl", f"--membind={node}", *prefix]
+    found, why = measure(prefix, hostfacts.parse_cpulist(cpus))
     return {**found, "cpus": cpus} if found else {"why": f"not measured: {masking.clip(why, 300)}"}

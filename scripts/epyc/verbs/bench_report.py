@@ -38,7 +38,8 @@ def against_forecast(cells: list[dict]) -> str:
             rows[-1].append({True: "yes", False: "**no**"}.get(f.get("within"), ""))
             if f.get("within") is False:
                 where = f"{names[key]} at input {c['input_len']}, concurrency {c['concurrency']}"
-                missed.append(f"{where}: measured {c[key]:.1f}, outside {likely} ({f['ratio']}x its middle)")
+                side = "slower" if (f["ratio"] > 1) == key.endswith("_ms") else "faster"
+                missed.append(f"{where}: measured {c[key]:.1f}, {side} than its {likely} ({f['ratio']}x the middle)")
     head = ["input", "conc.", "figure", "measured", "forecast (likely)", "ratio", "within"]
     words = "".join(f"\nThe forecast missed: {m}." for m in missed) or "\nEvery figure fell within its forecast."
     return "\n\nAgainst the plan's forecast:\n\n" + markdown_table(head, rows) + "\n" + words + "\n"
