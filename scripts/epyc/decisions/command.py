@@ -176,16 +176,24 @@ def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
     return {**inherited_env(shell), **plan_env, **secrets, MARKER_ENV: token}
 
 
-def router_binary(epyc: dict) -> Path:
-    return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
+def as_flags(values: dict) -> list[str]:
+    """{option: value} as the flags a script takes: True alone, None and False left out."""
+    pairs = [(f"--{k.replace('_', '-')}", v) for k, v in values.items() if v is not None and v is not False]
+    return [x for flag, v in pairs for x in ([flag] if v is True else [flag, str(v)])]
 
 
-def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False) -> dict:
+def router_binary(epyc: dict, home: str | None = None) -> Path:
+    return hubcache.cache_root(home) / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
+
+
+def router_plan(
+    urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False, home: str | None = None
+) -> dict:
     """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all
     interfaces with --expose). It holds no key: it passes the client's Authorization header on, and each
     engine checks it (measured with vllm-router 0.1.17), so a keyed fleet keeps its key off every argv."""
     bind = "0.0.0.0" if expose else "127.0.0.1"
-    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
+    argv = [str(router_binary(epyc, home)), "--host", bind, "--port", str(port), "--worker-urls", *urls]
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
     # workers checked every 2 s, not 30, and a dead engine's circuit tried after 10 s, not 60: an engine healthy
     # just after a look gets requests within seconds (measured: the defaults left a repaired one idle a minute)
