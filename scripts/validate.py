@@ -79,7 +79,6 @@ def main(argv: list[str] | None = None):
     cpu = cpu_facts(detected, args.generation, args.avx512)
     remote = remote_host.is_another_host(detected.get("target", "localhost"))
     python = interpreter(args.python, epyc, args.stock) if args.python or not remote else None  # None: the host's
-    # another host's paths go under its home: read over ssh or in its capture, else root's (as a spec assumes)
     home = detected.get("home") or validation.SPEC_HOME
     gathered = deferred_gather(args, epyc, image, python, home) if remote else gather(args, epyc, image, python)
     doc = verdict(cpu, detected, args, epyc, gathered)

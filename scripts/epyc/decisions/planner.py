@@ -289,16 +289,12 @@ def on_host_command(inp: dict, opt: dict, engines: str | None = None) -> str:
     serve = {**{k: opt.get(k) for k in SERVE_OPTIONS}, "model": model, "max_model_len": max_len}
     sized = {"max_model_len": max_len, "num_prompts": fit.get("num_prompts"), "dtype": opt.get("dtype")}
     host = {"stock": val.get("backend") == "stock", "python": val["python"] if val["path"] == "host" else None}
+    flags, check = command.as_flags, {"model": model, "revision": inp["check_model"].get("revision")}
     if not engines:
-        return shlex.join(["python3", "scripts/launch.py", "up", *command.as_flags({**serve, **sized, **host})])
-    steps = [
-        ["detect.py"],
-        ["validate.py", *command.as_flags({**host, "runtime": "host" if host["python"] else None})],
-        ["check_model.py", *command.as_flags({"model": model, "revision": inp["check_model"].get("revision")})],
-        ["estimate_memory.py", *command.as_flags(sized)],
-        ["cpu_tune.py"],
-        ["launch.py", "plan", *command.as_flags({**serve, "engines": engines})],
-    ]
+        return shlex.join(["python3", "scripts/launch.py", "up", *flags({**serve, **sized, **host})])
+    steps = [["detect.py"], ["validate.py", *flags({**host, "runtime": "host" if host["python"] else None})]]
+    steps += [["check_model.py", *flags(check)], ["estimate_memory.py", *flags(sized)], ["cpu_tune.py"]]
+    steps.append(["launch.py", "plan", *flags({**serve, "engines": engines})])
     return " && ".join(shlex.join(["python3", f"scripts/{s[0]}", *s[1:]]) for s in steps)
 
 

@@ -90,8 +90,7 @@ def fleet_warnings(engines: list[dict]) -> list[list[str]]:
 
 
 def state_folder(folder: Path, val: dict) -> Path:
-    """Where the fleet's engines and router keep their state: its run folder, or on another host the default
-    one there (its plan's one line runs the chain without --run)."""
+    """The fleet's state: its run folder, or another host's default one (its one line runs the chain without --run)."""
     return hubcache.state_root(val["home"]) / runs.DEFAULT if val.get("home") else folder
 
 

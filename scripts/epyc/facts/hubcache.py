@@ -55,8 +55,7 @@ def refuse_a_relative_hub_cache(env: dict) -> None:
 
 
 def cache_root(home: str | None = None) -> Path:
-    """The user's cache folder per the XDG spec: $XDG_CACHE_HOME when absolute, else ~/.cache; another host's
-    (its `home`): HOME/.cache, since its environment is not read here."""
+    """The user's cache per the XDG spec: $XDG_CACHE_HOME when absolute, else ~/.cache; another host's: home/.cache."""
     if home:
         return Path(home) / ".cache"
     xdg = os.environ.get("XDG_CACHE_HOME", "")
