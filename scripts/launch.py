@@ -173,7 +173,8 @@ def plan_from_files(a, epyc: dict) -> dict:
     if opts["state_dir"]:
         opts["state_dir"] = state_dir_arg(opts["state_dir"])
     plan = build_plan(inputs, opts, epyc, shell_facts(opts, inputs))
-    check_default_state_dir(plan)
+    if not plan["deferred"]:  # another host's state dir is there, not here
+        check_default_state_dir(plan)
     return plan
 
 

@@ -22,7 +22,7 @@ from epyc import argtypes, bundle, cli, errors, jsonio
 from epyc.argtypes import parse_bool
 from epyc.deployments import runs
 from epyc.errors import ScriptError
-from epyc.facts import cpuid, remote_host
+from epyc.facts import cpuid, remote_host, validation
 from epyc.facts.validation import cpu_facts, default_python, deferred_gather, gather, verdict
 
 
@@ -69,7 +69,6 @@ def main(argv: list[str] | None = None):
     args = p.parse_args(argv)
     folder = runs.keep(args, "validate")
     image = args.image or (epyc["stock_image"]["image"] if args.stock else epyc["container"]["image"])
-    python = interpreter(args.python, epyc, args.stock)
     if args.detect:
         detected = jsonio.read_json_input(args.detect, "detect")
         why = f"--detect {args.detect} is not detect.py's output"
@@ -78,7 +77,9 @@ def main(argv: list[str] | None = None):
         detected = runs.earlier(folder, "detect") or cpuid.report(remote_host.gather_from_args(None, None), epyc)
     cpu = cpu_facts(detected, args.generation, args.avx512)
     remote = remote_host.is_another_host(detected.get("target", "localhost"))
-    gathered = deferred_gather(args, epyc, image, python) if remote else gather(args, epyc, image, python)
+    python = interpreter(args.python, epyc, args.stock) if args.python or not remote else None  # None: the host's
+    home = detected.get("home") or validation.SPEC_HOME
+    gathered = deferred_gather(args, epyc, image, python, home) if remote else gather(args, epyc, image, python)
     doc = verdict(cpu, detected, args, epyc, gathered)
     return doc, errors.EXIT_OK if doc["ready"] else errors.EXIT_FAIL
 

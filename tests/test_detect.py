@@ -254,14 +254,14 @@ def test_bad_specs(script, args, needle):
 
 def test_capture_round_trip_gives_the_same_facts_as_live(script, tmp_path):
     """On the host: detect.py --capture FILE (standard library only); anywhere: --sysroot FILE reads
-    the same facts detect and cpu_tune read live."""
+    the same facts detect and cpu_tune read live, and the login's home, where a plan for it puts its paths."""
     archive = tmp_path / "host.txt"
-    c = script("detect.py", "--capture", str(archive))
+    c = script("detect.py", "--capture", str(archive), env={"HOME": "/home/alice"})
     assert c.code == 0 and c.doc["files"] > 5 and archive.exists()
     live = script("detect.py").doc
     captured = script("detect.py", "--sysroot", str(archive)).doc
-    assert captured["target"] == f"capture:{archive}"
-    same = {k: v for k, v in live.items() if k not in ("target",)}
+    assert captured["target"] == f"capture:{archive}" and captured["home"] == "/home/alice" and live["home"] is None
+    same = {k: v for k, v in live.items() if k not in ("target", "home")}
     assert {k: captured[k] for k in same} == same
     t_live = script("cpu_tune.py").doc
     t_cap = script("cpu_tune.py", "--sysroot", str(archive)).doc
@@ -460,6 +460,18 @@ def test_a_hosts_ssh_answer_is_checked_as_a_capture_is(script, tmp_path, tool, e
     env = _hostile_ssh(tmp_path, f"{REAL_DUMP}\nprint({extra!r})")
     r = script(tool, "--host", "root@box", env=env)
     assert r.code == 1 and "over ssh" in r.doc["error"] and needle in r.doc["error"], r.doc
+
+
+@pytest.mark.parametrize(
+    "home,seen", [("/home/alice", "/home/alice"), ("/x; rm -rf /", None), ("/home/../etc", None), ("", None)]
+)
+def test_a_hosts_home_is_taken_over_ssh_only_as_a_plain_path(script, tmp_path, home, seen):
+    """Issue 52: the login's $HOME is where a plan for that host puts its paths; it is the host's text, so
+    anything but a plain absolute path (a shell word, a '..') is dropped, and the plan assumes root's."""
+    dump = f"['sh', '-c', {hostspec.DUMP_SCRIPT!r}], env={{'HOME': {home!r}}}, timeout=60"  # this machine's files
+    env = _hostile_ssh(tmp_path, f"import subprocess\nsubprocess.run({dump})")
+    r = script("detect.py", "--host", "alice@box", env=env)
+    assert r.code == 0 and r.doc["home"] == seen, r.doc
 
 
 def test_a_host_that_prints_without_end_fills_no_memory(script, tmp_path):

@@ -63,8 +63,8 @@ def plan_for(
     )
     assert val.code == 0 and val.doc["ready"] and val.doc["path"] == "host", val.doc
     assert val.doc["backend"] == stack["backend"] and val.doc["compatibility"]["status"] == "proceed"
-    if stock:  # the stock path always asks: here the human who asked for it says yes
-        assert val.doc["requires_confirmation"] and val.doc["confirmations"][0]["check"] == "cpu"
+    if stock:  # --stock is the human's OK, given in the request: recorded, not asked again
+        assert not val.doc["requires_confirmation"] and val.doc["confirmed"][0]["check"] == "cpu"
         assert val.doc["stack"]["platform"].endswith(".CpuPlatform") and not val.doc["stack"]["zen_active"]
     else:
         assert val.doc["stack"]["platform"].endswith("ZenCpuPlatform") and val.doc["stack"]["zen_active"]

@@ -295,3 +295,16 @@ def test_a_state_dir_through_a_dangling_link_is_refused_before_anything_is_made(
     (tmp_path / "ok").symlink_to(tmp_path / "real")  # a link to a folder that is there: followed
     r = script("launch.py", *plan_args(inputs, "--state-dir", str(tmp_path / "ok" / "st")))
     assert r.code == 0 and r.doc["state_dir"] == str((tmp_path / "real" / "st").resolve()), r.doc
+
+
+def test_launch_help_gives_each_verb_a_line_and_start_says_it_repairs_a_running_fleet():
+    """Issue 52: `launch.py --help` listed start, verify, handoff and stop with no line; each verb says what it
+    does, and start's that on a running fleet or front it starts again only what failed (deployment.start)."""
+    import re
+    import subprocess
+
+    argv = [sys.executable, str(ROOT / "scripts" / "launch.py"), "--help"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+    said = dict(re.findall(r"^    (\w+) +(\S.*)$", out, re.M))  # each verb's first line, as argparse lays it out
+    assert sorted(said) == sorted(["plan", "start", "verify", "handoff", "stop", "up"]), out
+    assert "start again only what failed while the rest serves" in " ".join(out.split())

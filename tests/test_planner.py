@@ -4,7 +4,7 @@ import json
 import sys
 
 import pytest
-from conftest import PINNED, cert_pair, facts_for, load_docs
+from conftest import PINNED, ROOT, cert_pair, facts_for, load_docs
 from epyc.bundle import load_epyc
 from epyc.decisions import command, planner
 from epyc.errors import ScriptError
@@ -344,3 +344,45 @@ def test_exposed_without_tls_is_refused_unless_plain_http_is_asked_for_by_name(i
     plan = tls_plan(inputs, tmp_path, plain_http=True)
     assert plan["tls"] is None and "--ssl-certfile" not in plan["argv"]
     assert "cross the network in clear" in dict(plan["summary"])["TLS"]
+
+
+@pytest.mark.parametrize("runtime", ["docker", "host"])
+def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_plans_it_there(
+    runtime, inputs, tmp_path, monkeypatch
+):
+    """Issue 52: every command a plan for another host prints runs there as printed. Its home (read over ssh, or
+    in its capture) differs from this machine's: the HF cache, the state dir and its secrets mount, the host
+    venv are under it, no path of this machine is in any command, and the one line that renders the plan on the
+    host from a copy of the bundle carries the plan's flags."""
+    import validate as validate_cli
+    from epyc.deployments.runs import DEFAULT
+
+    here = tmp_path / "here"
+    monkeypatch.setenv("HOME", str(here))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    docs = load_docs(inputs)
+    docs["detect"].update(target="alice@box", home="/home/alice")
+    docs["cpu_tune"]["target"] = "alice@box"
+    docs["check_model"].update(model="Qwen/Qwen3-0.6B", model_dir=None)  # a folder here is item 3's
+    docs["estimate_memory"].update(model="Qwen/Qwen3-0.6B", model_dir=None)
+    (tmp_path / "d.json").write_text(json.dumps(docs["detect"]))
+    args = ["--detect", str(tmp_path / "d.json"), "--runtime", runtime, "--run", str(tmp_path / DEFAULT)]
+    docs["validate"], code = validate_cli.main(args)  # nothing probed: another host's facts are assumed
+    assert code == 0 and docs["validate"]["home"] == "/home/alice"
+    docs["check_model"]["vllm_version"] = docs["validate"]["stack"]["vllm"]  # the host path's pinned vLLM
+    opts = {"model": "Qwen/Qwen3-0.6B", "expose": True, "api_key_env": "BOX_KEY", "max_model_len": 4096}
+    plan = planner.build_plan(docs, opts, load_epyc(), facts_for(docs, api_key_set=True))
+    printed = [plan["command"], *map(" ".join, plan["pre_argv"]), plan["stop_command"], plan["on_host_command"]]
+    for text in [*printed, plan["summary_markdown"]]:
+        assert str(tmp_path) not in text and str(here) not in text and str(ROOT) not in text, text
+    cache = "/home/alice/.cache"
+    assert plan["state_dir"] == f"{cache}/serving-llms-on-epyc/run/up"  # where the one line (up) keeps it there
+    if runtime == "docker":
+        assert f"{cache}/huggingface/hub:/root/.cache/huggingface/hub" in plan["argv"]
+        assert f"{cache}/serving-llms-on-epyc/run/up/secrets:/run/secrets/serving-llms-on-epyc:ro" in plan["argv"]
+    else:
+        assert plan["argv"][3] == f"{cache}/serving-llms-on-epyc/venv-vllm-0.32.0/bin/vllm"
+    line = "python3 scripts/launch.py up --model Qwen/Qwen3-0.6B --max-model-len 4096 --expose --api-key-env BOX_KEY"
+    assert plan["on_host_command"].startswith(line)
+    assert ("--python " in plan["on_host_command"]) is (runtime == "host")  # the host path's venv there
+    assert f"| On the host | {plan['on_host_command']} |" in plan["summary_markdown"]

@@ -60,6 +60,8 @@ def test_detect_over_ssh_matches_local(script, sshd):
     local = script("detect.py")
     assert remote.code == 0, remote.doc
     assert remote.doc["target"] == sshd["spec"]
+    # the login's home, which a plan for that host puts its paths under (issue 52); none for this machine
+    assert remote.doc["home"] == __import__("pwd").getpwuid(0).pw_dir and local.doc["home"] is None
     for key in (
         "cpu_model",
         "cpu_family",

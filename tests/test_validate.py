@@ -84,8 +84,26 @@ def test_no_avx512_blocks_unless_stock_was_accepted(script, fake_rt):
     assert "--stock" in next(e for e in r.doc["errors"] if e["check"] == "cpu")["fix"]
     s = run_validate(script, env, "--avx512", "false", "--generation", "Milan", "--stock")
     assert s.code == 0 and s.doc["path"] == "container" and s.doc["backend"] == "stock"
-    assert s.doc["requires_confirmation"] is True
+    assert s.doc["requires_confirmation"] is False and not s.doc["confirmations"]  # --stock is the user's OK
+    assert [c["check"] for c in s.doc["confirmed"]] == ["cpu"]
     assert s.doc["image"] == "vllm/vllm-openai-cpu:v0.32.0-x86_64" and s.doc["zentorch_capable"] is False
+
+
+def test_an_intel_box_asking_for_stock_with_no_runtime_has_one_cause_and_its_ok_recorded(script, fake_rt, tmp_path):
+    """A Xeon asking for the stock path before any runtime exists: the runtime error is the one cause
+    (compatibility unknown, not `blocked`, which SKILL.md's Step 2 reads as stop), and --stock, the user's OK
+    given in the request, is recorded as given: nothing is left to confirm."""
+    d, env = fake_rt
+    (d / "daemon_down").touch()
+    xeon = detect_file(tmp_path, "xeon_8480")
+    r = script("validate.py", "--python", sys.executable, "--detect", str(xeon), "--stock", env=env)
+    assert r.code == 1 and [e["check"] for e in r.doc["errors"]] == ["runtime"], r.doc
+    assert "setup_host_stack.py --stock" in r.doc["fix"]
+    assert r.doc["compatibility"] == {"status": "unknown", "message": "no runtime to probe (the runtime error)"}
+    assert r.doc["requires_confirmation"] is False and not r.doc["confirmations"]
+    assert [c["check"] for c in r.doc["confirmed"]] == ["cpu"] and "explicit request" in r.doc["confirmed"][0][
+        "message"
+    ]
 
 
 def test_unvalidated_generation_needs_confirmation(script, fake_rt):

@@ -177,8 +177,14 @@ def server_env(shell: dict, plan_env: dict, secrets: dict, token: str) -> dict:
     return {**inherited_env(shell), **plan_env, **secrets, MARKER_ENV: token}
 
 
-def router_binary(epyc: dict) -> Path:
-    return hubcache.cache_root() / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
+def as_flags(values: dict) -> list[str]:
+    """{option: value} as the flags a script takes: True alone, None and False left out."""
+    pairs = [(f"--{k.replace('_', '-')}", v) for k, v in values.items() if v is not None and v is not False]
+    return [x for flag, v in pairs for x in ([flag] if v is True else [flag, str(v)])]
+
+
+def router_binary(epyc: dict, home: str | None = None) -> Path:
+    return hubcache.cache_root(home) / "serving-llms-on-epyc" / epyc["router"]["venv"] / "bin" / "vllm-router"
 
 
 def tls_terminator(port: int, upstream: int, folder: Path, tls: dict, epyc: dict) -> dict:
@@ -192,14 +198,16 @@ def tls_terminator(port: int, upstream: int, folder: Path, tls: dict, epyc: dict
     return {**spec, "config": config, "state_file": str(d / "state.json"), "log_file": str(d / "nginx.log")}
 
 
-def router_plan(urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False, tls=None) -> dict:
+def router_plan(
+    urls: list[str], port: int, folder: Path, epyc: dict, expose: bool = False, tls=None, home=None
+) -> dict:
     """The router's command: every engine's URL, the pinned policy, 127.0.0.1 on the fleet's port (all interfaces
     with --expose; with `tls`, nginx there, the router behind it on the block's last port). It holds no key: it passes
     the client's Authorization header on, each engine checks it (vllm-router 0.1.17), so no argv holds the key."""
     bind = "0.0.0.0" if expose and not tls else "127.0.0.1"
     metrics = port + len(urls) + 1  # the port after the engines': the fleet's block, one per fleet
     listen = metrics + 1 if tls else port
-    argv = [str(router_binary(epyc)), "--host", bind, "--port", str(listen), "--worker-urls", *urls]
+    argv = [str(router_binary(epyc, home)), "--host", bind, "--port", str(listen), "--worker-urls", *urls]
     # workers checked every 2 s, not 30, and a dead engine's circuit tried after 10 s, not 60: an engine healthy
     # just after a look gets requests within seconds (measured: the defaults left a repaired one idle a minute)
     argv += ["--policy", epyc["router"]["policy"], "--worker-startup-check-interval", "2", "--log-level", "info"]

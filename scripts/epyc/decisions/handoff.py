@@ -147,15 +147,15 @@ def summary_rows(plan: dict, det: dict, fit: dict | None) -> list[list[str]]:
     ]
     if plan["deferred"]:
         cell = (
-            f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are assumed; re-check on the "
-            "host before start (run the chain there)"
+            f"{plan['target']} -- not this machine: {', '.join(plan['deferred'])} are assumed; on the host, from "
+            "a copy of the bundle, the line 'On the host' plans it from the host itself: confirm this summary there"
         )
         if plan.get("api_key_env"):
             cell += (
                 f"; the key in ${plan['api_key_env']} reaches the server only through launch.py start there "
-                "(this command pasted alone would serve without it)"
+                "(or up; this command pasted alone would serve without it)"
             )
-        rows.append(["Planned for", cell])
+        rows += [["Planned for", cell], ["On the host", plan["on_host_command"]]]
     rows += [["Warning", w["message"]] for w in plan["warnings"]]
     rows += [["Needs your OK", c] for c in plan["confirmation_reasons"]]
     return rows

@@ -309,6 +309,23 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
     }
 
 
+def on_host_command(inp: dict, opt: dict, engines: str | None = None) -> str:
+    """The one line that renders this plan on its host from a copy of the bundle, with its flags: `up` for one
+    engine (it shows this summary there and asks), the chain to `launch.py plan` for a fleet (then start)."""
+    val, fit = inp["validate"], inp["estimate_memory"].get("fit") or {}
+    model, max_len = opt.get("model") or inp["check_model"]["model"], opt.get("max_model_len") or fit["max_model_len"]
+    serve = {**{k: opt.get(k) for k in SERVE_OPTIONS}, "model": model, "max_model_len": max_len}
+    sized = {"max_model_len": max_len, "num_prompts": fit.get("num_prompts"), "dtype": opt.get("dtype")}
+    host = {"stock": val.get("backend") == "stock", "python": val["python"] if val["path"] == "host" else None}
+    flags, check = command.as_flags, {"model": model, "revision": inp["check_model"].get("revision")}
+    if not engines:
+        return shlex.join(["python3", "scripts/launch.py", "up", *flags({**serve, **sized, **host})])
+    steps = [["detect.py"], ["validate.py", *flags({**host, "runtime": "host" if host["python"] else None})]]
+    steps += [["check_model.py", *flags(check)], ["estimate_memory.py", *flags(sized)], ["cpu_tune.py"]]
+    steps.append(["launch.py", "plan", *flags({**serve, "engines": engines})])
+    return " && ".join(shlex.join(["python3", f"scripts/{s[0]}", *s[1:]]) for s in steps)
+
+
 def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     """Everything start needs, and the summary the human confirms, from the five input documents, the options and
     the host facts that matter (shell.shell_facts). Every refusal comes first (choose); then the assembly."""
@@ -317,7 +334,9 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
     env, secrets = plan_env(ch, tune, epyc, opt, facts)
     opts, capacity, batched = serve_opts(ch, inp, opt, epyc)
     name = f"{epyc['container']['name']}-{ch.port}"  # one container per endpoint: plans never remove each other's
-    state_dir = Path(opt.get("state_dir") or hubcache.state_root() / (name if ch.path != "host" else f"host-{ch.port}"))
+    home = val.get("home")  # another host's: its state dir under its home, where the plan's one line (up) keeps it
+    default = "up" if home else name if ch.path != "host" else f"host-{ch.port}"
+    state_dir = Path(opt.get("state_dir") or hubcache.state_root(home) / default)
     cmd = serve_command(ch, inp, epyc, env, facts, opts, name, str(state_dir / "secrets") if secrets else None)
     # here: from any folder, on the copy of the plan start keeps beside the server's state (it also removes
     # the key files start wrote); another host: the runtime's own stop, or the process by its command
@@ -336,6 +355,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
         "log_file": str(state_dir / "server.log"),
         "state_file": str(state_dir / "state.json"),
         "stop_command": stop,
+        "on_host_command": opt.get("on_host_command") or (on_host_command(inp, opt) if val.get("deferred") else None),
         "requires_confirmation": bool(val.get("requires_confirmation")),
         "confirmation_reasons": [c["message"] for c in val.get("confirmations", [])],
         "warnings": [

@@ -13,7 +13,7 @@ from epyc import jsonio, masking, subproc
 from epyc.decisions.command import inherited_env, router_plan, stop_command
 from epyc.decisions.handoff import handoff_doc, systemd_unit
 from epyc.deployments import front, planfile, process, serve_procs, serve_start, serve_stop, serve_verify
-from epyc.deployments.fleet import engine_urls
+from epyc.deployments.fleet import engine_urls, state_folder
 from epyc.deployments.serve_state import auth_headers, make_own_folder, read_state, write_own_file
 from epyc.errors import ScriptError
 
@@ -331,12 +331,15 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
             "plan the fleet again (launch.py plan --engines)",
         )
     engines = [planfile.load_plan(p) if verb == "start" else planfile.read_plan(p, verb, epyc) for p in own]
-    if any(e["state_dir"] != str(Path(p).parent) for e, p in zip(engines, own)):
+    val = engines[0]["inputs"]["validate"]
+    if any(e["state_dir"] != str(state_folder(folder, val) / f"engine-{i}") for i, e in enumerate(engines)):
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     r = fleet["router"]
     try:
-        tls = r.get("terminator", {}).get("tls")  # the pair as planned (checked then), re-rendered into nginx's config
-        want = router_plan(engine_urls(engines), r["port"], folder, epyc, r.get("expose") is True, tls)
+        tls, home = r.get("terminator", {}).get("tls"), val.get("home")  # the pair as planned, re-rendered for nginx
+        want = router_plan(
+            engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True, tls, home
+        )
     except (KeyError, TypeError):
         want = None
     if r != want:

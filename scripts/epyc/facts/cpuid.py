@@ -150,6 +150,7 @@ def report(f: HostFacts, epyc: dict) -> dict:
         "allowed_cpus": hostfacts.format_cpulist(f.allowed_cpus),
         "cpu_quota": f.cpu_quota,
         "hypervisor": f.hypervisor,
+        "home": f.home,
         "notes": mem["notes"] + merged_note(topo),
     }
     doc["route"] = route_host(doc, epyc["supported_generations"], stock=False)

@@ -13,6 +13,7 @@ from epyc import bundle
 from epyc.errors import ScriptError
 
 _CPULIST_ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+))?$", re.ASCII)
+HOME_PATH = re.compile(r"(/(?!\.\.?(/|$))[\w.@+-]+)+", re.ASCII)  # absolute, no '.' or '..', nothing a shell reads
 MAX_CPU_ID = 8191
 MAX_PACKAGE_ID = 1023
 MAX_BRAND_CHARS = 256
@@ -317,6 +318,7 @@ class HostFacts:
     memory_limit_bytes: int | None
     hypervisor: str | None
     cpu_quota: float | None = None
+    home: str | None = None  # another host's login home (ssh, a capture): a plain absolute path, or None
 
     def memory(self, tolerance: float) -> dict:
         """Usable RAM: the smaller of MemTotal and the cgroup limit. Per-node sysfs figures that do not add up to
@@ -382,4 +384,6 @@ def gather(sr: Sysroot, target: str, live: bool) -> HostFacts:
     if "hypervisor" in cpu["flags"]:
         vendor = sr.read("sys/hypervisor/type") or sr.read("sys/class/dmi/id/sys_vendor") or ""
         hyper = vendor.strip() or "unknown (virtualized)"
-    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, quota)
+    home = None if live else (sr.read("HOME") or "").strip()
+    home = home if home and HOME_PATH.fullmatch(home) else None  # the host's text, perhaps hostile
+    return HostFacts(target, cpu, topo, mem_total, sorted(allowed_set), limit, hyper, quota, home)

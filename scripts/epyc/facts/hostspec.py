@@ -130,6 +130,7 @@ DUMP_SCRIPT = (
     + " ".join(f'"/{t.format(p="$p")}"' for t in CGROUP_FILES)
     + "; "
     "done < /proc/self/cgroup\n"
+    'printf "\\n%s /HOME\\n%s\\n" "' + DUMP_MARK + '" "$HOME"\n'  # the login's home: where its plan's paths go
     "exit 0\n"
 )
 _MARK_LINE = re.compile("^" + re.escape(DUMP_MARK) + " (.*)$", re.M)
@@ -154,7 +155,7 @@ def capture(path: Path) -> dict:
 
 def captured_shape(name: str) -> str | None:
     """'cgroup' or 'fixed' for a path the dump script reads (relative to the root), else None."""
-    if any(fnmatch.fnmatchcase(name, p) and name.count("/") == p.count("/") for p in CAPTURE_PATTERNS):
+    if any(fnmatch.fnmatchcase(name, p) and name.count("/") == p.count("/") for p in (*CAPTURE_PATTERNS, "HOME")):
         return "fixed"
     if name.startswith("sys/fs/cgroup/") and name.rsplit("/", 1)[1] in CGROUP_LEAVES:
         return "cgroup" if name.count("/") < CGROUP_DEPTH else None

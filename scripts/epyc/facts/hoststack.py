@@ -38,8 +38,8 @@ PURELIB_SHAPE = {
 }
 
 
-def default_venv(stack: dict, stock: bool = False) -> Path:
-    base = hubcache.cache_root() / "serving-llms-on-epyc"
+def default_venv(stack: dict, stock: bool = False, home: str | None = None) -> Path:
+    base = hubcache.cache_root(home) / "serving-llms-on-epyc"
     return base / f"venv-vllm-{stack['vllm_version']}{'-stock' if stock else ''}"
 
 

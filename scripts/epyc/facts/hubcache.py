@@ -54,8 +54,10 @@ def refuse_a_relative_hub_cache(env: dict) -> None:
         )
 
 
-def cache_root() -> Path:
-    """The user's cache folder per the XDG spec: $XDG_CACHE_HOME when absolute, else ~/.cache."""
+def cache_root(home: str | None = None) -> Path:
+    """The user's cache per the XDG spec: $XDG_CACHE_HOME when absolute, else ~/.cache; another host's: home/.cache."""
+    if home:
+        return Path(home) / ".cache"
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
         return user_path(xdg, "XDG_CACHE_HOME")
@@ -180,6 +182,6 @@ def filesystem_type(path: Path) -> str | None:
     return max(held, key=lambda p: len(p.mountpoint)).fstype if held else None
 
 
-def state_root() -> Path:
-    """Where default state dirs go (a plan without --state-dir, up's run folder)."""
-    return cache_root() / "serving-llms-on-epyc" / "run"
+def state_root(home: str | None = None) -> Path:
+    """Where default state dirs go (a plan without --state-dir, up's run folder), here or under another `home`."""
+    return cache_root(home) / "serving-llms-on-epyc" / "run"

@@ -17,11 +17,14 @@ from epyc.facts.preload import execstack_libs, find_libs, ld_preload_value
 from epyc.facts.runtimes import choose_runtime, host_runtime_ok, image_is_local, probe_runtimes
 
 CONTAINERS = ("docker", "podman", "sudo docker")
+SPEC_HOME = "/root"  # a described host's home when none was read there: the container path's cache was root's
 STACK_KEYS = ("vllm", "zentorch", "torch", "platform")
-# how validate weighs detect's route (cpuid.route_host): one decision, said the same way by both
-ROUTE_SEVERITY = {"stop": "error", "stock_offer": "error", "confirm": "confirmation", "stock": "confirmation"}
+# how validate weighs detect's route (cpuid.route_host): one decision, said the same way by both; the stock
+# route exists only when --stock asked for it, and that request is the user's OK (recorded, not asked again)
+ROUTE_SEVERITY = {"stop": "error", "stock_offer": "error", "confirm": "confirmation", "stock": "confirmed"}
 # each list of the document, and the severity of the issues it holds
-SEVERITY_LISTS = {"errors": "error", "confirmations": "confirmation", "warnings": "warning", "advisories": "advisory"}
+SEVERITIES = ("error", "confirmation", "confirmed", "warning", "advisory")
+SEVERITY_LISTS = dict(zip("errors confirmations confirmed warnings advisories".split(), SEVERITIES))
 
 
 def issue(check: str, severity: str, message: str, fix: str | None = None) -> dict:
@@ -143,9 +146,9 @@ def stack_findings(cpu: dict, stock: bool, epyc: dict, gathered: dict) -> tuple[
     stack, pinned, image_issues = stack_for(runtime, gathered, epyc, stock)
     issues += image_issues
     stack["zen_active"] = bool(stack.get("platform") and stack["platform"].endswith("ZenCpuPlatform"))
-    if not runtime or stack["source"].startswith("absent:"):
-        compat = {"status": "blocked", "message": "no runtime to probe" if not runtime else "the image is not local"}
-        return stack, compat, issues
+    if not runtime or stack["source"].startswith("absent:"):  # unknown, not blocked: that error is the one cause
+        why = "the image is not local (the image error)" if runtime else "no runtime to probe (the runtime error)"
+        return stack, {"status": "unknown", "message": why}, issues
     compat = stack_compatibility(stack, cpu.get("epyc_generation"), pinned, stock, cpu.get("vendor"))
     if compat["status"] == "blocked":
         fix = "use the pinned image / host stack from data/epyc.json (setup_host_stack.py)"
@@ -224,6 +227,7 @@ def verdict(cpu: dict, detected: dict, args: argparse.Namespace, epyc: dict, gat
         "ram_gb": detected.get("ram_gb"),
         **{k: cpu.get(k) for k in ("cpu_model", "vendor", "epyc_generation")},
         "hf_token_set": gathered["hf_token_set"],
+        "home": gathered.get("home"),  # another host's, which its plan's paths are under; None here
         **said,
         "target": detected.get("target", "localhost"),
         "deferred": gathered.get("deferred", []),
@@ -286,10 +290,13 @@ def gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dic
     }
 
 
-def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: str) -> dict:
-    """Another host's (spec, capture, ssh) runtime, port, HF cache and libraries: assumed and listed, never probed here."""
+def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: str | None, home: str) -> dict:
+    """Another host's (spec, capture, ssh) runtime, port, HF cache and libraries: assumed and listed, never probed
+    here; its paths under its `home` (its host stack venv unless --python named one)."""
     runtime = "docker" if args.runtime == "auto" else args.runtime
+    python = python or str(hoststack.default_venv(epyc["host_stack"], args.stock, home) / "bin" / "python")
     return {
+        "home": home,
         "runtime": runtime,
         "runtime_detail": {runtime: "assumed (deferred to the host)"},
         "python": python,
@@ -298,11 +305,11 @@ def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: st
         "image": image,
         "image_probe": {"local": False, "found": None},
         "hf_cache": {
-            "path": epyc["container"]["hf_cache_mount_target"] + "/hub",
+            "path": f"{home}/.cache/huggingface/hub",
             "mount_subdir": "hub",
             "nfs": False,
             "fstype": None,
-            "note": "assumed: the host's HF cache is root's default (deferred to the host)",
+            "note": f"assumed: the host's HF cache is the default under its home {home} (deferred to the host)",
         },
         "preload_libs": {},
         "execstack": [],
