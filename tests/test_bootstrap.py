@@ -30,6 +30,13 @@ def test_a_bare_python_is_told_what_is_missing_not_that_bootstrap_needs_it(tmp_p
         timeout=120,
     )
     doc = json.loads(r.stdout)
-    missing = ["huggingface_hub", "psutil", "requests", "jsonschema", "py-cpuinfo"]  # distributions, as pip names them
+    missing = [
+        "huggingface_hub",
+        "psutil",
+        "requests",
+        "jsonschema",
+        "cryptography",
+        "py-cpuinfo",
+    ]  # distributions, as pip names them
     assert r.returncode == 1 and doc["missing"] == missing, doc
     assert doc["fix"] == "run python3 scripts/bootstrap.py without --check"

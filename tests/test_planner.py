@@ -370,7 +370,13 @@ def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_
     docs["validate"], code = validate_cli.main(args)  # nothing probed: another host's facts are assumed
     assert code == 0 and docs["validate"]["home"] == "/home/alice"
     docs["check_model"]["vllm_version"] = docs["validate"]["stack"]["vllm"]  # the host path's pinned vLLM
-    opts = {"model": "Qwen/Qwen3-0.6B", "expose": True, "api_key_env": "BOX_KEY", "max_model_len": 4096}
+    opts = {
+        "model": "Qwen/Qwen3-0.6B",
+        "expose": True,
+        "api_key_env": "BOX_KEY",
+        "max_model_len": 4096,
+        "plain_http": True,
+    }
     plan = planner.build_plan(docs, opts, load_epyc(), facts_for(docs, api_key_set=True))
     printed = [plan["command"], *map(" ".join, plan["pre_argv"]), plan["stop_command"], plan["on_host_command"]]
     for text in [*printed, plan["summary_markdown"]]:
