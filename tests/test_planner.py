@@ -167,7 +167,7 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
     assert plan["summary"] == [
         ["Model / kind", f"{model} -- text, endpoint chat_completions"],
         ["Backend", "zentorch-accelerated (ZenCpuPlatform)"],
-        ["Path", f"container (docker, {PINNED})"],
+        ["Path", f"container (docker, {PINNED}; the seed's image (amdih): vLLM 0.25.1 + zentorch 2.11.0.3)"],
         ["Precision", "bfloat16"],
         ["Fit", "required 3.55 GiB vs 384.0 GiB RAM"],
         ["CPU sizing", "socket 1 (forced by --socket), bind 96-191, KV 190 GiB (socket-local), memory on nodes 1"],
