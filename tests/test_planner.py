@@ -272,3 +272,38 @@ def test_the_container_is_pinned_to_the_nodes_and_cpus_cpu_tune_sized(inputs, ed
     with pytest.raises(ScriptError) as err:
         planner.build_plan(docs, {}, load_epyc(), facts_for(docs))
     assert "cpu_tune" in err.value.error and "unmodified output of cpu_tune.py" in err.value.fix
+
+
+# ---- the stack a plan serves on (data/epyc.json `stacks`): one known to meet its needs, or it says what is not
+def test_an_architecture_only_the_measured_stack_lists_is_planned_on_its_local_image(inputs):
+    """ExaoneMoeForCausalLM is in vLLM 0.32's registry, not 0.25.1's: the container plan goes to the locally built
+    image of the measured stack, says why, and names the one command that builds it."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["check_model"]["architectures"] = ["ExaoneMoeForCausalLM"]
+    plan = planner.build_plan(docs, {}, epyc, facts_for(docs))
+    local = epyc["stacks"]["local_image"]["image"]
+    assert plan["stack"]["name"] == "local_image" and plan["image"] == local and local in plan["argv"]
+    assert PINNED not in plan["argv"] and plan["vllm_version"] == epyc["host_stack"]["vllm_version"]
+    why = "the seed's image (amdih) is not known to run ExaoneMoeForCausalLM (not in vLLM 0.25.1's registry)"
+    assert plan["stack"]["why"] == why + "; this one is" and plan["stack"]["unverified"] == []
+    path = dict(plan["summary"])["Path"]
+    assert (
+        "vLLM 0.32.0 + zentorch 2.13.0.1" in path
+        and "set it up first: python3 scripts/setup_host_stack.py --image" in path
+    )
+    (warn,) = [w for w in plan["warnings"] if w["check"] == "stack"]
+    assert warn["fix"] == "python3 scripts/setup_host_stack.py --image"
+
+
+def test_a_need_no_stack_of_the_path_is_known_to_meet_is_said_with_the_one_that_is(inputs):
+    """An AWQ checkpoint on the container path: neither image was seen to serve AWQ; the seed's image is kept, the
+    plan says so and names the host stack (seen to), and a stack nothing is known of is never swapped."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["check_model"]["quantization"] = {"method": "awq"}
+    plan = planner.build_plan(docs, {}, epyc, facts_for(docs))
+    assert plan["stack"]["name"] == "seed_image" and plan["image"] == PINNED
+    assert plan["stack"]["unverified"] == ["awq checkpoints"] and "host venv" in plan["stack"]["instead"]
+    docs["validate"]["image"] = "registry.example/own:1"  # the user's own image: kept, every need unverified
+    docs["validate"]["stack"]["vllm"] = docs["check_model"]["vllm_version"] = "0.30.0"
+    own = planner.build_plan(docs, {}, epyc, facts_for(docs))["stack"]
+    assert own["name"] is None and own["image"] == "registry.example/own:1" and own["unverified"] == ["awq checkpoints"]

@@ -309,6 +309,6 @@ def check(
         return doc, 1
     if code:  # the one contract: exit 1 carries error and fix; an architecture another stack lists: its setup step
         row = kind == "unsupported" and not arch and architectures.stack_listing(epyc, doc["architectures"], *where)
-        fix = row and f"vLLM {row['vllm']} lists it ({row['label']}): {row['setup']}, then {row['validate']}, again"
+        fix = row and f"vLLM {row['vllm']} has it ({row['label']}): {row['setup']}, then {row['validate']}, then this"
         doc.update(error=message, fix=fix or REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
     return doc, code

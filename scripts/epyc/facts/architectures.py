@@ -166,7 +166,9 @@ def stack_row(epyc: dict, name: str) -> dict:
 
 
 def stack_listing(epyc: dict, archs: list[str], path: str | None, backend: str | None) -> dict | None:
-    """The row (of `path` and `backend` first) one command sets up whose registry lists `archs`."""
+    """The row (of `path` and `backend` first) one command sets up whose registry serves one of `archs`."""
     rows = [stack_row(epyc, n) for n in epyc["stacks"]]
     rows.sort(key=lambda r: (r["path"] != path, r["backend"] != backend))  # stable: data's order within
-    return next((r for r in rows if r["setup"] and set(archs) & set(r["listed"] or ())), None)
+    return next(
+        (r for r in rows if r["setup"] and {(r["listed"] or {}).get(a) for a in archs} & {"text", "multimodal"}), None
+    )
