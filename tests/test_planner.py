@@ -6,8 +6,9 @@ import sys
 import pytest
 from conftest import PINNED, facts_for, load_docs
 from epyc.bundle import load_epyc
-from epyc.decisions import planner
+from epyc.decisions import plan_checks, planner
 from epyc.errors import ScriptError
+from epyc.facts import architectures
 
 
 # ---- the EPYC Rome runner (AVX2, 2026-12-02): what vLLM does differently without AVX-512
@@ -307,3 +308,21 @@ def test_a_need_no_stack_of_the_path_is_known_to_meet_is_said_with_the_one_that_
     docs["validate"]["stack"]["vllm"] = docs["check_model"]["vllm_version"] = "0.30.0"
     own = planner.build_plan(docs, {}, epyc, facts_for(docs))["stack"]
     assert own["name"] is None and own["image"] == "registry.example/own:1" and own["unverified"] == ["awq checkpoints"]
+
+
+def test_a_host_venv_of_other_versions_is_no_row_of_the_stacks(inputs, tmp_path):
+    """The host path's row is matched by the pins the probe read: a venv of another vLLM claims nothing."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable)
+    docs["validate"]["stack"]["vllm"] = docs["check_model"]["vllm_version"] = "0.30.0"
+    assert plan_checks.stack_found(docs["validate"], [architectures.stack_row(epyc, n) for n in epyc["stacks"]]) == {
+        "name": None,
+        "label": f"the venv of {sys.executable}",
+        "image": None,
+        "vllm": "0.30.0",
+    }
+    docs["validate"]["stack"].update(
+        vllm=epyc["host_stack"]["vllm_version"], zentorch=epyc["host_stack"]["zentorch_version"]
+    )
+    rows = [architectures.stack_row(epyc, n) for n in epyc["stacks"]]
+    assert plan_checks.stack_found(docs["validate"], rows)["name"] == "host_stack"

@@ -184,7 +184,8 @@ def stack_found(val: dict, rows: list[dict]) -> dict:
     stack, backend = val.get("stack") or {}, val.get("backend") or "zentorch"
     for row in rows:
         pins = (row["vllm"], row["zentorch"]) == (normalize_version(stack.get("vllm")), stack.get("zentorch"))
-        if (row["path"], row["backend"]) == (val["path"], backend) and (row["image"] == val.get("image") or pins):
+        pins = pins or (row["image"] or "-") == val.get("image")  # an image of ours, whatever its probe read
+        if (row["path"], row["backend"]) == (val["path"], backend) and pins:
             return {**row, "image": val.get("image"), "setup": None}  # the user's own image/venv is kept
     label = f"the image {val['image']}" if val["path"] == "container" else f"the venv of {val.get('python')}"
     return {"name": None, "label": label, "image": val.get("image"), "vllm": normalize_version(stack.get("vllm"))}
