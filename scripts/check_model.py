@@ -25,44 +25,32 @@ from epyc.facts import architectures, remote_host, runtimes
 def main(argv: list[str] | None = None):
     epyc = bundle.load_epyc()
     p = cli.JsonArgumentParser(prog="scripts/check_model.py", description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--model",
-        "--model-id",
-        dest="model",
-        help=f"Hub id or local folder (default: {epyc['default_model']}; needed with --config)",
-    )
+    model_help = f"Hub id or local folder (default: {epyc['default_model']}; needed with --config)"
+    p.add_argument("--model", "--model-id", dest="model", help=model_help)
     p.add_argument("--revision", type=argtypes.revision_arg, help="branch, tag or commit (Hub ids; default main)")
-    p.add_argument(
-        "--config",
-        type=argtypes.nonempty,
-        help="judge the model from this config.json alone, offline (no Hub, no folder)",
-    )
-    p.add_argument(
-        "--vllm-version",
-        type=argtypes.version,
-        help=f"vLLM that will serve (default: stack.vllm of the run's validate.json, else the pinned {epyc['vllm_version']})",
-    )
+    offline = "judge the model from this config.json alone, offline (no Hub, no folder)"
+    p.add_argument("--config", type=argtypes.nonempty, help=offline)
+    serving = f"vLLM that will serve (default: validate.json's stack.vllm, else the pinned {epyc['vllm_version']})"
+    p.add_argument("--vllm-version", type=argtypes.version, help=serving)
     architectures.add_probe_args(p, p)
     runs.add_run_arg(p)
-    p.add_argument(
-        "--hub-timeout",
-        type=argtypes.float_in(0, 3600, lo_open=True),
-        default=60,
-        help="overall deadline for Hub requests, seconds",
-    )
+    seconds = argtypes.float_in(0, 3600, lo_open=True)
+    p.add_argument("--hub-timeout", type=seconds, default=60, help="overall deadline for Hub requests, seconds")
     runs.keep_before_parsing(argv, "check_model")
     args = p.parse_args(argv)
     folder = runs.keep(args, "check_model")
     if args.config and args.model is None:
         raise ScriptError("--config judges a model that is named by --model", "add --model ORG/NAME (the model's id)")
     args.model = epyc["default_model"] if args.model is None else args.model
+    validated = runs.earlier(folder, "validate") or {}
     if not (args.vllm_version or args.python or args.image):
-        the_stack_validate_found(args, runs.earlier(folder, "validate"))
+        the_stack_validate_found(args, validated)
+    where = ("container" if args.image else "host" if args.python else validated.get("path"), validated.get("backend"))
     args.vllm_version = args.vllm_version or epyc["vllm_version"]
     notes: list[str] = []
     registry = pick_registry(args, notes)
     return model_check.check(
-        args.model, args.revision, args.vllm_version, registry, args.hub_timeout, epyc, notes, args.config
+        args.model, args.revision, args.vllm_version, registry, args.hub_timeout, epyc, notes, args.config, where
     )
 
 

@@ -667,3 +667,19 @@ def test_a_broken_tokenizer_file_beside_config_is_an_error_naming_it(script, tmp
     (folder / "tokenizer_config.json").write_text('{"chat_template": ')  # a copy cut short
     r = script("check_model.py", "--model", "Qwen/Qwen3-0.6B", "--config", str(folder / "config.json"))
     assert r.code == 1 and "tokenizer_config.json" in r.doc["error"] and "tokenizer_config.json" in r.doc["fix"]
+
+
+def test_an_architecture_another_stack_lists_is_refused_with_its_setup_line(script, tmp_path):
+    """vLLM 0.25.1 (the seed's image) does not list ExaoneMoeForCausalLM, 0.32 does: the refusal's fix names that
+    stack and the one command that sets it up; a pooling model 0.32 lists gets no such offer."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"architectures": ["ExaoneMoeForCausalLM"], "model_type": "exaone_moe"}))
+    r = check(script, "LGAI-EXAONE/some-moe", "--config", str(cfg), "--vllm-version", "0.25.1")
+    assert r.code == 1 and r.doc["kind"] == "unsupported", r.doc
+    image = bundle.load_epyc()["stacks"]["local_image"]["image"]
+    assert r.doc["fix"] == (
+        "vLLM 0.32.0 has it (the measured stack, as an image built on this host): python3 scripts/setup_host_stack.py"
+        f" --image, then python3 scripts/validate.py --image {image}, then this"
+    )
+    bert = check(script, FIXTURES / "bert-base-uncased", "--vllm-version", "0.25.1")
+    assert bert.code == 1 and "setup_host_stack" not in bert.doc["fix"]

@@ -238,7 +238,6 @@ def test_every_pinned_fact_is_read_by_a_script():
     data -- environment variables, a pip list -- count as one key)."""
     epyc = json.loads((ROOT / "data" / "epyc.json").read_text())
     source = "\n".join(p.read_text() for p in (ROOT / "scripts").rglob("*.py"))
-    source += (ROOT / "tests" / "tools" / "build_test_image.py").read_text()
     keys: set[str] = set()
 
     def walk(x, parent=None):
@@ -252,6 +251,8 @@ def test_every_pinned_fact_is_read_by_a_script():
                 walk(v, parent)
 
     walk(epyc)
+    # stacks: its rows' names are data (a map, like env) and their evidence is read by reference.md's table
+    keys.difference_update([*epyc["stacks"], "evidence"])
     unread = sorted(k for k in keys if f'"{k}"' not in source and f"'{k}'" not in source)
     assert not unread, f"keys of data/epyc.json no script reads: {unread}"
 
@@ -326,3 +327,33 @@ def test_skill_md_planning_for_another_host_runs_as_written(tmp_path):
     assert plan["stop_command"].startswith("docker stop")
     # the human reads the fleet's summary: the key reaches the engines only through a start on that host
     assert "$BOX_KEY reaches the server only through launch.py start there" in fleet["summary_markdown"]
+
+
+def stacks_table() -> str:
+    """reference.md's table of serving stacks, rendered from data/epyc.json `stacks` (the one source)."""
+    epyc, word = json.loads((ROOT / "data" / "epyc.json").read_text()), {True: "yes", False: "no", "unknown": "unknown"}
+    claims = ("tensor_parallel", "fleet", "restart", "compressed-tensors", "awq", "kernel_proof")
+    lines = [
+        "| stack | path, backend | vLLM / zentorch | set up by | " + " | ".join(claims) + " |",
+        "|---" * (4 + len(claims)) + "|",
+    ]
+    notes = []
+    for name, row in epyc["stacks"].items():
+        pins = epyc[row["pins"]]
+        zentorch = pins.get("zentorch_version") if row["backend"] == "zentorch" else "-"
+        seen = {**row["verified"], **{q["method"]: q for q in row["verified"]["quantization"]}}
+        cells = [word[seen[c]["value"]] for c in claims]
+        setup = f"`{row['setup']}`" if row["setup"] else "pulled by start"
+        where = f"{row['path']}, {row['backend']}"
+        lines.append(
+            f"| `{name}`: {row['label']} | {where} | {pins['vllm_version']} / {zentorch} | {setup} | "
+            + " | ".join(cells)
+            + " |"
+        )
+        notes += [f"- `{name}` {c}: {word[seen[c]['value']]}, {seen[c]['evidence']}" for c in claims]
+    return "\n".join(lines) + "\n\nThe evidence:\n\n" + "\n".join(notes)
+
+
+def test_reference_md_lists_the_stacks_as_the_data_has_them():
+    """The stacks table in reference.md is data/epyc.json's, as stacks_table() renders it."""
+    assert stacks_table() in (ROOT / "reference.md").read_text()

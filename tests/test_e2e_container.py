@@ -1,5 +1,5 @@
-"""The container path for real: a Docker engine (tests/run.sh starts one) and a locally built image of
-the host stack's pins (tests/tools/build_test_image.py), driven by the skill's own scripts.
+"""The container path for real: a Docker engine (tests/run.sh starts one) and the locally built image of
+the host stack's pins (the user's step: setup_host_stack.py --image), driven by the skill's own scripts.
 
 The chain is SKILL.md's container path: detect -> validate (finds docker, probes the stack inside the
 image) -> check_model (registry probed inside the image) -> estimate_memory -> cpu_tune -> plan ->
@@ -27,7 +27,6 @@ from epyc import bundle
 from epyc.facts import hostfacts
 
 pytestmark = pytest.mark.e2e
-BUILD_IMAGE = ROOT / "tests" / "tools" / "build_test_image.py"
 HUB_ID = "epyc-test/tiny-qwen3"
 SECRET_TOKEN = "hf_container_secret_31337"
 SECRET_KEY = "sk-container-key-4242"
@@ -51,13 +50,12 @@ def engine() -> dict:
 
 @pytest.fixture(scope="module")
 def image(engine) -> str:
-    res = subprocess.run(
-        [sys.executable, str(BUILD_IMAGE)], env={**os.environ, **engine}, capture_output=True, text=True, timeout=2700
-    )
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    doc = json.loads(res.stdout.strip().splitlines()[-1])
-    print(f"\ntest image {doc['image']}: {'reused' if doc['reused'] else 'built'} in {doc['seconds']} s")
-    return doc["image"]
+    """The measured stack's image, built (or found) by the step a user runs: setup_host_stack.py --image."""
+    res = run_script("setup_host_stack.py", "--image", env=engine, timeout=2700)
+    assert res.code == 0 and res.doc["ready"], res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.doc["image"] == bundle.load_epyc()["stacks"]["local_image"]["image"]
+    print(f"\nimage {res.doc['image']}: {'reused' if res.doc['reused'] else 'built'} in {res.doc['seconds']} s")
+    return res.doc["image"]
 
 
 @pytest.fixture(scope="module")

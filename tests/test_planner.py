@@ -6,8 +6,9 @@ import sys
 import pytest
 from conftest import PINNED, ROOT, cert_pair, facts_for, load_docs
 from epyc.bundle import load_epyc
-from epyc.decisions import command, planner
+from epyc.decisions import command, plan_checks, planner
 from epyc.errors import ScriptError
+from epyc.facts import architectures
 
 
 # ---- the EPYC Rome runner (AVX2, 2026-12-02): what vLLM does differently without AVX-512
@@ -167,7 +168,7 @@ def test_the_confirmation_summary_names_every_decision_in_words(inputs):
     assert plan["summary"] == [
         ["Model / kind", f"{model} -- text, endpoint chat_completions"],
         ["Backend", "zentorch-accelerated (ZenCpuPlatform)"],
-        ["Path", f"container (docker, {PINNED})"],
+        ["Path", f"container (docker, {PINNED}; the seed's image (amdih): vLLM 0.25.1 + zentorch 2.11.0.3)"],
         ["Precision", "bfloat16"],
         ["Fit", "required 3.55 GiB vs 384.0 GiB RAM"],
         ["CPU sizing", "socket 1 (forced by --socket), bind 96-191, KV 190 GiB (socket-local), memory on nodes 1"],
@@ -392,3 +393,56 @@ def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_
     assert plan["on_host_command"].startswith(line)
     assert ("--python " in plan["on_host_command"]) is (runtime == "host")  # the host path's venv there
     assert f"| On the host | {plan['on_host_command']} |" in plan["summary_markdown"]
+
+
+# ---- the stack a plan serves on (data/epyc.json `stacks`): one known to meet its needs, or it says what is not
+def test_an_architecture_only_the_measured_stack_lists_is_planned_on_its_local_image(inputs):
+    """ExaoneMoeForCausalLM is in vLLM 0.32's registry, not 0.25.1's: the container plan goes to the locally built
+    image of the measured stack, says why, and names the one command that builds it."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["check_model"]["architectures"] = ["ExaoneMoeForCausalLM"]
+    plan = planner.build_plan(docs, {}, epyc, facts_for(docs))
+    local = epyc["stacks"]["local_image"]["image"]
+    assert plan["stack"]["name"] == "local_image" and plan["image"] == local and local in plan["argv"]
+    assert PINNED not in plan["argv"] and plan["vllm_version"] == epyc["host_stack"]["vllm_version"]
+    why = "the seed's image (amdih) is not known to run ExaoneMoeForCausalLM (not in vLLM 0.25.1's registry)"
+    assert plan["stack"]["why"] == why + "; this one is" and plan["stack"]["unverified"] == []
+    path = dict(plan["summary"])["Path"]
+    assert (
+        "vLLM 0.32.0 + zentorch 2.13.0.1" in path
+        and "set it up first: python3 scripts/setup_host_stack.py --image" in path
+    )
+    (warn,) = [w for w in plan["warnings"] if w["check"] == "stack"]
+    assert warn["fix"] == "python3 scripts/setup_host_stack.py --image"
+
+
+def test_a_need_no_stack_of_the_path_is_known_to_meet_is_said_with_the_one_that_is(inputs):
+    """An AWQ checkpoint on the container path: neither image was seen to serve AWQ; the seed's image is kept, the
+    plan says so and names the host stack (seen to), and a stack nothing is known of is never swapped."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["check_model"]["quantization"] = {"method": "awq"}
+    plan = planner.build_plan(docs, {}, epyc, facts_for(docs))
+    assert plan["stack"]["name"] == "seed_image" and plan["image"] == PINNED
+    assert plan["stack"]["unverified"] == ["awq checkpoints"] and "host venv" in plan["stack"]["instead"]
+    docs["validate"]["image"] = "registry.example/own:1"  # the user's own image: kept, every need unverified
+    docs["validate"]["stack"]["vllm"] = docs["check_model"]["vllm_version"] = "0.30.0"
+    own = planner.build_plan(docs, {}, epyc, facts_for(docs))["stack"]
+    assert own["name"] is None and own["image"] == "registry.example/own:1" and own["unverified"] == ["awq checkpoints"]
+
+
+def test_a_host_venv_of_other_versions_is_no_row_of_the_stacks(inputs, tmp_path):
+    """The host path's row is matched by the pins the probe read: a venv of another vLLM claims nothing."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["validate"].update(path="host", runtime="host", image=None, python=sys.executable)
+    docs["validate"]["stack"]["vllm"] = docs["check_model"]["vllm_version"] = "0.30.0"
+    assert plan_checks.stack_found(docs["validate"], [architectures.stack_row(epyc, n) for n in epyc["stacks"]]) == {
+        "name": None,
+        "label": f"the venv of {sys.executable}",
+        "image": None,
+        "vllm": "0.30.0",
+    }
+    docs["validate"]["stack"].update(
+        vllm=epyc["host_stack"]["vllm_version"], zentorch=epyc["host_stack"]["zentorch_version"]
+    )
+    rows = [architectures.stack_row(epyc, n) for n in epyc["stacks"]]
+    assert plan_checks.stack_found(docs["validate"], rows)["name"] == "host_stack"

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT
+from epyc import bundle
 
 
 def test_setup_host_stack_installs_only_into_a_folder_it_made(script, tmp_path):
@@ -98,3 +99,14 @@ def test_a_bare_python3_runs_the_scripts_through_the_bundle_venv(tmp_path):
     )
     doc = json.loads(boot.stdout)
     assert boot.returncode == 0 and doc["ready"] and doc["venv"] == str(ROOT / ".venv") and not doc["missing"]
+
+
+def test_image_check_reports_an_image_not_built_with_the_step_that_builds_it(script, tmp_path):
+    """--image --check builds nothing: without the image on the engine (here: no engine answers) it is not ready,
+    and the fix is the same command without --check."""
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    r = script("setup_host_stack.py", "--image", "--check", env=env)
+    image = bundle.load_epyc()["stacks"]["local_image"]["image"]
+    assert r.code == 1 and r.doc["ready"] is False and r.doc["image"] == image and r.doc["actions"] == [], r.doc
+    assert r.doc["error"] == f"the image {image} is not ready: not built"
+    assert r.doc["fix"] == "run without --check (it builds the image)"

@@ -158,3 +158,29 @@ def test_the_env_format_says_the_ranks_vllm_must_be_told(tmp_path):
         timeout=60,
     ).stdout
     assert "export VLLM_CPU_OMP_THREADS_BIND='0-95|96-191'" in env and "--tensor-parallel-size 2' >&2" in env
+
+
+def test_a_tensor_parallel_plan_says_its_stack_was_never_seen_to_run_it(tmp_path):
+    """Issue 51 on the recorded dual Genoa with docker: two ranks into the seed's image, where tensor parallelism
+    was never run -> the summary's Path row and a warning say so and name the stack that is known to (the host
+    stack: its setup line, then validate's); on that stack the same plan has nothing unverified."""
+    r = chain(tmp_path, "genoa_9654_2s_smt")
+    assert r.code == 0, r.doc
+    p, epyc = r.doc, bundle.load_epyc()
+    assert p["stack"]["name"] == "seed_image" and p["stack"]["unverified"] == ["tensor parallelism (2 ranks)"]
+    assert p["image"] == epyc["container"]["image"] and p["stack"]["why"] is None
+    assert "Not known to run tensor parallelism (2 ranks): verify will show" in dict(p["summary"])["Path"]
+    (warn,) = [w for w in p["warnings"] if w["check"] == "stack"]
+    assert "not known to run tensor parallelism (2 ranks)" in warn["message"]
+    setup = "python3 scripts/setup_host_stack.py, then python3 scripts/validate.py --runtime host"
+    assert warn["fix"] == f"the measured stack, in a host venv is known to: {setup}, plan again"
+
+    docs, pins = dict(p["inputs"]), {"vllm": epyc["host_stack"]["vllm_version"]}
+    pins["zentorch"] = epyc["host_stack"]["zentorch_version"]
+    docs["validate"] = {**docs["validate"], "path": "host", "runtime": "host", "image": None}
+    docs["validate"].update(python=str(fake_venv(tmp_path)), stack={**docs["validate"]["stack"], **pins})
+    docs["check_model"] = {**docs["check_model"], "vllm_version": pins["vllm"]}
+    opt = {"state_dir": str(tmp_path / "st-host")}
+    host = planner.build_plan(docs, opt, epyc, shell.shell_facts(opt, docs))
+    assert host["stack"]["name"] == "host_stack" and host["stack"]["unverified"] == []
+    assert "tensor_parallel" in host["stack"]["verified"] and not [w for w in host["warnings"] if w["check"] == "stack"]

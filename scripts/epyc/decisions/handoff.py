@@ -28,10 +28,16 @@ def backend_cell(plan: dict) -> str:
 
 
 def path_cell(plan: dict) -> str:
+    """Where it runs, on which stack (data/epyc.json `stacks`), and why that one when the plan chose it."""
+    s = plan.get("stack") or {}
+    pins = f" + zentorch {s.get('zentorch')}" * bool(s.get("zentorch"))
+    pins = f"; {s.get('label')}: vLLM {s.get('vllm')}{pins}" * bool(s)
+    pins += f". {s.get('why')}; set it up first: {s.get('setup')}" * bool(s.get("why"))
+    pins += f". Not known to run {', '.join(s.get('unverified') or ())}: verify will show" * bool(s.get("unverified"))
     if plan["path"] == "host":
-        return "host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + ")"
-    engine = f", on the engine at {plan['engine']})" if plan.get("engine") else ")"
-    return f"container ({plan['runtime']}, {plan['image']}{engine}"
+        return "host venv (" + next(a for a in plan["argv"] if a.endswith("/vllm")) + pins + ")"
+    engine = f", on the engine at {plan['engine']}" if plan.get("engine") else ""
+    return f"container ({plan['runtime']}, {plan['image']}{engine}{pins})"
 
 
 def precision_cell(plan: dict) -> str:

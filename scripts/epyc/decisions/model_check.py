@@ -271,6 +271,7 @@ def check(
     epyc: dict,
     notes: list[str],
     config: str | None = None,
+    where: tuple[str | None, str | None] = (None, None),
 ) -> tuple[dict, int]:
     """check_model.py's document and exit code: the architecture judged by the serving vLLM's registry, the
     endpoint by the chat template. With `config`: from that file and the tokenizer and template files beside it."""
@@ -318,6 +319,8 @@ def check(
     if remote:  # vLLM refuses it at load without --trust-remote-code, which this bundle never passes
         refuse_remote_code(doc, remote, arch, version)
         return doc, 1
-    if code:  # the one contract: exit 1 carries error and fix
-        doc.update(error=message, fix=REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
+    if code:  # the one contract: exit 1 carries error and fix; an architecture another stack lists: its setup step
+        row = kind == "unsupported" and not arch and architectures.stack_listing(epyc, doc["architectures"], *where)
+        fix = row and f"vLLM {row['vllm']} has it ({row['label']}): {row['setup']}, then {row['validate']}, then this"
+        doc.update(error=message, fix=fix or REFUSAL_FIX.get(kind, REFUSAL_FIX["unsupported"]))
     return doc, code

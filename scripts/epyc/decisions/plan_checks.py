@@ -27,10 +27,8 @@ def mismatches(inp: dict) -> list[str]:
         out.append(f"check_model.py checked revision {revision_checked}, estimate_memory.py sized {revision_sized}")
     out += kv_budget.disagreements(tune, est)
     ranks, bind = tune.get("tensor_parallel_size") or 1, str(tune.get("vllm_cpu_omp_threads_bind"))
-    lists = bind.split("|")
-    if "ranks" in tune and (
-        lists != [r.get("cpus") for r in tune["ranks"] if isinstance(r, dict)] or len(lists) != ranks
-    ):
+    per_rank = [r.get("cpus") for r in tune["ranks"] if isinstance(r, dict)] if "ranks" in tune else None
+    if per_rank is not None and (bind.split("|") != per_rank or len(bind.split("|")) != ranks):
         out.append(f"cpu_tune.py binds {masking.clip(bind, 80)}, not one core list per rank of its {ranks} ranks")
     checked = normalize_version(chk.get("vllm_version"))  # '0.32.0+cpu' -> '0.32.0'
     serving = normalize_version((val.get("stack") or {}).get("vllm"))
@@ -40,12 +38,10 @@ def mismatches(inp: dict) -> list[str]:
     if ssm and det.get("avx512_bf16") is not None:
         # the SSM state's dtype, and so the KV page, depends on the CPU (kv_cache.ssm_state_dtype)
         served = kv_cache.ssm_state_dtype(bool(det["avx512_bf16"]), est.get("kv_dtype") or "bfloat16")
-        has = "yes" if det["avx512_bf16"] else "no"
         if ssm != served:
-            out.append(
-                f"estimate_memory.py sized the recurrent state in {ssm}, vLLM keeps it in {served} on the "
-                f"CPU detect.py read (AVX-512 BF16: {has}; pass --avx512-bf16 {has})"
-            )
+            has = "yes" if det["avx512_bf16"] else "no"
+            why = f"estimate_memory.py sized the recurrent state in {ssm}, vLLM keeps it in {served} on the CPU "
+            out.append(why + f"detect.py read (AVX-512 BF16: {has}; pass --avx512-bf16 {has})")
     vendor = det.get("vendor")
     if val.get("backend") == "zentorch" and vendor != "AuthenticAMD":
         # vLLM picks ZenCpuPlatform only on an AMD CPU: elsewhere zentorch is installed and never runs. A CPU
@@ -76,10 +72,8 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
     val, chk, est = inp["validate"], inp["check_model"], inp["estimate_memory"]
     if not val.get("ready"):
         errs = "; ".join(e["message"] for e in val.get("errors", [])) or "not ready"
-        raise ScriptError(
-            f"validate.py is not ready: {errs}",
-            (val.get("errors") or [{}])[0].get("fix") or "fix what validate.py reported, then re-run it",
-        )
+        fix = (val.get("errors") or [{}])[0].get("fix") or "fix what validate.py reported, then re-run it"
+        raise ScriptError(f"validate.py is not ready: {errs}", fix)
     if chk.get("launchable") is False:
         raise ScriptError(f"check_model.py: {chk.get('message')}", "choose a model vLLM serves as chat/completions")
     if wrong := mismatches(inp):
@@ -87,18 +81,13 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
             "the five documents do not describe one serve: " + "; ".join(wrong),
             "re-run the steps from the first one that differs, for one model on one host, and plan from those files",
         )
-    fit = est.get("fit")
-    if fit and not fit["fits"]:
-        raise ScriptError(
-            f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM",
-            fit.get("action") or "lower --max-model-len or use a smaller model",
-        )
+    if (fit := est.get("fit")) and not fit["fits"]:
+        fix = fit.get("action") or "lower --max-model-len or use a smaller model"
+        raise ScriptError(f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM", fix)
     model = opt.get("model") or chk.get("model")
     if chk.get("model") and model != chk["model"]:
-        raise ScriptError(
-            f"check_model.py ran for {chk['model']}, the plan is for {model}",
-            "run check_model.py and estimate_memory.py for the model you serve",
-        )
+        fix = "run check_model.py and estimate_memory.py for the model you serve"
+        raise ScriptError(f"check_model.py ran for {chk['model']}, the plan is for {model}", fix)
 
 
 def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
@@ -108,28 +97,21 @@ def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
             f"model {model!r} would be read as an option or is not one argument",
             "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
         )
-    if problem := command.pin_prefix_problem(
-        tune.get("host_pin_argv", []),
-        tune.get("container_cpuset_argv", []),
-        tune.get("numa_nodes"),
-        command.bound_cpus(tune.get("vllm_cpu_omp_threads_bind")),
-    ):
+    bound = command.bound_cpus(tune.get("vllm_cpu_omp_threads_bind"))
+    pins = (tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []), tune.get("numa_nodes"), bound)
+    if problem := command.pin_prefix_problem(*pins):
         raise ScriptError(problem, "pass the unmodified output of cpu_tune.py")
     if val["path"] == "host" and not (isinstance(val.get("python"), str) and val["python"].startswith("/")):
-        raise ScriptError(
-            f"validate.py's python {val.get('python')!r} is not an absolute path",
-            "pass the unmodified output of validate.py (it names the interpreter by absolute path)",
-        )
+        fix = "pass the unmodified output of validate.py (it names the interpreter by absolute path)"
+        raise ScriptError(f"validate.py's python {val.get('python')!r} is not an absolute path", fix)
 
 
 def chosen_dtype(opt: dict, epyc: dict, backend: str, est: dict) -> str:
     """The serving dtype: one the platform computes in, and the one estimate_memory sized."""
     dtype, precision = opt.get("dtype") or epyc["precision"]["default"], epyc["precision"]
     if backend != "stock" and dtype not in precision["host_stack_supported"]:
-        raise ScriptError(
-            f"{dtype} is not a compute dtype of the zentorch CPU platform: " + precision["host_stack_note"],
-            f"use {' or '.join(precision['host_stack_supported'])}",
-        )
+        why = f"{dtype} is not a compute dtype of the zentorch CPU platform: " + precision["host_stack_note"]
+        raise ScriptError(why, f"use {' or '.join(precision['host_stack_supported'])}")
     if est.get("dtype") is not None and est["dtype"] != dtype:  # weights and KV bytes are per dtype
         raise ScriptError(
             f"estimate_memory.py sized the model at {masking.clip(str(est['dtype']), 40)}, the plan serves {dtype}",
@@ -169,10 +151,8 @@ def served_revision(inp: dict, model: str, facts: dict) -> str | None:
             )
     revision = None if facts.get("model_dir") else chk.get("revision")
     if revision is not None and not is_revision(revision):  # a document's value becomes a vLLM argument
-        raise ScriptError(
-            f"check_model.json's revision {str(revision)[:200]!r} is not a branch, tag or commit",
-            "run check_model.py (and estimate_memory.py) again with a plain --revision",
-        )
+        fix = "run check_model.py (and estimate_memory.py) again with a plain --revision"
+        raise ScriptError(f"check_model.json's revision {str(revision)[:200]!r} is not a branch, tag or commit", fix)
     return revision
 
 
@@ -194,3 +174,61 @@ def refuse_unrunnable_command(val: dict, epyc: dict, facts: dict) -> None:
             f"cannot mount the Hugging Face hub cache {cache[:300]!r} read-write into the container: it {problem}",
             hubcache.HF_MOUNT_FIX,
         )
+
+
+CLAIMS = ("tensor_parallel", "fleet", "restart", "kernel_proof")  # what a row of `stacks` says was seen to work
+
+
+def stack_found(val: dict, rows: list[dict]) -> dict:
+    """The row of `stacks` validate's runtime is (its image, or its path's pins), else one nothing is known of."""
+    stack, backend = val.get("stack") or {}, val.get("backend") or "zentorch"
+    for row in rows:
+        pins = (row["vllm"], row["zentorch"]) == (normalize_version(stack.get("vllm")), stack.get("zentorch"))
+        pins = pins or (row["image"] or "-") == val.get("image")  # an image of ours, whatever its probe read
+        if (row["path"], row["backend"]) == (val["path"], backend) and pins:
+            return {**row, "image": val.get("image"), "setup": None}  # the user's own image/venv is kept
+    label = f"the image {val['image']}" if val["path"] == "container" else f"the venv of {val.get('python')}"
+    return {"name": None, "label": label, "image": val.get("image"), "vllm": normalize_version(stack.get("vllm"))}
+
+
+def unmet(row: dict, needs: dict) -> list[str]:
+    """What the plan needs that this stack is not known to do (unknown is not known)."""
+    seen = {k: c["value"] is True for k, c in row.get("verified", {}).items() if k in CLAIMS}
+    seen.update((q["method"], q["value"] is True) for q in row.get("verified", {}).get("quantization", []))
+    archs, listed = needs["architectures"], row.get("listed") or needs["architectures"]  # no registry: not a gap
+    gaps = {
+        f"tensor parallelism ({needs['ranks']} ranks)": needs["ranks"] > 1 and not seen.get("tensor_parallel"),
+        f"{needs['quantization']} checkpoints": needs["quantization"] and not seen.get(needs["quantization"]),
+        f"{'/'.join(archs)} (not in vLLM {row['vllm']}'s registry)": bool(archs) and not set(archs) & set(listed),
+    }
+    return [what for what, gap in gaps.items() if gap]
+
+
+def stack_for(inp: dict, rows: list[dict]) -> dict:
+    """The stack the plan serves on: validate's when it is known to meet every need (tensor-parallel ranks, the
+    architecture, the quantization), else the first row of its path and backend that is (set up by its one
+    idempotent command), else validate's, with what is unverified and the row of the other path that is known."""
+    chk, found = inp["check_model"], stack_found(inp["validate"], rows)
+    needs = {
+        "ranks": inp["cpu_tune"].get("tensor_parallel_size") or 1,
+        "architectures": chk.get("architectures") or [],
+        "quantization": (chk.get("quantization") or {}).get("method"),
+    }
+    gaps = unmet(found, needs)
+    known = [r for r in rows if r["backend"] == found.get("backend") and r["setup"] and not unmet(r, needs)]
+    fits = known if gaps and found["name"] else []
+    same = next((r for r in fits if r["path"] == found["path"]), None)
+    other = None if same else next((r for r in fits if r["path"] != found["path"]), None)
+    chosen, why = same or found, same and f"{found['label']} is not known to run {', '.join(gaps)}; this one is"
+    doc = {k: chosen.get(k) for k in ("name", "label", "image", "vllm", "zentorch", "setup")}
+    doc.update(why=why or None, unverified=[] if same else gaps)
+    doc["instead"] = other and f"{other['label']} is known to: {other['setup']}, then {other['validate']}, plan again"
+    return {**doc, "verified": [k for k in CLAIMS if chosen.get("verified", {}).get(k, {}).get("value") is True]}
+
+
+def stack_warnings(stack: dict) -> list[dict]:
+    """What the human confirming the plan is told of its stack: a step to run first, needs nobody saw it meet."""
+    first = {"check": "stack", "message": f"{stack['why']}: set it up first", "fix": stack["setup"]}
+    why = f"{stack['label']} is not known to run {', '.join(stack['unverified'])}: verify will show if it answers"
+    unknown = {"check": "stack", "message": why, "fix": stack["instead"]}
+    return [w for w, on in ((first, stack["why"]), (unknown, stack["unverified"])) if on]

