@@ -188,8 +188,7 @@ def _time_s(ranks: tuple[Rank, ...], w: Workload, batch: int, steps: int, prefil
 
 
 def _slowed(bound: float, eff: tuple[float, float], least: tuple[float, float]) -> Figure:
-    """A time's likely range: the bound divided by the efficiency, and never under the engine's fixed cost `least`
-    (a tiny model's step is its scheduler and sampler, not its bytes)."""
+    """A time's likely range: the bound over the efficiency, never under the engine's fixed cost `least` (lo, hi)."""
     return Figure(bound, max(bound / eff[1], least[0]), max(bound / eff[0], least[1]))
 
 
@@ -204,8 +203,7 @@ def _gap(facts) -> Missing | None:
 
 
 def _fleet(ranks, w: Workload, engines: int, eff: dict) -> tuple[tuple[int, Figure | Missing, str], ...]:
-    """Output tokens/s at each concurrency, prefill to last token, the requests dealt round-robin over the engines
-    and their rates summed: in an engine one weight read serves its batch, until the cores' compute is the limit."""
+    """Output tokens/s at each concurrency, the requests dealt round-robin over the engines and their rates summed."""
     gap = _gap(
         [*(r.bandwidth for r in ranks), *(r.compute for r in ranks), Fact("model_flops", _flops(w), "", NO_PARAMS)]
     )
@@ -232,8 +230,7 @@ def _at_rates(nbytes: int, rate: Fact) -> Figure | Missing:
 
 
 def _load(load: Load, startup: tuple[float, float]) -> tuple[Figure | Missing, Figure | Missing | None]:
-    """(start to healthy: the weights read at the assumed disk rates plus the start-up measured beyond the read;
-    the first download, None when the weights are already on disk)."""
+    """(start to healthy: the read at the assumed rates plus the start-up beyond it; the first download or None)."""
     read = _at_rates(load.read_bytes, load.read_rate)
     if isinstance(read, Figure):
         read = Figure(read.bound, read.lo + startup[0], read.hi + startup[1])
@@ -241,8 +238,7 @@ def _load(load: Load, startup: tuple[float, float]) -> tuple[Figure | Missing, F
 
 
 def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engines: int = 1) -> Forecast:
-    """The forecast of `engines` engines alike, each over `ranks` (one Rank: an engine on its socket or node; tensor
-    parallel: a Rank each, on its own node); every figure names its inputs, a missing one says why."""
+    """The forecast of `engines` engines alike, each over `ranks` (tensor parallel: a Rank each, on its own node)."""
     eff = {n: range_of(epyc, n) for n in ("decode_c1", "aggregate", "prefill", "startup_s", "step_ms", "request_ms")}
     facts = [f for r in ranks for f in (r.bandwidth, r.compute)] + [load.read_rate, load.download_rate]
     facts += [Fact(f"efficiency.{n}", (lo, hi), source) for n, (lo, hi, source) in eff.items()]
@@ -265,8 +261,7 @@ def forecast(epyc: dict, ranks: tuple[Rank, ...], w: Workload, load: Load, engin
 
 
 def _rank_facts(epyc: dict, det: dict, tune: dict, rank: dict) -> tuple[Fact, Fact]:
-    """(bandwidth, compute) of one rank's cores: cpu_tune's probe scaled to them, else from data at the share of
-    its socket's cores (an NPS4 node's rank: a quarter of the channels; engines sharing a socket: their part)."""
+    """(bandwidth, compute) of one rank's cores: cpu_tune's probe scaled to them, else from data at their share."""
     cores, probe = len(hostfacts.parse_cpulist(rank["cpus"])), tune.get("measured") or {}
     if probe.get("bytes_per_s"):
         n, where = len(hostfacts.parse_cpulist(probe["cpus"])), f"measured: cpu_tune's probe on CPUs {probe['cpus']}"
@@ -287,8 +282,7 @@ def _rank_facts(epyc: dict, det: dict, tune: dict, rank: dict) -> tuple[Fact, Fa
 
 
 def plan_forecast(inp: dict, epyc: dict, engines: int = 1, **work) -> Forecast:
-    """The forecast of a plan from its documents (detect, estimate_memory, cpu_tune; `engines` alike behind a
-    router): each rank reads its shard (a mixture of experts: its active share) at its cores' bandwidth."""
+    """A plan's forecast from its documents (detect, estimate_memory, cpu_tune), `engines` alike behind a router."""
     det, est, tune = inp["detect"], inp["estimate_memory"], inp["cpu_tune"]
     n = len(tune["ranks"])
     row = next((r for r in est["tensor_parallel"] if r["ranks"] == n), None) if n > 1 else None
@@ -335,8 +329,7 @@ def summary_text(doc: dict) -> str:
 
 
 def against(f: Forecast, cell: dict) -> dict:
-    """A bench cell's measured figures beside the forecast at its concurrency (TPOT and TTFT: C=1, one stream): each
-    the likely range, the ratio of the measured figure to the range's middle, and whether it fell inside."""
+    """A bench cell's figures beside the forecast (TPOT, TTFT at C=1): likely range, ratio to its middle, within."""
     c = cell["concurrency"]
     figs = {"output_throughput": next(fig for n, fig, _ in f.aggregate if n == c)}
     figs |= {"median_tpot_ms": f.floor_ms, "median_ttft_ms": f.ttft_ms} if c == 1 else {}

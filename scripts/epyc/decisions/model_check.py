@@ -306,15 +306,13 @@ def check(
         "gated": model["gated"],
         "warnings": gated_warnings(model_ref, model["gated"]),
     }
-    if kind in epyc["model_support_policy"]["refuse_kinds"]:
-        code = 1
+    code = 1 if kind in epyc["model_support_policy"]["refuse_kinds"] else code
     own = (registry or {}).get("own_code")
     remote = None if code else remote_code_needed(model["config"], model["tokenizer_config"], own)
     if not own and (_auto_map(model["config"], "AutoConfig") or (model["tokenizer_config"] or {}).get("auto_map")):
         notes.append(
-            f"the repository ships code of its own (auto_map): whether vLLM {version} needs "
-            "--trust-remote-code for it (never passed here) was not judged, as its registry "
-            f"({(registry or {}).get('source')}) does not list what it loads by itself"
+            f"the repository ships code of its own (auto_map): whether vLLM {version} needs --trust-remote-code for it "
+            f"(never passed here) was not judged: its registry ({(registry or {}).get('source')}) does not list it"
         )
     if remote:  # vLLM refuses it at load without --trust-remote-code, which this bundle never passes
         refuse_remote_code(doc, remote, arch, version)

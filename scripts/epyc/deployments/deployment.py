@@ -336,10 +336,8 @@ def read_fleet(fleet: dict, path: str, verb: str, epyc: dict) -> list[dict]:
         raise ScriptError(f"{path}: an engine's plan names another state dir", "plan the fleet again")
     r = fleet["router"]
     try:
-        tls, home = r.get("terminator", {}).get("tls"), val.get("home")  # the pair as planned, re-rendered for nginx
-        want = router_plan(
-            engine_urls(engines), r["port"], Path(r["state_dir"]).parent, epyc, r.get("expose") is True, tls, home
-        )
+        there, tls = Path(r["state_dir"]).parent, r.get("terminator", {}).get("tls")  # the pair, re-rendered for nginx
+        want = router_plan(engine_urls(engines), r["port"], there, epyc, r.get("expose") is True, tls, val.get("home"))
     except (KeyError, TypeError):
         want = None
     if r != want:

@@ -10,18 +10,10 @@ import sys
 from pathlib import Path
 
 from epyc import errors, jsonio, subproc
-from epyc.decisions import forecast, sizing
+from epyc.decisions import forecast, planner, sizing
 from epyc.decisions.command import router_binary, router_plan
 from epyc.decisions.handoff import markdown_table, tls_cell
 from epyc.decisions.kv_budget import need_of
-from epyc.decisions.planner import (
-    PLAN_SCHEMA_VERSION,
-    TLS_OPTIONS,
-    build_plan,
-    checked_tls,
-    on_host_command,
-    refuse_unkeyed_exposure,
-)
 from epyc.deployments import runs
 from epyc.deployments.serve_state import write_own_file
 from epyc.errors import ScriptError
@@ -104,15 +96,17 @@ def state_folder(folder: Path, val: dict) -> Path:
 def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: list[dict], folder: Path) -> dict:
     """Each engine an ordinary plan (its own socket or share, port, state dir) plus the router in front."""
     expose = bool(opts.get("expose"))
-    refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
-    tls = checked_tls(expose, opts, facts_host, epyc)  # served by nginx in front of the router
+    planner.refuse_unkeyed_exposure(expose, opts.get("api_key_env"), facts_host)  # the engines are planned unexposed
+    tls = planner.checked_tls(expose, opts, facts_host, epyc)  # served by nginx in front of the router
     port, there = opts.get("port") or inputs["validate"]["port"], state_folder(folder, inputs["validate"])
     measured = {k: v for k, v in inputs["cpu_tune"].items() if k == "measured"}  # its cores, scaled to each engine's
     engines = []
     for i, tune in enumerate(tunes):  # the engines stay on 127.0.0.1: only the router is exposed
         opt = {**opts, "expose": False, "port": port + 1 + i, "state_dir": str(there / f"engine-{i}")}
-        opt.update(dict.fromkeys(TLS_OPTIONS))  # plain HTTP on 127.0.0.1: nginx serves the pair
-        engines.append(build_plan({**inputs, "cpu_tune": {**tune, **measured}}, opt, epyc, {**facts_host, "tls": None}))
+        opt.update(dict.fromkeys(planner.TLS_OPTIONS))  # plain HTTP on 127.0.0.1: nginx serves the pair
+        engines.append(
+            planner.build_plan({**inputs, "cpu_tune": {**tune, **measured}}, opt, epyc, {**facts_host, "tls": None})
+        )
     router = router_plan(engine_urls(engines), port, there, epyc, expose, tls, inputs["validate"].get("home"))
     rows = [
         [
@@ -134,7 +128,7 @@ def plan_fleet(inputs: dict, opts: dict, epyc: dict, facts_host: dict, tunes: li
         install = f"python3 scripts/setup_host_stack.py --router ({pip}; the router's path above is where it installs for this user)"
         rows.append(["Planned for", f"{planned_for}; there, first: {install}"])
     return {
-        "schema_version": PLAN_SCHEMA_VERSION,
+        "schema_version": planner.PLAN_SCHEMA_VERSION,
         "kind": "fleet",
         "engines": [str(folder / f"engine-{i}" / "plan.json") for i in range(len(engines))],
         "router": router,
@@ -176,7 +170,7 @@ def plan_from_run(inputs: dict, opts: dict, epyc: dict, folder: Path, engines: s
             tune, "cpu_tune", "an engine's sizing", "report it: the fleet sized a socket no schema allows"
         )
     if inputs["validate"].get("home"):  # another host's: every engine's plan names the fleet's one line there
-        opts = {**opts, "on_host_command": on_host_command(inputs, opts, engines)}
+        opts = {**opts, "on_host_command": planner.on_host_command(inputs, opts, engines)}
     fleet = plan_fleet(inputs, opts, epyc, shell_facts(opts, inputs), tunes, folder)
     for plan, file in zip(fleet.pop("_engine_plans"), fleet["engines"]):  # in its state dir here, where start keeps it
         Path(file).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
