@@ -236,13 +236,13 @@ def models(stack):
 E2E_KV_GB = 2
 
 
-def small_kv_tune(weight_gb: float, kv_needed_gb: float, env: dict | None = None):
+def small_kv_tune(weight_gb: float, kv_needed_gb: float, env: dict | None = None, run: str | None = None):
     """cpu_tune as the chain runs it, then again with the OS reserve raised so that it grants E2E_KV_GB of
     KV cache, not the 10 GiB half of what a 24 GiB runner has left: vLLM touches every page of its cache
     at start, about 4 s a GiB on these guests (a 10 GiB start took 131 s to healthy, a 1 GiB one 46 s).
     The grant is still cpu_tune's own, and each test compares vLLM's figures with ours at whatever it is.
     The SKILL.md and README tests keep the default sizing: there the chain is the user's, unchanged."""
-    args = ["--weight-gb", str(weight_gb), "--kv-needed-gb", str(kv_needed_gb)]
+    args = ["--weight-gb", str(weight_gb), "--kv-needed-gb", str(kv_needed_gb), *(["--run", run] if run else [])]
     first = run_script("cpu_tune.py", *args, env=env)
     assert first.code == 0, first.doc
     reserve = first.doc["socket_ram_gb"] - weight_gb - 2 * E2E_KV_GB - 0.5  # left: 2 x the grant + 0.5

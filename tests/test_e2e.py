@@ -46,8 +46,8 @@ def plan_for(
 ) -> tuple[Path, dict]:
     """The SKILL.md chain up to the plan, asserting on every JSON on the way (`plan_refused`: the plan
     must be a clear refusal, returned as got["refusal"])."""
-    stock = stack["backend"] == "stock"
-    det = run_script("detect.py")
+    stock, run = stack["backend"] == "stock", str(tmp / "chain")  # a run folder: cpu_tune's probe runs validate's stack
+    det = run_script("detect.py", "--run", run)
     assert det.code == 0
     route = det.doc["route"]["route"]
     assert route == ("zentorch" if not stock else ("stop" if not det.doc["is_amd_epyc"] else route))
@@ -59,6 +59,8 @@ def plan_for(
         "--python",
         stack["python"],
         *(["--stock"] if stock else []),
+        "--run",
+        run,
         env={"HF_TOKEN": ""},
     )
     assert val.code == 0 and val.doc["ready"] and val.doc["path"] == "host", val.doc
@@ -86,7 +88,7 @@ def plan_for(
         *est_args,
     )
     assert est.code == 0 and est.doc["fit"]["fits"]
-    tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"])
+    tune = small_kv_tune(est.doc["weight_gb"], est.doc["fit"]["kv_needed_gb"], run=run)
     assert tune.code == 0 and tune.doc["kv_granted_gb"] <= E2E_KV_GB, tune.doc
     bind = set(hostfacts.parse_cpulist(tune.doc["vllm_cpu_omp_threads_bind"]))
     allowed = set(hostfacts.parse_cpulist(det.doc["allowed_cpus"]))
