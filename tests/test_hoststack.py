@@ -71,3 +71,35 @@ def test_a_built_image_is_judged_by_its_pins_never_by_the_platform_this_cpu_gets
     assert "rmi" not in hoststack.image_fix({**pins, "import_error": "ImportError: x"}, hs, image)
     assert "rmi" not in hoststack.image_fix({"import_error": "docker: cannot connect"}, hs, image)
     assert hoststack.image_fix({}, hs, image) == "run without --check (it builds the image)"
+
+
+def test_the_hosts_pip_settings_are_bound_for_the_pip_step_only_never_left_in_the_rootfs(tmp_path):
+    """A pip.conf with index credentials, the CA bundle and a wheel folder are read-only binds while pip runs; after,
+    nothing of them is in the rootfs to tar (Debian's own CA bundle is back) and nothing is mounted under it."""
+    import os
+
+    import pytest
+    from epyc.errors import ScriptError
+    from epyc.facts import hoststack
+
+    host, rootfs = tmp_path.resolve() / "host", tmp_path.resolve() / "rootfs"
+    (host / "wheels").mkdir(parents=True)
+    (host / "pip.conf").write_text("[global]\nindex-url = https://user:secret@example.invalid/simple\n")
+    (host / "ca.crt").write_text("host CAs")
+    (rootfs / host.relative_to("/") / "ca.crt").parent.mkdir(parents=True)
+    (rootfs / host.relative_to("/") / "ca.crt").write_text("Debian's CAs")
+    before = sorted(rootfs.rglob("*"))
+    sources = [str(host / n) for n in ("pip.conf", "ca.crt", "wheels")]
+    with hoststack.bound(rootfs, sources):
+        inside = rootfs / host.relative_to("/")
+        assert "secret" in (inside / "pip.conf").read_text() and (inside / "ca.crt").read_text() == "host CAs"
+        assert len(hoststack.mounts_under(rootfs)) == 3
+        with pytest.raises(OSError):
+            (inside / "wheels" / "new").write_text("x")  # read-only
+    assert sorted(rootfs.rglob("*")) == before and not hoststack.mounts_under(rootfs)
+    assert (rootfs / host.relative_to("/") / "ca.crt").read_text() == "Debian's CAs"
+    assert (host / "pip.conf").exists() and (host / "wheels").is_dir()
+    os.symlink("/etc", rootfs / "tmp-link")  # a rootfs symlink must never carry a bind onto the host
+    with pytest.raises(ScriptError, match="leads out of the rootfs"):
+        with hoststack.bound(rootfs, ["/tmp-link/x"]):
+            pass

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from epyc import bundle, jsonio, masking, subproc
@@ -170,8 +172,11 @@ def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     return actions
 
 
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_FILES = ["/etc/resolv.conf", "/etc/pip.conf", "/etc/xdg/pip", "/root/.config/pip", "/root/.pip"]
-IMAGE_FIX = "the build needs root, debootstrap (apt-get install debootstrap), the Debian mirror, pip's index, docker"
+IMAGE_FIX = (
+    "the build needs root, apt-get install debootstrap debian-archive-keyring, the Debian mirror, pip's index, docker"
+)
 
 
 def must(res: subproc.RunResult, what: str) -> None:
@@ -180,52 +185,72 @@ def must(res: subproc.RunResult, what: str) -> None:
         raise ScriptError(f"{what} failed: {out}", IMAGE_FIX)
 
 
-def pip_dirs() -> list[str]:
-    """The local folders this host's pip settings name (find-links, file:// indexes), top two levels: bound
-    read-only into the rootfs at the same paths, so pip there resolves exactly as pip here does."""
+def pip_sources() -> list[str]:
+    """What pip in the rootfs reads from this host: its pip settings (they may hold index credentials), DNS, CAs,
+    and the exact local folders those settings name (find-links, file:// indexes)."""
     res = subproc.run([sys.executable, "-m", "pip", "config", "list"], timeout=60)
     words = " ".join([*res.stdout.replace("=", " = ").splitlines(), os.environ.get("PIP_FIND_LINKS", "")])
     paths = {w.strip("'\"").removeprefix("file://") for w in words.split()}
-    dirs = {str(Path(*Path(p).parts[:3])) for p in paths if p.startswith("/") and Path(p).exists()}
-    return sorted(d for d in dirs if not d.startswith(("/etc", "/proc", "/sys", "/dev")))
+    dirs = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p.startswith("/") and os.path.exists(p)]
+    dirs = sorted(d for d in dirs if not d.startswith(("/etc", "/proc", "/sys", "/dev")) and d != "/")
+    return [*filter(os.path.exists, [os.environ.get("PIP_CERT") or CA_BUNDLE, *HOST_FILES]), *dirs]
+
+
+def mounts_under(folder: Path) -> list[str]:
+    """The mount points at or below `folder`, as /proc/self/mountinfo lists them."""
+    points = [ln.split()[4].encode().decode("unicode_escape") for ln in open("/proc/self/mountinfo")]
+    return [m for m in points if m == str(folder) or m.startswith(f"{folder}/")]
+
+
+@contextlib.contextmanager
+def bound(rootfs: Path, sources: list[str]):
+    """Each source bound read-only at its own path in the rootfs for the block only: unmounted (checked) and the
+    placeholders made for it removed after, so nothing of the host's (a pip.conf's credentials) is left to tar."""
+    made, mounted = [], []
+    try:
+        for src in dict.fromkeys(sources):
+            target = rootfs / src.lstrip("/")
+            if not os.path.realpath(target).startswith(f"{rootfs}/"):  # a symlink would bind over a host file
+                raise ScriptError(f"{target} leads out of the rootfs", "delete the build folder and run again")
+            if not os.path.lexists(target):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.mkdir() if os.path.isdir(src) else target.touch()
+                made.append(target)
+            must(subproc.run(["mount", "--bind", "-o", "ro", src, target], timeout=60), f"mount {src}")
+            mounted.append(target)
+        yield
+    finally:
+        bad = [t for t in reversed(mounted) if not subproc.run(["umount", t], timeout=60).ok]
+        if bad or mounts_under(rootfs):
+            raise ScriptError(f"still mounted: {bad or mounts_under(rootfs)}", "umount them (as root), then run again")
+        for target in reversed(made):  # never recursive: a placeholder still mounted is refused, not emptied
+            target.rmdir() if target.is_dir() else target.unlink()
 
 
 def pip_in_rootfs(rootfs: Path, venv_dir: str, stack: dict) -> None:
     """The pinned stack in a venv of the fresh rootfs by pip in a chroot, with this host's pip settings and CAs."""
-    for src in filter(
-        os.path.exists, [os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt", *HOST_FILES]
-    ):
-        (rootfs / src.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, rootfs / src.lstrip("/"))
-    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    env, pins = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}, stack["pip"]
     env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8")
-    chroot, mounted = ["chroot", rootfs], []
-    try:
-        for d in pip_dirs():
-            mounted.append(rootfs / d.lstrip("/"))
-            mounted[-1].mkdir(parents=True, exist_ok=True)
-            must(subproc.run(["mount", "--bind", "-o", "ro", d, mounted[-1]], timeout=60), f"mount {d}")
-        must(subproc.run([*chroot, "python3", "-m", "venv", venv_dir], timeout=300, env=env), "python3 -m venv")
-        pip, label = [*chroot, f"{venv_dir}/bin/pip"], "setup_host_stack: pip install " + " ".join(stack["pip"])
-        must(subproc.run([*pip, "install", "-q", "--no-cache-dir", *stack["pip"]], PIP_TIMEOUT_S, env, label), "pip")
+    with bound(rootfs, pip_sources()):
+        must(subproc.run(["chroot", rootfs, "python3", "-m", "venv", venv_dir], 300, env), "python3 -m venv")
+        pip, label = ["chroot", rootfs, f"{venv_dir}/bin/pip"], "setup_host_stack: pip install " + " ".join(pins)
+        must(subproc.run([*pip, "install", "-q", "--no-cache-dir", *pins], PIP_TIMEOUT_S, env, label), "pip")
         subproc.run([*pip, "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300, env=env)
-    finally:
-        for target in reversed(mounted):
-            subproc.run(["umount", "-l", target], timeout=60)
 
 
 def build_image(epyc: dict, row: dict, engine: str | None) -> list[str]:
-    """The row's image from the host stack's pins: a Debian rootfs (debootstrap), pip in a chroot, docker import;
-    progress on stderr. -> the actions taken."""
-    if os.geteuid() != 0 or not shutil.which("debootstrap"):
-        raise ScriptError(f"building {row['image']} needs root and debootstrap", IMAGE_FIX)
-    spec, stack, work = row["build"], epyc["host_stack"], hubcache.cache_root() / "serving-llms-on-epyc" / "image-build"
-    shutil.rmtree(work, ignore_errors=True)
-    (root := work / "rootfs").mkdir(parents=True)
+    """The row's image from the host stack's pins: a Debian rootfs (debootstrap, signatures checked against the
+    archive keyring), pip in a chroot, docker import; progress on stderr. -> the actions taken."""
+    spec, stack = row["build"], epyc["host_stack"]
+    if os.geteuid() != 0 or not shutil.which("debootstrap") or not os.path.exists(spec["keyring"]):
+        raise ScriptError(f"building {row['image']} needs root, debootstrap and {spec['keyring']}", IMAGE_FIX)
+    (base := Path(os.path.realpath(hubcache.cache_root() / "serving-llms-on-epyc"))).mkdir(parents=True, exist_ok=True)
+    (root := (work := Path(tempfile.mkdtemp(prefix="image-build-", dir=base))) / "rootfs").mkdir()  # one per build
     try:
-        boot = ["debootstrap", "--variant=minbase", "--include=" + ",".join(spec["debian_packages"]), spec["suite"]]
+        boot = ["debootstrap", "--variant=minbase", "--keyring=" + spec["keyring"], spec["suite"], root, spec["mirror"]]
+        boot.insert(2, "--include=" + ",".join(spec["debian_packages"]))
         label = f"setup_host_stack: {row['image']} (about {spec['estimate_s']} s): debootstrap {spec['suite']}"
-        must(subproc.run([*boot, root, spec["mirror"]], timeout=1800, progress=label), "debootstrap")
+        must(subproc.run(boot, timeout=1800, progress=label), "debootstrap")
         pip_in_rootfs(root, spec["venv"], stack)
         site = next((root / spec["venv"].lstrip("/") / "lib").glob("python3*/site-packages"))
         dist_info_shim(site, stack["dist_info_shim"]["version"])
@@ -237,5 +262,7 @@ def build_image(epyc: dict, row: dict, engine: str | None) -> list[str]:
         docker = runtimes.runtime_argv("docker", engine)
         must(subproc.run([*docker, *imp, work / "rootfs.tar", row["image"]], 1800, progress="docker import"), "import")
     finally:
+        if left := mounts_under(work):  # debootstrap's /proc or a bind: rmtree would delete through it
+            raise ScriptError(f"{work} still has mounts: {left}", f"umount {' '.join(left)}, then delete {work}")
         shutil.rmtree(work, ignore_errors=True)
     return [f"built {row['image']} from {spec['mirror']} {spec['suite']} and " + " ".join(stack["pip"])]
