@@ -416,6 +416,17 @@ def test_an_architecture_only_the_measured_stack_lists_is_planned_on_its_local_i
     assert warn["fix"] == "python3 scripts/setup_host_stack.py --image"
 
 
+def test_the_local_image_is_chosen_only_for_docker_whose_store_holds_it(inputs):
+    """With podman the image built into docker's store is invisible: the plan keeps validate's image, says what it
+    is not known to run, and names the local image (for docker) as what would."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["check_model"]["architectures"], docs["validate"]["runtime"] = ["ExaoneMoeForCausalLM"], "podman"
+    stack = planner.build_plan(docs, {}, epyc, facts_for(docs))["stack"]
+    assert stack["name"] == "seed_image" and stack["unverified"] and stack["why"] is None
+    assert stack["instead"].startswith(epyc["stacks"]["local_image"]["label"] + " is known to (docker): python3 ")
+    assert "setup_host_stack.py --image" in stack["instead"]
+
+
 def test_a_need_no_stack_of_the_path_is_known_to_meet_is_said_with_the_one_that_is(inputs):
     """An AWQ checkpoint on the container path: neither image was seen to serve AWQ; the seed's image is kept, the
     plan says so and names the host stack (seen to), and a stack nothing is known of is never swapped."""

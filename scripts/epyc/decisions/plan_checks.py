@@ -206,8 +206,9 @@ def unmet(row: dict, needs: dict) -> list[str]:
 
 def stack_for(inp: dict, rows: list[dict]) -> dict:
     """The stack the plan serves on: validate's when it is known to meet every need (tensor-parallel ranks, the
-    architecture, the quantization), else the first row of its path and backend that is (set up by its one
-    idempotent command), else validate's, with what is unverified and the row of the other path that is known."""
+    architecture, the quantization), else the first row of its path and backend that is (set up by its one command;
+    a locally built image only on docker, whose store holds it), else validate's, with what is unverified and the
+    row that is known."""
     chk, found = inp["check_model"], stack_found(inp["validate"], rows)
     needs = {
         "ranks": inp["cpu_tune"].get("tensor_parallel_size") or 1,
@@ -216,13 +217,14 @@ def stack_for(inp: dict, rows: list[dict]) -> dict:
     }
     gaps = unmet(found, needs)
     known = [r for r in rows if r["backend"] == found.get("backend") and r["setup"] and not unmet(r, needs)]
-    fits = known if gaps and found["name"] else []
-    same = next((r for r in fits if r["path"] == found["path"]), None)
-    other = None if same else next((r for r in fits if r["path"] != found["path"]), None)
+    fits, docker = known if gaps and found["name"] else [], inp["validate"].get("runtime") in ("docker", "sudo docker")
+    same = next((r for r in fits if r["path"] == found["path"] and (docker or not r.get("build"))), None)
+    other = None if same else next((r for r in fits if r["path"] != found["path"] or r.get("build")), None)
     chosen, why = same or found, same and f"{found['label']} is not known to run {', '.join(gaps)}; this one is"
     doc = {k: chosen.get(k) for k in ("name", "label", "image", "vllm", "zentorch", "setup")}
     doc.update(why=why or None, unverified=[] if same else gaps)
-    doc["instead"] = other and f"{other['label']} is known to: {other['setup']}, then {other['validate']}, plan again"
+    run = f"{other['label']} is known to{' (docker)' * bool(other.get('build'))}" if other else None
+    doc["instead"] = other and f"{run}: {other['setup']}, then {other['validate']}, plan again"
     return {**doc, "verified": [k for k in CLAIMS if chosen.get("verified", {}).get(k, {}).get("value") is True]}
 
 
