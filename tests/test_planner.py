@@ -405,6 +405,7 @@ def test_an_architecture_only_the_measured_stack_lists_is_planned_on_its_local_i
     local = epyc["stacks"]["local_image"]["image"]
     assert plan["stack"]["name"] == "local_image" and plan["image"] == local and local in plan["argv"]
     assert PINNED not in plan["argv"] and plan["vllm_version"] == epyc["host_stack"]["vllm_version"]
+    assert plan["pre_argv"][1][-3:] == ["image", "inspect", local]  # built here: looked for, never pulled
     why = "the seed's image (amdih) is not known to run ExaoneMoeForCausalLM (not in vLLM 0.25.1's registry)"
     assert plan["stack"]["why"] == why + "; this one is" and plan["stack"]["unverified"] == []
     path = dict(plan["summary"])["Path"]

@@ -258,7 +258,8 @@ def serve_command(
         [model_arg, *opts],
         epyc["container"]["shm_size_if_ipc_isolated"],
     )
-    pre_argv = [[*rt, "rm", "-f", name], [*rt, "pull", ch.stack["image"]]]
+    built = any(r["setup"] and r.get("image") == ch.stack["image"] for r in epyc["stacks"].values())  # never pulled
+    pre_argv = [[*rt, "rm", "-f", name], [*rt, *(["image", "inspect"] if built else ["pull"]), ch.stack["image"]]]
     return {"argv": argv, "pre_argv": pre_argv, "remote_stop": command.runtime_stop_pair(rt, name)}
 
 

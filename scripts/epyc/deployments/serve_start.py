@@ -8,7 +8,7 @@ import shlex
 import time
 from pathlib import Path
 
-from epyc import cli, errors, masking, subproc
+from epyc import bundle, cli, errors, masking, subproc
 from epyc.decisions.command import bound_cpus, server_env
 from epyc.deployments import serve_procs, serve_state
 from epyc.deployments.process import launch, start_error, unrecorded
@@ -17,6 +17,7 @@ from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hubcache, runtimes, validation
 
 PULL_TIMEOUT_S = 3600
+PULL_FIX = "check registry access and the image name (data/epyc.json, or --image)"
 RUN_TIMEOUT_S = 300
 CONFIRM = (
     "start needs --confirm: the human must approve the plan first",
@@ -177,15 +178,15 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
     """The plan's container, pulled if needed and run with the key files; removed again if no state names it."""
     rm, pull = plan["pre_argv"]
     clear_leftover(plan, rm)
-    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
-        errors.log(f"start: pulling {plan['image']}")
-        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
-        if not res.ok:
-            raise ScriptError(
-                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
-                "check registry access and the image name (data/epyc.json, or --image)",
-                phase="pull",
-            )
+    built, step = pull[-3:-1] == ["image", "inspect"], f"{pull[-2]} {plan['image']}"  # built here: never pulled
+    if built or pull_policy == "always" or not runtimes.image_is_local(*map(plan.get, ("runtime", "image", "engine"))):
+        errors.log(f"start: {step}")
+        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: {step}")
+        if not res.ok:  # a locally built image's fix is the line that builds it
+            rows = bundle.load_epyc()["stacks"].values()
+            fix = next((r["setup"] for r in rows if built and r.get("image") == plan["image"]), PULL_FIX)
+            why = masking.clip(res.stderr.strip() or res.failure or "", 300, tail=True)
+            raise ScriptError(f"{step} failed: {why}", fix, phase="pull")
     launched, printed = False, ""
     try:
         if secrets:
