@@ -82,7 +82,7 @@ def test_the_hosts_pip_settings_are_bound_for_the_pip_step_only_never_left_in_th
     from epyc.errors import ScriptError
     from epyc.facts import hoststack
 
-    host, rootfs = tmp_path.resolve() / "host", tmp_path.resolve() / "rootfs"
+    host, rootfs = tmp_path.resolve() / "host", tmp_path.resolve() / "root fs é"  # mountinfo escapes the space
     (host / "wheels").mkdir(parents=True)
     (host / "pip.conf").write_text("[global]\nindex-url = https://user:secret@example.invalid/simple\n")
     (host / "ca.crt").write_text("host CAs")

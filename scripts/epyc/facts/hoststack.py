@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import shutil
@@ -189,7 +190,7 @@ def pip_sources() -> list[str]:
 
 def mounts_under(folder: Path) -> list[str]:
     """The mount points at or below `folder`, as /proc/self/mountinfo lists them."""
-    points = [ln.split()[4].encode().decode("unicode_escape") for ln in open("/proc/self/mountinfo")]
+    points = [codecs.escape_decode(ln.split()[4])[0].decode() for ln in open("/proc/self/mountinfo", "rb")]
     return [m for m in points if m == str(folder) or m.startswith(f"{folder}/")]
 
 
