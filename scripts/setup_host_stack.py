@@ -65,12 +65,12 @@ def image_only(epyc: dict, check: bool) -> dict:
     actions = [] if check or local else hoststack.build_image(epyc, row, engine)
     found = probe_stack(architectures.probe_argv(None, row["image"], "docker", engine)[0]) if actions or local else {}
     venv, stack = row["build"]["venv"], {k: found.get(k.replace("_", "-")) for k in STACK_KEYS}
-    doc = {"ready": stack_is_ready(found, epyc["host_stack"]), "image": row["image"], "reused": local, "venv": venv}
+    fix = hoststack.image_fix(found, epyc["host_stack"], row["image"])
+    doc = {"ready": not fix, "image": row["image"], "reused": local, "venv": venv}
     doc.update(python=venv + "/bin/python", vllm_bin=venv + "/bin/vllm", stack=stack, actions=actions, notes=[])
     doc.update(missing_debian_packages=[], seconds=round(time.monotonic() - t0, 1))
-    if not doc["ready"]:
+    if fix:
         why = found.get("import_error") or (json.dumps(stack) if found else "not built")
-        fix = "run without --check (it builds the image)" if check else f"docker rmi {row['image']}, then run again"
         raise ScriptError(f"the image {row['image']} is not ready: {why}", fix, **doc)
     return doc
 

@@ -851,6 +851,25 @@ def test_pull_failure_is_named(script, inputs, rt, tmp_path):
     assert r.code == 1 and r.doc["phase"] == "pull"
 
 
+def test_the_locally_built_image_is_looked_for_never_pulled_and_its_fix_builds_it(script, inputs, rt, tmp_path):
+    """A plan on the image setup_host_stack.py --image builds: even with --pull always, start only inspects it
+    (a pull of localhost/... would reach whatever listens there); absent, the fix is the line that builds it."""
+    from epyc import bundle
+
+    d, env = rt
+    plan_file, plan = container_plan(script, inputs, rt, tmp_path)
+    row = bundle.load_epyc()["stacks"]["local_image"]
+    plan_file.write_text(
+        plan_file.read_text().replace(plan["image"], row["image"]).replace('"pull"', '"image", "inspect"')
+    )
+    args = ("launch.py", "start", "--plan", str(plan_file), "--confirm", "--pull", "always")
+    r = script(*args, env=env)
+    assert r.code == 1 and r.doc["phase"] == "pull" and r.doc["fix"] == row["setup"], r.doc
+    (d / "images").write_text(row["image"] + "\n")
+    assert script(*args, env=env).code == 0
+    assert not [c for c in calls(d) if c["argv"][:1] == ["pull"]]
+
+
 def test_container_that_exited_fails_verify_in_process_phase_with_logs(script, inputs, rt, tmp_path):
     d, env = rt
     plan_file, _ = container_plan(script, inputs, rt, tmp_path)

@@ -405,6 +405,7 @@ def test_an_architecture_only_the_measured_stack_lists_is_planned_on_its_local_i
     local = epyc["stacks"]["local_image"]["image"]
     assert plan["stack"]["name"] == "local_image" and plan["image"] == local and local in plan["argv"]
     assert PINNED not in plan["argv"] and plan["vllm_version"] == epyc["host_stack"]["vllm_version"]
+    assert plan["pre_argv"][1][-3:] == ["image", "inspect", local]  # built here: looked for, never pulled
     why = "the seed's image (amdih) is not known to run ExaoneMoeForCausalLM (not in vLLM 0.25.1's registry)"
     assert plan["stack"]["why"] == why + "; this one is" and plan["stack"]["unverified"] == []
     path = dict(plan["summary"])["Path"]
@@ -414,6 +415,17 @@ def test_an_architecture_only_the_measured_stack_lists_is_planned_on_its_local_i
     )
     (warn,) = [w for w in plan["warnings"] if w["check"] == "stack"]
     assert warn["fix"] == "python3 scripts/setup_host_stack.py --image"
+
+
+def test_the_local_image_is_chosen_only_for_docker_whose_store_holds_it(inputs):
+    """With podman the image built into docker's store is invisible: the plan keeps validate's image, says what it
+    is not known to run, and names the local image (for docker) as what would."""
+    docs, epyc = load_docs(inputs), load_epyc()
+    docs["check_model"]["architectures"], docs["validate"]["runtime"] = ["ExaoneMoeForCausalLM"], "podman"
+    stack = planner.build_plan(docs, {}, epyc, facts_for(docs))["stack"]
+    assert stack["name"] == "seed_image" and stack["unverified"] and stack["why"] is None
+    assert stack["instead"].startswith(epyc["stacks"]["local_image"]["label"] + " is known to (docker): python3 ")
+    assert "setup_host_stack.py --image" in stack["instead"]
 
 
 def test_a_need_no_stack_of_the_path_is_known_to_meet_is_said_with_the_one_that_is(inputs):

@@ -18,6 +18,7 @@ from conftest import (
     load_epyc_doc,
     run_script,
 )
+from epyc import bundle
 from epyc.facts import hubcache, preload, runtimes, validation
 
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -75,6 +76,15 @@ def test_local_image_is_probed_and_a_failed_probe_is_reported(script, fake_rt):
     r = run_validate(script, env)
     assert any(w["check"] == "image" and "could not probe" in w["message"] for w in r.doc["warnings"])
     assert '"--entrypoint", "python3"' in (d / "calls.jsonl").read_text()
+
+
+def test_the_local_image_not_built_yet_is_fixed_by_the_line_that_builds_it_never_a_pull(script, fake_rt):
+    """validate --image localhost/... before setup_host_stack.py --image: the fix builds it (a pull of localhost/...
+    would fail or reach whatever listens there)."""
+    row = bundle.load_epyc()["stacks"]["local_image"]
+    r = run_validate(script, fake_rt[1], "--image", row["image"])
+    (err,) = [e for e in r.doc["errors"] if e["check"] == "image"]
+    assert r.code == 1 and err["fix"] == row["setup"] + ", then re-run validate.py" and "pull" not in err["fix"]
 
 
 def test_no_avx512_blocks_unless_stock_was_accepted(script, fake_rt):
@@ -242,8 +252,6 @@ def test_vllms_folder_as_an_interpreter_names_it_is_probed_like_any_answer(tmp_p
     import os
     import subprocess
     import sys
-
-    from epyc import bundle
 
     pkg = tmp_path / "site" / "vllm"
     pkg.mkdir(parents=True)

@@ -77,10 +77,8 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
     if chk.get("launchable") is False:
         raise ScriptError(f"check_model.py: {chk.get('message')}", "choose a model vLLM serves as chat/completions")
     if wrong := mismatches(inp):
-        raise ScriptError(
-            "the five documents do not describe one serve: " + "; ".join(wrong),
-            "re-run the steps from the first one that differs, for one model on one host, and plan from those files",
-        )
+        fix = "re-run the steps from the first one that differs, for one model on one host, and plan from those files"
+        raise ScriptError("the five documents do not describe one serve: " + "; ".join(wrong), fix)
     if (fit := est.get("fit")) and not fit["fits"]:
         fix = fit.get("action") or "lower --max-model-len or use a smaller model"
         raise ScriptError(f"does not fit: required {fit['required_gb']} GiB vs {fit['ram_gb']} GiB RAM", fix)
@@ -93,10 +91,8 @@ def refuse_inconsistent_inputs(inp: dict, opt: dict) -> None:
 def refuse_unsafe_arguments(model: object, val: dict, tune: dict) -> None:
     """What becomes an argument must be one argument, never an option, and the pin exactly cpu_tune's."""
     if not isinstance(model, str) or not model or model.startswith("-") or any(ord(c) < 32 for c in model):
-        raise ScriptError(
-            f"model {model!r} would be read as an option or is not one argument",
-            "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)",
-        )
+        fix = "pass a Hub id (owner/name) or a folder path that does not start with '-' (e.g. ./-name)"
+        raise ScriptError(f"model {model!r} would be read as an option or is not one argument", fix)
     bound = command.bound_cpus(tune.get("vllm_cpu_omp_threads_bind"))
     pins = (tune.get("host_pin_argv", []), tune.get("container_cpuset_argv", []), tune.get("numa_nodes"), bound)
     if problem := command.pin_prefix_problem(*pins):
@@ -206,8 +202,9 @@ def unmet(row: dict, needs: dict) -> list[str]:
 
 def stack_for(inp: dict, rows: list[dict]) -> dict:
     """The stack the plan serves on: validate's when it is known to meet every need (tensor-parallel ranks, the
-    architecture, the quantization), else the first row of its path and backend that is (set up by its one
-    idempotent command), else validate's, with what is unverified and the row of the other path that is known."""
+    architecture, the quantization), else the first row of its path and backend that is (set up by its one command;
+    a locally built image only on docker, whose store holds it), else validate's, with what is unverified and the
+    row that is known."""
     chk, found = inp["check_model"], stack_found(inp["validate"], rows)
     needs = {
         "ranks": inp["cpu_tune"].get("tensor_parallel_size") or 1,
@@ -216,13 +213,14 @@ def stack_for(inp: dict, rows: list[dict]) -> dict:
     }
     gaps = unmet(found, needs)
     known = [r for r in rows if r["backend"] == found.get("backend") and r["setup"] and not unmet(r, needs)]
-    fits = known if gaps and found["name"] else []
-    same = next((r for r in fits if r["path"] == found["path"]), None)
-    other = None if same else next((r for r in fits if r["path"] != found["path"]), None)
+    fits, docker = known if gaps and found["name"] else [], inp["validate"].get("runtime") in ("docker", "sudo docker")
+    same = next((r for r in fits if r["path"] == found["path"] and (docker or not r.get("build"))), None)
+    other = None if same else next((r for r in fits if r["path"] != found["path"] or r.get("build")), None)
     chosen, why = same or found, same and f"{found['label']} is not known to run {', '.join(gaps)}; this one is"
     doc = {k: chosen.get(k) for k in ("name", "label", "image", "vllm", "zentorch", "setup")}
     doc.update(why=why or None, unverified=[] if same else gaps)
-    doc["instead"] = other and f"{other['label']} is known to: {other['setup']}, then {other['validate']}, plan again"
+    run = f"{other['label']} is known to{' (docker)' * bool(other.get('build'))}" if other else None
+    doc["instead"] = other and f"{run}: {other['setup']}, then {other['validate']}, plan again"
     return {**doc, "verified": [k for k in CLAIMS if chosen.get("verified", {}).get(k, {}).get("value") is True]}
 
 

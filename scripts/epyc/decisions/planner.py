@@ -73,25 +73,19 @@ class Choices:
 def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> None:
     """All interfaces only with a key that is set, long enough, and every secret sendable in a header."""
     if expose and not key_env:
-        raise ScriptError(
-            "--expose serves on all interfaces: an API key is required",
-            "export a key in an env var and pass --api-key-env NAME",
-        )
+        fix = "export a key in an env var and pass --api-key-env NAME"
+        raise ScriptError("--expose serves on all interfaces: an API key is required", fix)
     if key_env and not facts.get("api_key_set"):
         raise ScriptError(f"--api-key-env {key_env}: that variable is not set", f"export {key_env}=<key> first")
     if key_env and facts.get("api_key_length") is not None and facts["api_key_length"] < API_KEY_MIN:
         # a short key is guessed, and masking it would blank words wherever it appears ("local", "error")
-        raise ScriptError(
-            f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs "
-            f"{API_KEY_MIN} at least",
-            f"export {key_env} as a longer random key, e.g. "
-            f"export {key_env}=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')",
-        )
+        why = f"--api-key-env {key_env}: the key is {facts['api_key_length']} characters; a key needs {API_KEY_MIN} at least"
+        fix = f"export {key_env} as a longer random key, e.g. export {key_env}="
+        raise ScriptError(why, fix + "$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
     if facts.get("unsendable_secrets"):
         name = facts["unsendable_secrets"][0]
-        raise ScriptError(
-            secret_unsendable(name), f"export {name} again with the token alone (printable ASCII, no spaces), then plan"
-        )
+        fix = f"export {name} again with the token alone (printable ASCII, no spaces), then plan"
+        raise ScriptError(secret_unsendable(name), fix)
 
 
 def checked_tls(expose: bool, opt: dict, facts: dict, epyc: dict) -> dict | None:
@@ -134,21 +128,16 @@ def choose(inp: dict, opt: dict, epyc: dict, facts: dict) -> Choices:
     rules = sizing_rules(opt.get("sizing") or "skill")
     throughput = bool(opt.get("throughput_flags") or rules["throughput"])
     if throughput and backend == "stock":
-        raise ScriptError(
-            "the throughput flags are for the zentorch path only: on stock vLLM CPU (vLLM 0.32, "
-            "CpuPlatform) the engine segfaults in onednn_mm while warming up (measured on an Intel "
-            "runner, 2026-12-01)",
-            "plan without --throughput-flags on the stock path",
-        )
+        why = "the throughput flags are for the zentorch path only: on stock vLLM CPU (vLLM 0.32, CpuPlatform) "
+        why += "the engine segfaults in onednn_mm while warming up (measured on an Intel runner, 2026-12-01)"
+        raise ScriptError(why, "plan without --throughput-flags on the stock path")
     revision = plan_checks.served_revision(inp, model, facts)
     plan_checks.refuse_unrunnable_command(val, epyc, facts)
     quant = command.quantized_path(chk.get("quantization"), backend, dtype, epyc, det.get("avx512"))
     if quant and quant["served_on_cpu"] is False:
-        raise ScriptError(
-            f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's "
-            f"{backend} path cannot run: {quant['note']}",
-            "serve the unquantized (bfloat16) checkpoint here, or this one on a CPU with AVX-512",
-        )
+        why = f"{model} is a {quant['method']} {quant['bits'] or '?'}-bit checkpoint this CPU's {backend} path"
+        fix = "serve the unquantized (bfloat16) checkpoint here, or this one on a CPU with AVX-512"
+        raise ScriptError(f"{why} cannot run: {quant['note']}", fix)
     return Choices(
         model=model,
         path=val["path"],
@@ -258,7 +247,8 @@ def serve_command(
         [model_arg, *opts],
         epyc["container"]["shm_size_if_ipc_isolated"],
     )
-    pre_argv = [[*rt, "rm", "-f", name], [*rt, "pull", ch.stack["image"]]]
+    built = any(r["setup"] and r.get("image") == ch.stack["image"] for r in epyc["stacks"].values())  # never pulled
+    pre_argv = [[*rt, "rm", "-f", name], [*rt, *(["image", "inspect"] if built else ["pull"]), ch.stack["image"]]]
     return {"argv": argv, "pre_argv": pre_argv, "remote_stop": command.runtime_stop_pair(rt, name)}
 
 

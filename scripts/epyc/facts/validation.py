@@ -96,12 +96,13 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def image_stack(probe: dict, image: str, pinned: bool, runtime: str) -> tuple[dict, list[dict]]:
-    """The image's stack: probed when local, else read from its tag for a pinned image (ours), else an error."""
+def image_stack(probe: dict, image: str, pinned: bool, runtime: str, setup: str | None) -> tuple[dict, list[dict]]:
+    """The image's stack: probed when local, else read from its tag for a pinned image (ours), else an error (whose
+    fix, for an image built here, is the line that builds it)."""
     found = probe["found"]
     if not probe["local"] and not pinned:
         why = f"{image} is not a local image, so its stack cannot be read (only the pinned images' tags are trusted)"
-        fix = f"{' '.join(runtimes.runtime_argv(runtime))} pull {image}, then re-run validate.py"
+        fix = f"{setup or ' '.join(runtimes.runtime_argv(runtime)) + ' pull ' + image}, then re-run validate.py"
         return {**dict.fromkeys(STACK_KEYS), "source": f"absent:{image}"}, [issue("image", "error", why, fix)]
     if found and not found.get("import_error"):
         return {**{k: found.get(k) for k in STACK_KEYS}, "source": f"probe:image:{image}"}, []
@@ -119,7 +120,8 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
     if runtime in CONTAINERS:
         image = gathered["image"]
         pinned_images = (epyc["container"]["image"], epyc["stock_image"]["image"])
-        stack, image_issues = image_stack(gathered["image_probe"], image, image in pinned_images, runtime)
+        setup = next((r["setup"] for r in epyc["stacks"].values() if r.get("image") == image), None)
+        stack, image_issues = image_stack(gathered["image_probe"], image, image in pinned_images, runtime, setup)
         pinned = epyc["stock_image" if image == pinned_images[1] else "container"]["vllm_version"]
         return stack, pinned, image_issues
     hs = epyc["host_stack"]
@@ -128,10 +130,8 @@ def stack_for(runtime: str | None, gathered: dict, epyc: dict, stock: bool) -> t
         pins = {"vllm": hs["vllm_version"], "zentorch": zentorch, "torch": hs["torch_version"]}
         stack = {**dict.fromkeys(STACK_KEYS), **pins, "source": "assumed:data/epyc.json host_stack"}
     else:
-        stack = {
-            **{k: gathered["host_stack"].get(k) for k in STACK_KEYS},
-            "source": f"probe:python:{gathered['python']}",
-        }
+        got = gathered["host_stack"]
+        stack = {**{k: got.get(k) for k in STACK_KEYS}, "source": f"probe:python:{gathered['python']}"}
     return stack, hs["vllm_version"], []
 
 
@@ -295,6 +295,8 @@ def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: st
     here; its paths under its `home` (its host stack venv unless --python named one)."""
     runtime = "docker" if args.runtime == "auto" else args.runtime
     python = python or str(hoststack.default_venv(epyc["host_stack"], args.stock, home) / "bin" / "python")
+    cache = {"path": f"{home}/.cache/huggingface/hub", "mount_subdir": "hub", "nfs": False, "fstype": None}
+    cache["note"] = f"assumed: the host's HF cache is the default under its home {home} (deferred to the host)"
     return {
         "home": home,
         "runtime": runtime,
@@ -304,13 +306,7 @@ def deferred_gather(args: argparse.Namespace, epyc: dict, image: str, python: st
         "host_ok": runtime == "host",
         "image": image,
         "image_probe": {"local": False, "found": None},
-        "hf_cache": {
-            "path": f"{home}/.cache/huggingface/hub",
-            "mount_subdir": "hub",
-            "nfs": False,
-            "fstype": None,
-            "note": f"assumed: the host's HF cache is the default under its home {home} (deferred to the host)",
-        },
+        "hf_cache": cache,
         "preload_libs": {},
         "execstack": [],
         "port": epyc["serve"]["default_port"],
