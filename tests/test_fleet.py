@@ -159,6 +159,9 @@ def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_
     pair = run_script("launch.py", "tls-selfsigned", "--out", str(tmp_path / "pair"))
     assert pair.code == 0 and pair.doc["made_with"] == "cryptography" and socket.gethostname() in pair.doc["names"]
     secret_lines = Path(pair.doc["key"]).read_text().splitlines()[1:-1]
+    unexposed = [a for a in args if a not in ("--expose", "--api-key-env", "FLEET_KEY")]
+    r = run_script("launch.py", "plan", *unexposed, "--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"])
+    assert r.code == 1 and "without --expose" in r.doc["error"], r.doc  # nginx on all interfaces, no key asked
     p = run_script("launch.py", "plan", *args, "--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"], env=env)
     assert p.code == 0, p.doc
     argv, nginx = p.doc["router"]["argv"], p.doc["router"]["terminator"]

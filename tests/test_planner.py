@@ -347,6 +347,14 @@ def test_exposed_without_tls_is_refused_unless_plain_http_is_asked_for_by_name(i
     assert "cross the network in clear" in dict(plan["summary"])["TLS"]
 
 
+def test_a_tls_pair_without_expose_is_refused_as_nothing_would_ask_for_the_key(inputs, tmp_path):
+    """Review of issue 52: an unexposed fleet with a pair put nginx on all interfaces in front of a keyless router."""
+    cert, key = cert_pair(tmp_path / "pair", names=("localhost",))
+    with pytest.raises(ScriptError) as exc:
+        tls_plan(inputs, tmp_path, expose=False, api_key_env=None, tls_cert=str(cert), tls_key=str(key))
+    assert "without --expose" in exc.value.error and "--expose --api-key-env" in exc.value.fix
+
+
 @pytest.mark.parametrize("runtime", ["docker", "host"])
 def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_plans_it_there(
     runtime, inputs, tmp_path, monkeypatch

@@ -97,6 +97,8 @@ def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> N
 def checked_tls(expose: bool, opt: dict, facts: dict, epyc: dict) -> dict | None:
     """The pair a plan serves TLS with, or None (plain HTTP exposed only by name); a bad certificate refused."""
     f, said = facts.get("tls"), epyc["tls"]
+    if f and not expose:  # a fleet's nginx would listen on all interfaces with no key asked for
+        raise ScriptError(*said["unexposed"])
     if f is None and expose and not opt.get("plain_http"):
         raise ScriptError(said["untls"][0], f"{said['untls'][1]} ({said['first_try']})")
     if not f or f.get("checked"):

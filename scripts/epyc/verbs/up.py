@@ -85,7 +85,7 @@ def check_default_state_dir(plan: dict) -> None:
     serve_state.refuse_state_dir(Path(plan["state_dir"]), f"the state dir {plan['state_dir']}", fix)
 
 
-def refuse_before_up(a: argparse.Namespace, model: str) -> None:
+def refuse_before_up(a: argparse.Namespace, model: str, epyc: dict) -> None:
     """What plan would refuse after five scripts ran (minutes, a Hub download) is refused first."""
     if model.startswith("-"):  # passed on to check_model it read as an option ("expected one argument")
         raise ScriptError(
@@ -93,6 +93,7 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
             "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)",
         )
     planner.refuse_unkeyed_exposure(a.expose, a.api_key_env, shell.key_facts(a.api_key_env))
+    planner.checked_tls(a.expose, vars(a), {"tls": shell.tls_facts(vars(a), "localhost")}, epyc)
     # a folder is served by its name: one that is not a plain name needs --served-model-name
     local = os.path.isdir(model)
     served = a.served_model_name or command.served_model_name(model, os.path.realpath(model) if local else None)
@@ -196,7 +197,7 @@ def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
 
 def up(a: argparse.Namespace, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
-    refuse_before_up(a, model)
+    refuse_before_up(a, model, epyc)
     run_dir = Path(state_dir_arg(a.state_dir or str(hubcache.state_root() / "up")))  # the default obeys the same rule
     refuse_a_busy_run_dir(run_dir)
     serve_state.make_own_folder(run_dir, "pass --state-dir with a new folder of your own", "up")
