@@ -285,7 +285,8 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "engine",
         "target": det.get("target", "localhost"),
-        "deferred": val.get("deferred", []),
+        "deferred": (d := val.get("deferred", []))
+        + (["the TLS pair (checked there by launch.py up)"] if ch.tls and d else []),
         "path": ch.path,
         "backend": ch.backend,
         "platform": (val.get("stack") or {}).get("platform"),
