@@ -70,7 +70,10 @@ def kind_of(path: str) -> str | None:
 # ---------------------------------------------------------------- the router: one more host process
 
 
-INSTALL = {"vllm-router": "python3 scripts/setup_host_stack.py --router", "nginx": "sudo apt-get install nginx-light"}
+INSTALL = {
+    "vllm-router": "python3 scripts/setup_host_stack.py --router",
+    "nginx": "sudo apt-get install nginx-light && sudo systemctl disable --now nginx",
+}
 
 
 def parts(router: dict) -> list[dict]:  # the host processes in front of the engines: the router, then nginx (TLS)
