@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from epyc import jsonio
+from epyc import bundle, jsonio
 from epyc.errors import ScriptError
 from epyc.facts import hubcache
 from epyc.masking import SECRET_VALUE
@@ -23,9 +23,6 @@ def key_facts(key_env: str | None) -> dict:
 
 
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")  # a name or IPv4 address: a URL's host
-NAMED = "not a host name or IPv4 address (an IPv6 literal cannot be the https address clients are given)"
-NAMED_FIX = "pass the name clients reach it by (for an IPv6 address, a name for it in DNS or /etc/hosts)"
-ABSOLUTE = "a plan for another host reads --tls-cert/--tls-key/--tls-ca as that host's paths: they must be absolute"
 
 
 def tls_facts(opt: dict, target: str, there: bool = False) -> dict | None:
@@ -38,13 +35,11 @@ def tls_facts(opt: dict, target: str, there: bool = False) -> dict | None:
     from cryptography.hazmat.primitives import serialization as ser
 
     name = opt.get("tls_name") or (socket.gethostname() if target == "localhost" else "another host (--tls-name)")
-    for bad, why, fix in (
-        (not (given["cert"] and given["key"]), "--tls-cert and --tls-key go together", "pass both, by path"),
-        (there and not all(map(os.path.isabs, filter(None, given.values()))), ABSOLUTE, "pass them as /paths there"),
-        (opt.get("tls_name") and not HOST_NAME.fullmatch(name), f"--tls-name {name[:100]!r}: {NAMED}", NAMED_FIX),
-    ):
-        if bad:
-            raise ScriptError(why, fix)
+    named, absolute = HOST_NAME.fullmatch(name), all(map(os.path.isabs, filter(None, given.values())))
+    bad = (not (given["cert"] and given["key"]), there and not absolute, opt.get("tls_name") and not named)
+    for no, (why, fix) in zip(bad, bundle.load_epyc()["tls"]["given"]):  # in the order of epyc.json's tls.given
+        if no:
+            raise ScriptError(why.format(name=name[:100]), fix)
     if there:
         return {"tls": {**given, "name": name}, "checked": True}
     paths = {k: v and os.path.realpath(jsonio.user_path(v)) for k, v in given.items()}
