@@ -22,9 +22,6 @@ def key_facts(key_env: str | None) -> dict:
     }
 
 
-HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")  # a name or IPv4 address: a URL's host
-
-
 def tls_facts(opt: dict, target: str, there: bool = False) -> dict | None:
     """The TLS pair's paths, CA, the name served on and what the certificate holds (the key's content stays here);
     `there`: another host's pair, its paths that host's, read and checked there by `launch.py up`."""
@@ -35,9 +32,10 @@ def tls_facts(opt: dict, target: str, there: bool = False) -> dict | None:
     from cryptography.hazmat.primitives import serialization as ser
 
     name = opt.get("tls_name") or (socket.gethostname() if target == "localhost" else "another host (--tls-name)")
-    named, absolute = HOST_NAME.fullmatch(name), all(map(os.path.isabs, filter(None, given.values())))
+    said = bundle.load_epyc()["tls"]  # a host name's pattern (an IPv6 literal is no URL's host) and the refusals
+    named, absolute = re.fullmatch(said["host_name"], name), all(map(os.path.isabs, filter(None, given.values())))
     bad = (not (given["cert"] and given["key"]), there and not absolute, opt.get("tls_name") and not named)
-    for no, (why, fix) in zip(bad, bundle.load_epyc()["tls"]["given"]):  # in the order of epyc.json's tls.given
+    for no, (why, fix) in zip(bad, said["given"]):  # in the order of epyc.json's tls.given
         if no:
             raise ScriptError(why.format(name=name[:100]), fix)
     if there:
