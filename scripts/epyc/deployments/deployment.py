@@ -206,13 +206,7 @@ def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
         return doc
     which = ", ".join(f"engine {f['engine']} (port {f['port']}): {f['error']}" for f in failed)
     say = "the router answers from the others" if router["answered"] else f"the router: {router['why']}"
-    fix = (
-        "read each failed engine's log_tail, then python3 scripts/launch.py start --plan <the fleet's plan.json> "
-        "--confirm: it restarts only what failed (an engine, or the router) while the rest serves"
-        if dep.kind == "fleet"
-        else f"check ${dep.doc['api_key_env']} is the hosts' key; verify each host's plan on that host "
-        "(launch.py verify there); then verify the front again"
-    )
+    fix = epyc["router"]["degraded_fix"][dep.kind].format(key=dep.doc["api_key_env"])
     raise ScriptError(f"{'degraded: ' + which + '; ' if failed else ''}{say}", fix, phase="verify", **doc)
 
 

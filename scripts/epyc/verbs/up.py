@@ -233,12 +233,9 @@ def documents(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> d
 
 def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict, inputs: dict) -> tuple:
     """The plan, written and shown, launched only on a yes (a --yes only for what was shown)."""
-    opts = {
-        **{k: getattr(a, k) for k in planner.SERVE_OPTIONS},
-        "model": model,
-        "max_model_len": inputs["estimate_memory"]["fit"]["max_model_len"],
-        "state_dir": str(jsonio.real_path(run_dir)),
-    }
+    fit_len, here = inputs["estimate_memory"]["fit"]["max_model_len"], str(jsonio.real_path(run_dir))
+    opts = {**{k: getattr(a, k) for k in planner.SERVE_OPTIONS}, "model": model, "max_model_len": fit_len}
+    opts["state_dir"] = here
     plan = planner.build_plan(inputs, opts, epyc, shell.shell_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
     jsonio.write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
@@ -249,13 +246,7 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
     else:  # shown: a --yes later runs only it
         jsonio.write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
     said = {"phase": "confirm", "plan_file": str(plan_file), "started": False}
-    unanswered = ScriptError(
-        f"confirmation needed and there is no terminal: up showed its plan (the summary on stderr; {plan_file}) "
-        "and launched nothing",
-        "read the plan with the user and run up again with --yes to launch it: it launches only what was shown, "
-        "else it shows the new plan and stops again",
-        **said,
-    )
+    unanswered = ScriptError(*(t.format(plan_file=plan_file) for t in epyc["serve"]["up_unanswered"]), **said)
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered):
         fix = f"change what you want and run up again; the plan is in {plan_file}"
         raise ScriptError("not launched: the plan was declined", fix, **said)
@@ -270,17 +261,9 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         phase = "verify"
         result = verify_or_stop(plan, plan_file, timeout, smoke_timeout)
         phase = "handoff"
-        return {
-            "ok": True,
-            "phase": "done",
-            "plan_file": str(plan_file),
-            "started": started,
-            "verify": result,
-            "handoff": deployment.with_service(
-                plan, handoff.handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])
-            ),
-            "stop_command": plan["stop_command"],
-        }
+        shown = handoff.handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])
+        doc = {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started, "verify": result}
+        return {**doc, "handoff": deployment.with_service(plan, shown), "stop_command": plan["stop_command"]}
     except KeyboardInterrupt:  # between the guarded steps or after them: a handoff, or nothing left running
         raise stopped_after(plan, plan_file, "verify", "interrupted after start", "run up again") from None
     except ScriptError:  # each step's own: it stopped the server already, or nothing was started
