@@ -420,8 +420,10 @@ def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_
     assert f"| On the host | {plan['on_host_command']} |" in plan["summary_markdown"]
     # TLS there: the pair is that host's, by its absolute paths, read and checked there by up, never here
     tls = {**opts, "plain_http": None, "tls_cert": "/etc/box/cert.pem", "tls_key": "/etc/box/key.pem"}
+    tls["tls_name"] = "box.example"
     facts = {**facts_for(docs, api_key_set=True), "tls": shell.shell_facts(tls, docs)["tls"]}
-    plan = planner.build_plan(docs, {**tls, "tls_name": "box.example"}, load_epyc(), facts)
+    plan = planner.build_plan(docs, tls, load_epyc(), facts)
+    assert plan["tls"] == {"cert": "/etc/box/cert.pem", "key": "/etc/box/key.pem", "ca": None, "name": "box.example"}
     for text in [plan["command"], plan["on_host_command"], plan["summary_markdown"]]:
         assert str(tmp_path) not in text and str(here) not in text and str(ROOT) not in text, text
     assert "--tls-cert /etc/box/cert.pem --tls-key /etc/box/key.pem" in plan["on_host_command"]

@@ -480,7 +480,7 @@ def test_another_hosts_home_not_read_is_said_as_assumed_never_silently_roots(tmp
     root = sysroots.build(tmp_path / "sr", sysroots.HOSTS["genoa_9654_2s_smt"])
     if home:
         (root / "HOME").write_text(home + "\n")
-    detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot(root), "sysroot:box", live=False), load_epyc())
+    detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot(root), "capture:box.tar", live=False), load_epyc())
     (tmp_path / "d.json").write_text(json.dumps(detected))
     doc, _ = validate_cli.main(
         ["--detect", str(tmp_path / "d.json"), "--runtime", "docker", "--run", str(tmp_path / "r")]
