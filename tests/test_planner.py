@@ -419,15 +419,20 @@ def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_
     assert ("--python " in plan["on_host_command"]) is (runtime == "host")  # the host path's venv there
     assert f"| On the host | {plan['on_host_command']} |" in plan["summary_markdown"]
     # TLS there: the pair is that host's, by its absolute paths, read and checked there by up, never here
-    tls = {**opts, "plain_http": None, "tls_cert": "/etc/box/cert.pem", "tls_key": "/etc/box/key.pem"}
+    tls = {**opts, "plain_http": None, "tls_cert": "/home/alice/tls/cert.pem", "tls_key": "/home/alice/tls/key.pem"}
     tls["tls_name"] = "box.example"
     facts = {**facts_for(docs, api_key_set=True), "tls": shell.shell_facts(tls, docs)["tls"]}
     plan = planner.build_plan(docs, tls, load_epyc(), facts)
-    assert plan["tls"] == {"cert": "/etc/box/cert.pem", "key": "/etc/box/key.pem", "ca": None, "name": "box.example"}
+    assert plan["tls"] == {
+        "cert": "/home/alice/tls/cert.pem",
+        "key": "/home/alice/tls/key.pem",
+        "ca": None,
+        "name": "box.example",
+    }
     for text in [plan["command"], plan["on_host_command"], plan["summary_markdown"]]:
         assert str(tmp_path) not in text and str(here) not in text and str(ROOT) not in text, text
-    assert "--tls-cert /etc/box/cert.pem --tls-key /etc/box/key.pem" in plan["on_host_command"]
-    assert ("/etc/box/key.pem:/run/secrets/serving-llms-on-epyc-tls/key.pem:ro" in plan["argv"]) is (
+    assert "--tls-cert /home/alice/tls/cert.pem --tls-key /home/alice/tls/key.pem" in plan["on_host_command"]
+    assert ("/home/alice/tls/key.pem:/run/secrets/serving-llms-on-epyc-tls/key.pem:ro" in plan["argv"]) is (
         runtime == "docker"
     )
     assert "the TLS pair (checked there by launch.py up) are assumed" in dict(plan["summary"])["Planned for"]
