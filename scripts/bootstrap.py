@@ -6,7 +6,7 @@
     python3 scripts/bootstrap.py --check    # only report; install nothing
 
 Uses only the standard library, so it runs on a bare python3 >= 3.10. The dependencies are the ones pyproject.toml
-declares (huggingface_hub, psutil, requests, jsonschema, py-cpuinfo), installed with pip into <bundle>/.venv; after
+declares (huggingface_hub, psutil, requests, jsonschema, py-cpuinfo, cryptography), installed with pip into <bundle>/.venv; after
 that every `python3 scripts/NAME.py` re-runs itself in that venv when the interpreter it was started with lacks them,
 so no activation is needed. Exit 0 with the interpreter and versions; exit 1 with {"error", "fix"}.
 """

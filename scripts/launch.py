@@ -102,6 +102,10 @@ LIFE_VERBS = {
 }
 
 
+def timeout_arg(epyc: dict) -> dict:  # verify's and up's: seconds for the server to answer
+    return {"type": argtypes.float_in(0, 86400, lo_open=True), "default": epyc["serve"]["health_timeout_s"]}
+
+
 def add_life_verbs(sub, epyc: dict) -> None:
     for name, what in LIFE_VERBS.items():
         sp = sub.add_parser(name, help=what, description=what)
@@ -109,16 +113,9 @@ def add_life_verbs(sub, epyc: dict) -> None:
         runs.add_run_arg(sp)
         if name == "start":
             sp.add_argument("--confirm", action="store_true", help="the human approved the plan")
-            sp.add_argument(
-                "--pull",
-                choices=["missing", "always"],
-                default="missing",
-                help="pull the image only when it is not local (default), or always",
-            )
+            sp.add_argument("--pull", choices=["missing", "always"], default="missing", help="when to pull the image")
         if name == "verify":
-            sp.add_argument(
-                "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]
-            )
+            sp.add_argument("--timeout", **timeout_arg(epyc))
 
 
 def add_up(sub, epyc: dict) -> None:
@@ -140,9 +137,7 @@ def add_up(sub, epyc: dict) -> None:
         "request, e.g. a pre-Zen4 EPYC, or a CPU that is not an EPYC",
     )
     u.add_argument("--yes", action="store_true", help="launch the plan up showed last: only after a human has read it")
-    u.add_argument(
-        "--timeout", type=argtypes.float_in(0, 86400, lo_open=True), default=epyc["serve"]["health_timeout_s"]
-    )
+    u.add_argument("--timeout", **timeout_arg(epyc))
 
 
 def plan_from_files(a, epyc: dict) -> dict:

@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None):
     home = detected.get("home") or validation.SPEC_HOME
     gathered = deferred_gather(args, epyc, image, python, home) if remote else gather(args, epyc, image, python)
     doc = verdict(cpu, detected, args, epyc, gathered)
+    if remote and not detected.get("home"):  # a home dropped (not a plain path) or never read is said, not silent
+        doc["deferred"].append(f"home (assumed {home})")
+        doc["warnings"].append(validation.issue("home", "warning", *epyc["remote_home"]))
     return doc, errors.EXIT_OK if doc["ready"] else errors.EXIT_FAIL
 
 

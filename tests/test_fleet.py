@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import free_port, host_docs, load_while, run_script
+from conftest import cert_pair, free_port, host_docs, load_while, run_script
 from epyc.bundle import load_epyc
 from epyc.deployments import fleet
 
@@ -159,6 +159,9 @@ def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_
     pair = run_script("launch.py", "tls-selfsigned", "--out", str(tmp_path / "pair"))
     assert pair.code == 0 and pair.doc["made_with"] == "cryptography" and socket.gethostname() in pair.doc["names"]
     secret_lines = Path(pair.doc["key"]).read_text().splitlines()[1:-1]
+    unexposed = [a for a in args if a not in ("--expose", "--api-key-env", "FLEET_KEY")]
+    r = run_script("launch.py", "plan", *unexposed, "--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"])
+    assert r.code == 1 and "without --expose" in r.doc["error"], r.doc  # nginx on all interfaces, no key asked
     p = run_script("launch.py", "plan", *args, "--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"], env=env)
     assert p.code == 0, p.doc
     argv, nginx = p.doc["router"]["argv"], p.doc["router"]["terminator"]
@@ -198,15 +201,34 @@ def test_an_exposed_fleet_is_keyed_at_every_engine_and_the_key_is_on_no_command_
         curl[2] = curl[2].replace(f"--cacert {pair.doc['cert']} ", "")
         said = subprocess.run(curl, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
         assert said.returncode == 60, said  # curl: the peer's certificate cannot be verified
+        # the router gone, nginx alive: the fleet still runs (no plan over it), start repairs it and reloads nginx
+        nginx = psutil.Process(s.doc["router"]["terminator"]["pid"])
+        workers = {c.pid for c in nginx.children()}
+        os.killpg(s.doc["router"]["pid"], signal.SIGKILL)
+        time.sleep(1)
+        tls_args = ["--tls-cert", pair.doc["cert"], "--tls-key", pair.doc["key"]]
+        again = run_script("launch.py", "plan", *args, *tls_args, env=env)
+        assert again.code == 1 and "holds a running fleet" in again.doc["error"], again.doc
+        again = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
+        assert again.code == 0 and again.doc["router"]["terminator"]["pid"] == nginx.pid, again.doc
+        deadline = time.monotonic() + 10
+        while workers & {c.pid for c in nginx.children()} and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not workers & {c.pid for c in nginx.children()}  # SIGHUP: new workers on the config and pair now
+        os.killpg(again.doc["router"]["pid"], signal.SIGKILL)  # stop with nginx alone left: no nginx after it
     finally:
         st = run_script("launch.py", "stop", "--run", run, env=env)
-    assert st.code == 0 and st.doc["router"]["was_running"], st.doc
+    assert st.code == 0 and st.doc["router"]["was_running"] and st.doc["running"] is False, st.doc
     written = [Path(f).read_text(errors="replace") for f in Path(run).rglob("*") if f.is_file() and f.name != "key.pem"]
     assert written and not any(x in t for t in written for x in [key, *secret_lines])
     assert (
         not psutil.pid_exists(s.doc["router"]["terminator"]["pid"])
         or psutil.Process(s.doc["router"]["terminator"]["pid"]).status() == psutil.STATUS_ZOMBIE
     )
+    # a pair replaced by an expired one since the plan: start refuses it before anything runs (one engine does too)
+    cert_pair(tmp_path / "pair", names=(socket.gethostname(),), days=(-10, -1))
+    r = run_script("launch.py", "start", "--run", run, "--confirm", env=env)
+    assert r.code == 1 and "expired on" in r.doc["error"] and "renew it" in r.doc["fix"], r.doc
 
 
 def test_a_front_router_serves_several_hosts_fleets_as_one_endpoint(router, tmp_path, inputs, live_tune):

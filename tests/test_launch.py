@@ -305,6 +305,6 @@ def test_launch_help_gives_each_verb_a_line_and_start_says_it_repairs_a_running_
 
     argv = [sys.executable, str(ROOT / "scripts" / "launch.py"), "--help"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
-    said = dict(re.findall(r"^    (\w+) +(\S.*)$", out, re.M))  # each verb's first line, as argparse lays it out
-    assert sorted(said) == sorted(["plan", "start", "verify", "handoff", "stop", "up"]), out
+    said = dict(re.findall(r"^    ([\w-]+) +(\S.*)$", out, re.M))  # each verb's first line, as argparse lays it out
+    assert sorted(said) == sorted(["plan", "start", "verify", "handoff", "stop", "up", "tls-selfsigned"]), out
     assert "start again only what failed while the rest serves" in " ".join(out.split())

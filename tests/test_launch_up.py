@@ -98,6 +98,8 @@ def test_up_refuses_a_start_lock_that_is_not_its_own_file_before_any_step(script
         (["--model=-x"], {}, "starts with '-'"),
         (["--expose"], {}, "an API key is required"),
         (["--api-key-env", "AUDIT7_UNSET"], {}, "AUDIT7_UNSET: that variable is not set"),
+        (["--expose", "--api-key-env", "UP_KEY"], {"UP_KEY": "k" * 32}, "needs TLS"),
+        (["--tls-cert", "c.pem", "--tls-key", "k.pem"], {}, "without --expose"),
     ],
 )
 def test_up_refuses_before_anything_runs(script, args, env, needle):

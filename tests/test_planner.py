@@ -347,6 +347,30 @@ def test_exposed_without_tls_is_refused_unless_plain_http_is_asked_for_by_name(i
     assert "cross the network in clear" in dict(plan["summary"])["TLS"]
 
 
+@pytest.mark.parametrize(
+    "opt,needle",
+    [
+        ({"tls_key": "k.pem"}, "go together"),
+        ({"tls_cert": "c", "tls_key": "k", "tls_name": "fe80::1"}, "not a host name"),
+    ],
+)
+def test_a_key_alone_or_a_name_no_https_address_can_hold_is_refused_with_a_fix(opt, needle):
+    """Review of issue 52: a key alone read '' (IsADirectoryError); an IPv6 literal broke the https base_url."""
+    from epyc.facts import shell
+
+    with pytest.raises(ScriptError) as exc:
+        shell.tls_facts(opt, "localhost")
+    assert needle in exc.value.error and exc.value.fix
+
+
+def test_a_tls_pair_without_expose_is_refused_as_nothing_would_ask_for_the_key(inputs, tmp_path):
+    """Review of issue 52: an unexposed fleet with a pair put nginx on all interfaces in front of a keyless router."""
+    cert, key = cert_pair(tmp_path / "pair", names=("localhost",))
+    with pytest.raises(ScriptError) as exc:
+        tls_plan(inputs, tmp_path, expose=False, api_key_env=None, tls_cert=str(cert), tls_key=str(key))
+    assert "without --expose" in exc.value.error and "--expose --api-key-env" in exc.value.fix
+
+
 @pytest.mark.parametrize("runtime", ["docker", "host"])
 def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_plans_it_there(
     runtime, inputs, tmp_path, monkeypatch
@@ -357,6 +381,7 @@ def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_
     host from a copy of the bundle carries the plan's flags."""
     import validate as validate_cli
     from epyc.deployments.runs import DEFAULT
+    from epyc.facts import shell
 
     here = tmp_path / "here"
     monkeypatch.setenv("HOME", str(here))
@@ -393,6 +418,27 @@ def test_a_plan_for_another_host_prints_only_that_hosts_paths_and_the_line_that_
     assert plan["on_host_command"].startswith(line)
     assert ("--python " in plan["on_host_command"]) is (runtime == "host")  # the host path's venv there
     assert f"| On the host | {plan['on_host_command']} |" in plan["summary_markdown"]
+    # TLS there: the pair is that host's, by its absolute paths, read and checked there by up, never here
+    tls = {**opts, "plain_http": None, "tls_cert": "/home/alice/tls/cert.pem", "tls_key": "/home/alice/tls/key.pem"}
+    tls["tls_name"] = "box.example"
+    facts = {**facts_for(docs, api_key_set=True), "tls": shell.shell_facts(tls, docs)["tls"]}
+    plan = planner.build_plan(docs, tls, load_epyc(), facts)
+    assert plan["tls"] == {
+        "cert": "/home/alice/tls/cert.pem",
+        "key": "/home/alice/tls/key.pem",
+        "ca": None,
+        "name": "box.example",
+    }
+    for text in [plan["command"], plan["on_host_command"], plan["summary_markdown"]]:
+        assert str(tmp_path) not in text and str(here) not in text and str(ROOT) not in text, text
+    assert "--tls-cert /home/alice/tls/cert.pem --tls-key /home/alice/tls/key.pem" in plan["on_host_command"]
+    assert ("/home/alice/tls/key.pem:/run/secrets/serving-llms-on-epyc-tls/key.pem:ro" in plan["argv"]) is (
+        runtime == "docker"
+    )
+    assert "the TLS pair (checked there by launch.py up) are assumed" in dict(plan["summary"])["Planned for"]
+    with pytest.raises(ScriptError) as exc:
+        shell.shell_facts({**tls, "tls_key": "~/key.pem"}, docs)
+    assert "must be absolute" in exc.value.error
 
 
 # ---- the stack a plan serves on (data/epyc.json `stacks`): one known to meet its needs, or it says what is not

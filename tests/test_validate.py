@@ -475,3 +475,27 @@ def test_no_host_stack_is_named_as_the_venv_to_make_not_the_bundles_own(script, 
     )
     assert r.code == 1 and f"no host stack venv at {tmp_path}/serving-llms-on-epyc/" in r.doc["error"], r.doc
     assert ".venv" not in r.doc["error"] and "setup_host_stack.py" in r.doc["fix"]
+
+
+@pytest.mark.parametrize("home", [None, "/home/al ice;id", "/home/bob"])
+def test_another_hosts_home_not_read_is_said_as_assumed_never_silently_roots(tmp_path, home):
+    """Review of issue 52: a capture without HOME, or with one a shell would read (dropped), became /root unsaid."""
+    import sysroots
+    import validate as validate_cli
+    from epyc.bundle import load_epyc
+    from epyc.facts import cpuid, hostfacts
+
+    root = sysroots.build(tmp_path / "sr", sysroots.HOSTS["genoa_9654_2s_smt"])
+    if home:
+        (root / "HOME").write_text(home + "\n")
+    detected = cpuid.report(hostfacts.gather(hostfacts.Sysroot(root), "capture:box.tar", live=False), load_epyc())
+    (tmp_path / "d.json").write_text(json.dumps(detected))
+    doc, _ = validate_cli.main(
+        ["--detect", str(tmp_path / "d.json"), "--runtime", "docker", "--run", str(tmp_path / "r")]
+    )
+    said = [w for w in doc["warnings"] if w["check"] == "home"]
+    if home == "/home/bob":
+        assert doc["home"] == home and not said and "home (assumed /root)" not in doc["deferred"]
+    else:
+        assert doc["home"] == "/root" and "home (assumed /root)" in doc["deferred"]
+        assert "planned under /root" in said[0]["message"] and "--capture" in said[0]["fix"]

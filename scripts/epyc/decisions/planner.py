@@ -91,6 +91,8 @@ def refuse_unkeyed_exposure(expose: bool, key_env: str | None, facts: dict) -> N
 def checked_tls(expose: bool, opt: dict, facts: dict, epyc: dict) -> dict | None:
     """The pair a plan serves TLS with, or None (plain HTTP exposed only by name); a bad certificate refused."""
     f, said = facts.get("tls"), epyc["tls"]
+    if f and not expose:  # a fleet's nginx would listen on all interfaces with no key asked for
+        raise ScriptError(*said["unexposed"])
     if f is None and expose and not opt.get("plain_http"):
         raise ScriptError(said["untls"][0], f"{said['untls'][1]} ({said['first_try']})")
     if not f or f.get("checked"):
@@ -273,7 +275,8 @@ def what_serves(ch: Choices, inp: dict, epyc: dict, facts: dict) -> dict:
         "schema_version": PLAN_SCHEMA_VERSION,
         "kind": "engine",
         "target": det.get("target", "localhost"),
-        "deferred": val.get("deferred", []),
+        "deferred": (d := val.get("deferred", []))
+        + (["the TLS pair (checked there by launch.py up)"] if ch.tls and d else []),
         "path": ch.path,
         "backend": ch.backend,
         "platform": (val.get("stack") or {}).get("platform"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,10 +13,12 @@ from pathlib import Path
 from epyc import jsonio, masking, subproc
 from epyc.decisions.command import inherited_env, router_plan, stop_command
 from epyc.decisions.handoff import handoff_doc, systemd_unit
+from epyc.decisions.planner import checked_tls
 from epyc.deployments import front, planfile, process, serve_procs, serve_start, serve_stop, serve_verify
 from epyc.deployments.fleet import engine_urls, state_folder
 from epyc.deployments.serve_state import auth_headers, make_own_folder, read_state, write_own_file
 from epyc.errors import ScriptError
+from epyc.facts.shell import tls_facts
 
 KINDS = ("engine", "fleet", "front")
 SYSTEMD_GIVES = ("PATH", "HOME", "USER", "LOGNAME")
@@ -67,15 +70,18 @@ def kind_of(path: str) -> str | None:
 # ---------------------------------------------------------------- the router: one more host process
 
 
-INSTALL = {"vllm-router": "python3 scripts/setup_host_stack.py --router", "nginx": "sudo apt-get install nginx-light"}
+INSTALL = {
+    "vllm-router": "python3 scripts/setup_host_stack.py --router",
+    "nginx": "sudo apt-get install nginx-light && sudo systemctl disable --now nginx",
+}
 
 
 def parts(router: dict) -> list[dict]:  # the host processes in front of the engines: the router, then nginx (TLS)
     return [router, *([router["terminator"]] if "terminator" in router else [])]
 
 
-def router_running(router: dict) -> bool:
-    return all((state := read_state(spec)) and process.group_members(state) for spec in parts(router))
+def router_running(router: dict, need=all) -> bool:  # need=any: a part alive (nginx outliving its router) runs
+    return need((state := read_state(spec)) and process.group_members(state) for spec in parts(router))
 
 
 def start_router(router: dict) -> dict:
@@ -90,6 +96,8 @@ def start_router(router: dict) -> dict:
         if "config" in spec:  # nginx's, beside its state: paths only, never the key's content
             write_own_file(spec["argv"][2], spec["config"])
         up = (state := read_state(spec)) and process.group_members(state)  # a dead one's log is appended to
+        if up and "config" in spec:  # a running nginx re-reads its rewritten config and a renewed pair when told
+            os.kill(state["pid"], signal.SIGHUP)
         states.append(state if up else process.launch(spec, env, str(prog), prog.name, False))
     return {**states[0], **({"terminator": states[1]} if len(states) > 1 else {})}
 
@@ -142,11 +150,13 @@ def start(dep: Deployment, epyc: dict, confirm: bool, pull: str = "missing") -> 
         fresh = planfile.rerender(plan, epyc)
         serve_start.refuse_elsewhere(plan)  # a plan for another machine is refused as that, not as edited
         planfile.refuse_edited(plan, fresh, "start")
+    if tls := (dep.router or {}).get("terminator", {}).get("tls"):  # expired or replaced since planned: refused
+        checked_tls(True, {}, {"tls": tls_facts({f"tls_{k}": v for k, v in tls.items()}, "localhost")}, epyc)
     if dep.router is None:
         return serve_start.start(dep.engines[0], True, pull)
     # each engine's recorded server: alive (True), exited or never started (False), or its runtime did not say
     running = [serve_procs.alive(e, state) if (state := read_state(e)) is not None else False for e in dep.engines]
-    if router_running(dep.router) or any(r is not False for r in running):
+    if router_running(dep.router, any) or any(r is not False for r in running):
         return repair(dep, running)
     started = []
     try:
@@ -196,13 +206,7 @@ def verify(dep: Deployment, epyc: dict, timeout: float) -> dict:
         return doc
     which = ", ".join(f"engine {f['engine']} (port {f['port']}): {f['error']}" for f in failed)
     say = "the router answers from the others" if router["answered"] else f"the router: {router['why']}"
-    fix = (
-        "read each failed engine's log_tail, then python3 scripts/launch.py start --plan <the fleet's plan.json> "
-        "--confirm: it restarts only what failed (an engine, or the router) while the rest serves"
-        if dep.kind == "fleet"
-        else f"check ${dep.doc['api_key_env']} is the hosts' key; verify each host's plan on that host "
-        "(launch.py verify there); then verify the front again"
-    )
+    fix = epyc["router"]["degraded_fix"][dep.kind].format(key=dep.doc["api_key_env"])
     raise ScriptError(f"{'degraded: ' + which + '; ' if failed else ''}{say}", fix, phase="verify", **doc)
 
 
@@ -242,7 +246,7 @@ def stop(dep: Deployment) -> dict:
             stopped.append({"stopped": False, "reason": exc.error})
     if refused:
         raise ScriptError("; ".join(refused), "do what each says, then stop again", router=router, engines=stopped)
-    running = router_running(dep.router)
+    running = router_running(dep.router, any)
     return {"kind": dep.kind, "router": router, "engines": stopped, "stopped": True, "running": running}
 
 
@@ -275,7 +279,8 @@ def refuse_to_plan_over(folder: Path) -> None:
     except (KeyError, TypeError):
         return
     states = [read_state({"state_file": str(folder / f"engine-{i}" / "state.json")}) for i in range(engines)]
-    if (isinstance(router, dict) and router_running(router)) or any(serve_procs.state_server(s) for s in states if s):
+    alive = isinstance(router, dict) and router_running(router, any)  # nginx alone, its router gone, still runs
+    if alive or any(serve_procs.state_server(s) for s in states if s):
         raise ScriptError(
             f"{folder} holds a running {doc['kind']}: a new plan there would leave it named by nothing",
             f"{stop_command(path)} first, or plan with another --run",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from pathlib import Path
 
-from epyc import jsonio
+from epyc import bundle, jsonio
+from epyc.errors import ScriptError
 from epyc.facts import hubcache
 from epyc.masking import SECRET_VALUE
 
@@ -20,17 +22,25 @@ def key_facts(key_env: str | None) -> dict:
     }
 
 
-def tls_facts(opt: dict, target: str) -> dict | None:
-    """The TLS pair's paths, CA, the name served on and what the certificate holds (the key's content stays here)."""
-    if not (opt.get("tls_cert") or opt.get("tls_key")):
+def tls_facts(opt: dict, target: str, there: bool = False) -> dict | None:
+    """The TLS pair's paths, CA, the name served on and what the certificate holds (the key's content stays here);
+    `there`: another host's pair, its paths that host's, read and checked there by `launch.py up`."""
+    given = {k: opt.get(f"tls_{k}") for k in ("cert", "key", "ca")}
+    if not (given["cert"] or given["key"]):
         return None
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization as ser
 
-    name = opt.get("tls_name") or (
-        socket.gethostname() if target == "localhost" else "another host (--tls-name)"
-    )  # theirs
-    paths = {k: (v := opt.get(f"tls_{k}")) and os.path.realpath(jsonio.user_path(v)) for k in ("cert", "key", "ca")}
+    name = opt.get("tls_name") or (socket.gethostname() if target == "localhost" else "another host (--tls-name)")
+    said = bundle.load_epyc()["tls"]  # a host name's pattern (an IPv6 literal is no URL's host) and the refusals
+    named, absolute = re.fullmatch(said["host_name"], name), all(map(os.path.isabs, filter(None, given.values())))
+    bad = (not (given["cert"] and given["key"]), there and not absolute, opt.get("tls_name") and not named)
+    for no, (why, fix) in zip(bad, said["given"]):  # in the order of epyc.json's tls.given
+        if no:
+            raise ScriptError(why.format(name=name[:100]), fix)
+    if there:
+        return {"tls": {**given, "name": name}, "checked": True}
+    paths = {k: v and os.path.realpath(jsonio.user_path(v)) for k, v in given.items()}
     out = {"tls": {**paths, "name": name}, "now": time.time()}
     try:
         cert = x509.load_pem_x509_certificate(Path(paths["cert"] or "").read_bytes())
@@ -62,7 +72,7 @@ def shell_facts(opt: dict, inputs: dict, list_cache: bool = True) -> dict:
             for name in ("HF_TOKEN", key_env)
             if name and os.environ.get(name) and not SECRET_VALUE.fullmatch(os.environ[name])
         ],
-        "tls": tls_facts(opt, inputs["detect"].get("target", "localhost")),
+        "tls": tls_facts(opt, inputs["detect"].get("target", "localhost"), bool(val.get("deferred"))),
         "model_dir": os.path.realpath(folder) if folder is not None and folder.is_dir() else None,
         "hf_cache": hubcache.cache_listing(val["hf_cache"]["path"])
         if list_cache and val.get("path") == "container" and not val.get("deferred")

@@ -85,7 +85,7 @@ def check_default_state_dir(plan: dict) -> None:
     serve_state.refuse_state_dir(Path(plan["state_dir"]), f"the state dir {plan['state_dir']}", fix)
 
 
-def refuse_before_up(a: argparse.Namespace, model: str) -> None:
+def refuse_before_up(a: argparse.Namespace, model: str, epyc: dict) -> None:
     """What plan would refuse after five scripts ran (minutes, a Hub download) is refused first."""
     if model.startswith("-"):  # passed on to check_model it read as an option ("expected one argument")
         raise ScriptError(
@@ -93,6 +93,7 @@ def refuse_before_up(a: argparse.Namespace, model: str) -> None:
             "pass a Hub id (org/name) or a folder path (./-x for a folder named -x)",
         )
     planner.refuse_unkeyed_exposure(a.expose, a.api_key_env, shell.key_facts(a.api_key_env))
+    planner.checked_tls(a.expose, vars(a), {"tls": shell.tls_facts(vars(a), "localhost")}, epyc)
     # a folder is served by its name: one that is not a plain name needs --served-model-name
     local = os.path.isdir(model)
     served = a.served_model_name or command.served_model_name(model, os.path.realpath(model) if local else None)
@@ -196,7 +197,7 @@ def holding_the_run_dir(run_dir: Path) -> Iterator[None]:
 
 def up(a: argparse.Namespace, epyc: dict) -> dict:
     model = a.model or epyc["default_model"]
-    refuse_before_up(a, model)
+    refuse_before_up(a, model, epyc)
     run_dir = Path(state_dir_arg(a.state_dir or str(hubcache.state_root() / "up")))  # the default obeys the same rule
     refuse_a_busy_run_dir(run_dir)
     serve_state.make_own_folder(run_dir, "pass --state-dir with a new folder of your own", "up")
@@ -232,12 +233,9 @@ def documents(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict) -> d
 
 def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc: dict, inputs: dict) -> tuple:
     """The plan, written and shown, launched only on a yes (a --yes only for what was shown)."""
-    opts = {
-        **{k: getattr(a, k) for k in planner.SERVE_OPTIONS},
-        "model": model,
-        "max_model_len": inputs["estimate_memory"]["fit"]["max_model_len"],
-        "state_dir": str(jsonio.real_path(run_dir)),
-    }
+    fit_len, here = inputs["estimate_memory"]["fit"]["max_model_len"], str(jsonio.real_path(run_dir))
+    opts = {**{k: getattr(a, k) for k in planner.SERVE_OPTIONS}, "model": model, "max_model_len": fit_len}
+    opts["state_dir"] = here
     plan = planner.build_plan(inputs, opts, epyc, shell.shell_facts(opts, inputs))
     plan_file = run_dir / "plan.json"
     jsonio.write_own_file(plan_file, json.dumps(plan, indent=2) + "\n")
@@ -248,13 +246,7 @@ def planned_and_confirmed(run_dir: Path, model: str, a: argparse.Namespace, epyc
     else:  # shown: a --yes later runs only it
         jsonio.write_own_file(shown, json.dumps(what_runs(plan), indent=2) + "\n")
     said = {"phase": "confirm", "plan_file": str(plan_file), "started": False}
-    unanswered = ScriptError(
-        f"confirmation needed and there is no terminal: up showed its plan (the summary on stderr; {plan_file}) "
-        "and launched nothing",
-        "read the plan with the user and run up again with --yes to launch it: it launches only what was shown, "
-        "else it shows the new plan and stops again",
-        **said,
-    )
+    unanswered = ScriptError(*(t.format(plan_file=plan_file) for t in epyc["serve"]["up_unanswered"]), **said)
     if not a.yes and not ask(plan["summary_markdown"] + "\n\nLaunch this?", unanswered):
         fix = f"change what you want and run up again; the plan is in {plan_file}"
         raise ScriptError("not launched: the plan was declined", fix, **said)
@@ -269,17 +261,9 @@ def serve_verified(plan: dict, plan_file: Path, timeout: float, smoke_timeout: f
         phase = "verify"
         result = verify_or_stop(plan, plan_file, timeout, smoke_timeout)
         phase = "handoff"
-        return {
-            "ok": True,
-            "phase": "done",
-            "plan_file": str(plan_file),
-            "started": started,
-            "verify": result,
-            "handoff": deployment.with_service(
-                plan, handoff.handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])
-            ),
-            "stop_command": plan["stop_command"],
-        }
+        shown = handoff.handoff_doc(plan, result["served_model_name"], result["primary_endpoint"])
+        doc = {"ok": True, "phase": "done", "plan_file": str(plan_file), "started": started, "verify": result}
+        return {**doc, "handoff": deployment.with_service(plan, shown), "stop_command": plan["stop_command"]}
     except KeyboardInterrupt:  # between the guarded steps or after them: a handoff, or nothing left running
         raise stopped_after(plan, plan_file, "verify", "interrupted after start", "run up again") from None
     except ScriptError:  # each step's own: it stopped the server already, or nothing was started
