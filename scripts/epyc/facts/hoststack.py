@@ -190,7 +190,8 @@ def pip_sources() -> list[str]:
 
 def mounts_under(folder: Path) -> list[str]:
     """The mount points at or below `folder`, as /proc/self/mountinfo lists them."""
-    points = [codecs.escape_decode(ln.split()[4])[0].decode() for ln in open("/proc/self/mountinfo", "rb")]
+    lines = Path("/proc/self/mountinfo").read_bytes().splitlines()  # read whole: no file left for the GC to warn of
+    points = [codecs.escape_decode(ln.split()[4])[0].decode() for ln in lines]
     return [m for m in points if m == str(folder) or m.startswith(f"{folder}/")]
 
 
