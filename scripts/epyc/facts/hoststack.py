@@ -181,8 +181,9 @@ def pip_sources() -> list[str]:
     """What pip in the rootfs reads from this host: its pip settings (they may hold index credentials), DNS, CAs,
     and the exact local folders those settings name (find-links, file:// indexes)."""
     res = subproc.run([sys.executable, "-m", "pip", "config", "list"], timeout=60)
-    words = " ".join([*res.stdout.replace("=", " = ").splitlines(), os.environ.get("PIP_FIND_LINKS", "")])
-    paths = {w.strip("'\"").removeprefix("file://") for w in words.split()}
+    values = [ln.split("=", 1)[1].strip().strip("'\"") for ln in res.stdout.splitlines() if "=" in ln]
+    values += os.environ.get("PIP_FIND_LINKS", "").split()  # a value is one path (it may hold a space) or several
+    paths = {w.removeprefix("file://") for v in values for w in [v, *v.split()]}
     dirs = [p if os.path.isdir(p) else os.path.dirname(p) for p in paths if p.startswith("/") and os.path.exists(p)]
     dirs = sorted(d for d in dirs if not d.startswith(("/etc", "/proc", "/sys", "/dev")) and d != "/")
     return [*filter(os.path.exists, [os.environ.get("PIP_CERT") or CA_BUNDLE, *HOST_FILES]), *dirs]
